@@ -1,0 +1,27 @@
+# `make demo` and `make test` bootstrap their own environment in .venv.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+# The CPU build of torch; installed first so that nothing pulls a multi-GB CUDA build.
+TORCH_SPEC ?= torch==2.13.0
+
+.PHONY: demo test bench clean
+
+$(BIN)/moelab: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet "$(TORCH_SPEC)"
+	$(BIN)/pip install --quiet -e ".[test]"
+	touch $@
+
+demo: $(BIN)/moelab
+	$(BIN)/moelab study demo --out demo_out
+
+test: $(BIN)/moelab
+	$(BIN)/python -m pytest -q
+
+bench: $(BIN)/moelab
+	$(BIN)/python benchmarks/moe_dispatch.py
+
+clean:
+	rm -rf $(VENV) demo_out

@@ -1,0 +1,420 @@
+"""Typed configuration: dataclasses with defaults, YAML in and out, dotted overrides, validation.
+
+A config has three sections, ``model``, ``data`` and ``train``. A YAML file (or a preset) gives
+only the keys it changes; everything else keeps the default documented on the field. Overrides
+use dotted paths: ``model.d_model=256``, ``model.moe.top_k=1``, ``model.moe=null`` (dense).
+
+Every problem is a ``ConfigError`` whose one-line message names the key, the value and what is
+allowed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any, Optional
+
+import yaml
+
+from moelab.errors import ConfigError
+
+# --------------------------------------------------------------------------------------------
+# Sections
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class MoEConfig:
+    """Mixtral-style routed experts replacing every dense FFN."""
+
+    num_experts: int = 4
+    """Number of routed experts E per layer."""
+    top_k: int = 2
+    """Experts each token is sent to (k); sparsity S = (E - k) / E."""
+    d_expert: int = 344
+    """Hidden size of each expert's SwiGLU FFN."""
+    lb_coef: float = 0.01
+    """Weight of the Switch load-balancing loss (balanced routing scores 1)."""
+    z_coef: float = 0.001
+    """Weight of the router z-loss, mean logsumexp(logits)^2."""
+
+    def validate(self, prefix: str = "model.moe") -> None:
+        _require_positive(self, prefix, "num_experts", "top_k", "d_expert")
+        _require_non_negative(self, prefix, "lb_coef", "z_coef")
+        if self.top_k > self.num_experts:
+            raise ConfigError(
+                f"{prefix}.top_k={self.top_k} is invalid: allowed 1..num_experts "
+                f"({self.num_experts})"
+            )
+
+    @property
+    def sparsity(self) -> float:
+        return (self.num_experts - self.top_k) / self.num_experts
+
+
+@dataclass
+class ModelConfig:
+    """A LLaMA-style decoder; the FFN is dense SwiGLU, or routed experts when ``moe`` is set."""
+
+    vocab_size: int = 4096
+    """Tokens in the vocabulary (must equal the tokenizer's)."""
+    d_model: int = 256
+    """Width of the residual stream."""
+    n_layers: int = 6
+    """Number of transformer blocks."""
+    n_heads: int = 8
+    """Attention (query) heads; d_model must be divisible by it."""
+    n_kv_heads: int = 8
+    """Key/value heads; grouped-query attention when < n_heads."""
+    d_ff: int = 688
+    """Hidden size of a dense SwiGLU FFN (unused by MoE layers)."""
+    max_seq_len: int = 256
+    """Context length in tokens."""
+    tie_embeddings: bool = True
+    """Share the token-embedding matrix with the output head."""
+    rope_theta: float = 10000.0
+    """RoPE base frequency."""
+    norm_eps: float = 1e-5
+    """RMSNorm epsilon."""
+    init_std: float = 0.02
+    """Std of the normal init; residual output projections get init_std / sqrt(2 n_layers)."""
+    moe: Optional[MoEConfig] = None
+    """Routed experts; null for a dense model."""
+
+    def validate(self, prefix: str = "model") -> None:
+        _require_positive(
+            self, prefix, "vocab_size", "d_model", "n_layers", "n_heads", "n_kv_heads",
+            "d_ff", "max_seq_len", "rope_theta", "norm_eps", "init_std",
+        )
+        if self.d_model % self.n_heads:
+            raise ConfigError(
+                f"{prefix}.d_model={self.d_model} is invalid: must be divisible by "
+                f"n_heads ({self.n_heads})"
+            )
+        if (self.d_model // self.n_heads) % 2:
+            raise ConfigError(
+                f"{prefix}.n_heads={self.n_heads} is invalid: head_dim d_model/n_heads = "
+                f"{self.d_model // self.n_heads} must be even for RoPE"
+            )
+        if self.n_heads % self.n_kv_heads:
+            raise ConfigError(
+                f"{prefix}.n_kv_heads={self.n_kv_heads} is invalid: must divide "
+                f"n_heads ({self.n_heads})"
+            )
+        if self.moe is not None:
+            self.moe.validate(f"{prefix}.moe")
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.n_heads
+
+    @property
+    def is_moe(self) -> bool:
+        return self.moe is not None
+
+
+@dataclass
+class DataConfig:
+    """Where the text comes from and how it is tokenized."""
+
+    source: str = "sample"
+    """'sample' (bundled TinyStories), 'hf' (roneneldan/TinyStories) or a path."""
+    vocab_size: Optional[int] = None
+    """BPE vocabulary size to train; null means model.vocab_size."""
+    cache_dir: Optional[str] = None
+    """Where tokenizers and token caches live; null means $MOELAB_CACHE or ~/.cache/moelab."""
+    valid_fraction: float = 0.05
+    """Share of stories held out for validation when the source is a single file."""
+    max_train_stories: Optional[int] = None
+    """Use only the first N training stories (null: all)."""
+
+    def validate(self, prefix: str = "data") -> None:
+        if not self.source:
+            raise ConfigError(f"{prefix}.source='' is invalid: use sample, hf or a path")
+        if self.vocab_size is not None and self.vocab_size <= 0:
+            raise ConfigError(f"{prefix}.vocab_size={self.vocab_size} is invalid: must be > 0")
+        if not 0.0 < self.valid_fraction < 1.0:
+            raise ConfigError(
+                f"{prefix}.valid_fraction={self.valid_fraction} is invalid: allowed (0, 1)"
+            )
+        if self.max_train_stories is not None and self.max_train_stories <= 0:
+            raise ConfigError(
+                f"{prefix}.max_train_stories={self.max_train_stories} is invalid: must be > 0"
+            )
+
+
+@dataclass
+class TrainConfig:
+    """Optimisation, budget, evaluation and checkpointing of one run."""
+
+    seed: int = 0
+    """Seed of the weight init (and of the data order unless data_seed is set)."""
+    data_seed: Optional[int] = None
+    """Seed of the training-batch order; null means seed."""
+    batch_size: int = 32
+    """Sequences per optimizer step, global over all ranks and accumulation steps."""
+    micro_batch_size: Optional[int] = None
+    """Sequences per forward pass on one rank; null means batch_size / world size."""
+    max_tokens: int = 1_000_000
+    """Training budget in tokens; steps = max_tokens / (batch_size * max_seq_len)."""
+    lr: float = 3e-3
+    """Peak learning rate."""
+    min_lr_ratio: float = 0.1
+    """Cosine decay floor as a fraction of lr."""
+    warmup_fraction: float = 0.05
+    """Share of the steps spent in linear warmup."""
+    weight_decay: float = 0.1
+    """AdamW decay, applied to matrices only."""
+    beta1: float = 0.9
+    beta2: float = 0.95
+    grad_clip: float = 1.0
+    """Clip the global gradient norm to this (0 disables)."""
+    eval_interval: int = 100
+    """Evaluate every N optimizer steps (and at the end)."""
+    eval_windows: int = 64
+    """Validation windows of max_seq_len tokens, fixed for every arm and seed."""
+    checkpoint_interval: int = 0
+    """Save a resumable checkpoint every N steps (0: only at the end)."""
+    log_interval: int = 10
+    """Log train metrics every N steps."""
+    dtype: str = "float32"
+    """'float32' or 'bfloat16' (autocast)."""
+    compile: bool = False
+    """Wrap the model in torch.compile."""
+    device: str = "auto"
+    """'auto', 'cpu', 'cuda' or 'cuda:N'."""
+    collapse_threshold: float = 0.9
+    """Flag routing collapse when one expert takes more than this share of token slots."""
+    progress: bool = True
+    """Show a progress bar."""
+    tensorboard: bool = False
+    wandb: bool = False
+
+    def validate(self, prefix: str = "train") -> None:
+        _require_positive(self, prefix, "batch_size", "max_tokens", "lr", "eval_interval",
+                          "eval_windows", "log_interval")
+        _require_non_negative(self, prefix, "weight_decay", "grad_clip", "checkpoint_interval",
+                              "min_lr_ratio", "warmup_fraction")
+        if self.micro_batch_size is not None and self.micro_batch_size <= 0:
+            raise ConfigError(
+                f"{prefix}.micro_batch_size={self.micro_batch_size} is invalid: must be > 0"
+            )
+        for name in ("beta1", "beta2"):
+            if not 0.0 <= getattr(self, name) < 1.0:
+                raise ConfigError(
+                    f"{prefix}.{name}={getattr(self, name)} is invalid: allowed [0, 1)"
+                )
+        if self.min_lr_ratio > 1.0 or self.warmup_fraction >= 1.0:
+            raise ConfigError(
+                f"{prefix}.min_lr_ratio/warmup_fraction = {self.min_lr_ratio}/"
+                f"{self.warmup_fraction} is invalid: allowed [0, 1] and [0, 1)"
+            )
+        if self.dtype not in ("float32", "bfloat16"):
+            raise ConfigError(f"{prefix}.dtype={self.dtype!r} is invalid: allowed float32, bfloat16")
+        if not 0.0 < self.collapse_threshold <= 1.0:
+            raise ConfigError(
+                f"{prefix}.collapse_threshold={self.collapse_threshold} is invalid: allowed (0, 1]"
+            )
+
+    @property
+    def effective_data_seed(self) -> int:
+        return self.seed if self.data_seed is None else self.data_seed
+
+
+@dataclass
+class Config:
+    model: ModelConfig = field(default_factory=ModelConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+
+    def validate(self) -> "Config":
+        self.model.validate("model")
+        self.data.validate("data")
+        self.train.validate("train")
+        if self.data.vocab_size is not None and self.data.vocab_size != self.model.vocab_size:
+            raise ConfigError(
+                f"data.vocab_size={self.data.vocab_size} is invalid: must equal "
+                f"model.vocab_size ({self.model.vocab_size}) or be null"
+            )
+        return self
+
+    @property
+    def tokenizer_vocab_size(self) -> int:
+        return self.data.vocab_size or self.model.vocab_size
+
+
+# --------------------------------------------------------------------------------------------
+# Dicts <-> dataclasses
+# --------------------------------------------------------------------------------------------
+
+
+def to_dict(obj: Any) -> Any:
+    """A plain, YAML-safe dict of a config (nested dataclasses become dicts)."""
+    if dataclasses.is_dataclass(obj):
+        return {f.name: to_dict(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    return obj
+
+
+def from_dict(cls: type, data: Any, prefix: str = "") -> Any:
+    """Build dataclass ``cls`` from ``data``, checking keys and types; missing keys keep defaults."""
+    where = prefix or "config"
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{where}={data!r} is invalid: expected a mapping of keys")
+    hints = typing.get_type_hints(cls)
+    names = [f.name for f in dataclasses.fields(cls)]
+    unknown = [key for key in data if key not in names]
+    if unknown:
+        raise ConfigError(
+            f"{_join(prefix, str(unknown[0]))} is not a known key: allowed {', '.join(names)}"
+        )
+    kwargs = {key: _coerce(hints[key], value, _join(prefix, key)) for key, value in data.items()}
+    return cls(**kwargs)
+
+
+def _coerce(hint: Any, value: Any, key: str) -> Any:
+    optional, inner = _unwrap_optional(hint)
+    if value is None:
+        if optional:
+            return None
+        raise ConfigError(f"{key}=null is invalid: expected {_type_name(inner)}")
+    if dataclasses.is_dataclass(inner):
+        return from_dict(inner, value, key)
+    if inner is bool:
+        if isinstance(value, bool):
+            return value
+    elif inner is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        if isinstance(value, float) and value.is_integer():  # 1e6 in YAML is a float
+            return int(value)
+    elif inner is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+    elif inner is str:
+        if isinstance(value, (str, int, float)) and not isinstance(value, bool):
+            return str(value)
+    raise ConfigError(f"{key}={value!r} is invalid: expected {_type_name(inner)}")
+
+
+def _unwrap_optional(hint: Any) -> tuple[bool, Any]:
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(hint) if a is not type(None)]
+        return True, args[0]
+    return False, hint
+
+
+def _type_name(hint: Any) -> str:
+    if dataclasses.is_dataclass(hint):
+        return "a mapping"
+    return {int: "an integer", float: "a number", bool: "true or false", str: "a string"}.get(
+        hint, str(hint)
+    )
+
+
+def _join(prefix: str, key: str) -> str:
+    return f"{prefix}.{key}" if prefix else key
+
+
+def _require_positive(obj: Any, prefix: str, *names: str) -> None:
+    for name in names:
+        value = getattr(obj, name)
+        if value <= 0:
+            raise ConfigError(f"{prefix}.{name}={value} is invalid: must be > 0")
+
+
+def _require_non_negative(obj: Any, prefix: str, *names: str) -> None:
+    for name in names:
+        value = getattr(obj, name)
+        if value < 0:
+            raise ConfigError(f"{prefix}.{name}={value} is invalid: must be >= 0")
+
+
+# --------------------------------------------------------------------------------------------
+# Overrides, files and presets
+# --------------------------------------------------------------------------------------------
+
+
+def apply_overrides(raw: dict, overrides: list[str]) -> dict:
+    """Apply ``key.path=value`` strings to a raw config dict (values parsed as YAML).
+
+    Walking through a missing or null section creates it, so ``model.moe.top_k=1`` on a dense
+    config gives an MoE with default settings and top_k=1.
+    """
+    for item in overrides:
+        key, sep, text = item.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise ConfigError(f"override {item!r} is invalid: expected KEY=VALUE, e.g. model.d_model=256")
+        try:
+            value = yaml.safe_load(text) if text.strip() else None
+        except yaml.YAMLError:
+            value = text
+        node = raw
+        parts = key.split(".")
+        for part in parts[:-1]:
+            if not isinstance(node.get(part), dict):
+                node[part] = {}
+            node = node[part]
+        node[parts[-1]] = value
+    return raw
+
+
+def preset_names() -> list[str]:
+    folder = resources.files("moelab.presets")
+    return sorted(p.name[: -len(".yaml")] for p in folder.iterdir() if p.name.endswith(".yaml"))
+
+
+def read_raw(source: str | Path) -> dict:
+    """The raw dict of a YAML file, or of a named preset when no such file exists."""
+    path = Path(source)
+    if path.is_file():
+        text = path.read_text(encoding="utf-8")
+    elif str(source) in preset_names():
+        text = resources.files("moelab.presets").joinpath(f"{source}.yaml").read_text("utf-8")
+    else:
+        raise ConfigError(
+            f"config {str(source)!r} is neither a file nor a preset: presets are "
+            f"{', '.join(preset_names())}"
+        )
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark else ""
+        raise ConfigError(f"config {str(source)!r} is not valid YAML{where}") from None
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise ConfigError(f"config {str(source)!r} is invalid: expected a mapping at the top level")
+    return raw
+
+
+def build_config(raw: dict) -> Config:
+    return from_dict(Config, raw).validate()
+
+
+def load_config(source: str | Path | None = None, overrides: list[str] | None = None) -> Config:
+    """Load a YAML file or preset (None: all defaults), apply overrides, validate."""
+    raw = read_raw(source) if source is not None else {}
+    return build_config(apply_overrides(raw, list(overrides or [])))
+
+
+def dump_config(config: Config) -> str:
+    return yaml.safe_dump(to_dict(config), sort_keys=False)
+
+
+def save_config(config: Config, path: str | Path) -> Path:
+    from moelab.fileio import atomic_write_text
+
+    return atomic_write_text(path, dump_config(config))
+
+
+def override(config: Config, overrides: list[str]) -> Config:
+    """A validated copy of ``config`` with dotted ``key=value`` overrides applied."""
+    return build_config(apply_overrides(to_dict(config), overrides))
