@@ -285,6 +285,8 @@ def _coerce(hint: Any, value: Any, key: str) -> Any:
         raise ConfigError(f"{key}=null is invalid: expected {_type_name(inner)}")
     if dataclasses.is_dataclass(inner):
         return from_dict(inner, value, key)
+    if inner in (int, float) and isinstance(value, str):
+        value = _parse_number(value)  # YAML 1.1 reads 3e-4 (no dot) as a string
     if inner is bool:
         if isinstance(value, bool):
             return value
@@ -300,6 +302,13 @@ def _coerce(hint: Any, value: Any, key: str) -> Any:
         if isinstance(value, (str, int, float)) and not isinstance(value, bool):
             return str(value)
     raise ConfigError(f"{key}={value!r} is invalid: expected {_type_name(inner)}")
+
+
+def _parse_number(text: str) -> Any:
+    try:
+        return float(text.replace("_", ""))
+    except ValueError:
+        return text
 
 
 def _unwrap_optional(hint: Any) -> tuple[bool, Any]:

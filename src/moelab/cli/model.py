@@ -1,0 +1,99 @@
+"""``moelab params`` and ``moelab match``: parameter/FLOP counts and matched dense baselines."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from moelab.accounting import CRITERIA, count_params, flops_per_token, match_dense
+from moelab.cli import add_config_arguments
+from moelab.config import ModelConfig, load_config, to_dict
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    params = subparsers.add_parser("params", help="parameter and FLOP counts of a config")
+    add_config_arguments(params)
+    params.add_argument("--json", action="store_true", help="print JSON")
+    params.set_defaults(func=run_params)
+
+    match = subparsers.add_parser("match", help="dense baselines matched to an MoE config")
+    add_config_arguments(match)
+    match.add_argument(
+        "--criterion", choices=CRITERIA, action="append",
+        help="match on active params, total params or training FLOPs/token (repeatable; "
+        "default: all three)",
+    )
+    match.add_argument("--step", type=int, default=32, help="d_ff is a multiple of this (32)")
+    match.add_argument("--json", action="store_true", help="print JSON")
+    match.set_defaults(func=run_match)
+
+
+def model_counts(cfg: ModelConfig) -> dict[str, int]:
+    """The counts ``params`` prints, under their JSON names."""
+    params, flops = count_params(cfg), flops_per_token(cfg)
+    return {
+        "total_params": params.total,
+        "active_params": params.active,
+        "non_embedding_params": params.non_embedding,
+        "active_non_embedding_params": params.active_non_embedding,
+        "flops_per_token_6n": flops.six_n,
+        "flops_per_token_full": flops.full,
+    }
+
+
+def run_params(args: argparse.Namespace) -> int:
+    cfg = load_config(args.config, args.overrides).model
+    counts = model_counts(cfg)
+    if args.json:
+        print(json.dumps(counts, indent=2))
+        return 0
+    kind = "dense" if cfg.moe is None else f"MoE, {cfg.moe.num_experts} experts, top-{cfg.moe.top_k}"
+    print(f"{args.config} ({kind})")
+    for key, value in counts.items():
+        print(f"  {key:<30} {value:>16,}  ({_human(value)})")
+    return 0
+
+
+def run_match(args: argparse.Namespace) -> int:
+    cfg = load_config(args.config, args.overrides).model
+    arms = {"moe": {"model": to_dict(cfg), "counts": model_counts(cfg)}}
+    for criterion in args.criterion or CRITERIA:
+        matched = match_dense(cfg, criterion, step=args.step)
+        arms[f"dense_{criterion}"] = {
+            "model": to_dict(matched.config),
+            "counts": model_counts(matched.config),
+            "criterion": criterion,
+            "mismatch": matched.mismatch,
+        }
+    if args.json:
+        print(json.dumps(arms, indent=2))
+    else:
+        print(_side_by_side(arms))
+    return 0
+
+
+def _side_by_side(arms: dict[str, dict]) -> str:
+    rows = [
+        ("FFN", [_ffn(a["model"]) for a in arms.values()]),
+        *[(key, [_human(a["counts"][key]) for a in arms.values()]) for key in next(iter(arms.values()))["counts"]],
+        ("mismatch", ["-" if "mismatch" not in a else f"{a['mismatch']:+.3%}" for a in arms.values()]),
+    ]
+    width = max(14, *(len(name) for name in arms))
+    lines = [f"{'':<30}" + "".join(f"{name:>{width + 2}}" for name in arms)]
+    for label, values in rows:
+        lines.append(f"{label:<30}" + "".join(f"{v:>{width + 2}}" for v in values))
+    return "\n".join(lines)
+
+
+def _ffn(model: dict) -> str:
+    moe = model.get("moe")
+    if moe is None:
+        return f"d_ff={model['d_ff']}"
+    return f"{moe['num_experts']}x{moe['d_expert']} top{moe['top_k']}"
+
+
+def _human(value: float) -> str:
+    for unit, scale in (("G", 1e9), ("M", 1e6), ("K", 1e3)):
+        if abs(value) >= scale:
+            return f"{value / scale:.3f}{unit}"
+    return str(value)

@@ -1,0 +1,116 @@
+"""Parameter and FLOP counts against hand counts, the built model, and brute-force matching."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from moelab.accounting import count_params, criterion_value, flops_per_token, match_dense
+from moelab.config import ModelConfig, MoEConfig, load_config
+from moelab.errors import ConfigError
+
+# Hand counts. Dense, GQA, untied: V=100, d=16, L=2, 4 heads of 4, 2 kv heads, d_ff=40.
+#   embedding 100*16 = 1600, output 1600
+#   per layer: wq 16*16=256, wk 16*8=128, wv 128, wo 256 -> 768; SwiGLU 3*16*40 = 1920;
+#              two norms 32 -> 2720; two layers 5440
+#   final norm 16 -> total 1600 + 1600 + 5440 + 16 = 8656
+DENSE_GQA_UNTIED = ModelConfig(
+    vocab_size=100, d_model=16, n_layers=2, n_heads=4, n_kv_heads=2, d_ff=40,
+    max_seq_len=32, tie_embeddings=False,
+)
+# MoE, tied: V=100, d=16, L=2, 4 heads, 4 kv heads, E=4, k=2, d_expert=8.
+#   embedding 1600 (shared with the head)
+#   per layer: attention 4*256 = 1024; router 16*4 = 64; experts 4 * 3*16*8 = 1536; norms 32
+#              -> 2656; two layers 5312
+#   final norm 16 -> total 1600 + 5312 + 16 = 6928
+#   active skips 2 experts (384 each) in 2 layers: 6928 - 1536 = 5392
+MOE_TIED = ModelConfig(
+    vocab_size=100, d_model=16, n_layers=2, n_heads=4, n_kv_heads=4, d_ff=40,
+    max_seq_len=32, tie_embeddings=True, moe=MoEConfig(num_experts=4, top_k=2, d_expert=8),
+)
+
+
+def test_dense_gqa_untied_hand_count():
+    counts = count_params(DENSE_GQA_UNTIED)
+    assert counts.total == 8656
+    assert counts.active == 8656
+    assert counts.embedding == 3200
+    assert counts.non_embedding == 5456
+
+
+def test_moe_tied_hand_count():
+    counts = count_params(MOE_TIED)
+    assert counts.total == 6928
+    assert counts.active == 5392
+    assert counts.non_embedding == 5328
+    assert counts.active_non_embedding == 3792
+
+
+def test_flops_hand_count():
+    flops = flops_per_token(MOE_TIED)
+    assert flops.six_n == 6 * 5392
+    # 6 * active non-embedding + attention 6 * L * n_ctx * d + unembedding 6 * d * V
+    assert flops.full == 6 * 3792 + 6 * 2 * 32 * 16 + 6 * 16 * 100
+    assert flops_per_token(MOE_TIED, seq_len=64).full == flops.full + 6 * 2 * 32 * 16
+
+
+@pytest.mark.parametrize(
+    "cfg",
+    [
+        DENSE_GQA_UNTIED,
+        MOE_TIED,
+        dataclasses.replace(MOE_TIED, tie_embeddings=False, n_kv_heads=1),
+        dataclasses.replace(MOE_TIED, moe=MoEConfig(num_experts=8, top_k=1, d_expert=12)),
+    ],
+    ids=["dense-gqa-untied", "moe-tied", "moe-untied-mqa", "moe-e8-top1"],
+)
+def test_counts_equal_built_model(cfg):
+    from moelab.model import Transformer
+
+    model = Transformer(cfg)
+    total = sum(p.numel() for p in model.parameters())
+    counts = count_params(cfg)
+    assert counts.total == total
+    embedding = model.tok_embeddings.weight.numel()
+    if not cfg.tie_embeddings:
+        embedding += model.output.weight.numel()
+    assert counts.embedding == embedding
+    if cfg.moe is not None:
+        experts = [p for n, p in model.named_parameters() if n.endswith(("w1", "w2", "w3"))
+                   and "feed_forward" in n]
+        per_expert = sum(p.numel() for p in experts) // (cfg.n_layers * cfg.moe.num_experts)
+        skipped = cfg.n_layers * (cfg.moe.num_experts - cfg.moe.top_k) * per_expert
+        assert counts.active == total - skipped
+
+
+@pytest.mark.parametrize("criterion", ["active", "total", "flops"])
+@pytest.mark.parametrize("step", [8, 32])
+def test_match_dense_is_nearest_multiple(criterion, step):
+    moe = load_config("demo").model
+    matched = match_dense(moe, criterion, step=step)
+    target = criterion_value(moe, criterion)
+    # Brute force over every multiple of step up to 64x the expert width.
+    best = min(
+        range(step, 64 * moe.moe.d_expert, step),
+        key=lambda d_ff: (abs(criterion_value(dataclasses.replace(moe, moe=None, d_ff=d_ff),
+                                              criterion) - target), d_ff),
+    )
+    assert matched.config.d_ff == best
+    assert matched.config.moe is None
+    assert dataclasses.replace(matched.config, d_ff=moe.d_ff, moe=moe.moe) == moe
+    assert matched.target == target
+    assert matched.mismatch == pytest.approx((matched.achieved - target) / target)
+
+
+def test_paper_preset_matches_the_paper_counts():
+    counts = count_params(load_config("paper").model)
+    assert counts.active == pytest.approx(14.77e6, rel=0.01)
+    assert counts.total == pytest.approx(21.06e6, rel=0.01)
+
+
+def test_match_dense_rejects_dense_and_bad_criterion():
+    with pytest.raises(ConfigError, match="model.moe=null"):
+        match_dense(DENSE_GQA_UNTIED, "active")
+    with pytest.raises(ConfigError, match="criterion='params'"):
+        match_dense(MOE_TIED, "params")
