@@ -119,14 +119,15 @@ class ModelConfig:
 
 @dataclass
 class DataConfig:
-    """Where the text comes from and how it is tokenized."""
+    """Where the text comes from and how it is tokenized (see docs/data.md)."""
 
     source: str = "sample"
-    """'sample' (bundled TinyStories), 'hf' (roneneldan/TinyStories) or a path."""
+    """'sample' (bundled TinyStories), 'hf' (roneneldan/TinyStories), a folder with train.txt and
+    valid.txt, or one .txt (stories separated by <|endoftext|> lines) or .jsonl file."""
     vocab_size: Optional[int] = None
     """BPE vocabulary size to train; null means model.vocab_size."""
     cache_dir: Optional[str] = None
-    """Where tokenizers and token caches live; null means $MOELAB_CACHE or ~/.cache/moelab."""
+    """Where tokenizers and token caches live; null means $MOELAB_CACHE/data or ~/.cache/moelab/data."""
     valid_fraction: float = 0.05
     """Share of stories held out for validation when the source is a single file."""
     max_train_stories: Optional[int] = None
@@ -135,8 +136,9 @@ class DataConfig:
     def validate(self, prefix: str = "data") -> None:
         if not self.source:
             raise ConfigError(f"{prefix}.source='' is invalid: use sample, hf or a path")
-        if self.vocab_size is not None and self.vocab_size <= 0:
-            raise ConfigError(f"{prefix}.vocab_size={self.vocab_size} is invalid: must be > 0")
+        # 256 byte symbols + <|endoftext|> (moelab.data.MIN_VOCAB_SIZE).
+        if self.vocab_size is not None and self.vocab_size < 257:
+            raise ConfigError(f"{prefix}.vocab_size={self.vocab_size} is invalid: must be >= 257")
         if not 0.0 < self.valid_fraction < 1.0:
             raise ConfigError(
                 f"{prefix}.valid_fraction={self.valid_fraction} is invalid: allowed (0, 1)"
@@ -160,7 +162,7 @@ class TrainConfig:
     micro_batch_size: Optional[int] = None
     """Sequences per forward pass on one rank; null means batch_size / world size."""
     max_tokens: int = 1_000_000
-    """Training budget in tokens; steps = max_tokens / (batch_size * max_seq_len)."""
+    """Training budget in tokens; steps = max_tokens // (batch_size * max_seq_len), rounded down."""
     lr: float = 3e-3
     """Peak learning rate."""
     min_lr_ratio: float = 0.1
@@ -189,16 +191,20 @@ class TrainConfig:
     """'auto', 'cpu', 'cuda' or 'cuda:N'."""
     collapse_threshold: float = 0.9
     """Flag routing collapse when one expert takes more than this share of token slots."""
+    sample_tokens: int = 32
+    """Tokens generated per prompt for samples.txt at the end of a run (0: no samples)."""
     progress: bool = True
-    """Show a progress bar."""
+    """Show a progress bar (loss, tokens/s, ETA)."""
     tensorboard: bool = False
+    """Also log to TensorBoard in RUN/tensorboard (needs the tensorboard package)."""
     wandb: bool = False
+    """Also log to Weights & Biases, offline unless WANDB_MODE says otherwise (needs wandb)."""
 
     def validate(self, prefix: str = "train") -> None:
         _require_positive(self, prefix, "batch_size", "max_tokens", "lr", "eval_interval",
                           "eval_windows", "log_interval")
         _require_non_negative(self, prefix, "weight_decay", "grad_clip", "checkpoint_interval",
-                              "min_lr_ratio", "warmup_fraction")
+                              "min_lr_ratio", "warmup_fraction", "sample_tokens")
         if self.micro_batch_size is not None and self.micro_batch_size <= 0:
             raise ConfigError(
                 f"{prefix}.micro_batch_size={self.micro_batch_size} is invalid: must be > 0"

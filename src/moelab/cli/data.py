@@ -1,5 +1,75 @@
-"""Sub-commands: not yet written."""
+"""``moelab prepare-data``: build (or reuse) the tokenizer and token caches of a data source."""
+
+from __future__ import annotations
+
+import json
+
+from moelab.config import DataConfig, ModelConfig
 
 
 def register(subparsers) -> None:
     """Add this module's sub-commands."""
+    parser = subparsers.add_parser(
+        "prepare-data",
+        help="train the BPE tokenizer and build the token caches of a data source",
+        description="Train the byte-level BPE tokenizer and build the token caches of a data "
+        "source (reused when its inputs are unchanged); print stories, bytes and tokens per split.",
+    )
+    parser.add_argument(
+        "--source", default="sample", metavar="sample|hf|PATH",
+        help="'sample' (bundled TinyStories), 'hf' (roneneldan/TinyStories), a folder with "
+        "train.txt and valid.txt, or one .txt/.jsonl file (default: sample)",
+    )
+    parser.add_argument(
+        "--vocab-size", type=int, default=ModelConfig().vocab_size, metavar="N",
+        help=f"BPE vocabulary size (default: {ModelConfig().vocab_size})",
+    )
+    parser.add_argument("--out", required=True, metavar="DIR",
+                        help="cache folder (data.cache_dir); each input gets a sub-folder")
+    parser.add_argument("--valid-fraction", type=float, default=DataConfig().valid_fraction,
+                        metavar="F", help="validation share held out of a single file")
+    parser.add_argument("--json", action="store_true", help="print the counts as JSON")
+    parser.add_argument("--no-progress", action="store_true", help="hide progress bars")
+    parser.set_defaults(func=prepare_data_command)
+
+
+def prepare_data_command(args) -> int:
+    from moelab.data import prepare_data
+
+    data_cfg = DataConfig(source=args.source, cache_dir=args.out,
+                          valid_fraction=args.valid_fraction)
+    data_cfg.validate()
+    prepared = prepare_data(data_cfg, args.vocab_size, progress=not args.no_progress)
+    summary = data_summary(prepared)
+    if args.json:
+        print(json.dumps(summary, indent=2))
+    else:
+        print(summary_table(summary, str(prepared.cache_dir)))
+    return 0
+
+
+def data_summary(prepared) -> dict:
+    """The JSON of ``prepare-data``; bytes_per_token is the training split's."""
+    return {
+        "vocab_size": prepared.tokenizer.vocab_size,
+        "bytes_per_token": prepared.train.bytes_per_token,
+        "splits": {
+            split.name: {"stories": split.stories, "bytes": split.bytes, "tokens": split.num_tokens}
+            for split in (prepared.train, prepared.valid)
+        },
+    }
+
+
+def summary_table(summary: dict, cache_dir: str) -> str:
+    lines = [
+        f"cache       {cache_dir}",
+        f"vocab size  {summary['vocab_size']}",
+        "",
+        f"{'split':<6} {'stories':>10} {'bytes':>14} {'tokens':>13} {'bytes/token':>12}",
+    ]
+    for name, counts in summary["splits"].items():
+        lines.append(
+            f"{name:<6} {counts['stories']:>10,} {counts['bytes']:>14,} {counts['tokens']:>13,} "
+            f"{counts['bytes'] / counts['tokens']:>12.3f}"
+        )
+    return "\n".join(lines)

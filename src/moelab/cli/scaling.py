@@ -1,5 +1,188 @@
-"""Sub-commands: not yet written."""
+"""Sub-commands: ``fit`` (a law to a CSV), ``optimal`` (S* from a fit), ``isoflop``, ``sweep-sparsity``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
 
 
 def register(subparsers) -> None:
     """Add this module's sub-commands."""
+    fit = subparsers.add_parser(
+        "fit", help="fit a scaling law to a CSV of (N, D or C, [S], loss) points",
+        description="Fit L = E + A/N^alpha + B/D^beta (chinchilla) or Abnar et al.'s sparsity law "
+                    "by summed Huber loss of log residuals, L-BFGS from every start of a grid.",
+    )
+    fit.add_argument("csv", metavar="CSV", help="one row per training run")
+    fit.add_argument("--law", choices=("chinchilla", "sparsity"), default="chinchilla")
+    fit.add_argument("--columns", action="append", default=[], metavar="NAME=COLUMN,...",
+                     help='map canonical names N, D, C, S, N_active, loss to CSV columns, '
+                          'e.g. --columns N="Model Size",C="Training FLOP"')
+    fit.add_argument("--drop-highest", type=int, default=0, metavar="K",
+                     help="drop the K highest-loss points first (Epoch's convention: 5)")
+    fit.add_argument("--bootstrap", type=int, default=0, metavar="R",
+                     help="R bootstrap resamples for 95%% percentile intervals")
+    fit.add_argument("--holdout", metavar="SPEC",
+                     help="fit without these points and report their error, e.g. S=max, N>=1e8")
+    fit.add_argument("--starts", type=int, default=None, metavar="K",
+                     help="use a seeded subset of K grid starts (default: chinchilla all 4,500, "
+                          "sparsity 4,096 of 1.3 million)")
+    fit.add_argument("--seed", type=int, default=0, help="bootstrap seed")
+    fit.add_argument("--json", action="store_true", help="print the fit as JSON")
+    fit.add_argument("--out", metavar="FIT.json", help="also write the JSON record here")
+    fit.set_defaults(func=_fit)
+
+    optimal = subparsers.add_parser(
+        "optimal", help="optimal sparsity (and size) from a fitted law",
+        description="S* at a fixed total parameter count (--params N with --tokens D or --flops C), "
+                    "or the compute-optimal (N, S) at a fixed budget (--flops C alone).",
+    )
+    optimal.add_argument("fit", metavar="FIT.json", help="written by moelab fit --out/--json")
+    optimal.add_argument("--params", type=float, metavar="N", help="total parameter budget")
+    optimal.add_argument("--tokens", type=float, metavar="D", help="training tokens (with --params)")
+    optimal.add_argument("--flops", type=float, metavar="C", help="training compute budget")
+    optimal.add_argument("--shared-fraction", type=float, default=None, metavar="PHI",
+                         help="share of parameters outside the experts: N_active = N (PHI + "
+                              "(1-PHI)(1-S)); default: the fit's own estimate, else 0")
+    optimal.add_argument("--max-sparsity", type=float, default=0.98, metavar="S",
+                         help="upper end of the search (default 0.98)")
+    optimal.add_argument("--json", action="store_true", help="print the result as JSON")
+    optimal.set_defaults(func=_optimal)
+
+    isoflop = subparsers.add_parser(
+        "isoflop", help="IsoFLOP analysis: per-budget parabola in log N, N*(C) ~ C^a",
+        description="Per compute budget, fit loss against log N (and -log(1-S) when the CSV has S) "
+                    "and report the compute-optimal N*(C) [and S*(C)] and the exponent a.",
+    )
+    isoflop.add_argument("csv", metavar="CSV")
+    isoflop.add_argument("--columns", action="append", default=[], metavar="NAME=COLUMN,...",
+                         help="map N, C, S, N_active, loss (C is the budget column)")
+    isoflop.add_argument("--where", action="append", default=[], metavar="COLUMN=VALUE",
+                         help="keep only rows whose COLUMN equals VALUE (repeatable)")
+    isoflop.add_argument("--json", action="store_true")
+    isoflop.set_defaults(func=_isoflop)
+
+    sweep = subparsers.add_parser(
+        "sweep-sparsity", help="train a model size x sparsity x budget grid, fit and report",
+        description="Plan and run (resumably) a sparsity sweep, write results.csv, fit the "
+                    "sparsity law and write report.md with figures.",
+    )
+    sweep.add_argument("grid", metavar="PRESET|GRID", help="demo, paper or a grid YAML file")
+    sweep.add_argument("--out", metavar="DIR", default=None, help="sweep folder (default sweep_<name>)")
+    sweep.add_argument("--dry-run", action="store_true", help="print the planned runs only")
+    sweep.add_argument("--bootstrap", type=int, default=200, metavar="R")
+    sweep.set_defaults(func=_sweep)
+
+
+def _fit(args) -> int:
+    from moelab.fileio import atomic_write_json
+    from moelab.scaling.summary import fit_columns
+    from moelab.scaling.table import drop_highest_loss, parse_column_map, read_fit_table
+
+    columns = read_fit_table(args.csv, args.law == "sparsity", parse_column_map(args.columns))
+    columns = drop_highest_loss(columns, args.drop_highest)
+    record = fit_columns(args.law, columns, bootstrap_replicates=args.bootstrap,
+                         holdout=args.holdout, max_starts=args.starts, seed=args.seed)
+    if args.out:
+        atomic_write_json(args.out, record)
+    if args.json:
+        print(json.dumps(record, indent=2))
+    else:
+        print(format_fit(record))
+    return 0
+
+
+def format_fit(record: dict) -> str:
+    lines = [f"law: {record['law']}   points: {record['n_points']}   starts: {record['num_starts']}"
+             f"   objective (summed Huber): {record['objective']:.6e}"]
+    for name, value in {**record["params"], **record["derived"]}.items():
+        ci = record["ci"].get(name)
+        interval = f"   95% CI [{ci[0]:.5g}, {ci[1]:.5g}]" if ci else ""
+        lines.append(f"  {name:>18} = {value:.6g}{interval}")
+    holdout = record.get("holdout")
+    if holdout:
+        lines.append(
+            f"held out {holdout['spec']} ({holdout['n_points']} points): mean |log error| "
+            f"{holdout['mean_abs_log_error']:.4f}, loss RMSE {holdout['rmse_loss']:.4f}, "
+            f"max relative error {holdout['max_abs_relative_error']:.2%}"
+        )
+    return "\n".join(lines)
+
+
+def _optimal(args) -> int:
+    from moelab.errors import MoelabError
+    from moelab.scaling.optimal import compute_optimal, optimal_sparsity_at_params, with_intervals
+    from moelab.scaling.summary import load_fit
+
+    law, params, replicas, record = load_fit(args.fit)
+    shared = args.shared_fraction
+    if shared is None:
+        shared = float(record.get("shared_fraction", 0.0))
+    if args.params is not None:
+        if args.tokens is None and args.flops is None:
+            raise MoelabError("--params N needs --tokens D or --flops C")
+
+        def solve(p):
+            return optimal_sparsity_at_params(law, p, args.params, tokens=args.tokens,
+                                              flops=args.flops, shared_fraction=shared,
+                                              max_sparsity=args.max_sparsity)
+        question = f"fixed total parameters N={args.params:.4g}" + (
+            f", tokens D={args.tokens:.4g}" if args.tokens else f", compute C={args.flops:.4g}")
+    elif args.flops is not None:
+        if args.tokens is not None:
+            raise MoelabError("--tokens D needs --params N (with --flops alone, D is derived)")
+
+        def solve(p):
+            return compute_optimal(law, p, args.flops, shared_fraction=shared,
+                                   max_sparsity=args.max_sparsity)
+        question = f"fixed compute C={args.flops:.4g}"
+    else:
+        raise MoelabError("give --params N (with --tokens D or --flops C) or --flops C")
+    result = with_intervals(solve, params, replicas)
+    result.update(question=question, law=law.name, shared_fraction=shared)
+    if args.json:
+        print(json.dumps(result, indent=2))
+        return 0
+    print(f"{law.name} law, {question}, shared fraction {shared:.3f}")
+    for key in ("sparsity", "params_total", "params_active", "tokens", "loss"):
+        ci = result["ci"].get(key)
+        interval = f"   95% CI [{ci[0]:.4g}, {ci[1]:.4g}]" if ci else ""
+        print(f"  {key:>14} = {result['optimum'][key]:.4g}{interval}")
+    if result["optimum"]["at_boundary"]:
+        print("  note: the optimum lies on the edge of the search range (no interior optimum)")
+    return 0
+
+
+def _isoflop(args) -> int:
+    from moelab.scaling.isoflop import isoflop_analysis, read_isoflop_table
+    from moelab.scaling.table import parse_column_map
+
+    columns = read_isoflop_table(args.csv, parse_column_map(args.columns), args.where)
+    result = isoflop_analysis(columns)
+    if args.json:
+        print(json.dumps(result, indent=2))
+        return 0
+    for row in result["budgets"]:
+        sparsity = f"  S*={row['sparsity']:.3f}" if "sparsity" in row else ""
+        print(f"  C={row['flops']:.3g}: N*={row['params']:.4g}  loss*={row['loss']:.4f}"
+              f"  ({row['n_points']} points){sparsity}")
+    fit = result["params_exponent"]
+    if fit:
+        print(f"N*(C) = {fit['coefficient']:.4g} * C^{fit['exponent']:.4f}")
+    return 0
+
+
+def _sweep(args) -> int:
+    from moelab.scaling.sweep import load_grid, plan_sweep, run_sweep
+
+    grid = load_grid(args.grid)
+    out_dir = Path(args.out or f"sweep_{grid.name}")
+    plan = plan_sweep(grid)
+    if args.dry_run:
+        for point in plan:
+            print(point.describe())
+        print(f"{len(plan)} runs")
+        return 0
+    report_path = run_sweep(grid, out_dir, bootstrap_replicates=args.bootstrap)
+    print(f"results: {out_dir / 'results.csv'}\nreport: {report_path}")
+    return 0

@@ -1,5 +1,108 @@
-"""Sub-commands: not yet written."""
+"""Sub-commands ``study``, ``ablate-routing`` and ``report``: parsing and printing only."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from moelab.cli import add_config_arguments
+from moelab.report import format_count, format_mean_std, format_number, markdown_table
 
 
 def register(subparsers) -> None:
     """Add this module's sub-commands."""
+    study = subparsers.add_parser(
+        "study", help="dense-vs-MoE study: arms x seeds, statistics and report",
+        description="Derive the moe, dense_active and dense_total arms (and dense_flops when "
+        "asked) from one MoE config, train arms x seeds (x budgets), then write results.json, "
+        "results.csv, report.md and figures/ in --out. Rerunning skips finished runs.",
+    )
+    add_config_arguments(study)
+    _add_run_arguments(study, "study")
+    study.add_argument("--criteria", metavar="LIST",
+                       help="fairness criteria, comma-separated from active,total,flops "
+                       "(default: the preset's, else active,total)")
+    study.add_argument("--with-flops", action="store_true",
+                       help="add the dense_flops arm (matched on training FLOPs per token)")
+    study.add_argument("--budgets", metavar="LIST",
+                       help="token budgets, e.g. 40.5M,426.3M: every arm x seed at each, "
+                       "each with its own full schedule")
+    study.set_defaults(func=_study, kind="study")
+
+    ladder = subparsers.add_parser(
+        "ablate-routing", help="routing-stability ladder: top-1 -> +LB -> top-2 -> +z-loss",
+        description="Train the ladder naive top-1, top-1 + Switch load balancing, top-2 + "
+        "balancing, top-2 + balancing + router z-loss (same budget and seeds) and report best "
+        "val loss, collapse and routing diagnostics per rung.",
+    )
+    add_config_arguments(ladder)
+    _add_run_arguments(ladder, "ablation")
+    ladder.set_defaults(func=_study, kind="ablation", criteria=None, with_flops=False, budgets=None)
+
+    report = subparsers.add_parser(
+        "report", help="rebuild results and report of a study folder from its run files",
+    )
+    report.add_argument("study_dir", metavar="DIR", help="a folder written by study or ablate-routing")
+    report.set_defaults(func=_report)
+
+
+def _add_run_arguments(parser, kind: str) -> None:
+    parser.add_argument("--seeds", type=int, metavar="N",
+                        help="seeds per arm (default: the preset's, else 3)")
+    parser.add_argument("--out", metavar="DIR",
+                        help=f"study folder (default: out/<config name>-{kind})")
+    parser.add_argument("--list-runs", action="store_true",
+                        help="write the plan and print one 'moelab train' command per "
+                        "unfinished run instead of training")
+
+
+def _study(args) -> int:
+    from moelab.study.arms import check_criteria
+    from moelab.study.budgets import parse_budget_list
+    from moelab.study.run import list_runs, run
+    from moelab.study.settings import check_seeds, load_study
+
+    config, settings = load_study(args.config, args.overrides)
+    if args.seeds is not None:
+        settings.seeds = check_seeds(args.seeds)
+    if args.criteria:
+        settings.criteria = check_criteria([c.strip() for c in args.criteria.split(",") if c.strip()])
+    if args.with_flops and "flops" not in settings.criteria:
+        settings.criteria.append("flops")
+    if args.budgets:
+        settings.budgets = parse_budget_list(args.budgets)
+    out = Path(args.out) if args.out else Path("out") / f"{Path(args.config).stem}-{args.kind}"
+    if args.list_runs:
+        for command in list_runs(args.kind, config, settings, out):
+            print(command)
+        return 0
+    results = run(args.kind, config, settings, out)
+    print_results(results, out)
+    return 0
+
+
+def _report(args) -> int:
+    from moelab.study.report import write_outputs
+
+    results = write_outputs(Path(args.study_dir))
+    print_results(results, Path(args.study_dir))
+    return 0
+
+
+def print_results(results: dict, study_dir: Path) -> None:
+    """The study table on the terminal: arms, then one line per comparison."""
+    rows = []
+    for arm, r in results["arms"].items():
+        loss, bpb = r["best_val_loss"], r["best_val_bpb"]
+        rows.append([arm, format_count(r["active_params"]), format_count(r["total_params"]),
+                     format_mean_std(loss["mean"], loss["std"]), str(loss["n"]),
+                     format_mean_std(bpb["mean"], bpb["std"])])
+    print()
+    print(markdown_table(["arm", "active", "total", "best val loss", "n", "bits/byte"], rows, "lrrrrr"))
+    for criterion, g in results["gaps"].items():
+        ci = (f"95% CI [{format_number(g['ci_low'])}, {format_number(g['ci_high'])}], "
+              f"p={format_number(g['p_value'])}" if g["ci_low"] is not None else "no CI")
+        print(f"matched {criterion:<6} {g['moe_arm']} vs {g['dense_arm']}: gap (dense - moe) "
+              f"{g['gap']:+.4f}, {ci}: {g['verdict']}")
+    for name, error in results["failed_runs"].items():
+        print(f"FAILED {name}: {error}")
+    print(f"\nreport: {study_dir / 'report.md'}")

@@ -1,5 +1,101 @@
-"""Sub-commands: not yet written."""
+"""Sub-commands ``train``, ``eval``, ``generate`` and ``export-hf``: parsing and printing only."""
+
+from __future__ import annotations
+
+import argparse
+import json
 
 
 def register(subparsers) -> None:
     """Add this module's sub-commands."""
+    from moelab.cli import add_config_arguments
+
+    train = subparsers.add_parser(
+        "train", help="train one run into a folder",
+        description="Train one model; under torchrun --nproc_per_node=N it uses DDP.")
+    add_config_arguments(train)
+    train.add_argument("--out", required=True, metavar="RUN", help="the run folder to write")
+    train.add_argument("--resume", action="store_true",
+                       help="continue the run in --out from its latest checkpoint")
+    train.set_defaults(func=_train)
+
+    evaluate = subparsers.add_parser("eval", help="validation loss and bits/byte of a run")
+    evaluate.add_argument("run", metavar="RUN", help="a run folder")
+    evaluate.add_argument("--data", metavar="PATH",
+                          help="score the validation split of this source instead (a folder "
+                               "with valid.txt, or a .txt/.jsonl file)")
+    evaluate.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
+    evaluate.add_argument("--json", action="store_true", help="print JSON")
+    evaluate.set_defaults(func=_eval)
+
+    generate = subparsers.add_parser("generate", help="continue a prompt with a trained run")
+    generate.add_argument("run", metavar="RUN", help="a run folder")
+    generate.add_argument("--prompt", required=True, help="the text to continue")
+    generate.add_argument("--max-new-tokens", type=_non_negative_int, default=64)
+    generate.add_argument("--temperature", type=float, default=1.0, help="0 means greedy")
+    generate.add_argument("--top-k", type=_positive_int, default=None)
+    generate.add_argument("--seed", type=int, default=0)
+    generate.set_defaults(func=_generate)
+
+    export = subparsers.add_parser(
+        "export-hf", help="write a Hugging Face model folder (Llama or Mixtral) of a run")
+    export.add_argument("run", metavar="RUN", help="a run folder")
+    export.add_argument("out", metavar="OUT", help="the folder to create")
+    export.set_defaults(func=_export_hf)
+
+
+def _train(args) -> int:
+    from moelab.config import load_config
+    from moelab.train import train
+
+    config = load_config(args.config, args.overrides)
+    summary = train(config, args.out, resume=args.resume)
+    if summary:  # other DDP ranks return {} and print nothing
+        print(f"{args.out}: best val loss {summary['best_val_loss']:.4f} "
+              f"(step {summary['best_val_step']}), final {summary['final_val_loss']:.4f} "
+              f"= {summary['final_val_bpb']:.4f} bits/byte; {summary['tokens']:,} tokens in "
+              f"{summary['steps']} steps, {summary['tokens_per_s']:,.0f} tokens/s")
+    return 0
+
+
+def _eval(args) -> int:
+    from moelab.train import evaluate_run
+
+    result = evaluate_run(args.run, data=args.data, device=args.device)
+    if args.json:
+        print(json.dumps(result))
+    else:
+        print(f"val loss {result['val_loss']:.4f} nats/token, "
+              f"{result['bits_per_byte']:.4f} bits/byte ({result['windows']} windows)")
+    return 0
+
+
+def _generate(args) -> int:
+    from moelab.train import generate_text, load_run
+
+    model, tokenizer = load_run(args.run)
+    print(generate_text(model, tokenizer, args.prompt, args.max_new_tokens,
+                        args.temperature, args.top_k, args.seed))
+    return 0
+
+
+def _export_hf(args) -> int:
+    from moelab.train.export import export_hf
+
+    out = export_hf(args.run, args.out)
+    print(f"wrote {out} (load it with transformers.AutoModelForCausalLM.from_pretrained)")
+    return 0
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{value} is invalid: must be > 0")
+    return value
+
+
+def _non_negative_int(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{value} is invalid: must be >= 0")
+    return value

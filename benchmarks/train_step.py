@@ -1,0 +1,187 @@
+"""Train-step throughput of the demo arms, moelab vs Hugging Face, side by side in one run.
+
+    .venv/bin/python benchmarks/train_step.py [--reps 5] [--modes eager,bf16,compile]
+
+Arms come from the ``demo`` preset: ``moe`` (the preset), ``dense_active`` and ``dense_total``
+(``moelab.accounting.match_dense``). Each arm is timed as a moelab ``Transformer`` and as the
+equivalent ``LlamaForCausalLM`` / ``MixtralForCausalLM`` (router logits on, so its load-balancing
+loss is part of the objective) with the same shapes, batch, precision and optimizer. One step
+is what the training loop does: forward + backward (``moelab.train.loop.forward_backward``),
+gradient clipping, fused AdamW, ``zero_grad(set_to_none=True)``.
+
+Machines shared with other jobs are noisy, so every configuration is built and warmed up first,
+then timed one step at a time in round-robin order, and medians are reported. Achieved FLOP/s
+use ``flops_per_token(cfg).full`` and are compared with a measured matmul peak.
+Raw results go to benchmarks/results/train_step.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import time
+from functools import partial
+from pathlib import Path
+
+import torch
+
+from moelab.accounting import flops_per_token, match_dense
+from moelab.config import load_config
+from moelab.model import Transformer
+from moelab.train.export import hf_config
+from moelab.train.loop import StepPlan, forward_backward
+from moelab.train.optim import build_optimizer
+
+RESULTS = Path(__file__).parent / "results" / "train_step.json"
+
+
+def demo_arms():
+    config = load_config("demo")
+    return config, {
+        "dense_active": match_dense(config.model, "active").config,
+        "moe": config.model,
+        "dense_total": match_dense(config.model, "total").config,
+    }
+
+
+def hf_model(cfg):
+    import transformers
+
+    hf_cfg = hf_config(cfg, eot_id=0)
+    if cfg.moe is None:
+        return transformers.LlamaForCausalLM(hf_cfg)
+    hf_cfg.output_router_logits = True  # the aux loss is part of the loss, as in moelab
+    return transformers.MixtralForCausalLM(hf_cfg)
+
+
+class HFLoss(torch.nn.Module):
+    """Wraps an HF causal LM so it has moelab's ``(tokens, targets) -> .loss`` call."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, x_BT, y_BT):
+        out = self.model(input_ids=x_BT, labels=x_BT)  # HF shifts labels inside
+        out.ce_loss = out.lb_loss = out.z_loss = out.loss.detach()
+        return out
+
+
+def build_step(impl: str, cfg, mode: str, train_cfg, batch_size: int):
+    """A zero-argument function doing one full optimizer step of this configuration."""
+    torch.manual_seed(0)
+    model = Transformer(cfg) if impl == "moelab" else HFLoss(hf_model(cfg))
+    optimizer = build_optimizer(model, train_cfg)
+    train_model = torch.compile(model) if mode == "compile" else model
+    autocast = partial(torch.autocast, "cpu", dtype=torch.bfloat16, enabled=mode == "bf16")
+    plan = StepPlan(total_steps=1, tokens_per_step=batch_size * cfg.max_seq_len,
+                    rank_batch_size=batch_size, micro_batch_size=batch_size, warmup_steps=0)
+    generator = torch.Generator().manual_seed(0)
+    tokens = torch.randint(0, cfg.vocab_size, (batch_size, cfg.max_seq_len + 1), generator=generator)
+    x_BT, y_BT = tokens[:, :-1], tokens[:, 1:]
+
+    def step():
+        forward_backward(train_model, None, x_BT, y_BT, plan, autocast)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), train_cfg.grad_clip)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    return step
+
+
+def matmul_peak_flops(dtype: torch.dtype, n: int = 1024, reps: int = 10) -> float:
+    a, b = torch.randn(n, n, dtype=dtype), torch.randn(n, n, dtype=dtype)
+    torch.mm(a, b)
+    best = min(_timed(lambda: torch.mm(a, b)) for _ in range(reps))
+    return 2 * n**3 / best
+
+
+def _timed(fn) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--reps", type=int, default=5, help="timed steps per configuration")
+    parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--modes", default="eager,bf16,compile")
+    parser.add_argument("--impls", default="moelab,hf")
+    parser.add_argument("--batch-size", type=int, default=None, help="default: the demo's")
+    args = parser.parse_args()
+
+    config, arms = demo_arms()
+    batch_size = args.batch_size or config.train.batch_size
+    tokens_per_step = batch_size * config.model.max_seq_len
+    configs = [(impl, arm, mode) for mode in args.modes.split(",")
+               for impl in args.impls.split(",") for arm in arms]
+    steps, errors = {}, {}
+    for key in configs:
+        impl, arm, mode = key
+        try:
+            steps[key] = build_step(impl, arms[arm], mode, config.train, batch_size)
+            warmup_start = time.perf_counter()
+            for _ in range(args.warmup + (1 if mode == "compile" else 0)):
+                steps[key]()
+            print(f"ready {impl:6s} {arm:12s} {mode:7s} (warmup {time.perf_counter() - warmup_start:.1f}s)",
+                  flush=True)
+        except Exception as exc:  # a mode this torch/transformers cannot run: record, go on
+            errors["/".join(key)] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
+            steps.pop(key, None)
+            print(f"FAILED {key}: {errors['/'.join(key)]}", flush=True)
+    times = {key: [] for key in steps}
+    for _ in range(args.reps):  # round-robin: noise hits every configuration alike
+        for key, step in steps.items():
+            times[key].append(_timed(step))
+
+    peaks = {"float32": matmul_peak_flops(torch.float32), "bfloat16": matmul_peak_flops(torch.bfloat16)}
+    rows = []
+    for (impl, arm, mode), samples in times.items():
+        median_s = statistics.median(samples)
+        tokens_per_s = tokens_per_step / median_s
+        flops_per_s = tokens_per_s * flops_per_token(arms[arm]).full
+        peak = peaks["bfloat16" if mode == "bf16" else "float32"]
+        rows.append({"impl": impl, "arm": arm, "mode": mode, "step_s": samples,
+                     "median_step_s": median_s, "tokens_per_s": tokens_per_s,
+                     "flops_per_s": flops_per_s, "fraction_of_matmul_peak": flops_per_s / peak})
+    results = {
+        "command": "python benchmarks/train_step.py " + " ".join(
+            f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items() if v is not None),
+        "torch": torch.__version__, "threads": torch.get_num_threads(),
+        "machine": f"{platform.machine()} {platform.processor() or ''}".strip(),
+        "batch_size": batch_size, "seq_len": config.model.max_seq_len,
+        "tokens_per_step": tokens_per_step, "matmul_peak_flops": peaks,
+        "rows": rows, "errors": errors,
+    }
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(json.dumps(results, indent=2) + "\n")
+    print_table(rows)
+    for key, message in errors.items():
+        print(f"not measured: {key}: {message}")
+
+
+def print_table(rows: list[dict]) -> None:
+    by_key = {(r["impl"], r["arm"], r["mode"]): r for r in rows}
+    print("\n| mode | arm | moelab tok/s | HF tok/s | moelab / HF | moelab % matmul peak |")
+    print("|---|---|---|---|---|---|")
+    for (impl, arm, mode), row in by_key.items():
+        if impl != "moelab":
+            continue
+        hf = by_key.get(("hf", arm, mode))
+        ratio = f"{row['tokens_per_s'] / hf['tokens_per_s']:.2f}" if hf else "-"
+        hf_text = f"{hf['tokens_per_s']:,.0f}" if hf else "-"
+        print(f"| {mode} | {arm} | {row['tokens_per_s']:,.0f} | {hf_text} | {ratio} | "
+              f"{100 * row['fraction_of_matmul_peak']:.1f} % |")
+    print("\nMoE / dense_active step time:")
+    for impl in ("moelab", "hf"):
+        for mode in sorted({r["mode"] for r in rows}):
+            moe, dense = by_key.get((impl, "moe", mode)), by_key.get((impl, "dense_active", mode))
+            if moe and dense:
+                print(f"  {impl:6s} {mode:7s} {moe['median_step_s'] / dense['median_step_s']:.3f}")
+
+
+if __name__ == "__main__":
+    main()

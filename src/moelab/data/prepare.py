@@ -1,0 +1,54 @@
+"""``prepare_data``: from a data config to a tokenizer and memmapped token streams, cached."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from moelab.config import DataConfig
+from moelab.data.cache import TokenSplit, build_cache, cache_folder_name, has_manifest, load_cache
+from moelab.data.sources import resolve_source
+from moelab.data.tokenizer import Tokenizer, check_vocab_size
+
+
+@dataclass
+class PreparedData:
+    """What training needs from the data pipeline."""
+
+    tokenizer: Tokenizer
+    train: TokenSplit
+    valid: TokenSplit
+    cache_dir: Path
+    """The cache folder holding tokenizer.json, the token files and manifest.json."""
+    manifest: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    @property
+    def vocab_size(self) -> int:
+        return self.tokenizer.vocab_size
+
+
+def cache_root(data_cfg: DataConfig) -> Path:
+    """data.cache_dir, else $MOELAB_CACHE/data, else ~/.cache/moelab/data."""
+    if data_cfg.cache_dir:
+        return Path(data_cfg.cache_dir).expanduser()
+    base = os.environ.get("MOELAB_CACHE") or Path.home() / ".cache" / "moelab"
+    return Path(base).expanduser() / "data"
+
+
+def prepare_data(data_cfg: DataConfig, vocab_size: int, *, progress: bool = True) -> PreparedData:
+    """Tokenizer and token caches for ``data_cfg``, built on first use and reused afterwards.
+
+    The cache folder is keyed by the source fingerprint, ``vocab_size`` and the tokenizer recipe
+    version, so any change of input builds a new one and the old one stays valid. A finished
+    cache is checked file by file against its manifest before use (``MoelabError`` if corrupt).
+    """
+    check_vocab_size(vocab_size)
+    source = resolve_source(data_cfg)
+    cache_dir = cache_root(data_cfg) / cache_folder_name(source, vocab_size)
+    if not has_manifest(cache_dir):
+        build_cache(source, vocab_size, cache_dir, progress=progress)
+    tokenizer, splits, manifest = load_cache(cache_dir, source, vocab_size)
+    return PreparedData(tokenizer=tokenizer, train=splits["train"], valid=splits["valid"],
+                        cache_dir=cache_dir, manifest=manifest)

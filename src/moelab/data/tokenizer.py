@@ -1,0 +1,116 @@
+"""A byte-level BPE tokenizer trained with Hugging Face ``tokenizers``.
+
+Byte-level means every UTF-8 byte is in the base alphabet, so any text encodes and
+``decode(encode(text)) == text`` holds exactly (no normaliser, no added prefix space).
+``<|endoftext|>`` is the one special token; the token stream puts it after every story.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Iterable
+
+import numpy as np
+from tokenizers import Tokenizer as HFTokenizer
+from tokenizers import decoders, models, pre_tokenizers, trainers
+
+from moelab.errors import MoelabError
+from moelab.data.sources import EOT_TEXT, SEPARATOR_BYTES
+
+# 256 byte symbols plus <|endoftext|>.
+MIN_VOCAB_SIZE = 257
+# Bump when anything below changes the trained tokenizer: cached tokenizers and token files
+# are keyed by it, so old caches are never reused by mistake.
+TOKENIZER_RECIPE_VERSION = 1
+
+
+class Tokenizer:
+    """The project's view of a trained tokenizer: encode, decode, the separator id, its file."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        try:
+            self._hf = HFTokenizer.from_file(str(self.path))
+        except Exception as exc:  # tokenizers raises a bare Exception on a bad file
+            first_line = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            raise MoelabError(f"{self.path} is not a valid tokenizer file ({first_line})") from None
+        eot_id = self._hf.token_to_id(EOT_TEXT)
+        if eot_id is None:
+            raise MoelabError(f"{self.path} has no {EOT_TEXT} token")
+        self.eot_id: int = eot_id
+        self.vocab_size: int = self._hf.get_vocab_size()
+
+    def encode(self, text: str) -> list[int]:
+        """Token ids of ``text`` (no separator appended)."""
+        return self._hf.encode(text, add_special_tokens=False).ids
+
+    def encode_batch(self, texts: list[str]) -> list[list[int]]:
+        """``encode`` of many texts at once, on all cores (tokenizers' thread pool)."""
+        return [e.ids for e in self._hf.encode_batch(texts, add_special_tokens=False)]
+
+    def decode(self, ids: Iterable[int]) -> str:
+        """The text of ``ids``; separators stay visible as ``<|endoftext|>``."""
+        return self._hf.decode([int(i) for i in ids], skip_special_tokens=False)
+
+    def token_byte_lengths(self) -> np.ndarray:
+        """UTF-8 bytes each token id stands for, (V,) int64; the separator counts as its line.
+
+        Summed over a split's token stream this gives the split's ``bytes`` exactly, so it turns
+        any set of target tokens (validation windows, say) into an exact byte count.
+        """
+        # Byte-level BPE spells every byte as one printable character, so a token's length in
+        # characters is its length in bytes.
+        lengths = np.zeros(self.vocab_size, dtype=np.int64)
+        for token, token_id in self._hf.get_vocab().items():
+            lengths[token_id] = SEPARATOR_BYTES if token == EOT_TEXT else len(token)
+        return lengths
+
+    def sha256(self) -> str:
+        return file_sha256(self.path)
+
+
+def check_vocab_size(vocab_size: int) -> None:
+    if vocab_size < MIN_VOCAB_SIZE:
+        raise MoelabError(
+            f"vocab_size={vocab_size} is too small: allowed >= {MIN_VOCAB_SIZE} "
+            f"(256 byte symbols + {EOT_TEXT})"
+        )
+
+
+def train_tokenizer(batches: Iterable[list[str]], vocab_size: int, path: Path,
+                    source_label: str, *, progress: bool = False) -> Tokenizer:
+    """Train a byte-level BPE of ``vocab_size`` tokens on ``batches`` of stories, save to ``path``.
+
+    Raises ``MoelabError`` when the corpus runs out of merges before reaching ``vocab_size``
+    (tokenizers then stops early and silently returns a smaller vocabulary).
+    """
+    from moelab.fileio import atomic_write
+
+    check_vocab_size(vocab_size)
+    hf = HFTokenizer(models.BPE())
+    hf.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    hf.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=[EOT_TEXT],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=progress,
+    )
+    hf.train_from_iterator(batches, trainer=trainer)
+    reached = hf.get_vocab_size()
+    if reached < vocab_size:
+        raise MoelabError(
+            f"vocab_size={vocab_size} is too large for data source {source_label!r}: its training "
+            f"split only supports {reached} BPE tokens; allowed {MIN_VOCAB_SIZE}..{reached}"
+        )
+    atomic_write(path, lambda tmp: hf.save(tmp))
+    return Tokenizer(path)
+
+
+def file_sha256(path: Path, chunk_bytes: int = 1 << 22) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(chunk_bytes):
+            digest.update(chunk)
+    return digest.hexdigest()

@@ -1,0 +1,199 @@
+"""A LLaMA-style decoder whose FFN is dense SwiGLU or Mixtral-style routed experts.
+
+Read top to bottom: RMSNorm, RoPE (plain functions), Attention, FeedForward, TransformerBlock,
+Transformer. Parameter names follow LLaMA (``tok_embeddings``, ``layers.{i}.attention.wq``,
+``layers.{i}.feed_forward.w1``, ``norm``, ``output``) and the maths follows Hugging Face's
+``LlamaForCausalLM`` / ``MixtralForCausalLM`` exactly (RMSNorm in fp32, rotate-half RoPE), so
+weights port to them unchanged. The model knows nothing of files, logging or devices.
+
+Shape suffixes: B batch, T sequence, D d_model, H heads, G kv heads, Dh head_dim, F d_ff,
+V vocabulary.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Optional
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from moelab.config import ModelConfig
+from moelab.errors import MoelabError
+from moelab.moe import MoEFeedForward, RoutingStats
+
+
+@dataclass
+class ModelOutput:
+    logits: torch.Tensor
+    """(B, T, V) next-token logits."""
+    loss: Optional[torch.Tensor] = None
+    """ce_loss + lb_coef * lb_loss + z_coef * z_loss; None without targets."""
+    ce_loss: Optional[torch.Tensor] = None
+    """Mean cross-entropy over all positions; None without targets."""
+    lb_loss: torch.Tensor = field(default_factory=lambda: torch.tensor(0.0))
+    """Switch load-balancing loss, mean over MoE layers, unweighted (0 for a dense model)."""
+    z_loss: torch.Tensor = field(default_factory=lambda: torch.tensor(0.0))
+    """Router z-loss, mean over MoE layers, unweighted (0 for a dense model)."""
+    routing: list[RoutingStats] = field(default_factory=list)
+    """One RoutingStats per MoE layer; [] for a dense model."""
+
+
+class RMSNorm(nn.Module):
+    """x / rms(x) * weight, computed in fp32 (as LLaMA) and cast back."""
+
+    def __init__(self, dim: int, eps: float):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x_float = x.float()
+        normed = x_float * torch.rsqrt(x_float.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * normed.type_as(x)
+
+
+# ----- RoPE, Hugging Face rotate-half convention: dims (i, i + Dh/2) form a rotating pair -----
+
+
+def rope_cos_sin(head_dim: int, max_seq_len: int, theta: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos and sin tables, each (max_seq_len, head_dim), the two halves repeating."""
+    inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.int64).float() / head_dim))
+    angles_TF = torch.outer(torch.arange(max_seq_len).float(), inv_freq)
+    angles_TDh = torch.cat([angles_TF, angles_TF], dim=-1)
+    return angles_TDh.cos(), angles_TDh.sin()
+
+
+def rotate_half(x: torch.Tensor) -> torch.Tensor:
+    first, second = x.chunk(2, dim=-1)
+    return torch.cat([-second, first], dim=-1)
+
+
+def apply_rope(x_BHTDh: torch.Tensor, cos_TDh: torch.Tensor, sin_TDh: torch.Tensor) -> torch.Tensor:
+    return x_BHTDh * cos_TDh + rotate_half(x_BHTDh) * sin_TDh
+
+
+class Attention(nn.Module):
+    """Causal grouped-query self-attention (G kv heads shared by H/G query heads), no biases."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.n_heads, self.n_kv_heads, self.head_dim = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
+        self.wq = nn.Linear(cfg.d_model, cfg.n_heads * cfg.head_dim, bias=False)
+        self.wk = nn.Linear(cfg.d_model, cfg.n_kv_heads * cfg.head_dim, bias=False)
+        self.wv = nn.Linear(cfg.d_model, cfg.n_kv_heads * cfg.head_dim, bias=False)
+        self.wo = nn.Linear(cfg.n_heads * cfg.head_dim, cfg.d_model, bias=False)
+
+    def forward(self, x_BTD: torch.Tensor, cos_TDh: torch.Tensor, sin_TDh: torch.Tensor) -> torch.Tensor:
+        B, T, _ = x_BTD.shape
+        q_BHTDh = self.wq(x_BTD).view(B, T, self.n_heads, self.head_dim).transpose(1, 2)
+        k_BGTDh = self.wk(x_BTD).view(B, T, self.n_kv_heads, self.head_dim).transpose(1, 2)
+        v_BGTDh = self.wv(x_BTD).view(B, T, self.n_kv_heads, self.head_dim).transpose(1, 2)
+        q_BHTDh = apply_rope(q_BHTDh, cos_TDh, sin_TDh).to(v_BGTDh.dtype)
+        k_BGTDh = apply_rope(k_BGTDh, cos_TDh, sin_TDh).to(v_BGTDh.dtype)
+        out_BHTDh = F.scaled_dot_product_attention(
+            q_BHTDh, k_BGTDh, v_BGTDh, is_causal=True,
+            enable_gqa=self.n_kv_heads != self.n_heads,
+        )
+        return self.wo(out_BHTDh.transpose(1, 2).reshape(B, T, -1))
+
+
+class FeedForward(nn.Module):
+    """Dense SwiGLU: w2(silu(w1 x) * w3 x); w2 is the down projection."""
+
+    def __init__(self, d_model: int, d_ff: int):
+        super().__init__()
+        self.w1 = nn.Linear(d_model, d_ff, bias=False)
+        self.w2 = nn.Linear(d_ff, d_model, bias=False)
+        self.w3 = nn.Linear(d_model, d_ff, bias=False)
+
+    def forward(self, x_BTD: torch.Tensor) -> torch.Tensor:
+        return self.w2(F.silu(self.w1(x_BTD)) * self.w3(x_BTD))
+
+
+class TransformerBlock(nn.Module):
+    """Pre-norm block: x + attn(norm(x)), then + ffn(norm(.)). The FFN is dense or MoE."""
+
+    def __init__(self, cfg: ModelConfig, dispatch: str = "sorted"):
+        super().__init__()
+        self.attention_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
+        self.attention = Attention(cfg)
+        self.ffn_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
+        self.feed_forward = (MoEFeedForward(cfg, dispatch) if cfg.is_moe
+                             else FeedForward(cfg.d_model, cfg.d_ff))
+
+    def forward(self, x_BTD, cos_TDh, sin_TDh):
+        """Returns the new residual stream and the MoE layer's aux (None when dense)."""
+        h_BTD = x_BTD + self.attention(self.attention_norm(x_BTD), cos_TDh, sin_TDh)
+        ffn_out = self.feed_forward(self.ffn_norm(h_BTD))
+        if isinstance(ffn_out, tuple):
+            ffn_out_BTD, aux = ffn_out
+            return h_BTD + ffn_out_BTD, aux
+        return h_BTD + ffn_out, None
+
+
+class Transformer(nn.Module):
+    """Token embeddings, n_layers blocks, final RMSNorm, output head (tied or untied).
+
+    ``dispatch`` chooses the MoE implementation: "sorted" (fast, default) or "reference" (the
+    plain loop, for tests).
+    """
+
+    def __init__(self, cfg: ModelConfig, dispatch: str = "sorted"):
+        super().__init__()
+        self.cfg = cfg
+        self.tok_embeddings = nn.Embedding(cfg.vocab_size, cfg.d_model)
+        self.layers = nn.ModuleList(TransformerBlock(cfg, dispatch) for _ in range(cfg.n_layers))
+        self.norm = RMSNorm(cfg.d_model, cfg.norm_eps)
+        self.output = None if cfg.tie_embeddings else nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+        cos_TDh, sin_TDh = rope_cos_sin(cfg.head_dim, cfg.max_seq_len, cfg.rope_theta)
+        # Derived from the config, so not saved in checkpoints (persistent=False).
+        self.register_buffer("rope_cos", cos_TDh, persistent=False)
+        self.register_buffer("rope_sin", sin_TDh, persistent=False)
+        self.reset_parameters()
+
+    @torch.no_grad()
+    def reset_parameters(self) -> None:
+        """N(0, init_std) everywhere; residual output projections (attention wo, FFN and expert
+        w2) get init_std / sqrt(2 n_layers) so the residual stream's variance does not grow
+        with depth (GPT-2); RMSNorm weights 1."""
+        std = self.cfg.init_std
+        residual_std = std / math.sqrt(2 * self.cfg.n_layers)
+        for name, param in self.named_parameters():
+            if name.endswith("norm.weight"):
+                param.fill_(1.0)
+            elif name.endswith(("attention.wo.weight", "feed_forward.w2.weight", "feed_forward.w2")):
+                nn.init.normal_(param, mean=0.0, std=residual_std)
+            else:
+                nn.init.normal_(param, mean=0.0, std=std)
+
+    def forward(self, tokens_BT: torch.Tensor, targets_BT: Optional[torch.Tensor] = None) -> ModelOutput:
+        T = tokens_BT.shape[1]
+        if T > self.cfg.max_seq_len:
+            raise MoelabError(f"sequence length {T} is invalid: allowed 1..max_seq_len ({self.cfg.max_seq_len})")
+        cos_TDh, sin_TDh = self.rope_cos[:T], self.rope_sin[:T]
+        h_BTD = self.tok_embeddings(tokens_BT)
+        moe_aux = []
+        for layer in self.layers:
+            h_BTD, aux = layer(h_BTD, cos_TDh, sin_TDh)
+            if aux is not None:
+                moe_aux.append(aux)
+        h_BTD = self.norm(h_BTD)
+        head_weight_VD = self.tok_embeddings.weight if self.output is None else self.output.weight
+        logits_BTV = F.linear(h_BTD, head_weight_VD)
+        out = ModelOutput(logits=logits_BTV)
+        if moe_aux:
+            out.lb_loss = torch.stack([aux.lb_loss for aux in moe_aux]).mean()
+            out.z_loss = torch.stack([aux.z_loss for aux in moe_aux]).mean()
+            out.routing = [aux.routing for aux in moe_aux]
+        else:
+            out.lb_loss = out.z_loss = torch.zeros((), device=logits_BTV.device)
+        if targets_BT is not None:
+            out.ce_loss = F.cross_entropy(logits_BTV.float().flatten(0, 1), targets_BT.flatten())
+            out.loss = out.ce_loss
+            if self.cfg.moe is not None:
+                out.loss = (out.ce_loss + self.cfg.moe.lb_coef * out.lb_loss
+                            + self.cfg.moe.z_coef * out.z_loss)
+        return out

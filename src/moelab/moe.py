@@ -1,0 +1,423 @@
+"""Mixtral-style routed experts: router, dropless sorted dispatch, auxiliary losses, diagnostics.
+
+One MoE layer replaces the dense SwiGLU FFN of a block:
+
+1. **Route.** ``router_logits_TE = x_TD @ router.T`` in fp32; softmax over all E experts, keep
+   the top-k, renormalise those k weights to sum 1 (Mixtral).
+2. **Dispatch (dropless).** The T*k token-slots are stably sorted by expert id, so each expert's
+   slots form one contiguous block of rows (``ExpertLayout``); every expert runs its SwiGLU on
+   all of its rows (no capacity limit, no token is ever dropped) and the outputs are put back
+   in slot order and combined with the routing weights in a fixed order (deterministic). When
+   routing is near balanced the blocks are padded to equal length so one batched matmul serves
+   all experts; otherwise the matmuls loop over the blocks. The expert matmuls and their
+   backward live in one autograd node (``_SortedSwiGLUExperts``): autograd bookkeeping for
+   ~10 nodes per expert would dominate at E = 64 on a CPU. (``torch._grouped_mm`` runs forward
+   on CPU in torch 2.13 but its backward fails there, so it is not used.)
+   ``reference_experts_forward`` is the plain loop-over-experts version the tests hold the
+   fast path equal to.
+3. **Losses and diagnostics** are pure functions of the router logits and the chosen experts:
+   ``load_balancing_loss`` (Switch, normalised so a balanced router scores 1),
+   ``router_z_loss`` and ``routing_stats`` (summable ``RoutingStats``). They are returned from
+   ``forward``; nothing is stashed on the module.
+
+Shape suffixes: B batch, T tokens (flattened B*T inside the layer), D d_model, E experts,
+K top-k, H d_expert (hidden size of one expert), S = T*K token-slots, R rows of the
+expert-major buffer (S, or E * capacity when padded).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from moelab.config import ModelConfig
+from moelab.errors import MoelabError
+
+DISPATCH_MODES = ("sorted", "reference")
+
+# --------------------------------------------------------------------------------------------
+# Routing
+# --------------------------------------------------------------------------------------------
+
+
+def route(router_logits_TE: torch.Tensor, top_k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Mixtral routing: softmax over all E, top-k, renormalise the k weights to sum 1.
+
+    Returns ``(weights_TK, experts_TK)``; weights are fp32 and carry gradients to the router.
+    """
+    probs_TE = torch.softmax(router_logits_TE.float(), dim=-1)
+    top_probs_TK, experts_TK = torch.topk(probs_TE, top_k, dim=-1)
+    weights_TK = top_probs_TK / top_probs_TK.sum(dim=-1, keepdim=True)
+    return weights_TK, experts_TK
+
+
+def load_balancing_loss(router_logits_TE: torch.Tensor, experts_TK: torch.Tensor) -> torch.Tensor:
+    """Switch load-balancing loss of one layer: ``E * sum_i f_i * P_i``.
+
+    ``f_i`` is the share of the T*k token-slots routed to expert i (so sum_i f_i = 1) and ``P_i``
+    the mean router probability of i. A perfectly balanced router scores 1; all tokens on one
+    expert with probability 1 scores E. Gradients flow through P only (f is a count).
+
+    Hugging Face's ``load_balancing_loss_func`` divides the counts by T instead of k*T, so on one
+    layer it equals ``top_k`` times this value (its balanced score is k).
+    """
+    num_experts = router_logits_TE.shape[-1]
+    probs_TE = torch.softmax(router_logits_TE.float(), dim=-1)
+    slot_counts_E = torch.bincount(experts_TK.reshape(-1), minlength=num_experts)
+    slot_fraction_E = slot_counts_E.to(probs_TE.dtype) / experts_TK.numel()
+    mean_prob_E = probs_TE.mean(dim=0)
+    return num_experts * torch.dot(slot_fraction_E, mean_prob_E)
+
+
+def router_z_loss(router_logits_TE: torch.Tensor) -> torch.Tensor:
+    """Router z-loss of one layer: mean over tokens of ``logsumexp(logits)^2`` (ST-MoE)."""
+    log_z_T = torch.logsumexp(router_logits_TE.float(), dim=-1)
+    return log_z_T.square().mean()
+
+
+# --------------------------------------------------------------------------------------------
+# Diagnostics
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class RoutingStats:
+    """Detached, summable sufficient statistics of one MoE layer's routing.
+
+    Sums (not means) so that stats of several batches add up exactly to the stats of their
+    concatenation; ``summary()`` turns them into the diagnostics. Tensors stay on the device
+    they were computed on, so collecting them costs no host sync.
+    """
+
+    num_tokens: int
+    expert_counts: torch.Tensor
+    """(E,) token-slots routed to each expert (sums to num_tokens * k)."""
+    prob_sum: torch.Tensor
+    """(E,) router probabilities summed over tokens."""
+    entropy_sum: torch.Tensor
+    """Per-token routing entropy (nats) summed over tokens."""
+    logz_sum: torch.Tensor
+    """logsumexp(router logits) summed over tokens."""
+    z_sq_sum: torch.Tensor
+    """logsumexp(router logits)^2 summed over tokens."""
+
+    @property
+    def num_experts(self) -> int:
+        return self.expert_counts.numel()
+
+    def merge(self, other: "RoutingStats") -> "RoutingStats":
+        """Stats of both batches together (exact: every field is a sum)."""
+        return RoutingStats(
+            num_tokens=self.num_tokens + other.num_tokens,
+            expert_counts=self.expert_counts + other.expert_counts.to(self.expert_counts.device),
+            prob_sum=self.prob_sum + other.prob_sum.to(self.prob_sum.device),
+            entropy_sum=self.entropy_sum + other.entropy_sum.to(self.entropy_sum.device),
+            logz_sum=self.logz_sum + other.logz_sum.to(self.logz_sum.device),
+            z_sq_sum=self.z_sq_sum + other.z_sq_sum.to(self.z_sq_sum.device),
+        )
+
+    __add__ = merge
+
+    def summary(self) -> dict[str, float]:
+        """The per-layer routing diagnostics as plain floats.
+
+        busiest_fraction: max_i c_i / sum c (1/E when balanced, 1 when collapsed).
+        usage_variance: population variance of the loads c_i / sum c; usage_variance_scaled is
+            E^2 times it (scale-free: 0 balanced, E - 1 collapsed).
+        routing_entropy: mean per-token entropy of the router softmax / log E (1 = uniform);
+            0 when E = 1.
+        load_entropy: entropy (nats) of the loads c_i / sum c; effective_experts = exp of it.
+        mean_log_z, mean_z_sq: mean logsumexp of the router logits and of its square.
+        """
+        counts_E = self.expert_counts.detach().double().cpu()
+        load_E = counts_E / counts_E.sum().clamp_min(1.0)
+        load_entropy = float(-torch.special.xlogy(load_E, load_E).sum())
+        num_experts = self.num_experts
+        tokens = max(self.num_tokens, 1)
+        mean_entropy = float(self.entropy_sum) / tokens
+        return {
+            "busiest_fraction": float(load_E.max()),
+            "usage_variance": float(load_E.var(unbiased=False)),
+            "usage_variance_scaled": float(num_experts**2 * load_E.var(unbiased=False)),
+            "routing_entropy": mean_entropy / math.log(num_experts) if num_experts > 1 else 0.0,
+            "load_entropy": load_entropy,
+            "effective_experts": math.exp(load_entropy),
+            "mean_log_z": float(self.logz_sum) / tokens,
+            "mean_z_sq": float(self.z_sq_sum) / tokens,
+        }
+
+
+@torch.no_grad()
+def routing_stats(router_logits_TE: torch.Tensor, experts_TK: torch.Tensor) -> RoutingStats:
+    """Sufficient statistics of one layer's routing from its logits and chosen experts."""
+    logits_TE = router_logits_TE.detach().float()
+    log_probs_TE = torch.log_softmax(logits_TE, dim=-1)
+    probs_TE = log_probs_TE.exp()
+    log_z_T = torch.logsumexp(logits_TE, dim=-1)
+    return RoutingStats(
+        num_tokens=logits_TE.shape[0],
+        expert_counts=torch.bincount(experts_TK.reshape(-1), minlength=logits_TE.shape[-1]),
+        prob_sum=probs_TE.sum(dim=0),
+        entropy_sum=-(probs_TE * log_probs_TE).sum(),
+        logz_sum=log_z_T.sum(),
+        z_sq_sum=log_z_T.square().sum(),
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Expert computation: reference loop and sorted dispatch
+# --------------------------------------------------------------------------------------------
+
+
+def reference_experts_forward(
+    x_TD: torch.Tensor,
+    weights_TK: torch.Tensor,
+    experts_TK: torch.Tensor,
+    w1_EHD: torch.Tensor,
+    w2_EDH: torch.Tensor,
+    w3_EHD: torch.Tensor,
+) -> torch.Tensor:
+    """The plain loop over experts (slow, obviously right): the tests' reference."""
+    out_TD = torch.zeros_like(x_TD)
+    for expert in range(w1_EHD.shape[0]):
+        token_idx, slot_idx = torch.where(experts_TK == expert)
+        if token_idx.numel() == 0:
+            continue
+        x_ND = x_TD[token_idx]
+        hidden_NH = F.silu(x_ND @ w1_EHD[expert].T) * (x_ND @ w3_EHD[expert].T)
+        y_ND = hidden_NH @ w2_EDH[expert].T
+        weight_N1 = weights_TK[token_idx, slot_idx].unsqueeze(-1).to(y_ND.dtype)
+        out_TD = out_TD.index_add(0, token_idx, (y_ND * weight_N1).to(out_TD.dtype))
+    return out_TD
+
+
+@dataclass
+class ExpertLayout:
+    """Where each token-slot sits in the expert-major row buffer the expert matmuls run on.
+
+    Expert e owns the rows ``[start_e, start_e + count_e)``. *Packed* (``capacity`` None): the
+    slots stably sorted by expert, back to back, S rows; the matmuls loop over the segments.
+    *Padded* (``capacity`` = the largest count): expert e starts at row e * capacity, E * capacity
+    rows, the unused ones zero; one batched matmul (bmm) serves all experts. Padding is only
+    chosen when it wastes little (near-balanced routing); either way no token is dropped.
+    """
+
+    row_of_slot_S: torch.Tensor
+    """Buffer row of token-slot s = t * k + j (token t's j-th expert)."""
+    slot_of_row_R: torch.Tensor
+    """Inverse map; -1 on padding rows."""
+    slots_per_expert: list[int]
+    num_rows: int
+    capacity: int | None
+    pad_rows: torch.Tensor | None
+    """Indices of the padding rows (padded layout with padding only)."""
+
+    def segments(self) -> list[tuple[int, int, int]]:
+        """(expert, start row, end row) of every expert that got slots (packed layout)."""
+        segments, start = [], 0
+        for expert, count in enumerate(self.slots_per_expert):
+            if count:
+                segments.append((expert, start, start + count))
+            start += count
+        return segments
+
+
+def expert_layout(experts_TK: torch.Tensor, num_experts: int, max_padding: float = 0.25) -> ExpertLayout:
+    """Stable sort of the T*k token-slots by expert id; padded when that costs at most
+    ``max_padding`` extra rows (a fraction of T*k), packed otherwise."""
+    experts_S = experts_TK.reshape(-1)
+    num_slots = experts_S.numel()
+    sorted_slots_S = torch.argsort(experts_S, stable=True)
+    slot_counts_E = torch.bincount(experts_S, minlength=num_experts)
+    slots_per_expert = slot_counts_E.tolist()  # host sync: shapes depend on it
+    capacity = max(slots_per_expert)
+    if num_experts * capacity > (1.0 + max_padding) * num_slots or capacity == 0:
+        row_of_slot_S = torch.argsort(sorted_slots_S)  # the inverse permutation
+        return ExpertLayout(row_of_slot_S, sorted_slots_S, slots_per_expert, num_slots, None, None)
+    sorted_experts_S = experts_S[sorted_slots_S]
+    packed_start_E = torch.cumsum(slot_counts_E, 0) - slot_counts_E
+    rank_in_expert_S = torch.arange(num_slots, device=experts_S.device) - packed_start_E[sorted_experts_S]
+    row_of_sorted_S = sorted_experts_S * capacity + rank_in_expert_S
+    row_of_slot_S = row_of_sorted_S[torch.argsort(sorted_slots_S)]
+    num_rows = num_experts * capacity
+    slot_of_row_R = torch.full((num_rows,), -1, dtype=torch.long, device=experts_S.device)
+    slot_of_row_R[row_of_sorted_S] = sorted_slots_S
+    pad_rows = (slot_of_row_R < 0).nonzero().flatten() if num_rows > num_slots else None
+    return ExpertLayout(row_of_slot_S, slot_of_row_R, slots_per_expert, num_rows, capacity, pad_rows)
+
+
+def sorted_experts_forward(
+    x_TD: torch.Tensor,
+    weights_TK: torch.Tensor,
+    experts_TK: torch.Tensor,
+    w1_EHD: torch.Tensor,
+    w2_EDH: torch.Tensor,
+    w3_EHD: torch.Tensor,
+    max_padding: float = 0.25,
+) -> torch.Tensor:
+    """Dropless sort-based dispatch; equals ``reference_experts_forward`` (tests hold it).
+
+    ``max_padding`` picks the layout (see ``ExpertLayout``): 0 forces packed, inf padded.
+    """
+    num_tokens, top_k = experts_TK.shape
+    layout = expert_layout(experts_TK, w1_EHD.shape[0], max_padding)
+    y_SD = _SortedSwiGLUExperts.apply(x_TD, layout, top_k, w1_EHD, w2_EDH, w3_EHD)
+    # Combine each token's k outputs with its routing weights: a fixed-order reduction over k,
+    # so the result is deterministic on every device (no atomics).
+    weights_T1K = weights_TK.unsqueeze(1).to(y_SD.dtype)
+    return torch.bmm(weights_T1K, y_SD.view(num_tokens, top_k, -1)).squeeze(1)
+
+
+def _compute_dtype(x: torch.Tensor) -> torch.dtype:
+    device_type = x.device.type
+    if torch.is_autocast_enabled(device_type):
+        return torch.get_autocast_dtype(device_type)
+    return x.dtype
+
+
+class _SortedSwiGLUExperts(torch.autograd.Function):
+    """SwiGLU experts on the expert-major row buffer, forward and backward in one autograd node.
+
+    Input x_TD (one row per token); output y_SD in *slot* order (row t*k + j is token t's j-th
+    expert). Inside, rows are gathered into the expert-major buffer, each expert multiplies its
+    rows, and the elementwise SwiGLU runs once over the whole buffer. Backward mirrors it with
+    hand-written matmuls; the gradient of x sums each token's k slots in a fixed order.
+    """
+
+    @staticmethod
+    def forward(ctx, x_TD, layout: ExpertLayout, top_k, w1_EHD, w2_EDH, w3_EHD):
+        dtype = _compute_dtype(x_TD)  # honour autocast explicitly, then do the maths without it
+        with torch.autocast(x_TD.device.type, enabled=False):
+            x_TD, w1, w2, w3 = (t.to(dtype) for t in (x_TD, w1_EHD, w2_EDH, w3_EHD))
+            x_RD = _rows_from_slots(x_TD, layout, token_of_slot_divisor=top_k)
+            h1_RH = _rows_times_expert_matrix(x_RD, w1.transpose(1, 2), layout)
+            h3_RH = _rows_times_expert_matrix(x_RD, w3.transpose(1, 2), layout)
+            silu_h1_RH = F.silu(h1_RH)
+            act_RH = silu_h1_RH * h3_RH
+            y_RD = _rows_times_expert_matrix(act_RH, w2.transpose(1, 2), layout)
+            y_SD = y_RD.index_select(0, layout.row_of_slot_S)
+        ctx.save_for_backward(x_RD, h1_RH, h3_RH, silu_h1_RH, act_RH, w1, w2, w3)
+        ctx.layout, ctx.top_k = layout, top_k
+        ctx.input_dtypes = (x_TD.dtype, w1_EHD.dtype, w2_EDH.dtype, w3_EHD.dtype)
+        return y_SD
+
+    @staticmethod
+    def backward(ctx, grad_y_SD):
+        x_RD, h1_RH, h3_RH, silu_h1_RH, act_RH, w1, w2, w3 = ctx.saved_tensors
+        layout = ctx.layout
+        with torch.autocast(grad_y_SD.device.type, enabled=False):
+            grad_y_RD = _rows_from_slots(grad_y_SD.to(x_RD.dtype), layout)
+            grad_act_RH = _rows_times_expert_matrix(grad_y_RD, w2, layout)
+            grad_w2 = _expert_outer_products(grad_y_RD, act_RH, layout)
+            grad_h3_RH = grad_act_RH * silu_h1_RH
+            grad_h1_RH = torch.ops.aten.silu_backward(grad_act_RH.mul_(h3_RH), h1_RH)
+            grad_x_RD = _rows_times_expert_matrix(grad_h1_RH, w1, layout)
+            grad_x_RD += _rows_times_expert_matrix(grad_h3_RH, w3, layout)
+            grad_w1 = _expert_outer_products(grad_h1_RH, x_RD, layout)
+            grad_w3 = _expert_outer_products(grad_h3_RH, x_RD, layout)
+            grad_x_SD = grad_x_RD.index_select(0, layout.row_of_slot_S)
+            grad_x_TD = grad_x_SD.view(-1, ctx.top_k, grad_x_SD.shape[1]).sum(dim=1)
+        x_dtype, w1_dtype, w2_dtype, w3_dtype = ctx.input_dtypes
+        return (grad_x_TD.to(x_dtype), None, None,
+                grad_w1.to(w1_dtype), grad_w2.to(w2_dtype), grad_w3.to(w3_dtype))
+
+
+def _rows_from_slots(values, layout: ExpertLayout, token_of_slot_divisor: int = 1):
+    """Gather per-slot rows (or per-token rows, divisor k) into the expert-major buffer;
+    padding rows are zero so they add nothing to the weight gradients."""
+    slot_of_row_R = layout.slot_of_row_R
+    if layout.pad_rows is not None:
+        slot_of_row_R = slot_of_row_R.clamp_min(0)
+    index_R = slot_of_row_R // token_of_slot_divisor if token_of_slot_divisor > 1 else slot_of_row_R
+    rows = values.index_select(0, index_R)
+    if layout.pad_rows is not None:
+        rows.index_fill_(0, layout.pad_rows, 0.0)
+    return rows
+
+
+def _rows_times_expert_matrix(rows_RA, matrices_EAB, layout: ExpertLayout):
+    """Each expert's rows times its own (A, B) matrix: (R, A) -> (R, B)."""
+    num_experts, _, width = matrices_EAB.shape
+    if layout.capacity is not None:
+        rows_ECA = rows_RA.view(num_experts, layout.capacity, -1)
+        return torch.bmm(rows_ECA, matrices_EAB).view(layout.num_rows, width)
+    out_RB = rows_RA.new_empty(layout.num_rows, width)
+    for expert, start, end in layout.segments():
+        torch.mm(rows_RA[start:end], matrices_EAB[expert], out=out_RB[start:end])
+    return out_RB
+
+
+def _expert_outer_products(left_RA, right_RB, layout: ExpertLayout):
+    """Per expert, left_rows.T @ right_rows: the (E, A, B) weight gradient; zero for experts
+    that got no slots."""
+    num_experts = len(layout.slots_per_expert)
+    if layout.capacity is not None:
+        left_ECA = left_RA.view(num_experts, layout.capacity, -1)
+        right_ECB = right_RB.view(num_experts, layout.capacity, -1)
+        return torch.bmm(left_ECA.transpose(1, 2), right_ECB)
+    out_EAB = left_RA.new_empty(num_experts, left_RA.shape[1], right_RB.shape[1])
+    idle = [e for e, count in enumerate(layout.slots_per_expert) if count == 0]
+    out_EAB[idle] = 0  # every other expert is fully overwritten below
+    for expert, start, end in layout.segments():
+        torch.mm(left_RA[start:end].T, right_RB[start:end], out=out_EAB[expert])
+    return out_EAB
+
+
+# --------------------------------------------------------------------------------------------
+# The layer
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class MoEAux:
+    """What one MoE layer returns beside its output."""
+
+    lb_loss: torch.Tensor
+    z_loss: torch.Tensor
+    routing: RoutingStats
+
+
+class MoEFeedForward(nn.Module):
+    """Routed SwiGLU experts (Mixtral semantics), a drop-in for the dense FeedForward.
+
+    Parameters: ``router`` (Linear d_model -> E, no bias) and experts stacked as
+    ``w1, w3: (E, d_expert, d_model)``, ``w2: (E, d_model, d_expert)`` -- each expert's slice is
+    laid out like an ``nn.Linear`` weight, and this is the layout of Hugging Face's Mixtral
+    (``gate_up_proj = cat([w1, w3], dim=1)``, ``down_proj = w2``).
+    """
+
+    def __init__(self, cfg: ModelConfig, dispatch: str = "sorted"):
+        super().__init__()
+        if cfg.moe is None:
+            raise MoelabError("model.moe=null is invalid for MoEFeedForward: give a moe section")
+        if dispatch not in DISPATCH_MODES:
+            raise MoelabError(f"dispatch={dispatch!r} is invalid: allowed {', '.join(DISPATCH_MODES)}")
+        moe = cfg.moe
+        self.num_experts, self.top_k, self.dispatch = moe.num_experts, moe.top_k, dispatch
+        # Padded (one bmm) vs packed (segment loop) layout, see ExpertLayout; a speed knob only.
+        self.max_padding = 0.25
+        self.router = nn.Linear(cfg.d_model, moe.num_experts, bias=False)
+        self.w1 = nn.Parameter(torch.empty(moe.num_experts, moe.d_expert, cfg.d_model))
+        self.w2 = nn.Parameter(torch.empty(moe.num_experts, cfg.d_model, moe.d_expert))
+        self.w3 = nn.Parameter(torch.empty(moe.num_experts, moe.d_expert, cfg.d_model))
+
+    def forward(self, x_BTD: torch.Tensor) -> tuple[torch.Tensor, MoEAux]:
+        x_TD = x_BTD.reshape(-1, x_BTD.shape[-1])
+        with torch.autocast(x_TD.device.type, enabled=False):  # router in fp32 (stability)
+            router_logits_TE = F.linear(x_TD.float(), self.router.weight.float())
+        weights_TK, experts_TK = route(router_logits_TE, self.top_k)
+        if self.dispatch == "sorted":
+            y_TD = sorted_experts_forward(x_TD, weights_TK, experts_TK, self.w1, self.w2, self.w3,
+                                          self.max_padding)
+        else:
+            y_TD = reference_experts_forward(x_TD, weights_TK, experts_TK, self.w1, self.w2, self.w3)
+        aux = MoEAux(
+            lb_loss=load_balancing_loss(router_logits_TE, experts_TK),
+            z_loss=router_z_loss(router_logits_TE),
+            routing=routing_stats(router_logits_TE, experts_TK),
+        )
+        return y_TD.view(x_BTD.shape), aux

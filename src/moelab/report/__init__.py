@@ -1,0 +1,13 @@
+"""Report helpers shared by the study and the scaling-law reports.
+
+``figures``: matplotlib (Agg) figures saved atomically as PNG. ``markdown``: tables and number
+formatting for the markdown reports. Both know nothing of runs or studies.
+"""
+
+from moelab.report.figures import new_figure, save_figure
+from moelab.report.markdown import format_count, format_mean_std, format_number, markdown_table
+
+__all__ = [
+    "new_figure", "save_figure", "format_count", "format_mean_std", "format_number",
+    "markdown_table",
+]

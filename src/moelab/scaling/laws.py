@@ -1,0 +1,201 @@
+"""Scaling laws written as a log-sum-exp of linear terms, so one fitting routine serves them all.
+
+Every law here has the form
+
+    log L = LSE_j( term_j ),   term_j = sum_p theta_p * M[j, p, i]   for data point i,
+
+where ``theta`` holds log-coefficients (a = log A, ...) and exponents, and ``M`` is the *design
+tensor*: 1 where term j carries log-coefficient p, minus a log feature (-log N, -log D,
+-log(1 - S)) where term j carries exponent p, 0 elsewhere. Fitting in this parametrisation is
+what Hoffmann et al. (2022) and Besiroglu et al. (2024) do, and it makes value and gradient of
+the prediction two einsums, for thousands of starting points at once.
+
+- ``chinchilla``: L = E + A / N^alpha + B / D^beta
+  (log L = LSE(a - alpha log N, b - beta log D, e)).
+- ``sparsity`` (Abnar et al. 2025, eq. 6):
+  L = a / N^alpha + b / D^beta + c / (1 - S)^lambda + d / ((1 - S)^delta N^gamma) + e,
+  with N the *total* parameter count by default (``n_kind="active"`` fits the active count).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from moelab.errors import MoelabError
+
+
+@dataclass(frozen=True)
+class Law:
+    """A law: parameter names, its terms, its start grid and its data columns."""
+
+    name: str
+    param_names: tuple[str, ...]
+    """Fitted (log-space) parameters, in the order of theta."""
+    log_coef_names: dict[str, str]
+    """Log-coefficients among param_names -> the name of exp(.) in reports (a -> A)."""
+    terms: tuple[tuple[str, tuple[tuple[str, str], ...]], ...]
+    """Per term: (log-coefficient name or "", ((exponent name, feature name), ...))."""
+    features: tuple[str, ...]
+    """Log features the terms use: 'log_N', 'log_D', 'log_U' (U = 1 - S)."""
+    start_grid: Callable[[int | None], np.ndarray]
+    """starts(max_starts) -> (num_starts, P) initial theta values."""
+
+    @property
+    def num_params(self) -> int:
+        return len(self.param_names)
+
+    def design(self, feature_values: dict[str, np.ndarray]) -> np.ndarray:
+        """The design tensor M (terms J, params P, points n) for these log features."""
+        num_points = len(next(iter(feature_values.values())))
+        design_JPn = np.zeros((len(self.terms), self.num_params, num_points))
+        index = {name: p for p, name in enumerate(self.param_names)}
+        for j, (log_coef, exponents) in enumerate(self.terms):
+            if log_coef:
+                design_JPn[j, index[log_coef]] = 1.0
+            for exponent, feature in exponents:
+                design_JPn[j, index[exponent]] = -feature_values[feature]
+        return design_JPn
+
+    def natural_params(self, theta: np.ndarray) -> dict[str, float]:
+        """Readable parameters: exp of the log-coefficients (A = exp(a), ...) and the exponents."""
+        out = {}
+        for name, value in zip(self.param_names, theta):
+            if name in self.log_coef_names:
+                out[self.log_coef_names[name]] = float(math.exp(value))
+            else:
+                out[name] = float(value)
+        return out
+
+    def theta_from_natural(self, params: dict[str, float]) -> np.ndarray:
+        """Inverse of natural_params (for synthetic data and for reloading a saved fit)."""
+        values = []
+        for name in self.param_names:
+            if name in self.log_coef_names:
+                values.append(math.log(params[self.log_coef_names[name]]))
+            else:
+                values.append(params[name])
+        return np.array(values, dtype=np.float64)
+
+    def predict_log_loss(self, theta: np.ndarray, feature_values: dict[str, np.ndarray]) -> np.ndarray:
+        """log L at each point for one parameter vector theta (P,)."""
+        index = {name: p for p, name in enumerate(self.param_names)}
+        terms = []
+        for log_coef, exponents in self.terms:
+            term = theta[index[log_coef]] if log_coef else 0.0
+            for exponent, feature in exponents:
+                term = term - theta[index[exponent]] * feature_values[feature]
+            terms.append(np.broadcast_to(term, np.shape(next(iter(feature_values.values())))))
+        return _logsumexp(np.stack(terms, axis=-1), axis=-1)
+
+    def predict_loss(self, params: dict[str, float], **columns: np.ndarray | float) -> np.ndarray:
+        """L from natural parameters and raw columns N, D (and S), e.g. predict_loss(p, N=.., D=..)."""
+        arrays = {k: np.atleast_1d(np.asarray(v, dtype=np.float64)) for k, v in columns.items()}
+        size = max(len(a) for a in arrays.values())
+        arrays = {k: np.broadcast_to(a, (size,)) for k, a in arrays.items()}
+        return np.exp(self.predict_log_loss(self.theta_from_natural(params), log_features(self, arrays)))
+
+
+def _logsumexp(x: np.ndarray, axis: int) -> np.ndarray:
+    peak = np.max(x, axis=axis, keepdims=True)
+    return np.squeeze(peak, axis) + np.log(np.sum(np.exp(x - peak), axis=axis))
+
+
+def log_features(law: Law, columns: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The log features a law needs from raw columns N, D and S (U = 1 - S)."""
+    features = {}
+    for feature in law.features:
+        if feature == "log_U":
+            features[feature] = np.log1p(-columns["S"])
+        else:
+            features[feature] = np.log(columns[feature[len("log_"):]])
+    return features
+
+
+# --------------------------------------------------------------------------------------------
+# Start grids
+# --------------------------------------------------------------------------------------------
+
+
+def _chinchilla_starts(max_starts: int | None = None) -> np.ndarray:
+    """The grid of Hoffmann et al. / Besiroglu et al.: 5 * 5 * 5 * 6 * 6 = 4,500 starts."""
+    exponents = np.arange(0.0, 2.0 + 1e-9, 0.5)
+    log_e = np.arange(-1.0, 1.0 + 1e-9, 0.5)
+    log_coefs = np.arange(0.0, 25.0 + 1e-9, 5.0)
+    # param order: a, b, e, alpha, beta
+    grid = np.array(list(itertools.product(log_coefs, log_coefs, log_e, exponents, exponents)))
+    return _subsample(grid, max_starts)
+
+
+SPARSITY_LOG_E_GRID = (-1.0, 0.0, 1.0)
+"""Start values of log e for the sparsity law (our choice; Abnar et al. do not list one)."""
+
+SPARSITY_DEFAULT_STARTS = 4096
+"""The full sparsity grid has 3^4 * 6^3 * 5^2 * 3 = 1,312,200 starts; we use a seeded subset."""
+
+
+def _sparsity_starts(max_starts: int | None = SPARSITY_DEFAULT_STARTS) -> np.ndarray:
+    """Abnar et al.'s grid: log a..log d in {0, 10, 20}; alpha, beta, gamma in {0, 0.25, ..., 1.25};
+    lambda, delta in {-1, -0.5, 0, 0.5, 1}; log e in SPARSITY_LOG_E_GRID.
+
+    The product has 1.3 million points, far too many to run; by default a fixed, seeded subset of
+    SPARSITY_DEFAULT_STARTS points is used (deterministic: the same subset every run).
+    """
+    log_coefs = (0.0, 10.0, 20.0)
+    exponents = tuple(np.arange(0.0, 1.25 + 1e-9, 0.25))
+    sparsity_exponents = (-1.0, -0.5, 0.0, 0.5, 1.0)
+    # param order: log_a..log_e, alpha, beta, lam, delta, gamma
+    axes = [log_coefs] * 4 + [SPARSITY_LOG_E_GRID] + [exponents] * 2 + [sparsity_exponents] * 2 + [exponents]
+    sizes = [len(axis) for axis in axes]
+    total = int(np.prod(sizes))
+    if max_starts is None or max_starts >= total:
+        flat = np.arange(total)
+    else:
+        flat = np.sort(np.random.default_rng(0).choice(total, size=max_starts, replace=False))
+    digits = np.unravel_index(flat, sizes)
+    return np.stack([np.asarray(axis)[d] for axis, d in zip(axes, digits)], axis=1)
+
+
+def _subsample(grid: np.ndarray, max_starts: int | None) -> np.ndarray:
+    if max_starts is None or max_starts >= len(grid):
+        return grid
+    keep = np.sort(np.random.default_rng(0).choice(len(grid), size=max_starts, replace=False))
+    return grid[keep]
+
+
+CHINCHILLA = Law(
+    name="chinchilla",
+    param_names=("a", "b", "e", "alpha", "beta"),
+    log_coef_names={"a": "A", "b": "B", "e": "E"},
+    terms=(("a", (("alpha", "log_N"),)), ("b", (("beta", "log_D"),)), ("e", ())),
+    features=("log_N", "log_D"),
+    start_grid=_chinchilla_starts,
+)
+
+SPARSITY = Law(
+    name="sparsity",
+    # Abnar et al. name the coefficients a..e themselves, so the fitted logs are log_a..log_e.
+    param_names=("log_a", "log_b", "log_c", "log_d", "log_e", "alpha", "beta", "lam", "delta", "gamma"),
+    log_coef_names={f"log_{x}": x for x in "abcde"},
+    terms=(
+        ("log_a", (("alpha", "log_N"),)),
+        ("log_b", (("beta", "log_D"),)),
+        ("log_c", (("lam", "log_U"),)),
+        ("log_d", (("delta", "log_U"), ("gamma", "log_N"))),
+        ("log_e", ()),
+    ),
+    features=("log_N", "log_D", "log_U"),
+    start_grid=_sparsity_starts,
+)
+
+LAWS = {law.name: law for law in (CHINCHILLA, SPARSITY)}
+
+
+def get_law(name: str) -> Law:
+    if name not in LAWS:
+        raise MoelabError(f"law {name!r} is unknown: allowed {', '.join(LAWS)}")
+    return LAWS[name]

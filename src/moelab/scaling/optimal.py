@@ -1,0 +1,181 @@
+"""Optimal sparsity (and size) read off a fitted law.
+
+Two questions, after Abnar et al. (2025):
+
+- **Fixed total parameters** N (and a data budget: tokens D, or compute C): which sparsity S
+  minimises L(N, D, S)? With C given, D = C / (6 N_active(N, S)) grows with S because a sparser
+  model spends fewer FLOPs per token.
+- **Fixed compute** C: which (N, S) minimises L(N, C / (6 N_active(N, S)), S)? This gives S*(C),
+  N*(C) and N_active*(C).
+
+N in the law is the total parameter count. The architecture family maps it to the active count:
+
+    N_active = N * (shared_fraction + (1 - shared_fraction) * (1 - S)),
+
+where ``shared_fraction`` is the share of parameters outside the experts (attention, embeddings,
+norms, router). shared_fraction = 0 is the "all parameters are experts" idealisation,
+N_active = (1 - S) N; the sweep estimates the fraction of its own models (``estimate_shared_fraction``).
+
+Minimisation: a dense grid over S in [0, max_sparsity] (and log N), then a bounded L-BFGS-B
+polish from the best grid point. Results at the edge of the search box are flagged.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+import numpy as np
+import scipy.optimize
+
+from moelab.errors import MoelabError
+from moelab.scaling.laws import Law
+
+DEFAULT_MAX_SPARSITY = 0.98
+"""Upper end of the sparsity search (S = 1 - 1/50; the law diverges or is meaningless at 1)."""
+
+
+@dataclass
+class Optimum:
+    sparsity: float
+    params_total: float
+    params_active: float
+    tokens: float
+    loss: float
+    at_boundary: bool
+    """True when S* or N* lies on the edge of the search box (the law has no interior optimum)."""
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def active_params(total_params, sparsity, shared_fraction: float):
+    """N_active of the architecture family (see the module docstring)."""
+    return total_params * (shared_fraction + (1.0 - shared_fraction) * (1.0 - sparsity))
+
+
+def _loss(law: Law, params: dict[str, float], total_params, tokens, sparsity) -> np.ndarray:
+    columns = {"N": total_params, "D": tokens}
+    if "log_U" in law.features:
+        columns["S"] = sparsity
+    return law.predict_loss(params, **columns)
+
+
+def _check(value: float | None, name: str) -> None:
+    if value is not None and not (math.isfinite(value) and value > 0):
+        raise MoelabError(f"{name}={value} is invalid: must be a positive number")
+
+
+def optimal_sparsity_at_params(
+    law: Law, params: dict[str, float], total_params: float, *, tokens: float | None = None,
+    flops: float | None = None, shared_fraction: float = 0.0,
+    max_sparsity: float = DEFAULT_MAX_SPARSITY,
+) -> Optimum:
+    """S* at a fixed total parameter count, for a fixed token budget D or compute budget C."""
+    _check(total_params, "--params")
+    _check(tokens, "--tokens")
+    _check(flops, "--flops")
+    _check_family(shared_fraction, max_sparsity)
+    if (tokens is None) == (flops is None):
+        raise MoelabError("give exactly one of --tokens D or --flops C with --params N")
+
+    def tokens_at(sparsity):
+        if tokens is not None:
+            return np.full_like(np.asarray(sparsity, dtype=np.float64), tokens)
+        return flops / (6.0 * active_params(total_params, sparsity, shared_fraction))
+
+    def loss_at(sparsity):
+        return _loss(law, params, total_params, tokens_at(sparsity), sparsity)
+
+    grid = np.linspace(0.0, max_sparsity, 491)
+    step = grid[1] - grid[0]
+    best = float(grid[int(np.argmin(loss_at(grid)))])
+    # Brent's method on the bracket around the best grid point.
+    bracket = (max(best - step, 0.0), min(best + step, max_sparsity))
+    result = scipy.optimize.minimize_scalar(lambda s: float(loss_at(s)[0]), bounds=bracket,
+                                            method="bounded", options={"xatol": 1e-10})
+    sparsity = float(result.x) if result.fun <= float(loss_at(best)[0]) else best
+    return Optimum(
+        sparsity=sparsity, params_total=float(total_params),
+        params_active=float(active_params(total_params, sparsity, shared_fraction)),
+        tokens=float(tokens_at(sparsity)), loss=float(loss_at(sparsity)[0]),
+        at_boundary=_on_edge(sparsity, 0.0, max_sparsity) and "log_U" in law.features,
+    )
+
+
+def compute_optimal(
+    law: Law, params: dict[str, float], flops: float, *, shared_fraction: float = 0.0,
+    max_sparsity: float = DEFAULT_MAX_SPARSITY, min_params: float = 1e3,
+) -> Optimum:
+    """(S*, N*) minimising the loss at compute C = 6 N_active D (S fixed at 0 for a dense law)."""
+    _check(flops, "--flops")
+    _check_family(shared_fraction, max_sparsity)
+    has_sparsity = "log_U" in law.features
+    max_params = flops / 6.0  # at least one training token
+    if max_params <= min_params:
+        raise MoelabError(f"--flops {flops:g} is invalid: too small (need C > {6 * min_params:g})")
+    log_n_range = (math.log(min_params), math.log(max_params))
+    s_range = (0.0, max_sparsity if has_sparsity else 0.0)
+
+    def loss_at(log_n, sparsity):
+        total = np.exp(log_n)
+        tokens = flops / (6.0 * active_params(total, sparsity, shared_fraction))
+        return _loss(law, params, total, tokens, sparsity)
+
+    log_n_grid = np.linspace(*log_n_range, 241)
+    s_grid = np.linspace(*s_range, 50 if has_sparsity else 1)
+    log_n_G, s_G = (a.ravel() for a in np.meshgrid(log_n_grid, s_grid))
+    grid_loss = loss_at(log_n_G, s_G)
+    start = int(np.argmin(np.where(np.isfinite(grid_loss), grid_loss, np.inf)))
+    x0 = [log_n_G[start], s_G[start]]
+    result = scipy.optimize.minimize(lambda x: float(loss_at(x[0], x[1])[0]), x0,
+                                     method="L-BFGS-B", bounds=[log_n_range, s_range],
+                                     options={"ftol": 1e-15, "gtol": 1e-12})
+    log_n, sparsity = (result.x if result.fun <= grid_loss[start] else x0)
+    total = float(math.exp(log_n))
+    active = float(active_params(total, sparsity, shared_fraction))
+    at_boundary = _on_edge(log_n, *log_n_range, tol=1e-3) or (
+        has_sparsity and _on_edge(sparsity, *s_range))
+    return Optimum(sparsity=float(sparsity), params_total=total, params_active=active,
+                   tokens=float(flops / (6.0 * active)), loss=float(loss_at(log_n, sparsity)[0]),
+                   at_boundary=bool(at_boundary))
+
+
+def with_intervals(optimum_fn, params: dict[str, float], bootstrap_params: list[dict[str, float]],
+                   level: float = 0.95) -> dict:
+    """The optimum of the best fit plus percentile intervals over the bootstrap fits."""
+    point = optimum_fn(params).to_dict()
+    out = {"optimum": point, "ci": {}}
+    if bootstrap_params:
+        replicas = [optimum_fn(p).to_dict() for p in bootstrap_params]
+        tail = 100.0 * (1.0 - level) / 2.0
+        for key in ("sparsity", "params_total", "params_active", "tokens", "loss"):
+            values = np.array([r[key] for r in replicas])
+            low, high = np.percentile(values, [tail, 100.0 - tail])
+            out["ci"][key] = [float(low), float(high)]
+        out["bootstrap_at_boundary"] = float(np.mean([r["at_boundary"] for r in replicas]))
+    return out
+
+
+def estimate_shared_fraction(total_params: np.ndarray, active: np.ndarray,
+                             sparsity: np.ndarray) -> float:
+    """Least-squares shared_fraction phi from points of one family: N_act/N = phi + (1-phi)(1-S)."""
+    ratio = np.asarray(active, dtype=np.float64) / np.asarray(total_params, dtype=np.float64)
+    sparse = np.asarray(sparsity) > 0
+    if not sparse.any():
+        return 1.0
+    # ratio - (1 - S) = phi * S
+    s = np.asarray(sparsity, dtype=np.float64)[sparse]
+    phi = float(np.sum((ratio[sparse] - (1.0 - s)) * s) / np.sum(s * s))
+    return min(max(phi, 0.0), 1.0)
+
+
+def _on_edge(value: float, low: float, high: float, tol: float = 1e-4) -> bool:
+    return bool(value <= low + tol or value >= high - tol)
+
+
+def _check_family(shared_fraction: float, max_sparsity: float) -> None:
+    if not 0.0 <= shared_fraction < 1.0:
+        raise MoelabError(f"--shared-fraction {shared_fraction} is invalid: allowed [0, 1)")
+    if not 0.0 < max_sparsity < 1.0:
+        raise MoelabError(f"--max-sparsity {max_sparsity} is invalid: allowed (0, 1)")

@@ -1,0 +1,316 @@
+"""Sparsity sweeps: plan model size x sparsity x budget, train each point, tabulate the results.
+
+A grid (a preset from ``moelab.scaling.presets`` or a YAML file with the same keys) names a base
+config and varies three things:
+
+- **size**: model-shape overrides per size (d_model, n_layers, n_heads, n_kv_heads, d_ff);
+- **sparsity** S = (E - k) / E at a fixed top_k k, so E = k / (1 - S); S = 0 is the dense
+  model with FFN width d_ff. How the experts are sized (``mode``):
+  - ``fixed_total``: d_expert = d_ff / E, so every sparsity of a size stores the dense model's
+    FFN parameters (plus a small router) and activates k / E of them: the "fixed total
+    parameters" question of Abnar et al.;
+  - ``fixed_expert``: d_expert = d_ff / k, so the active FFN equals the dense one and the
+    total grows with E (vary E at fixed k and expert size);
+- **budget**: training compute C in FLOPs (``flops_budgets``: D = C / (6 N_active), rounded
+  down to whole optimizer steps, so every point of a budget lies on one IsoFLOP curve) or
+  tokens (``token_budgets``).
+
+Running reuses the study runner (``moelab.study.runner.execute_plan``): finished runs (their
+summary.json says complete) are skipped, torn ones resume from their checkpoint. ``results.csv``
+is rebuilt from the run folders alone; ``report.md`` from results.csv alone.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Optional
+
+import yaml
+
+from moelab.accounting import count_params, flops_per_token
+from moelab.config import Config, load_config, override
+from moelab.errors import ConfigError, MoelabError
+from moelab.fileio import atomic_write_json, atomic_write_text
+
+MODES = ("fixed_total", "fixed_expert")
+SIZE_KEYS = ("d_model", "n_layers", "n_heads", "n_kv_heads", "d_ff")
+GRID_KEYS = ("name", "base", "overrides", "sizes", "sparsities", "top_k", "mode",
+             "flops_budgets", "token_budgets", "seed", "holdout")
+
+
+@dataclass
+class SweepGrid:
+    name: str
+    base: str
+    """A config preset or YAML file all points derive from (data, optimizer, eval, vocab)."""
+    sizes: list[dict]
+    """Each: {"name": ..., and any of SIZE_KEYS}: the dense model of that size."""
+    sparsities: list[float]
+    top_k: int = 1
+    mode: str = "fixed_total"
+    flops_budgets: list[float] = field(default_factory=list)
+    token_budgets: list[int] = field(default_factory=list)
+    overrides: list[str] = field(default_factory=list)
+    """Dotted overrides applied to the base config first (e.g. a shorter eval)."""
+    seed: int = 0
+    holdout: str = "S=max"
+    """Points the held-out check leaves out of the fit."""
+
+    def validate(self) -> "SweepGrid":
+        where = f"sweep grid {self.name!r}"
+        if self.mode not in MODES:
+            raise ConfigError(f"{where}: mode={self.mode!r} is invalid: allowed {', '.join(MODES)}")
+        if not self.sizes or not self.sparsities:
+            raise ConfigError(f"{where}: sizes and sparsities must be non-empty lists")
+        if bool(self.flops_budgets) == bool(self.token_budgets):
+            raise ConfigError(f"{where}: give exactly one of flops_budgets or token_budgets")
+        if self.top_k < 1:
+            raise ConfigError(f"{where}: top_k={self.top_k} is invalid: must be >= 1")
+        for sparsity in self.sparsities:
+            experts_for(sparsity, self.top_k)  # raises on a sparsity with no whole E
+        for budget in list(self.flops_budgets) + list(self.token_budgets):
+            if not budget > 0:
+                raise ConfigError(f"{where}: budget {budget} is invalid: must be > 0")
+        for size in self.sizes:
+            unknown = [k for k in size if k not in SIZE_KEYS + ("name",)]
+            if "name" not in size or unknown:
+                raise ConfigError(
+                    f"{where}: size {size!r} is invalid: needs a name and only keys "
+                    f"{', '.join(SIZE_KEYS)}"
+                )
+        return self
+
+
+def experts_for(sparsity: float, top_k: int) -> int:
+    """E = k / (1 - S), which must be a whole number (S = 0: the dense model, E = 1)."""
+    if not 0.0 <= sparsity < 1.0:
+        raise ConfigError(f"sparsity {sparsity} is invalid: allowed [0, 1)")
+    experts = top_k / (1.0 - sparsity)
+    if abs(experts - round(experts)) > 1e-6:
+        raise ConfigError(
+            f"sparsity {sparsity} is invalid with top_k={top_k}: E = k / (1 - S) = {experts:.4g} "
+            f"must be a whole number (e.g. S in 0, 0.5, 0.75, 0.875 for k=1)"
+        )
+    return int(round(experts))
+
+
+def load_grid(source: str | Path) -> SweepGrid:
+    """A preset name (demo, paper, micro) or a YAML file with the keys of SweepGrid."""
+    from moelab.scaling.presets import SWEEP_PRESETS
+
+    path = Path(source)
+    if path.is_file():
+        try:
+            raw = yaml.safe_load(path.read_text("utf-8")) or {}
+        except yaml.YAMLError:
+            raise ConfigError(f"sweep grid {str(source)!r} is not valid YAML") from None
+        if not isinstance(raw, dict):
+            raise ConfigError(f"sweep grid {str(source)!r} is invalid: expected a mapping")
+        raw.setdefault("name", path.stem)
+    elif str(source) in SWEEP_PRESETS:
+        raw = dict(SWEEP_PRESETS[str(source)])
+    else:
+        raise ConfigError(
+            f"sweep grid {str(source)!r} is neither a file nor a preset: presets are "
+            f"{', '.join(SWEEP_PRESETS)}"
+        )
+    unknown = [key for key in raw if key not in GRID_KEYS]
+    if unknown:
+        raise ConfigError(f"sweep grid key {unknown[0]!r} is unknown: allowed {', '.join(GRID_KEYS)}")
+    return SweepGrid(**raw).validate()
+
+
+# --------------------------------------------------------------------------------------------
+# Planning
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class SweepPoint:
+    size: str
+    sparsity: float
+    num_experts: int
+    top_k: int
+    budget_label: str
+    flops_budget: Optional[float]
+    config: Config
+
+    @property
+    def arm(self) -> str:
+        """Folder-friendly name: ``C3e+13/s1/S0.750-E4k1`` (seed folder added by the runner)."""
+        return f"{self.budget_label}/{self.size}/S{self.sparsity:.3f}-E{self.num_experts}k{self.top_k}"
+
+    def describe(self) -> str:
+        counts = count_params(self.config.model)
+        return (f"{self.arm}: N_total={counts.total:,} N_active={counts.active:,} "
+                f"D={self.config.train.max_tokens:,}")
+
+
+def model_overrides(size: dict, sparsity: float, top_k: int, mode: str) -> list[str]:
+    """The dotted overrides that turn the base config into this size at this sparsity."""
+    changes = [f"model.{key}={value}" for key, value in size.items() if key != "name"]
+    if sparsity == 0.0:
+        return changes + ["model.moe=null"]
+    experts = experts_for(sparsity, top_k)
+    d_ff = int(size.get("d_ff", 0)) or None
+    if d_ff is None:
+        raise ConfigError(f"sweep size {size['name']!r} needs d_ff (the dense FFN width)")
+    divisor = experts if mode == "fixed_total" else top_k
+    if d_ff % divisor:
+        raise ConfigError(
+            f"sweep size {size['name']!r}: d_ff={d_ff} is invalid for {mode} with E={experts}, "
+            f"k={top_k}: must be divisible by {divisor}"
+        )
+    return changes + [f"model.moe.num_experts={experts}", f"model.moe.top_k={top_k}",
+                      f"model.moe.d_expert={d_ff // divisor}"]
+
+
+def tokens_for_flops(config: Config, flops: float) -> int:
+    """D = C / (6 N_active), rounded down to whole optimizer steps (at least one)."""
+    tokens_per_step = config.train.batch_size * config.model.max_seq_len
+    steps = max(1, int(flops / flops_per_token(config.model).six_n // tokens_per_step))
+    return steps * tokens_per_step
+
+
+def plan_sweep(grid: SweepGrid) -> list[SweepPoint]:
+    """Every size x sparsity x budget, smallest budget first (a stopped sweep is already useful)."""
+    base = load_config(grid.base, list(grid.overrides) + [f"train.seed={grid.seed}"])
+    points = []
+    budgets = [("flops", b) for b in sorted(grid.flops_budgets)] + [
+        ("tokens", b) for b in sorted(grid.token_budgets)]
+    for kind, budget in budgets:
+        for size in grid.sizes:
+            for sparsity in grid.sparsities:
+                config = override(base, model_overrides(size, sparsity, grid.top_k, grid.mode))
+                if kind == "flops":
+                    tokens, label = tokens_for_flops(config, budget), f"C{budget:.3g}"
+                else:
+                    tokens, label = int(budget), f"D{int(budget)}"
+                config = override(config, [f"train.max_tokens={tokens}"])
+                experts = config.model.moe.num_experts if config.model.moe else 1
+                points.append(SweepPoint(size["name"], float(sparsity), experts, grid.top_k, label,
+                                         float(budget) if kind == "flops" else None, config))
+    return points
+
+
+# --------------------------------------------------------------------------------------------
+# Running and tabulating
+# --------------------------------------------------------------------------------------------
+
+RESULT_COLUMNS = (
+    "run", "size", "budget", "C_budget", "N_total", "N_active", "N_non_embedding", "D", "C", "S",
+    "E", "k", "d_expert", "flops_per_token_6n", "flops_per_token_full", "best_val_loss",
+    "final_val_loss", "collapse",
+)
+
+
+def _run_specs(points: list[SweepPoint]):
+    from moelab.study.runner import RunSpec
+
+    return [RunSpec(point.arm, point.config.train.seed, None, point.config) for point in points]
+
+
+def run_sweep(grid: SweepGrid, out_dir: Path, *, bootstrap_replicates: int = 200,
+              train_fn: Optional[Callable[..., dict]] = None,
+              log: Callable[[str], None] = print) -> Path:
+    """Plan, train what is missing, write results.csv, fit, and write report.md; returns its path."""
+    from moelab.scaling.sweep_report import write_sweep_report
+    from moelab.study.runner import execute_plan, is_complete
+
+    out_dir = Path(out_dir)
+    points = plan_sweep(grid)
+    specs = _run_specs(points)
+    _write_plan(out_dir, grid, points, specs)
+    if train_fn is None:
+        from moelab.train import train as train_fn
+    if any(not is_complete(out_dir / spec.run_dir) for spec in specs):
+        from moelab.study.run import prepare_shared_data
+
+        prepare_shared_data(points[0].config, log)
+    execute_plan(out_dir, specs, train_fn, log)
+    rows = collect_results(out_dir, points)
+    write_results_csv(out_dir / "results.csv", rows)
+    if len(rows) < len(points):
+        log(f"{len(points) - len(rows)} of {len(points)} runs are not complete: see failures.json")
+    return write_sweep_report(out_dir, grid, bootstrap_replicates=bootstrap_replicates, log=log)
+
+
+def _write_plan(out_dir: Path, grid: SweepGrid, points: list[SweepPoint], specs) -> None:
+    """grid.json + plan.json; refuse to mix another grid's runs into this folder."""
+    from moelab.config import dump_config, to_dict
+
+    grid_record = {key: getattr(grid, key) for key in GRID_KEYS}
+    grid_path = out_dir / "grid.json"
+    if grid_path.is_file():
+        old = json.loads(grid_path.read_text("utf-8"))
+        if old != json.loads(json.dumps(grid_record)):
+            raise MoelabError(f"{out_dir} already holds another sweep grid ({old.get('name')!r}): "
+                              "use another --out folder")
+    atomic_write_json(grid_path, grid_record)
+    for spec in specs:
+        atomic_write_text(out_dir / spec.config_path, dump_config(spec.config))
+    atomic_write_json(out_dir / "plan.json", {
+        "kind": "sweep-sparsity",
+        "runs": [{"name": spec.name, "run_dir": str(spec.run_dir), "config": str(spec.config_path),
+                  "size": point.size, "sparsity": point.sparsity, "budget": point.budget_label,
+                  "model": to_dict(point.config.model)}
+                 for point, spec in zip(points, specs)],
+    })
+
+
+def collect_results(out_dir: Path, points: list[SweepPoint]) -> list[dict]:
+    """One row per complete run, from its summary.json and config (nothing else)."""
+    from moelab.study.runner import is_complete
+
+    rows = []
+    for point, spec in zip(points, _run_specs(points)):
+        run_dir = out_dir / spec.run_dir
+        if not is_complete(run_dir):
+            continue
+        summary = json.loads((run_dir / "summary.json").read_text("utf-8"))
+        model = point.config.model
+        counts, flops = count_params(model), flops_per_token(model)
+        tokens = int(summary["tokens"])
+        rows.append({
+            "run": str(spec.run_dir), "size": point.size, "budget": point.budget_label,
+            "C_budget": "" if point.flops_budget is None else f"{point.flops_budget:.6g}",
+            "N_total": counts.total, "N_active": counts.active,
+            "N_non_embedding": counts.non_embedding, "D": tokens,
+            "C": flops.six_n * tokens, "S": point.sparsity, "E": point.num_experts,
+            "k": point.top_k if model.moe else 1, "d_expert": model.moe.d_expert if model.moe else "",
+            "flops_per_token_6n": flops.six_n, "flops_per_token_full": flops.full,
+            "best_val_loss": summary["best_val_loss"], "final_val_loss": summary["final_val_loss"],
+            "collapse": bool(summary.get("collapse", False)),
+        })
+    return rows
+
+
+def write_results_csv(path: Path, rows: list[dict]) -> Path:
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=RESULT_COLUMNS, lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(rows)
+    return atomic_write_text(path, buffer.getvalue())
+
+
+def fit_columns_map() -> dict[str, str]:
+    """How ``moelab fit`` reads a sweep's results.csv: N is the total parameter count."""
+    return {"N": "N_total", "loss": "best_val_loss"}
+
+
+def describe_grid(grid: SweepGrid) -> str:
+    budgets = (", ".join(f"{b:.3g} FLOPs" for b in grid.flops_budgets)
+               or ", ".join(f"{b:,} tokens" for b in grid.token_budgets))
+    return (f"{len(grid.sizes)} sizes ({', '.join(s['name'] for s in grid.sizes)}) x "
+            f"{len(grid.sparsities)} sparsities ({', '.join(f'{s:g}' for s in grid.sparsities)}, "
+            f"top-{grid.top_k}, {grid.mode}) x {len(grid.flops_budgets or grid.token_budgets)} "
+            f"budgets ({budgets}), seed {grid.seed}, base config {grid.base!r}")
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and math.isfinite(value)

@@ -1,0 +1,184 @@
+"""Reading fit data from a CSV: column mapping, derived tokens, validation, point selection.
+
+Canonical columns: ``N`` (parameters), ``D`` (training tokens), ``C`` (training FLOPs, may replace
+D), ``S`` (sparsity, sparsity law only), ``N_active`` (optional) and ``loss``. A mapping such as
+``{"N": "Model Size", "C": "Training FLOP"}`` names the CSV column behind a canonical one.
+
+When D is absent it is derived from C as D = C / (6 N_active) if an N_active column is mapped
+(an MoE spends FLOPs on its active parameters only), else D = C / (6 N).
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import re
+from pathlib import Path
+
+import numpy as np
+
+from moelab.errors import MoelabError
+
+CANONICAL_COLUMNS = ("N", "D", "C", "S", "N_active", "loss")
+
+
+def parse_column_map(items: list[str] | None) -> dict[str, str]:
+    """``['N=Model Size,C=Training FLOP']`` (comma-separated and/or repeated) -> a mapping."""
+    mapping: dict[str, str] = {}
+    for item in items or []:
+        for pair in item.split(","):
+            key, sep, value = pair.partition("=")
+            key, value = key.strip(), value.strip().strip('"').strip("'")
+            if not sep or not key or not value:
+                raise MoelabError(
+                    f"--columns {pair!r} is invalid: expected NAME=CSV_COLUMN, e.g. N=\"Model Size\""
+                )
+            if key not in CANONICAL_COLUMNS:
+                raise MoelabError(
+                    f"--columns name {key!r} is invalid: allowed {', '.join(CANONICAL_COLUMNS)}"
+                )
+            mapping[key] = value
+    return mapping
+
+
+def read_fit_table(path: str | Path, needs_sparsity: bool,
+                   column_map: dict[str, str] | None = None) -> dict[str, np.ndarray]:
+    """Columns N, D, loss (and S) as float arrays, validated; D derived from C when needed."""
+    path = Path(path)
+    names = {key: key for key in CANONICAL_COLUMNS}
+    names.update(column_map or {})
+    header, rows = _read_csv(path)
+
+    def column(key: str) -> np.ndarray:
+        return _numeric_column(path, rows, names[key])
+
+    required = ["N", "loss"] + (["S"] if needs_sparsity else [])
+    for key in required:
+        _require_column(path, header, names[key], key)
+    columns = {key: column(key) for key in required}
+    if names["N_active"] in header:
+        columns["N_active"] = column("N_active")
+    if names["D"] in header:
+        columns["D"] = column("D")
+    elif names["C"] in header:
+        columns["C"] = column("C")
+        flops_params = columns.get("N_active", columns["N"])
+        columns["D"] = columns["C"] / (6.0 * flops_params)
+    else:
+        raise MoelabError(
+            f"{path}: needs a tokens column {names['D']!r} or a FLOPs column {names['C']!r} "
+            f"(map others with --columns D=... or C=...); found: {', '.join(header)}"
+        )
+    _validate(path, columns)
+    return columns
+
+
+def _read_csv(path: Path) -> tuple[list[str], list[dict[str, str]]]:
+    try:
+        with open(path, newline="", encoding="utf-8") as f:
+            reader = csv.DictReader(f)
+            rows = list(reader)
+            header = list(reader.fieldnames or [])
+    except OSError as exc:
+        raise MoelabError(f"cannot read {path}: {exc.strerror or exc}") from None
+    except (csv.Error, UnicodeDecodeError) as exc:
+        raise MoelabError(f"{path} is not a readable CSV file: {exc}") from None
+    if not header or not rows:
+        raise MoelabError(f"{path} has no data rows: expected a header line and one row per point")
+    return header, rows
+
+
+def _require_column(path: Path, header: list[str], name: str, key: str) -> None:
+    if name not in header:
+        raise MoelabError(
+            f"{path}: column {name!r} (for {key}) is missing; found: {', '.join(header)} "
+            f"(map names with --columns {key}=...)"
+        )
+
+
+def _numeric_column(path: Path, rows: list[dict[str, str]], name: str) -> np.ndarray:
+    values = []
+    for line, row in enumerate(rows, start=2):  # line 1 is the header
+        text = (row.get(name) or "").strip()
+        try:
+            value = float(text)
+        except ValueError:
+            raise MoelabError(f"{path} line {line}: {name}={text!r} is not a number") from None
+        if not math.isfinite(value):
+            raise MoelabError(f"{path} line {line}: {name}={text} is invalid: must be a finite number")
+        values.append(value)
+    return np.array(values, dtype=np.float64)
+
+
+def _validate(path: Path, columns: dict[str, np.ndarray]) -> None:
+    for key in ("N", "D", "C", "N_active", "loss"):
+        if key in columns and np.any(columns[key] <= 0):
+            bad = int(np.flatnonzero(columns[key] <= 0)[0])
+            raise MoelabError(
+                f"{path} line {bad + 2}: {key}={columns[key][bad]:g} is invalid: must be > 0"
+            )
+    if "S" in columns:
+        outside = (columns["S"] < 0) | (columns["S"] >= 1)
+        if np.any(outside):
+            bad = int(np.flatnonzero(outside)[0])
+            raise MoelabError(
+                f"{path} line {bad + 2}: S={columns['S'][bad]:g} is invalid: allowed [0, 1)"
+            )
+
+
+# --------------------------------------------------------------------------------------------
+# Selecting points
+# --------------------------------------------------------------------------------------------
+
+
+def select(columns: dict[str, np.ndarray], mask: np.ndarray) -> dict[str, np.ndarray]:
+    return {key: values[mask] for key, values in columns.items()}
+
+
+def drop_highest_loss(columns: dict[str, np.ndarray], count: int) -> dict[str, np.ndarray]:
+    """Drop the ``count`` points with the highest loss (Epoch's convention drops 5)."""
+    num_points = len(columns["loss"])
+    if count < 0 or count >= num_points:
+        raise MoelabError(
+            f"--drop-highest {count} is invalid: allowed 0..{num_points - 1} for {num_points} points"
+        )
+    if count == 0:
+        return columns
+    keep = np.sort(np.argsort(columns["loss"], kind="stable")[: num_points - count])
+    mask = np.zeros(num_points, dtype=bool)
+    mask[keep] = True
+    return select(columns, mask)
+
+
+_HOLDOUT = re.compile(r"^\s*(N|D|C|S|N_active|loss)\s*(>=|<=|==|=|>|<)\s*(max|min|[-+0-9.eE]+)\s*$")
+
+
+def holdout_mask(columns: dict[str, np.ndarray], spec: str) -> np.ndarray:
+    """Which points a spec like ``S=max``, ``S>=0.9`` or ``N>1e8`` holds out of the fit."""
+    match = _HOLDOUT.match(spec)
+    if not match or match.group(1) not in columns:
+        raise MoelabError(
+            f"--holdout {spec!r} is invalid: expected COLUMN OP VALUE with COLUMN one of "
+            f"{', '.join(k for k in CANONICAL_COLUMNS if k in columns)}, OP one of = >= <= > <, "
+            f"VALUE a number, max or min (e.g. S=max)"
+        )
+    key, op, text = match.groups()
+    values = columns[key]
+    if text in ("max", "min"):
+        threshold = float(values.max() if text == "max" else values.min())
+    else:
+        try:
+            threshold = float(text)
+        except ValueError:
+            raise MoelabError(f"--holdout {spec!r} is invalid: {text!r} is not a number") from None
+    if op in ("=", "=="):
+        mask = np.isclose(values, threshold, rtol=1e-9, atol=1e-12)
+    else:
+        mask = {">=": values >= threshold, "<=": values <= threshold,
+                ">": values > threshold, "<": values < threshold}[op]
+    if not mask.any() or mask.all():
+        raise MoelabError(
+            f"--holdout {spec!r} is invalid: it holds out {int(mask.sum())} of {len(mask)} points; "
+            f"it must leave some points on each side"
+        )
+    return mask

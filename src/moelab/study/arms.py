@@ -1,0 +1,108 @@
+"""The arms of a study, each an ``override`` of one base MoE config.
+
+Dense-vs-MoE arms (``moe``, ``dense_active``, ``dense_total``, ``dense_flops``) differ only in the
+FFN: a dense arm drops ``model.moe`` and takes the ``d_ff`` the matcher chose. The routing ladder's
+rungs differ only in ``model.moe`` (top_k and the auxiliary-loss coefficients). Everything else
+-- tokenizer, data, optimizer, schedule, token budget, evaluation -- is the base config's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+from moelab.accounting import CRITERIA, match_dense
+from moelab.config import Config, override
+from moelab.errors import ConfigError
+
+MOE_ARM = "moe"
+DEFAULT_CRITERIA = ("active", "total")
+LADDER_RUNGS = ("naive_top1", "top1_lb", "top2_lb", "top2_lb_z")
+LADDER_DESCRIPTIONS = {
+    "naive_top1": "top-1, no load balancing, no z-loss",
+    "top1_lb": "top-1 + Switch load balancing",
+    "top2_lb": "top-2 + Switch load balancing",
+    "top2_lb_z": "top-2 + Switch load balancing + router z-loss",
+}
+# When the base config switches an auxiliary loss off, the ladder still needs it on its upper
+# rungs; these are the paper's (and the config's default) coefficients.
+DEFAULT_LB_COEF = 0.01
+DEFAULT_Z_COEF = 0.001
+
+
+@dataclass
+class Arm:
+    """One arm: its name, the criterion it is matched on (None for the MoE) and its config."""
+
+    name: str
+    config: Config
+    criterion: Optional[str] = None
+    mismatch: float = 0.0
+    """Relative residual mismatch of the criterion, (dense - moe) / moe."""
+    description: str = ""
+
+
+def dense_arm_name(criterion: str) -> str:
+    return f"dense_{criterion}"
+
+
+def check_criteria(criteria: list[str]) -> list[str]:
+    for criterion in criteria:
+        if criterion not in CRITERIA:
+            raise ConfigError(
+                f"criterion {criterion!r} is invalid: allowed {', '.join(CRITERIA)}"
+            )
+    return list(dict.fromkeys(criteria))  # keep order, drop repeats
+
+
+def require_moe(config: Config) -> None:
+    if config.model.moe is None:
+        raise ConfigError(
+            "model.moe=null is invalid for a study: the base config must be an MoE "
+            "(the dense arms are derived from it)"
+        )
+
+
+def study_arms(config: Config, criteria: list[str], match_step: int = 32) -> list[Arm]:
+    """The MoE arm, then one matched dense arm per criterion."""
+    require_moe(config)
+    moe = config.model.moe
+    arms = [Arm(MOE_ARM, config, description=f"MoE, {moe.num_experts} experts, top-{moe.top_k}")]
+    for criterion in check_criteria(criteria):
+        matched = match_dense(config.model, criterion, match_step)
+        dense_config = override(config, ["model.moe=null", f"model.d_ff={matched.config.d_ff}"])
+        arms.append(
+            Arm(
+                dense_arm_name(criterion), dense_config, criterion, matched.mismatch,
+                f"dense, d_ff={matched.config.d_ff}, matched on {criterion}",
+            )
+        )
+    return arms
+
+
+def ladder_arms(config: Config) -> list[Arm]:
+    """The routing-stability ladder: naive top-1, + Switch LB, top-2, + router z-loss."""
+    require_moe(config)
+    if config.model.moe.num_experts < 2:
+        raise ConfigError(
+            f"model.moe.num_experts={config.model.moe.num_experts} is invalid for the routing "
+            "ladder: top-2 needs at least 2 experts"
+        )
+    lb = config.model.moe.lb_coef or DEFAULT_LB_COEF
+    z = config.model.moe.z_coef or DEFAULT_Z_COEF
+    settings = {
+        "naive_top1": (1, 0.0, 0.0),
+        "top1_lb": (1, lb, 0.0),
+        "top2_lb": (2, lb, 0.0),
+        "top2_lb_z": (2, lb, z),
+    }
+    arms = []
+    for name in LADDER_RUNGS:
+        top_k, lb_coef, z_coef = settings[name]
+        rung_config = override(
+            config,
+            [f"model.moe.top_k={top_k}", f"model.moe.lb_coef={lb_coef}",
+             f"model.moe.z_coef={z_coef}"],
+        )
+        arms.append(Arm(name, rung_config, description=LADDER_DESCRIPTIONS[name]))
+    return arms

@@ -1,0 +1,184 @@
+"""The study's figures, drawn from run records and results (never from a live training)."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+
+from moelab.report import new_figure, save_figure
+from moelab.study.results import RunRecord
+
+CURVE_DIAGNOSTICS = (
+    ("busiest_fraction", "busiest-expert fraction"),
+    ("routing_entropy", "routing entropy / log E"),
+    ("mean_log_z", "mean router log-z"),
+)
+CRITERION_LABELS = {"active": "matched active", "total": "matched total", "flops": "matched FLOPs"}
+
+
+def eval_curve(records: list[RunRecord], value) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Tokens, mean and std over seeds of ``value(eval_record)`` at the eval steps all share."""
+    by_step: dict[int, list[float]] = defaultdict(list)
+    tokens_at: dict[int, float] = {}
+    for record in records:
+        for row in record.evals:
+            y = value(row)
+            if y is not None:
+                by_step[row["step"]].append(y)
+                tokens_at[row["step"]] = row.get("tokens", row["step"])
+    steps = sorted(s for s, ys in by_step.items() if len(ys) == len(records))
+    tokens = np.array([tokens_at[s] for s in steps], dtype=float)
+    values = [np.array(by_step[s]) for s in steps]
+    mean = np.array([v.mean() for v in values])
+    std = np.array([v.std(ddof=1) if v.size > 1 else 0.0 for v in values])
+    return tokens, mean, std
+
+
+def _plot_band(ax, tokens, mean, std, label):
+    line, = ax.plot(tokens, mean, label=label)
+    ax.fill_between(tokens, mean - std, mean + std, color=line.get_color(), alpha=0.2)
+
+
+def val_loss_figure(records_by_arm: dict[str, list[RunRecord]], path: Path) -> Optional[Path]:
+    """Validation loss against tokens per arm: the seed mean, a band of one std."""
+    fig, ax = new_figure()
+    drew = False
+    for arm, records in records_by_arm.items():
+        tokens, mean, std = eval_curve(records, lambda row: row.get("val_loss"))
+        if tokens.size:
+            _plot_band(ax, tokens, mean, std, f"{arm} (n={len(records)})")
+            drew = True
+    ax.set_xlabel("training tokens")
+    ax.set_ylabel("validation loss (nats/token)")
+    ax.set_title("Validation loss (mean over seeds, band: ±1 std)")
+    ax.grid(alpha=0.3)
+    if drew:
+        ax.legend()
+    return save_figure(fig, path) if drew else _discard(fig)
+
+
+def _layer_mean(row: dict, key: str) -> Optional[float]:
+    layers = row.get("routing") or []
+    values = [layer[key] for layer in layers if key in layer]
+    return float(np.mean(values)) if values else None
+
+
+def routing_figure(records_by_arm: dict[str, list[RunRecord]], path: Path) -> Optional[Path]:
+    """Routing diagnostics over training (mean over layers and seeds) for every MoE arm."""
+    fig, axes = new_figure(ncols=len(CURVE_DIAGNOSTICS), width_in=4.5)
+    drew = False
+    for arm, records in records_by_arm.items():
+        for ax, (key, label) in zip(axes, CURVE_DIAGNOSTICS):
+            tokens, mean, std = eval_curve(records, lambda row, key=key: _layer_mean(row, key))
+            if tokens.size:
+                _plot_band(ax, tokens, mean, std, arm)
+                ax.set_title(label)
+                drew = True
+    for ax in axes:
+        ax.set_xlabel("training tokens")
+        ax.grid(alpha=0.3)
+    if drew:
+        axes[0].legend()
+    return save_figure(fig, path) if drew else _discard(fig)
+
+
+def expert_load_figure(loads_by_arm: dict[str, list[list[float]]], path: Path) -> Optional[Path]:
+    """Heatmap per MoE arm: share of token-slots each expert gets, per layer, at the end."""
+    if not loads_by_arm:
+        return None
+    fig, axes = new_figure(ncols=len(loads_by_arm), width_in=4.0, height_in=3.5)
+    axes = axes if isinstance(axes, list) else [axes]
+    for ax, (arm, load_LE) in zip(axes, loads_by_arm.items()):
+        load_LE = np.asarray(load_LE)
+        image = ax.imshow(load_LE, vmin=0.0, vmax=max(1.0 / load_LE.shape[1] * 2, load_LE.max()),
+                          cmap="viridis", aspect="auto")
+        ax.set_xlabel("expert")
+        ax.set_ylabel("layer")
+        ax.set_title(f"{arm}: expert load")
+        ax.set_xticks(range(load_LE.shape[1]))
+        ax.set_yticks(range(load_LE.shape[0]))
+        fig.colorbar(image, ax=ax, fraction=0.046)
+    return save_figure(fig, path)
+
+
+def gap_bar_figure(gaps: dict, path: Path) -> Optional[Path]:
+    """One bar per criterion: dense - MoE best val loss with its 95 % CI."""
+    if not gaps:
+        return None
+    fig, ax = new_figure(width_in=5.0)
+    names = list(gaps)
+    values = [gaps[c]["gap"] for c in names]
+    errors = np.array([
+        [g["gap"] - g["ci_low"], g["ci_high"] - g["gap"]] if g["ci_low"] is not None else [0, 0]
+        for g in gaps.values()
+    ]).T
+    ax.bar([CRITERION_LABELS.get(c, c) for c in names], values, yerr=errors, capsize=6,
+           color=["tab:green" if v > 0 else "tab:red" for v in values])
+    ax.axhline(0.0, color="black", linewidth=0.8)
+    ax.set_ylabel("dense − MoE best val loss (>0: MoE better)")
+    ax.set_title("Gap per fairness criterion (95 % CI, Welch)")
+    ax.grid(axis="y", alpha=0.3)
+    return save_figure(fig, path)
+
+
+def gap_vs_tokens_figure(budget_groups: list[dict], path: Path) -> Optional[Path]:
+    """Gap per criterion against the token budget, with 95 % CI bands."""
+    criteria = sorted({c for group in budget_groups for c in group["gaps"]})
+    if not criteria:
+        return None
+    fig, ax = new_figure()
+    for criterion in criteria:
+        rows = [(g["tokens"], g["gaps"][criterion]) for g in budget_groups if criterion in g["gaps"]]
+        tokens = np.array([t for t, _ in rows], dtype=float)
+        gap = np.array([r["gap"] for _, r in rows])
+        line, = ax.plot(tokens, gap, marker="o", label=CRITERION_LABELS.get(criterion, criterion))
+        low = np.array([r["ci_low"] if r["ci_low"] is not None else r["gap"] for _, r in rows])
+        high = np.array([r["ci_high"] if r["ci_high"] is not None else r["gap"] for _, r in rows])
+        ax.fill_between(tokens, low, high, color=line.get_color(), alpha=0.2)
+    ax.axhline(0.0, color="black", linewidth=0.8)
+    ax.set_xscale("log")
+    ax.set_xlabel("training tokens (budget of each run)")
+    ax.set_ylabel("dense − MoE best val loss (>0: MoE better)")
+    ax.set_title("Gap against the token budget (95 % CI, Welch)")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    return save_figure(fig, path)
+
+
+def _discard(fig) -> None:
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
+    return None
+
+
+def layer_load_over_training_figure(records_by_arm: dict[str, list[RunRecord]],
+                                    path: Path) -> Optional[Path]:
+    """Heatmap per MoE arm: busiest-expert fraction of each layer (rows) at each eval (columns).
+
+    Drawn when runs record no per-expert loads; it shows where and when the load concentrates.
+    """
+    panels = {}
+    for arm, records in records_by_arm.items():
+        n_layers = min((len(row.get("routing") or []) for r in records for row in r.evals), default=0)
+        if n_layers == 0:
+            continue
+        curves = [eval_curve(records, lambda row, i=i: row["routing"][i]["busiest_fraction"])
+                  for i in range(n_layers)]
+        panels[arm] = (curves[0][0], np.stack([mean for _, mean, _ in curves]))
+    if not panels:
+        return None
+    fig, axes = new_figure(ncols=len(panels), width_in=4.5, height_in=3.5)
+    axes = axes if isinstance(axes, list) else [axes]
+    for ax, (arm, (tokens, busiest_LS)) in zip(axes, panels.items()):
+        image = ax.imshow(busiest_LS, vmin=0.0, vmax=1.0, cmap="viridis", aspect="auto",
+                          extent=(tokens[0], tokens[-1], busiest_LS.shape[0] - 0.5, -0.5))
+        ax.set_xlabel("training tokens")
+        ax.set_ylabel("layer")
+        ax.set_yticks(range(busiest_LS.shape[0]))
+        ax.set_title(f"{arm}: busiest-expert fraction")
+        fig.colorbar(image, ax=ax, fraction=0.046)
+    return save_figure(fig, path)

@@ -1,0 +1,270 @@
+"""results.json, results.csv, figures/ and report.md of a study folder, from its run files.
+
+``write_outputs(DIR)`` is all ``moelab report DIR`` does, and the last step of every study: the
+report can always be rebuilt, and it only prints numbers read from the run folders. Wording is
+tied to the statistics: a difference is claimed only when Welch's test supports it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from moelab.errors import MoelabError
+from moelab.fileio import atomic_write_json, atomic_write_text
+from moelab.report import format_count, format_mean_std, format_number, markdown_table
+from moelab.study import figures
+from moelab.study.arms import LADDER_DESCRIPTIONS
+from moelab.study.results import RunRecord, aggregate, find_runs, results_csv
+
+CRITERION_TEXT = {
+    "active": "matched on active parameters per token",
+    "total": "matched on total stored parameters",
+    "flops": "matched on training FLOPs per token (full count)",
+}
+
+
+def write_outputs(study_dir: Path) -> dict:
+    """Aggregate the complete runs of ``study_dir`` and write every output file; return results."""
+    study_dir = Path(study_dir)
+    if not (study_dir / "runs").is_dir():
+        raise MoelabError(f"{study_dir} is not a study folder: it has no runs/ folder")
+    records = find_runs(study_dir)
+    if not records:
+        raise MoelabError(f"{study_dir} has no complete runs yet: nothing to report")
+    results = aggregate(study_dir, records)
+    atomic_write_json(study_dir / "results.json", results)
+    atomic_write_text(study_dir / "results.csv", results_csv(results))
+    figure_paths = draw_figures(study_dir, results, records)
+    atomic_write_text(study_dir / "report.md", render_report(results, records, figure_paths))
+    return results
+
+
+def final_budget_records(results: dict, records: list[RunRecord]) -> dict[str, list[RunRecord]]:
+    budget = results["budgets"][-1]["tokens"] if results["budgets"] else None
+    return {arm: [r for r in records if r.arm == arm and r.budget == budget]
+            for arm in results["arms"]}
+
+
+def draw_figures(study_dir: Path, results: dict, records: list[RunRecord]) -> dict[str, str]:
+    """Every figure the data allows; returns {figure key: path relative to the study folder}."""
+    folder = study_dir / "figures"
+    by_arm = final_budget_records(results, records)
+    moe_arms = {arm: runs for arm, runs in by_arm.items() if results["arms"][arm]["routing"]}
+    loads = {arm: results["arms"][arm]["routing"]["expert_load"] for arm in moe_arms
+             if "expert_load" in results["arms"][arm]["routing"]}
+    drawn = {
+        "val_loss": figures.val_loss_figure(by_arm, folder / "val_loss.png"),
+        "gaps": figures.gap_bar_figure(results["gaps"], folder / "gaps.png"),
+        "gaps_vs_tokens": (figures.gap_vs_tokens_figure(results["budgets"], folder / "gaps_vs_tokens.png")
+                           if len(results["budgets"]) > 1 else None),
+        "routing": figures.routing_figure(moe_arms, folder / "routing.png"),
+        "expert_load": (figures.expert_load_figure(loads, folder / "expert_load.png") if loads
+                        else figures.layer_load_over_training_figure(moe_arms, folder / "layer_load.png")),
+    }
+    return {key: path.relative_to(study_dir).as_posix() for key, path in drawn.items() if path}
+
+
+# --------------------------------------------------------------------------------------------
+# Markdown
+# --------------------------------------------------------------------------------------------
+
+
+def render_report(results: dict, records: list[RunRecord], figure_paths: dict[str, str]) -> str:
+    ablation = results["kind"] == "ablation"
+    title = "Routing-stability ladder" if ablation else "Dense vs MoE study"
+    parts = [f"# {title}: {results['study_dir']}\n", setup_section(results, records)]
+    if ablation:
+        parts.append(ladder_section(results))
+    else:
+        parts += [arms_section(results), comparison_section(results["gaps"]),
+                  figure_block("Gap per criterion", figure_paths, "gaps")]
+        if results["budgets"]:
+            parts.append(budget_section(results, figure_paths))
+    parts += [
+        figure_block("Validation loss", figure_paths, "val_loss"),
+        routing_section(results, figure_paths),
+        throughput_section(results),
+        runs_section(results),
+        notes_section(ablation),
+    ]
+    return "\n".join(part for part in parts if part)
+
+
+def setup_section(results: dict, records: list[RunRecord]) -> str:
+    config = records[0].config
+    model, data, train = config.get("model", {}), config.get("data", {}), config.get("train", {})
+    seeds = ", ".join(str(s) for s in results["seeds"])
+    budgets = ", ".join(g["label"] for g in results["budgets"]) or format_count(train.get("max_tokens"))
+    return (
+        "## Setup\n\n"
+        f"- Shared by every arm: d_model {model.get('d_model')}, {model.get('n_layers')} layers, "
+        f"{model.get('n_heads')} heads, context {model.get('max_seq_len')}, vocab "
+        f"{model.get('vocab_size')}; data `{data.get('source')}`; batch {train.get('batch_size')} "
+        f"sequences; peak lr {train.get('lr')}; token budget per run {budgets}.\n"
+        f"- Seeds: {seeds} (n = {len(results['seeds'])}); a seed sets the weight init and the "
+        "data order; the validation windows are the same for every run.\n"
+        "- Loss: best validation loss over training, nats/token (bits/byte alongside).\n"
+    )
+
+
+def arms_section(results: dict) -> str:
+    rows = []
+    for arm, r in results["arms"].items():
+        loss = r["best_val_loss"]
+        rows.append([
+            arm, CRITERION_TEXT.get(r["criterion"], "–") if r["criterion"] else "(the MoE)",
+            r["description"], format_count(r["active_params"]), format_count(r["total_params"]),
+            format_count(r["flops_per_token"]),
+            f"{format_mean_std(loss['mean'], loss['std'])} (n={loss['n']})",
+            format_mean_std(r["best_val_bpb"]["mean"], r["best_val_bpb"]["std"]),
+        ])
+    return "## Arms\n\n" + markdown_table(
+        ["arm", "criterion", "FFN", "active params", "total params", "FLOPs/token",
+         "best val loss (mean ± std)", "bits/byte"], rows, "lllrrrrr")
+
+
+def comparison_section(gaps: dict, heading: str = "## Comparisons") -> str:
+    if not gaps:
+        return f"{heading}\n\nNo comparison: the MoE arm or every dense arm lacks complete runs.\n"
+    rows, sentences = [], []
+    for criterion, g in gaps.items():
+        ci = (f"[{format_number(g['ci_low'])}, {format_number(g['ci_high'])}]"
+              if g["ci_low"] is not None else "–")
+        p = format_number(g["p_value"], 4) if g["p_value"] is not None else "–"
+        rows.append([CRITERION_TEXT[criterion], f"{g['moe_arm']} vs {g['dense_arm']}",
+                     f"{g['gap']:+.4f}", ci, p, g["verdict"]])
+        sentences.append(f"- {comparison_sentence(g)}")
+    return (
+        f"{heading}\n\nGap = dense − MoE best validation loss: positive means the MoE is better. "
+        "95 % confidence interval with Welch–Satterthwaite degrees of freedom; p from Welch's "
+        "t-test; a winner is named only when p < 0.05.\n\n"
+        + markdown_table(["criterion", "arms", "gap", "95 % CI", "Welch p", "verdict"], rows, "llrrrl")
+        + "\n" + "\n".join(sentences) + "\n"
+    )
+
+
+def comparison_sentence(g: dict) -> str:
+    """One sentence per criterion that says no more than the test supports."""
+    n = f"n={g['n_moe']}" if g["n_moe"] == g["n_dense"] else f"n={g['n_moe']}/{g['n_dense']}"
+    what = f"{CRITERION_TEXT[g['criterion']].capitalize()} ({g['moe_arm']} vs {g['dense_arm']}, {n} seeds)"
+    size = abs(g["gap"])
+    if g["verdict"] == "MoE better":
+        return (f"{what}: the MoE is better by {size:.4f} nats/token "
+                f"(95 % CI {g['ci_low']:.4f} to {g['ci_high']:.4f}, p = {g['p_value']:.2g}).")
+    if g["verdict"] == "dense better":
+        return (f"{what}: the dense model is better by {size:.4f} nats/token "
+                f"(95 % CI of dense − MoE {g['ci_low']:.4f} to {g['ci_high']:.4f}, p = {g['p_value']:.2g}).")
+    return (f"{what}: {g['verdict']}; the observed gap {g['gap']:+.4f} is not distinguishable "
+            "from seed noise, so no winner is claimed.")
+
+
+def budget_section(results: dict, figure_paths: dict[str, str]) -> str:
+    criteria = results["criteria"]
+    rows = []
+    for group in results["budgets"]:
+        row = [group["label"]]
+        for criterion in criteria:
+            g = group["gaps"].get(criterion)
+            row.append(f"{g['gap']:+.4f} ({g['verdict']})" if g else "–")
+        rows.append(row)
+    table = markdown_table(["tokens", *(CRITERION_TEXT[c] for c in criteria)], rows)
+    return ("## Budget sweep\n\nEach budget is a separate set of runs with its own full schedule. "
+            "Gap = dense − MoE best val loss.\n\n" + table + "\n"
+            + figure_block("Gap against the token budget", figure_paths, "gaps_vs_tokens", level=3))
+
+
+def ladder_section(results: dict) -> str:
+    rows = []
+    for rung, r in results["arms"].items():
+        routing, loss = r["routing"], r["best_val_loss"]
+        rows.append([
+            rung, LADDER_DESCRIPTIONS.get(rung, r["description"]), format_count(r["active_params"]),
+            f"{format_mean_std(loss['mean'], loss['std'])} (n={loss['n']})",
+            f"{r['collapsed_runs']}/{loss['n']}",
+            format_number(routing.get("max_busiest_fraction"), 3),
+            format_number(routing.get("routing_entropy"), 3),
+            format_number(routing.get("mean_log_z"), 3),
+        ])
+    return (
+        "## Ladder\n\nSame base model, budget and seeds; only the routing changes. Collapse is the "
+        "training engine's flag (one expert takes more than `train.collapse_threshold` of the "
+        "token-slots in some layer); busiest fraction is the worst layer at the end, routing "
+        "entropy (÷ log E) and log-z are means over layers and seeds.\n\n"
+        + markdown_table(["rung", "routing", "active params", "best val loss (mean ± std)",
+                          "collapsed runs", "busiest fraction", "routing entropy", "mean log-z"],
+                         rows, "llrrrrrr")
+    )
+
+
+def routing_section(results: dict, figure_paths: dict[str, str]) -> str:
+    rows = []
+    for arm, r in results["arms"].items():
+        routing = r["routing"]
+        if not routing:
+            continue
+        rows.append([
+            arm, format_number(routing.get("busiest_fraction"), 3),
+            format_number(routing.get("max_busiest_fraction"), 3),
+            format_number(routing.get("usage_variance_scaled"), 4),
+            format_number(routing.get("routing_entropy"), 3),
+            format_number(routing.get("effective_experts"), 2),
+            format_number(routing.get("mean_log_z"), 3),
+            f"{r['collapsed_runs']}/{len(r['runs'])}",
+        ])
+    if not rows:
+        return ""
+    return (
+        "## Routing diagnostics\n\nAt the end of training, on the validation windows; mean over "
+        "layers and seeds (worst layer for the max).\n\n"
+        + markdown_table(["arm", "busiest fraction", "max over layers", "E²·usage variance",
+                          "routing entropy / log E", "effective experts", "mean log-z",
+                          "collapsed runs"], rows, "lrrrrrrr")
+        + "\n" + figure_block("Routing over training", figure_paths, "routing", level=3)
+        + figure_block("Expert load per layer", figure_paths, "expert_load", level=3)
+    )
+
+
+def throughput_section(results: dict) -> str:
+    arms = results["arms"]
+    reference = next((a for a in ("dense_active", *arms) if a in arms), None)
+    reference_speed = arms[reference]["tokens_per_s"]["mean"] if reference else None
+    rows = []
+    for arm, r in arms.items():
+        speed = r["tokens_per_s"]["mean"]
+        ratio = speed / reference_speed if speed and reference_speed else None
+        rows.append([arm, format_mean_std(speed, r["tokens_per_s"]["std"], 0),
+                     format_number(ratio, 2), format_mean_std(r["wall_time_s"]["mean"],
+                                                              r["wall_time_s"]["std"], 1)])
+    return (
+        "## Throughput\n\nSecondary context, not a claim: training tokens/s as measured on the "
+        f"machine that ran each arm (shared machines are noisy). Relative to `{reference}`.\n\n"
+        + markdown_table(["arm", "tokens/s (mean ± std)", "relative", "wall time s"], rows, "lrrr")
+    )
+
+
+def runs_section(results: dict) -> str:
+    lines = []
+    if results["missing_runs"]:
+        lines.append("Planned runs without a complete result (not in any statistic): "
+                     + ", ".join(f"`{name}`" for name in results["missing_runs"]) + ".")
+    for name, error in results["failed_runs"].items():
+        lines.append(f"- `{name}` failed: {error}")
+    return "## Incomplete runs\n\n" + "\n".join(lines) + "\n" if lines else ""
+
+
+def notes_section(ablation: bool) -> str:
+    notes = [
+        "Every number above is read from the run folders (`runs/…/summary.json`, "
+        "`metrics.jsonl`, `config.yaml`); `moelab report DIR` rebuilds this file from them.",
+        "Standard deviations are over seeds (ddof = 1).",
+    ]
+    if not ablation:
+        notes.append("The tests are per criterion at α = 0.05 without a multiple-comparison "
+                     "correction; with few seeds, 'not significant' means 'not shown', not 'equal'.")
+    return "## Notes\n\n" + "\n".join(f"- {note}" for note in notes) + "\n"
+
+
+def figure_block(title: str, figure_paths: dict[str, str], key: str, level: int = 2) -> str:
+    if key not in figure_paths:
+        return ""
+    return f"{'#' * level} {title}\n\n![{title}]({figure_paths[key]})\n"

@@ -1,0 +1,61 @@
+"""The study commands as library functions: plan, train what is missing, write the outputs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable, Optional
+
+from moelab.config import Config
+from moelab.study.arms import Arm, ladder_arms, study_arms
+from moelab.study.report import write_outputs
+from moelab.study.runner import (
+    RunSpec, TrainFn, execute_plan, is_complete, plan_runs, train_commands, write_plan,
+)
+from moelab.study.settings import StudySettings
+
+KINDS = ("study", "ablation")
+
+
+def plan(kind: str, config: Config, settings: StudySettings) -> tuple[list[Arm], list[RunSpec]]:
+    """The arms (dense-vs-MoE, or the routing ladder) and every run of them."""
+    arms = ladder_arms(config) if kind == "ablation" else study_arms(
+        config, settings.criteria, settings.match_step)
+    return arms, plan_runs(arms, settings.seeds, settings.budgets)
+
+
+def write_study_plan(kind: str, config: Config, settings: StudySettings,
+                     study_dir: Path) -> list[RunSpec]:
+    arms, specs = plan(kind, config, settings)
+    recorded = settings.to_dict()
+    if kind == "ablation":
+        recorded.pop("criteria")
+    write_plan(study_dir, kind, config, recorded, arms, specs)
+    return specs
+
+
+def list_runs(kind: str, config: Config, settings: StudySettings, study_dir: Path) -> list[str]:
+    """Write the plan and return one ``moelab train`` command per run not yet complete."""
+    specs = write_study_plan(kind, config, settings, study_dir)
+    todo = [spec for spec in specs if not is_complete(study_dir / spec.run_dir)]
+    return train_commands(study_dir, todo)
+
+
+def run(kind: str, config: Config, settings: StudySettings, study_dir: Path, *,
+        train_fn: Optional[TrainFn] = None, log: Callable[[str], None] = print) -> dict:
+    """Plan, train every run that is not complete, then write results and report."""
+    study_dir = Path(study_dir)
+    specs = write_study_plan(kind, config, settings, study_dir)
+    if train_fn is None:
+        from moelab.train import train as train_fn
+    if any(not is_complete(study_dir / spec.run_dir) for spec in specs):
+        prepare_shared_data(config, log)
+    execute_plan(study_dir, specs, train_fn, log)
+    return write_outputs(study_dir)
+
+
+def prepare_shared_data(config: Config, log: Callable[[str], None]) -> None:
+    """Tokenizer and token cache once, up front: every arm then finds them in the cache."""
+    from moelab.data import prepare_data
+
+    log(f"preparing data ({config.data.source}, vocab {config.tokenizer_vocab_size})")
+    prepare_data(config.data, config.tokenizer_vocab_size, progress=config.train.progress)

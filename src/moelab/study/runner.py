@@ -1,0 +1,240 @@
+"""Plans and runs a folder of training runs: arms x seeds (x token budgets), resumably.
+
+Layout of a study folder::
+
+    DIR/study.yaml            the base config and study settings (rerunnable as a CONFIG)
+    DIR/plan.json             every planned run: arm, seed, budget, folder, config, command
+    DIR/configs/<run>.yaml    the resolved config of each run
+    DIR/runs/[<budget>/]<arm>/seed<k>/    one training run folder each
+    DIR/failures.json         runs whose last attempt raised, with the message
+
+A run is finished when its ``summary.json`` says ``"status": "complete"``. Any other run folder
+is torn (killed mid-way, or failed): it is trained again with ``resume=True``, which continues
+from its checkpoint when it has one and starts afresh otherwise. A failing run is recorded in
+failures.json and the others still run.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Optional
+
+import yaml
+
+from moelab.config import Config, dump_config, override, to_dict
+from moelab.errors import MoelabError
+from moelab.fileio import atomic_write_json, atomic_write_text
+from moelab.study.arms import Arm
+from moelab.study.budgets import format_token_count
+from moelab.train.checkpoint import latest_checkpoint
+
+TrainFn = Callable[..., dict]
+
+
+@dataclass
+class RunSpec:
+    """One planned training run."""
+
+    arm: str
+    seed: int
+    budget: Optional[int]
+    """Token budget of a budget sweep (None: the config's train.max_tokens)."""
+    config: Config
+
+    @property
+    def name(self) -> str:
+        """``moe/seed0``, or ``40.5M/moe/seed0`` in a budget sweep."""
+        parts = [self.arm, f"seed{self.seed}"]
+        if self.budget is not None:
+            parts.insert(0, format_token_count(self.budget))
+        return "/".join(parts)
+
+    @property
+    def run_dir(self) -> Path:
+        return Path("runs") / self.name
+
+    @property
+    def config_path(self) -> Path:
+        return Path("configs") / (self.name.replace("/", "-") + ".yaml")
+
+
+def plan_runs(arms: list[Arm], seeds: int, budgets: list[int]) -> list[RunSpec]:
+    """Every arm x seed (x budget); seed k of every arm before seed k + 1 of any.
+
+    That order means a study stopped half-way already holds complete, comparable seeds.
+    """
+    specs = []
+    for budget in budgets or [None]:
+        for offset in range(seeds):
+            for arm in arms:
+                seed = arm.config.train.seed + offset
+                changes = [f"train.seed={seed}"]
+                if budget is not None:
+                    changes.append(f"train.max_tokens={budget}")
+                specs.append(RunSpec(arm.name, seed, budget, override(arm.config, changes)))
+    return specs
+
+
+# --------------------------------------------------------------------------------------------
+# The plan on disk
+# --------------------------------------------------------------------------------------------
+
+
+def write_plan(study_dir: Path, kind: str, base: Config, settings: dict, arms: list[Arm],
+               specs: list[RunSpec]) -> None:
+    """Write study.yaml, plan.json and every run's config; refuse to mix two studies in a folder."""
+    check_same_study(study_dir, kind, base, specs)
+    for spec in specs:
+        atomic_write_text(study_dir / spec.config_path, dump_config(spec.config))
+    study_yaml = {**to_dict(base), "study": {k: v for k, v in settings.items() if k != "budgets"}}
+    if settings.get("budgets"):
+        study_yaml["study"]["budgets"] = [format_token_count(b) for b in settings["budgets"]]
+    atomic_write_text(study_dir / "study.yaml", yaml.safe_dump(study_yaml, sort_keys=False))
+    atomic_write_json(study_dir / "plan.json", {
+        "kind": kind,
+        "settings": settings,
+        "arms": [
+            {"name": arm.name, "criterion": arm.criterion, "mismatch": arm.mismatch,
+             "description": arm.description}
+            for arm in arms
+        ],
+        "runs": [
+            {"name": spec.name, "arm": spec.arm, "seed": spec.seed, "budget": spec.budget,
+             "run_dir": str(spec.run_dir), "config": str(spec.config_path)}
+            for spec in specs
+        ],
+    })
+
+
+def check_same_study(study_dir: Path, kind: str, base: Config, specs: list[RunSpec]) -> None:
+    """Runs planned before with another config would be silently mixed in: refuse instead.
+
+    More seeds or budgets for the same base config are fine; another kind of study, another
+    base config or another config for a run already planned are not.
+    """
+    plan_path, study_path = study_dir / "plan.json", study_dir / "study.yaml"
+    if plan_path.is_file():
+        old_kind = json.loads(plan_path.read_text("utf-8")).get("kind")
+        if old_kind != kind:
+            raise MoelabError(f"{study_dir} already holds a {old_kind!r} study, not {kind!r}: "
+                              "use another --out folder")
+    pairs = [("base config", study_path, to_dict(base))] + [
+        (f"config for run {spec.name}", study_dir / spec.config_path, to_dict(spec.config)) for spec in specs
+    ]
+    for what, path, new in pairs:
+        if path.is_file():
+            old = yaml.safe_load(path.read_text("utf-8")) or {}
+            old.pop("study", None)
+            difference = first_difference(old, new)
+            if difference:
+                raise MoelabError(
+                    f"{study_dir} already holds a study with another {what}: {difference}; "
+                    "use another --out folder or the same config"
+                )
+
+
+def first_difference(old, new, prefix: str = "") -> str:
+    """'key=old (now new)' for the first differing key of two nested dicts, '' if equal."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        for key in list(old) + [k for k in new if k not in old]:
+            found = first_difference(old.get(key), new.get(key), f"{prefix}{key}.")
+            if found:
+                return found
+        return ""
+    return "" if old == new else f"{prefix[:-1]}={old!r} (now {new!r})"
+
+
+def train_commands(study_dir: Path, specs: list[RunSpec]) -> list[str]:
+    """One ``moelab train`` command per run, for a cluster or several GPUs."""
+    return [
+        "moelab train {} --out {}".format(
+            shlex.quote(str(study_dir / spec.config_path)), shlex.quote(str(study_dir / spec.run_dir))
+        )
+        for spec in specs
+    ]
+
+
+# --------------------------------------------------------------------------------------------
+# Running
+# --------------------------------------------------------------------------------------------
+
+
+def is_complete(run_dir: Path) -> bool:
+    summary_path = run_dir / "summary.json"
+    try:
+        return json.loads(summary_path.read_text("utf-8")).get("status") == "complete"
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def has_checkpoint(run_dir: Path) -> bool:
+    """Whether a torn run left a complete checkpoint to resume from (a corrupt one: no)."""
+    try:
+        return latest_checkpoint(run_dir / "checkpoints") is not None
+    except MoelabError:
+        return False
+
+
+@dataclass
+class RunOutcome:
+    spec: RunSpec
+    status: str
+    """'skipped' (already complete), 'complete' (trained now) or 'failed'."""
+    seconds: float = 0.0
+    error: str = ""
+    summary: Optional[dict] = None
+
+
+def execute_plan(study_dir: Path, specs: list[RunSpec], train_fn: TrainFn,
+                 log: Callable[[str], None] = print) -> list[RunOutcome]:
+    """Train every run that is not complete; a failure is recorded, and the rest go on."""
+    failures = read_failures(study_dir)
+    outcomes: list[RunOutcome] = []
+    todo = [spec for spec in specs if not is_complete(study_dir / spec.run_dir)]
+    log(f"{len(specs)} runs planned, {len(specs) - len(todo)} already complete, {len(todo)} to train")
+    started = time.perf_counter()
+    for index, spec in enumerate(todo, start=1):
+        outcome = run_one(study_dir / spec.run_dir, spec, train_fn, log, f"[{index}/{len(todo)}]")
+        outcomes.append(outcome)
+        if outcome.status == "failed":
+            failures[spec.name] = outcome.error
+        else:
+            failures.pop(spec.name, None)
+        atomic_write_json(study_dir / "failures.json", failures)
+        elapsed = time.perf_counter() - started
+        remaining = elapsed / index * (len(todo) - index)
+        log(f"  study: {index}/{len(todo)} runs done in {elapsed:.0f} s, about {remaining:.0f} s left")
+    done = {spec.name for spec in todo}
+    outcomes += [RunOutcome(spec, "skipped") for spec in specs if spec.name not in done]
+    return outcomes
+
+
+def run_one(run_dir: Path, spec: RunSpec, train_fn: TrainFn, log: Callable[[str], None],
+            counter: str) -> RunOutcome:
+    """Train one run. ``resume=True`` always: the training engine continues a torn run from its
+    checkpoint, starts one without a checkpoint afresh, and refuses a folder of another config."""
+    how = "resuming from its checkpoint" if has_checkpoint(run_dir) else "training"
+    log(f"{counter} {spec.name}: {how}")
+    started = time.perf_counter()
+    try:
+        summary = train_fn(spec.config, run_dir, resume=True)
+    except Exception as exc:  # noqa: BLE001 -- one failed run must not stop the study
+        error = f"{type(exc).__name__}: {exc}".splitlines()[0]
+        log(f"{counter} {spec.name}: FAILED ({error})")
+        return RunOutcome(spec, "failed", time.perf_counter() - started, error)
+    seconds = time.perf_counter() - started
+    best = summary.get("best_val_loss") if isinstance(summary, dict) else None
+    best_text = f"best val loss {best:.4f}, " if isinstance(best, (int, float)) else ""
+    log(f"{counter} {spec.name}: done, {best_text}{seconds:.0f} s")
+    return RunOutcome(spec, "complete", seconds, summary=summary)
+
+
+def read_failures(study_dir: Path) -> dict[str, str]:
+    try:
+        return dict(json.loads((study_dir / "failures.json").read_text("utf-8")))
+    except (OSError, ValueError, TypeError):
+        return {}

@@ -1,0 +1,55 @@
+"""Validation loss (nats/token and bits/byte) and routing diagnostics over fixed windows."""
+
+from __future__ import annotations
+
+from contextlib import nullcontext
+from dataclasses import dataclass, field
+
+import torch
+
+from moelab.data.units import nats_to_bits_per_byte
+from moelab.moe import RoutingStats
+
+
+@dataclass
+class EvalResult:
+    val_loss: float
+    """Mean cross-entropy (nats/token) over every target token of the validation windows."""
+    bits_per_byte: float
+    routing: list[dict[str, float]] = field(default_factory=list)
+    """Per-layer ``RoutingStats.summary()`` over the whole eval set; [] for a dense model."""
+
+    def to_dict(self) -> dict:
+        return {"val_loss": self.val_loss, "bits_per_byte": self.bits_per_byte,
+                "routing": self.routing}
+
+
+@torch.no_grad()
+def evaluate(model: torch.nn.Module, windows_NT: torch.Tensor, bytes_per_token: float,
+             batch_size: int, device: torch.device, autocast=nullcontext) -> EvalResult:
+    """Evaluate on ``windows_NT`` ((N, T + 1) tokens: inputs are [:, :-1], targets [:, 1:]).
+
+    Every window has the same length, so the mean of per-batch mean losses weighted by batch
+    size is the mean over all tokens. Routing statistics are sums, merged exactly across
+    batches before the diagnostics are computed. The host syncs once, at the end.
+    """
+    was_training = model.training
+    model.eval()
+    loss_sum = torch.zeros((), dtype=torch.float64, device=device)
+    routing: list[RoutingStats] = []
+    for chunk_BT in windows_NT.split(batch_size):
+        chunk_BT = chunk_BT.to(device, non_blocking=True)
+        with autocast():
+            out = model(chunk_BT[:, :-1], chunk_BT[:, 1:])
+        loss_sum += out.ce_loss.double() * chunk_BT.shape[0]
+        routing = list(out.routing) if not routing else [a.merge(b) for a, b in zip(routing, out.routing)]
+    model.train(was_training)
+    val_loss = float(loss_sum) / windows_NT.shape[0]
+    return EvalResult(val_loss=val_loss,
+                      bits_per_byte=nats_to_bits_per_byte(val_loss, bytes_per_token),
+                      routing=[stats.summary() for stats in routing])
+
+
+def is_collapsed(routing: list[dict[str, float]], threshold: float) -> bool:
+    """True when, in any layer, one expert takes more than ``threshold`` of the token-slots."""
+    return any(layer["busiest_fraction"] > threshold for layer in routing)

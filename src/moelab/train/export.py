@@ -1,0 +1,126 @@
+"""Export a run to a Hugging Face folder: ``LlamaForCausalLM`` (dense) or ``MixtralForCausalLM``.
+
+The one weight mapping of the project lives here (``to_hf_state_dict``); tests that port moelab
+weights into ``transformers`` use it too. It writes Hugging Face's on-disk checkpoint names
+(Mixtral experts one by one, ``block_sparse_moe.experts.{e}.w1``), which every transformers
+version loads, whatever layout it uses in memory. No tensor needs permuting: moelab's RoPE is
+the rotate-half convention of ``transformers`` and its expert slices are laid out like
+``nn.Linear`` weights.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import tempfile
+from pathlib import Path
+
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import save_file
+
+from moelab.config import ModelConfig
+from moelab.data import EOT_TEXT
+from moelab.errors import MoelabError
+
+# moelab name -> Hugging Face name, for everything but the stacked experts.
+_RENAMES = [
+    (r"tok_embeddings\.weight", "model.embed_tokens.weight"),
+    (r"norm\.weight", "model.norm.weight"),
+    (r"output\.weight", "lm_head.weight"),
+    (r"layers\.(\d+)\.attention\.wq\.weight", r"model.layers.\1.self_attn.q_proj.weight"),
+    (r"layers\.(\d+)\.attention\.wk\.weight", r"model.layers.\1.self_attn.k_proj.weight"),
+    (r"layers\.(\d+)\.attention\.wv\.weight", r"model.layers.\1.self_attn.v_proj.weight"),
+    (r"layers\.(\d+)\.attention\.wo\.weight", r"model.layers.\1.self_attn.o_proj.weight"),
+    (r"layers\.(\d+)\.attention_norm\.weight", r"model.layers.\1.input_layernorm.weight"),
+    (r"layers\.(\d+)\.ffn_norm\.weight", r"model.layers.\1.post_attention_layernorm.weight"),
+    # dense SwiGLU: w1 = gate, w3 = up, w2 = down
+    (r"layers\.(\d+)\.feed_forward\.w1\.weight", r"model.layers.\1.mlp.gate_proj.weight"),
+    (r"layers\.(\d+)\.feed_forward\.w3\.weight", r"model.layers.\1.mlp.up_proj.weight"),
+    (r"layers\.(\d+)\.feed_forward\.w2\.weight", r"model.layers.\1.mlp.down_proj.weight"),
+    # MoE router
+    (r"layers\.(\d+)\.feed_forward\.router\.weight", r"model.layers.\1.block_sparse_moe.gate.weight"),
+]
+_STACKED_EXPERTS = re.compile(r"layers\.(\d+)\.feed_forward\.(w[123])")
+
+
+def to_hf_state_dict(state_dict: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """moelab weights under Hugging Face's checkpoint names (Llama / Mixtral)."""
+    hf: dict[str, torch.Tensor] = {}
+    for name, tensor in state_dict.items():
+        stacked = _STACKED_EXPERTS.fullmatch(name)
+        if stacked:  # (E, ...) -> one tensor per expert
+            layer, which = stacked.groups()
+            for expert, weight in enumerate(tensor.unbind(0)):
+                hf[f"model.layers.{layer}.block_sparse_moe.experts.{expert}.{which}.weight"] = weight
+            continue
+        for pattern, replacement in _RENAMES:
+            if re.fullmatch(pattern, name):
+                hf[re.sub(pattern, replacement, name)] = tensor
+                break
+        else:
+            raise MoelabError(f"cannot export parameter {name!r}: no Hugging Face name for it")
+    return {name: tensor.detach().cpu().contiguous() for name, tensor in hf.items()}
+
+
+def hf_config(cfg: ModelConfig, eot_id: int):
+    """The ``LlamaConfig`` (dense) or ``MixtralConfig`` (MoE) of ``cfg``."""
+    from transformers import LlamaConfig, MixtralConfig
+
+    common = dict(
+        vocab_size=cfg.vocab_size, hidden_size=cfg.d_model, num_hidden_layers=cfg.n_layers,
+        num_attention_heads=cfg.n_heads, num_key_value_heads=cfg.n_kv_heads,
+        head_dim=cfg.head_dim, max_position_embeddings=cfg.max_seq_len,
+        rms_norm_eps=cfg.norm_eps, rope_theta=cfg.rope_theta,
+        tie_word_embeddings=cfg.tie_embeddings, hidden_act="silu",
+        initializer_range=cfg.init_std, bos_token_id=eot_id, eos_token_id=eot_id,
+    )
+    if cfg.moe is None:
+        return LlamaConfig(intermediate_size=cfg.d_ff, attention_bias=False, mlp_bias=False,
+                           **common)
+    return MixtralConfig(intermediate_size=cfg.moe.d_expert,
+                         num_local_experts=cfg.moe.num_experts,
+                         num_experts_per_tok=cfg.moe.top_k,
+                         router_aux_loss_coef=cfg.moe.lb_coef, sliding_window=None, **common)
+
+
+def export_hf(run_dir: str | Path, out_dir: str | Path) -> Path:
+    """Write ``out_dir`` so that ``AutoModelForCausalLM`` and ``AutoTokenizer`` load the run.
+
+    The folder is assembled beside ``out_dir`` and renamed into place, so it is never seen
+    half written; an existing non-empty ``out_dir`` is refused rather than overwritten.
+    """
+    from moelab.train.runs import load_run
+
+    try:
+        from transformers import PreTrainedTokenizerFast
+    except ImportError:
+        raise MoelabError("export-hf needs the transformers package: pip install transformers") from None
+    out_dir = Path(out_dir)
+    if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())):
+        raise MoelabError(f"cannot export to {out_dir}: it exists and is not an empty folder")
+    model, tokenizer = load_run(run_dir)
+    try:
+        out_dir.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
+    except OSError as exc:
+        raise MoelabError(f"cannot write {out_dir}: {exc.strerror or exc}") from None
+    try:
+        hf_config(model.cfg, tokenizer.eot_id).save_pretrained(staging)
+        save_file(to_hf_state_dict(model.state_dict()), staging / "model.safetensors",
+                  metadata={"format": "pt"})
+        PreTrainedTokenizerFast(
+            tokenizer_file=str(tokenizer.path), bos_token=EOT_TEXT, eos_token=EOT_TEXT,
+            unk_token=EOT_TEXT, pad_token=EOT_TEXT, model_max_length=model.cfg.max_seq_len,
+        ).save_pretrained(staging)
+        if out_dir.is_dir():
+            out_dir.rmdir()  # empty (checked above)
+        os.replace(staging, out_dir)
+    except (OSError, SafetensorError) as exc:  # a full disk, a folder we may not write
+        shutil.rmtree(staging, ignore_errors=True)
+        raise MoelabError(f"cannot write {out_dir}: {getattr(exc, 'strerror', None) or exc}") from None
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return out_dir

@@ -1,0 +1,354 @@
+"""The training loop: ``train(config, run_dir, resume=False) -> summary``.
+
+One optimizer step = one global batch of ``train.batch_size`` sequences of ``max_seq_len``
+tokens, split over ranks (DDP) and, within a rank, into micro batches (gradient accumulation).
+The budget is in tokens: ``steps = max_tokens // (batch_size * max_seq_len)`` (rounded down, so
+a run never trains on more than its budget), and ``tokens = steps * batch_size * max_seq_len``
+is the exact number of target tokens trained on.
+
+Per step the host waits for the device only on log, eval and checkpoint steps: losses and the
+non-finite check stay on the device in between.
+"""
+
+from __future__ import annotations
+
+import math
+import platform
+import time
+from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch.nn.parallel import DistributedDataParallel
+from tqdm import tqdm
+
+import moelab
+from moelab.accounting import count_params, flops_per_token
+from moelab.config import Config
+from moelab.data import TrainBatches, prepare_data, validation_windows
+from moelab.errors import MoelabError
+from moelab.model import Transformer
+from moelab.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from moelab.train.distributed import Distributed, setup_distributed
+from moelab.train.evaluation import EvalResult, evaluate, is_collapsed
+from moelab.train.generate import sample_text
+from moelab.train.loggers import ExternalLoggers
+from moelab.train.optim import build_optimizer, lr_at, warmup_steps_for
+from moelab.train.run_folder import RunFolder
+
+LOSS_NAMES = ("loss", "ce_loss", "lb_loss", "z_loss")
+
+
+@dataclass(frozen=True)
+class StepPlan:
+    """How the token budget becomes steps, and a global batch becomes micro batches."""
+
+    total_steps: int
+    tokens_per_step: int
+    rank_batch_size: int
+    micro_batch_size: int
+    warmup_steps: int
+
+    @property
+    def accumulation_steps(self) -> int:
+        return self.rank_batch_size // self.micro_batch_size
+
+    @classmethod
+    def from_config(cls, config: Config, world_size: int) -> "StepPlan":
+        tc, seq_len = config.train, config.model.max_seq_len
+        tokens_per_step = tc.batch_size * seq_len
+        total_steps = tc.max_tokens // tokens_per_step
+        if total_steps == 0:
+            raise MoelabError(
+                f"train.max_tokens={tc.max_tokens} is invalid: less than one step of "
+                f"batch_size * max_seq_len = {tokens_per_step} tokens"
+            )
+        if tc.batch_size % world_size:
+            raise MoelabError(
+                f"train.batch_size={tc.batch_size} is invalid: must be divisible by the number "
+                f"of processes ({world_size})"
+            )
+        rank_batch_size = tc.batch_size // world_size
+        micro_batch_size = tc.micro_batch_size or rank_batch_size
+        if rank_batch_size % micro_batch_size:
+            raise MoelabError(
+                f"train.micro_batch_size={micro_batch_size} is invalid: must divide the "
+                f"per-process batch batch_size / processes = {rank_batch_size}"
+            )
+        return cls(total_steps, tokens_per_step, rank_batch_size, micro_batch_size,
+                   warmup_steps_for(tc, total_steps))
+
+
+# --------------------------------------------------------------------------------------------
+# The entry point
+# --------------------------------------------------------------------------------------------
+
+
+def train(config: Config, run_dir: str | Path, *, resume: bool = False) -> dict[str, Any]:
+    """Train one run into ``run_dir`` and return its summary (also in summary.json).
+
+    With ``resume`` a finished run returns its summary untouched, an interrupted one continues
+    bit for bit from its latest checkpoint, and a folder without a checkpoint starts afresh.
+    Launched by torchrun, every process calls this and only rank 0 writes.
+    """
+    config.validate()
+    run = RunFolder(run_dir)
+    if resume and run.is_complete():
+        run.check_same_config(config)
+        return run.read_summary()
+    dist = setup_distributed(config.train.device)
+    try:
+        return _train(config, run, resume, dist)
+    finally:
+        dist.close()
+
+
+def _train(config: Config, run: RunFolder, resume: bool, dist: Distributed) -> dict[str, Any]:
+    tc, seq_len = config.train, config.model.max_seq_len
+    plan = StepPlan.from_config(config, dist.world_size)
+    if dist.is_main:
+        run.start(config, resume)
+    loggers = ExternalLoggers(config, run.path) if dist.is_main else None  # fails fast if missing
+    data = _prepare_data_once(config, dist)
+    if dist.is_main:
+        run.save_tokenizer(data.tokenizer.path)
+
+    torch.manual_seed(tc.seed)
+    model = Transformer(config.model).to(dist.device)
+    optimizer = build_optimizer(model, tc)
+    batches = TrainBatches(data.train.tokens, seq_len, tc.batch_size, tc.effective_data_seed,
+                           dist.rank, dist.world_size)
+    windows_NT = validation_windows(data.valid.tokens, seq_len, tc.eval_windows)
+    state = _resume_state(run, model, optimizer, batches) if resume else _fresh_state()
+    if dist.is_main:
+        run.truncate_metrics(state["step"])  # drop what a killed run logged after its checkpoint
+
+    ddp_model = DistributedDataParallel(model) if dist.is_ddp else None
+    train_model = ddp_model or model
+    if tc.compile:
+        train_model = torch.compile(train_model)
+    autocast = partial(torch.autocast, dist.device.type, dtype=torch.bfloat16,
+                       enabled=tc.dtype == "bfloat16")
+    run_eval = partial(evaluate, model, windows_NT, data.valid.bytes_per_token,
+                       plan.micro_batch_size, dist.device, autocast)
+    flops_full = flops_per_token(config.model).full
+    log = partial(_log_event, run, loggers) if dist.is_main else (lambda event: None)
+    clock = Clock(state["train_time_s"], state["wall_time_s"])
+    nonfinite = NonFiniteGuard(dist.device)
+    bar = tqdm(total=plan.total_steps, initial=state["step"], unit="step", dynamic_ncols=True,
+               disable=not (tc.progress and dist.is_main))
+
+    last_log = (state["step"], clock.train_s)
+    for step in range(state["step"] + 1, plan.total_steps + 1):
+        lr = lr_at(step - 1, plan.total_steps, plan.warmup_steps, tc.lr, tc.min_lr_ratio)
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+        x_BT, y_BT = (t.to(dist.device, non_blocking=True) for t in batches.next())
+        losses_4 = forward_backward(train_model, ddp_model, x_BT, y_BT, plan, autocast)
+        grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), tc.grad_clip or math.inf)
+        nonfinite.note(step, losses_4[0], grad_norm)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        state.update(step=step, tokens=step * plan.tokens_per_step)
+        bar.update(1)
+        is_last = step == plan.total_steps
+
+        if step % tc.log_interval == 0 or is_last:
+            losses_4 = dist.average(losses_4).tolist()  # syncs: the only per-log host wait
+            nonfinite.check(run)
+            tokens_per_s = (step - last_log[0]) * plan.tokens_per_step / max(clock.train_s - last_log[1], 1e-9)
+            last_log = (step, clock.train_s)
+            log({"kind": "train", "step": step, "tokens": state["tokens"],
+                 **dict(zip(LOSS_NAMES, losses_4)), "lr": lr, "grad_norm": float(grad_norm),
+                 "tokens_per_s": tokens_per_s, "flops_per_s": tokens_per_s * flops_full})
+            bar.set_postfix(loss=f"{losses_4[0]:.3f}", tok_s=f"{tokens_per_s:,.0f}")
+
+        if (step % tc.eval_interval == 0 or is_last) and dist.is_main:
+            with clock.paused():
+                result = run_eval()
+            _record_eval(state, result, step)
+            log({"kind": "eval", "step": step, "tokens": state["tokens"], **_eval_event(result, state),
+                 "collapse": is_collapsed(result.routing, tc.collapse_threshold)})
+
+        if (tc.checkpoint_interval and step % tc.checkpoint_interval == 0) or is_last:
+            nonfinite.check(run)
+            if dist.is_main:
+                with clock.paused():
+                    state.update(train_time_s=clock.train_s, wall_time_s=clock.wall_s,
+                                 data=batches.state_dict())
+                    save_checkpoint(run.checkpoints_dir, model, optimizer, state, config)
+    bar.close()
+
+    if not dist.is_main:
+        return {}
+    if tc.sample_tokens:
+        with clock.paused():
+            run.write_samples(sample_text(model, data.tokenizer, tc.sample_tokens, seed=tc.seed))
+    summary = _summary(config, state, plan, clock, dist)
+    run.write_summary(summary)
+    if loggers:
+        loggers.close()
+    return summary
+
+
+def forward_backward(train_model, ddp_model, x_BT: torch.Tensor, y_BT: torch.Tensor,
+                     plan: StepPlan, autocast) -> torch.Tensor:
+    """Accumulate the gradient of the mean loss over this rank's micro batches.
+
+    Returns the four losses (loss, ce, lb, z) averaged over micro batches, on the device.
+    DDP averages gradients over ranks on the last micro batch only (``no_sync`` before it).
+    """
+    losses = []
+    micro_batches = list(zip(x_BT.split(plan.micro_batch_size), y_BT.split(plan.micro_batch_size)))
+    for index, (x_bT, y_bT) in enumerate(micro_batches):
+        is_last = index == len(micro_batches) - 1
+        with ddp_model.no_sync() if ddp_model and not is_last else nullcontext():
+            with autocast():
+                out = train_model(x_bT, y_bT)
+            (out.loss / len(micro_batches)).backward()
+        losses.append(torch.stack([out.loss, out.ce_loss, out.lb_loss, out.z_loss]).detach().float())
+    return torch.stack(losses).mean(dim=0)
+
+
+# --------------------------------------------------------------------------------------------
+# Helpers of the loop
+# --------------------------------------------------------------------------------------------
+
+
+def _prepare_data_once(config: Config, dist: Distributed):
+    """Rank 0 builds the tokenizer and token cache; the others wait, then read the cache."""
+    progress = config.train.progress and dist.is_main
+    if dist.is_main:
+        data = prepare_data(config.data, config.tokenizer_vocab_size, progress=progress)
+    dist.barrier()
+    if not dist.is_main:
+        data = prepare_data(config.data, config.tokenizer_vocab_size, progress=False)
+    if data.tokenizer.vocab_size > config.model.vocab_size:
+        raise MoelabError(
+            f"model.vocab_size={config.model.vocab_size} is invalid: the tokenizer has "
+            f"{data.tokenizer.vocab_size} tokens"
+        )
+    return data
+
+
+def _fresh_state() -> dict[str, Any]:
+    return {"step": 0, "tokens": 0, "best_val_loss": None, "best_val_step": None,
+            "best_val_bpb": None, "last_eval": None, "train_time_s": 0.0, "wall_time_s": 0.0}
+
+
+def _resume_state(run: RunFolder, model, optimizer, batches: TrainBatches) -> dict[str, Any]:
+    """Load the latest checkpoint if there is one (a run killed before it starts afresh)."""
+    folder = latest_checkpoint(run.checkpoints_dir)
+    if folder is None:
+        return _fresh_state()
+    state = load_checkpoint(folder, model, optimizer)
+    batches.load_state_dict(state.pop("data"))
+    return state
+
+
+def _record_eval(state: dict[str, Any], result: EvalResult, step: int) -> None:
+    state["last_eval"] = {"step": step, **result.to_dict()}
+    if state["best_val_loss"] is None or result.val_loss < state["best_val_loss"]:
+        state.update(best_val_loss=result.val_loss, best_val_step=step,
+                     best_val_bpb=result.bits_per_byte)
+
+
+def _eval_event(result: EvalResult, state: dict[str, Any]) -> dict[str, Any]:
+    return {"val_loss": result.val_loss, "val_bpb": result.bits_per_byte,
+            "best_val_loss": state["best_val_loss"], "routing": result.routing}
+
+
+def _log_event(run: RunFolder, loggers: ExternalLoggers | None, event: dict[str, Any]) -> None:
+    run.append_metrics(event)
+    if loggers:
+        loggers.log(event)
+
+
+def _summary(config: Config, state: dict[str, Any], plan: StepPlan, clock: "Clock",
+             dist: Distributed) -> dict[str, Any]:
+    counts, flops = count_params(config.model), flops_per_token(config.model)
+    final = state["last_eval"]
+    tokens_per_s = state["tokens"] / max(clock.train_s, 1e-9)
+    return {
+        "status": "complete",
+        "best_val_loss": state["best_val_loss"],
+        "best_val_step": state["best_val_step"],
+        "best_val_bpb": state["best_val_bpb"],
+        "final_val_loss": final["val_loss"],
+        "final_val_bpb": final["bits_per_byte"],
+        "total_params": counts.total,
+        "active_params": counts.active,
+        "non_embedding_params": counts.non_embedding,
+        "flops_per_token": flops.six_n,
+        "flops_per_token_full": flops.full,
+        "tokens": state["tokens"],
+        "steps": state["step"],
+        "tokens_per_step": plan.tokens_per_step,
+        "wall_time_s": clock.wall_s,
+        "train_time_s": clock.train_s,
+        "tokens_per_s": tokens_per_s,
+        "flops_per_s": tokens_per_s * flops.full,
+        "seed": config.train.seed,
+        "data_seed": config.train.effective_data_seed,
+        "world_size": dist.world_size,
+        "device": str(dist.device),
+        "versions": {"moelab": moelab.__version__, "torch": torch.__version__,
+                     "numpy": np.__version__, "python": platform.python_version()},
+        "routing": final["routing"],
+        "collapse": is_collapsed(final["routing"], config.train.collapse_threshold),
+    }
+
+
+class Clock:
+    """Wall time and training time (wall time minus eval/checkpoint pauses), across resumes."""
+
+    def __init__(self, prior_train_s: float = 0.0, prior_wall_s: float = 0.0):
+        self._start = time.perf_counter()
+        self._paused_s = 0.0
+        self._prior_train_s, self._prior_wall_s = prior_train_s, prior_wall_s
+
+    @property
+    def wall_s(self) -> float:
+        return self._prior_wall_s + time.perf_counter() - self._start
+
+    @property
+    def train_s(self) -> float:
+        return self._prior_train_s + time.perf_counter() - self._start - self._paused_s
+
+    @contextmanager
+    def paused(self):
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self._paused_s += time.perf_counter() - start
+
+
+class NonFiniteGuard:
+    """Remembers, on the device, the first step whose loss or gradient norm was not finite.
+
+    ``note`` costs no host sync; ``check`` (on log/checkpoint steps) raises a MoelabError naming
+    that step, before a checkpoint could be written from the damaged weights.
+    """
+
+    def __init__(self, device: torch.device):
+        self._first_bad_step = torch.full((), -1, dtype=torch.long, device=device)
+
+    def note(self, step: int, loss: torch.Tensor, grad_norm: torch.Tensor) -> None:
+        bad = ~(torch.isfinite(loss) & torch.isfinite(grad_norm))
+        unset = self._first_bad_step < 0
+        self._first_bad_step = torch.where(bad & unset, step, self._first_bad_step)
+
+    def check(self, run: RunFolder) -> None:
+        bad_step = int(self._first_bad_step)
+        if bad_step >= 0:
+            last_good = latest_checkpoint(run.checkpoints_dir)
+            kept = f"the last good checkpoint is {last_good}" if last_good else "no checkpoint was written"
+            raise MoelabError(
+                f"non-finite loss or gradient at step {bad_step} of {run.path}: stopped; {kept} "
+                f"(lower train.lr or raise train.warmup_fraction)"
+            )

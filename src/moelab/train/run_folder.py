@@ -1,0 +1,127 @@
+"""A run is a folder; this module is the one place that knows its file names.
+
+    config.yaml        the resolved config of the run
+    tokenizer.json     a copy of the tokenizer, so the run folder is self-contained
+    metrics.jsonl      one JSON object per train-log or eval event: {"kind", "step", "tokens", ...}
+    summary.json       written at the end (status "complete") or on failure (status "failed")
+    samples.txt        a few generations of the final model
+    checkpoints/       see moelab.train.checkpoint
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+from moelab.config import Config, build_config, read_raw, save_config, to_dict
+from moelab.errors import MoelabError
+from moelab.fileio import atomic_write, atomic_write_json, atomic_write_text
+
+# Keys that may differ between a run and its resumption: they change how a run is shown,
+# never what it computes.
+_RESUME_FREE_KEYS = ("progress", "tensorboard", "wandb")
+
+
+class RunFolder:
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+
+    config_path = property(lambda self: self.path / "config.yaml")
+    tokenizer_path = property(lambda self: self.path / "tokenizer.json")
+    metrics_path = property(lambda self: self.path / "metrics.jsonl")
+    summary_path = property(lambda self: self.path / "summary.json")
+    samples_path = property(lambda self: self.path / "samples.txt")
+    checkpoints_dir = property(lambda self: self.path / "checkpoints")
+
+    # -- the run's config ---------------------------------------------------------------
+
+    def start(self, config: Config, resume: bool) -> None:
+        """Create the folder (or check a resumed one holds the same config) and save config.yaml."""
+        if self.config_path.exists():
+            if not resume:
+                raise MoelabError(
+                    f"run folder {self.path} already holds a run: pass --resume to continue it "
+                    f"or choose another --out"
+                )
+            self.check_same_config(config)
+        try:
+            self.path.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise MoelabError(f"cannot create run folder {self.path}: {exc.strerror or exc}") from None
+        save_config(config, self.config_path)
+
+    def read_config(self) -> Config:
+        if not self.config_path.is_file():
+            raise MoelabError(f"{self.path} is not a run folder: it has no config.yaml")
+        return build_config(read_raw(self.config_path))
+
+    def check_same_config(self, config: Config) -> None:
+        """Refuse to resume with a config that computes something else than the run's."""
+        saved, given = to_dict(self.read_config()), to_dict(config)
+        for section in (saved, given):
+            for key in _RESUME_FREE_KEYS:
+                section["train"].pop(key)
+        if saved != given:
+            differing = _first_difference(saved, given)
+            raise MoelabError(
+                f"cannot resume {self.path}: its config differs at {differing}; resume with the "
+                f"same config or start a new run"
+            )
+
+    def save_tokenizer(self, tokenizer_file: Path) -> None:
+        atomic_write(self.tokenizer_path, lambda tmp: shutil.copyfile(tokenizer_file, tmp))
+
+    # -- metrics ------------------------------------------------------------------------
+
+    def append_metrics(self, event: dict[str, Any]) -> None:
+        """Append one event as a line (flushed at once, so a killed run keeps what it logged)."""
+        try:
+            with open(self.metrics_path, "a", encoding="utf-8") as f:
+                f.write(json.dumps(event) + "\n")
+        except OSError as exc:
+            raise MoelabError(f"cannot write {self.metrics_path}: {exc.strerror or exc}") from None
+
+    def read_metrics(self) -> list[dict[str, Any]]:
+        """All complete events (a torn last line of a killed run is skipped)."""
+        if not self.metrics_path.is_file():
+            return []
+        events = []
+        for line in self.metrics_path.read_text(encoding="utf-8").splitlines():
+            try:
+                events.append(json.loads(line))
+            except ValueError:
+                continue
+        return events
+
+    def truncate_metrics(self, last_step: int) -> None:
+        """Keep only events up to ``last_step``: a resumed run then logs exactly what an
+        uninterrupted run would have."""
+        kept = [e for e in self.read_metrics() if e["step"] <= last_step]
+        atomic_write_text(self.metrics_path, "".join(json.dumps(e) + "\n" for e in kept))
+
+    # -- summary and samples ------------------------------------------------------------
+
+    def write_summary(self, summary: dict[str, Any]) -> None:
+        atomic_write_json(self.summary_path, summary)
+
+    def read_summary(self) -> dict[str, Any] | None:
+        if not self.summary_path.is_file():
+            return None
+        return json.loads(self.summary_path.read_text(encoding="utf-8"))
+
+    def is_complete(self) -> bool:
+        summary = self.read_summary()
+        return summary is not None and summary.get("status") == "complete"
+
+    def write_samples(self, text: str) -> None:
+        atomic_write_text(self.samples_path, text)
+
+
+def _first_difference(a: Any, b: Any, prefix: str = "") -> str:
+    if isinstance(a, dict) and isinstance(b, dict):
+        for key in list(a) + [k for k in b if k not in a]:
+            if a.get(key) != b.get(key):
+                return _first_difference(a.get(key), b.get(key), f"{prefix}.{key}".lstrip("."))
+    return f"{prefix} ({a!r} in the run, {b!r} given)"

@@ -1,0 +1,79 @@
+"""Using a finished run folder: load its model and tokenizer, evaluate it on any data."""
+
+from __future__ import annotations
+
+import dataclasses
+from contextlib import nullcontext
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from moelab.config import Config
+from moelab.data import Tokenizer, prepare_data, validation_windows
+from moelab.data.sources import resolve_source, split_bytes
+from moelab.errors import MoelabError
+from moelab.model import Transformer
+from moelab.train.checkpoint import latest_checkpoint, load_weights
+from moelab.train.distributed import resolve_device
+from moelab.train.evaluation import evaluate
+from moelab.train.run_folder import RunFolder
+
+
+def load_run(run_dir: str | Path, device: str = "cpu") -> tuple[Transformer, Tokenizer]:
+    """The run's latest weights (in eval mode) and its tokenizer: ``model(tokens).logits``."""
+    run = RunFolder(run_dir)
+    config = run.read_config()
+    folder = latest_checkpoint(run.checkpoints_dir)
+    if folder is None:
+        raise MoelabError(f"run {run.path} has no checkpoint yet: train it first")
+    model = Transformer(config.model)
+    load_weights(folder, model)
+    return model.to(resolve_device(device)).eval(), Tokenizer(run.tokenizer_path)
+
+
+def evaluate_run(run_dir: str | Path, data: str | Path | None = None,
+                 device: str = "auto") -> dict:
+    """Val loss (nats/token) and bits/byte of the run's final weights.
+
+    ``data=None`` scores the run's own validation windows (as during training); a path scores
+    the validation split of that source, as ``data.source=PATH`` defines it (a folder's
+    valid.txt, or the held-out stories of one file), tokenized with the run's tokenizer.
+    """
+    config = RunFolder(run_dir).read_config()
+    model, tokenizer = load_run(run_dir, device)
+    if data is None:
+        tokens, bytes_per_token = _own_validation_split(config, tokenizer)
+    else:
+        tokens, bytes_per_token = _encode_validation_split(config, tokenizer, data)
+    windows_NT = validation_windows(tokens, config.model.max_seq_len, config.train.eval_windows)
+    device_type = next(model.parameters()).device.type
+    autocast = (lambda: torch.autocast(device_type, dtype=torch.bfloat16)
+                if config.train.dtype == "bfloat16" else nullcontext())
+    batch_size = config.train.micro_batch_size or config.train.batch_size
+    result = evaluate(model, windows_NT, bytes_per_token, batch_size,
+                      next(model.parameters()).device, autocast)
+    return {"val_loss": result.val_loss, "bits_per_byte": result.bits_per_byte,
+            "windows": int(windows_NT.shape[0]), "routing": result.routing}
+
+
+def _own_validation_split(config: Config, tokenizer: Tokenizer) -> tuple[np.ndarray, float]:
+    prepared = prepare_data(config.data, config.tokenizer_vocab_size, progress=False)
+    if prepared.tokenizer.sha256() != tokenizer.sha256():
+        raise MoelabError(
+            f"the data cache {prepared.cache_dir} was built with another tokenizer than the "
+            f"run's: evaluate with --data PATH instead"
+        )
+    return prepared.valid.tokens, prepared.valid.bytes_per_token
+
+
+def _encode_validation_split(config: Config, tokenizer: Tokenizer,
+                             data: str | Path) -> tuple[np.ndarray, float]:
+    data_cfg = dataclasses.replace(config.data, source=str(data), max_train_stories=None)
+    _, valid = resolve_source(data_cfg).load()
+    stories = [story for batch in valid.read_batches() for story in batch]
+    ids: list[int] = []
+    for story in stories:  # the layout of the training stream: each story, then the separator
+        ids.extend(tokenizer.encode(story))
+        ids.append(tokenizer.eot_id)
+    return np.asarray(ids, dtype=np.int64), split_bytes(stories) / len(ids)

@@ -1,0 +1,307 @@
+"""The MoE layer against independent references: hand-computed losses and diagnostics,
+Hugging Face's load_balancing_loss_func, a dense FFN, and the plain loop over experts."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from transformers.models.mixtral.modeling_mixtral import load_balancing_loss_func
+
+from moelab.config import ModelConfig, MoEConfig
+from moelab.errors import MoelabError
+from moelab.model import FeedForward
+from moelab.moe import (
+    MoEFeedForward,
+    expert_layout,
+    load_balancing_loss,
+    reference_experts_forward,
+    route,
+    router_z_loss,
+    routing_stats,
+    sorted_experts_forward,
+)
+
+
+def moe_config(num_experts=4, top_k=2, d_model=16, d_expert=12) -> ModelConfig:
+    return ModelConfig(d_model=d_model, n_heads=2, n_kv_heads=2,
+                       moe=MoEConfig(num_experts=num_experts, top_k=top_k, d_expert=d_expert))
+
+
+def random_layer(cfg: ModelConfig, dispatch="sorted", seed=0) -> MoEFeedForward:
+    torch.manual_seed(seed)
+    layer = MoEFeedForward(cfg, dispatch)
+    for param in layer.parameters():
+        torch.nn.init.normal_(param, std=0.3)
+    return layer
+
+
+# ----- routing --------------------------------------------------------------------------------
+
+
+def test_route_is_mixtral_softmax_topk_renormalised():
+    logits_TE = torch.tensor([[1.0, 3.0, 2.0, 0.0]])
+    weights_TK, experts_TK = route(logits_TE, top_k=2)
+    exp = [math.exp(v) for v in (1.0, 3.0, 2.0, 0.0)]
+    assert experts_TK.tolist() == [[1, 2]]
+    # softmax over all 4 then renormalised over the chosen 2 = softmax over the chosen 2
+    expected = [exp[1] / (exp[1] + exp[2]), exp[2] / (exp[1] + exp[2])]
+    assert weights_TK[0].tolist() == pytest.approx(expected, rel=1e-6)
+
+
+# ----- losses ---------------------------------------------------------------------------------
+
+
+def test_load_balancing_loss_is_one_when_balanced():
+    num_experts, top_k, tokens = 4, 2, 8
+    logits_TE = torch.randn(tokens, num_experts)  # f uniform makes P irrelevant: E * sum P/E = 1
+    experts_TK = torch.tensor([[t % num_experts, (t + 1) % num_experts] for t in range(tokens)])
+    assert load_balancing_loss(logits_TE, experts_TK).item() == pytest.approx(1.0, rel=1e-6)
+
+
+def test_load_balancing_loss_is_e_when_collapsed():
+    num_experts = 8
+    logits_TE = torch.zeros(10, num_experts)
+    logits_TE[:, 3] = 100.0  # probability 1 on expert 3
+    experts_TK = torch.full((10, 1), 3)
+    assert load_balancing_loss(logits_TE, experts_TK).item() == pytest.approx(num_experts, rel=1e-6)
+
+
+@pytest.mark.parametrize("num_experts,top_k", [(4, 1), (4, 2), (8, 2), (16, 4)])
+def test_load_balancing_loss_matches_hf_divided_by_k(num_experts, top_k):
+    # HF divides expert counts by T (not k*T), so its balanced score is k: ours = HF / k.
+    torch.manual_seed(num_experts + top_k)
+    logits_TE = torch.randn(64, num_experts) * 2
+    _, experts_TK = route(logits_TE, top_k)
+    hf = load_balancing_loss_func((logits_TE,), num_experts=num_experts, top_k=top_k)
+    ours = load_balancing_loss(logits_TE, experts_TK)
+    assert ours.item() == pytest.approx(hf.item() / top_k, rel=1e-5)
+
+
+def test_router_z_loss_by_hand():
+    rows = [[0.0, 0.0], [1.0, 2.0], [-3.0, 5.0]]
+    by_hand = sum(math.log(sum(math.exp(v) for v in row)) ** 2 for row in rows) / len(rows)
+    assert router_z_loss(torch.tensor(rows)).item() == pytest.approx(by_hand, rel=1e-6)
+
+
+def test_load_balancing_gradient_flows_through_probabilities_only():
+    logits_TE = torch.randn(6, 4, requires_grad=True)
+    _, experts_TK = route(logits_TE, 2)
+    load_balancing_loss(logits_TE, experts_TK).backward()
+    assert logits_TE.grad is not None and logits_TE.grad.abs().sum() > 0
+
+
+# ----- routing statistics -----------------------------------------------------------------
+
+
+def test_routing_stats_summary_by_hand():
+    # 4 tokens, E = 4, k = 1: loads 3/4, 1/4, 0, 0.
+    logits_TE = torch.tensor([
+        [0.0, 0.0, 0.0, 0.0],          # uniform: entropy log 4 (tie -> expert 0)
+        [math.log(3.0), 0.0, 0.0, 0.0],  # probs 1/2, 1/6, 1/6, 1/6
+        [5.0, 0.0, 0.0, 0.0],
+        [0.0, 2.0, 0.0, 0.0],
+    ])
+    experts_TK = torch.tensor([[0], [0], [0], [1]])
+    summary = routing_stats(logits_TE, experts_TK).summary()
+
+    def entropy(probs):
+        return -sum(p * math.log(p) for p in probs if p > 0)
+
+    def softmax(row):
+        z = sum(math.exp(v) for v in row)
+        return [math.exp(v) / z for v in row]
+
+    rows = logits_TE.tolist()
+    mean_entropy = sum(entropy(softmax(row)) for row in rows) / 4
+    log_z = [math.log(sum(math.exp(v) for v in row)) for row in rows]
+    loads = [0.75, 0.25, 0.0, 0.0]
+    variance = sum((q - 0.25) ** 2 for q in loads) / 4  # population variance = 0.09375
+    expected = {
+        "busiest_fraction": 0.75,
+        "usage_variance": variance,
+        "usage_variance_scaled": 16 * variance,
+        "routing_entropy": mean_entropy / math.log(4),
+        "load_entropy": entropy(loads),
+        "effective_experts": math.exp(entropy(loads)),
+        "mean_log_z": sum(log_z) / 4,
+        "mean_z_sq": sum(v * v for v in log_z) / 4,
+    }
+    assert set(summary) == set(expected)
+    for key, value in expected.items():
+        assert summary[key] == pytest.approx(value, rel=1e-5, abs=1e-7), key
+    assert variance == pytest.approx(0.09375)
+
+
+def test_routing_stats_merge_equals_stats_of_concatenation():
+    torch.manual_seed(1)
+    logits_a, logits_b = torch.randn(10, 8), torch.randn(7, 8)
+    _, experts_a = route(logits_a, 2)
+    _, experts_b = route(logits_b, 2)
+    merged = routing_stats(logits_a, experts_a).merge(routing_stats(logits_b, experts_b))
+    whole = routing_stats(torch.cat([logits_a, logits_b]), torch.cat([experts_a, experts_b]))
+    assert merged.num_tokens == 17
+    assert merged.expert_counts.tolist() == whole.expert_counts.tolist()
+    for key, value in whole.summary().items():
+        assert merged.summary()[key] == pytest.approx(value, rel=1e-5), key
+
+
+def test_balanced_and_collapsed_diagnostics():
+    balanced = routing_stats(torch.zeros(8, 4), torch.tensor([[t % 4] for t in range(8)])).summary()
+    assert balanced["busiest_fraction"] == pytest.approx(0.25)
+    assert balanced["usage_variance_scaled"] == pytest.approx(0.0)
+    assert balanced["effective_experts"] == pytest.approx(4.0)
+    assert balanced["routing_entropy"] == pytest.approx(1.0)
+    collapsed = routing_stats(torch.zeros(8, 4), torch.zeros(8, 1, dtype=torch.long)).summary()
+    assert collapsed["busiest_fraction"] == 1.0
+    assert collapsed["usage_variance_scaled"] == pytest.approx(4 - 1)  # E - 1
+    assert collapsed["effective_experts"] == pytest.approx(1.0)
+
+
+# ----- dispatch ---------------------------------------------------------------------------
+
+
+def _expert_inputs(tokens, num_experts, top_k, d_model=8, hidden=6, seed=0, idle=()):
+    """Random inputs with a hand-made routing that never picks the experts in ``idle``."""
+    gen = torch.Generator().manual_seed(seed)
+    allowed = [e for e in range(num_experts) if e not in idle]
+    experts_TK = torch.stack([
+        torch.tensor(allowed)[torch.randperm(len(allowed), generator=gen)[:top_k]]
+        for _ in range(tokens)
+    ])
+    tensors = dict(
+        x_TD=torch.randn(tokens, d_model, generator=gen),
+        weights_TK=torch.rand(tokens, top_k, generator=gen),
+        w1_EHD=torch.randn(num_experts, hidden, d_model, generator=gen),
+        w2_EDH=torch.randn(num_experts, d_model, hidden, generator=gen),
+        w3_EHD=torch.randn(num_experts, hidden, d_model, generator=gen),
+    )
+    return experts_TK, {k: v.double().requires_grad_() for k, v in tensors.items()}
+
+
+PACKED, PADDED = 0.0, math.inf  # max_padding forcing each expert-major layout
+
+
+@pytest.mark.parametrize("max_padding", [PACKED, PADDED])
+@pytest.mark.parametrize("num_experts,top_k,idle", [
+    (1, 1, ()), (4, 1, ()), (4, 2, (1,)), (8, 2, (0, 5, 7)), (8, 8, ()), (16, 3, (2, 3, 15)),
+])
+def test_sorted_dispatch_equals_reference_loop(num_experts, top_k, idle, max_padding):
+    experts_TK, fast = _expert_inputs(13, num_experts, top_k, idle=idle)
+    _, slow = _expert_inputs(13, num_experts, top_k, idle=idle)
+    out_fast = sorted_experts_forward(fast["x_TD"], fast["weights_TK"], experts_TK,
+                                      fast["w1_EHD"], fast["w2_EDH"], fast["w3_EHD"],
+                                      max_padding=max_padding)
+    out_slow = reference_experts_forward(slow["x_TD"], slow["weights_TK"], experts_TK,
+                                         slow["w1_EHD"], slow["w2_EDH"], slow["w3_EHD"])
+    torch.testing.assert_close(out_fast, out_slow, rtol=1e-10, atol=1e-10)
+    upstream = torch.randn_like(out_slow)
+    (out_fast * upstream).sum().backward()
+    (out_slow * upstream).sum().backward()
+    for name in fast:
+        torch.testing.assert_close(fast[name].grad, slow[name].grad, rtol=1e-10, atol=1e-10,
+                                   msg=lambda m, name=name: f"{name}: {m}")
+    for expert in idle:  # an expert with no tokens gets an exact zero gradient
+        assert fast["w1_EHD"].grad[expert].abs().max() == 0
+        assert fast["w2_EDH"].grad[expert].abs().max() == 0
+
+
+@pytest.mark.parametrize("max_padding", [PACKED, PADDED])
+def test_sorted_dispatch_passes_gradcheck(max_padding):
+    experts_TK, t = _expert_inputs(5, 4, 2, d_model=3, hidden=2, idle=(2,))
+    inputs = (t["x_TD"], t["weights_TK"], experts_TK, t["w1_EHD"], t["w2_EDH"], t["w3_EHD"],
+              max_padding)
+    assert torch.autograd.gradcheck(sorted_experts_forward, inputs)
+
+
+def test_expert_layout_by_hand():
+    # slots (t*k + j): experts [2, 0, 2, 1, 2, 0] -> stable sort: expert 0 {1, 5}, 1 {3}, 2 {0, 2, 4}
+    experts_TK = torch.tensor([[2, 0], [2, 1], [2, 0]])
+    packed = expert_layout(experts_TK, num_experts=4, max_padding=PACKED)
+    assert packed.capacity is None and packed.slots_per_expert == [2, 1, 3, 0]
+    assert packed.slot_of_row_R.tolist() == [1, 5, 3, 0, 2, 4]
+    assert packed.row_of_slot_S.tolist() == [3, 0, 4, 2, 5, 1]
+    padded = expert_layout(experts_TK, num_experts=4, max_padding=PADDED)
+    assert padded.capacity == 3 and padded.num_rows == 12  # 4 experts x 3 rows
+    assert padded.slot_of_row_R.tolist() == [1, 5, -1, 3, -1, -1, 0, 2, 4, -1, -1, -1]
+    assert padded.row_of_slot_S.tolist() == [6, 0, 7, 3, 8, 1]
+    assert padded.pad_rows.tolist() == [2, 4, 5, 9, 10, 11]
+    # the default picks padded only when padding costs <= 25 % extra rows (here 100 %)
+    assert expert_layout(experts_TK, num_experts=4).capacity is None
+
+
+@pytest.mark.parametrize("num_experts,top_k", [(4, 2), (8, 1), (8, 3)])
+def test_layer_sorted_equals_reference_in_forward_and_gradients(num_experts, top_k):
+    cfg = moe_config(num_experts, top_k)
+    fast, slow = random_layer(cfg, "sorted"), random_layer(cfg, "reference")
+    x_BTD = torch.randn(3, 7, cfg.d_model)
+    out_fast, aux_fast = fast(x_BTD)
+    out_slow, aux_slow = slow(x_BTD)
+    torch.testing.assert_close(out_fast, out_slow, rtol=1e-5, atol=1e-6)
+    (out_fast.square().sum() + aux_fast.lb_loss + aux_fast.z_loss).backward()
+    (out_slow.square().sum() + aux_slow.lb_loss + aux_slow.z_loss).backward()
+    for (name, p_fast), (_, p_slow) in zip(fast.named_parameters(), slow.named_parameters()):
+        torch.testing.assert_close(p_fast.grad, p_slow.grad, rtol=1e-4, atol=1e-5, msg=name)
+
+
+def test_k_equals_e_with_identical_experts_is_a_dense_ffn():
+    cfg = moe_config(num_experts=4, top_k=4)
+    layer = random_layer(cfg)
+    dense = FeedForward(cfg.d_model, cfg.moe.d_expert)
+    with torch.no_grad():
+        for name in ("w1", "w2", "w3"):
+            getattr(layer, name).copy_(getattr(dense, name).weight.expand_as(getattr(layer, name)))
+    x_BTD = torch.randn(2, 5, cfg.d_model)
+    out, _ = layer(x_BTD)
+    torch.testing.assert_close(out, dense(x_BTD), rtol=1e-5, atol=1e-6)
+
+
+def test_gradients_reach_router_and_every_used_expert():
+    cfg = moe_config(num_experts=8, top_k=2)
+    layer = random_layer(cfg)
+    x_BTD = torch.randn(4, 6, cfg.d_model).abs()  # positive inputs, so experts 6 and 7 with
+    with torch.no_grad():                          # very negative router rows never win
+        layer.router.weight[6:] = -50.0
+    out, aux = layer(x_BTD)
+    out.square().sum().backward()
+    used = set(torch.nonzero(aux.routing.expert_counts).flatten().tolist())
+    assert used and used.isdisjoint({6, 7})
+    assert layer.router.weight.grad.abs().sum() > 0
+    for expert in range(8):
+        got_gradient = all(getattr(layer, w).grad[expert].abs().sum() > 0 for w in ("w1", "w2", "w3"))
+        assert got_gradient == (expert in used), expert
+
+
+def test_no_token_is_dropped_under_collapse():
+    # Every token on expert 0: a capacity-based router would drop most; dropless keeps all.
+    cfg = moe_config(num_experts=4, top_k=1)
+    layer = random_layer(cfg)
+    x_BTD = torch.randn(2, 9, cfg.d_model).abs()  # positive inputs ...
+    with torch.no_grad():
+        layer.router.weight.zero_()
+        layer.router.weight[0] = 10.0  # ... so expert 0's logit always wins
+    out, aux = layer(x_BTD)
+    assert aux.routing.expert_counts.tolist() == [18, 0, 0, 0]
+    x_TD = x_BTD.reshape(-1, cfg.d_model)
+    expert0 = (F.silu(x_TD @ layer.w1[0].T) * (x_TD @ layer.w3[0].T)) @ layer.w2[0].T
+    torch.testing.assert_close(out.reshape(-1, cfg.d_model), expert0, rtol=1e-5, atol=1e-6)
+
+
+def test_autocast_bfloat16_runs_and_keeps_fp32_gradients():
+    cfg = moe_config(num_experts=4, top_k=2)
+    layer = random_layer(cfg)
+    x_BTD = torch.randn(2, 8, cfg.d_model)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out, aux = layer(x_BTD)
+    reference, _ = random_layer(cfg, "reference")(x_BTD)
+    assert out.dtype == torch.bfloat16
+    torch.testing.assert_close(out.float(), reference, rtol=0.05, atol=0.05)
+    out.float().square().sum().backward()
+    assert all(p.grad.dtype == torch.float32 for p in layer.parameters())
+
+
+def test_bad_dispatch_name_is_a_moelab_error():
+    with pytest.raises(MoelabError, match="dispatch='fast'"):
+        MoEFeedForward(moe_config(), dispatch="fast")

@@ -1,0 +1,309 @@
+"""The study layer without training: arms, plan, runner, results, report (a fake trainer).
+
+The fake trainer writes run folders in the training engine's format with numbers that depend
+on the arm and seed, so results can be checked against values computed here independently.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+
+import pytest
+import yaml
+from PIL import Image
+from scipy import stats as scipy_stats
+
+from moelab.accounting import count_params
+from moelab.cli import main
+from moelab.config import load_config, to_dict
+from moelab.errors import ConfigError, MoelabError
+from moelab.study import run as study_run
+from moelab.study.arms import ladder_arms, study_arms
+from moelab.study.settings import StudySettings, load_study
+
+ARM_OFFSET = {"moe": 0.0, "dense_active": 0.08, "dense_total": -0.02, "dense_flops": 0.07,
+              "naive_top1": 0.3, "top1_lb": 0.1, "top2_lb": 0.01, "top2_lb_z": 0.0}
+
+
+class FakeTrain:
+    """Stands in for moelab.train.train: records calls, writes a run folder, may fail."""
+
+    def __init__(self, fail_arm: str | None = None):
+        self.calls: list[tuple[str, bool]] = []
+        self.fail_arm = fail_arm
+
+    def __call__(self, config, run_dir, *, resume=False):
+        run_dir = Path(run_dir)
+        arm = run_dir.parent.name
+        self.calls.append((run_dir.as_posix(), resume))
+        if arm == self.fail_arm:
+            raise MoelabError(f"train.lr={config.train.lr} is invalid: fake failure")
+        run_dir.mkdir(parents=True, exist_ok=True)
+        (run_dir / "config.yaml").write_text(yaml.safe_dump(to_dict(config)))
+        final = fake_loss(arm, config.train.seed, config.train.max_tokens)
+        is_moe = config.model.moe is not None
+        routing = [{"busiest_fraction": 0.3 + 0.1 * layer, "routing_entropy": 0.9,
+                    "mean_log_z": 1.0, "usage_variance_scaled": 0.1, "load_entropy": 1.3,
+                    "effective_experts": 3.7, "mean_z_sq": 1.1}
+                   for layer in range(config.model.n_layers)] if is_moe else []
+        with open(run_dir / "metrics.jsonl", "w") as f:
+            for step in (1, 2, 3):
+                f.write(json.dumps({"kind": "train", "step": step, "tokens": step * 100, "loss": 9.0}) + "\n")
+                f.write(json.dumps({"kind": "eval", "step": step, "tokens": step * 100,
+                                    "val_loss": final + (3 - step) * 0.5, "routing": routing}) + "\n")
+        counts = count_params(config.model)
+        (run_dir / "summary.json").write_text(json.dumps({
+            "status": "complete", "best_val_loss": final, "best_val_bpb": final / 2,
+            "best_val_step": 3, "final_val_loss": final, "final_val_bpb": final / 2,
+            "active_params": counts.active, "total_params": counts.total,
+            "non_embedding_params": counts.non_embedding, "flops_per_token": 6 * counts.active,
+            "tokens": config.train.max_tokens, "steps": 3, "wall_time_s": 2.0,
+            "tokens_per_s": 1000.0 + config.train.seed, "seed": config.train.seed,
+            "routing": routing, "collapse": False,
+        }))
+        return json.loads((run_dir / "summary.json").read_text())
+
+
+def fake_loss(arm: str, seed: int, tokens: int) -> float:
+    return 2.0 + ARM_OFFSET[arm] + 0.003 * ((seed * 7) % 5) + 1e5 / tokens
+
+
+@pytest.fixture
+def demo():
+    return load_study("demo", ["train.max_tokens=1000000"])
+
+
+def _flatten(tree, prefix=""):
+    if isinstance(tree, dict):
+        out = {}
+        for key, value in tree.items():
+            out.update(_flatten(value, f"{prefix}{key}."))
+        return out
+    return {prefix[:-1]: tree}
+
+
+def _differing_keys(a, b):
+    flat_a, flat_b = _flatten(to_dict(a)), _flatten(to_dict(b))
+    return {k for k in flat_a.keys() | flat_b.keys() if flat_a.get(k, "absent") != flat_b.get(k, "absent")}
+
+
+# --------------------------------------------------------------------------------------------
+# Arms and settings
+# --------------------------------------------------------------------------------------------
+
+
+def test_arms_differ_only_in_the_ffn(demo):
+    config, _ = demo
+    arms = {arm.name: arm for arm in study_arms(config, ["active", "total", "flops"])}
+    assert list(arms) == ["moe", "dense_active", "dense_total", "dense_flops"]
+    for name in ("dense_active", "dense_total", "dense_flops"):
+        differing = _differing_keys(arms["moe"].config, arms[name].config)
+        assert differing <= {"model.d_ff", "model.moe", "model.moe.num_experts", "model.moe.top_k",
+                             "model.moe.d_expert", "model.moe.lb_coef", "model.moe.z_coef"}
+        assert arms[name].config.model.moe is None
+    moe_counts = count_params(config.model)
+    # Hand check of the matcher's intent: within one d_ff step (32) of 3 * d_model params/layer.
+    per_step = 3 * config.model.d_model * 32 * config.model.n_layers
+    assert abs(count_params(arms["dense_active"].config.model).total - moe_counts.active) <= per_step / 2
+    assert abs(count_params(arms["dense_total"].config.model).total - moe_counts.total) <= per_step / 2
+
+
+def test_ladder_rungs_differ_only_in_routing(demo):
+    config, _ = demo
+    rungs = {arm.name: arm.config.model.moe for arm in ladder_arms(config)}
+    assert [(m.top_k, m.lb_coef, m.z_coef) for m in rungs.values()] == [
+        (1, 0.0, 0.0), (1, 0.01, 0.0), (2, 0.01, 0.0), (2, 0.01, 0.001)]
+    for arm in ladder_arms(config):
+        assert _differing_keys(config, arm.config) <= {
+            "model.moe.top_k", "model.moe.lb_coef", "model.moe.z_coef"}
+
+
+def test_a_dense_base_config_is_refused():
+    config = load_config("demo", ["model.moe=null"])
+    with pytest.raises(ConfigError, match="model.moe=null is invalid for a study"):
+        study_arms(config, ["active"])
+
+
+def test_study_section_and_base_preset(tmp_path):
+    path = tmp_path / "mine.yaml"
+    path.write_text("study:\n  base: demo\n  seeds: 2\n  budgets: [1M, 500K]\n"
+                    "  criteria: active,flops\ntrain:\n  lr: 0.001\n")
+    config, settings = load_study(path, ["study.match_step=64"])
+    assert config == load_config("demo", ["train.lr=0.001"])
+    assert settings == StudySettings(seeds=2, criteria=["active", "flops"],
+                                     budgets=[500_000, 1_000_000], match_step=64)
+    with pytest.raises(ConfigError, match="study.sedes is not a known key"):
+        load_study(path, ["study.sedes=3"])
+    with pytest.raises(ConfigError, match="criterion 'params' is invalid"):
+        load_study(path, ["study.criteria=params"])
+
+
+@pytest.mark.parametrize("preset", ["demo", "paper", "paper-budgets", "ablation", "cpu-replication"])
+def test_presets_plan(preset, tmp_path):
+    config, settings = load_study(preset)
+    kind = "ablation" if preset == "ablation" else "study"
+    commands = study_run.list_runs(kind, config, settings, tmp_path / preset)
+    arms = 4 if kind == "ablation" else 1 + len(settings.criteria)
+    assert len(commands) == arms * settings.seeds * max(1, len(settings.budgets))
+
+
+# --------------------------------------------------------------------------------------------
+# Runner, results and report
+# --------------------------------------------------------------------------------------------
+
+
+def _study(tmp_path, demo, train=None, seeds=2, **settings):
+    config, _ = demo
+    train = train or FakeTrain()
+    results = study_run.run("study", config, StudySettings(seeds=seeds, **settings),
+                            tmp_path / "s", train_fn=train, log=lambda line: None)
+    return results, train
+
+
+@pytest.fixture(autouse=True)
+def _no_data(monkeypatch):
+    """The fake trainer needs no tokenizer or token cache."""
+    monkeypatch.setattr(study_run, "prepare_shared_data", lambda config, log: None)
+
+
+def test_results_equal_statistics_of_the_summaries(tmp_path, demo):
+    results, train = _study(tmp_path, demo, seeds=3)
+    assert len(train.calls) == 9
+    folder = tmp_path / "s"
+    for arm in ("moe", "dense_active", "dense_total"):
+        losses = [json.loads((folder / f"runs/{arm}/seed{s}/summary.json").read_text())["best_val_loss"]
+                  for s in range(3)]
+        stats = results["arms"][arm]["best_val_loss"]
+        assert stats["mean"] == pytest.approx(statistics.mean(losses), abs=1e-12)
+        assert stats["std"] == pytest.approx(statistics.stdev(losses), abs=1e-12)
+        assert stats["n"] == 3
+    moe = [fake_loss("moe", s, 1_000_000) for s in range(3)]
+    dense = [fake_loss("dense_active", s, 1_000_000) for s in range(3)]
+    gap = results["gaps"]["active"]
+    assert gap["gap"] == pytest.approx(0.08, abs=1e-12)
+    assert gap["p_value"] == pytest.approx(scipy_stats.ttest_ind(dense, moe, equal_var=False).pvalue)
+    assert gap["verdict"] == "MoE better"
+    assert results["gaps"]["total"]["verdict"] == "dense better"
+    assert json.loads((folder / "results.json").read_text()) == results
+    rows = (folder / "results.csv").read_text().splitlines()
+    assert len(rows) == 1 + 9 and rows[0].startswith("budget_tokens,arm,criterion,seed,best_val_loss")
+
+
+def test_rerun_skips_finished_runs_and_redoes_a_torn_one(tmp_path, demo):
+    _, train = _study(tmp_path, demo)
+    assert len(train.calls) == 6
+    _, again = _study(tmp_path, demo)
+    assert again.calls == []
+    (tmp_path / "s/runs/dense_total/seed1/summary.json").write_text('{"status": "failed"}')
+    (tmp_path / "s/runs/moe/seed0/summary.json").unlink()
+    _, redo = _study(tmp_path, demo)
+    assert sorted(redo.calls) == [(str(tmp_path / "s/runs/dense_total/seed1"), True),
+                                  (str(tmp_path / "s/runs/moe/seed0"), True)]
+
+
+def test_a_failed_run_is_recorded_and_the_others_run(tmp_path, demo):
+    results, train = _study(tmp_path, demo, train=FakeTrain(fail_arm="dense_total"))
+    assert len(train.calls) == 6
+    assert set(results["arms"]) == {"moe", "dense_active"}
+    assert set(results["gaps"]) == {"active"}
+    assert results["failed_runs"] == {
+        "dense_total/seed0": "MoelabError: train.lr=0.003 is invalid: fake failure",
+        "dense_total/seed1": "MoelabError: train.lr=0.003 is invalid: fake failure"}
+    assert results["missing_runs"] == ["dense_total/seed0", "dense_total/seed1"]
+    report = (tmp_path / "s/report.md").read_text()
+    assert "`dense_total/seed0` failed: MoelabError" in report
+    # Once the cause is gone, a rerun trains just those two and clears the record.
+    results, train = _study(tmp_path, demo)
+    assert len(train.calls) == 2 and results["failed_runs"] == {} and "total" in results["gaps"]
+
+
+def _figures_named(report: str) -> list[str]:
+    return [line.split("](")[1].rstrip(")") for line in report.splitlines() if line.startswith("![")]
+
+
+def test_report_renders_every_figure_it_names(tmp_path, demo):
+    _study(tmp_path, demo)
+    folder = tmp_path / "s"
+    named = _figures_named((folder / "report.md").read_text())
+    assert {"figures/val_loss.png", "figures/gaps.png", "figures/routing.png"} <= set(named)
+    for relative in named:
+        with Image.open(folder / relative) as image:
+            assert image.format == "PNG"
+            image.verify()
+
+
+def test_report_command_rebuilds_identical_numbers(tmp_path, demo, capsys):
+    _study(tmp_path, demo)
+    folder = tmp_path / "s"
+    before = {name: (folder / name).read_text() for name in ("results.json", "results.csv", "report.md")}
+    for name in before:
+        (folder / name).unlink()
+    assert main(["report", str(folder)]) == 0
+    assert {name: (folder / name).read_text() for name in before} == before
+    out = capsys.readouterr().out
+    assert "| moe |" in out and "MoE better" in out
+
+
+def test_budget_sweep_groups_and_plots(tmp_path, demo):
+    results, train = _study(tmp_path, demo, budgets=[200_000, 1_000_000])
+    assert len(train.calls) == 12
+    assert (tmp_path / "s/runs/200K/moe/seed0/summary.json").is_file()
+    assert [g["label"] for g in results["budgets"]] == ["200K", "1M"]
+    assert results["budgets"][0]["gaps"]["active"]["gap"] == pytest.approx(0.08)
+    assert results["arms"] == results["budgets"][-1]["arms"]
+    assert "figures/gaps_vs_tokens.png" in _figures_named((tmp_path / "s/report.md").read_text())
+
+
+def test_ablation_ladder_report(tmp_path, demo):
+    config, _ = demo
+    results = study_run.run("ablation", config, StudySettings(seeds=2), tmp_path / "a",
+                            train_fn=FakeTrain(), log=lambda line: None)
+    assert list(results["arms"]) == ["naive_top1", "top1_lb", "top2_lb", "top2_lb_z"]
+    assert results["arms"]["naive_top1"]["best_val_loss"]["mean"] == pytest.approx(
+        statistics.mean(fake_loss("naive_top1", s, 1_000_000) for s in range(2)))
+    assert results["gaps"] == {}
+    report = (tmp_path / "a/report.md").read_text()
+    assert "## Ladder" in report and "| naive_top1 | top-1, no load balancing" in report
+
+
+# --------------------------------------------------------------------------------------------
+# CLI
+# --------------------------------------------------------------------------------------------
+
+
+def test_list_runs_prints_one_train_command_per_run(tmp_path, capsys):
+    out = tmp_path / "plan"
+    assert main(["study", "demo", "--seeds", "2", "--with-flops", "--out", str(out), "--list-runs"]) == 0
+    commands = capsys.readouterr().out.splitlines()
+    assert len(commands) == 8 and all(c.startswith("moelab train ") for c in commands)
+    config_path = Path(commands[0].split()[2])
+    assert load_config(config_path).model.moe is not None
+    plan = json.loads((out / "plan.json").read_text())
+    assert [run["name"] for run in plan["runs"]][:4] == [
+        "moe/seed0", "dense_active/seed0", "dense_total/seed0", "dense_flops/seed0"]
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["study", "demo", "--budgets", "40.5M,1.5"], "token budget '1.5' is invalid"),
+    (["study", "demo", "--seeds", "0"], "seeds=0 is invalid"),
+    (["study", "demo", "--criteria", "active,params"], "criterion 'params' is invalid"),
+    (["study", "demo", "--set", "model.moe=null"], "model.moe=null is invalid for a study"),
+    (["report", "no-such-folder"], "no-such-folder is not a study folder"),
+])
+def test_bad_input_is_one_line_and_exit_2(argv, message, capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert main(argv + (["--list-runs"] if argv[0] == "study" else [])) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_folder_of_another_study_is_refused(tmp_path, capsys):
+    out = str(tmp_path / "s")
+    assert main(["study", "demo", "--out", out, "--list-runs"]) == 0
+    assert main(["study", "demo", "--out", out, "--list-runs", "--set", "model.n_layers=7"]) == 2
+    err = capsys.readouterr().err
+    assert "already holds a study with another base config: model.n_layers=" in err
+    assert "(now 7)" in err
+    assert main(["ablate-routing", "demo", "--out", out, "--list-runs"]) == 2

@@ -1,0 +1,317 @@
+"""The training engine: schedule, budget, checkpoints, a tiny run end to end, guards, CLI errors.
+
+References are independent of the code under test: hand-computed learning rates, hand counts
+of steps and tokens, ``numel`` of the loaded model, the optimizer's own state dict, and the
+metrics file checked against the summary.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+
+from moelab.cli import main
+from moelab.config import load_config
+from moelab.errors import MoelabError
+from moelab.train import load_run, lr_at, train
+from moelab.train.checkpoint import _flatten_optimizer, _unflatten_optimizer
+from moelab.train.loop import StepPlan
+from moelab.train.run_folder import RunFolder
+
+# 2 layers, d_model 32, context 32, vocab 512, 300 training stories of the bundled sample.
+TINY = [
+    "model.vocab_size=512", "model.d_model=32", "model.n_layers=2", "model.n_heads=2",
+    "model.n_kv_heads=2", "model.d_ff=64", "model.max_seq_len=32",
+    "model.moe={num_experts: 4, top_k: 2, d_expert: 32}",
+    "data.source=sample", "data.max_train_stories=300",
+    "train.batch_size=8", "train.max_tokens=5120", "train.lr=0.01", "train.eval_interval=10",
+    "train.eval_windows=8", "train.log_interval=1", "train.progress=false", "train.sample_tokens=8",
+]
+
+
+def tiny_config(*overrides: str):
+    return load_config(None, TINY + list(overrides))
+
+
+# --------------------------------------------------------------------------------------------
+# Pure pieces
+# --------------------------------------------------------------------------------------------
+
+
+def test_lr_schedule_matches_hand_values():
+    # 10 steps, 2 warmup steps, peak 1.0, floor 0.1: warmup 0.5, 1.0; then cosine over 7 steps.
+    lrs = [lr_at(step, 10, 2, 1.0, 0.1) for step in range(10)]
+    assert lrs[0] == pytest.approx(0.5) and lrs[1] == pytest.approx(1.0)
+    assert lrs[2] == pytest.approx(1.0)  # cosine starts at the peak
+    assert lrs[9] == pytest.approx(0.1)  # and ends at the floor on the last step
+    midpoint = 2 + 3.5  # half way through the 7 decay intervals: cos(pi/2) = 0
+    assert lr_at(midpoint, 10, 2, 1.0, 0.1) == pytest.approx(0.55)
+    assert all(a >= b for a, b in zip(lrs[1:], lrs[2:]))
+    assert lr_at(0, 10, 0, 2.0, 0.0) == pytest.approx(2.0)  # no warmup
+
+
+def test_token_budget_rounds_down_to_whole_steps():
+    config = tiny_config("train.max_tokens=1000", "train.batch_size=2", "train.micro_batch_size=1")
+    plan = StepPlan.from_config(config, world_size=1)
+    assert plan.tokens_per_step == 2 * 32
+    assert plan.total_steps == 15  # 1000 // 64
+    assert plan.accumulation_steps == 2
+    with pytest.raises(MoelabError, match="max_tokens=63"):
+        StepPlan.from_config(tiny_config("train.max_tokens=63", "train.batch_size=2"), 1)
+    with pytest.raises(MoelabError, match="divisible by the number of processes"):
+        StepPlan.from_config(tiny_config("train.batch_size=3"), 2)
+    with pytest.raises(MoelabError, match="micro_batch_size=3"):
+        StepPlan.from_config(tiny_config("train.micro_batch_size=3"), 1)
+
+
+def test_optimizer_state_survives_the_safetensors_round_trip():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.LayerNorm(3))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=0.1, betas=(0.8, 0.9))
+    for _ in range(3):
+        model(torch.randn(5, 4)).square().sum().backward()
+        optimizer.step()
+    original = optimizer.state_dict()
+    tensors, structure = _flatten_optimizer(optimizer)
+    structure = json.loads(json.dumps(structure))  # it must survive JSON
+    restored = _unflatten_optimizer(tensors, structure)
+    assert restored["param_groups"] == original["param_groups"]
+    assert restored["state"].keys() == original["state"].keys()
+    for index, state in original["state"].items():
+        for name, value in state.items():
+            assert torch.equal(restored["state"][index][name], value)
+
+
+def test_metrics_truncation_drops_events_after_the_checkpoint(tmp_path):
+    run = RunFolder(tmp_path)
+    for step in (1, 2, 3, 4):
+        run.append_metrics({"kind": "train", "step": step})
+    with open(run.metrics_path, "a") as f:
+        f.write('{"kind": "train", "st')  # the torn line of a killed run
+    run.truncate_metrics(2)
+    assert [e["step"] for e in run.read_metrics()] == [1, 2]
+
+
+# --------------------------------------------------------------------------------------------
+# A tiny run end to end from the CLI
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory):
+    """One MoE run of 20 steps through ``moelab train`` (shared by the tests below)."""
+    folder = tmp_path_factory.mktemp("tiny") / "run"
+    cache = tmp_path_factory.getbasetemp() / "moelab-cache"
+    sets = [arg for item in TINY + [f"data.cache_dir={cache}", "train.checkpoint_interval=10"]
+            for arg in ("--set", item)]
+    config_file = folder.parent / "tiny.yaml"
+    config_file.write_text("{}\n")
+    assert main(["train", str(config_file), "--out", str(folder), *sets]) == 0
+    return folder
+
+
+def test_tiny_run_learns_and_its_files_agree(tiny_run):
+    run = RunFolder(tiny_run)
+    summary = run.read_summary()
+    events = run.read_metrics()
+    train_events = [e for e in events if e["kind"] == "train"]
+    eval_events = [e for e in events if e["kind"] == "eval"]
+
+    # Budget: 5120 tokens / (8 sequences x 32 tokens) = 20 steps, logged every step.
+    assert summary["status"] == "complete"
+    assert summary["steps"] == 20 and summary["tokens"] == 20 * 8 * 32
+    assert [e["step"] for e in train_events] == list(range(1, 21))
+    assert [e["tokens"] for e in train_events] == [256 * s for s in range(1, 21)]
+    assert [e["step"] for e in eval_events] == [10, 20]
+
+    # It learns: from about ln(512) = 6.24 at the start to clearly lower.
+    assert train_events[0]["ce_loss"] == pytest.approx(math.log(512), abs=0.15)
+    assert eval_events[-1]["val_loss"] < train_events[0]["ce_loss"] - 0.5
+
+    # The objective is ce + 0.01 lb + 0.001 z (the config's default coefficients).
+    for e in train_events:
+        assert e["loss"] == pytest.approx(e["ce_loss"] + 0.01 * e["lb_loss"] + 0.001 * e["z_loss"],
+                                          rel=1e-5)
+
+    # Summary vs metrics.
+    best = min(eval_events, key=lambda e: e["val_loss"])
+    assert summary["best_val_loss"] == best["val_loss"]
+    assert summary["best_val_step"] == best["step"]
+    assert summary["final_val_loss"] == eval_events[-1]["val_loss"]
+    assert summary["final_val_bpb"] == eval_events[-1]["val_bpb"]
+    assert summary["routing"] == eval_events[-1]["routing"] and len(summary["routing"]) == 2
+    assert summary["collapse"] is (max(l["busiest_fraction"] for l in summary["routing"]) > 0.9)
+
+    # Parameter counts vs the loaded model's tensors (4 experts, 2 of them active per token).
+    model, tokenizer = load_run(tiny_run)
+    assert summary["total_params"] == sum(p.numel() for p in model.parameters())
+    expert_params = sum(p.numel() for n, p in model.named_parameters() if n.endswith(("w1", "w2", "w3")))
+    assert summary["active_params"] == summary["total_params"] - expert_params // 2
+
+    # Bits per byte: nats -> bits, tokens -> bytes of the validation split.
+    data_bytes_per_token = summary["final_val_loss"] / math.log(2) / summary["final_val_bpb"]
+    assert 1.0 < data_bytes_per_token < 8.0
+
+    # Files: config, tokenizer copy, samples, one checkpoint (the final one).
+    assert run.read_config().train.max_tokens == 5120
+    assert tokenizer.vocab_size == 512
+    assert "Once upon a time" in run.samples_path.read_text()
+    assert json.loads((run.checkpoints_dir / "latest.json").read_text())["step"] == 20
+    assert [p.name for p in run.checkpoints_dir.glob("step_*")] == ["step_00000020"]
+
+
+def test_eval_cli_reproduces_the_final_val_loss(tiny_run, capsys):
+    assert main(["eval", str(tiny_run), "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    summary = RunFolder(tiny_run).read_summary()
+    assert result["val_loss"] == pytest.approx(summary["final_val_loss"], rel=1e-6)
+    assert result["bits_per_byte"] == pytest.approx(summary["final_val_bpb"], rel=1e-6)
+
+
+def test_eval_on_a_folder_holding_the_same_validation_text_gives_the_same_loss(
+        tiny_run, tmp_path, capsys):
+    import lzma
+
+    from moelab.data.sources import sample_path
+
+    (tmp_path / "valid.txt").write_bytes(lzma.decompress(sample_path("valid").read_bytes()))
+    (tmp_path / "train.txt").write_text("unused\n<|endoftext|>\n")
+    assert main(["eval", str(tiny_run), "--data", str(tmp_path), "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    summary = RunFolder(tiny_run).read_summary()
+    assert result["val_loss"] == pytest.approx(summary["final_val_loss"], rel=1e-6)
+    assert result["bits_per_byte"] == pytest.approx(summary["final_val_bpb"], rel=1e-6)
+
+
+def test_generate_is_deterministic_for_a_seed(tiny_run, capsys):
+    args = ["generate", str(tiny_run), "--prompt", "Once upon a time", "--max-new-tokens", "12",
+            "--temperature", "1.0", "--top-k", "20"]
+    outputs = []
+    for seed in ("1", "1", "2"):
+        assert main(args + ["--seed", seed]) == 0
+        outputs.append(capsys.readouterr().out)
+    assert outputs[0] == outputs[1]
+    assert outputs[0] != outputs[2]
+    assert all(o.startswith("Once upon a time") for o in outputs)
+
+
+def test_resume_of_a_finished_run_returns_its_summary(tiny_run):
+    config = RunFolder(tiny_run).read_config()
+    assert train(config, tiny_run, resume=True) == RunFolder(tiny_run).read_summary()
+    with pytest.raises(MoelabError, match="already holds a run"):
+        train(config, tiny_run)
+
+
+def test_gradient_accumulation_equals_the_full_batch(tmp_path):
+    """A dense model's objective is a mean over tokens: 4 micro batches of 2 sequences give the
+    same losses and val loss as one batch of 8, up to float rounding."""
+    dense = ["model.moe=null", "train.max_tokens=1536", "train.sample_tokens=0"]
+    full = train(tiny_config(*dense), tmp_path / "full")
+    accumulated = train(tiny_config(*dense, "train.micro_batch_size=2"), tmp_path / "accumulated")
+    losses = {name: [e["loss"] for e in RunFolder(tmp_path / name).read_metrics() if e["kind"] == "train"]
+              for name in ("full", "accumulated")}
+    assert len(losses["full"]) == 6
+    assert losses["accumulated"] == pytest.approx(losses["full"], rel=1e-5)
+    assert accumulated["final_val_loss"] == pytest.approx(full["final_val_loss"], rel=1e-5)
+
+
+def test_bfloat16_autocast_trains(tmp_path):
+    summary = train(tiny_config("train.dtype=bfloat16", "train.max_tokens=1536"), tmp_path / "run")
+    first = RunFolder(tmp_path / "run").read_metrics()[0]
+    assert first["ce_loss"] == pytest.approx(math.log(512), abs=0.15)
+    assert summary["final_val_loss"] < first["ce_loss"] - 0.2
+
+
+# --------------------------------------------------------------------------------------------
+# Guards
+# --------------------------------------------------------------------------------------------
+
+
+def test_nan_loss_stops_the_run_naming_the_step_and_keeps_the_last_good_checkpoint(
+        tmp_path, monkeypatch):
+    from moelab.model import Transformer
+
+    forward = Transformer.forward
+    calls = {"n": 0}
+
+    def forward_with_nan_at_step_5(self, tokens_BT, targets_BT=None):
+        out = forward(self, tokens_BT, targets_BT)
+        if self.training:
+            calls["n"] += 1
+            if calls["n"] == 5:  # one forward per step (no accumulation)
+                out.loss = out.loss * float("nan")
+        return out
+
+    monkeypatch.setattr(Transformer, "forward", forward_with_nan_at_step_5)
+    config = tiny_config("train.checkpoint_interval=2", "train.log_interval=3")
+    with pytest.raises(MoelabError, match=r"non-finite loss or gradient at step 5\b.*step_00000004"):
+        train(config, tmp_path / "run")
+    run = RunFolder(tmp_path / "run")
+    assert json.loads((run.checkpoints_dir / "latest.json").read_text())["step"] == 4
+    assert max(e["step"] for e in run.read_metrics()) == 3  # nothing logged from broken weights
+    assert run.read_summary() is None
+
+
+def test_a_full_disk_at_a_checkpoint_is_a_clear_error_and_keeps_the_previous_one(
+        tmp_path, monkeypatch):
+    from safetensors import SafetensorError
+
+    import moelab.train.checkpoint as checkpoint
+
+    real_save_file, saves = checkpoint.save_file, {"n": 0}
+
+    def save_file_until_the_disk_fills(tensors, path, *args, **kwargs):
+        saves["n"] += 1
+        if saves["n"] > 1:  # the first checkpoint fits, the second does not
+            raise SafetensorError("Error while serializing: I/O error: No space left on device")
+        real_save_file(tensors, path, *args, **kwargs)
+
+    monkeypatch.setattr(checkpoint, "save_file", save_file_until_the_disk_fills)
+    config = tiny_config("train.checkpoint_interval=2", "train.max_tokens=1536")
+    with pytest.raises(MoelabError, match=r"cannot write .*trainer_state.safetensors.*No space left"):
+        train(config, tmp_path / "run")
+    checkpoints = RunFolder(tmp_path / "run").checkpoints_dir
+    assert json.loads((checkpoints / "latest.json").read_text())["step"] == 2
+    assert sorted(p.name for p in (checkpoints / "step_00000002").iterdir()) == [
+        "config.yaml", "model.safetensors", "trainer_state.json", "trainer_state.safetensors"]
+    assert not list((checkpoints / "step_00000004").glob("*.tmp"))  # no half-written file left
+
+
+def test_resume_with_another_config_is_refused(tmp_path):
+    config = tiny_config("train.max_tokens=512")
+    train(config, tmp_path / "run")
+    other = tiny_config("train.max_tokens=512", "train.lr=0.02")
+    with pytest.raises(MoelabError, match="differs at train.lr"):
+        train(other, tmp_path / "run", resume=True)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["train", "no-such-config", "--out", "{tmp}/r"], "neither a file nor a preset"),
+    (["train", "demo", "--out", "{tmp}/r", "--set", "train.batch_size=0"], "train.batch_size=0"),
+    (["train", "demo", "--out", "{tmp}/r", "--set", "train.max_tokens=100"], "train.max_tokens=100"),
+    (["train", "demo", "--out", "{tmp}/file/r"], "cannot create run folder"),
+    (["eval", "{tmp}"], "not a run folder"),
+    (["generate", "{tmp}", "--prompt", "x", "--top-k", "0"], "--top-k"),
+    (["export-hf", "{tmp}", "{tmp}/hf"], "not a run folder"),
+])
+def test_bad_cli_input_exits_2_with_one_line(tmp_path, capsys, args, message):
+    (tmp_path / "file").write_text("a file, not a folder")
+    with pytest.raises(SystemExit) as exit_info:  # argparse errors exit directly
+        raise SystemExit(main([a.format(tmp=tmp_path) for a in args]))
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("package", ["tensorboard", "wandb"])
+def test_asking_for_a_missing_logging_package_is_a_clear_error(tmp_path, package):
+    import importlib.util
+
+    if importlib.util.find_spec(package) is not None:
+        pytest.skip(f"{package} is installed")
+    with pytest.raises(MoelabError, match=f"train.{package}=true needs the {package} package"):
+        train(tiny_config(f"train.{package}=true"), tmp_path / "run")

@@ -1,0 +1,54 @@
+"""DDP: ``torchrun --nproc_per_node=2 -m moelab train`` on CPU (gloo) follows the same loss
+trajectory as one process with the same global batch.
+
+A dense config: its objective is the mean cross-entropy, which splits exactly over equal
+micro batches, so the two runs differ only by float rounding (gradient all-reduce order).
+The MoE load-balancing loss is computed per rank on the local batch and is not linear in the
+batch, so an MoE run under DDP optimises a slightly different objective (docs/training.md).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from moelab.train.run_folder import RunFolder
+
+TINY_DENSE = """
+model: {vocab_size: 512, d_model: 32, n_layers: 2, n_heads: 2, n_kv_heads: 2, d_ff: 64,
+        max_seq_len: 32}
+data: {source: sample, max_train_stories: 300, cache_dir: CACHE}
+train: {batch_size: 8, max_tokens: 3072, lr: 0.01, eval_interval: 6, eval_windows: 8,
+        log_interval: 1, progress: false, sample_tokens: 0}
+"""
+
+
+def test_two_cpu_processes_match_one(tmp_path, tmp_path_factory):
+    cache = tmp_path_factory.getbasetemp() / "moelab-cache"
+    config_file = tmp_path / "tiny.yaml"
+    config_file.write_text(TINY_DENSE.replace("CACHE", str(cache)))
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    single, ddp = tmp_path / "single", tmp_path / "ddp"
+
+    subprocess.run([sys.executable, "-m", "moelab", "train", str(config_file), "--out", str(single)],
+                   env=env, check=True, capture_output=True)
+    subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
+                    "--nproc_per_node=2", "-m", "moelab", "train", str(config_file),
+                    "--out", str(ddp)], env=env, check=True, capture_output=True)
+
+    single_events, ddp_events = RunFolder(single).read_metrics(), RunFolder(ddp).read_metrics()
+    assert [(e["kind"], e["step"]) for e in ddp_events] == [(e["kind"], e["step"]) for e in single_events]
+    single_losses = [e["loss"] for e in single_events if e["kind"] == "train"]
+    ddp_losses = [e["loss"] for e in ddp_events if e["kind"] == "train"]
+    assert len(single_losses) == 12
+    assert ddp_losses == pytest.approx(single_losses, rel=1e-5)
+    assert ddp_losses[0] == pytest.approx(single_losses[0], rel=1e-6)  # same init, same data
+    assert single_losses[-1] < single_losses[0] - 0.3  # and it trains
+
+    single_summary, ddp_summary = RunFolder(single).read_summary(), RunFolder(ddp).read_summary()
+    assert ddp_summary["world_size"] == 2 and single_summary["world_size"] == 1
+    assert ddp_summary["tokens"] == single_summary["tokens"] == 12 * 8 * 32
+    assert ddp_summary["final_val_loss"] == pytest.approx(single_summary["final_val_loss"], rel=1e-5)

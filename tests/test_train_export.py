@@ -1,0 +1,65 @@
+"""``moelab export-hf``: the folder loads in ``transformers`` (Llama for dense, Mixtral for MoE)
+and gives the same logits, tokens and greedy continuation as moelab."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+transformers = pytest.importorskip("transformers")
+
+from moelab.cli import main  # noqa: E402
+from moelab.config import load_config  # noqa: E402
+from moelab.train import generate_text, load_run, train  # noqa: E402
+
+TINY = [
+    "model.vocab_size=512", "model.d_model=32", "model.n_layers=2", "model.n_heads=4",
+    "model.n_kv_heads=2", "model.d_ff=64", "model.max_seq_len=32",
+    "data.source=sample", "data.max_train_stories=300",
+    "train.batch_size=8", "train.max_tokens=1024", "train.lr=0.01", "train.eval_windows=4",
+    "train.progress=false", "train.sample_tokens=0",
+]
+ARMS = {
+    "dense": ("LlamaForCausalLM", ["model.tie_embeddings=false"]),
+    "moe": ("MixtralForCausalLM", ["model.moe={num_experts: 4, top_k: 2, d_expert: 32}"]),
+}
+TEXT = "Once upon a time, there was a little girl named Lily. She liked to play outside."
+
+
+@pytest.mark.parametrize("arm", sorted(ARMS))
+def test_exported_model_matches_moelab(tmp_path, tmp_path_factory, arm):
+    hf_class, overrides = ARMS[arm]
+    cache = tmp_path_factory.getbasetemp() / "moelab-cache"
+    config = load_config(None, TINY + overrides + [f"data.cache_dir={cache}"])
+    run_dir, out = tmp_path / "run", tmp_path / "hf"
+    train(config, run_dir)  # 4 steps: weights away from their init, GQA and (un)tied heads
+    assert main(["export-hf", str(run_dir), str(out)]) == 0
+
+    hf_model = transformers.AutoModelForCausalLM.from_pretrained(out).eval()
+    hf_tokenizer = transformers.AutoTokenizer.from_pretrained(out)
+    model, tokenizer = load_run(run_dir)
+    assert type(hf_model).__name__ == hf_class
+
+    ids = tokenizer.encode(TEXT)
+    assert hf_tokenizer(TEXT)["input_ids"] == ids
+    assert hf_tokenizer.decode(ids) == TEXT
+    tokens_1T = torch.tensor([ids[:32]])
+    with torch.no_grad():
+        ours, theirs = model(tokens_1T).logits, hf_model(tokens_1T).logits
+    torch.testing.assert_close(theirs, ours, rtol=1e-5, atol=1e-5)
+
+    # Greedy decoding agrees with transformers' own generate().
+    prompt_ids = [tokenizer.eot_id] + tokenizer.encode("Once upon a time")
+    ours_text = generate_text(model, tokenizer, "Once upon a time", max_new_tokens=8, temperature=0)
+    with torch.no_grad():
+        hf_ids = hf_model.generate(torch.tensor([prompt_ids]), max_new_tokens=8, do_sample=False,
+                                   min_new_tokens=8, pad_token_id=tokenizer.eot_id)
+    assert hf_tokenizer.decode(hf_ids[0, 1:].tolist()) == ours_text
+
+
+def test_export_refuses_a_non_empty_folder(tmp_path, capsys):
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "keep.txt").write_text("mine")
+    assert main(["export-hf", str(tmp_path), str(tmp_path / "out")]) == 2
+    assert "not an empty folder" in capsys.readouterr().err
+    assert (tmp_path / "out" / "keep.txt").read_text() == "mine"
