@@ -1,19 +1,25 @@
 """Forward+backward time of the MoE FFN layer versus a dense SwiGLU FFN of the same active size
 and versus Hugging Face's Mixtral sparse block (its one-hot loop over experts).
 
-For each E the three layers are timed interleaved (dense, moelab, HF, dense, ...) so machine
-noise hits them alike; the median of the repeats is reported, with ratios to dense. The MoE
-layers are timed as training uses them: router, top-k, dispatch, combine, and (for moelab) the
-load-balancing and z losses and routing statistics, backward through all of it.
+Layers, for each E: ``dense`` (SwiGLU, d_ff = k * d_expert: the same active FLOPs), ``moelab``
+(MoEFeedForward as training uses it: default layout choice), ``packed`` and ``padded`` (the same
+layer with each expert-major layout forced) and ``hf`` (transformers' MixtralSparseMoeBlock,
+eager experts, same weights). They are timed interleaved (dense, moelab, ..., dense, ...) so
+machine noise hits them alike; the median of the repeats is reported, with ratios to dense.
+MoE layers are timed as training uses them: router, top-k, dispatch, combine, and (for moelab)
+the load-balancing and z losses and routing statistics, backward through all of it.
 
-    .venv/bin/python benchmarks/moe_dispatch.py            # writes benchmarks/results/moe_dispatch.json
-    .venv/bin/python benchmarks/moe_dispatch.py --quick    # fewer repeats, smoke test
+    .venv/bin/python benchmarks/moe_dispatch.py              # all threads -> results/moe_dispatch.json
+    .venv/bin/python benchmarks/moe_dispatch.py --threads 1  # adds a 1-thread run to the same file
+    .venv/bin/python benchmarks/moe_dispatch.py --quick      # 3 repeats, smoke test, writes nothing
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
+import os
 import platform
 import statistics
 import time
@@ -27,7 +33,7 @@ from transformers.models.mixtral.modeling_mixtral import MixtralSparseMoeBlock
 from moelab.config import ModelConfig, MoEConfig
 from moelab.fileio import atomic_write_json
 from moelab.model import FeedForward
-from moelab.moe import MoEFeedForward
+from moelab.moe import MoEFeedForward, expert_layout, route
 
 RESULTS = Path(__file__).resolve().parent / "results" / "moe_dispatch.json"
 
@@ -46,11 +52,13 @@ def build_layers(num_experts: int, args) -> dict[str, torch.nn.Module]:
         hf_moe.gate.weight.copy_(moelab_moe.router.weight)
         hf_moe.experts.gate_up_proj.copy_(torch.cat([moelab_moe.w1, moelab_moe.w3], dim=1))
         hf_moe.experts.down_proj.copy_(moelab_moe.w2)
-    packed = MoEFeedForward(moe_cfg)
-    packed.load_state_dict(moelab_moe.state_dict())
-    packed.max_padding = 0.0  # always the segment loop
-    dense = FeedForward(args.d_model, args.top_k * args.d_expert)
-    return {"dense": dense, "moelab": moelab_moe, "packed": packed, "hf": hf_moe}
+    layers = {"dense": FeedForward(args.d_model, args.top_k * args.d_expert), "moelab": moelab_moe}
+    for name, max_padding in (("packed", 0.0), ("padded", math.inf)):  # each layout forced
+        layers[name] = MoEFeedForward(moe_cfg)
+        layers[name].load_state_dict(moelab_moe.state_dict())
+        layers[name].max_padding = max_padding
+    layers["hf"] = hf_moe
+    return layers
 
 
 def step(layer: torch.nn.Module, x_BTD: torch.Tensor, grad_BTD: torch.Tensor) -> None:
@@ -84,20 +92,19 @@ def bench_one(num_experts: int, args) -> dict:
         for name, layer in layers.items():
             times[name].append(time_step(layer, x_BTD, grad_BTD))
     medians = {name: statistics.median(t) for name, t in times.items()}
+    layout = expert_layout(route(layers["moelab"].router(x_BTD.reshape(-1, args.d_model)),
+                                 args.top_k)[1], num_experts, max_padding=math.inf)
     row = {
         "num_experts": num_experts,
+        "padding_fraction": layout.num_rows / (x_BTD.shape[0] * x_BTD.shape[1] * args.top_k) - 1,
         "median_ms": {name: 1000 * m for name, m in medians.items()},
-        "moelab_over_dense": medians["moelab"] / medians["dense"],
-        "hf_over_dense": medians["hf"] / medians["dense"],
-        "packed_over_dense": medians["packed"] / medians["dense"],
+        "over_dense": {name: m / medians["dense"] for name, m in medians.items()},
         "hf_over_moelab": medians["hf"] / medians["moelab"],
         "times_ms": {name: [1000 * s for s in t] for name, t in times.items()},
     }
-    print(f"E={num_experts:3d}  dense {row['median_ms']['dense']:7.1f} ms  "
-          f"moelab {row['median_ms']['moelab']:7.1f} ms  hf {row['median_ms']['hf']:7.1f} ms  "
-          f"packed {row['median_ms']['packed']:7.1f} ms  moelab/dense {row['moelab_over_dense']:.3f}  "
-          f"packed/dense {row['packed_over_dense']:.3f}  hf/dense {row['hf_over_dense']:.3f}",
-          flush=True)
+    print(f"E={num_experts:3d} padding {row['padding_fraction']:.2f}  "
+          + "  ".join(f"{name} {ms:7.1f} ms ({row['over_dense'][name]:.2f}x)"
+                      for name, ms in row["median_ms"].items()), flush=True)
     return row
 
 
@@ -109,7 +116,7 @@ def main() -> None:
     parser.add_argument("--d-model", type=int, default=256)
     parser.add_argument("--d-expert", type=int, default=344)
     parser.add_argument("--top-k", type=int, default=2)
-    parser.add_argument("--repeats", type=int, default=15)
+    parser.add_argument("--repeats", type=int, default=11)
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
     parser.add_argument("--quick", action="store_true", help="3 repeats, 1 warmup, no results file")
@@ -119,18 +126,23 @@ def main() -> None:
         args.repeats, args.warmup = 3, 1
     if args.threads:
         torch.set_num_threads(args.threads)
+    load_before = os.getloadavg()[0]
     rows = [bench_one(e, args) for e in args.experts]
     if args.quick:
         return
-    atomic_write_json(args.out, {
+    run = {
+        "threads": torch.get_num_threads(), "repeats": args.repeats, "warmup": args.warmup,
+        "load_average_1min": {"before": load_before, "after": os.getloadavg()[0]},
         "shapes": {"tokens": args.batch * args.seq_len, "batch": args.batch,
                    "seq_len": args.seq_len, "d_model": args.d_model, "d_expert": args.d_expert,
                    "top_k": args.top_k, "dense_d_ff": args.top_k * args.d_expert},
-        "repeats": args.repeats, "warmup": args.warmup,
         "torch": torch.__version__, "transformers": transformers.__version__,
-        "threads": torch.get_num_threads(), "machine": platform.machine(),
-        "rows": rows,
-    })
+        "machine": platform.machine(), "cpus": os.cpu_count(), "rows": rows,
+    }
+    # One entry per thread count, so a 1-thread and a 2-thread run share the results file.
+    previous = json.loads(args.out.read_text()) if args.out.is_file() else {"runs": []}
+    runs = [r for r in previous.get("runs", []) if r.get("threads") != run["threads"]]
+    atomic_write_json(args.out, {"runs": sorted(runs + [run], key=lambda r: r["threads"])})
     print(f"wrote {args.out}")
 
 

@@ -187,6 +187,18 @@ def test_memmap_equals_direct_encoding(small_data):
     assert int(np.sum(tokens == small_data.tokenizer.eot_id)) == SMALL_TRAIN_STORIES
 
 
+def test_token_files_widen_to_uint32_for_large_vocabularies(tmp_path, tiny_folder, monkeypatch):
+    assert cache_module.token_dtype(65_536) == np.uint16
+    assert cache_module.token_dtype(65_537) == np.uint32
+    monkeypatch.setattr(cache_module, "token_dtype", lambda vocab_size: np.dtype(np.uint32))
+    cfg = DataConfig(source=str(tiny_folder), cache_dir=str(tmp_path))
+    prepared = prepare_data(cfg, 300, progress=False)
+    assert prepared.valid.tokens.dtype == np.uint32
+    assert (prepared.cache_dir / "valid.bin").stat().st_size == 4 * len(prepared.valid.tokens)
+    valid_stories = bundled_sample_stories("train")[120:140]
+    assert np.array_equal(prepared.valid.tokens, hf_stream(prepared.tokenizer, valid_stories))
+
+
 def test_vocab_and_byte_counts(small_data):
     tokenizer = small_data.tokenizer
     assert tokenizer.vocab_size == SMALL_VOCAB

@@ -116,6 +116,7 @@ def test_gradient_accumulation_chunks_reassemble_the_rank_batch():
     ({"batch_size": 6, "world_size": 4}, "divisible"),
     ({"rank": 2, "world_size": 2}, "rank=2"),
     ({"seq_len": 60_000}, "fewer than seq_len"),
+    ({"seed": -1}, "seed=-1"),
 ])
 def test_bad_batch_settings_raise(kwargs, message):
     settings = {"seq_len": SEQ_LEN, "batch_size": BATCH, "seed": 0, **kwargs}

@@ -292,14 +292,15 @@ def test_no_token_is_dropped_under_collapse():
 def test_autocast_bfloat16_runs_and_keeps_fp32_gradients():
     cfg = moe_config(num_experts=4, top_k=2)
     layer = random_layer(cfg)
-    x_BTD = torch.randn(2, 8, cfg.d_model)
+    x_BTD = torch.randn(2, 8, cfg.d_model, requires_grad=True)
     with torch.autocast("cpu", dtype=torch.bfloat16):
         out, aux = layer(x_BTD)
-    reference, _ = random_layer(cfg, "reference")(x_BTD)
+    reference, _ = random_layer(cfg, "reference")(x_BTD.detach())
     assert out.dtype == torch.bfloat16
     torch.testing.assert_close(out.float(), reference, rtol=0.05, atol=0.05)
     out.float().square().sum().backward()
     assert all(p.grad.dtype == torch.float32 for p in layer.parameters())
+    assert x_BTD.grad.dtype == torch.float32
 
 
 def test_bad_dispatch_name_is_a_moelab_error():

@@ -39,7 +39,7 @@ class FakeTrain:
         arm = run_dir.parent.name
         self.calls.append((run_dir.as_posix(), resume))
         if arm == self.fail_arm:
-            raise MoelabError(f"train.lr={config.train.lr} is invalid: fake failure")
+            raise MoelabError(f"train.seed={config.train.seed} is invalid: fake failure")
         run_dir.mkdir(parents=True, exist_ok=True)
         (run_dir / "config.yaml").write_text(yaml.safe_dump(to_dict(config)))
         final = fake_loss(arm, config.train.seed, config.train.max_tokens)
@@ -209,8 +209,8 @@ def test_a_failed_run_is_recorded_and_the_others_run(tmp_path, demo):
     assert set(results["arms"]) == {"moe", "dense_active"}
     assert set(results["gaps"]) == {"active"}
     assert results["failed_runs"] == {
-        "dense_total/seed0": "MoelabError: train.lr=0.003 is invalid: fake failure",
-        "dense_total/seed1": "MoelabError: train.lr=0.003 is invalid: fake failure"}
+        "dense_total/seed0": "MoelabError: train.seed=0 is invalid: fake failure",
+        "dense_total/seed1": "MoelabError: train.seed=1 is invalid: fake failure"}
     assert results["missing_runs"] == ["dense_total/seed0", "dense_total/seed1"]
     report = (tmp_path / "s/report.md").read_text()
     assert "`dense_total/seed0` failed: MoelabError" in report

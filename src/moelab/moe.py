@@ -290,10 +290,11 @@ class _SortedSwiGLUExperts(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x_TD, layout: ExpertLayout, top_k, w1_EHD, w2_EDH, w3_EHD):
+        ctx.input_dtypes = (x_TD.dtype, w1_EHD.dtype, w2_EDH.dtype, w3_EHD.dtype)
         dtype = _compute_dtype(x_TD)  # honour autocast explicitly, then do the maths without it
         with torch.autocast(x_TD.device.type, enabled=False):
-            x_TD, w1, w2, w3 = (t.to(dtype) for t in (x_TD, w1_EHD, w2_EDH, w3_EHD))
-            x_RD = _rows_from_slots(x_TD, layout, token_of_slot_divisor=top_k)
+            x, w1, w2, w3 = (t.to(dtype) for t in (x_TD, w1_EHD, w2_EDH, w3_EHD))
+            x_RD = _rows_from_slots(x, layout, token_of_slot_divisor=top_k)
             h1_RH = _rows_times_expert_matrix(x_RD, w1.transpose(1, 2), layout)
             h3_RH = _rows_times_expert_matrix(x_RD, w3.transpose(1, 2), layout)
             silu_h1_RH = F.silu(h1_RH)
@@ -302,7 +303,6 @@ class _SortedSwiGLUExperts(torch.autograd.Function):
             y_SD = y_RD.index_select(0, layout.row_of_slot_S)
         ctx.save_for_backward(x_RD, h1_RH, h3_RH, silu_h1_RH, act_RH, w1, w2, w3)
         ctx.layout, ctx.top_k = layout, top_k
-        ctx.input_dtypes = (x_TD.dtype, w1_EHD.dtype, w2_EDH.dtype, w3_EHD.dtype)
         return y_SD
 
     @staticmethod

@@ -93,11 +93,13 @@ def print_results(results: dict, study_dir: Path) -> None:
     rows = []
     for arm, r in results["arms"].items():
         loss, bpb = r["best_val_loss"], r["best_val_bpb"]
+        collapsed = f"{r['collapsed_runs']}/{loss['n']}" if r["routing"] else "–"
         rows.append([arm, format_count(r["active_params"]), format_count(r["total_params"]),
                      format_mean_std(loss["mean"], loss["std"]), str(loss["n"]),
-                     format_mean_std(bpb["mean"], bpb["std"])])
+                     format_mean_std(bpb["mean"], bpb["std"]), collapsed])
     print()
-    print(markdown_table(["arm", "active", "total", "best val loss", "n", "bits/byte"], rows, "lrrrrr"))
+    print(markdown_table(["arm", "active", "total", "best val loss", "n", "bits/byte", "collapsed"],
+                         rows, "lrrrrrr"))
     for criterion, g in results["gaps"].items():
         ci = (f"95% CI [{format_number(g['ci_low'])}, {format_number(g['ci_high'])}], "
               f"p={format_number(g['p_value'])}" if g["ci_low"] is not None else "no CI")

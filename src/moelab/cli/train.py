@@ -31,10 +31,14 @@ def register(subparsers) -> None:
     generate = subparsers.add_parser("generate", help="continue a prompt with a trained run")
     generate.add_argument("run", metavar="RUN", help="a run folder")
     generate.add_argument("--prompt", required=True, help="the text to continue")
-    generate.add_argument("--max-new-tokens", type=_non_negative_int, default=64)
-    generate.add_argument("--temperature", type=float, default=1.0, help="0 means greedy")
-    generate.add_argument("--top-k", type=_positive_int, default=None)
-    generate.add_argument("--seed", type=int, default=0)
+    generate.add_argument("--max-new-tokens", type=_non_negative_int, default=64, metavar="N",
+                          help="tokens to generate (default 64)")
+    generate.add_argument("--temperature", type=float, default=1.0, metavar="T",
+                          help="sampling temperature; 0 means greedy (default 1.0)")
+    generate.add_argument("--top-k", type=_positive_int, default=None, metavar="K",
+                          help="sample only among the K most likely tokens")
+    generate.add_argument("--seed", type=int, default=0, metavar="S",
+                          help="seed of the sampler: the same seed gives the same text")
     generate.set_defaults(func=_generate)
 
     export = subparsers.add_parser(

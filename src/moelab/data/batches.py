@@ -26,6 +26,8 @@ class TrainBatches:
                  rank: int = 0, world_size: int = 1):
         if seq_len <= 0 or batch_size <= 0:
             raise MoelabError(f"seq_len={seq_len} and batch_size={batch_size} must be > 0")
+        if seed < 0:
+            raise MoelabError(f"seed={seed} is invalid: the data seed must be >= 0")
         if not 0 <= rank < world_size:
             raise MoelabError(f"rank={rank} is invalid: allowed 0..{world_size - 1}")
         if batch_size % world_size:
@@ -97,6 +99,8 @@ class TrainBatches:
                     f"cannot resume the batch stream: checkpoint has {key}={state[key]}, "
                     f"this run has {key}={getattr(self, key)}"
                 )
+        if "step" not in state:
+            raise MoelabError(f"cannot resume the batch stream: no 'step' in {sorted(state)}")
         self.step = int(state["step"])
 
 

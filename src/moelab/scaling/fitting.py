@@ -95,8 +95,13 @@ def fit_law(law: Law, columns: dict[str, np.ndarray], *, max_starts: int | None 
             starts: np.ndarray | None = None) -> FitResult:
     """Fit ``law`` to raw columns (N, D, loss, and S for the sparsity law) from its start grid."""
     _check_enough_points(law, len(columns["loss"]))
+    if max_starts is not None and max_starts < 1:
+        raise MoelabError(f"--starts {max_starts} is invalid: must be a positive count")
     objective = HuberObjective(law, log_features(law, columns), columns["loss"])
-    starts_SP = law.start_grid(max_starts) if starts is None else np.asarray(starts, dtype=np.float64)
+    if starts is not None:
+        starts_SP = np.asarray(starts, dtype=np.float64)
+    else:  # None: the law's default grid (all of Chinchilla's, a seeded subset of the sparsity grid)
+        starts_SP = law.start_grid() if max_starts is None else law.start_grid(max_starts)
     batch = batched_lbfgs(lambda x, rows: objective(x), starts_SP)
     candidates = _distinct_best(batch.x, batch.fun, max(POLISH_CANDIDATES, BOOTSTRAP_STARTS))
     polished = [_polish(objective, theta) for theta in candidates[:POLISH_CANDIDATES]]

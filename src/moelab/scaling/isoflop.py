@@ -84,7 +84,8 @@ def fit_surface(log_params: np.ndarray, sparsity: np.ndarray, loss: np.ndarray) 
     if stationary is not None and all(lo <= v <= hi for v, (lo, hi) in zip(stationary, box)):
         x_star, y_star = stationary
         return {"coefficients": [float(c) for c in coefficients], "log_params": float(x_star),
-                "sparsity": float(-math.expm1(-y_star)), "loss": surface(stationary)}
+                "sparsity": float(-math.expm1(-y_star)), "loss": surface(stationary),
+                "at_edge": False}
     # Otherwise the minimum lies on the edge of the box: search it numerically.
     grid_x, grid_y = np.meshgrid(np.linspace(*box[0], 101), np.linspace(*box[1], 101))
     values = _surface_terms(grid_x.ravel(), grid_y.ravel()) @ coefficients
@@ -92,8 +93,11 @@ def fit_surface(log_params: np.ndarray, sparsity: np.ndarray, loss: np.ndarray) 
     best = scipy.optimize.minimize(surface, [grid_x.ravel()[start], grid_y.ravel()[start]],
                                    method="L-BFGS-B", bounds=box)
     x_star, y_star = best.x
+    at_edge = any(min(v - lo, hi - v) <= 1e-6 * max(1.0, hi - lo)
+                  for v, (lo, hi) in zip(best.x, box))
     return {"coefficients": [float(c) for c in coefficients], "log_params": float(x_star),
-            "sparsity": float(-math.expm1(-y_star)), "loss": float(best.fun)}
+            "sparsity": float(-math.expm1(-y_star)), "loss": float(best.fun),
+            "at_edge": bool(at_edge)}
 
 
 def _stationary_point(coefficients: np.ndarray) -> tuple[float, float] | None:
@@ -123,7 +127,8 @@ def isoflop_analysis(columns: dict[str, np.ndarray]) -> dict:
                 continue
             surface = fit_surface(log_n, sparsity, loss)
             row.update(params=math.exp(surface["log_params"]), sparsity=surface["sparsity"],
-                       loss=surface["loss"], surface=surface["coefficients"])
+                       loss=surface["loss"], surface=surface["coefficients"],
+                       at_edge=surface["at_edge"])
             if shared is not None:
                 row["params_active"] = float(active_params(row["params"], row["sparsity"], shared))
         else:

@@ -42,8 +42,9 @@ class Law:
     """Per term: (log-coefficient name or "", ((exponent name, feature name), ...))."""
     features: tuple[str, ...]
     """Log features the terms use: 'log_N', 'log_D', 'log_U' (U = 1 - S)."""
-    start_grid: Callable[[int | None], np.ndarray]
-    """starts(max_starts) -> (num_starts, P) initial theta values."""
+    start_grid: Callable[..., np.ndarray]
+    """start_grid(max_starts=default) -> (num_starts, P) initial theta values; a seeded subset
+    when max_starts is below the grid's size."""
 
     @property
     def num_params(self) -> int:

@@ -13,7 +13,7 @@ DEMO = {
     "name": "demo",
     "base": "demo",
     "overrides": ["train.batch_size=16", "model.max_seq_len=64", "train.eval_interval=40",
-                  "train.eval_windows=32", "train.warmup_fraction=0.1", "train.progress=false"],
+                  "train.eval_windows=32", "train.warmup_fraction=0.1", "train.progress=false", "train.sample_tokens=0"],
     "sizes": [
         {"name": "s1", "d_model": 48, "n_layers": 2, "n_heads": 2, "n_kv_heads": 2, "d_ff": 192},
         {"name": "s2", "d_model": 64, "n_layers": 2, "n_heads": 2, "n_kv_heads": 2, "d_ff": 256},
@@ -53,8 +53,8 @@ MICRO = {
     "name": "micro",
     "base": "demo",
     "overrides": ["model.vocab_size=320", "data.max_train_stories=400", "train.batch_size=4",
-                  "model.max_seq_len=32", "train.eval_interval=5", "train.eval_windows=4",
-                  "train.progress=false"],
+                  "model.max_seq_len=32", "train.eval_interval=1", "train.eval_windows=2",
+                  "train.progress=false", "train.sample_tokens=0"],
     "sizes": [
         {"name": "a", "d_model": 32, "n_layers": 1, "n_heads": 2, "n_kv_heads": 2, "d_ff": 64},
         {"name": "b", "d_model": 48, "n_layers": 1, "n_heads": 2, "n_kv_heads": 2, "d_ff": 96},
@@ -62,7 +62,7 @@ MICRO = {
     "sparsities": [0.0, 0.5],
     "top_k": 1,
     "mode": "fixed_total",
-    "token_budgets": [1280],
+    "token_budgets": [256],
     "seed": 0,
     "holdout": "S=max",
 }

@@ -25,7 +25,6 @@ from __future__ import annotations
 import csv
 import io
 import json
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
@@ -216,7 +215,7 @@ def _run_specs(points: list[SweepPoint]):
 
 
 def run_sweep(grid: SweepGrid, out_dir: Path, *, bootstrap_replicates: int = 200,
-              train_fn: Optional[Callable[..., dict]] = None,
+              max_starts: int | None = None, train_fn: Optional[Callable[..., dict]] = None,
               log: Callable[[str], None] = print) -> Path:
     """Plan, train what is missing, write results.csv, fit, and write report.md; returns its path."""
     from moelab.scaling.sweep_report import write_sweep_report
@@ -237,7 +236,8 @@ def run_sweep(grid: SweepGrid, out_dir: Path, *, bootstrap_replicates: int = 200
     write_results_csv(out_dir / "results.csv", rows)
     if len(rows) < len(points):
         log(f"{len(points) - len(rows)} of {len(points)} runs are not complete: see failures.json")
-    return write_sweep_report(out_dir, grid, bootstrap_replicates=bootstrap_replicates, log=log)
+    return write_sweep_report(out_dir, grid, bootstrap_replicates=bootstrap_replicates,
+                              max_starts=max_starts, log=log)
 
 
 def _write_plan(out_dir: Path, grid: SweepGrid, points: list[SweepPoint], specs) -> None:
@@ -311,6 +311,3 @@ def describe_grid(grid: SweepGrid) -> str:
             f"top-{grid.top_k}, {grid.mode}) x {len(grid.flops_budgets or grid.token_budgets)} "
             f"budgets ({budgets}), seed {grid.seed}, base config {grid.base!r}")
 
-
-def _is_number(value) -> bool:
-    return isinstance(value, (int, float)) and math.isfinite(value)

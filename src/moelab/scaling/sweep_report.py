@@ -36,7 +36,11 @@ CURVE_REPLICATES = 100
 
 
 def write_sweep_report(out_dir: Path, grid: SweepGrid, *, bootstrap_replicates: int = 200,
-                       log: Callable[[str], None] = print) -> Path:
+                       max_starts: int | None = None, log: Callable[[str], None] = print) -> Path:
+    """Fit, analyse and write report.md from ``out_dir/results.csv``; returns the report's path.
+
+    ``max_starts`` limits the sparsity law's start grid (None: its default seeded subset).
+    """
     out_dir = Path(out_dir)
     csv_path = out_dir / "results.csv"
     sections = [f"# Sparsity sweep `{grid.name}`\n", _setup(grid)]
@@ -47,7 +51,7 @@ def write_sweep_report(out_dir: Path, grid: SweepGrid, *, bootstrap_replicates: 
         return atomic_write_text(out_dir / "report.md", "\n".join(sections))
     shared = estimate_shared_fraction(columns["N"], columns["N_active"], columns["S"])
     sections.append(_results_table(csv_path))
-    fit = _fit_or_none(columns, bootstrap_replicates, None, log)
+    fit = _fit_or_none(columns, bootstrap_replicates, None, max_starts, log)
     if fit is None:
         sections.append(f"## Law fit\n\nNot enough points ({len(columns['loss'])}) for the "
                         f"{SPARSITY.num_params}-parameter sparsity law: at least "
@@ -56,7 +60,7 @@ def write_sweep_report(out_dir: Path, grid: SweepGrid, *, bootstrap_replicates: 
         fit.update(shared_fraction=shared, source="results.csv", columns=fit_columns_map())
         atomic_write_json(out_dir / "fit.json", fit)
         sections.append(_fit_section(fit, shared, bootstrap_replicates))
-        holdout = _fit_or_none(columns, 0, grid.holdout, log)
+        holdout = _fit_or_none(columns, 0, grid.holdout, max_starts, log)
         if holdout is not None:
             atomic_write_json(out_dir / "fit_holdout.json", holdout)
             sections.append(_holdout_section(holdout))
@@ -67,9 +71,10 @@ def write_sweep_report(out_dir: Path, grid: SweepGrid, *, bootstrap_replicates: 
     return atomic_write_text(out_dir / "report.md", "\n".join(s for s in sections if s))
 
 
-def _fit_or_none(columns, replicates, holdout, log) -> dict | None:
+def _fit_or_none(columns, replicates, holdout, max_starts, log) -> dict | None:
     try:
-        return fit_columns("sparsity", columns, bootstrap_replicates=replicates, holdout=holdout)
+        return fit_columns("sparsity", columns, bootstrap_replicates=replicates, holdout=holdout,
+                           max_starts=max_starts)
     except MoelabError as exc:  # too few points, or a holdout that leaves nothing to fit
         log(f"sparsity-law fit skipped: {exc}")
         return None
@@ -141,14 +146,18 @@ def _isoflop_section(out_dir: Path, columns: dict, csv_path: Path, fit: dict | N
     atomic_write_json(out_dir / "isoflop.json", {"surface": analysis, "per_sparsity": per_sparsity})
     figure = _isoflop_figure(out_dir / "figures" / "isoflop.png", iso_columns, fit, shared)
     rows = [[f"{b['flops']:.3g}", b["n_points"], format_count(b["params"]),
-             format_count(b.get("params_active")), f"{b['sparsity']:.3f}", format_number(b["loss"])]
+             format_count(b.get("params_active")), f"{b['sparsity']:.3f}", format_number(b["loss"]),
+             "yes" if b["at_edge"] else ""]
             for b in analysis["budgets"]]
     text = ("## IsoFLOP analysis\n\n"
             "Per compute budget, the loss is fitted as a quadratic surface in (log N, -log(1 - S)) "
             "and minimised inside the observed box (Abnar et al.); `isoflop.json` also holds a "
             "parabola in log N per sparsity and budget (where a budget has 3 sizes).\n\n")
     if rows:
-        text += markdown_table(["C", "points", "N*", "N_active*", "S*", "loss*"], rows, "rrrrrr")
+        text += markdown_table(["C", "points", "N*", "N_active*", "S*", "loss*", "at edge"], rows,
+                               "rrrrrrl")
+        text += ("\n'At edge': the surface's minimum lies on the edge of the sizes and sparsities "
+                 "tried, so the optimum is at least that far out.\n")
     else:
         text += "Too few points per budget for the surface (6 needed).\n"
     exponent = analysis["params_exponent"]
