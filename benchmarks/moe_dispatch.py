@@ -5,7 +5,9 @@ Layers, for each E: ``dense`` (SwiGLU, d_ff = k * d_expert: the same active FLOP
 (MoEFeedForward as training uses it: default layout choice), ``packed`` and ``padded`` (the same
 layer with each expert-major layout forced) and ``hf`` (transformers' MixtralSparseMoeBlock,
 eager experts, same weights). They are timed interleaved (dense, moelab, ..., dense, ...) so
-machine noise hits them alike; the median of the repeats is reported, with ratios to dense.
+machine noise hits them alike; the median of the repeats is reported, with ratios to dense,
+both in wall time and in CPU time of the process (time.process_time: on a machine shared with
+other jobs it moves less than wall time; with 2 threads it includes OpenMP spin-waiting).
 MoE layers are timed as training uses them: router, top-k, dispatch, combine, and (for moelab)
 the load-balancing and z losses and routing statistics, backward through all of it.
 
@@ -71,12 +73,13 @@ def step(layer: torch.nn.Module, x_BTD: torch.Tensor, grad_BTD: torch.Tensor) ->
     loss.backward()
 
 
-def time_step(layer, x_BTD, grad_BTD) -> float:
+def time_step(layer, x_BTD, grad_BTD) -> tuple[float, float]:
+    """(wall seconds, CPU seconds of this process) of one forward+backward."""
     layer.zero_grad(set_to_none=True)
     x_BTD.grad = None
-    start = time.perf_counter()
+    wall, cpu = time.perf_counter(), time.process_time()
     step(layer, x_BTD, grad_BTD)
-    return time.perf_counter() - start
+    return time.perf_counter() - wall, time.process_time() - cpu
 
 
 def bench_one(num_experts: int, args) -> dict:
@@ -84,27 +87,36 @@ def bench_one(num_experts: int, args) -> dict:
     layers = build_layers(num_experts, args)
     x_BTD = torch.randn(args.batch, args.seq_len, args.d_model, requires_grad=True)
     grad_BTD = torch.randn(args.batch, args.seq_len, args.d_model)
-    times = {name: [] for name in layers}
+    wall = {name: [] for name in layers}
+    cpu = {name: [] for name in layers}
     for _ in range(args.warmup):
         for layer in layers.values():
             time_step(layer, x_BTD, grad_BTD)
     for _ in range(args.repeats):
         for name, layer in layers.items():
-            times[name].append(time_step(layer, x_BTD, grad_BTD))
-    medians = {name: statistics.median(t) for name, t in times.items()}
+            wall_s, cpu_s = time_step(layer, x_BTD, grad_BTD)
+            wall[name].append(wall_s)
+            cpu[name].append(cpu_s)
+    wall_median = {name: statistics.median(t) for name, t in wall.items()}
+    cpu_median = {name: statistics.median(t) for name, t in cpu.items()}
     layout = expert_layout(route(layers["moelab"].router(x_BTD.reshape(-1, args.d_model)),
                                  args.top_k)[1], num_experts, max_padding=math.inf)
     row = {
         "num_experts": num_experts,
         "padding_fraction": layout.num_rows / (x_BTD.shape[0] * x_BTD.shape[1] * args.top_k) - 1,
-        "median_ms": {name: 1000 * m for name, m in medians.items()},
-        "over_dense": {name: m / medians["dense"] for name, m in medians.items()},
-        "hf_over_moelab": medians["hf"] / medians["moelab"],
-        "times_ms": {name: [1000 * s for s in t] for name, t in times.items()},
+        "median_ms": {name: 1000 * m for name, m in wall_median.items()},
+        "over_dense": {name: m / wall_median["dense"] for name, m in wall_median.items()},
+        "median_cpu_ms": {name: 1000 * m for name, m in cpu_median.items()},
+        "cpu_over_dense": {name: m / cpu_median["dense"] for name, m in cpu_median.items()},
+        "wall_ms": {name: [1000 * s for s in t] for name, t in wall.items()},
+        "cpu_ms": {name: [1000 * s for s in t] for name, t in cpu.items()},
     }
-    print(f"E={num_experts:3d} padding {row['padding_fraction']:.2f}  "
-          + "  ".join(f"{name} {ms:7.1f} ms ({row['over_dense'][name]:.2f}x)"
-                      for name, ms in row["median_ms"].items()), flush=True)
+    print(f"E={num_experts:3d} padding {row['padding_fraction']:.2f}  wall: "
+          + "  ".join(f"{name} {ms:.0f} ms ({row['over_dense'][name]:.2f}x)"
+                      for name, ms in row["median_ms"].items())
+          + "\n                    cpu:  "
+          + "  ".join(f"{name} {ms:.0f} ms ({row['cpu_over_dense'][name]:.2f}x)"
+                      for name, ms in row["median_cpu_ms"].items()), flush=True)
     return row
 
 

@@ -114,7 +114,11 @@ def main() -> None:
     parser.add_argument("--modes", default="eager,bf16", help="any of eager, bf16, compile")
     parser.add_argument("--impls", default="moelab,hf")
     parser.add_argument("--batch-size", type=int, default=None, help="default: the demo's")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="torch threads (default 1: on a CPU shared with other jobs, 2 "
+                             "spin-waiting OpenMP threads make step times swing by 5x)")
     args = parser.parse_args()
+    torch.set_num_threads(args.threads)
 
     config, arms = demo_arms()
     batch_size = args.batch_size or config.train.batch_size

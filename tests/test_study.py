@@ -100,8 +100,7 @@ def test_arms_differ_only_in_the_ffn(demo):
     assert list(arms) == ["moe", "dense_active", "dense_total", "dense_flops"]
     for name in ("dense_active", "dense_total", "dense_flops"):
         differing = _differing_keys(arms["moe"].config, arms[name].config)
-        assert differing <= {"model.d_ff", "model.moe", "model.moe.num_experts", "model.moe.top_k",
-                             "model.moe.d_expert", "model.moe.lb_coef", "model.moe.z_coef"}
+        assert all(k == "model.d_ff" or k.startswith("model.moe") for k in differing), differing
         assert arms[name].config.model.moe is None
     moe_counts = count_params(config.model)
     # Hand check of the matcher's intent: within one d_ff step (32) of 3 * d_model params/layer.

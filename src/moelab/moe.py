@@ -38,6 +38,10 @@ from moelab.config import ModelConfig
 from moelab.errors import MoelabError
 
 DISPATCH_MODES = ("sorted", "reference")
+# Pad the expert blocks to equal length (one bmm for all experts) when that adds at most this
+# fraction of rows. One op instead of E keeps multi-threaded CPUs (and GPUs) efficient at large
+# E; single-threaded, the packed loop is faster (see BENCHMARKS.md, "MoE dispatch").
+DEFAULT_MAX_PADDING = 0.5
 
 # --------------------------------------------------------------------------------------------
 # Routing
@@ -226,7 +230,8 @@ class ExpertLayout:
         return segments
 
 
-def expert_layout(experts_TK: torch.Tensor, num_experts: int, max_padding: float = 0.25) -> ExpertLayout:
+def expert_layout(experts_TK: torch.Tensor, num_experts: int,
+                  max_padding: float = DEFAULT_MAX_PADDING) -> ExpertLayout:
     """Stable sort of the T*k token-slots by expert id; padded when that costs at most
     ``max_padding`` extra rows (a fraction of T*k), packed otherwise."""
     experts_S = experts_TK.reshape(-1)
@@ -257,7 +262,7 @@ def sorted_experts_forward(
     w1_EHD: torch.Tensor,
     w2_EDH: torch.Tensor,
     w3_EHD: torch.Tensor,
-    max_padding: float = 0.25,
+    max_padding: float = DEFAULT_MAX_PADDING,
 ) -> torch.Tensor:
     """Dropless sort-based dispatch; equals ``reference_experts_forward`` (tests hold it).
 
@@ -399,7 +404,7 @@ class MoEFeedForward(nn.Module):
         moe = cfg.moe
         self.num_experts, self.top_k, self.dispatch = moe.num_experts, moe.top_k, dispatch
         # Padded (one bmm) vs packed (segment loop) layout, see ExpertLayout; a speed knob only.
-        self.max_padding = 0.25
+        self.max_padding = DEFAULT_MAX_PADDING
         self.router = nn.Linear(cfg.d_model, moe.num_experts, bias=False)
         self.w1 = nn.Parameter(torch.empty(moe.num_experts, moe.d_expert, cfg.d_model))
         self.w2 = nn.Parameter(torch.empty(moe.num_experts, cfg.d_model, moe.d_expert))

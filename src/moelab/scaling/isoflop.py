@@ -23,7 +23,7 @@ import scipy.optimize
 
 from moelab.errors import MoelabError
 from moelab.scaling.optimal import active_params, estimate_shared_fraction
-from moelab.scaling.table import _numeric_column, _read_csv, _require_column
+from moelab.scaling.table import numeric_column, read_csv_rows, require_column
 
 MIN_POINTS_PARABOLA = 3
 MIN_POINTS_SURFACE = 6
@@ -35,7 +35,7 @@ def read_isoflop_table(path: str | Path, column_map: dict[str, str] | None = Non
     path = Path(path)
     names = {key: key for key in ("N", "C", "S", "N_active", "loss")}
     names.update(column_map or {})
-    header, rows = _read_csv(path)
+    header, rows = read_csv_rows(path)
     for condition in where or []:
         key, sep, value = condition.partition("=")
         if not sep or key not in header:
@@ -47,8 +47,8 @@ def read_isoflop_table(path: str | Path, column_map: dict[str, str] | None = Non
     if not rows:
         raise MoelabError(f"{path}: no rows left after --where {' '.join(where or [])}")
     for key in ("N", "C", "loss"):
-        _require_column(path, header, names[key], key)
-    columns = {key: _numeric_column(path, rows, names[key])
+        require_column(path, header, names[key], key)
+    columns = {key: numeric_column(path, rows, names[key])
                for key in ("N", "C", "S", "N_active", "loss") if names[key] in header}
     for key in ("N", "C", "loss"):
         if np.any(columns[key] <= 0):

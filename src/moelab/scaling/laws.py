@@ -77,7 +77,9 @@ class Law:
         values = []
         for name in self.param_names:
             if name in self.log_coef_names:
-                values.append(math.log(params[self.log_coef_names[name]]))
+                # A coefficient that underflowed to 0 in exp(theta) is a vanished term: log -> -inf.
+                with np.errstate(divide="ignore"):
+                    values.append(float(np.log(params[self.log_coef_names[name]])))
             else:
                 values.append(params[name])
         return np.array(values, dtype=np.float64)

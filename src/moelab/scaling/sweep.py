@@ -121,7 +121,21 @@ def load_grid(source: str | Path) -> SweepGrid:
     unknown = [key for key in raw if key not in GRID_KEYS]
     if unknown:
         raise ConfigError(f"sweep grid key {unknown[0]!r} is unknown: allowed {', '.join(GRID_KEYS)}")
+    for key in ("sparsities", "flops_budgets", "token_budgets"):
+        raw[key] = _numbers(raw.get(key) or [], key)
+    raw["token_budgets"] = [int(b) for b in raw["token_budgets"]]
+    if not isinstance(raw.get("sizes", []), list) or not all(isinstance(s, dict) for s in raw.get("sizes", [])):
+        raise ConfigError("sweep grid sizes is invalid: expected a list of mappings")
     return SweepGrid(**raw).validate()
+
+
+def _numbers(values, key: str) -> list[float]:
+    if not isinstance(values, list):
+        raise ConfigError(f"sweep grid {key}={values!r} is invalid: expected a list of numbers")
+    try:
+        return [float(v) for v in values]
+    except (TypeError, ValueError):
+        raise ConfigError(f"sweep grid {key}={values!r} is invalid: expected a list of numbers") from None
 
 
 # --------------------------------------------------------------------------------------------

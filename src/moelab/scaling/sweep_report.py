@@ -9,8 +9,6 @@ and ``report.md``.
 
 from __future__ import annotations
 
-import json
-import math
 from pathlib import Path
 from typing import Callable
 
@@ -19,7 +17,7 @@ import numpy as np
 from moelab.errors import MoelabError
 from moelab.fileio import atomic_write_json, atomic_write_text
 from moelab.report import format_count, format_number, markdown_table, new_figure, save_figure
-from moelab.scaling.isoflop import fit_parabola, isoflop_analysis
+from moelab.scaling.isoflop import isoflop_analysis
 from moelab.scaling.laws import SPARSITY
 from moelab.scaling.optimal import (
     active_params, compute_optimal, estimate_shared_fraction, optimal_sparsity_at_params,

@@ -47,14 +47,14 @@ def read_fit_table(path: str | Path, needs_sparsity: bool,
     path = Path(path)
     names = {key: key for key in CANONICAL_COLUMNS}
     names.update(column_map or {})
-    header, rows = _read_csv(path)
+    header, rows = read_csv_rows(path)
 
     def column(key: str) -> np.ndarray:
-        return _numeric_column(path, rows, names[key])
+        return numeric_column(path, rows, names[key])
 
     required = ["N", "loss"] + (["S"] if needs_sparsity else [])
     for key in required:
-        _require_column(path, header, names[key], key)
+        require_column(path, header, names[key], key)
     columns = {key: column(key) for key in required}
     if names["N_active"] in header:
         columns["N_active"] = column("N_active")
@@ -73,7 +73,7 @@ def read_fit_table(path: str | Path, needs_sparsity: bool,
     return columns
 
 
-def _read_csv(path: Path) -> tuple[list[str], list[dict[str, str]]]:
+def read_csv_rows(path: Path) -> tuple[list[str], list[dict[str, str]]]:
     try:
         with open(path, newline="", encoding="utf-8") as f:
             reader = csv.DictReader(f)
@@ -88,7 +88,7 @@ def _read_csv(path: Path) -> tuple[list[str], list[dict[str, str]]]:
     return header, rows
 
 
-def _require_column(path: Path, header: list[str], name: str, key: str) -> None:
+def require_column(path: Path, header: list[str], name: str, key: str) -> None:
     if name not in header:
         raise MoelabError(
             f"{path}: column {name!r} (for {key}) is missing; found: {', '.join(header)} "
@@ -96,7 +96,7 @@ def _require_column(path: Path, header: list[str], name: str, key: str) -> None:
         )
 
 
-def _numeric_column(path: Path, rows: list[dict[str, str]], name: str) -> np.ndarray:
+def numeric_column(path: Path, rows: list[dict[str, str]], name: str) -> np.ndarray:
     values = []
     for line, row in enumerate(rows, start=2):  # line 1 is the header
         text = (row.get(name) or "").strip()
