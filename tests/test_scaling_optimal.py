@@ -103,6 +103,16 @@ def test_isoflop_on_chinchilla_data_gives_exponent_near_half():
     assert 2e9 < optima[3e21] < 6e9
 
 
+def test_isoflop_cli_prints_json_and_rejects_bad_filters(capsys):
+    csv_path = str(FIXTURES / "chinchilla_isoflops.csv")
+    assert main(["isoflop", csv_path, "--columns", "N=params,C=budget",
+                 "--where", "source=epochai_chinchilla", "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["params_exponent"]["exponent"] == pytest.approx(0.495, abs=0.005)
+    assert main(["isoflop", csv_path, "--columns", "N=params,C=budget", "--where", "nope=1"]) == 2
+    assert "--where 'nope=1' is invalid" in capsys.readouterr().err
+
+
 def test_isoflop_surface_recovers_known_minimum():
     rng = np.random.default_rng(0)
     log_n = rng.uniform(14, 18, 40)

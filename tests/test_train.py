@@ -104,12 +104,12 @@ def test_metrics_truncation_drops_events_after_the_checkpoint(tmp_path):
 def tiny_run(tmp_path_factory):
     """One MoE run of 20 steps through ``moelab train`` (shared by the tests below)."""
     folder = tmp_path_factory.mktemp("tiny") / "run"
-    cache = tmp_path_factory.getbasetemp() / "moelab-cache"
-    sets = [arg for item in TINY + [f"data.cache_dir={cache}", "train.checkpoint_interval=10"]
-            for arg in ("--set", item)]
+    sets = [arg for item in TINY + ["train.checkpoint_interval=10"] for arg in ("--set", item)]
     config_file = folder.parent / "tiny.yaml"
     config_file.write_text("{}\n")
-    assert main(["train", str(config_file), "--out", str(folder), *sets]) == 0
+    with pytest.MonkeyPatch.context() as patch:  # the cache conftest gives every test
+        patch.setenv("MOELAB_CACHE", str(tmp_path_factory.getbasetemp() / "moelab-cache"))
+        assert main(["train", str(config_file), "--out", str(folder), *sets]) == 0
     return folder
 
 

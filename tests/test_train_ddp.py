@@ -20,16 +20,15 @@ from moelab.train.run_folder import RunFolder
 TINY_DENSE = """
 model: {vocab_size: 512, d_model: 32, n_layers: 2, n_heads: 2, n_kv_heads: 2, d_ff: 64,
         max_seq_len: 32}
-data: {source: sample, max_train_stories: 300, cache_dir: CACHE}
+data: {source: sample, max_train_stories: 300}
 train: {batch_size: 8, max_tokens: 3072, lr: 0.01, eval_interval: 6, eval_windows: 8,
         log_interval: 1, progress: false, sample_tokens: 0}
 """
 
 
-def test_two_cpu_processes_match_one(tmp_path, tmp_path_factory):
-    cache = tmp_path_factory.getbasetemp() / "moelab-cache"
+def test_two_cpu_processes_match_one(tmp_path):
     config_file = tmp_path / "tiny.yaml"
-    config_file.write_text(TINY_DENSE.replace("CACHE", str(cache)))
+    config_file.write_text(TINY_DENSE)
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     single, ddp = tmp_path / "single", tmp_path / "ddp"
 

@@ -27,10 +27,9 @@ TEXT = "Once upon a time, there was a little girl named Lily. She liked to play 
 
 
 @pytest.mark.parametrize("arm", sorted(ARMS))
-def test_exported_model_matches_moelab(tmp_path, tmp_path_factory, arm):
+def test_exported_model_matches_moelab(tmp_path, arm):
     hf_class, overrides = ARMS[arm]
-    cache = tmp_path_factory.getbasetemp() / "moelab-cache"
-    config = load_config(None, TINY + overrides + [f"data.cache_dir={cache}"])
+    config = load_config(None, TINY + overrides)
     run_dir, out = tmp_path / "run", tmp_path / "hf"
     train(config, run_dir)  # 4 steps: weights away from their init, GQA and (un)tied heads
     assert main(["export-hf", str(run_dir), str(out)]) == 0

@@ -20,7 +20,7 @@ from moelab.train.run_folder import RunFolder
 TINY_MOE = """
 model: {vocab_size: 512, d_model: 32, n_layers: 2, n_heads: 2, n_kv_heads: 2, d_ff: 64,
         max_seq_len: 32, moe: {num_experts: 4, top_k: 2, d_expert: 32}}
-data: {source: sample, max_train_stories: 300, cache_dir: CACHE}
+data: {source: sample, max_train_stories: 300}
 train: {batch_size: 8, micro_batch_size: 4, max_tokens: 6144, lr: 0.01, eval_interval: 8,
         eval_windows: 8, log_interval: 1, checkpoint_interval: 4, progress: false,
         sample_tokens: 4}
@@ -44,10 +44,9 @@ def _without_timings(event: dict) -> dict:
     return {k: v for k, v in event.items() if k not in TIMING_KEYS}
 
 
-def test_sigkilled_run_resumes_bit_for_bit(tmp_path, tmp_path_factory):
-    cache = tmp_path_factory.getbasetemp() / "moelab-cache"
+def test_sigkilled_run_resumes_bit_for_bit(tmp_path):
     config_file = tmp_path / "tiny.yaml"
-    config_file.write_text(TINY_MOE.replace("CACHE", str(cache)))
+    config_file.write_text(TINY_MOE)
     env = {**os.environ, "OMP_NUM_THREADS": "1"}  # steady under a busy CPU; same for both runs
 
     reference = tmp_path / "uninterrupted"

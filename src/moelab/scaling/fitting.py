@@ -28,6 +28,8 @@ from moelab.scaling.optimize import batched_lbfgs
 HUBER_DELTA = 1e-3
 POLISH_CANDIDATES = 3
 """Best distinct end points of the batched run that scipy's L-BFGS-B polishes."""
+MAX_STARTS = 100_000
+"""All starts run as one batch; beyond this the L-BFGS histories alone need gigabytes."""
 BOOTSTRAP_STARTS = 16
 """Starts per bootstrap replicate: the best distinct end points of the full fit."""
 
@@ -95,8 +97,8 @@ def fit_law(law: Law, columns: dict[str, np.ndarray], *, max_starts: int | None 
             starts: np.ndarray | None = None) -> FitResult:
     """Fit ``law`` to raw columns (N, D, loss, and S for the sparsity law) from its start grid."""
     _check_enough_points(law, len(columns["loss"]))
-    if max_starts is not None and max_starts < 1:
-        raise MoelabError(f"--starts {max_starts} is invalid: must be a positive count")
+    if max_starts is not None and not 1 <= max_starts <= MAX_STARTS:
+        raise MoelabError(f"--starts {max_starts} is invalid: allowed 1..{MAX_STARTS:,}")
     objective = HuberObjective(law, log_features(law, columns), columns["loss"])
     if starts is not None:
         starts_SP = np.asarray(starts, dtype=np.float64)

@@ -159,7 +159,7 @@ def _isoflop_section(out_dir: Path, columns: dict, csv_path: Path, fit: dict | N
     else:
         text += "Too few points per budget for the surface (6 needed).\n"
     exponent = analysis["params_exponent"]
-    if exponent:
+    if exponent and not any(b["at_edge"] for b in analysis["budgets"]):
         text += f"\nAcross budgets N*(C) ~ C^{exponent['exponent']:.3f} (from {len(rows)} budgets).\n"
     if figure:
         text += ("\n![IsoFLOP curves per sparsity](figures/isoflop.png)\n\n"

@@ -160,7 +160,8 @@ def _train(config: Config, run: RunFolder, resume: bool, dist: Distributed) -> d
         if step % tc.log_interval == 0 or is_last:
             losses_4 = dist.average(losses_4).tolist()  # syncs: the only per-log host wait
             nonfinite.check(run)
-            tokens_per_s = (step - last_log[0]) * plan.tokens_per_step / max(clock.train_s - last_log[1], 1e-9)
+            steps_since, seconds_since = step - last_log[0], clock.train_s - last_log[1]
+            tokens_per_s = steps_since * plan.tokens_per_step / max(seconds_since, 1e-9)
             last_log = (step, clock.train_s)
             log({"kind": "train", "step": step, "tokens": state["tokens"],
                  **dict(zip(LOSS_NAMES, losses_4)), "lr": lr, "grad_norm": float(grad_norm),
@@ -221,9 +222,8 @@ def forward_backward(train_model, ddp_model, x_BT: torch.Tensor, y_BT: torch.Ten
 
 def _prepare_data_once(config: Config, dist: Distributed):
     """Rank 0 builds the tokenizer and token cache; the others wait, then read the cache."""
-    progress = config.train.progress and dist.is_main
     if dist.is_main:
-        data = prepare_data(config.data, config.tokenizer_vocab_size, progress=progress)
+        data = prepare_data(config.data, config.tokenizer_vocab_size, progress=config.train.progress)
     dist.barrier()
     if not dist.is_main:
         data = prepare_data(config.data, config.tokenizer_vocab_size, progress=False)

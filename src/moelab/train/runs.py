@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from contextlib import nullcontext
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -47,12 +47,11 @@ def evaluate_run(run_dir: str | Path, data: str | Path | None = None,
     else:
         tokens, bytes_per_token = _encode_validation_split(config, tokenizer, data)
     windows_NT = validation_windows(tokens, config.model.max_seq_len, config.train.eval_windows)
-    device_type = next(model.parameters()).device.type
-    autocast = (lambda: torch.autocast(device_type, dtype=torch.bfloat16)
-                if config.train.dtype == "bfloat16" else nullcontext())
+    device = next(model.parameters()).device
+    autocast = partial(torch.autocast, device.type, dtype=torch.bfloat16,
+                       enabled=config.train.dtype == "bfloat16")  # as in training
     batch_size = config.train.micro_batch_size or config.train.batch_size
-    result = evaluate(model, windows_NT, bytes_per_token, batch_size,
-                      next(model.parameters()).device, autocast)
+    result = evaluate(model, windows_NT, bytes_per_token, batch_size, device, autocast)
     return {"val_loss": result.val_loss, "bits_per_byte": result.bits_per_byte,
             "windows": int(windows_NT.shape[0]), "routing": result.routing}
 
