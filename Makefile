@@ -15,13 +15,13 @@ $(BIN)/moelab: pyproject.toml
 	touch $@
 
 demo: $(BIN)/moelab
-	$(BIN)/moelab study demo --out demo_out
+	OMP_NUM_THREADS=1 $(BIN)/moelab study demo --out demo_out
 
 test: $(BIN)/moelab
-	$(BIN)/python -m pytest -q
+	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q
 
 bench: $(BIN)/moelab
-	$(BIN)/python benchmarks/moe_dispatch.py
+	for b in benchmarks/*.py; do $(BIN)/python $$b || exit 1; done
 
 clean:
 	rm -rf $(VENV) demo_out

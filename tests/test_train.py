@@ -246,7 +246,9 @@ def test_nan_loss_stops_the_run_naming_the_step_and_keeps_the_last_good_checkpoi
         return out
 
     monkeypatch.setattr(Transformer, "forward", forward_with_nan_at_step_5)
-    config = tiny_config("train.checkpoint_interval=2", "train.log_interval=3")
+    # Step 5 is an eval step: the check must come before its val loss is logged.
+    config = tiny_config("train.checkpoint_interval=2", "train.log_interval=3",
+                         "train.eval_interval=5")
     with pytest.raises(MoelabError, match=r"non-finite loss or gradient at step 5\b.*step_00000004"):
         train(config, tmp_path / "run")
     run = RunFolder(tmp_path / "run")

@@ -13,7 +13,7 @@ V vocabulary.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Optional
 
 import torch
@@ -29,16 +29,16 @@ from moelab.moe import MoEFeedForward, RoutingStats
 class ModelOutput:
     logits: torch.Tensor
     """(B, T, V) next-token logits."""
+    lb_loss: torch.Tensor
+    """Switch load-balancing loss, mean over MoE layers, unweighted (0 for a dense model)."""
+    z_loss: torch.Tensor
+    """Router z-loss, mean over MoE layers, unweighted (0 for a dense model)."""
+    routing: list[RoutingStats]
+    """One RoutingStats per MoE layer; [] for a dense model."""
     loss: Optional[torch.Tensor] = None
     """ce_loss + lb_coef * lb_loss + z_coef * z_loss; None without targets."""
     ce_loss: Optional[torch.Tensor] = None
     """Mean cross-entropy over all positions; None without targets."""
-    lb_loss: torch.Tensor = field(default_factory=lambda: torch.tensor(0.0))
-    """Switch load-balancing loss, mean over MoE layers, unweighted (0 for a dense model)."""
-    z_loss: torch.Tensor = field(default_factory=lambda: torch.tensor(0.0))
-    """Router z-loss, mean over MoE layers, unweighted (0 for a dense model)."""
-    routing: list[RoutingStats] = field(default_factory=list)
-    """One RoutingStats per MoE layer; [] for a dense model."""
 
 
 class RMSNorm(nn.Module):
@@ -170,6 +170,8 @@ class Transformer(nn.Module):
                 nn.init.normal_(param, mean=0.0, std=std)
 
     def forward(self, tokens_BT: torch.Tensor, targets_BT: Optional[torch.Tensor] = None) -> ModelOutput:
+        """Logits for every position; with targets also the losses (targets are the next
+        tokens, already shifted: position t predicts targets_BT[:, t])."""
         T = tokens_BT.shape[1]
         if T > self.cfg.max_seq_len:
             raise MoelabError(f"sequence length {T} is invalid: allowed 1..max_seq_len ({self.cfg.max_seq_len})")
@@ -183,13 +185,16 @@ class Transformer(nn.Module):
         h_BTD = self.norm(h_BTD)
         head_weight_VD = self.tok_embeddings.weight if self.output is None else self.output.weight
         logits_BTV = F.linear(h_BTD, head_weight_VD)
-        out = ModelOutput(logits=logits_BTV)
         if moe_aux:
-            out.lb_loss = torch.stack([aux.lb_loss for aux in moe_aux]).mean()
-            out.z_loss = torch.stack([aux.z_loss for aux in moe_aux]).mean()
-            out.routing = [aux.routing for aux in moe_aux]
+            out = ModelOutput(
+                logits=logits_BTV,
+                lb_loss=torch.stack([aux.lb_loss for aux in moe_aux]).mean(),
+                z_loss=torch.stack([aux.z_loss for aux in moe_aux]).mean(),
+                routing=[aux.routing for aux in moe_aux],
+            )
         else:
-            out.lb_loss = out.z_loss = torch.zeros((), device=logits_BTV.device)
+            zero = torch.zeros((), device=logits_BTV.device)
+            out = ModelOutput(logits=logits_BTV, lb_loss=zero, z_loss=zero, routing=[])
         if targets_BT is not None:
             out.ce_loss = F.cross_entropy(logits_BTV.float().flatten(0, 1), targets_BT.flatten())
             out.loss = out.ce_loss

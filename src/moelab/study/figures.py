@@ -115,8 +115,10 @@ def gap_bar_figure(gaps: dict, path: Path) -> Optional[Path]:
         [g["gap"] - g["ci_low"], g["ci_high"] - g["gap"]] if g["ci_low"] is not None else [0, 0]
         for g in gaps.values()
     ]).T
+    # Colour by the verdict, not the sign: grey when the test shows no difference.
+    colours = {"MoE better": "tab:green", "dense better": "tab:red"}
     ax.bar([CRITERION_LABELS.get(c, c) for c in names], values, yerr=errors, capsize=6,
-           color=["tab:green" if v > 0 else "tab:red" for v in values])
+           color=[colours.get(g["verdict"], "tab:gray") for g in gaps.values()])
     ax.axhline(0.0, color="black", linewidth=0.8)
     ax.set_ylabel("dense − MoE best val loss (>0: MoE better)")
     ax.set_title("Gap per fairness criterion (95 % CI, Welch)")

@@ -13,8 +13,6 @@ from moelab.study.runner import (
 )
 from moelab.study.settings import StudySettings
 
-KINDS = ("study", "ablation")
-
 
 def plan(kind: str, config: Config, settings: StudySettings) -> tuple[list[Arm], list[RunSpec]]:
     """The arms (dense-vs-MoE, or the routing ladder) and every run of them."""

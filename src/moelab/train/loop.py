@@ -156,10 +156,14 @@ def _train(config: Config, run: RunFolder, resume: bool, dist: Distributed) -> d
         state.update(step=step, tokens=step * plan.tokens_per_step)
         bar.update(1)
         is_last = step == plan.total_steps
+        is_log = step % tc.log_interval == 0 or is_last
+        is_eval = step % tc.eval_interval == 0 or is_last
+        is_checkpoint = (tc.checkpoint_interval and step % tc.checkpoint_interval == 0) or is_last
+        if is_log or is_eval or is_checkpoint:  # the same steps on every rank
+            nonfinite.check(run)  # before anything is logged or saved from damaged weights
 
-        if step % tc.log_interval == 0 or is_last:
+        if is_log:
             losses_4 = dist.average(losses_4).tolist()  # syncs: the only per-log host wait
-            nonfinite.check(run)
             steps_since, seconds_since = step - last_log[0], clock.train_s - last_log[1]
             tokens_per_s = steps_since * plan.tokens_per_step / max(seconds_since, 1e-9)
             last_log = (step, clock.train_s)
@@ -168,20 +172,18 @@ def _train(config: Config, run: RunFolder, resume: bool, dist: Distributed) -> d
                  "tokens_per_s": tokens_per_s, "flops_per_s": tokens_per_s * flops_full})
             bar.set_postfix(loss=f"{losses_4[0]:.3f}", tok_s=f"{tokens_per_s:,.0f}")
 
-        if (step % tc.eval_interval == 0 or is_last) and dist.is_main:
+        if is_eval and dist.is_main:
             with clock.paused():
                 result = run_eval()
             _record_eval(state, result, step)
             log({"kind": "eval", "step": step, "tokens": state["tokens"], **_eval_event(result, state),
                  "collapse": is_collapsed(result.routing, tc.collapse_threshold)})
 
-        if (tc.checkpoint_interval and step % tc.checkpoint_interval == 0) or is_last:
-            nonfinite.check(run)
-            if dist.is_main:
-                with clock.paused():
-                    state.update(train_time_s=clock.train_s, wall_time_s=clock.wall_s,
-                                 data=batches.state_dict())
-                    save_checkpoint(run.checkpoints_dir, model, optimizer, state, config)
+        if is_checkpoint and dist.is_main:
+            with clock.paused():
+                state.update(train_time_s=clock.train_s, wall_time_s=clock.wall_s,
+                             data=batches.state_dict())
+                save_checkpoint(run.checkpoints_dir, model, optimizer, state, config)
     bar.close()
 
     if not dist.is_main:
