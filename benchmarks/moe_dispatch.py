@@ -5,7 +5,7 @@ Layers, for each E: ``dense`` (SwiGLU, d_ff = k * d_expert: the same active FLOP
 (MoEFeedForward as training uses it: default layout choice), ``packed`` and ``padded`` (the same
 layer with each expert-major layout forced) and ``hf`` (transformers' MixtralSparseMoeBlock,
 eager experts, same weights). They are timed interleaved (each repeat runs every layer once, in
-a rotating order) so machine noise hits them alike; the median of the repeats is reported, with ratios to dense,
+a fresh random order) so machine noise hits them alike; the median of the repeats is reported, with ratios to dense,
 both in wall time and in CPU time of the process (time.process_time: on a machine shared with
 other jobs it moves less than wall time; with 2 threads it includes OpenMP spin-waiting).
 MoE layers are timed as training uses them: router, top-k, dispatch, combine, and (for moelab)
@@ -23,6 +23,7 @@ import json
 import math
 import os
 import platform
+import random
 import statistics
 import time
 from pathlib import Path
@@ -92,11 +93,12 @@ def bench_one(num_experts: int, args) -> dict:
     for _ in range(args.warmup):
         for layer in layers.values():
             time_step(layer, x_BTD, grad_BTD)
-    names = list(layers)
-    for repeat in range(args.repeats):
-        # Rotate the order each repeat: whichever layer runs first after another one pays for
-        # fresh allocations of new sizes (page faults), so a fixed order would bias the ratios.
-        for name in names[repeat % len(names):] + names[:repeat % len(names)]:
+    order = random.Random(num_experts)
+    for _ in range(args.repeats):
+        # A fresh random order each repeat: a layer that runs right after a different one pays
+        # for allocations of new sizes (page faults), so a fixed (or rotated) order would bias
+        # the ratios.
+        for name in order.sample(list(layers), len(layers)):
             wall_s, cpu_s = time_step(layers[name], x_BTD, grad_BTD)
             wall[name].append(wall_s)
             cpu[name].append(cpu_s)

@@ -128,6 +128,7 @@ def test_routing_stats_summary_by_hand():
         "effective_experts": math.exp(entropy(loads)),
         "mean_log_z": sum(log_z) / 4,
         "mean_z_sq": sum(v * v for v in log_z) / 4,
+        "expert_load": loads,
     }
     assert set(summary) == set(expected)
     for key, value in expected.items():

@@ -39,8 +39,9 @@ from moelab.errors import MoelabError
 
 DISPATCH_MODES = ("sorted", "reference")
 # Pad the expert blocks to equal length (one bmm for all experts) when that adds at most this
-# fraction of rows. One op instead of E keeps multi-threaded CPUs (and GPUs) efficient at large
-# E; single-threaded, the packed loop is faster (see BENCHMARKS.md, "MoE dispatch").
+# fraction of rows. One op instead of E is about as fast as the loop on a quiet multi-threaded
+# CPU and far more robust on a busy one (each small GEMM pays a thread barrier); with a single
+# thread the packed loop is faster (set max_padding = 0). See BENCHMARKS.md, "MoE dispatch".
 DEFAULT_MAX_PADDING = 0.5
 
 # --------------------------------------------------------------------------------------------
@@ -126,7 +127,7 @@ class RoutingStats:
 
     __add__ = merge
 
-    def summary(self) -> dict[str, float]:
+    def summary(self) -> dict[str, float | list[float]]:
         """The per-layer routing diagnostics as plain floats.
 
         busiest_fraction: max_i c_i / sum c (1/E when balanced, 1 when collapsed).
@@ -136,6 +137,7 @@ class RoutingStats:
             0 when E = 1.
         load_entropy: entropy (nats) of the loads c_i / sum c; effective_experts = exp of it.
         mean_log_z, mean_z_sq: mean logsumexp of the router logits and of its square.
+        expert_load: the loads c_i / sum c themselves (a list of E floats).
         """
         counts_E = self.expert_counts.detach().double().cpu()
         load_E = counts_E / counts_E.sum().clamp_min(1.0)
@@ -152,6 +154,7 @@ class RoutingStats:
             "effective_experts": math.exp(load_entropy),
             "mean_log_z": float(self.logz_sum) / tokens,
             "mean_z_sq": float(self.z_sq_sum) / tokens,
+            "expert_load": load_E.tolist(),
         }
 
 

@@ -39,7 +39,8 @@ class ExternalLoggers:
                    if key not in ("kind", "step") and isinstance(value, (int, float))
                    and not isinstance(value, bool)}
         for layer, stats in enumerate(event.get("routing", [])):
-            scalars.update({f"routing/layer{layer}/{key}": v for key, v in stats.items()})
+            scalars.update({f"routing/layer{layer}/{key}": v for key, v in stats.items()
+                            if isinstance(v, (int, float))})  # expert_load is a list
         if self._tensorboard is not None:
             for key, value in scalars.items():
                 self._tensorboard.add_scalar(key, value, event["step"])
