@@ -60,6 +60,7 @@ def test_dotted_overrides():
         (["model.d_model=wide"], "model.d_model='wide' is invalid: expected an integer"),
         (["model.tie_embeddings=3"], "model.tie_embeddings=3 is invalid: expected true or false"),
         (["train.lr=-1"], "train.lr=-1.0 is invalid: must be > 0"),
+        (["train.seed=-3"], "train.seed=-3 is invalid: must be >= 0"),
         (["model.d_model"], "override 'model.d_model' is invalid: expected KEY=VALUE"),
     ],
 )

@@ -204,7 +204,9 @@ class TrainConfig:
         _require_positive(self, prefix, "batch_size", "max_tokens", "lr", "eval_interval",
                           "eval_windows", "log_interval")
         _require_non_negative(self, prefix, "weight_decay", "grad_clip", "checkpoint_interval",
-                              "min_lr_ratio", "warmup_fraction", "sample_tokens")
+                              "min_lr_ratio", "warmup_fraction", "sample_tokens", "seed")
+        if self.data_seed is not None and self.data_seed < 0:
+            raise ConfigError(f"{prefix}.data_seed={self.data_seed} is invalid: must be >= 0")
         if self.micro_batch_size is not None and self.micro_batch_size <= 0:
             raise ConfigError(
                 f"{prefix}.micro_batch_size={self.micro_batch_size} is invalid: must be > 0"

@@ -25,7 +25,7 @@ from moelab.accounting import CRITERIA
 from moelab.errors import MoelabError
 from moelab.study.arms import LADDER_RUNGS, MOE_ARM, dense_arm_name
 from moelab.study.budgets import format_token_count, parse_token_count
-from moelab.study.runner import is_complete, read_failures
+from moelab.study.runner import is_complete, read_failures, run_name
 from moelab.study.stats import summarize, welch_gap
 
 # Per-run numbers copied from summary.json into results.json / results.csv.
@@ -60,10 +60,7 @@ class RunRecord:
 
     @property
     def name(self) -> str:
-        parts = [self.arm, f"seed{self.seed}"]
-        if self.budget is not None:
-            parts.insert(0, format_token_count(self.budget))
-        return "/".join(parts)
+        return run_name(self.arm, self.seed, self.budget)
 
 
 def find_runs(study_dir: Path) -> list[RunRecord]:

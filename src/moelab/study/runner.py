@@ -35,6 +35,14 @@ from moelab.train.checkpoint import latest_checkpoint
 TrainFn = Callable[..., dict]
 
 
+def run_name(arm: str, seed: int, budget: Optional[int]) -> str:
+    """``moe/seed0``, or ``40.5M/moe/seed0`` in a budget sweep: the run's folder under runs/."""
+    parts = [arm, f"seed{seed}"]
+    if budget is not None:
+        parts.insert(0, format_token_count(budget))
+    return "/".join(parts)
+
+
 @dataclass
 class RunSpec:
     """One planned training run."""
@@ -47,11 +55,7 @@ class RunSpec:
 
     @property
     def name(self) -> str:
-        """``moe/seed0``, or ``40.5M/moe/seed0`` in a budget sweep."""
-        parts = [self.arm, f"seed{self.seed}"]
-        if self.budget is not None:
-            parts.insert(0, format_token_count(self.budget))
-        return "/".join(parts)
+        return run_name(self.arm, self.seed, self.budget)
 
     @property
     def run_dir(self) -> Path:
