@@ -66,7 +66,7 @@ class HFLoss(torch.nn.Module):
         super().__init__()
         self.model = model
 
-    def forward(self, x_BT, y_BT):
+    def forward(self, x_BT, y_BT, collect_routing=False):
         out = self.model(input_ids=x_BT, labels=x_BT)  # HF shifts labels inside
         out.ce_loss = out.lb_loss = out.z_loss = out.loss.detach()
         return out

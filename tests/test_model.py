@@ -191,6 +191,24 @@ def test_loss_is_cross_entropy_plus_weighted_aux_losses():
     assert out.z_loss.item() > 0
 
 
+def test_skipping_routing_stats_changes_nothing_else():
+    # Training skips the statistics; the losses and gradients must not depend on that.
+    model = build(tiny_config(MoEConfig(num_experts=4, top_k=2, d_expert=24)))
+    tokens = random_tokens(model.cfg, seq=9)
+    grads = []
+    for collect in (True, False):
+        model.zero_grad(set_to_none=True)
+        out = model(tokens[:, :-1], tokens[:, 1:], collect_routing=collect)
+        out.loss.backward()
+        grads.append([p.grad.clone() for p in model.parameters()])
+        assert len(out.routing) == (model.cfg.n_layers if collect else 0)
+        if collect:
+            with_stats = out
+    torch.testing.assert_close(out.loss, with_stats.loss, rtol=0, atol=0)
+    for with_grad, without_grad in zip(*grads):
+        torch.testing.assert_close(with_grad, without_grad, rtol=0, atol=0)
+
+
 def test_dense_output_has_zero_aux_and_no_routing():
     model = build(tiny_config())
     tokens = random_tokens(model.cfg, seq=8)

@@ -237,8 +237,8 @@ def test_nan_loss_stops_the_run_naming_the_step_and_keeps_the_last_good_checkpoi
     forward = Transformer.forward
     calls = {"n": 0}
 
-    def forward_with_nan_at_step_5(self, tokens_BT, targets_BT=None):
-        out = forward(self, tokens_BT, targets_BT)
+    def forward_with_nan_at_step_5(self, tokens_BT, targets_BT=None, **kwargs):
+        out = forward(self, tokens_BT, targets_BT, **kwargs)
         if self.training:
             calls["n"] += 1
             if calls["n"] == 5:  # one forward per step (no accumulation)

@@ -124,14 +124,13 @@ class TransformerBlock(nn.Module):
         self.feed_forward = (MoEFeedForward(cfg, dispatch) if cfg.is_moe
                              else FeedForward(cfg.d_model, cfg.d_ff))
 
-    def forward(self, x_BTD, cos_TDh, sin_TDh):
+    def forward(self, x_BTD, cos_TDh, sin_TDh, collect_routing: bool = True):
         """Returns the new residual stream and the MoE layer's aux (None when dense)."""
         h_BTD = x_BTD + self.attention(self.attention_norm(x_BTD), cos_TDh, sin_TDh)
-        ffn_out = self.feed_forward(self.ffn_norm(h_BTD))
-        if isinstance(ffn_out, tuple):
-            ffn_out_BTD, aux = ffn_out
+        if isinstance(self.feed_forward, MoEFeedForward):
+            ffn_out_BTD, aux = self.feed_forward(self.ffn_norm(h_BTD), collect_routing)
             return h_BTD + ffn_out_BTD, aux
-        return h_BTD + ffn_out, None
+        return h_BTD + self.feed_forward(self.ffn_norm(h_BTD)), None
 
 
 class Transformer(nn.Module):
@@ -169,9 +168,12 @@ class Transformer(nn.Module):
             else:
                 nn.init.normal_(param, mean=0.0, std=std)
 
-    def forward(self, tokens_BT: torch.Tensor, targets_BT: Optional[torch.Tensor] = None) -> ModelOutput:
+    def forward(self, tokens_BT: torch.Tensor, targets_BT: Optional[torch.Tensor] = None,
+                collect_routing: bool = True) -> ModelOutput:
         """Logits for every position; with targets also the losses (targets are the next
-        tokens, already shifted: position t predicts targets_BT[:, t])."""
+        tokens, already shifted: position t predicts targets_BT[:, t]). Training passes
+        ``collect_routing=False``: it reads no routing statistics, so the MoE layers skip them
+        (``routing`` is then [])."""
         T = tokens_BT.shape[1]
         if T > self.cfg.max_seq_len:
             raise MoelabError(f"sequence length {T} is invalid: allowed 1..max_seq_len ({self.cfg.max_seq_len})")
@@ -179,7 +181,7 @@ class Transformer(nn.Module):
         h_BTD = self.tok_embeddings(tokens_BT)
         moe_aux = []
         for layer in self.layers:
-            h_BTD, aux = layer(h_BTD, cos_TDh, sin_TDh)
+            h_BTD, aux = layer(h_BTD, cos_TDh, sin_TDh, collect_routing)
             if aux is not None:
                 moe_aux.append(aux)
         h_BTD = self.norm(h_BTD)
@@ -190,7 +192,7 @@ class Transformer(nn.Module):
                 logits=logits_BTV,
                 lb_loss=torch.stack([aux.lb_loss for aux in moe_aux]).mean(),
                 z_loss=torch.stack([aux.z_loss for aux in moe_aux]).mean(),
-                routing=[aux.routing for aux in moe_aux],
+                routing=[aux.routing for aux in moe_aux] if collect_routing else [],
             )
         else:
             zero = torch.zeros((), device=logits_BTV.device)

@@ -54,7 +54,12 @@ def route(router_logits_TE: torch.Tensor, top_k: int) -> tuple[torch.Tensor, tor
 
     Returns ``(weights_TK, experts_TK)``; weights are fp32 and carry gradients to the router.
     """
-    probs_TE = torch.softmax(router_logits_TE.float(), dim=-1)
+    return top_k_weights(torch.softmax(router_logits_TE.float(), dim=-1), top_k)
+
+
+def top_k_weights(probs_TE: torch.Tensor, top_k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``route`` from router probabilities already computed (the layer shares them with the
+    load-balancing loss)."""
     top_probs_TK, experts_TK = torch.topk(probs_TE, top_k, dim=-1)
     weights_TK = top_probs_TK / top_probs_TK.sum(dim=-1, keepdim=True)
     return weights_TK, experts_TK
@@ -73,9 +78,14 @@ def load_balancing_loss(router_logits_TE: torch.Tensor, experts_TK: torch.Tensor
     num_experts = router_logits_TE.shape[-1]
     probs_TE = torch.softmax(router_logits_TE.float(), dim=-1)
     slot_counts_E = torch.bincount(experts_TK.reshape(-1), minlength=num_experts)
-    slot_fraction_E = slot_counts_E.to(probs_TE.dtype) / experts_TK.numel()
+    return balancing_loss_from_counts(probs_TE, slot_counts_E)
+
+
+def balancing_loss_from_counts(probs_TE: torch.Tensor, slot_counts_E: torch.Tensor) -> torch.Tensor:
+    """``load_balancing_loss`` from the router probabilities and per-expert slot counts."""
     mean_prob_E = probs_TE.mean(dim=0)
-    return num_experts * torch.dot(slot_fraction_E, mean_prob_E)
+    slot_fraction_E = slot_counts_E.to(mean_prob_E.dtype) / slot_counts_E.sum()
+    return probs_TE.shape[-1] * torch.dot(slot_fraction_E, mean_prob_E)
 
 
 def router_z_loss(router_logits_TE: torch.Tensor) -> torch.Tensor:
@@ -217,6 +227,8 @@ class ExpertLayout:
     """Buffer row of token-slot s = t * k + j (token t's j-th expert)."""
     slot_of_row_R: torch.Tensor
     """Inverse map; -1 on padding rows."""
+    token_of_row_R: torch.Tensor
+    """Token whose input each row holds (slot // k; 0 on padding rows, which are zeroed)."""
     slots_per_expert: list[int]
     num_rows: int
     capacity: int | None
@@ -234,18 +246,23 @@ class ExpertLayout:
 
 
 def expert_layout(experts_TK: torch.Tensor, num_experts: int,
-                  max_padding: float = DEFAULT_MAX_PADDING) -> ExpertLayout:
+                  max_padding: float = DEFAULT_MAX_PADDING,
+                  slot_counts_E: torch.Tensor | None = None) -> ExpertLayout:
     """Stable sort of the T*k token-slots by expert id; padded when that costs at most
-    ``max_padding`` extra rows (a fraction of T*k), packed otherwise."""
+    ``max_padding`` extra rows (a fraction of T*k), packed otherwise. ``slot_counts_E`` (the
+    bincount of ``experts_TK``) may be passed in when the caller already has it."""
+    top_k = experts_TK.shape[-1]
     experts_S = experts_TK.reshape(-1)
     num_slots = experts_S.numel()
     sorted_slots_S = torch.argsort(experts_S, stable=True)
-    slot_counts_E = torch.bincount(experts_S, minlength=num_experts)
+    if slot_counts_E is None:
+        slot_counts_E = torch.bincount(experts_S, minlength=num_experts)
     slots_per_expert = slot_counts_E.tolist()  # host sync: shapes depend on it
     capacity = max(slots_per_expert)
     if num_experts * capacity > (1.0 + max_padding) * num_slots or capacity == 0:
         row_of_slot_S = torch.argsort(sorted_slots_S)  # the inverse permutation
-        return ExpertLayout(row_of_slot_S, sorted_slots_S, slots_per_expert, num_slots, None, None)
+        return ExpertLayout(row_of_slot_S, sorted_slots_S, sorted_slots_S // top_k,
+                            slots_per_expert, num_slots, None, None)
     sorted_experts_S = experts_S[sorted_slots_S]
     packed_start_E = torch.cumsum(slot_counts_E, 0) - slot_counts_E
     rank_in_expert_S = torch.arange(num_slots, device=experts_S.device) - packed_start_E[sorted_experts_S]
@@ -255,9 +272,15 @@ def expert_layout(experts_TK: torch.Tensor, num_experts: int,
     slot_of_row_R = torch.full((num_rows,), -1, dtype=torch.long, device=experts_S.device)
     slot_of_row_R[row_of_sorted_S] = sorted_slots_S
     pad_rows = (slot_of_row_R < 0).nonzero().flatten() if num_rows > num_slots else None
-    return ExpertLayout(row_of_slot_S, slot_of_row_R, slots_per_expert, num_rows, capacity, pad_rows)
+    token_of_row_R = slot_of_row_R.clamp_min(0) // top_k
+    return ExpertLayout(row_of_slot_S, slot_of_row_R, token_of_row_R, slots_per_expert,
+                        num_rows, capacity, pad_rows)
 
 
+# The dispatch's shapes depend on the routing (a host sync reads the per-expert counts), so
+# torch.compile would specialise on them and recompile as routing changes: it runs eagerly, as
+# one graph break, and everything around it compiles once.
+@torch.compiler.disable
 def sorted_experts_forward(
     x_TD: torch.Tensor,
     weights_TK: torch.Tensor,
@@ -266,18 +289,14 @@ def sorted_experts_forward(
     w2_EDH: torch.Tensor,
     w3_EHD: torch.Tensor,
     max_padding: float = DEFAULT_MAX_PADDING,
+    slot_counts_E: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Dropless sort-based dispatch; equals ``reference_experts_forward`` (tests hold it).
 
     ``max_padding`` picks the layout (see ``ExpertLayout``): 0 forces packed, inf padded.
     """
-    num_tokens, top_k = experts_TK.shape
-    layout = expert_layout(experts_TK, w1_EHD.shape[0], max_padding)
-    y_SD = _SortedSwiGLUExperts.apply(x_TD, layout, top_k, w1_EHD, w2_EDH, w3_EHD)
-    # Combine each token's k outputs with its routing weights: a fixed-order reduction over k,
-    # so the result is deterministic on every device (no atomics).
-    weights_T1K = weights_TK.unsqueeze(1).to(y_SD.dtype)
-    return torch.bmm(weights_T1K, y_SD.view(num_tokens, top_k, -1)).squeeze(1)
+    layout = expert_layout(experts_TK, w1_EHD.shape[0], max_padding, slot_counts_E)
+    return _SortedSwiGLUExperts.apply(x_TD, weights_TK, layout, w1_EHD, w2_EDH, w3_EHD)
 
 
 def _compute_dtype(x: torch.Tensor) -> torch.dtype:
@@ -288,37 +307,44 @@ def _compute_dtype(x: torch.Tensor) -> torch.dtype:
 
 
 class _SortedSwiGLUExperts(torch.autograd.Function):
-    """SwiGLU experts on the expert-major row buffer, forward and backward in one autograd node.
+    """Gather, SwiGLU experts and weighted combine, forward and backward in one autograd node.
 
-    Input x_TD (one row per token); output y_SD in *slot* order (row t*k + j is token t's j-th
-    expert). Inside, rows are gathered into the expert-major buffer, each expert multiplies its
-    rows, and the elementwise SwiGLU runs once over the whole buffer. Backward mirrors it with
-    hand-written matmuls; the gradient of x sums each token's k slots in a fixed order.
+    Input rows are gathered into the expert-major buffer, each expert multiplies its rows, the
+    elementwise SwiGLU runs once over the whole buffer, and each token's k outputs are summed
+    with its routing weights in a fixed order (deterministic: no atomics). Backward mirrors it
+    with hand-written matmuls; one node instead of ~10 per expert, whose autograd bookkeeping
+    would dominate at E = 64 on a CPU, and no tiny-matrix batched matmuls for the combine.
     """
 
     @staticmethod
-    def forward(ctx, x_TD, layout: ExpertLayout, top_k, w1_EHD, w2_EDH, w3_EHD):
-        ctx.input_dtypes = (x_TD.dtype, w1_EHD.dtype, w2_EDH.dtype, w3_EHD.dtype)
+    def forward(ctx, x_TD, weights_TK, layout: ExpertLayout, w1_EHD, w2_EDH, w3_EHD):
+        ctx.input_dtypes = (x_TD.dtype, weights_TK.dtype, w1_EHD.dtype, w2_EDH.dtype, w3_EHD.dtype)
         dtype = _compute_dtype(x_TD)  # honour autocast explicitly, then do the maths without it
+        num_tokens, top_k = weights_TK.shape
         with torch.autocast(x_TD.device.type, enabled=False):
-            x, w1, w2, w3 = (t.to(dtype) for t in (x_TD, w1_EHD, w2_EDH, w3_EHD))
-            x_RD = _rows_from_slots(x, layout, token_of_slot_divisor=top_k)
+            x, weights, w1, w2, w3 = (t.to(dtype) for t in (x_TD, weights_TK, w1_EHD, w2_EDH, w3_EHD))
+            x_RD = _gather_rows(x, layout)
             h1_RH = _rows_times_expert_matrix(x_RD, w1.transpose(1, 2), layout)
             h3_RH = _rows_times_expert_matrix(x_RD, w3.transpose(1, 2), layout)
             silu_h1_RH = F.silu(h1_RH)
             act_RH = silu_h1_RH * h3_RH
             y_RD = _rows_times_expert_matrix(act_RH, w2.transpose(1, 2), layout)
-            y_SD = y_RD.index_select(0, layout.row_of_slot_S)
-        ctx.save_for_backward(x_RD, h1_RH, h3_RH, silu_h1_RH, act_RH, w1, w2, w3)
-        ctx.layout, ctx.top_k = layout, top_k
-        return y_SD
+            y_TKD = y_RD.index_select(0, layout.row_of_slot_S).view(num_tokens, top_k, -1)
+            out_TD = torch.bmm(weights.unsqueeze(1), y_TKD).squeeze(1)
+        ctx.save_for_backward(x_RD, h1_RH, h3_RH, silu_h1_RH, act_RH, y_TKD, weights, w1, w2, w3)
+        ctx.layout = layout
+        return out_TD
 
     @staticmethod
-    def backward(ctx, grad_y_SD):
-        x_RD, h1_RH, h3_RH, silu_h1_RH, act_RH, w1, w2, w3 = ctx.saved_tensors
+    def backward(ctx, grad_out_TD):
+        x_RD, h1_RH, h3_RH, silu_h1_RH, act_RH, y_TKD, weights_TK, w1, w2, w3 = ctx.saved_tensors
         layout = ctx.layout
-        with torch.autocast(grad_y_SD.device.type, enabled=False):
-            grad_y_RD = _rows_from_slots(grad_y_SD.to(x_RD.dtype), layout)
+        with torch.autocast(grad_out_TD.device.type, enabled=False):
+            grad_out_TD = grad_out_TD.to(x_RD.dtype)
+            # d out_t / d weight_tj = y_tj; d out_t / d y_tj = weight_tj
+            grad_weights_TK = (y_TKD * grad_out_TD.unsqueeze(1)).sum(dim=-1)
+            weight_of_row_R = weights_TK.reshape(-1).index_select(0, layout.slot_of_row_R.clamp_min(0))
+            grad_y_RD = _gather_rows(grad_out_TD, layout).mul_(weight_of_row_R.unsqueeze(1))
             grad_act_RH = _rows_times_expert_matrix(grad_y_RD, w2, layout)
             grad_w2 = _expert_outer_products(grad_y_RD, act_RH, layout)
             grad_h3_RH = grad_act_RH * silu_h1_RH
@@ -327,21 +353,17 @@ class _SortedSwiGLUExperts(torch.autograd.Function):
             grad_x_RD += _rows_times_expert_matrix(grad_h3_RH, w3, layout)
             grad_w1 = _expert_outer_products(grad_h1_RH, x_RD, layout)
             grad_w3 = _expert_outer_products(grad_h3_RH, x_RD, layout)
-            grad_x_SD = grad_x_RD.index_select(0, layout.row_of_slot_S)
-            grad_x_TD = grad_x_SD.view(-1, ctx.top_k, grad_x_SD.shape[1]).sum(dim=1)
-        x_dtype, w1_dtype, w2_dtype, w3_dtype = ctx.input_dtypes
-        return (grad_x_TD.to(x_dtype), None, None,
+            top_k = weights_TK.shape[1]
+            grad_x_TD = grad_x_RD.index_select(0, layout.row_of_slot_S).view(-1, top_k, x_RD.shape[1]).sum(dim=1)
+        x_dtype, weights_dtype, w1_dtype, w2_dtype, w3_dtype = ctx.input_dtypes
+        return (grad_x_TD.to(x_dtype), grad_weights_TK.to(weights_dtype), None,
                 grad_w1.to(w1_dtype), grad_w2.to(w2_dtype), grad_w3.to(w3_dtype))
 
 
-def _rows_from_slots(values, layout: ExpertLayout, token_of_slot_divisor: int = 1):
-    """Gather per-slot rows (or per-token rows, divisor k) into the expert-major buffer;
-    padding rows are zero so they add nothing to the weight gradients."""
-    slot_of_row_R = layout.slot_of_row_R
-    if layout.pad_rows is not None:
-        slot_of_row_R = slot_of_row_R.clamp_min(0)
-    index_R = slot_of_row_R // token_of_slot_divisor if token_of_slot_divisor > 1 else slot_of_row_R
-    rows = values.index_select(0, index_R)
+def _gather_rows(values_TD, layout: ExpertLayout):
+    """Each buffer row's token row of ``values_TD``; padding rows are zero so they add nothing
+    to the weight gradients."""
+    rows = values_TD.index_select(0, layout.token_of_row_R)
     if layout.pad_rows is not None:
         rows.index_fill_(0, layout.pad_rows, 0.0)
     return rows
@@ -386,7 +408,8 @@ class MoEAux:
 
     lb_loss: torch.Tensor
     z_loss: torch.Tensor
-    routing: RoutingStats
+    routing: RoutingStats | None
+    """None when the caller asked not to collect it."""
 
 
 class MoEFeedForward(nn.Module):
@@ -413,19 +436,23 @@ class MoEFeedForward(nn.Module):
         self.w2 = nn.Parameter(torch.empty(moe.num_experts, cfg.d_model, moe.d_expert))
         self.w3 = nn.Parameter(torch.empty(moe.num_experts, moe.d_expert, cfg.d_model))
 
-    def forward(self, x_BTD: torch.Tensor) -> tuple[torch.Tensor, MoEAux]:
+    def forward(self, x_BTD: torch.Tensor, collect_routing: bool = True) -> tuple[torch.Tensor, MoEAux]:
+        """Output and aux losses; ``collect_routing=False`` skips the routing statistics
+        (``aux.routing`` None), which training does not read."""
         x_TD = x_BTD.reshape(-1, x_BTD.shape[-1])
         with torch.autocast(x_TD.device.type, enabled=False):  # router in fp32 (stability)
             router_logits_TE = F.linear(x_TD.float(), self.router.weight.float())
-        weights_TK, experts_TK = route(router_logits_TE, self.top_k)
+        probs_TE = torch.softmax(router_logits_TE, dim=-1)
+        weights_TK, experts_TK = top_k_weights(probs_TE, self.top_k)
+        slot_counts_E = torch.bincount(experts_TK.reshape(-1), minlength=self.num_experts)
         if self.dispatch == "sorted":
             y_TD = sorted_experts_forward(x_TD, weights_TK, experts_TK, self.w1, self.w2, self.w3,
-                                          self.max_padding)
+                                          self.max_padding, slot_counts_E)
         else:
             y_TD = reference_experts_forward(x_TD, weights_TK, experts_TK, self.w1, self.w2, self.w3)
         aux = MoEAux(
-            lb_loss=load_balancing_loss(router_logits_TE, experts_TK),
+            lb_loss=balancing_loss_from_counts(probs_TE, slot_counts_E),
             z_loss=router_z_loss(router_logits_TE),
-            routing=routing_stats(router_logits_TE, experts_TK),
+            routing=routing_stats(router_logits_TE, experts_TK) if collect_routing else None,
         )
         return y_TD.view(x_BTD.shape), aux

@@ -211,7 +211,7 @@ def forward_backward(train_model, ddp_model, x_BT: torch.Tensor, y_BT: torch.Ten
         is_last = index == len(micro_batches) - 1
         with ddp_model.no_sync() if ddp_model and not is_last else nullcontext():
             with autocast():
-                out = train_model(x_bT, y_bT)
+                out = train_model(x_bT, y_bT, collect_routing=False)  # eval reads routing
             (out.loss / len(micro_batches)).backward()
         losses.append(torch.stack([out.loss, out.ce_loss, out.lb_loss, out.z_loss]).detach().float())
     return torch.stack(losses).mean(dim=0)
