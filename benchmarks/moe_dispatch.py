@@ -9,7 +9,8 @@ a fresh random order) so machine noise hits them alike; the median of the repeat
 both in wall time and in CPU time of the process (time.process_time: on a machine shared with
 other jobs it moves less than wall time; with 2 threads it includes OpenMP spin-waiting).
 MoE layers are timed as training uses them: router, top-k, dispatch, combine, and (for moelab)
-the load-balancing and z losses and routing statistics, backward through all of it.
+the load-balancing and z losses (not the routing statistics, which training skips), backward
+through all of it.
 
     .venv/bin/python benchmarks/moe_dispatch.py              # all threads -> results/moe_dispatch.json
     .venv/bin/python benchmarks/moe_dispatch.py --threads 1  # adds a 1-thread run to the same file
@@ -65,12 +66,11 @@ def build_layers(num_experts: int, args) -> dict[str, torch.nn.Module]:
 
 
 def step(layer: torch.nn.Module, x_BTD: torch.Tensor, grad_BTD: torch.Tensor) -> None:
-    out = layer(x_BTD)
     if isinstance(layer, MoEFeedForward):
-        y_BTD, aux = out
+        y_BTD, aux = layer(x_BTD, collect_routing=False)  # as training calls it
         loss = (y_BTD * grad_BTD).sum() + 0.01 * aux.lb_loss + 0.001 * aux.z_loss
     else:
-        loss = (out * grad_BTD).sum()
+        loss = (layer(x_BTD) * grad_BTD).sum()
     loss.backward()
 
 

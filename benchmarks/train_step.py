@@ -177,15 +177,17 @@ def main() -> None:
 
 def print_table(rows: list[dict]) -> None:
     by_key = {(r["impl"], r["arm"], r["mode"]): r for r in rows}
-    print("\n| mode | arm | moelab tok/s | HF tok/s | moelab / HF | moelab % matmul peak |")
-    print("|---|---|---|---|---|---|")
+    print("\n| mode | arm | moelab tok/s | HF tok/s | moelab / HF | moelab / HF eager "
+          "| moelab % matmul peak |")
+    print("|---|---|---|---|---|---|---|")
     for (impl, arm, mode), row in by_key.items():
         if impl != "moelab":
             continue
-        hf = by_key.get(("hf", arm, mode))
+        hf, hf_eager = by_key.get(("hf", arm, mode)), by_key.get(("hf", arm, "eager"))
         ratio = f"{row['tokens_per_s'] / hf['tokens_per_s']:.2f}" if hf else "-"
+        ratio_eager = f"{row['tokens_per_s'] / hf_eager['tokens_per_s']:.2f}" if hf_eager else "-"
         hf_text = f"{hf['tokens_per_s']:,.0f}" if hf else "-"
-        print(f"| {mode} | {arm} | {row['tokens_per_s']:,.0f} | {hf_text} | {ratio} | "
+        print(f"| {mode} | {arm} | {row['tokens_per_s']:,.0f} | {hf_text} | {ratio} | {ratio_eager} | "
               f"{100 * row['fraction_of_matmul_peak']:.1f} % |")
     print("\nMoE / dense_active step time:")
     for impl in ("moelab", "hf"):

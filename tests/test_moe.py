@@ -229,9 +229,11 @@ def test_expert_layout_by_hand():
     assert padded.slot_of_row_R.tolist() == [1, 5, -1, 3, -1, -1, 0, 2, 4, -1, -1, -1]
     assert padded.row_of_slot_S.tolist() == [6, 0, 7, 3, 8, 1]
     assert padded.pad_rows.tolist() == [2, 4, 5, 9, 10, 11]
-    # the default picks padded only when padding costs <= 50 % extra rows (here 100 %)
+    # the default pads only when that costs <= 10 % extra rows: here 100 % and 50 % ...
     assert expert_layout(experts_TK, num_experts=4).capacity is None
-    assert expert_layout(experts_TK, num_experts=3).capacity == 3  # 9 rows for 6 slots
+    assert expert_layout(experts_TK, num_experts=3).capacity is None  # 9 rows for 6 slots
+    balanced_TK = torch.tensor([[0, 1], [2, 0], [1, 2]])  # ... and 0 % here
+    assert expert_layout(balanced_TK, num_experts=3).capacity == 2
 
 
 @pytest.mark.parametrize("num_experts,top_k", [(4, 2), (8, 1), (8, 3)])

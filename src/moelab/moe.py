@@ -39,10 +39,11 @@ from moelab.errors import MoelabError
 
 DISPATCH_MODES = ("sorted", "reference")
 # Pad the expert blocks to equal length (one bmm for all experts) when that adds at most this
-# fraction of rows. One op instead of E is about as fast as the loop on a quiet multi-threaded
-# CPU and far more robust on a busy one (each small GEMM pays a thread barrier); with a single
-# thread the packed loop is faster (set max_padding = 0). See BENCHMARKS.md, "MoE dispatch".
-DEFAULT_MAX_PADDING = 0.5
+# fraction of rows, else loop over the packed blocks. Padding costs FLOPs in proportion; one op
+# instead of E saves per-op overhead, which matters only for few experts on small models. On a
+# 2-core CPU the two are within noise with two threads, and the packed loop is 14 % faster at
+# E = 64 (37 % padding) with one, so only near-balanced routing is padded (BENCHMARKS.md).
+DEFAULT_MAX_PADDING = 0.1
 
 # --------------------------------------------------------------------------------------------
 # Routing
@@ -79,6 +80,14 @@ def load_balancing_loss(router_logits_TE: torch.Tensor, experts_TK: torch.Tensor
     probs_TE = torch.softmax(router_logits_TE.float(), dim=-1)
     slot_counts_E = torch.bincount(experts_TK.reshape(-1), minlength=num_experts)
     return balancing_loss_from_counts(probs_TE, slot_counts_E)
+
+
+def count_slots(experts_TK: torch.Tensor, num_experts: int) -> torch.Tensor:
+    """(E,) token-slots routed to each expert: ``bincount`` with a shape torch.compile can know
+    in advance (bincount's output length depends on the data, a graph break)."""
+    experts_S = experts_TK.reshape(-1)
+    counts_E = torch.zeros(num_experts, dtype=torch.long, device=experts_S.device)
+    return counts_E.scatter_add_(0, experts_S, torch.ones_like(experts_S))
 
 
 def balancing_loss_from_counts(probs_TE: torch.Tensor, slot_counts_E: torch.Tensor) -> torch.Tensor:
@@ -444,7 +453,7 @@ class MoEFeedForward(nn.Module):
             router_logits_TE = F.linear(x_TD.float(), self.router.weight.float())
         probs_TE = torch.softmax(router_logits_TE, dim=-1)
         weights_TK, experts_TK = top_k_weights(probs_TE, self.top_k)
-        slot_counts_E = torch.bincount(experts_TK.reshape(-1), minlength=self.num_experts)
+        slot_counts_E = count_slots(experts_TK, self.num_experts)
         if self.dispatch == "sorted":
             y_TD = sorted_experts_forward(x_TD, weights_TK, experts_TK, self.w1, self.w2, self.w3,
                                           self.max_padding, slot_counts_E)
