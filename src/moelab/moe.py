@@ -9,16 +9,20 @@ One MoE layer replaces the dense SwiGLU FFN of a block:
    all of its rows (no capacity limit, no token is ever dropped) and the outputs are put back
    in slot order and combined with the routing weights in a fixed order (deterministic). When
    routing is near balanced the blocks are padded to equal length so one batched matmul serves
-   all experts; otherwise the matmuls loop over the blocks. The expert matmuls and their
-   backward live in one autograd node (``_SortedSwiGLUExperts``): autograd bookkeeping for
-   ~10 nodes per expert would dominate at E = 64 on a CPU. (``torch._grouped_mm`` runs forward
-   on CPU in torch 2.13 but its backward fails there, so it is not used.)
+   all experts; otherwise the matmuls loop over the blocks. Gather, expert matmuls, combine
+   and their backward live in one autograd node (``_SortedSwiGLUExperts``): autograd
+   bookkeeping for ~10 nodes per expert would dominate at E = 64 on a CPU.
+   (``torch._grouped_mm`` is no faster than the loop on CPU in torch 2.13, and its autograd
+   backward fails there, so it is not used.) Under ``torch.compile`` the dispatch runs eagerly
+   (its shapes depend on the routing), so routing changes cause no recompiles.
    ``reference_experts_forward`` is the plain loop-over-experts version the tests hold the
    fast path equal to.
 3. **Losses and diagnostics** are pure functions of the router logits and the chosen experts:
    ``load_balancing_loss`` (Switch, normalised so a balanced router scores 1),
    ``router_z_loss`` and ``routing_stats`` (summable ``RoutingStats``). They are returned from
-   ``forward``; nothing is stashed on the module.
+   ``forward``; nothing is stashed on the module. The layer shares one softmax and one slot
+   count between routing, dispatch and the balancing loss, and skips the statistics when the
+   caller does not want them (training).
 
 Shape suffixes: B batch, T tokens (flattened B*T inside the layer), D d_model, E experts,
 K top-k, H d_expert (hidden size of one expert), S = T*K token-slots, R rows of the
@@ -41,7 +45,7 @@ DISPATCH_MODES = ("sorted", "reference")
 # Pad the expert blocks to equal length (one bmm for all experts) when that adds at most this
 # fraction of rows, else loop over the packed blocks. Padding costs FLOPs in proportion; one op
 # instead of E saves per-op overhead, which matters only for few experts on small models. On a
-# 2-core CPU the two are within noise with two threads, and the packed loop is 14 % faster at
+# 2-core CPU the two are within noise with two threads, and the packed loop is 23 % faster at
 # E = 64 (37 % padding) with one, so only near-balanced routing is padded (BENCHMARKS.md).
 DEFAULT_MAX_PADDING = 0.1
 
