@@ -131,3 +131,28 @@ def test_rerun_skips_finished_runs_and_redoes_torn_ones(study, capsys):
     # Retrained from scratch with the same seed on CPU: the same numbers (reproducibility).
     assert after["dense_active/seed0"]["best_val_loss"] == before["dense_active/seed0"]["best_val_loss"]
     assert after["moe/seed1"]["best_val_loss"] == before["moe/seed1"]["best_val_loss"]
+
+
+def test_parallel_jobs_train_the_same_runs_and_record_a_failing_one(study, tmp_path, monkeypatch, capsys):
+    import torch
+
+    # Children with the thread count of this process, which trained the sequential study:
+    # then a run's numbers depend only on its config and seed.
+    monkeypatch.setenv("OMP_NUM_THREADS", str(torch.get_num_threads()))
+    parallel = tmp_path / "parallel"
+    # A folder left by another config: that run's `moelab train --resume` must refuse it.
+    (parallel / "runs/moe/seed0").mkdir(parents=True)
+    shutil.copy(study / "runs/dense_active/seed0/config.yaml", parallel / "runs/moe/seed0/config.yaml")
+    capsys.readouterr()
+    assert main(study_argv(parallel) + ["--jobs", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "6 runs planned, 0 already complete, 6 to train, 2 at a time" in out
+
+    failures = json.loads((parallel / "failures.json").read_text())
+    assert list(failures) == ["moe/seed0"] and "cannot resume" in failures["moe/seed0"]
+    assert "FAILED moe/seed0" in out  # printed with the results
+    sequential = summaries(study)
+    for name, summary in sequential.items():
+        if name != "moe/seed0":
+            got = json.loads((parallel / f"runs/{name}/summary.json").read_text())
+            assert got["best_val_loss"] == summary["best_val_loss"], name

@@ -57,3 +57,14 @@ def add_config_arguments(parser: argparse.ArgumentParser) -> None:
         "--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
         help="override a config key, e.g. --set model.d_model=256 (repeatable)",
     )
+
+
+def positive_int(text: str) -> int:
+    """argparse type for counts (``--jobs``, ``--top-k``): a whole number > 0."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{text} is invalid: must be a whole number > 0")
+    return value

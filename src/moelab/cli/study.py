@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from moelab.cli import add_config_arguments
+from moelab.cli import add_config_arguments, positive_int
 from moelab.report import format_count, format_mean_std, format_number, markdown_table
 
 
@@ -50,6 +50,9 @@ def _add_run_arguments(parser, kind: str) -> None:
                         help="seeds per arm (default: the preset's, else 3)")
     parser.add_argument("--out", metavar="DIR",
                         help=f"study folder (default: out/<config name>-{kind})")
+    parser.add_argument("--jobs", type=positive_int, default=1, metavar="N",
+                        help="train N runs at once, each in its own process with the CPUs shared "
+                        "out (OMP_NUM_THREADS, when set, is each run's thread count); default 1")
     parser.add_argument("--list-runs", action="store_true",
                         help="write the plan and print one 'moelab train' command per "
                         "unfinished run instead of training")
@@ -75,7 +78,7 @@ def _study(args) -> int:
         for command in list_runs(args.kind, config, settings, out):
             print(command)
         return 0
-    results = run(args.kind, config, settings, out)
+    results = run(args.kind, config, settings, out, jobs=args.jobs)
     print_results(results, out)
     return 0
 

@@ -8,7 +8,7 @@ import json
 
 def register(subparsers) -> None:
     """Add this module's sub-commands."""
-    from moelab.cli import add_config_arguments
+    from moelab.cli import add_config_arguments, positive_int
 
     train = subparsers.add_parser(
         "train", help="train one run into a folder",
@@ -35,7 +35,7 @@ def register(subparsers) -> None:
                           help="tokens to generate (default 64)")
     generate.add_argument("--temperature", type=float, default=1.0, metavar="T",
                           help="sampling temperature; 0 means greedy (default 1.0)")
-    generate.add_argument("--top-k", type=_positive_int, default=None, metavar="K",
+    generate.add_argument("--top-k", type=positive_int, default=None, metavar="K",
                           help="sample only among the K most likely tokens")
     generate.add_argument("--seed", type=int, default=0, metavar="S",
                           help="seed of the sampler: the same seed gives the same text")
@@ -89,13 +89,6 @@ def _export_hf(args) -> int:
     out = export_hf(args.run, args.out)
     print(f"wrote {out} (load it with transformers.AutoModelForCausalLM.from_pretrained)")
     return 0
-
-
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"{value} is invalid: must be > 0")
-    return value
 
 
 def _non_negative_int(text: str) -> int:

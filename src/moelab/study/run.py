@@ -39,15 +39,17 @@ def list_runs(kind: str, config: Config, settings: StudySettings, study_dir: Pat
 
 
 def run(kind: str, config: Config, settings: StudySettings, study_dir: Path, *,
-        train_fn: Optional[TrainFn] = None, log: Callable[[str], None] = print) -> dict:
-    """Plan, train every run that is not complete, then write results and report."""
+        train_fn: Optional[TrainFn] = None, log: Callable[[str], None] = print,
+        jobs: int = 1) -> dict:
+    """Plan, train every run that is not complete (``jobs`` at a time), then write results and
+    report."""
     study_dir = Path(study_dir)
     specs = write_study_plan(kind, config, settings, study_dir)
     if train_fn is None:
         from moelab.train import train as train_fn
     if any(not is_complete(study_dir / spec.run_dir) for spec in specs):
         prepare_shared_data(config, log)
-    execute_plan(study_dir, specs, train_fn, log)
+    execute_plan(study_dir, specs, train_fn, log, jobs)
     return write_outputs(study_dir)
 
 

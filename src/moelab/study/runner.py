@@ -17,8 +17,12 @@ failures.json and the others still run.
 from __future__ import annotations
 
 import json
+import os
 import shlex
+import subprocess
+import sys
 import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
@@ -194,26 +198,45 @@ class RunOutcome:
 
 
 def execute_plan(study_dir: Path, specs: list[RunSpec], train_fn: TrainFn,
-                 log: Callable[[str], None] = print) -> list[RunOutcome]:
-    """Train every run that is not complete; a failure is recorded, and the rest go on."""
+                 log: Callable[[str], None] = print, jobs: int = 1) -> list[RunOutcome]:
+    """Train every run that is not complete; a failure is recorded, and the rest go on.
+
+    ``jobs`` > 1 trains that many runs at once, each in its own ``moelab train`` process (see
+    ``run_in_subprocess``); ``train_fn`` is then not used.
+    """
+    if jobs < 1:
+        raise MoelabError(f"jobs={jobs} is invalid: allowed 1 or more")
     failures = read_failures(study_dir)
     outcomes: list[RunOutcome] = []
     todo = [spec for spec in specs if not is_complete(study_dir / spec.run_dir)]
-    log(f"{len(specs)} runs planned, {len(specs) - len(todo)} already complete, {len(todo)} to train")
+    log(f"{len(specs)} runs planned, {len(specs) - len(todo)} already complete, {len(todo)} to train"
+        + (f", {jobs} at a time" if jobs > 1 and todo else ""))
     started = time.perf_counter()
-    for index, spec in enumerate(todo, start=1):
-        outcome = run_one(study_dir / spec.run_dir, spec, train_fn, log, f"[{index}/{len(todo)}]")
+
+    def record(outcome: RunOutcome) -> None:
         outcomes.append(outcome)
         if outcome.status == "failed":
-            failures[spec.name] = outcome.error
+            failures[outcome.spec.name] = outcome.error
         else:
-            failures.pop(spec.name, None)
+            failures.pop(outcome.spec.name, None)
         atomic_write_json(study_dir / "failures.json", failures)
-        elapsed = time.perf_counter() - started
-        remaining = elapsed / index * (len(todo) - index)
-        log(f"  study: {index}/{len(todo)} runs done in {elapsed:.0f} s, about {remaining:.0f} s left")
-    done = {spec.name for spec in todo}
-    outcomes += [RunOutcome(spec, "skipped") for spec in specs if spec.name not in done]
+        done, elapsed = len(outcomes), time.perf_counter() - started
+        remaining = elapsed / done * (len(todo) - done)
+        log(f"  study: {done}/{len(todo)} runs done in {elapsed:.0f} s, about {remaining:.0f} s left")
+
+    counters = {spec.name: f"[{index}/{len(todo)}]" for index, spec in enumerate(todo, start=1)}
+    if jobs == 1:
+        for spec in todo:
+            record(run_one(study_dir / spec.run_dir, spec, train_fn, log, counters[spec.name]))
+    else:
+        threads = threads_per_job(jobs)
+        with ThreadPoolExecutor(max_workers=jobs) as pool:  # threads that wait on processes
+            futures = [pool.submit(run_in_subprocess, study_dir, spec, threads, log, counters[spec.name])
+                       for spec in todo]
+            for future in as_completed(futures):
+                record(future.result())  # bookkeeping stays on this thread
+    finished = {outcome.spec.name for outcome in outcomes}
+    outcomes += [RunOutcome(spec, "skipped") for spec in specs if spec.name not in finished]
     return outcomes
 
 
@@ -234,6 +257,42 @@ def run_one(run_dir: Path, spec: RunSpec, train_fn: TrainFn, log: Callable[[str]
     best = summary.get("best_val_loss") if isinstance(summary, dict) else None
     best_text = f"best val loss {best:.4f}, " if isinstance(best, (int, float)) else ""
     log(f"{counter} {spec.name}: done, {best_text}{seconds:.0f} s")
+    return RunOutcome(spec, "complete", seconds, summary=summary)
+
+
+def threads_per_job(jobs: int) -> int:
+    """Torch threads for each of ``jobs`` parallel runs: OMP_NUM_THREADS when the caller set it,
+    else the CPUs shared out (at least 1), so the runs do not oversubscribe the cores."""
+    if os.environ.get("OMP_NUM_THREADS", "").isdigit():
+        return int(os.environ["OMP_NUM_THREADS"])
+    return max(1, (os.cpu_count() or 1) // jobs)
+
+
+def run_in_subprocess(study_dir: Path, spec: RunSpec, threads: int, log: Callable[[str], None],
+                      counter: str) -> RunOutcome:
+    """Train one run as ``moelab train CONFIG --out RUN --resume`` in a child process.
+
+    The same config file, folder and resume rule as ``run_one``, and the same numbers: a run's
+    losses depend on its config, seed and thread count, not on what else runs beside it. The
+    child's output is captured (parallel progress bars would interleave); on failure its last
+    line, the CLI's one-line error, becomes the recorded error.
+    """
+    run_dir = study_dir / spec.run_dir
+    how = "resuming from its checkpoint" if has_checkpoint(run_dir) else "training"
+    log(f"{counter} {spec.name}: {how} ({threads} thread{'s' if threads > 1 else ''})")
+    command = [sys.executable, "-m", "moelab", "train", str(study_dir / spec.config_path),
+               "--out", str(run_dir), "--resume"]
+    started = time.perf_counter()
+    child = subprocess.run(command, capture_output=True, text=True,
+                           env={**os.environ, "OMP_NUM_THREADS": str(threads)})
+    seconds = time.perf_counter() - started
+    if child.returncode != 0 or not is_complete(run_dir):
+        lines = (child.stderr.strip() or child.stdout.strip()).splitlines()
+        error = lines[-1] if lines else f"moelab train exited with code {child.returncode}"
+        log(f"{counter} {spec.name}: FAILED ({error})")
+        return RunOutcome(spec, "failed", seconds, error)
+    summary = json.loads((run_dir / "summary.json").read_text("utf-8"))
+    log(f"{counter} {spec.name}: done, best val loss {summary['best_val_loss']:.4f}, {seconds:.0f} s")
     return RunOutcome(spec, "complete", seconds, summary=summary)
 
 
