@@ -139,7 +139,7 @@ def test_report_from_synthetic_results_fits_checks_and_plots(tmp_path, capsys):
 
 
 @pytest.mark.slow
-def test_micro_sweep_end_to_end_then_rerun_skips(tmp_path, shared_dir):
+def test_micro_sweep_end_to_end_then_rerun_skips_and_jobs_agree(tmp_path, shared_dir, monkeypatch):
     grid = load_grid("micro")
     out = tmp_path / "sweep"
     report = run_sweep(grid, out, bootstrap_replicates=4, log=lambda _: None)
@@ -161,3 +161,14 @@ def test_micro_sweep_end_to_end_then_rerun_skips(tmp_path, shared_dir):
 
     run_sweep(grid, out, bootstrap_replicates=4, train_fn=must_not_train, log=lambda _: None)
     assert len(collect_results(out, plan_sweep(grid))) == 4
+
+    # The same sweep two runs at a time, in child processes with this process's thread count:
+    # the same numbers, run for run.
+    import torch
+
+    parallel = tmp_path / "parallel"
+    monkeypatch.setenv("OMP_NUM_THREADS", str(torch.get_num_threads()))
+    assert main(["sweep-sparsity", "micro", "--out", str(parallel), "--jobs", "2",
+                 "--bootstrap", "4"]) == 0
+    with open(parallel / "results.csv", newline="") as f:
+        assert [r["best_val_loss"] for r in csv.DictReader(f)] == [r["best_val_loss"] for r in rows]

@@ -8,6 +8,8 @@ from pathlib import Path
 
 def register(subparsers) -> None:
     """Add this module's sub-commands."""
+    from moelab.cli import positive_int
+
     fit = subparsers.add_parser(
         "fit", help="fit a scaling law to a CSV of (N, D or C, [S], loss) points",
         description="Fit L = E + A/N^alpha + B/D^beta (chinchilla) or Abnar et al.'s sparsity law "
@@ -71,6 +73,8 @@ def register(subparsers) -> None:
     sweep.add_argument("--out", metavar="DIR", default=None, help="sweep folder (default sweep_<name>)")
     sweep.add_argument("--dry-run", action="store_true", help="print the planned runs only")
     sweep.add_argument("--bootstrap", type=int, default=200, metavar="R")
+    sweep.add_argument("--jobs", type=positive_int, default=1, metavar="N",
+                       help="train N runs at once, each in its own process (as moelab study)")
     sweep.set_defaults(func=_sweep)
 
 
@@ -183,6 +187,6 @@ def _sweep(args) -> int:
             print(point.describe())
         print(f"{len(plan)} runs")
         return 0
-    report_path = run_sweep(grid, out_dir, bootstrap_replicates=args.bootstrap)
+    report_path = run_sweep(grid, out_dir, bootstrap_replicates=args.bootstrap, jobs=args.jobs)
     print(f"results: {out_dir / 'results.csv'}\nreport: {report_path}")
     return 0

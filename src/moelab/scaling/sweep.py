@@ -230,8 +230,9 @@ def _run_specs(points: list[SweepPoint]):
 
 def run_sweep(grid: SweepGrid, out_dir: Path, *, bootstrap_replicates: int = 200,
               max_starts: int | None = None, train_fn: Optional[Callable[..., dict]] = None,
-              log: Callable[[str], None] = print) -> Path:
-    """Plan, train what is missing, write results.csv, fit, and write report.md; returns its path."""
+              log: Callable[[str], None] = print, jobs: int = 1) -> Path:
+    """Plan, train what is missing (``jobs`` at a time), write results.csv, fit, and write
+    report.md; returns its path."""
     from moelab.scaling.sweep_report import write_sweep_report
     from moelab.study.runner import execute_plan, is_complete
 
@@ -245,7 +246,7 @@ def run_sweep(grid: SweepGrid, out_dir: Path, *, bootstrap_replicates: int = 200
         from moelab.study.run import prepare_shared_data
 
         prepare_shared_data(points[0].config, log)
-    execute_plan(out_dir, specs, train_fn, log)
+    execute_plan(out_dir, specs, train_fn, log, jobs)
     rows = collect_results(out_dir, points)
     write_results_csv(out_dir / "results.csv", rows)
     if len(rows) < len(points):
