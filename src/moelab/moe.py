@@ -373,8 +373,9 @@ class _SortedSwiGLUExperts(torch.autograd.Function):
             grad_x_RD += _rows_times_expert_matrix(grad_h3_RH, w3, layout)
             grad_w1 = _expert_outer_products(grad_h1_RH, x_RD, layout)
             grad_w3 = _expert_outer_products(grad_h3_RH, x_RD, layout)
-            top_k = weights_TK.shape[1]
-            grad_x_TD = grad_x_RD.index_select(0, layout.row_of_slot_S).view(-1, top_k, x_RD.shape[1]).sum(dim=1)
+            # Each token's k slot gradients, summed in a fixed order (deterministic).
+            grad_x_TKD = grad_x_RD.index_select(0, layout.row_of_slot_S).view(*weights_TK.shape, -1)
+            grad_x_TD = grad_x_TKD.sum(dim=1)
         x_dtype, weights_dtype, w1_dtype, w2_dtype, w3_dtype = ctx.input_dtypes
         return (grad_x_TD.to(x_dtype), grad_weights_TK.to(weights_dtype), None,
                 grad_w1.to(w1_dtype), grad_w2.to(w2_dtype), grad_w3.to(w3_dtype))

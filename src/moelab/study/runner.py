@@ -8,10 +8,11 @@ Layout of a study folder::
     DIR/runs/[<budget>/]<arm>/seed<k>/    one training run folder each
     DIR/failures.json         runs whose last attempt raised, with the message
 
-A run is finished when its ``summary.json`` says ``"status": "complete"``. Any other run folder
-is torn (killed mid-way, or failed): it is trained again with ``resume=True``, which continues
-from its checkpoint when it has one and starts afresh otherwise. A failing run is recorded in
-failures.json and the others still run.
+Runs train one at a time in this process, or ``jobs`` at a time, each in its own
+``moelab train`` process. A run is finished when its ``summary.json`` says ``"status":
+"complete"``. Any other run folder is torn (killed mid-way, or failed): it is trained again
+with ``resume=True``, which continues from its checkpoint when it has one and starts afresh
+otherwise. A failing run is recorded in failures.json and the others still run.
 """
 
 from __future__ import annotations
@@ -288,7 +289,10 @@ def run_in_subprocess(study_dir: Path, spec: RunSpec, threads: int, log: Callabl
     seconds = time.perf_counter() - started
     if child.returncode != 0 or not is_complete(run_dir):
         lines = (child.stderr.strip() or child.stdout.strip()).splitlines()
-        error = lines[-1] if lines else f"moelab train exited with code {child.returncode}"
+        if child.returncode < 0:  # killed (out of memory, a signal): its output ends anywhere
+            error = f"moelab train was killed by signal {-child.returncode}"
+        else:
+            error = lines[-1] if lines else f"moelab train exited with code {child.returncode}"
         log(f"{counter} {spec.name}: FAILED ({error})")
         return RunOutcome(spec, "failed", seconds, error)
     summary = json.loads((run_dir / "summary.json").read_text("utf-8"))
