@@ -2,9 +2,7 @@
 and versus Hugging Face's Mixtral sparse block (its one-hot loop over experts).
 
 Layers, for each E: ``dense`` (SwiGLU, d_ff = k * d_expert: the same active FLOPs), ``moelab``
-(MoEFeedForward as training uses it: default layout choice), ``packed`` and ``padded`` (the same
-layer with each expert-major layout forced) and ``hf`` (transformers' MixtralSparseMoeBlock,
-eager experts, same weights). They are timed interleaved (each repeat runs every layer once, in
+(MoEFeedForward) and ``hf`` (transformers' MixtralSparseMoeBlock, eager experts, same weights). They are timed interleaved (each repeat runs every layer once, in
 a fresh random order) so machine noise hits them alike; the median of the repeats is reported, with ratios to dense,
 both in wall time and in CPU time of the process (time.process_time: on a machine shared with
 other jobs it moves less than wall time; with 2 threads it includes OpenMP spin-waiting).
@@ -21,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import platform
 import random
@@ -37,7 +34,7 @@ from transformers.models.mixtral.modeling_mixtral import MixtralSparseMoeBlock
 from moelab.config import ModelConfig, MoEConfig
 from moelab.fileio import atomic_write_json
 from moelab.model import FeedForward
-from moelab.moe import MoEFeedForward, expert_layout, route
+from moelab.moe import MoEFeedForward, count_slots, route
 
 RESULTS = Path(__file__).resolve().parent / "results" / "moe_dispatch.json"
 
@@ -56,12 +53,8 @@ def build_layers(num_experts: int, args) -> dict[str, torch.nn.Module]:
         hf_moe.gate.weight.copy_(moelab_moe.router.weight)
         hf_moe.experts.gate_up_proj.copy_(torch.cat([moelab_moe.w1, moelab_moe.w3], dim=1))
         hf_moe.experts.down_proj.copy_(moelab_moe.w2)
-    layers = {"dense": FeedForward(args.d_model, args.top_k * args.d_expert), "moelab": moelab_moe}
-    for name, max_padding in (("packed", 0.0), ("padded", math.inf)):  # each layout forced
-        layers[name] = MoEFeedForward(moe_cfg)
-        layers[name].load_state_dict(moelab_moe.state_dict())
-        layers[name].max_padding = max_padding
-    layers["hf"] = hf_moe
+    layers = {"dense": FeedForward(args.d_model, args.top_k * args.d_expert), "moelab": moelab_moe,
+              "hf": hf_moe}
     return layers
 
 
@@ -104,11 +97,11 @@ def bench_one(num_experts: int, args) -> dict:
             cpu[name].append(cpu_s)
     wall_median = {name: statistics.median(t) for name, t in wall.items()}
     cpu_median = {name: statistics.median(t) for name, t in cpu.items()}
-    layout = expert_layout(route(layers["moelab"].router(x_BTD.reshape(-1, args.d_model)),
-                                 args.top_k)[1], num_experts, max_padding=math.inf)
+    experts_TK = route(layers["moelab"].router(x_BTD.reshape(-1, args.d_model)), args.top_k)[1]
+    counts_E = count_slots(experts_TK, num_experts).double()
     row = {
         "num_experts": num_experts,
-        "padding_fraction": layout.num_rows / (x_BTD.shape[0] * x_BTD.shape[1] * args.top_k) - 1,
+        "busiest_over_mean": float(counts_E.max() / counts_E.mean()),  # 1 = perfectly balanced
         "median_ms": {name: 1000 * m for name, m in wall_median.items()},
         "over_dense": {name: m / wall_median["dense"] for name, m in wall_median.items()},
         "median_cpu_ms": {name: 1000 * m for name, m in cpu_median.items()},
@@ -116,7 +109,7 @@ def bench_one(num_experts: int, args) -> dict:
         "wall_ms": {name: [1000 * s for s in t] for name, t in wall.items()},
         "cpu_ms": {name: [1000 * s for s in t] for name, t in cpu.items()},
     }
-    print(f"E={num_experts:3d} padding {row['padding_fraction']:.2f}  wall: "
+    print(f"E={num_experts:3d} busiest/mean {row['busiest_over_mean']:.2f}  wall: "
           + "  ".join(f"{name} {ms:.0f} ms ({row['over_dense'][name]:.2f}x)"
                       for name, ms in row["median_ms"].items())
           + "\n                    cpu:  "

@@ -182,19 +182,14 @@ def _expert_inputs(tokens, num_experts, top_k, d_model=8, hidden=6, seed=0, idle
     return experts_TK, {k: v.double().requires_grad_() for k, v in tensors.items()}
 
 
-PACKED, PADDED = 0.0, math.inf  # max_padding forcing each expert-major layout
-
-
-@pytest.mark.parametrize("max_padding", [PACKED, PADDED])
 @pytest.mark.parametrize("num_experts,top_k,idle", [
     (1, 1, ()), (4, 1, ()), (4, 2, (1,)), (8, 2, (0, 5, 7)), (8, 8, ()), (16, 3, (2, 3, 15)),
 ])
-def test_sorted_dispatch_equals_reference_loop(num_experts, top_k, idle, max_padding):
+def test_sorted_dispatch_equals_reference_loop(num_experts, top_k, idle):
     experts_TK, fast = _expert_inputs(13, num_experts, top_k, idle=idle)
     _, slow = _expert_inputs(13, num_experts, top_k, idle=idle)
     out_fast = sorted_experts_forward(fast["x_TD"], fast["weights_TK"], experts_TK,
-                                      fast["w1_EHD"], fast["w2_EDH"], fast["w3_EHD"],
-                                      max_padding=max_padding)
+                                      fast["w1_EHD"], fast["w2_EDH"], fast["w3_EHD"])
     out_slow = reference_experts_forward(slow["x_TD"], slow["weights_TK"], experts_TK,
                                          slow["w1_EHD"], slow["w2_EDH"], slow["w3_EHD"])
     torch.testing.assert_close(out_fast, out_slow, rtol=1e-10, atol=1e-10)
@@ -209,31 +204,20 @@ def test_sorted_dispatch_equals_reference_loop(num_experts, top_k, idle, max_pad
         assert fast["w2_EDH"].grad[expert].abs().max() == 0
 
 
-@pytest.mark.parametrize("max_padding", [PACKED, PADDED])
-def test_sorted_dispatch_passes_gradcheck(max_padding):
+def test_sorted_dispatch_passes_gradcheck():
     experts_TK, t = _expert_inputs(5, 4, 2, d_model=3, hidden=2, idle=(2,))
-    inputs = (t["x_TD"], t["weights_TK"], experts_TK, t["w1_EHD"], t["w2_EDH"], t["w3_EHD"],
-              max_padding)
+    inputs = (t["x_TD"], t["weights_TK"], experts_TK, t["w1_EHD"], t["w2_EDH"], t["w3_EHD"])
     assert torch.autograd.gradcheck(sorted_experts_forward, inputs)
 
 
 def test_expert_layout_by_hand():
     # slots (t*k + j): experts [2, 0, 2, 1, 2, 0] -> stable sort: expert 0 {1, 5}, 1 {3}, 2 {0, 2, 4}
     experts_TK = torch.tensor([[2, 0], [2, 1], [2, 0]])
-    packed = expert_layout(experts_TK, num_experts=4, max_padding=PACKED)
-    assert packed.capacity is None and packed.slots_per_expert == [2, 1, 3, 0]
-    assert packed.slot_of_row_R.tolist() == [1, 5, 3, 0, 2, 4]
-    assert packed.row_of_slot_S.tolist() == [3, 0, 4, 2, 5, 1]
-    padded = expert_layout(experts_TK, num_experts=4, max_padding=PADDED)
-    assert padded.capacity == 3 and padded.num_rows == 12  # 4 experts x 3 rows
-    assert padded.slot_of_row_R.tolist() == [1, 5, -1, 3, -1, -1, 0, 2, 4, -1, -1, -1]
-    assert padded.row_of_slot_S.tolist() == [6, 0, 7, 3, 8, 1]
-    assert padded.pad_rows.tolist() == [2, 4, 5, 9, 10, 11]
-    # the default pads only when that costs <= 10 % extra rows: here 100 % and 50 % ...
-    assert expert_layout(experts_TK, num_experts=4).capacity is None
-    assert expert_layout(experts_TK, num_experts=3).capacity is None  # 9 rows for 6 slots
-    balanced_TK = torch.tensor([[0, 1], [2, 0], [1, 2]])  # ... and 0 % here
-    assert expert_layout(balanced_TK, num_experts=3).capacity == 2
+    layout = expert_layout(experts_TK, num_experts=4)
+    assert layout.slots_per_expert.tolist() == [2, 1, 3, 0]
+    assert layout.slot_of_row_R.tolist() == [1, 5, 3, 0, 2, 4]
+    assert layout.row_of_slot_S.tolist() == [3, 0, 4, 2, 5, 1]
+    assert layout.token_of_row_R.tolist() == [0, 2, 1, 0, 1, 2]
 
 
 @pytest.mark.parametrize("num_experts,top_k", [(4, 2), (8, 1), (8, 3)])

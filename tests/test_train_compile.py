@@ -1,10 +1,11 @@
 """``train.compile: true``: the compiled loop trains like the eager one, and MoE does not recompile.
 
-The MoE dispatch reads the per-expert token counts on the host, so its shapes change with the
-routing; it runs eagerly (``torch.compiler.disable``, a graph break) while the rest compiles
-once. If it were traced, dynamo would guard on the counts and recompile on new routing until
-``recompile_limit``, which the frame counts below catch (checked with the decorator removed: the
-MoE test fails, (frames, graphs) growing from (20, 12) after step 1 to (29, 21) after step 12).
+The MoE layer's loops over experts have routing-dependent trip counts. Under compile they are
+opaque custom ops (``moelab::segment_matmul``, ``moelab::segment_outer_products``) whose output
+shapes depend only on input shapes, so the whole layer compiles once. Traced instead, dynamo
+specialises on the per-expert counts and compiles again as routing changes, which the frame
+counts below catch (checked by making the layer call the plain loops under compile: the MoE
+test fails, frames growing from 31 after step 1 to 37 after step 2).
 
 References are the eager run of the same config (same seed, same batches) and dynamo's own
 counters (``torch._dynamo.utils.counters``): frames compiled and unique graphs, read after every
@@ -63,26 +64,30 @@ def _fresh_dynamo():
 
 def _train_watching_dynamo(config, run_dir, monkeypatch):
     """Train and record, after every step, (frames compiled, unique graphs) so far and the
-    per-expert slot counts of every MoE layer in that step."""
-    per_step, step_layouts, layouts = [], [], []
-    forward_backward, expert_layout = moelab.train.loop.forward_backward, moelab.moe.expert_layout
+    per-expert slot counts every expert loop of that step ran with.
+
+    The counts are read where they are used at run time: in ``moelab.moe._segment_matmul``,
+    which eager code calls directly and the compiled graph calls through its custom op (so the
+    recorder runs on every step, not once at trace time).
+    """
+    per_step, step_counts, counts = [], [], []
+    forward_backward, segment_matmul = moelab.train.loop.forward_backward, moelab.moe._segment_matmul
 
     def watched_forward_backward(*args, **kwargs):
-        layouts.clear()
+        counts.clear()
         losses = forward_backward(*args, **kwargs)
         per_step.append((counters["frames"]["total"], counters["stats"]["unique_graphs"]))
-        step_layouts.append(tuple(layouts))
+        step_counts.append(tuple(counts))
         return losses
 
-    def watched_expert_layout(*args, **kwargs):
-        layout = expert_layout(*args, **kwargs)
-        layouts.append(tuple(layout.slots_per_expert))
-        return layout
+    def watched_segment_matmul(rows_RA, matrices_EAB, slots_per_expert):
+        counts.append(tuple(slots_per_expert.tolist()))
+        return segment_matmul(rows_RA, matrices_EAB, slots_per_expert)
 
     monkeypatch.setattr(moelab.train.loop, "forward_backward", watched_forward_backward)
-    monkeypatch.setattr(moelab.moe, "expert_layout", watched_expert_layout)
+    monkeypatch.setattr(moelab.moe, "_segment_matmul", watched_segment_matmul)
     summary = train(config, run_dir)
-    return summary, per_step, step_layouts
+    return summary, per_step, step_counts
 
 
 def _assert_same_metrics(eager_dir, compiled_dir):
@@ -113,13 +118,16 @@ def test_compiled_dense_trains_like_eager_in_one_graph(tmp_path, monkeypatch):
 def test_compiled_moe_trains_like_eager_without_recompiling_as_routing_changes(
         tmp_path, monkeypatch):
     train(tiny_config(), tmp_path / "eager")
-    _, per_step, step_layouts = _train_watching_dynamo(
+    _, per_step, step_counts = _train_watching_dynamo(
         tiny_config("train.compile=true"), tmp_path / "compiled", monkeypatch)
 
-    # The routing really changes: each step's per-expert slot counts (both layers) are new.
-    assert len(step_layouts) == STEPS and all(len(layouts) == 2 for layouts in step_layouts)
-    assert len(set(step_layouts)) >= STEPS - 1
+    # The routing really changes: each step's per-expert slot counts are new. Per step, each of
+    # the 2 layers runs 3 expert loops forward and 3 backward, all with that layer's counts.
+    assert len(step_counts) == STEPS and all(len(calls) == 2 * 6 for calls in step_counts)
+    assert all(isinstance(n, int) for calls in step_counts for layer in calls for n in layer)
+    assert len(set(step_counts)) >= STEPS - 1
     # Everything compiled in step 1; later steps reuse it (no new frames, no new graphs).
     assert per_step[0][0] >= 1
     assert per_step == [per_step[0]] * STEPS, f"recompiled: (frames, graphs) per step {per_step}"
+    assert not counters["graph_break"]  # the expert loops are custom ops: one graph
     _assert_same_metrics(tmp_path / "eager", tmp_path / "compiled")

@@ -7,16 +7,15 @@ One MoE layer replaces the dense SwiGLU FFN of a block:
 2. **Dispatch (dropless).** The T*k token-slots are stably sorted by expert id, so each expert's
    slots form one contiguous block of rows (``ExpertLayout``); every expert runs its SwiGLU on
    all of its rows (no capacity limit, no token is ever dropped) and the outputs are put back
-   in slot order and combined with the routing weights in a fixed order (deterministic). When
-   routing is near balanced the blocks are padded to equal length so one batched matmul serves
-   all experts; otherwise the matmuls loop over the blocks. Gather, expert matmuls, combine
-   and their backward live in one autograd node (``_SortedSwiGLUExperts``): autograd
-   bookkeeping for ~10 nodes per expert would dominate at E = 64 on a CPU.
-   (``torch._grouped_mm`` is no faster than the loop on CPU in torch 2.13, and its autograd
-   backward fails there, so it is not used.) Under ``torch.compile`` the dispatch runs eagerly
-   (its shapes depend on the routing), so routing changes cause no recompiles.
-   ``reference_experts_forward`` is the plain loop-over-experts version the tests hold the
-   fast path equal to.
+   in slot order and combined with the routing weights in a fixed order (deterministic).
+   Gather, expert matmuls, combine and their backward live in one autograd node
+   (``_SortedSwiGLUExperts``): autograd bookkeeping for ~10 nodes per expert would dominate at
+   E = 64 on a CPU. Every tensor in it has a shape fixed by T, k and the model; only the loops
+   over experts depend on the routing, and torch.compile sees them as two opaque custom ops
+   (``segment_matmul``, ``segment_outer_products``), so it compiles the layer once, whatever
+   the routing. (``torch._grouped_mm`` is no faster than the loop on CPU in torch 2.13, and its
+   autograd backward fails there, so it is not used.) ``reference_experts_forward`` is the
+   plain loop-over-experts version the tests hold the fast path equal to.
 3. **Losses and diagnostics** are pure functions of the router logits and the chosen experts:
    ``load_balancing_loss`` (Switch, normalised so a balanced router scores 1),
    ``router_z_loss`` and ``routing_stats`` (summable ``RoutingStats``). They are returned from
@@ -25,8 +24,8 @@ One MoE layer replaces the dense SwiGLU FFN of a block:
    caller does not want them (training).
 
 Shape suffixes: B batch, T tokens (flattened B*T inside the layer), D d_model, E experts,
-K top-k, H d_expert (hidden size of one expert), S = T*K token-slots, R rows of the
-expert-major buffer (S, or E * capacity when padded).
+K top-k, H d_expert (hidden size of one expert), S = T*K token-slots, R = S rows of the
+expert-major buffer (the same slots, sorted by expert).
 """
 
 from __future__ import annotations
@@ -42,12 +41,6 @@ from moelab.config import ModelConfig
 from moelab.errors import MoelabError
 
 DISPATCH_MODES = ("sorted", "reference")
-# Pad the expert blocks to equal length (one bmm for all experts) when that adds at most this
-# fraction of rows, else loop over the packed blocks. Padding costs FLOPs in proportion; one op
-# instead of E saves per-op overhead, which matters only for few experts on small models. On a
-# 2-core CPU the two are within noise with two threads, and the packed loop is 23 % faster at
-# E = 64 (37 % padding) with one, so only near-balanced routing is padded (BENCHMARKS.md).
-DEFAULT_MAX_PADDING = 0.1
 
 # --------------------------------------------------------------------------------------------
 # Routing
@@ -229,65 +222,35 @@ def reference_experts_forward(
 class ExpertLayout:
     """Where each token-slot sits in the expert-major row buffer the expert matmuls run on.
 
-    Expert e owns the rows ``[start_e, start_e + count_e)``. *Packed* (``capacity`` None): the
-    slots stably sorted by expert, back to back, S rows; the matmuls loop over the segments.
-    *Padded* (``capacity`` = the largest count): expert e starts at row e * capacity, E * capacity
-    rows, the unused ones zero; one batched matmul (bmm) serves all experts. Padding is only
-    chosen when it wastes little (near-balanced routing); either way no token is dropped.
+    The T*k slots stably sorted by expert id: expert e owns the ``slots_per_expert[e]`` rows after
+    those of experts 0..e-1. Every shape is fixed by T and k (R = S = T*k rows), whatever the
+    routing: only the segment boundaries depend on it, and they stay in a tensor.
     """
 
-    row_of_slot_S: torch.Tensor
-    """Buffer row of token-slot s = t * k + j (token t's j-th expert)."""
     slot_of_row_R: torch.Tensor
-    """Inverse map; -1 on padding rows."""
+    """Token-slot (s = t * k + j, token t's j-th expert) held by each buffer row."""
+    row_of_slot_S: torch.Tensor
+    """Inverse map: the buffer row of each token-slot."""
     token_of_row_R: torch.Tensor
-    """Token whose input each row holds (slot // k; 0 on padding rows, which are zeroed)."""
-    slots_per_expert: list[int]
-    num_rows: int
-    capacity: int | None
-    pad_rows: torch.Tensor | None
-    """Indices of the padding rows (padded layout with padding only)."""
-
-    def segments(self) -> list[tuple[int, int, int]]:
-        """(expert, start row, end row) of every expert that got slots (packed layout)."""
-        segments, start = [], 0
-        for expert, count in enumerate(self.slots_per_expert):
-            if count:
-                segments.append((expert, start, start + count))
-            start += count
-        return segments
+    """Token whose input each row holds (slot // k)."""
+    slots_per_expert: torch.Tensor
+    """(E,) rows of each expert, on the CPU: the segment loops read it without a device sync."""
 
 
 def expert_layout(experts_TK: torch.Tensor, num_experts: int,
-                  max_padding: float = DEFAULT_MAX_PADDING,
                   slot_counts_E: torch.Tensor | None = None) -> ExpertLayout:
-    """Stable sort of the T*k token-slots by expert id; padded when that costs at most
-    ``max_padding`` extra rows (a fraction of T*k), packed otherwise. ``slot_counts_E`` (the
-    bincount of ``experts_TK``) may be passed in when the caller already has it."""
-    top_k = experts_TK.shape[-1]
+    """Stable sort of the T*k token-slots by expert id. ``slot_counts_E`` (``count_slots`` of
+    ``experts_TK``) may be passed in when the caller already has it."""
     experts_S = experts_TK.reshape(-1)
-    num_slots = experts_S.numel()
-    sorted_slots_S = torch.argsort(experts_S, stable=True)
+    slot_of_row_R = torch.argsort(experts_S, stable=True)
     if slot_counts_E is None:
-        slot_counts_E = torch.bincount(experts_S, minlength=num_experts)
-    slots_per_expert = slot_counts_E.tolist()  # host sync: shapes depend on it
-    capacity = max(slots_per_expert)
-    if num_experts * capacity > (1.0 + max_padding) * num_slots or capacity == 0:
-        row_of_slot_S = _inverse_permutation(sorted_slots_S)
-        return ExpertLayout(row_of_slot_S, sorted_slots_S, sorted_slots_S // top_k,
-                            slots_per_expert, num_slots, None, None)
-    sorted_experts_S = experts_S[sorted_slots_S]
-    packed_start_E = torch.cumsum(slot_counts_E, 0) - slot_counts_E
-    rank_in_expert_S = torch.arange(num_slots, device=experts_S.device) - packed_start_E[sorted_experts_S]
-    row_of_sorted_S = sorted_experts_S * capacity + rank_in_expert_S
-    row_of_slot_S = row_of_sorted_S[_inverse_permutation(sorted_slots_S)]
-    num_rows = num_experts * capacity
-    slot_of_row_R = torch.full((num_rows,), -1, dtype=torch.long, device=experts_S.device)
-    slot_of_row_R[row_of_sorted_S] = sorted_slots_S
-    pad_rows = (slot_of_row_R < 0).nonzero().flatten() if num_rows > num_slots else None
-    token_of_row_R = slot_of_row_R.clamp_min(0) // top_k
-    return ExpertLayout(row_of_slot_S, slot_of_row_R, token_of_row_R, slots_per_expert,
-                        num_rows, capacity, pad_rows)
+        slot_counts_E = count_slots(experts_TK, num_experts)
+    return ExpertLayout(
+        slot_of_row_R=slot_of_row_R,
+        row_of_slot_S=_inverse_permutation(slot_of_row_R),
+        token_of_row_R=slot_of_row_R // experts_TK.shape[-1],
+        slots_per_expert=slot_counts_E.cpu(),  # one host sync per layer (a no-op on CPU)
+    )
 
 
 def _inverse_permutation(perm: torch.Tensor) -> torch.Tensor:
@@ -297,10 +260,6 @@ def _inverse_permutation(perm: torch.Tensor) -> torch.Tensor:
     return inverse
 
 
-# The dispatch's shapes depend on the routing (a host sync reads the per-expert counts), so
-# torch.compile would specialise on them and recompile as routing changes: it runs eagerly, as
-# one graph break, and everything around it compiles once.
-@torch.compiler.disable
 def sorted_experts_forward(
     x_TD: torch.Tensor,
     weights_TK: torch.Tensor,
@@ -308,15 +267,13 @@ def sorted_experts_forward(
     w1_EHD: torch.Tensor,
     w2_EDH: torch.Tensor,
     w3_EHD: torch.Tensor,
-    max_padding: float = DEFAULT_MAX_PADDING,
     slot_counts_E: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Dropless sort-based dispatch; equals ``reference_experts_forward`` (tests hold it).
-
-    ``max_padding`` picks the layout (see ``ExpertLayout``): 0 forces packed, inf padded.
-    """
-    layout = expert_layout(experts_TK, w1_EHD.shape[0], max_padding, slot_counts_E)
-    return _SortedSwiGLUExperts.apply(x_TD, weights_TK, layout, w1_EHD, w2_EDH, w3_EHD)
+    """Dropless sort-based dispatch; equals ``reference_experts_forward`` (tests hold it)."""
+    layout = expert_layout(experts_TK, w1_EHD.shape[0], slot_counts_E)
+    return _SortedSwiGLUExperts.apply(x_TD, weights_TK, w1_EHD, w2_EDH, w3_EHD,
+                                      layout.slot_of_row_R, layout.row_of_slot_S,
+                                      layout.token_of_row_R, layout.slots_per_expert)
 
 
 def _compute_dtype(x: torch.Tensor) -> torch.dtype:
@@ -337,85 +294,116 @@ class _SortedSwiGLUExperts(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, x_TD, weights_TK, layout: ExpertLayout, w1_EHD, w2_EDH, w3_EHD):
+    def forward(ctx, x_TD, weights_TK, w1_EHD, w2_EDH, w3_EHD,
+                slot_of_row_R, row_of_slot_S, token_of_row_R, slots_per_expert):
         ctx.input_dtypes = (x_TD.dtype, weights_TK.dtype, w1_EHD.dtype, w2_EDH.dtype, w3_EHD.dtype)
         dtype = _compute_dtype(x_TD)  # honour autocast explicitly, then do the maths without it
         num_tokens, top_k = weights_TK.shape
         with torch.autocast(x_TD.device.type, enabled=False):
             x, weights, w1, w2, w3 = (t.to(dtype) for t in (x_TD, weights_TK, w1_EHD, w2_EDH, w3_EHD))
-            x_RD = _gather_rows(x, layout)
-            h1_RH = _rows_times_expert_matrix(x_RD, w1.transpose(1, 2), layout)
-            h3_RH = _rows_times_expert_matrix(x_RD, w3.transpose(1, 2), layout)
+            x_RD = x.index_select(0, token_of_row_R)
+            h1_RH = segment_matmul(x_RD, w1.transpose(1, 2), slots_per_expert)
+            h3_RH = segment_matmul(x_RD, w3.transpose(1, 2), slots_per_expert)
             silu_h1_RH = F.silu(h1_RH)
             act_RH = silu_h1_RH * h3_RH
-            y_RD = _rows_times_expert_matrix(act_RH, w2.transpose(1, 2), layout)
-            y_TKD = y_RD.index_select(0, layout.row_of_slot_S).view(num_tokens, top_k, -1)
+            y_RD = segment_matmul(act_RH, w2.transpose(1, 2), slots_per_expert)
+            y_TKD = y_RD.index_select(0, row_of_slot_S).view(num_tokens, top_k, -1)
             out_TD = torch.bmm(weights.unsqueeze(1), y_TKD).squeeze(1)
-        ctx.save_for_backward(x_RD, h1_RH, h3_RH, silu_h1_RH, act_RH, y_TKD, weights, w1, w2, w3)
-        ctx.layout = layout
+        ctx.save_for_backward(x_RD, h1_RH, h3_RH, silu_h1_RH, act_RH, y_TKD, weights, w1, w2, w3,
+                              slot_of_row_R, row_of_slot_S, token_of_row_R, slots_per_expert)
         return out_TD
 
     @staticmethod
     def backward(ctx, grad_out_TD):
-        x_RD, h1_RH, h3_RH, silu_h1_RH, act_RH, y_TKD, weights_TK, w1, w2, w3 = ctx.saved_tensors
-        layout = ctx.layout
+        (x_RD, h1_RH, h3_RH, silu_h1_RH, act_RH, y_TKD, weights_TK, w1, w2, w3,
+         slot_of_row_R, row_of_slot_S, token_of_row_R, counts) = ctx.saved_tensors
         with torch.autocast(grad_out_TD.device.type, enabled=False):
             grad_out_TD = grad_out_TD.to(x_RD.dtype)
             # d out_t / d weight_tj = y_tj; d out_t / d y_tj = weight_tj
             grad_weights_TK = (y_TKD * grad_out_TD.unsqueeze(1)).sum(dim=-1)
-            weight_of_row_R = weights_TK.reshape(-1).index_select(0, layout.slot_of_row_R.clamp_min(0))
-            grad_y_RD = _gather_rows(grad_out_TD, layout).mul_(weight_of_row_R.unsqueeze(1))
-            grad_act_RH = _rows_times_expert_matrix(grad_y_RD, w2, layout)
-            grad_w2 = _expert_outer_products(grad_y_RD, act_RH, layout)
+            weight_of_row_R = weights_TK.reshape(-1).index_select(0, slot_of_row_R)
+            grad_y_RD = grad_out_TD.index_select(0, token_of_row_R).mul_(weight_of_row_R.unsqueeze(1))
+            grad_act_RH = segment_matmul(grad_y_RD, w2, counts)
+            grad_w2 = segment_outer_products(grad_y_RD, act_RH, counts)
             grad_h3_RH = grad_act_RH * silu_h1_RH
             grad_h1_RH = torch.ops.aten.silu_backward(grad_act_RH.mul_(h3_RH), h1_RH)
-            grad_x_RD = _rows_times_expert_matrix(grad_h1_RH, w1, layout)
-            grad_x_RD += _rows_times_expert_matrix(grad_h3_RH, w3, layout)
-            grad_w1 = _expert_outer_products(grad_h1_RH, x_RD, layout)
-            grad_w3 = _expert_outer_products(grad_h3_RH, x_RD, layout)
+            grad_x_RD = segment_matmul(grad_h1_RH, w1, counts)
+            grad_x_RD += segment_matmul(grad_h3_RH, w3, counts)
+            grad_w1 = segment_outer_products(grad_h1_RH, x_RD, counts)
+            grad_w3 = segment_outer_products(grad_h3_RH, x_RD, counts)
             # Each token's k slot gradients, summed in a fixed order (deterministic).
-            grad_x_TKD = grad_x_RD.index_select(0, layout.row_of_slot_S).view(*weights_TK.shape, -1)
-            grad_x_TD = grad_x_TKD.sum(dim=1)
+            grad_x_TD = grad_x_RD.index_select(0, row_of_slot_S).view(*weights_TK.shape, -1).sum(dim=1)
         x_dtype, weights_dtype, w1_dtype, w2_dtype, w3_dtype = ctx.input_dtypes
-        return (grad_x_TD.to(x_dtype), grad_weights_TK.to(weights_dtype), None,
-                grad_w1.to(w1_dtype), grad_w2.to(w2_dtype), grad_w3.to(w3_dtype))
+        return (grad_x_TD.to(x_dtype), grad_weights_TK.to(weights_dtype), grad_w1.to(w1_dtype),
+                grad_w2.to(w2_dtype), grad_w3.to(w3_dtype), None, None, None, None)
 
 
-def _gather_rows(values_TD, layout: ExpertLayout):
-    """Each buffer row's token row of ``values_TD``; padding rows are zero so they add nothing
-    to the weight gradients."""
-    rows = values_TD.index_select(0, layout.token_of_row_R)
-    if layout.pad_rows is not None:
-        rows.index_fill_(0, layout.pad_rows, 0.0)
-    return rows
+# The two loops over experts. Their trip counts depend on the routing, so torch.compile must not
+# trace them (it would specialise on the counts and recompile as routing changes): under
+# compile they are opaque custom ops whose output shapes depend only on input shapes, and the
+# rest of the layer (gathers, SwiGLU, combine) compiles with the model, once. Eager code calls
+# the plain functions (no dispatcher round trip).
 
 
-def _rows_times_expert_matrix(rows_RA, matrices_EAB, layout: ExpertLayout):
-    """Each expert's rows times its own (A, B) matrix: (R, A) -> (R, B)."""
-    num_experts, _, width = matrices_EAB.shape
-    if layout.capacity is not None:
-        rows_ECA = rows_RA.view(num_experts, layout.capacity, -1)
-        return torch.bmm(rows_ECA, matrices_EAB).view(layout.num_rows, width)
-    out_RB = rows_RA.new_empty(layout.num_rows, width)
-    for expert, start, end in layout.segments():
-        torch.mm(rows_RA[start:end], matrices_EAB[expert], out=out_RB[start:end])
+def _segment_matmul(rows_RA: torch.Tensor, matrices_EAB: torch.Tensor,
+                    slots_per_expert: torch.Tensor) -> torch.Tensor:
+    out_RB = rows_RA.new_empty(rows_RA.shape[0], matrices_EAB.shape[2])
+    start = 0
+    for expert, count in enumerate(slots_per_expert.tolist()):
+        if count:
+            torch.mm(rows_RA[start:start + count], matrices_EAB[expert], out=out_RB[start:start + count])
+        start += count
     return out_RB
 
 
-def _expert_outer_products(left_RA, right_RB, layout: ExpertLayout):
-    """Per expert, left_rows.T @ right_rows: the (E, A, B) weight gradient; zero for experts
-    that got no slots."""
-    num_experts = len(layout.slots_per_expert)
-    if layout.capacity is not None:
-        left_ECA = left_RA.view(num_experts, layout.capacity, -1)
-        right_ECB = right_RB.view(num_experts, layout.capacity, -1)
-        return torch.bmm(left_ECA.transpose(1, 2), right_ECB)
-    out_EAB = left_RA.new_empty(num_experts, left_RA.shape[1], right_RB.shape[1])
-    idle = [e for e, count in enumerate(layout.slots_per_expert) if count == 0]
-    out_EAB[idle] = 0  # every other expert is fully overwritten below
-    for expert, start, end in layout.segments():
-        torch.mm(left_RA[start:end].T, right_RB[start:end], out=out_EAB[expert])
+def _segment_outer_products(left_RA: torch.Tensor, right_RB: torch.Tensor,
+                            slots_per_expert: torch.Tensor) -> torch.Tensor:
+    out_EAB = left_RA.new_empty(slots_per_expert.numel(), left_RA.shape[1], right_RB.shape[1])
+    start = 0
+    for expert, count in enumerate(slots_per_expert.tolist()):
+        if count:
+            torch.mm(left_RA[start:start + count].T, right_RB[start:start + count], out=out_EAB[expert])
+        else:
+            out_EAB[expert] = 0  # an expert without tokens gets an exact zero gradient
+        start += count
     return out_EAB
+
+
+@torch.library.custom_op("moelab::segment_matmul", mutates_args=())
+def _segment_matmul_op(rows_RA: torch.Tensor, matrices_EAB: torch.Tensor,
+                       slots_per_expert: torch.Tensor) -> torch.Tensor:
+    return _segment_matmul(rows_RA, matrices_EAB, slots_per_expert)
+
+
+@torch.library.custom_op("moelab::segment_outer_products", mutates_args=())
+def _segment_outer_products_op(left_RA: torch.Tensor, right_RB: torch.Tensor,
+                               slots_per_expert: torch.Tensor) -> torch.Tensor:
+    return _segment_outer_products(left_RA, right_RB, slots_per_expert)
+
+
+@_segment_matmul_op.register_fake
+def _(rows_RA, matrices_EAB, slots_per_expert):
+    return rows_RA.new_empty(rows_RA.shape[0], matrices_EAB.shape[2])
+
+
+@_segment_outer_products_op.register_fake
+def _(left_RA, right_RB, slots_per_expert):
+    return left_RA.new_empty(slots_per_expert.shape[0], left_RA.shape[1], right_RB.shape[1])
+
+
+def segment_matmul(rows_RA, matrices_EAB, slots_per_expert):
+    """Each expert's block of rows times its own (A, B) matrix: (R, A) -> (R, B)."""
+    if torch.compiler.is_compiling():
+        return _segment_matmul_op(rows_RA, matrices_EAB, slots_per_expert)
+    return _segment_matmul(rows_RA, matrices_EAB, slots_per_expert)
+
+
+def segment_outer_products(left_RA, right_RB, slots_per_expert):
+    """Per expert, left_rows.T @ right_rows: the (E, A, B) weight gradient; exactly zero for
+    experts that got no rows."""
+    if torch.compiler.is_compiling():
+        return _segment_outer_products_op(left_RA, right_RB, slots_per_expert)
+    return _segment_outer_products(left_RA, right_RB, slots_per_expert)
 
 
 # --------------------------------------------------------------------------------------------
@@ -450,8 +438,6 @@ class MoEFeedForward(nn.Module):
             raise MoelabError(f"dispatch={dispatch!r} is invalid: allowed {', '.join(DISPATCH_MODES)}")
         moe = cfg.moe
         self.num_experts, self.top_k, self.dispatch = moe.num_experts, moe.top_k, dispatch
-        # Padded (one bmm) vs packed (segment loop) layout, see ExpertLayout; a speed knob only.
-        self.max_padding = DEFAULT_MAX_PADDING
         self.router = nn.Linear(cfg.d_model, moe.num_experts, bias=False)
         self.w1 = nn.Parameter(torch.empty(moe.num_experts, moe.d_expert, cfg.d_model))
         self.w2 = nn.Parameter(torch.empty(moe.num_experts, cfg.d_model, moe.d_expert))
@@ -471,7 +457,7 @@ class MoEFeedForward(nn.Module):
         slot_counts_E = count_slots(experts_TK, self.num_experts)
         if self.dispatch == "sorted":
             y_TD = sorted_experts_forward(x_TD, weights_TK, experts_TK, self.w1, self.w2, self.w3,
-                                          self.max_padding, slot_counts_E)
+                                          slot_counts_E)
         else:
             y_TD = reference_experts_forward(x_TD, weights_TK, experts_TK, self.w1, self.w2, self.w3)
         aux = MoEAux(
