@@ -75,8 +75,7 @@ def load_balancing_loss(router_logits_TE: torch.Tensor, experts_TK: torch.Tensor
     """
     num_experts = router_logits_TE.shape[-1]
     probs_TE = torch.softmax(router_logits_TE.float(), dim=-1)
-    slot_counts_E = torch.bincount(experts_TK.reshape(-1), minlength=num_experts)
-    return balancing_loss_from_counts(probs_TE, slot_counts_E)
+    return balancing_loss_from_counts(probs_TE, count_slots(experts_TK, num_experts))
 
 
 def count_slots(experts_TK: torch.Tensor, num_experts: int) -> torch.Tensor:
@@ -183,7 +182,7 @@ def routing_stats(router_logits_TE: torch.Tensor, experts_TK: torch.Tensor) -> R
     log_z_T = torch.logsumexp(logits_TE, dim=-1)
     return RoutingStats(
         num_tokens=logits_TE.shape[0],
-        expert_counts=torch.bincount(experts_TK.reshape(-1), minlength=logits_TE.shape[-1]),
+        expert_counts=count_slots(experts_TK, logits_TE.shape[-1]),
         prob_sum=probs_TE.sum(dim=0),
         entropy_sum=-(probs_TE * log_probs_TE).sum(),
         logz_sum=log_z_T.sum(),
