@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import pytest
 
@@ -82,6 +83,25 @@ def test_counts_equal_built_model(cfg):
         per_expert = sum(p.numel() for p in experts) // (cfg.n_layers * cfg.moe.num_experts)
         skipped = cfg.n_layers * (cfg.moe.num_experts - cfg.moe.top_k) * per_expert
         assert counts.active == total - skipped
+
+
+@pytest.mark.parametrize("preset", ["demo", "paper"])
+@pytest.mark.parametrize("step", [8, 32, 64])
+def test_matching_on_flops_gives_the_active_matched_model(preset, step):
+    # Why a study has no dense_flops arm: FLOPs/token are 6 x active params + FFN-independent
+    # terms, so the two criteria rank every d_ff alike.
+    moe = load_config(preset).model
+    assert match_dense(moe, "flops", step).config == match_dense(moe, "active", step).config
+
+
+def test_match_cli_says_which_matched_models_coincide(capsys):
+    from moelab.cli import main
+
+    assert main(["match", "demo", "--json"]) == 0
+    arms = json.loads(capsys.readouterr().out)
+    assert arms["dense_flops"]["same_model_as"] == "dense_active"
+    assert arms["dense_flops"]["model"] == arms["dense_active"]["model"]
+    assert "same_model_as" not in arms["dense_total"] and "same_model_as" not in arms["dense_active"]
 
 
 @pytest.mark.parametrize("criterion", ["active", "total", "flops"])

@@ -33,6 +33,14 @@ def test_moe_section_defaults_and_sparsity(tmp_path):
     assert cfg.model.moe.sparsity == pytest.approx(0.75)
 
 
+@pytest.mark.parametrize("top_k, norm_topk_prob, renormalizes",
+                         [(2, None, True), (1, None, False), (1, True, True), (2, False, False)])
+def test_norm_topk_prob_default_is_mixtral_for_top_k_above_1_and_switch_for_top_1(
+        top_k, norm_topk_prob, renormalizes):
+    moe = MoEConfig(top_k=top_k, norm_topk_prob=norm_topk_prob)
+    assert moe.renormalizes_weights is renormalizes
+
+
 def test_yaml_round_trip(tmp_path):
     cfg = load_config("demo", ["model.moe.top_k=1", "train.lr=1e-3"])
     again = load_config(write(tmp_path, dump_config(cfg)))
@@ -61,6 +69,9 @@ def test_dotted_overrides():
         (["model.tie_embeddings=3"], "model.tie_embeddings=3 is invalid: expected true or false"),
         (["train.lr=-1"], "train.lr=-1.0 is invalid: must be > 0"),
         (["train.seed=-3"], "train.seed=-3 is invalid: must be >= 0"),
+        (["train.lr=nan"], "train.lr=nan is invalid: must be a finite number > 0"),
+        (["model.rope_theta=inf"], "model.rope_theta=inf is invalid: must be a finite number > 0"),
+        (["train.grad_clip=nan"], "train.grad_clip=nan is invalid: must be a finite number >= 0"),
         (["model.d_model"], "override 'model.d_model' is invalid: expected KEY=VALUE"),
     ],
 )
@@ -93,3 +104,11 @@ def test_cli_bad_config_exits_2_with_one_line(tmp_path):
     assert proc.stderr.strip().count("\n") == 0
     assert "model.d_model=256 is invalid: must be divisible by n_heads (3)" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_a_study_preset_loads_as_its_moe_arm():
+    # Its study.base is inherited and its study: section dropped (only `moelab study` reads it).
+    assert load_config("paper-budgets") == load_config("paper")
+    assert load_config("ablation") == load_config("paper", ["train.max_tokens=40500000"])
+    with pytest.raises(ConfigError, match="study is not a known key"):
+        load_config("ablation", ["study.seeds=2"])

@@ -112,8 +112,10 @@ def test_dense_logits_equal_llama(changes):
 
 @pytest.mark.parametrize("num_experts,top_k,tie", [(4, 2, True), (8, 2, False), (4, 1, True)])
 def test_moe_logits_equal_mixtral(num_experts, top_k, tie):
-    cfg = tiny_config(MoEConfig(num_experts=num_experts, top_k=top_k, d_expert=24),
-                      tie_embeddings=tie)
+    # Mixtral renormalises even a single weight (to 1): say so for top-1 (moelab's default
+    # there is Switch's raw probability).
+    cfg = tiny_config(MoEConfig(num_experts=num_experts, top_k=top_k, d_expert=24,
+                                norm_topk_prob=True), tie_embeddings=tie)
     ours = build(cfg)
     hf_model = to_mixtral(ours)
     tokens = random_tokens(cfg)

@@ -51,6 +51,30 @@ def test_route_is_mixtral_softmax_topk_renormalised():
     assert weights_TK[0].tolist() == pytest.approx(expected, rel=1e-6)
 
 
+def test_route_without_renormalising_keeps_the_softmax_probabilities():
+    logits_TE = torch.tensor([[1.0, 3.0, 2.0, 0.0], [0.5, -1.0, 0.0, 2.0]])
+    weights_TK, experts_TK = route(logits_TE, top_k=1, renormalize=False)
+    exp = torch.tensor([[math.exp(v) for v in row] for row in logits_TE.tolist()])
+    probs = exp / exp.sum(dim=1, keepdim=True)
+    assert experts_TK.tolist() == [[1], [3]]
+    torch.testing.assert_close(weights_TK, probs.max(dim=1, keepdim=True).values)
+
+
+@pytest.mark.parametrize("norm_topk_prob, learns", [(None, True), (True, False)])
+def test_top1_router_learns_from_the_task_loss_only_without_renormalising(norm_topk_prob, learns):
+    # One renormalised weight is exactly 1: the output no longer depends on the router's
+    # probabilities, so the task loss cannot train it (Switch keeps the raw probability).
+    cfg = ModelConfig(d_model=16, n_heads=2, n_kv_heads=2, moe=MoEConfig(
+        num_experts=4, top_k=1, d_expert=12, norm_topk_prob=norm_topk_prob))
+    layer = random_layer(cfg)
+    out, _ = layer(torch.randn(3, 7, cfg.d_model))
+    out.square().sum().backward()  # the task loss only: no balancing or z-loss
+    # relative to the experts' gradients: renormalised, the router's is rounding noise
+    router_over_experts = layer.router.weight.grad.abs().max() / layer.w1.grad.abs().max()
+    assert bool(router_over_experts > 1e-3) is learns
+    assert bool(router_over_experts < 1e-5) is not learns
+
+
 # ----- losses ---------------------------------------------------------------------------------
 
 

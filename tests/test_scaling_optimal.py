@@ -3,6 +3,7 @@ bad inputs as one-line errors."""
 
 from __future__ import annotations
 
+import csv
 import json
 import math
 from pathlib import Path
@@ -91,7 +92,8 @@ def test_optimal_cli_reads_fit_json_and_reports_intervals(tmp_path, capsys):
 
 
 def test_isoflop_on_chinchilla_data_gives_exponent_near_half():
-    """Hoffmann et al.'s approach 2 reports a = 0.49; their IsoFLOP points give 0.495."""
+    """Hoffmann et al.'s approach 2 reports a = 0.49; their IsoFLOP points give 0.492 (the eight
+    budgets whose vertex lies inside the sampled sizes; 0.495 with all nine)."""
     columns = read_isoflop_table(FIXTURES / "chinchilla_isoflops.csv", {"N": "params", "C": "budget"})
     result = isoflop_analysis(columns)
     assert len(result["budgets"]) == 9
@@ -108,9 +110,66 @@ def test_isoflop_cli_prints_json_and_rejects_bad_filters(capsys):
     assert main(["isoflop", csv_path, "--columns", "N=params,C=budget",
                  "--where", "source=epochai_chinchilla", "--json"]) == 0
     result = json.loads(capsys.readouterr().out)
-    assert result["params_exponent"]["exponent"] == pytest.approx(0.495, abs=0.005)
+    # The 1e20 budget's vertex lies below its smallest model, so it stays out of the exponent
+    # (with it: 0.495, over all nine budgets).
+    assert result["outside_data"] == [1e20]
+    with open(csv_path, newline="") as f:
+        rows = list(csv.DictReader(f))
+    smallest = min(float(r["params"]) for r in rows if float(r["budget"]) == 1e20)
+    [vertex] = [b["params"] for b in result["budgets"] if b["flops"] == 1e20]
+    assert vertex < smallest
+    assert result["params_exponent"]["exponent"] == pytest.approx(0.492, abs=0.002)
+    assert result["params_exponent"]["n_budgets"] == 8
     assert main(["isoflop", csv_path, "--columns", "N=params,C=budget", "--where", "nope=1"]) == 2
     assert "--where 'nope=1' is invalid" in capsys.readouterr().err
+
+
+def parabola_points(budgets_and_vertices, sizes_per_budget) -> str:
+    """A CSV of dense IsoFLOP points whose loss per budget is an exact parabola in log N."""
+    lines = ["N,C,loss"]
+    for (flops, vertex), sizes in zip(budgets_and_vertices, sizes_per_budget):
+        lines += [f"{n},{flops},{2.0 + 0.05 * math.log(n / vertex) ** 2}" for n in sizes]
+    return "\n".join(lines) + "\n"
+
+
+def test_isoflop_leaves_vertices_outside_the_data_out_of_the_exponent(tmp_path, capsys):
+    # Three budgets on N* = 0.1 C^0.5, sampled around their vertex; a fourth whose vertex lies
+    # far beyond its sampled sizes and off that line. The exponent must be the line's.
+    on_line = [(flops, 0.1 * flops ** 0.5) for flops in (1e18, 1e19, 1e20)]
+    around = [np.geomspace(vertex / 4, vertex * 4, 5) for _, vertex in on_line]
+    beyond, below_beyond = (1e21, 10 * 0.1 * 1e21 ** 0.5), np.geomspace(1e8, 4e8, 5)
+    path = tmp_path / "iso.csv"
+    path.write_text(parabola_points(on_line + [beyond], around + [below_beyond]))
+    result = isoflop_analysis(read_isoflop_table(path))
+    assert [b["inside_data"] for b in result["budgets"]] == [True, True, True, False]
+    assert result["budgets"][3]["params"] == pytest.approx(beyond[1], rel=1e-6)
+    assert result["outside_data"] == [1e21]
+    assert result["params_exponent"]["exponent"] == pytest.approx(0.5, abs=1e-6)
+    assert result["params_exponent"]["n_budgets"] == 3
+    assert main(["isoflop", str(path)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert ["outside data" in line for line in lines[:4]] == [False, False, False, True]
+    assert "C^0.5000" in lines[4] and "3 budgets" in lines[4]
+    # With one budget inside the data there is no exponent to fit, and the CLI says so.
+    path.write_text(parabola_points(on_line[:1] + [beyond], around[:1] + [below_beyond]))
+    assert isoflop_analysis(read_isoflop_table(path))["params_exponent"] is None
+    assert main(["isoflop", str(path)]) == 0
+    assert "not fitted" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("bad_row, message", [
+    ("4e6,1e18,1.0,2e6,2.5", "S=1 is invalid: allowed [0, 1)"),
+    ("4e6,1e18,0.5,0,2.5", "N_active=0 is invalid: must be > 0"),
+    ("4e6,1e18,-0.5,2e6,2.5", "S=-0.5 is invalid"),
+])
+def test_isoflop_rejects_bad_sparsity_and_active_counts(tmp_path, capsys, bad_row, message):
+    rows = [f"{n},1e18,{s},{n * (1 - s / 2)},{3 + 0.1 * i}"
+            for i, (n, s) in enumerate([(1e6, 0), (2e6, 0), (4e6, 0), (1e6, 0.5), (2e6, 0.5)])]
+    path = tmp_path / "iso.csv"
+    path.write_text("N,C,S,N_active,loss\n" + "\n".join(rows + [bad_row]) + "\n")
+    assert main(["isoflop", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1 and "Traceback" not in err
 
 
 def test_isoflop_surface_recovers_known_minimum():
@@ -168,12 +227,14 @@ def test_sparsity_law_needs_s_column_and_valid_s(tmp_path, capsys):
     (["--holdout", "S=max"], "--holdout"),
     (["--holdout", "N>1e12"], "holds out 0"),
     (["--columns", "X=foo"], "--columns name 'X'"),
-    (["--bootstrap", "-1"], "--bootstrap -1"),
+    (["--bootstrap", "-1"], "argument --bootstrap: -1 is invalid: must be a whole number >= 0"),
 ])
 def test_bad_fit_options_are_one_line_errors(tmp_path, capsys, argv, message):
     path = tmp_path / "points.csv"
     path.write_text("N,D,loss\n" + "\n".join(GOOD_ROWS) + "\n")
-    assert main(["fit", str(path), "--starts", "20", *argv]) == 2
+    with pytest.raises(SystemExit) as exit_info:  # argparse exits directly, main returns
+        raise SystemExit(main(["fit", str(path), "--starts", "20", *argv]))
+    assert exit_info.value.code == 2
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1
 

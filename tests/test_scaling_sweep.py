@@ -5,20 +5,33 @@ from __future__ import annotations
 
 import csv
 import json
+import re
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from moelab.accounting import count_params, flops_per_token
 from moelab.cli import main
-from moelab.errors import ConfigError
+from moelab.config import override, save_config
+from moelab.errors import ConfigError, MoelabError
 from moelab.scaling.laws import SPARSITY
 from moelab.scaling.optimal import optimal_sparsity_at_params
+from moelab.scaling.presets import DEMO, SWEEP_PRESETS
 from moelab.scaling.sweep import (
-    collect_results, experts_for, load_grid, plan_sweep, run_sweep, tokens_for_flops,
+    SweepGrid, collect_results, experts_for, load_grid, plan_sweep, run_sweep, tokens_for_flops,
     write_results_csv,
 )
 from moelab.scaling.sweep_report import write_sweep_report
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+def exit_code(argv: list[str]) -> int:
+    """main's exit code, also when argparse rejects an argument (it exits directly)."""
+    with pytest.raises(SystemExit) as exit_info:
+        raise SystemExit(main(argv))
+    return exit_info.value.code
 
 
 def test_experts_follow_sparsity_and_reject_fractional_counts():
@@ -68,6 +81,20 @@ def test_tokens_for_flops_spend_the_budget_in_whole_steps():
     ("name: x\nbase: demo\nwidth: 3\n", "key 'width' is unknown"),
     ("name: x\nbase: demo\nsizes: [{name: a, d_ff: 64}]\nsparsities: [0]\ntoken_budgets: [256]\n"
      "mode: sideways\n", "mode='sideways'"),
+    # Missing keys and wrong types: named, not a TypeError from deep inside.
+    ("name: x\nsizes: [{name: a, d_ff: 64}]\nsparsities: [0]\ntoken_budgets: [256]\n",
+     "key 'base' is missing"),
+    ("name: x\nbase: demo\nsparsities: [0]\ntoken_budgets: [256]\n", "key 'sizes' is missing"),
+    ("name: x\nbase: demo\nsizes: [{name: a, d_ff: 64}]\ntoken_budgets: [256]\n",
+     "key 'sparsities' is missing"),
+    ("name: x\nbase: demo\nsizes: [{name: a, d_ff: 64}]\nsparsities: [0]\ntoken_budgets: [256]\n"
+     "top_k: two\n", "top_k='two' is invalid: expected a whole number"),
+    ("name: x\nbase: demo\nsizes: [{name: a, d_ff: 64}]\nsparsities: [0]\ntoken_budgets: [256]\n"
+     "top_k: 1.5\n", "top_k=1.5 is invalid: expected a whole number"),
+    ("name: x\nbase: demo\nsizes: [{name: a, d_model: wide, d_ff: 64}]\nsparsities: [0]\n"
+     "token_budgets: [256]\n", "d_model='wide' is invalid: expected a whole number > 0"),
+    ("name: x\nbase: 7\nsizes: [{name: a, d_ff: 64}]\nsparsities: [0]\ntoken_budgets: [256]\n",
+     "base=7 is invalid: expected a string"),
 ])
 def test_bad_grids_are_one_line_errors(tmp_path, capsys, text, message):
     path = tmp_path / "grid.yaml"
@@ -83,14 +110,14 @@ TRUTH = {"a": 30.0, "b": 400.0, "c": 1.0, "d": 200.0, "e": 1.2, "alpha": 0.25, "
          "lam": 1.0, "delta": -0.4, "gamma": 0.35}
 
 
-def synthetic_results(grid) -> list[dict]:
+def synthetic_results(grid, truth=TRUTH) -> list[dict]:
     """results.csv rows for every planned point, losses from a known law (0.1 % noise)."""
     rng = np.random.default_rng(0)
     rows = []
     for point in plan_sweep(grid):
         counts, flops = count_params(point.config.model), flops_per_token(point.config.model)
         tokens = point.config.train.max_tokens
-        loss = float(SPARSITY.predict_loss(TRUTH, N=counts.total, D=tokens, S=point.sparsity)[0])
+        loss = float(SPARSITY.predict_loss(truth, N=counts.total, D=tokens, S=point.sparsity)[0])
         rows.append({
             "run": f"runs/{point.arm}/seed0", "size": point.size, "budget": point.budget_label,
             "C_budget": f"{point.flops_budget:.6g}", "N_total": counts.total,
@@ -113,6 +140,15 @@ def test_report_from_synthetic_results_fits_checks_and_plots(tmp_path, capsys):
     for heading in ("## Runs", "## Law fit", "## Held-out check (S=max)", "## IsoFLOP analysis",
                     "## Optimal sparsity"):
         assert heading in text
+    # The fit's start count is part of how to reproduce it.
+    assert "--starts 200" in text[text.index("## Reproduce"):]
+    # How far the runs' actual compute is from their budgets, and which are beyond 2 %.
+    deviation = {r["run"]: r["C"] / float(r["C_budget"]) - 1 for r in rows}
+    assert f"off its budget by up to {max(abs(d) for d in deviation.values()):.1%}" in text
+    off_budget = [run for run, d in deviation.items() if abs(d) > 0.02]
+    assert off_budget  # the demo grid has some (whole steps of 1,024 tokens)
+    for run in deviation:
+        assert (f"`{run}`" in text) == (run in off_budget), run
     for figure in ("figures/isoflop.png", "figures/optimal_sparsity.png"):
         assert (tmp_path / figure).stat().st_size > 1000
     # Every loss in the report's table is a number of results.csv.
@@ -138,6 +174,145 @@ def test_report_from_synthetic_results_fits_checks_and_plots(tmp_path, capsys):
     assert found == pytest.approx(expected, abs=0.1), (found, expected)
 
 
+# A law whose dense compute-optimal size at 1.2e11 and 3.6e11 FLOPs lies inside the sizes below
+# (about 4e5 and 7e5 total parameters) and at 1.08e12 FLOPs beyond the largest (9.2e5).
+INTERIOR_TRUTH = {"a": 744.0, "b": 400.0, "c": 0.5, "d": 1e-3, "e": 1.5, "alpha": 0.3,
+                  "beta": 0.3, "lam": 0.5, "delta": 0.5, "gamma": 0.3}
+FIVE_SIZES = [{"name": "s0", "d_model": 32, "n_layers": 2, "n_heads": 2, "n_kv_heads": 2,
+               "d_ff": 128}] + DEMO["sizes"] + [
+             {"name": "s4", "d_model": 128, "n_layers": 3, "n_heads": 4, "n_kv_heads": 4,
+              "d_ff": 512}]
+
+
+def one_sparsity_grid(sparsity: float) -> SweepGrid:
+    return SweepGrid(**{**DEMO, "name": "one", "sizes": FIVE_SIZES, "sparsities": [sparsity],
+                        "flops_budgets": [1.2e11, 3.6e11, 1.08e12]}).validate()
+
+
+def true_dense_optimum(truth: dict, flops: float) -> float:
+    """Brute force: the N minimising the law along a dense budget (N_active = N, D = C / 6N)."""
+    params = np.geomspace(1e4, 1e8, 200_001)
+    loss = SPARSITY.predict_loss(truth, N=params, D=flops / (6 * params), S=np.zeros_like(params))
+    return float(params[np.argmin(loss)])
+
+
+def test_report_of_dense_only_sweep_uses_parabolas_and_skips_optima(tmp_path):
+    grid = one_sparsity_grid(0.0)
+    write_results_csv(tmp_path / "results.csv", synthetic_results(grid, INTERIOR_TRUTH))
+    text = write_sweep_report(tmp_path, grid, bootstrap_replicates=2, max_starts=50,
+                              log=lambda _: None).read_text()
+    optima = text[text.index("## Optimal sparsity"):text.index("## Reproduce")]
+    assert "Skipped: every run has S = 0" in optima
+    assert not (tmp_path / "optima.json").exists()
+    # No sparse run says anything about the expert share: null, and `moelab optimal` still works.
+    assert json.loads((tmp_path / "fit.json").read_text())["shared_fraction"] is None
+    assert main(["optimal", str(tmp_path / "fit.json"), "--flops", "1e11", "--json"]) == 0
+    # Each budget's parabola vertex is the true law's optimum along that budget; the one beyond
+    # the largest size is flagged and left out of the exponent.
+    analysis = json.loads((tmp_path / "isoflop.json").read_text())["all_points"]
+    largest = max(count_params(p.config.model).total for p in plan_sweep(grid))
+    for budget in analysis["budgets"]:
+        expected = true_dense_optimum(INTERIOR_TRUTH, budget["flops"])
+        assert budget["inside_data"] == (expected < largest)
+        if budget["inside_data"]:
+            assert budget["params"] == pytest.approx(expected, rel=0.05)
+    assert analysis["outside_data"] == [1.08e12]
+    assert "| 1.08e+12 | 5 |" in text and "outside data" in text
+    inside = [b["flops"] for b in analysis["budgets"] if b["inside_data"]]
+    true_exponent = np.polyfit(np.log(inside), np.log([true_dense_optimum(INTERIOR_TRUTH, c)
+                                                       for c in inside]), 1)[0]
+    assert analysis["params_exponent"]["exponent"] == pytest.approx(true_exponent, abs=0.02)
+    assert f"C^{analysis['params_exponent']['exponent']:.3f}" in text
+
+
+def test_report_of_one_sparse_sparsity_skips_optima(tmp_path):
+    grid = one_sparsity_grid(0.5)
+    rows = synthetic_results(grid, INTERIOR_TRUTH)
+    write_results_csv(tmp_path / "results.csv", rows)
+    text = write_sweep_report(tmp_path, grid, bootstrap_replicates=0, max_starts=50,
+                              log=lambda _: None).read_text()
+    assert "Skipped: every run has S = 0.5" in text and "## IsoFLOP analysis" in text
+    # With a sparse sparsity the family's share is still measured: N_active / N = phi + (1-phi)/2.
+    expected = np.mean([2 * r["N_active"] / r["N_total"] - 1 for r in rows])
+    fit = json.loads((tmp_path / "fit.json").read_text())
+    assert fit["shared_fraction"] == pytest.approx(expected, abs=0.01)
+
+
+def test_sweep_bootstrap_must_be_a_count_before_any_training(tmp_path, capsys):
+    assert exit_code(["sweep-sparsity", "micro", "--dry-run", "--bootstrap", "-1"]) == 2
+    err = capsys.readouterr().err
+    assert "argument --bootstrap: -1 is invalid" in err and err.count("\n") == 1
+    assert exit_code(["sweep-sparsity", "micro", "--dry-run", "--bootstrap", "0",
+                      "--starts", "50"]) == 0
+
+    def must_not_train(*args, **kwargs):
+        raise AssertionError("trained before checking --bootstrap")
+
+    with pytest.raises(MoelabError, match="--bootstrap -3 is invalid"):
+        run_sweep(load_grid("micro"), tmp_path, bootstrap_replicates=-3, train_fn=must_not_train,
+                  log=lambda _: None)
+    assert not (tmp_path / "runs").exists()
+
+
+def fake_run(run_dir: Path, config, summary: dict) -> None:
+    """A finished run folder as the training loop leaves it: config.yaml and summary.json."""
+    run_dir.mkdir(parents=True)
+    save_config(config, run_dir / "config.yaml")
+    (run_dir / "summary.json").write_text(json.dumps({"status": "complete", **summary}))
+
+
+def test_results_rows_come_from_the_run_folders_not_the_plan(tmp_path):
+    grid = load_grid("micro")
+    points = plan_sweep(grid)
+    sparse = next(p for p in points if p.sparsity == 0.5)
+    # The folder holds E = 4 experts where the plan said 2, and counts no planner would give:
+    # results.csv must describe what was trained.
+    trained = override(sparse.config, ["model.moe.num_experts=4", "model.moe.d_expert=16"])
+    summary = {"total_params": 123_457, "active_params": 45_679, "non_embedding_params": 33_331,
+               "tokens": 4_096, "flops_per_token_6n": 274_074, "flops_per_token_full": 300_001,
+               "best_val_loss": 5.25, "final_val_loss": 5.5}
+    run_dir = f"runs/{sparse.arm}/seed0"
+    fake_run(tmp_path / run_dir, trained, summary)
+    [row] = collect_results(tmp_path, points)
+    assert row["run"] == run_dir
+    assert (row["N_total"], row["N_active"], row["N_non_embedding"], row["D"]) == (
+        123_457, 45_679, 33_331, 4_096)
+    assert (row["flops_per_token_6n"], row["flops_per_token_full"]) == (274_074, 300_001)
+    assert row["C"] == 274_074 * 4_096
+    assert (row["E"], row["k"], row["d_expert"], row["S"]) == (4, 1, 16, 0.75)
+    assert (row["best_val_loss"], row["final_val_loss"]) == (5.25, 5.5)
+
+
+def test_budget_labels_are_lossless_and_folders_never_shared(tmp_path):
+    grid = SweepGrid(**{**DEMO, "sizes": DEMO["sizes"][:1], "sparsities": [0.0],
+                        "flops_budgets": [1.2341e11, 1.2342e11, 4e10]}).validate()
+    points = plan_sweep(grid)
+    assert len({p.arm for p in points}) == 3
+    # The label reads back as the budget itself; round budgets keep their old short labels.
+    assert {float(p.budget_label[1:]) for p in points} == {1.2341e11, 1.2342e11, 4e10}
+    assert "C4e+10" in {p.budget_label for p in points}
+    repeated = SweepGrid(**{**DEMO, "flops_budgets": [4e10, 4e10]}).validate()
+    with pytest.raises(ConfigError, match="planned twice"):
+        plan_sweep(repeated)
+
+
+def test_paper_grid_sizes_in_docs_are_the_counted_ones():
+    totals = [count_params(p.config.model).total for p in plan_sweep(load_grid("paper"))]
+    low, high = f"{min(totals) / 1e6:.1f}M", f"{max(totals) / 1e6:.1f}M"
+    docs = (REPO_ROOT / "docs" / "scaling.md").read_text()
+    stated = re.search(r"`paper` \(4 sizes\s+of ([\d.]+M)-([\d.]+M) total parameters", docs)
+    assert stated and stated.groups() == (low, high)
+    presets_source = (REPO_ROOT / "src" / "moelab" / "scaling" / "presets.py").read_text()
+    assert f"4 sizes ({low} to\n# {high} total parameters" in presets_source
+
+
+def test_sweep_help_lists_every_preset(capsys):
+    assert exit_code(["sweep-sparsity", "--help"]) == 0
+    help_text = " ".join(capsys.readouterr().out.split())
+    for name in SWEEP_PRESETS:
+        assert re.search(rf"\b{name}\b", help_text), name
+
+
 @pytest.mark.slow
 def test_micro_sweep_end_to_end_then_rerun_skips_and_jobs_agree(tmp_path, shared_dir, monkeypatch):
     grid = load_grid("micro")
@@ -153,7 +328,8 @@ def test_micro_sweep_end_to_end_then_rerun_skips_and_jobs_agree(tmp_path, shared
         assert int(row["N_total"]) == summary["total_params"]
         assert int(row["N_active"]) == summary["active_params"]
         assert int(row["D"]) == summary["tokens"] == 256
-        assert int(row["flops_per_token_6n"]) == summary["flops_per_token"]
+        assert int(row["flops_per_token_6n"]) == summary["flops_per_token_6n"]
+        assert int(row["C"]) == summary["flops_per_token_6n"] * summary["tokens"]
         assert (float(row["S"]) == 0.0) == (int(row["E"]) == 1)
 
     def must_not_train(*args, **kwargs):
@@ -169,6 +345,7 @@ def test_micro_sweep_end_to_end_then_rerun_skips_and_jobs_agree(tmp_path, shared
     parallel = tmp_path / "parallel"
     monkeypatch.setenv("OMP_NUM_THREADS", str(torch.get_num_threads()))
     assert main(["sweep-sparsity", "micro", "--out", str(parallel), "--jobs", "2",
-                 "--bootstrap", "4"]) == 0
+                 "--bootstrap", "4", "--starts", "50"]) == 0
+    assert "--starts 50" in (parallel / "report.md").read_text()
     with open(parallel / "results.csv", newline="") as f:
         assert [r["best_val_loss"] for r in csv.DictReader(f)] == [r["best_val_loss"] for r in rows]

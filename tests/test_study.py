@@ -58,7 +58,7 @@ class FakeTrain:
             "status": "complete", "best_val_loss": final, "best_val_bpb": final / 2,
             "best_val_step": 3, "final_val_loss": final, "final_val_bpb": final / 2,
             "active_params": counts.active, "total_params": counts.total,
-            "non_embedding_params": counts.non_embedding, "flops_per_token": 6 * counts.active,
+            "non_embedding_params": counts.non_embedding, "flops_per_token_6n": 6 * counts.active,
             "tokens": config.train.max_tokens, "steps": 3, "wall_time_s": 2.0,
             "tokens_per_s": 1000.0 + config.train.seed, "seed": config.train.seed,
             "routing": routing, "collapse": False,
@@ -96,9 +96,9 @@ def _differing_keys(a, b):
 
 def test_arms_differ_only_in_the_ffn(demo):
     config, _ = demo
-    arms = {arm.name: arm for arm in study_arms(config, ["active", "total", "flops"])}
-    assert list(arms) == ["moe", "dense_active", "dense_total", "dense_flops"]
-    for name in ("dense_active", "dense_total", "dense_flops"):
+    arms = {arm.name: arm for arm in study_arms(config, ["active", "total"])}
+    assert list(arms) == ["moe", "dense_active", "dense_total"]
+    for name in ("dense_active", "dense_total"):
         differing = _differing_keys(arms["moe"].config, arms[name].config)
         assert all(k == "model.d_ff" or k.startswith("model.moe") for k in differing), differing
         assert arms[name].config.model.moe is None
@@ -128,10 +128,10 @@ def test_a_dense_base_config_is_refused():
 def test_study_section_and_base_preset(tmp_path):
     path = tmp_path / "mine.yaml"
     path.write_text("study:\n  base: demo\n  seeds: 2\n  budgets: [1M, 500K]\n"
-                    "  criteria: active,flops\ntrain:\n  lr: 0.001\n")
+                    "  criteria: total,active\ntrain:\n  lr: 0.001\n")
     config, settings = load_study(path, ["study.match_step=64"])
     assert config == load_config("demo", ["train.lr=0.001"])
-    assert settings == StudySettings(seeds=2, criteria=["active", "flops"],
+    assert settings == StudySettings(seeds=2, criteria=["total", "active"],
                                      budgets=[500_000, 1_000_000], match_step=64)
     with pytest.raises(ConfigError, match="study.sedes is not a known key"):
         load_study(path, ["study.sedes=3"])
@@ -274,20 +274,21 @@ def test_ablation_ladder_report(tmp_path, demo):
 
 def test_list_runs_prints_one_train_command_per_run(tmp_path, capsys):
     out = tmp_path / "plan"
-    assert main(["study", "demo", "--seeds", "2", "--with-flops", "--out", str(out), "--list-runs"]) == 0
+    assert main(["study", "demo", "--seeds", "2", "--out", str(out), "--list-runs"]) == 0
     commands = capsys.readouterr().out.splitlines()
-    assert len(commands) == 8 and all(c.startswith("moelab train ") for c in commands)
+    assert len(commands) == 6 and all(c.startswith("moelab train ") for c in commands)
     config_path = Path(commands[0].split()[2])
     assert load_config(config_path).model.moe is not None
     plan = json.loads((out / "plan.json").read_text())
     assert [run["name"] for run in plan["runs"]][:4] == [
-        "moe/seed0", "dense_active/seed0", "dense_total/seed0", "dense_flops/seed0"]
+        "moe/seed0", "dense_active/seed0", "dense_total/seed0", "moe/seed1"]
 
 
 @pytest.mark.parametrize("argv, message", [
     (["study", "demo", "--budgets", "40.5M,1.5"], "token budget '1.5' is invalid"),
     (["study", "demo", "--seeds", "0"], "seeds=0 is invalid"),
     (["study", "demo", "--criteria", "active,params"], "criterion 'params' is invalid"),
+    (["study", "demo", "--criteria", "flops"], "the dense arm is the dense_active model"),
     (["study", "demo", "--set", "model.moe=null"], "model.moe=null is invalid for a study"),
     (["report", "no-such-folder"], "no-such-folder is not a study folder"),
 ])

@@ -16,7 +16,7 @@ import torch
 from moelab.cli import main
 from moelab.config import load_config
 from moelab.errors import MoelabError
-from moelab.train import load_run, lr_at, train
+from moelab.train import generate_text, load_run, lr_at, train
 from moelab.train.checkpoint import _flatten_optimizer, _unflatten_optimizer
 from moelab.train.loop import StepPlan
 from moelab.train.run_folder import RunFolder
@@ -155,6 +155,18 @@ def test_tiny_run_learns_and_its_files_agree(tiny_run):
     data_bytes_per_token = summary["final_val_loss"] / math.log(2) / summary["final_val_bpb"]
     assert 1.0 < data_bytes_per_token < 8.0
 
+    # FLOPs per token, by hand: 6N over the active parameters, and the full count (6N without
+    # the tied embedding, plus attention over the 32-token context of 2 layers of width 32 and
+    # the 32 x 512 output matmul). The logged FLOP/s use the full count.
+    embedding = model.tok_embeddings.weight.numel()
+    assert "flops_per_token" not in summary  # the old, ambiguous name
+    assert summary["flops_per_token_6n"] == 6 * summary["active_params"]
+    assert summary["flops_per_token_full"] == (6 * (summary["active_params"] - embedding)
+                                               + 6 * 2 * 32 * 32 + 6 * 32 * 512)
+    flops_full = summary["flops_per_token_full"]
+    for e in train_events:
+        assert e["flops_per_s"] == pytest.approx(e["tokens_per_s"] * flops_full, rel=1e-12)
+
     # Files: config, tokenizer copy, samples, one checkpoint (the final one).
     assert run.read_config().train.max_tokens == 5120
     assert tokenizer.vocab_size == 512
@@ -163,12 +175,46 @@ def test_tiny_run_learns_and_its_files_agree(tiny_run):
     assert [p.name for p in run.checkpoints_dir.glob("step_*")] == ["step_00000020"]
 
 
+def test_bits_per_byte_divide_by_the_bytes_of_the_scored_target_tokens(tiny_run):
+    """The reference decodes the scored targets (every window but its first token) back to text
+    and counts its UTF-8 bytes, a separator counting as its line "\\n<|endoftext|>\\n" of the
+    text layout; nothing of moelab's byte accounting is used."""
+    from moelab.data import EOT_TEXT, prepare_data, validation_windows
+
+    config = RunFolder(tiny_run).read_config()
+    data = prepare_data(config.data, config.tokenizer_vocab_size, progress=False)
+    windows_NT = validation_windows(data.valid.tokens, 32, 8)
+    target_bytes = 0
+    for targets_T in windows_NT[:, 1:]:
+        text = data.tokenizer.decode(targets_T.tolist())
+        assert "\ufffd" not in text  # no character cut by a window edge: the count is exact
+        separators = text.count(EOT_TEXT)
+        target_bytes += (len(text.encode("utf-8")) - separators * len(EOT_TEXT)
+                         + separators * len(f"\n{EOT_TEXT}\n"))
+    bytes_per_target = target_bytes / windows_NT[:, 1:].numel()
+
+    summary = RunFolder(tiny_run).read_summary()
+    assert summary["final_val_bpb"] == pytest.approx(
+        summary["final_val_loss"] / math.log(2) / bytes_per_target, rel=1e-12)
+    for event in RunFolder(tiny_run).read_metrics():
+        if event["kind"] == "eval":
+            assert event["val_bpb"] == pytest.approx(
+                event["val_loss"] / math.log(2) / bytes_per_target, rel=1e-12)
+
+
 def test_eval_cli_reproduces_the_final_val_loss(tiny_run, capsys):
     assert main(["eval", str(tiny_run), "--json"]) == 0
     result = json.loads(capsys.readouterr().out)
     summary = RunFolder(tiny_run).read_summary()
     assert result["val_loss"] == pytest.approx(summary["final_val_loss"], rel=1e-6)
     assert result["bits_per_byte"] == pytest.approx(summary["final_val_bpb"], rel=1e-6)
+
+
+def test_eval_cli_refuses_a_malformed_device_on_one_line(tiny_run, capsys):
+    assert main(["eval", str(tiny_run), "--device", "cuda:x"]) == 2
+    err = capsys.readouterr().err
+    assert "device='cuda:x' is invalid: allowed auto, cpu, cuda, cuda:N" in err
+    assert len(err.strip().splitlines()) == 1
 
 
 def test_eval_on_a_folder_holding_the_same_validation_text_gives_the_same_loss(
@@ -196,6 +242,28 @@ def test_generate_is_deterministic_for_a_seed(tiny_run, capsys):
     assert outputs[0] == outputs[1]
     assert outputs[0] != outputs[2]
     assert all(o.startswith("Once upon a time") for o in outputs)
+
+
+def test_temperature_zero_is_greedy(tiny_run):
+    from moelab.train.generate import generate_tokens
+
+    model, tokenizer = load_run(tiny_run)
+    prompt = [tokenizer.eot_id] + tokenizer.encode("Once upon a time")
+    greedy = list(prompt)
+    with torch.no_grad():
+        for _ in range(6):
+            greedy.append(int(model(torch.tensor([greedy[-32:]])).logits[0, -1].argmax()))
+    assert generate_tokens(model, prompt, 6, temperature=0.0, seed=1) == greedy
+    assert generate_tokens(model, prompt, 6, temperature=0.0, seed=2) == greedy
+
+
+@pytest.mark.parametrize("temperature", [float("nan"), float("inf"), -0.5])
+def test_generate_refuses_a_temperature_that_is_not_a_finite_non_negative_number(
+        tiny_run, temperature):
+    model, tokenizer = load_run(tiny_run)
+    with pytest.raises(MoelabError, match=rf"temperature={temperature} is invalid: must be a "
+                                          r"finite number >= 0"):
+        generate_text(model, tokenizer, "Once", 4, temperature=temperature)
 
 
 def test_resume_of_a_finished_run_returns_its_summary(tiny_run):
@@ -290,6 +358,103 @@ def test_resume_with_another_config_is_refused(tmp_path):
         train(other, tmp_path / "run", resume=True)
 
 
+def _without_timings(summary: dict) -> dict:
+    return {k: v for k, v in summary.items()
+            if k not in ("wall_time_s", "train_time_s", "tokens_per_s", "flops_per_s")}
+
+
+def test_resume_refuses_a_data_cache_whose_tokenizer_is_not_the_runs(tmp_path):
+    """A rebuilt cache (here: one of fewer stories, so other BPE merges) maps the same ids to
+    other text; continuing the run on it would silently change what it learns."""
+    import dataclasses
+    import shutil
+
+    from moelab.data import prepare_data
+
+    config = tiny_config("train.max_tokens=768", "train.checkpoint_interval=2",
+                         "train.sample_tokens=0")
+    train(config, tmp_path / "run")
+    run = RunFolder(tmp_path / "run")
+    run.summary_path.unlink()  # as if killed after its last checkpoint
+    other = prepare_data(dataclasses.replace(config.data, max_train_stories=100), 512,
+                         progress=False).tokenizer
+    assert other.encode("Once upon a time") != load_run(run.path)[1].encode("Once upon a time")
+    shutil.copyfile(other.path, run.tokenizer_path)  # the run was trained with the other one
+    run_tokenizer = run.tokenizer_path.read_bytes()
+
+    with pytest.raises(MoelabError, match=r"holds another tokenizer than the one run .* was "
+                                          r"trained with .*start a new run"):
+        train(config, run.path, resume=True)
+    assert run.tokenizer_path.read_bytes() == run_tokenizer  # nothing overwritten
+    assert run.read_summary() is None
+
+
+def test_external_loggers_are_closed_when_the_run_ends_and_when_it_fails(tmp_path, monkeypatch):
+    import moelab.train.loop as loop
+
+    closed = []
+
+    class RecordingLoggers:
+        def __init__(self, config, run_dir):
+            pass
+
+        def log(self, event):
+            pass
+
+        def close(self):
+            closed.append(True)
+
+    monkeypatch.setattr(loop, "ExternalLoggers", RecordingLoggers)
+    config = tiny_config("train.max_tokens=512", "train.sample_tokens=0")
+    train(config, tmp_path / "complete")
+    assert closed == [True]
+
+    def full_disk(*args, **kwargs):
+        raise MoelabError("cannot write step_00000002: No space left on device")
+
+    monkeypatch.setattr(loop, "save_checkpoint", full_disk)
+    with pytest.raises(MoelabError, match="No space left"):
+        train(config, tmp_path / "failed")
+    assert closed == [True, True]
+
+
+def test_a_corrupt_summary_is_a_clear_error_and_resume_writes_it_again(tmp_path):
+    config = tiny_config("train.max_tokens=512", "train.sample_tokens=4")
+    first = train(config, tmp_path / "run")
+    run = RunFolder(tmp_path / "run")
+    samples = run.samples_path.read_text()
+    for damage in ('{"status": "compl', "[1, 2]"):
+        run.summary_path.write_text(damage)
+        with pytest.raises(MoelabError, match=r"summary.json is corrupt .*: resume the run"):
+            run.read_summary()
+        assert not run.is_complete()
+        again = train(config, run.path, resume=True)  # from the final checkpoint: no step left
+        assert _without_timings(again) == _without_timings(first)
+        assert run.read_summary() == again
+        assert run.samples_path.read_text() == samples
+
+
+@pytest.mark.parametrize("damaged", ["trainer_state.json", "trainer_state.safetensors",
+                                     "model.safetensors"])
+def test_a_corrupt_checkpoint_is_a_one_line_error_naming_the_file(tmp_path, capsys, damaged):
+    config_file = tmp_path / "tiny.yaml"
+    config_file.write_text("{}\n")
+    sets = [arg for item in TINY + ["train.max_tokens=512", "train.sample_tokens=0"]
+            for arg in ("--set", item)]
+    args = ["train", str(config_file), "--out", str(tmp_path / "run"), *sets]
+    assert main(args) == 0
+    run = RunFolder(tmp_path / "run")
+    path = run.checkpoints_dir / "step_00000002" / damaged
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])  # a torn file
+    run.summary_path.unlink()
+    capsys.readouterr()
+
+    assert main(args + ["--resume"]) == 2
+    err = capsys.readouterr().err
+    assert f"step_00000002/{damaged} is corrupt" in err and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1
+
+
 @pytest.mark.parametrize("args, message", [
     (["train", "no-such-config", "--out", "{tmp}/r"], "neither a file nor a preset"),
     (["train", "demo", "--out", "{tmp}/r", "--set", "train.batch_size=0"], "train.batch_size=0"),
@@ -297,6 +462,9 @@ def test_resume_with_another_config_is_refused(tmp_path):
     (["train", "demo", "--out", "{tmp}/file/r"], "cannot create run folder"),
     (["eval", "{tmp}"], "not a run folder"),
     (["generate", "{tmp}", "--prompt", "x", "--top-k", "0"], "--top-k"),
+    (["generate", "{tmp}", "--prompt", "x", "--temperature", "nan"], "nan is invalid"),
+    (["generate", "{tmp}", "--prompt", "x", "--temperature", "inf"], "inf is invalid"),
+    (["generate", "{tmp}", "--prompt", "x", "--temperature", "-1"], "-1 is invalid"),
     (["export-hf", "{tmp}", "{tmp}/hf"], "not a run folder"),
 ])
 def test_bad_cli_input_exits_2_with_one_line(tmp_path, capsys, args, message):

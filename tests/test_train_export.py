@@ -62,3 +62,15 @@ def test_export_refuses_a_non_empty_folder(tmp_path, capsys):
     assert main(["export-hf", str(tmp_path), str(tmp_path / "out")]) == 2
     assert "not an empty folder" in capsys.readouterr().err
     assert (tmp_path / "out" / "keep.txt").read_text() == "mine"
+
+
+def test_export_refuses_a_router_mixtral_cannot_hold(tmp_path, capsys):
+    # Top-1 keeps the raw router probability by default (Switch); Mixtral would weight by 1.
+    config = load_config(None, TINY + ["model.moe={num_experts: 4, top_k: 1, d_expert: 32}",
+                                       "train.max_tokens=256"])
+    train(config, tmp_path / "run")
+    assert main(["export-hf", str(tmp_path / "run"), str(tmp_path / "hf")]) == 2
+    err = capsys.readouterr().err
+    assert "model.moe.norm_topk_prob=null (top_k=1) cannot be exported" in err
+    assert len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "hf").exists() and not list(tmp_path.glob(".hf.*"))

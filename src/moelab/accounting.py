@@ -137,6 +137,8 @@ def match_dense(moe_cfg: ModelConfig, criterion: str, step: int = 32) -> Matched
     Only ``d_ff`` changes (and ``moe`` becomes null), searched over positive multiples of
     ``step``; the nearest value wins, the smaller one on a tie. Every criterion is affine in
     d_ff, so the optimum is one of the two multiples around the exact real-valued solution.
+    Both FLOP counts are 6 x the active parameters plus terms that do not depend on the FFN,
+    so matching on "flops" gives the same model as matching on "active".
     """
     if moe_cfg.moe is None:
         raise ConfigError("model.moe=null is invalid for matching: the config must be an MoE")

@@ -11,6 +11,7 @@ allowed.
 from __future__ import annotations
 
 import dataclasses
+import math
 import types
 import typing
 from dataclasses import dataclass, field
@@ -41,6 +42,10 @@ class MoEConfig:
     """Weight of the Switch load-balancing loss (balanced routing scores 1)."""
     z_coef: float = 0.001
     """Weight of the router z-loss, mean logsumexp(logits)^2."""
+    norm_topk_prob: Optional[bool] = None
+    """Renormalise each token's k routing weights to sum 1 (Mixtral) or keep the raw softmax
+    probabilities (Switch). null: renormalise when top_k > 1, raw when top_k = 1 -- one
+    renormalised weight is always 1, so a top-1 router would get no gradient from the task loss."""
 
     def validate(self, prefix: str = "model.moe") -> None:
         _require_positive(self, prefix, "num_experts", "top_k", "d_expert")
@@ -54,6 +59,11 @@ class MoEConfig:
     @property
     def sparsity(self) -> float:
         return (self.num_experts - self.top_k) / self.num_experts
+
+    @property
+    def renormalizes_weights(self) -> bool:
+        """Whether routing renormalises the k weights (``norm_topk_prob`` resolved)."""
+        return self.top_k > 1 if self.norm_topk_prob is None else self.norm_topk_prob
 
 
 @dataclass
@@ -340,16 +350,24 @@ def _join(prefix: str, key: str) -> str:
 
 def _require_positive(obj: Any, prefix: str, *names: str) -> None:
     for name in names:
-        value = getattr(obj, name)
-        if value <= 0:
-            raise ConfigError(f"{prefix}.{name}={value} is invalid: must be > 0")
+        _require(obj, prefix, name, getattr(obj, name) > 0, "> 0")
 
 
 def _require_non_negative(obj: Any, prefix: str, *names: str) -> None:
     for name in names:
-        value = getattr(obj, name)
-        if value < 0:
-            raise ConfigError(f"{prefix}.{name}={value} is invalid: must be >= 0")
+        _require(obj, prefix, name, getattr(obj, name) >= 0, ">= 0")
+
+
+def _require(obj: Any, prefix: str, name: str, holds: bool, allowed: str) -> None:
+    value = getattr(obj, name)
+    if not _is_finite(value):  # nan compares False both ways, inf passes "> 0"
+        raise ConfigError(f"{prefix}.{name}={value} is invalid: must be a finite number {allowed}")
+    if not holds:
+        raise ConfigError(f"{prefix}.{name}={value} is invalid: must be {allowed}")
+
+
+def _is_finite(value: Any) -> bool:
+    return not isinstance(value, float) or math.isfinite(value)
 
 
 # --------------------------------------------------------------------------------------------
@@ -412,13 +430,50 @@ def read_raw(source: str | Path) -> dict:
     return raw
 
 
+MAX_BASE_DEPTH = 8
+
+
+def read_with_base(source: str | Path, depth: int = 0) -> dict:
+    """The raw dict of ``source`` merged over the preset or file named by its ``study.base``.
+
+    A study preset extends another config through its ``study:`` section (the study layer
+    reads the rest of that section); the merged dict keeps the section, without ``base``.
+    """
+    raw = read_raw(source)
+    study = raw.get("study") or {}
+    if not isinstance(study, dict):
+        raise ConfigError(f"study={study!r} is invalid: expected a mapping of study settings")
+    base = study.pop("base", None)
+    if base is None:
+        return raw
+    if depth >= MAX_BASE_DEPTH:
+        raise ConfigError(f"study.base={base!r} is invalid: bases nest too deep (a cycle?)")
+    return deep_merge(read_with_base(base, depth + 1), raw)
+
+
+def deep_merge(base: dict, top: dict) -> dict:
+    """``top`` over ``base``, merging nested mappings key by key."""
+    merged = dict(base)
+    for key, value in top.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = deep_merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
 def build_config(raw: dict) -> Config:
     return from_dict(Config, raw).validate()
 
 
 def load_config(source: str | Path | None = None, overrides: list[str] | None = None) -> Config:
-    """Load a YAML file or preset (None: all defaults), apply overrides, validate."""
-    raw = read_raw(source) if source is not None else {}
+    """Load a YAML file or preset (None: all defaults), apply overrides, validate.
+
+    A study preset loads as its MoE arm: its ``study.base`` is merged in and its ``study:``
+    section (read only by the study commands) is dropped.
+    """
+    raw = read_with_base(source) if source is not None else {}
+    raw.pop("study", None)
     return build_config(apply_overrides(raw, list(overrides or [])))
 
 

@@ -3,8 +3,10 @@
 Read top to bottom: RMSNorm, RoPE (plain functions), Attention, FeedForward, TransformerBlock,
 Transformer. Parameter names follow LLaMA (``tok_embeddings``, ``layers.{i}.attention.wq``,
 ``layers.{i}.feed_forward.w1``, ``norm``, ``output``) and the maths follows Hugging Face's
-``LlamaForCausalLM`` / ``MixtralForCausalLM`` exactly (RMSNorm in fp32, rotate-half RoPE), so
-weights port to them unchanged. The model knows nothing of files, logging or devices.
+``LlamaForCausalLM`` / ``MixtralForCausalLM`` exactly in fp32 (RMSNorm in fp32, rotate-half
+RoPE), so weights port to them unchanged. (Under bf16 autocast moelab applies RoPE in fp32 and
+Hugging Face in bf16, so the two then differ by bf16 rounding.) The model knows nothing of
+files, logging or devices.
 
 Shape suffixes: B batch, T sequence, D d_model, H heads, G kv heads, Dh head_dim, F d_ff,
 V vocabulary.

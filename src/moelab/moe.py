@@ -3,7 +3,9 @@
 One MoE layer replaces the dense SwiGLU FFN of a block:
 
 1. **Route.** ``router_logits_TE = x_TD @ router.T`` in fp32; softmax over all E experts, keep
-   the top-k, renormalise those k weights to sum 1 (Mixtral).
+   the top-k, renormalise those k weights to sum 1 (Mixtral). With top-1 the weight is the raw
+   softmax probability instead (Switch), unless the config says otherwise: a single
+   renormalised weight is always 1 and the router would learn nothing from the task loss.
 2. **Dispatch (dropless).** The T*k token-slots are stably sorted by expert id, so each expert's
    slots form one contiguous block of rows (``ExpertLayout``); every expert runs its SwiGLU on
    all of its rows (no capacity limit, no token is ever dropped) and the outputs are put back
@@ -47,20 +49,24 @@ DISPATCH_MODES = ("sorted", "reference")
 # --------------------------------------------------------------------------------------------
 
 
-def route(router_logits_TE: torch.Tensor, top_k: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Mixtral routing: softmax over all E, top-k, renormalise the k weights to sum 1.
+def route(router_logits_TE: torch.Tensor, top_k: int,
+          renormalize: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+    """Mixtral routing: softmax over all E, top-k, renormalise the k weights to sum 1
+    (``renormalize=False``: keep the k softmax probabilities, as Switch does for top-1).
 
     Returns ``(weights_TK, experts_TK)``; weights are fp32 and carry gradients to the router.
     """
-    return top_k_weights(torch.softmax(router_logits_TE.float(), dim=-1), top_k)
+    return top_k_weights(torch.softmax(router_logits_TE.float(), dim=-1), top_k, renormalize)
 
 
-def top_k_weights(probs_TE: torch.Tensor, top_k: int) -> tuple[torch.Tensor, torch.Tensor]:
+def top_k_weights(probs_TE: torch.Tensor, top_k: int,
+                  renormalize: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
     """``route`` from router probabilities already computed (the layer shares them with the
     load-balancing loss)."""
     top_probs_TK, experts_TK = torch.topk(probs_TE, top_k, dim=-1)
-    weights_TK = top_probs_TK / top_probs_TK.sum(dim=-1, keepdim=True)
-    return weights_TK, experts_TK
+    if not renormalize:
+        return top_probs_TK, experts_TK
+    return top_probs_TK / top_probs_TK.sum(dim=-1, keepdim=True), experts_TK
 
 
 def load_balancing_loss(router_logits_TE: torch.Tensor, experts_TK: torch.Tensor) -> torch.Tensor:
@@ -437,6 +443,7 @@ class MoEFeedForward(nn.Module):
             raise MoelabError(f"dispatch={dispatch!r} is invalid: allowed {', '.join(DISPATCH_MODES)}")
         moe = cfg.moe
         self.num_experts, self.top_k, self.dispatch = moe.num_experts, moe.top_k, dispatch
+        self.renormalize = moe.renormalizes_weights
         self.router = nn.Linear(cfg.d_model, moe.num_experts, bias=False)
         self.w1 = nn.Parameter(torch.empty(moe.num_experts, moe.d_expert, cfg.d_model))
         self.w2 = nn.Parameter(torch.empty(moe.num_experts, cfg.d_model, moe.d_expert))
@@ -452,7 +459,7 @@ class MoEFeedForward(nn.Module):
         # dimension this is 2x cheaper, forward and backward, than torch.softmax on a CPU.
         log_z_T = torch.logsumexp(router_logits_TE, dim=-1)
         probs_TE = torch.exp(router_logits_TE - log_z_T.unsqueeze(-1))
-        weights_TK, experts_TK = top_k_weights(probs_TE, self.top_k)
+        weights_TK, experts_TK = top_k_weights(probs_TE, self.top_k, self.renormalize)
         slot_counts_E = count_slots(experts_TK, self.num_experts)
         if self.dispatch == "sorted":
             y_TD = sorted_experts_forward(x_TD, weights_TK, experts_TK, self.w1, self.w2, self.w3,

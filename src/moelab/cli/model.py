@@ -8,6 +8,7 @@ import json
 from moelab.accounting import CRITERIA, count_params, flops_per_token, match_dense
 from moelab.cli import add_config_arguments
 from moelab.config import ModelConfig, load_config, to_dict
+from moelab.report import format_count
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -50,7 +51,7 @@ def run_params(args: argparse.Namespace) -> int:
     kind = "dense" if cfg.moe is None else f"MoE, {cfg.moe.num_experts} experts, top-{cfg.moe.top_k}"
     print(f"{args.config} ({kind})")
     for key, value in counts.items():
-        print(f"  {key:<30} {value:>16,}  ({_human(value)})")
+        print(f"  {key:<30} {value:>16,}  ({format_count(value)})")
     return 0
 
 
@@ -59,23 +60,31 @@ def run_match(args: argparse.Namespace) -> int:
     arms = {"moe": {"model": to_dict(cfg), "counts": model_counts(cfg)}}
     for criterion in args.criterion or CRITERIA:
         matched = match_dense(cfg, criterion, step=args.step)
-        arms[f"dense_{criterion}"] = {
+        arm = {
             "model": to_dict(matched.config),
             "counts": model_counts(matched.config),
             "criterion": criterion,
             "mismatch": matched.mismatch,
         }
+        # FLOPs per token are affine in the active parameters, so those two usually coincide.
+        same = [name for name, other in arms.items() if other["model"] == arm["model"]]
+        if same:
+            arm["same_model_as"] = same[0]
+        arms[f"dense_{criterion}"] = arm
     if args.json:
         print(json.dumps(arms, indent=2))
     else:
         print(_side_by_side(arms))
+        for name, arm in arms.items():
+            if "same_model_as" in arm:
+                print(f"{name} is the same model as {arm['same_model_as']}")
     return 0
 
 
 def _side_by_side(arms: dict[str, dict]) -> str:
     rows = [
         ("FFN", [_ffn(a["model"]) for a in arms.values()]),
-        *[(key, [_human(a["counts"][key]) for a in arms.values()]) for key in next(iter(arms.values()))["counts"]],
+        *[(key, [format_count(a["counts"][key]) for a in arms.values()]) for key in next(iter(arms.values()))["counts"]],
         ("mismatch", ["-" if "mismatch" not in a else f"{a['mismatch']:+.3%}" for a in arms.values()]),
     ]
     width = max(14, *(len(name) for name in arms))
@@ -91,9 +100,3 @@ def _ffn(model: dict) -> str:
         return f"d_ff={model['d_ff']}"
     return f"{moe['num_experts']}x{moe['d_expert']} top{moe['top_k']}"
 
-
-def _human(value: float) -> str:
-    for unit, scale in (("G", 1e9), ("M", 1e6), ("K", 1e3)):
-        if abs(value) >= scale:
-            return f"{value / scale:.3f}{unit}"
-    return str(value)

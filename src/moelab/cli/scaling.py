@@ -2,8 +2,21 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 from pathlib import Path
+
+
+def non_negative_int(text: str) -> int:
+    """argparse type for ``--bootstrap R``: a whole number >= 0 (0: no bootstrap), checked
+    before any work starts (a sweep would otherwise find out only after all its training)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text} is invalid: must be a whole number >= 0")
+    return value
 
 
 def register(subparsers) -> None:
@@ -22,7 +35,7 @@ def register(subparsers) -> None:
                           'e.g. --columns N="Model Size",C="Training FLOP"')
     fit.add_argument("--drop-highest", type=int, default=0, metavar="K",
                      help="drop the K highest-loss points first (Epoch's convention: 5)")
-    fit.add_argument("--bootstrap", type=int, default=0, metavar="R",
+    fit.add_argument("--bootstrap", type=non_negative_int, default=0, metavar="R",
                      help="R bootstrap resamples for 95%% percentile intervals")
     fit.add_argument("--holdout", metavar="SPEC",
                      help="fit without these points and report their error, e.g. S=max, N>=1e8")
@@ -69,10 +82,17 @@ def register(subparsers) -> None:
         description="Plan and run (resumably) a sparsity sweep, write results.csv, fit the "
                     "sparsity law and write report.md with figures.",
     )
-    sweep.add_argument("grid", metavar="PRESET|GRID", help="demo, paper or a grid YAML file")
+    # Spelled out rather than read from moelab.scaling.presets, whose import (scipy) would slow
+    # every moelab command; a test checks the list against SWEEP_PRESETS.
+    sweep.add_argument("grid", metavar="PRESET|GRID",
+                       help="a preset (demo, paper, micro) or a grid YAML file")
     sweep.add_argument("--out", metavar="DIR", default=None, help="sweep folder (default sweep_<name>)")
     sweep.add_argument("--dry-run", action="store_true", help="print the planned runs only")
-    sweep.add_argument("--bootstrap", type=int, default=200, metavar="R")
+    sweep.add_argument("--bootstrap", type=non_negative_int, default=200, metavar="R",
+                       help="R bootstrap resamples of the law fit (default 200; 0: none)")
+    sweep.add_argument("--starts", type=positive_int, default=None, metavar="K",
+                       help="fit the law from a seeded subset of K grid starts (as moelab fit; "
+                            "default 4,096 of 1.3 million)")
     sweep.add_argument("--jobs", type=positive_int, default=1, metavar="N",
                        help="train N runs at once, each in its own process (as moelab study)")
     sweep.set_defaults(func=_sweep)
@@ -120,8 +140,8 @@ def _optimal(args) -> int:
 
     law, params, replicas, record = load_fit(args.fit)
     shared = args.shared_fraction
-    if shared is None:
-        shared = float(record.get("shared_fraction", 0.0))
+    if shared is None:  # a sweep of dense runs only stores null: nothing to estimate it from
+        shared = float(record.get("shared_fraction") or 0.0)
     if args.params is not None:
         if args.tokens is None and args.flops is None:
             raise MoelabError("--params N needs --tokens D or --flops C")
@@ -168,11 +188,15 @@ def _isoflop(args) -> int:
         return 0
     for row in result["budgets"]:
         sparsity = f"  S*={row['sparsity']:.3f}" if "sparsity" in row else ""
+        outside = "" if row["inside_data"] else "  outside data: not used for the exponent"
         print(f"  C={row['flops']:.3g}: N*={row['params']:.4g}  loss*={row['loss']:.4f}"
-              f"  ({row['n_points']} points){sparsity}")
+              f"  ({row['n_points']} points){sparsity}{outside}")
     fit = result["params_exponent"]
     if fit:
-        print(f"N*(C) = {fit['coefficient']:.4g} * C^{fit['exponent']:.4f}")
+        print(f"N*(C) = {fit['coefficient']:.4g} * C^{fit['exponent']:.4f}"
+              f"  (from the {fit['n_budgets']} budgets with their optimum inside the data)")
+    elif result["budgets"]:
+        print("N*(C): not fitted: fewer than 2 budgets have their optimum inside the data")
     return 0
 
 
@@ -187,6 +211,7 @@ def _sweep(args) -> int:
             print(point.describe())
         print(f"{len(plan)} runs")
         return 0
-    report_path = run_sweep(grid, out_dir, bootstrap_replicates=args.bootstrap, jobs=args.jobs)
+    report_path = run_sweep(grid, out_dir, bootstrap_replicates=args.bootstrap,
+                            max_starts=args.starts, jobs=args.jobs)
     print(f"results: {out_dir / 'results.csv'}\nreport: {report_path}")
     return 0

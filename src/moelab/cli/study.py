@@ -12,17 +12,15 @@ def register(subparsers) -> None:
     """Add this module's sub-commands."""
     study = subparsers.add_parser(
         "study", help="dense-vs-MoE study: arms x seeds, statistics and report",
-        description="Derive the moe, dense_active and dense_total arms (and dense_flops when "
-        "asked) from one MoE config, train arms x seeds (x budgets), then write results.json, "
-        "results.csv, report.md and figures/ in --out. Rerunning skips finished runs.",
+        description="Derive the moe, dense_active and dense_total arms from one MoE config, "
+        "train arms x seeds (x budgets), then write results.json, results.csv, report.md and "
+        "figures/ in --out. Rerunning skips finished runs.",
     )
     add_config_arguments(study)
     _add_run_arguments(study, "study")
     study.add_argument("--criteria", metavar="LIST",
-                       help="fairness criteria, comma-separated from active,total,flops "
-                       "(default: the preset's, else active,total)")
-    study.add_argument("--with-flops", action="store_true",
-                       help="add the dense_flops arm (matched on training FLOPs per token)")
+                       help="fairness criteria, comma-separated from active,total "
+                       "(default: the preset's, else both)")
     study.add_argument("--budgets", metavar="LIST",
                        help="token budgets, e.g. 40.5M,426.3M: every arm x seed at each, "
                        "each with its own full schedule")
@@ -36,7 +34,7 @@ def register(subparsers) -> None:
     )
     add_config_arguments(ladder)
     _add_run_arguments(ladder, "ablation")
-    ladder.set_defaults(func=_study, kind="ablation", criteria=None, with_flops=False, budgets=None)
+    ladder.set_defaults(func=_study, kind="ablation", criteria=None, budgets=None)
 
     report = subparsers.add_parser(
         "report", help="rebuild results and report of a study folder from its run files",
@@ -69,8 +67,6 @@ def _study(args) -> int:
         settings.seeds = check_seeds(args.seeds)
     if args.criteria:
         settings.criteria = check_criteria([c.strip() for c in args.criteria.split(",") if c.strip()])
-    if args.with_flops and "flops" not in settings.criteria:
-        settings.criteria.append("flops")
     if args.budgets:
         settings.budgets = parse_budget_list(args.budgets)
     out = Path(args.out) if args.out else Path("out") / f"{Path(args.config).stem}-{args.kind}"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 
 
 def register(subparsers) -> None:
@@ -33,7 +34,7 @@ def register(subparsers) -> None:
     generate.add_argument("--prompt", required=True, help="the text to continue")
     generate.add_argument("--max-new-tokens", type=_non_negative_int, default=64, metavar="N",
                           help="tokens to generate (default 64)")
-    generate.add_argument("--temperature", type=float, default=1.0, metavar="T",
+    generate.add_argument("--temperature", type=_temperature, default=1.0, metavar="T",
                           help="sampling temperature; 0 means greedy (default 1.0)")
     generate.add_argument("--top-k", type=positive_int, default=None, metavar="K",
                           help="sample only among the K most likely tokens")
@@ -95,4 +96,16 @@ def _non_negative_int(text: str) -> int:
     value = int(text)
     if value < 0:
         raise argparse.ArgumentTypeError(f"{value} is invalid: must be >= 0")
+    return value
+
+
+def _temperature(text: str) -> float:
+    """A finite number >= 0; 0 means greedy (argmax), and nan or inf would break sampling."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"{text} is invalid: must be a finite number >= 0 "
+                                         f"(0 = greedy)")
     return value

@@ -97,8 +97,7 @@ def fit_law(law: Law, columns: dict[str, np.ndarray], *, max_starts: int | None 
             starts: np.ndarray | None = None) -> FitResult:
     """Fit ``law`` to raw columns (N, D, loss, and S for the sparsity law) from its start grid."""
     _check_enough_points(law, len(columns["loss"]))
-    if max_starts is not None and not 1 <= max_starts <= MAX_STARTS:
-        raise MoelabError(f"--starts {max_starts} is invalid: allowed 1..{MAX_STARTS:,}")
+    check_num_starts(max_starts)
     objective = HuberObjective(law, log_features(law, columns), columns["loss"])
     if starts is not None:
         starts_SP = np.asarray(starts, dtype=np.float64)
@@ -140,7 +139,14 @@ def bootstrap(fit: FitResult, columns: dict[str, np.ndarray], num_replicates: in
     return fit
 
 
-def percentile_interval(values: np.ndarray, level: float = 0.95) -> tuple[float, float]:
+def check_num_starts(max_starts: int | None) -> None:
+    """``--starts K``: None (the law's default grid) or 1..MAX_STARTS."""
+    if max_starts is not None and not 1 <= max_starts <= MAX_STARTS:
+        raise MoelabError(f"--starts {max_starts} is invalid: allowed 1..{MAX_STARTS:,}")
+
+
+def percentile_interval(values, level: float = 0.95) -> tuple[float, float]:
+    """The central ``level`` percentile interval of bootstrap values (2.5 and 97.5 % at 0.95)."""
     tail = 100.0 * (1.0 - level) / 2.0
     low, high = np.percentile(np.asarray(values, dtype=np.float64), [tail, 100.0 - tail])
     return float(low), float(high)

@@ -10,7 +10,12 @@ Runs are grouped by compute budget C. Per budget:
   N_active / N ratios (``estimate_shared_fraction``).
 
 Across budgets, log N*(C) = a log C + log k is fitted by least squares (N* = k C^a; Chinchilla's
-own IsoFLOP analysis gives a = 0.49, Besiroglu et al.'s refit ~0.5).
+own IsoFLOP analysis gives a = 0.49, Besiroglu et al.'s refit ~0.5), on the budgets whose optimum
+lies inside the data only (see ``isoflop_analysis``).
+
+Runs are grouped by their *nominal* budget. A run's actual compute can miss it (a sweep rounds D
+down to whole optimizer steps); ``compute_deviation`` measures by how much, and runs beyond
+``COMPUTE_TOLERANCE`` are flagged in the sweep report.
 """
 
 from __future__ import annotations
@@ -23,15 +28,21 @@ import scipy.optimize
 
 from moelab.errors import MoelabError
 from moelab.scaling.optimal import active_params, estimate_shared_fraction
-from moelab.scaling.table import numeric_column, read_csv_rows, require_column
+from moelab.scaling.table import numeric_column, read_csv_rows, require_column, validate_columns
 
 MIN_POINTS_PARABOLA = 3
 MIN_POINTS_SURFACE = 6
+COMPUTE_TOLERANCE = 0.02
+"""|C / C_budget - 1| above which a run is flagged as off its IsoFLOP budget. A rule of thumb:
+with a data exponent beta ~ 0.3, 2 % less compute raises the data term of the loss by ~0.6 %,
+small next to the seed noise of short runs; further off, a reader should know the point does
+not sit on its budget's curve."""
 
 
 def read_isoflop_table(path: str | Path, column_map: dict[str, str] | None = None,
                        where: list[str] | None = None) -> dict[str, np.ndarray]:
-    """Columns N, C (the IsoFLOP budget), loss, and S / N_active when present."""
+    """Columns N, C (the IsoFLOP budget), loss, and S / N_active when present (validated as for
+    ``moelab fit``: N, C, N_active, loss > 0 and S in [0, 1))."""
     path = Path(path)
     names = {key: key for key in ("N", "C", "S", "N_active", "loss")}
     names.update(column_map or {})
@@ -50,10 +61,14 @@ def read_isoflop_table(path: str | Path, column_map: dict[str, str] | None = Non
         require_column(path, header, names[key], key)
     columns = {key: numeric_column(path, rows, names[key])
                for key in ("N", "C", "S", "N_active", "loss") if names[key] in header}
-    for key in ("N", "C", "loss"):
-        if np.any(columns[key] <= 0):
-            raise MoelabError(f"{path}: column {names[key]!r} has a value <= 0: must be > 0")
+    validate_columns(path, columns)
     return columns
+
+
+def compute_deviation(actual_flops, budget_flops) -> np.ndarray:
+    """C / C_budget - 1 per run: how far a run's actual compute is from its IsoFLOP budget."""
+    actual = np.asarray(actual_flops, dtype=np.float64)
+    return actual / np.asarray(budget_flops, dtype=np.float64) - 1.0
 
 
 def fit_parabola(log_params: np.ndarray, loss: np.ndarray) -> dict | None:
@@ -111,41 +126,66 @@ def _stationary_point(coefficients: np.ndarray) -> tuple[float, float] | None:
 
 
 def isoflop_analysis(columns: dict[str, np.ndarray]) -> dict:
-    """Per-budget optima and the power law N*(C) = k C^a across budgets."""
-    has_sparsity = "S" in columns and len(np.unique(columns["S"])) > 1
+    """Per-budget optima and the power law N*(C) = k C^a across budgets.
+
+    Every budget row says whether its optimum lies inside the data (``inside_data``): a
+    parabola's vertex within the sampled N range, or a surface minimum off the edge of the
+    sampled box. Only those budgets enter the exponent fit: an optimum outside the data is an
+    extrapolation (or, on the edge, only a bound), so it would bend the exponent towards the
+    sizes that happened to be sampled. ``outside_data`` lists the budgets left out.
+    """
+    has_sparsity = uses_surface(columns)
     shared = None
     if has_sparsity and "N_active" in columns:
         shared = estimate_shared_fraction(columns["N"], columns["N_active"], columns["S"])
     budgets = []
     for flops in np.unique(columns["C"]):
         at_budget = np.isclose(columns["C"], flops, rtol=1e-6)
-        log_n, loss = np.log(columns["N"][at_budget]), columns["loss"][at_budget]
-        row = {"flops": float(flops), "n_points": int(at_budget.sum())}
-        if has_sparsity:
-            sparsity = columns["S"][at_budget]
-            if row["n_points"] < MIN_POINTS_SURFACE or len(np.unique(sparsity)) < 2 or len(np.unique(log_n)) < 2:
-                continue
-            surface = fit_surface(log_n, sparsity, loss)
-            row.update(params=math.exp(surface["log_params"]), sparsity=surface["sparsity"],
-                       loss=surface["loss"], surface=surface["coefficients"],
-                       at_edge=surface["at_edge"])
-            if shared is not None:
-                row["params_active"] = float(active_params(row["params"], row["sparsity"], shared))
-        else:
-            if row["n_points"] < MIN_POINTS_PARABOLA or len(np.unique(log_n)) < 3:
-                continue
-            parabola = fit_parabola(log_n, loss)
-            if parabola is None:
-                continue
-            row.update(params=math.exp(parabola["log_params"]), loss=parabola["loss"],
-                       parabola=parabola["coefficients"], vertex_inside=parabola["inside"])
-        budgets.append(row)
-    return {"budgets": budgets, "shared_fraction": shared,
-            "params_exponent": _power_law([b["flops"] for b in budgets], [b["params"] for b in budgets])}
+        points = {key: values[at_budget] for key, values in columns.items()}
+        row = _surface_row(points, shared) if has_sparsity else _parabola_row(points)
+        if row is not None:
+            budgets.append({"flops": float(flops), "n_points": int(at_budget.sum()), **row})
+    inside = [b for b in budgets if b["inside_data"]]
+    exponent = _power_law([b["flops"] for b in inside], [b["params"] for b in inside])
+    return {"budgets": budgets, "shared_fraction": shared, "params_exponent": exponent,
+            "outside_data": [b["flops"] for b in budgets if not b["inside_data"]]}
+
+
+def uses_surface(columns: dict[str, np.ndarray]) -> bool:
+    """Several sparsities: a surface per budget (rows with S*); else a parabola (N* only)."""
+    return "S" in columns and len(np.unique(columns["S"])) > 1
+
+
+def _surface_row(points: dict[str, np.ndarray], shared: float | None) -> dict | None:
+    """N*, S* of one budget from the quadratic surface; None with too few points to fit it."""
+    log_n, sparsity = np.log(points["N"]), points["S"]
+    if (len(log_n) < MIN_POINTS_SURFACE or len(np.unique(sparsity)) < 2
+            or len(np.unique(log_n)) < 2):
+        return None
+    surface = fit_surface(log_n, sparsity, points["loss"])
+    row = {"params": math.exp(surface["log_params"]), "sparsity": surface["sparsity"],
+           "loss": surface["loss"], "surface": surface["coefficients"],
+           "at_edge": surface["at_edge"], "inside_data": not surface["at_edge"]}
+    if shared is not None:
+        row["params_active"] = float(active_params(row["params"], row["sparsity"], shared))
+    return row
+
+
+def _parabola_row(points: dict[str, np.ndarray]) -> dict | None:
+    """N* of one budget from the parabola in log N; None with too few sizes or no minimum."""
+    log_n = np.log(points["N"])
+    if len(np.unique(log_n)) < MIN_POINTS_PARABOLA:
+        return None
+    parabola = fit_parabola(log_n, points["loss"])
+    if parabola is None:
+        return None
+    return {"params": math.exp(parabola["log_params"]), "loss": parabola["loss"],
+            "parabola": parabola["coefficients"], "inside_data": parabola["inside"]}
 
 
 def _power_law(flops: list[float], params: list[float]) -> dict | None:
     if len(flops) < 2:
         return None
     exponent, log_coefficient = np.polyfit(np.log(flops), np.log(params), 1)
-    return {"exponent": float(exponent), "coefficient": float(math.exp(log_coefficient))}
+    return {"exponent": float(exponent), "coefficient": float(math.exp(log_coefficient)),
+            "n_budgets": len(flops)}

@@ -29,6 +29,7 @@ import numpy as np
 import scipy.optimize
 
 from moelab.errors import MoelabError
+from moelab.scaling.fitting import percentile_interval
 from moelab.scaling.laws import Law
 
 DEFAULT_MAX_SPARSITY = 0.98
@@ -148,22 +149,22 @@ def with_intervals(optimum_fn, params: dict[str, float], bootstrap_params: list[
     out = {"optimum": point, "ci": {}}
     if bootstrap_params:
         replicas = [optimum_fn(p).to_dict() for p in bootstrap_params]
-        tail = 100.0 * (1.0 - level) / 2.0
         for key in ("sparsity", "params_total", "params_active", "tokens", "loss"):
-            values = np.array([r[key] for r in replicas])
-            low, high = np.percentile(values, [tail, 100.0 - tail])
-            out["ci"][key] = [float(low), float(high)]
+            out["ci"][key] = list(percentile_interval([r[key] for r in replicas], level))
         out["bootstrap_at_boundary"] = float(np.mean([r["at_boundary"] for r in replicas]))
     return out
 
 
 def estimate_shared_fraction(total_params: np.ndarray, active: np.ndarray,
-                             sparsity: np.ndarray) -> float:
-    """Least-squares shared_fraction phi from points of one family: N_act/N = phi + (1-phi)(1-S)."""
+                             sparsity: np.ndarray) -> float | None:
+    """Least-squares shared_fraction phi from points of one family: N_act/N = phi + (1-phi)(1-S).
+
+    None when no point is sparse: at S = 0 every phi fits, so the points say nothing about it.
+    """
     ratio = np.asarray(active, dtype=np.float64) / np.asarray(total_params, dtype=np.float64)
     sparse = np.asarray(sparsity) > 0
     if not sparse.any():
-        return 1.0
+        return None
     # ratio - (1 - S) = phi * S
     s = np.asarray(sparsity, dtype=np.float64)[sparse]
     phi = float(np.sum((ratio[sparse] - (1.0 - s)) * s) / np.sum(s * s))

@@ -27,9 +27,10 @@ DEMO = {
     "holdout": "S=max",
 }
 
-# A GPU grid in the spirit of Abnar et al. (2025), scaled to TinyStories: 4 sizes (about 3M to
-# 50M total parameters) x 5 sparsities (top-2: dense, E = 4, 8, 16, 32) x 4 compute budgets
-# (1e16 .. 1e18 FLOPs) = 80 runs on the `paper` config (bf16, hub data).
+# A GPU grid in the spirit of Abnar et al. (2025), scaled to TinyStories: 4 sizes (5.2M to
+# 78.9M total parameters, 2.3M to 78.7M active, by moelab.accounting.count_params; a test checks
+# these) x 5 sparsities (top-2: dense, E = 4, 8, 16, 32) x 4 compute budgets (1e16 .. 1e18
+# FLOPs) = 80 runs on the `paper` config (bf16, hub data).
 PAPER = {
     "name": "paper",
     "base": "paper",

@@ -12,12 +12,14 @@ config and varies three things:
   - ``fixed_expert``: d_expert = d_ff / k, so the active FFN equals the dense one and the
     total grows with E (vary E at fixed k and expert size);
 - **budget**: training compute C in FLOPs (``flops_budgets``: D = C / (6 N_active), rounded
-  down to whole optimizer steps, so every point of a budget lies on one IsoFLOP curve) or
-  tokens (``token_budgets``).
+  down to whole optimizer steps, so every point of a budget lies on one IsoFLOP curve, up to
+  one step short of it) or tokens (``token_budgets``).
 
 Running reuses the study runner (``moelab.study.runner.execute_plan``): finished runs (their
 summary.json says complete) are skipped, torn ones resume from their checkpoint. ``results.csv``
-is rebuilt from the run folders alone; ``report.md`` from results.csv alone.
+is rebuilt from the run folders alone (each row's numbers from that run's summary.json and
+config.yaml, with its actual compute C next to the nominal C_budget); ``report.md`` from
+results.csv alone.
 """
 
 from __future__ import annotations
@@ -35,11 +37,15 @@ from moelab.accounting import count_params, flops_per_token
 from moelab.config import Config, load_config, override
 from moelab.errors import ConfigError, MoelabError
 from moelab.fileio import atomic_write_json, atomic_write_text
+from moelab.scaling.fitting import check_num_starts
+from moelab.scaling.isoflop import compute_deviation
 
 MODES = ("fixed_total", "fixed_expert")
 SIZE_KEYS = ("d_model", "n_layers", "n_heads", "n_kv_heads", "d_ff")
 GRID_KEYS = ("name", "base", "overrides", "sizes", "sparsities", "top_k", "mode",
              "flops_budgets", "token_budgets", "seed", "holdout")
+REQUIRED_GRID_KEYS = ("base", "sizes", "sparsities")
+"""Plus one of flops_budgets or token_budgets (``SweepGrid.validate`` says which)."""
 
 
 @dataclass
@@ -62,6 +68,7 @@ class SweepGrid:
 
     def validate(self) -> "SweepGrid":
         where = f"sweep grid {self.name!r}"
+        _check_types(self, where)
         if self.mode not in MODES:
             raise ConfigError(f"{where}: mode={self.mode!r} is invalid: allowed {', '.join(MODES)}")
         if not self.sizes or not self.sparsities:
@@ -76,13 +83,38 @@ class SweepGrid:
             if not budget > 0:
                 raise ConfigError(f"{where}: budget {budget} is invalid: must be > 0")
         for size in self.sizes:
-            unknown = [k for k in size if k not in SIZE_KEYS + ("name",)]
-            if "name" not in size or unknown:
-                raise ConfigError(
-                    f"{where}: size {size!r} is invalid: needs a name and only keys "
-                    f"{', '.join(SIZE_KEYS)}"
-                )
+            _check_size(size, where)
         return self
+
+
+def _check_types(grid: SweepGrid, where: str) -> None:
+    """The scalar keys' types, so that a typo in a YAML file is an error, not a TypeError later."""
+    for key in ("name", "base", "mode", "holdout"):
+        value = getattr(grid, key)
+        if not isinstance(value, str):
+            raise ConfigError(f"{where}: {key}={value!r} is invalid: expected a string")
+    for key in ("top_k", "seed"):
+        value = getattr(grid, key)
+        if not _is_whole_number(value):
+            raise ConfigError(f"{where}: {key}={value!r} is invalid: expected a whole number")
+    if not isinstance(grid.overrides, list) or not all(isinstance(o, str) for o in grid.overrides):
+        raise ConfigError(f"{where}: overrides={grid.overrides!r} is invalid: expected a list of "
+                          "KEY=VALUE strings")
+
+
+def _check_size(size: dict, where: str) -> None:
+    unknown = [k for k in size if k not in SIZE_KEYS + ("name",)]
+    if not isinstance(size.get("name"), str) or unknown:
+        raise ConfigError(f"{where}: size {size!r} is invalid: needs a name and only keys "
+                          f"{', '.join(SIZE_KEYS)}")
+    for key in SIZE_KEYS:
+        if key in size and not (_is_whole_number(size[key]) and size[key] > 0):
+            raise ConfigError(f"{where}: size {size['name']!r} {key}={size[key]!r} is invalid: "
+                              "expected a whole number > 0")
+
+
+def _is_whole_number(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def experts_for(sparsity: float, top_k: int) -> int:
@@ -121,6 +153,12 @@ def load_grid(source: str | Path) -> SweepGrid:
     unknown = [key for key in raw if key not in GRID_KEYS]
     if unknown:
         raise ConfigError(f"sweep grid key {unknown[0]!r} is unknown: allowed {', '.join(GRID_KEYS)}")
+    missing = [key for key in REQUIRED_GRID_KEYS if key not in raw]
+    if missing:
+        raise ConfigError(
+            f"sweep grid {raw['name']!r}: key {missing[0]!r} is missing: a grid needs "
+            f"{', '.join(REQUIRED_GRID_KEYS)} and flops_budgets or token_budgets"
+        )
     for key in ("sparsities", "flops_budgets", "token_budgets"):
         raw[key] = _numbers(raw.get(key) or [], key)
     raw["token_budgets"] = [int(b) for b in raw["token_budgets"]]
@@ -160,8 +198,12 @@ class SweepPoint:
 
     def describe(self) -> str:
         counts = count_params(self.config.model)
-        return (f"{self.arm}: N_total={counts.total:,} N_active={counts.active:,} "
-                f"D={self.config.train.max_tokens:,}")
+        tokens = self.config.train.max_tokens
+        text = f"{self.arm}: N_total={counts.total:,} N_active={counts.active:,} D={tokens:,}"
+        if self.flops_budget is not None:
+            flops = flops_per_token(self.config.model).six_n * tokens
+            text += f" C={flops:.4g} ({compute_deviation(flops, self.flops_budget):+.1%} vs budget)"
+        return text
 
 
 def model_overrides(size: dict, sparsity: float, top_k: int, mode: str) -> list[str]:
@@ -184,7 +226,11 @@ def model_overrides(size: dict, sparsity: float, top_k: int, mode: str) -> list[
 
 
 def tokens_for_flops(config: Config, flops: float) -> int:
-    """D = C / (6 N_active), rounded down to whole optimizer steps (at least one)."""
+    """D = C / (6 N_active), rounded down to whole optimizer steps (at least one).
+
+    So a run spends up to one step less than the budget, or more when one step alone exceeds
+    it; results.csv keeps the actual C and the report says how far it is from the budget.
+    """
     tokens_per_step = config.train.batch_size * config.model.max_seq_len
     steps = max(1, int(flops / flops_per_token(config.model).six_n // tokens_per_step))
     return steps * tokens_per_step
@@ -201,14 +247,36 @@ def plan_sweep(grid: SweepGrid) -> list[SweepPoint]:
             for sparsity in grid.sparsities:
                 config = override(base, model_overrides(size, sparsity, grid.top_k, grid.mode))
                 if kind == "flops":
-                    tokens, label = tokens_for_flops(config, budget), f"C{budget:.3g}"
+                    tokens, label = tokens_for_flops(config, budget), f"C{exact_text(budget)}"
                 else:
                     tokens, label = int(budget), f"D{int(budget)}"
                 config = override(config, [f"train.max_tokens={tokens}"])
                 experts = config.model.moe.num_experts if config.model.moe else 1
                 points.append(SweepPoint(size["name"], float(sparsity), experts, grid.top_k, label,
                                          float(budget) if kind == "flops" else None, config))
+    _check_distinct_folders(points)
     return points
+
+
+def exact_text(value: float) -> str:
+    """The shortest ``1.2e+11``-style text that reads back as the same float: budget labels
+    must be lossless, or two budgets would share run folders (and an IsoFLOP curve)."""
+    for digits in range(16):
+        text = f"{value:.{digits}e}"
+        if float(text) == value:
+            return text
+    return f"{value:.16e}"  # 17 significant digits read back as any float
+
+
+def _check_distinct_folders(points: list[SweepPoint]) -> None:
+    seen = set()
+    for point in points:
+        if point.arm in seen:
+            raise ConfigError(
+                f"sweep point {point.arm} is planned twice: size names must be distinct and "
+                f"sparsities and budgets must not repeat"
+            )
+        seen.add(point.arm)
 
 
 # --------------------------------------------------------------------------------------------
@@ -232,10 +300,14 @@ def run_sweep(grid: SweepGrid, out_dir: Path, *, bootstrap_replicates: int = 200
               max_starts: int | None = None, train_fn: Optional[Callable[..., dict]] = None,
               log: Callable[[str], None] = print, jobs: int = 1) -> Path:
     """Plan, train what is missing (``jobs`` at a time), write results.csv, fit, and write
-    report.md; returns its path."""
+    report.md; returns its path. ``max_starts`` limits the law fit's start grid (``--starts``)."""
     from moelab.scaling.sweep_report import write_sweep_report
     from moelab.study.runner import execute_plan, is_complete
 
+    # The fit runs after all the training: check its settings first.
+    if bootstrap_replicates < 0:
+        raise MoelabError(f"--bootstrap {bootstrap_replicates} is invalid: must be >= 0")
+    check_num_starts(max_starts)
     out_dir = Path(out_dir)
     points = plan_sweep(grid)
     specs = _run_specs(points)
@@ -279,30 +351,52 @@ def _write_plan(out_dir: Path, grid: SweepGrid, points: list[SweepPoint], specs)
 
 
 def collect_results(out_dir: Path, points: list[SweepPoint]) -> list[dict]:
-    """One row per complete run, from its summary.json and config (nothing else)."""
+    """One row per complete run, from its summary.json and config.yaml (nothing else)."""
     from moelab.study.runner import is_complete
+    from moelab.train.run_folder import RunFolder
 
     rows = []
     for point, spec in zip(points, _run_specs(points)):
-        run_dir = out_dir / spec.run_dir
-        if not is_complete(run_dir):
-            continue
-        summary = json.loads((run_dir / "summary.json").read_text("utf-8"))
-        model = point.config.model
-        counts, flops = count_params(model), flops_per_token(model)
-        tokens = int(summary["tokens"])
-        rows.append({
-            "run": str(spec.run_dir), "size": point.size, "budget": point.budget_label,
-            "C_budget": "" if point.flops_budget is None else f"{point.flops_budget:.6g}",
-            "N_total": counts.total, "N_active": counts.active,
-            "N_non_embedding": counts.non_embedding, "D": tokens,
-            "C": flops.six_n * tokens, "S": point.sparsity, "E": point.num_experts,
-            "k": point.top_k if model.moe else 1, "d_expert": model.moe.d_expert if model.moe else "",
-            "flops_per_token_6n": flops.six_n, "flops_per_token_full": flops.full,
-            "best_val_loss": summary["best_val_loss"], "final_val_loss": summary["final_val_loss"],
-            "collapse": bool(summary.get("collapse", False)),
-        })
+        run = RunFolder(out_dir / spec.run_dir)
+        if is_complete(run.path):
+            rows.append(result_row(point, str(spec.run_dir), _run_summary(run), run.read_config()))
     return rows
+
+
+SUMMARY_KEYS = ("total_params", "active_params", "non_embedding_params", "tokens",
+                "flops_per_token_6n", "flops_per_token_full", "best_val_loss", "final_val_loss")
+
+
+def _run_summary(run) -> dict:
+    summary = run.read_summary()
+    if "flops_per_token_6n" not in summary and "flops_per_token" in summary:
+        # Runs trained before the rename: the same 6 N_active number under its old name, so
+        # a resumed sweep keeps its finished runs.
+        summary["flops_per_token_6n"] = summary["flops_per_token"]
+    missing = [key for key in SUMMARY_KEYS if key not in summary]
+    if missing:
+        raise MoelabError(f"{run.summary_path} lacks {', '.join(missing)}: it was written by an "
+                          "older moelab; delete the run folder to retrain it")
+    return summary
+
+
+def result_row(point: SweepPoint, run_dir: str, summary: dict, config: Config) -> dict:
+    """A results.csv row. Counts, tokens and FLOPs come from the run's summary.json; experts and
+    sparsity from its config.yaml; the plan gives only the names and the nominal budget."""
+    moe = config.model.moe
+    experts, top_k = (moe.num_experts, moe.top_k) if moe else (1, 1)
+    return {
+        "run": run_dir, "size": point.size, "budget": point.budget_label,
+        "C_budget": "" if point.flops_budget is None else exact_text(point.flops_budget),
+        "N_total": summary["total_params"], "N_active": summary["active_params"],
+        "N_non_embedding": summary["non_embedding_params"], "D": summary["tokens"],
+        "C": summary["flops_per_token_6n"] * summary["tokens"], "S": (experts - top_k) / experts,
+        "E": experts, "k": top_k, "d_expert": moe.d_expert if moe else "",
+        "flops_per_token_6n": summary["flops_per_token_6n"],
+        "flops_per_token_full": summary["flops_per_token_full"],
+        "best_val_loss": summary["best_val_loss"], "final_val_loss": summary["final_val_loss"],
+        "collapse": bool(summary.get("collapse", False)),
+    }
 
 
 def write_results_csv(path: Path, rows: list[dict]) -> Path:

@@ -17,7 +17,9 @@ import numpy as np
 from moelab.errors import MoelabError
 from moelab.fileio import atomic_write_json, atomic_write_text
 from moelab.report import format_count, format_number, markdown_table, new_figure, save_figure
-from moelab.scaling.isoflop import isoflop_analysis
+from moelab.scaling.isoflop import (
+    COMPUTE_TOLERANCE, compute_deviation, isoflop_analysis, uses_surface,
+)
 from moelab.scaling.laws import SPARSITY
 from moelab.scaling.optimal import (
     active_params, compute_optimal, estimate_shared_fraction, optimal_sparsity_at_params,
@@ -25,7 +27,7 @@ from moelab.scaling.optimal import (
 )
 from moelab.scaling.summary import fit_columns
 from moelab.scaling.sweep import SweepGrid, describe_grid, fit_columns_map
-from moelab.scaling.table import read_fit_table
+from moelab.scaling.table import fit_table_from_rows, read_csv_rows
 
 CURVE_POINTS = 9
 """Points per S*(N) and S*(C) curve (each solved for every bootstrap replicate)."""
@@ -43,12 +45,14 @@ def write_sweep_report(out_dir: Path, grid: SweepGrid, *, bootstrap_replicates: 
     csv_path = out_dir / "results.csv"
     sections = [f"# Sparsity sweep `{grid.name}`\n", _setup(grid)]
     try:
-        columns = read_fit_table(csv_path, True, fit_columns_map())
+        header, rows = read_csv_rows(csv_path)
+        columns = fit_table_from_rows(csv_path, header, rows, True, fit_columns_map())
     except MoelabError as exc:
         sections.append(f"No results to analyse yet ({exc}).\n")
         return atomic_write_text(out_dir / "report.md", "\n".join(sections))
+    # None when every run is dense: the runs then say nothing about the expert share.
     shared = estimate_shared_fraction(columns["N"], columns["N_active"], columns["S"])
-    sections.append(_results_table(csv_path))
+    sections.append(_results_table(rows))
     fit = _fit_or_none(columns, bootstrap_replicates, None, max_starts, log)
     if fit is None:
         sections.append(f"## Law fit\n\nNot enough points ({len(columns['loss'])}) for the "
@@ -62,10 +66,10 @@ def write_sweep_report(out_dir: Path, grid: SweepGrid, *, bootstrap_replicates: 
         if holdout is not None:
             atomic_write_json(out_dir / "fit_holdout.json", holdout)
             sections.append(_holdout_section(holdout))
-    sections.append(_isoflop_section(out_dir, columns, csv_path, fit, shared))
+    sections.append(_isoflop_section(out_dir, rows, columns, fit, shared))
     if fit is not None:
         sections.append(_optima_section(out_dir, columns, fit, shared))
-    sections.append(_reproduce_section(grid, bootstrap_replicates))
+    sections.append(_reproduce_section(grid, bootstrap_replicates, max_starts))
     return atomic_write_text(out_dir / "report.md", "\n".join(s for s in sections if s))
 
 
@@ -82,16 +86,14 @@ def _setup(grid: SweepGrid) -> str:
     return ("## Setup\n\n"
             f"- Grid: {describe_grid(grid)}.\n"
             "- S = (E - k) / E; S = 0 is the dense model. N is the *total* parameter count, "
-            "N_active the parameters one token uses; D is the tokens trained; C = 6 N_active D.\n"
+            "N_active the parameters one token uses; D is the tokens trained; C = 6 N_active D "
+            "is the compute a run actually spent, C_budget the budget it was planned for.\n"
             "- Loss: best validation loss (nats/token) over training, on the same validation "
-            "windows for every run. Every number below comes from `results.csv`.\n")
+            "windows for every run. Every number below comes from `results.csv`, whose rows come "
+            "from the runs' `summary.json` and `config.yaml`.\n")
 
 
-def _results_table(csv_path: Path) -> str:
-    import csv
-
-    with open(csv_path, newline="", encoding="utf-8") as f:
-        rows = list(csv.DictReader(f))
+def _results_table(rows: list[dict[str, str]]) -> str:
     body = [[r["size"], r["budget"], r["S"], r["E"], format_count(float(r["N_total"])),
              format_count(float(r["N_active"])), format_count(float(r["D"])),
              f"{float(r['C']):.3g}", format_number(float(r["best_val_loss"]))] for r in rows]
@@ -100,19 +102,26 @@ def _results_table(csv_path: Path) -> str:
         "llrrrrrrr")
 
 
-def _fit_section(fit: dict, shared: float, replicates: int) -> str:
+def _fit_section(fit: dict, shared: float | None, replicates: int) -> str:
     rows = []
     for name, value in fit["params"].items():
         ci = fit["ci"].get(name)
         rows.append([name, f"{value:.5g}", f"[{ci[0]:.4g}, {ci[1]:.4g}]" if ci else "–"])
+    intervals = (f"95 % intervals from {replicates} bootstrap resamples (`fit.json`)."
+                 if replicates else "No bootstrap resamples (`--bootstrap 0`), so no intervals.")
+    if shared is None:
+        family = ("Shared (non-expert) fraction of the parameters: not estimable, every run is "
+                  "dense (`fit.json` stores null; `moelab optimal` then assumes 0).\n")
+    else:
+        family = (f"Shared (non-expert) fraction of the parameters, fitted to the runs' own "
+                  f"N_active / N: {shared:.3f} (N_active = N (phi + (1 - phi)(1 - S))).\n")
     return ("## Law fit (Abnar et al. eq. 6, N = total parameters)\n\n"
             "L = a / N^alpha + b / D^beta + c / (1 - S)^lam + d / ((1 - S)^delta N^gamma) + e, "
             f"fitted to all {fit['n_points']} points by summed Huber loss (delta = 1e-3) of log "
             f"residuals from {fit['num_starts']} grid starts; objective {fit['objective']:.4e}. "
-            f"95 % intervals from {replicates} bootstrap resamples (`fit.json`).\n\n"
+            f"{intervals}\n\n"
             + markdown_table(["parameter", "value", "95 % CI"], rows, "lrr")
-            + f"\nShared (non-expert) fraction of the parameters, fitted to the runs' own "
-            f"N_active / N: {shared:.3f} (N_active = N (phi + (1 - phi)(1 - S))).\n")
+            + "\n" + family)
 
 
 def _holdout_section(holdout_fit: dict) -> str:
@@ -128,50 +137,116 @@ def _holdout_section(holdout_fit: dict) -> str:
             + markdown_table(["S", "N", "D", "loss", "predicted", "error"], rows, "rrrrrr"))
 
 
-def _isoflop_section(out_dir: Path, columns: dict, csv_path: Path, fit: dict | None,
-                     shared: float) -> str:
-    budgets = _budget_column(csv_path)
+# --------------------------------------------------------------------------------------------
+# IsoFLOP analysis
+# --------------------------------------------------------------------------------------------
+
+
+def _isoflop_section(out_dir: Path, rows: list[dict[str, str]], columns: dict,
+                     fit: dict | None, shared: float | None) -> str:
+    budgets = _budget_column(rows)
     if budgets is None:
         return ""
     iso_columns = {"N": columns["N"], "C": budgets, "S": columns["S"],
                    "N_active": columns["N_active"], "loss": columns["loss"]}
     analysis = isoflop_analysis(iso_columns)
-    per_sparsity = {}
-    for sparsity in np.unique(columns["S"]):
-        mask = columns["S"] == sparsity
-        dense_like = {k: v[mask] for k, v in iso_columns.items() if k != "S"}
-        per_sparsity[float(sparsity)] = isoflop_analysis(dense_like)
-    atomic_write_json(out_dir / "isoflop.json", {"surface": analysis, "per_sparsity": per_sparsity})
-    figure = _isoflop_figure(out_dir / "figures" / "isoflop.png", iso_columns, fit, shared)
-    rows = [[f"{b['flops']:.3g}", b["n_points"], format_count(b["params"]),
-             format_count(b.get("params_active")), f"{b['sparsity']:.3f}", format_number(b["loss"]),
-             "yes" if b["at_edge"] else ""]
-            for b in analysis["budgets"]]
-    text = ("## IsoFLOP analysis\n\n"
-            "Per compute budget, the loss is fitted as a quadratic surface in (log N, -log(1 - S)) "
-            "and minimised inside the observed box (Abnar et al.); `isoflop.json` also holds a "
-            "parabola in log N per sparsity and budget (where a budget has 3 sizes).\n\n")
-    if rows:
-        text += markdown_table(["C", "points", "N*", "N_active*", "S*", "loss*", "at edge"], rows,
-                               "rrrrrrl")
-        text += ("\n'At edge': the surface's minimum lies on the edge of the sizes and sparsities "
-                 "tried, so the optimum is at least that far out.\n")
-    else:
-        text += "Too few points per budget for the surface (6 needed).\n"
-    exponent = analysis["params_exponent"]
-    if exponent and not any(b["at_edge"] for b in analysis["budgets"]):
-        text += f"\nAcross budgets N*(C) ~ C^{exponent['exponent']:.3f} (from {len(rows)} budgets).\n"
+    # Actual compute (results.csv's C) against the budget each run was grouped under.
+    deviation = compute_deviation([float(row["C"]) for row in rows], budgets)
+    off_budget = {rows[i]["run"]: float(deviation[i])
+                  for i in np.flatnonzero(np.abs(deviation) > COMPUTE_TOLERANCE)}
+    atomic_write_json(out_dir / "isoflop.json", {
+        "all_points": analysis, "per_sparsity": _per_sparsity(iso_columns),
+        "compute_deviation": {"tolerance": COMPUTE_TOLERANCE,
+                              "max_abs": float(np.max(np.abs(deviation))),
+                              "off_budget_runs": off_budget}})
+    # The lines need N_active(N, S); with only dense runs it is N whatever the shared fraction.
+    figure = _isoflop_figure(out_dir / "figures" / "isoflop.png", iso_columns, fit,
+                             0.0 if shared is None else shared)
+    surface = uses_surface(iso_columns)
+    text = "## IsoFLOP analysis\n\n" + (
+        "Per compute budget, the loss is fitted as a quadratic surface in (log N, -log(1 - S)) "
+        "and minimised inside the observed box (Abnar et al.); `isoflop.json` also holds a "
+        "parabola in log N per sparsity and budget (where a budget has 3 sizes).\n\n"
+        if surface else
+        "The runs have one sparsity, so per compute budget the loss is fitted as a parabola in "
+        "log N (Hoffmann et al.'s approach 2); its vertex is N*.\n\n")
+    text += _budget_table(analysis["budgets"], budgets, deviation, surface)
+    text += _exponent_sentence(analysis)
+    text += _compute_deviation_sentence(deviation, off_budget)
     if figure:
         text += ("\n![IsoFLOP curves per sparsity](figures/isoflop.png)\n\n"
                  "Points: runs; lines: the fitted law along each budget (D = C / (6 N_active)).\n")
     return text
 
 
-def _budget_column(csv_path: Path) -> np.ndarray | None:
-    import csv
+def _per_sparsity(iso_columns: dict[str, np.ndarray]) -> dict[float, dict]:
+    """A parabola analysis of each sparsity's runs on their own."""
+    analyses = {}
+    for sparsity in np.unique(iso_columns["S"]):
+        mask = iso_columns["S"] == sparsity
+        one_sparsity = {k: v[mask] for k, v in iso_columns.items() if k != "S"}
+        analyses[float(sparsity)] = isoflop_analysis(one_sparsity)
+    return analyses
 
-    with open(csv_path, newline="", encoding="utf-8") as f:
-        values = [row.get("C_budget", "") for row in csv.DictReader(f)]
+
+def _budget_table(analysis_rows: list[dict], budgets: np.ndarray, deviation: np.ndarray,
+                  surface: bool) -> str:
+    if not analysis_rows:
+        if surface:
+            return "Too few points per budget for the surface (6 needed, 2 sizes, 2 sparsities).\n"
+        return "No budget has 3 sizes whose losses a parabola with a minimum fits.\n"
+
+    def worst_deviation(flops):
+        at_budget = deviation[np.isclose(budgets, flops, rtol=1e-6)]
+        return f"{at_budget[np.argmax(np.abs(at_budget))]:+.1%}"
+
+    if surface:
+        rows = [[f"{b['flops']:.3g}", b["n_points"], format_count(b["params"]),
+                 format_count(b.get("params_active")), f"{b['sparsity']:.3f}",
+                 format_number(b["loss"]), worst_deviation(b["flops"]),
+                 "yes" if b["at_edge"] else ""] for b in analysis_rows]
+        return (markdown_table(["C", "points", "N*", "N_active*", "S*", "loss*",
+                                "worst C/C_budget - 1", "at edge"], rows, "rrrrrrrl")
+                + "\n'At edge': the surface's minimum lies on the edge of the sizes and sparsities "
+                  "tried, so the optimum is at least that far out; such budgets are left out of "
+                  "the exponent fit.\n")
+    rows = [[f"{b['flops']:.3g}", b["n_points"], format_count(b["params"]),
+             format_number(b["loss"]), worst_deviation(b["flops"]),
+             "" if b["inside_data"] else "yes"] for b in analysis_rows]
+    return (markdown_table(["C", "points", "N*", "loss*", "worst C/C_budget - 1",
+                            "outside data"], rows, "rrrrrl")
+            + "\n'Outside data': the parabola's vertex lies beyond the sizes tried at that "
+              "budget, an extrapolation; such budgets are left out of the exponent fit.\n")
+
+
+def _exponent_sentence(analysis: dict) -> str:
+    exponent, outside = analysis["params_exponent"], analysis["outside_data"]
+    left_out = (f"; left out (optimum not inside the data): C = "
+                f"{', '.join(f'{c:.3g}' for c in outside)}" if outside else "")
+    if exponent:
+        return (f"\nAcross the {exponent['n_budgets']} budgets with their optimum inside the data, "
+                f"N*(C) ~ C^{exponent['exponent']:.3f}{left_out}.\n")
+    inside = len(analysis["budgets"]) - len(outside)
+    if analysis["budgets"]:
+        return (f"\nNo exponent N*(C): it needs 2 budgets with their optimum inside the data, "
+                f"and {inside} have it{left_out}.\n")
+    return ""
+
+
+def _compute_deviation_sentence(deviation: np.ndarray, off_budget: dict[str, float]) -> str:
+    text = ("\nRuns are grouped by their planned budget C_budget, but D is rounded down to whole "
+            "optimizer steps, so a run's actual compute C = 6 N_active D is off its budget by up "
+            f"to {np.max(np.abs(deviation)):.1%} here (`isoflop.json`, compute_deviation). ")
+    if not off_budget:
+        return text + f"No run is more than {COMPUTE_TOLERANCE:.0%} off.\n"
+    runs = ", ".join(f"`{run}` ({value:+.1%})" for run, value in off_budget.items())
+    return (text + f"Runs more than {COMPUTE_TOLERANCE:.0%} off (kept in the fits, but not quite "
+            f"on their budget's curve): {runs}.\n")
+
+
+def _budget_column(rows: list[dict[str, str]]) -> np.ndarray | None:
+    """The planned FLOP budget per run; None for a token-budget sweep (no IsoFLOP curves)."""
+    values = [row.get("C_budget", "") for row in rows]
     if not values or any(v in ("", None) for v in values):
         return None
     return np.array([float(v) for v in values])
@@ -211,7 +286,18 @@ def _palette(count: int) -> list:
     return [cmap(x) for x in np.linspace(0.0, 0.9, count)]
 
 
-def _optima_section(out_dir: Path, columns: dict, fit: dict, shared: float) -> str:
+# --------------------------------------------------------------------------------------------
+# Optimal sparsity
+# --------------------------------------------------------------------------------------------
+
+
+def _optima_section(out_dir: Path, columns: dict, fit: dict, shared: float | None) -> str:
+    sparsities = np.unique(columns["S"])
+    if len(sparsities) < 2:
+        return ("## Optimal sparsity\n\n"
+                f"Skipped: every run has S = {sparsities[0]:g}, so the fit cannot tell how the "
+                "loss changes with S, and an optimal sparsity read off it would not be measured. "
+                "Sweep at least two sparsities.\n")
     replicas = fit["bootstrap"]["params"][:CURVE_REPLICATES] if fit.get("bootstrap") else []
     observed_c = 6 * columns["N_active"] * columns["D"]
     c_grid = np.geomspace(observed_c.min(), observed_c.max() * 100, CURVE_POINTS)
@@ -229,9 +315,11 @@ def _optima_section(out_dir: Path, columns: dict, fit: dict, shared: float) -> s
     rows = [[f"{r['flops']:.3g}", _with_ci(r, "sparsity", "{:.3f}"),
              _with_ci(r, "params_total", None), _with_ci(r, "params_active", None),
              "yes" if r["optimum"]["at_boundary"] else ""] for r in vs_c]
+    bands = (f"with 95 % bands over {len(replicas)} bootstrap fits" if replicas
+             else "without bands (no bootstrap fits)")
     return ("## Optimal sparsity\n\n"
-            f"From the fitted law (`optima.json`), with 95 % bands over {len(replicas)} bootstrap "
-            "fits. Left: S* at a fixed total parameter count N, trained with the median compute of "
+            f"From the fitted law (`optima.json`), {bands}. Left: S* at a fixed total parameter "
+            "count N, trained with the median compute of "
             f"the sweep (C = {flops_reference:.3g}; D = C / (6 N_active) grows with S). Right: the "
             "compute-optimal S* at each budget C, minimising over N as well. Values at the edge "
             "of the search (S in [0, 0.98]) mean the law has no interior optimum there; beyond "
@@ -268,12 +356,13 @@ def _optima_figure(path: Path, vs_n: list[dict], vs_c: list[dict], flops_referen
     return save_figure(fig, path)
 
 
-def _reproduce_section(grid: SweepGrid, replicates: int) -> str:
+def _reproduce_section(grid: SweepGrid, replicates: int, max_starts: int | None) -> str:
     columns = ",".join(f"{k}={v}" for k, v in fit_columns_map().items())
+    starts = "" if max_starts is None else f" --starts {max_starts}"
     return ("## Reproduce\n\n"
-            f"    moelab sweep-sparsity {grid.name} --out DIR      # reruns skip finished runs\n"
+            f"    moelab sweep-sparsity {grid.name} --out DIR{starts}   # skips finished runs\n"
             f"    moelab fit DIR/results.csv --law sparsity --columns {columns} "
-            f"--bootstrap {replicates}\n"
+            f"--bootstrap {replicates}{starts}\n"
             f"    moelab fit DIR/results.csv --law sparsity --columns {columns} "
-            f"--holdout '{grid.holdout}'\n"
+            f"--holdout '{grid.holdout}'{starts}\n"
             "    moelab optimal DIR/fit.json --flops C        # or --params N --flops C\n")

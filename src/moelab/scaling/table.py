@@ -45,9 +45,16 @@ def read_fit_table(path: str | Path, needs_sparsity: bool,
                    column_map: dict[str, str] | None = None) -> dict[str, np.ndarray]:
     """Columns N, D, loss (and S) as float arrays, validated; D derived from C when needed."""
     path = Path(path)
+    header, rows = read_csv_rows(path)
+    return fit_table_from_rows(path, header, rows, needs_sparsity, column_map)
+
+
+def fit_table_from_rows(path: Path, header: list[str], rows: list[dict[str, str]],
+                        needs_sparsity: bool,
+                        column_map: dict[str, str] | None = None) -> dict[str, np.ndarray]:
+    """``read_fit_table`` on rows already read (``path`` only names the file in errors)."""
     names = {key: key for key in CANONICAL_COLUMNS}
     names.update(column_map or {})
-    header, rows = read_csv_rows(path)
 
     def column(key: str) -> np.ndarray:
         return numeric_column(path, rows, names[key])
@@ -69,7 +76,7 @@ def read_fit_table(path: str | Path, needs_sparsity: bool,
             f"{path}: needs a tokens column {names['D']!r} or a FLOPs column {names['C']!r} "
             f"(map others with --columns D=... or C=...); found: {', '.join(header)}"
         )
-    _validate(path, columns)
+    validate_columns(path, columns)
     return columns
 
 
@@ -110,7 +117,8 @@ def numeric_column(path: Path, rows: list[dict[str, str]], name: str) -> np.ndar
     return np.array(values, dtype=np.float64)
 
 
-def _validate(path: Path, columns: dict[str, np.ndarray]) -> None:
+def validate_columns(path: Path, columns: dict[str, np.ndarray]) -> None:
+    """N, D, C, N_active and loss > 0, S in [0, 1): a one-line error naming the first bad value."""
     for key in ("N", "D", "C", "N_active", "loss"):
         if key in columns and np.any(columns[key] <= 0):
             bad = int(np.flatnonzero(columns[key] <= 0)[0])

@@ -1,7 +1,8 @@
 """The arms of a study, each an ``override`` of one base MoE config.
 
-Dense-vs-MoE arms (``moe``, ``dense_active``, ``dense_total``, ``dense_flops``) differ only in the
-FFN: a dense arm drops ``model.moe`` and takes the ``d_ff`` the matcher chose. The routing ladder's
+Dense-vs-MoE arms (``moe``, ``dense_active``, ``dense_total``) differ only in the FFN: a dense arm
+drops ``model.moe`` and takes the ``d_ff`` the matcher chose. (A study has no FLOP-matched arm:
+under moelab's FLOP count it is the ``dense_active`` model, see ``check_criteria``.) The routing ladder's
 rungs differ only in ``model.moe`` (top_k and the auxiliary-loss coefficients). Everything else
 -- tokenizer, data, optimizer, schedule, token budget, evaluation -- is the base config's.
 """
@@ -11,12 +12,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
-from moelab.accounting import CRITERIA, match_dense
+from moelab.accounting import match_dense
 from moelab.config import Config, override
 from moelab.errors import ConfigError
 
 MOE_ARM = "moe"
-DEFAULT_CRITERIA = ("active", "total")
+STUDY_CRITERIA = ("active", "total")
+DEFAULT_CRITERIA = STUDY_CRITERIA
 LADDER_RUNGS = ("naive_top1", "top1_lb", "top2_lb", "top2_lb_z")
 LADDER_DESCRIPTIONS = {
     "naive_top1": "top-1, no load balancing, no z-loss",
@@ -47,11 +49,17 @@ def dense_arm_name(criterion: str) -> str:
 
 
 def check_criteria(criteria: list[str]) -> list[str]:
+    allowed = ", ".join(STUDY_CRITERIA)
     for criterion in criteria:
-        if criterion not in CRITERIA:
+        if criterion == "flops":
+            # Training FLOPs per token (either count) are affine in the active parameters, with
+            # the same slope in d_ff, so the matcher returns the dense_active model: training
+            # it again would only repeat those runs (``moelab match`` shows it).
             raise ConfigError(
-                f"criterion {criterion!r} is invalid: allowed {', '.join(CRITERIA)}"
-            )
+                f"criterion 'flops' is invalid for a study: matched on training FLOPs per token "
+                f"the dense arm is the dense_active model; allowed {allowed}")
+        if criterion not in STUDY_CRITERIA:
+            raise ConfigError(f"criterion {criterion!r} is invalid: allowed {allowed}")
     return list(dict.fromkeys(criteria))  # keep order, drop repeats
 
 

@@ -114,12 +114,12 @@ def arms_section(results: dict) -> str:
         rows.append([
             arm, CRITERION_TEXT.get(r["criterion"], "–") if r["criterion"] else "(the MoE)",
             r["description"], format_count(r["active_params"]), format_count(r["total_params"]),
-            format_count(r["flops_per_token"]),
+            format_count(r["flops_per_token_6n"]),
             f"{format_mean_std(loss['mean'], loss['std'])} (n={loss['n']})",
             format_mean_std(r["best_val_bpb"]["mean"], r["best_val_bpb"]["std"]),
         ])
     return "## Arms\n\n" + markdown_table(
-        ["arm", "criterion", "FFN", "active params", "total params", "FLOPs/token",
+        ["arm", "criterion", "FFN", "active params", "total params", "FLOPs/token (6N)",
          "best val loss (mean ± std)", "bits/byte"], rows, "lllrrrrr")
 
 

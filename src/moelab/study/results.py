@@ -36,7 +36,8 @@ RUN_FIELDS = (
 # Per-arm numbers summarised over seeds (mean, std, n).
 SEED_STATISTICS = ("best_val_loss", "best_val_bpb", "final_val_loss", "tokens_per_s", "wall_time_s")
 # Sizes, identical for every seed of an arm.
-SIZE_FIELDS = ("active_params", "total_params", "non_embedding_params", "flops_per_token")
+SIZE_FIELDS = ("active_params", "total_params", "non_embedding_params", "flops_per_token_6n",
+               "flops_per_token_full")
 # Routing diagnostics (per layer in summary.json), averaged over layers then seeds.
 ROUTING_KEYS = (
     "busiest_fraction", "usage_variance_scaled", "routing_entropy", "load_entropy",
@@ -254,7 +255,8 @@ CSV_COLUMNS = ("budget_tokens", "arm", "criterion", "seed", *RUN_FIELDS, *SIZE_F
 
 
 def results_csv(results: dict) -> str:
-    """One row per run, every budget."""
+    """One row per run, every budget. ``budget_tokens`` is the ``--budgets`` value a run belongs
+    to (empty in a single-budget study); ``tokens`` is what the run trained."""
     out = io.StringIO()
     writer = csv.DictWriter(out, fieldnames=CSV_COLUMNS, lineterminator="\n")
     writer.writeheader()
@@ -262,7 +264,7 @@ def results_csv(results: dict) -> str:
         for arm, result in group["arms"].items():
             for run in result["runs"]:
                 writer.writerow({
-                    "budget_tokens": group["tokens"] if group["tokens"] is not None else run.get("tokens"),
+                    "budget_tokens": group["tokens"],
                     "arm": arm, "criterion": result["criterion"] or "",
                     **{k: result.get(k) for k in SIZE_FIELDS},
                     **{k: run.get(k) for k in CSV_COLUMNS if k in run},

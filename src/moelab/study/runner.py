@@ -36,6 +36,7 @@ from moelab.fileio import atomic_write_json, atomic_write_text
 from moelab.study.arms import Arm
 from moelab.study.budgets import format_token_count
 from moelab.train.checkpoint import latest_checkpoint
+from moelab.train.run_folder import RunFolder, first_difference
 
 TrainFn = Callable[..., dict]
 
@@ -127,7 +128,7 @@ def check_same_study(study_dir: Path, kind: str, base: Config, specs: list[RunSp
     """
     plan_path, study_path = study_dir / "plan.json", study_dir / "study.yaml"
     if plan_path.is_file():
-        old_kind = json.loads(plan_path.read_text("utf-8")).get("kind")
+        old_kind = _read_planned(plan_path, json.loads).get("kind")
         if old_kind != kind:
             raise MoelabError(f"{study_dir} already holds a {old_kind!r} study, not {kind!r}: "
                               "use another --out folder")
@@ -136,25 +137,29 @@ def check_same_study(study_dir: Path, kind: str, base: Config, specs: list[RunSp
     ]
     for what, path, new in pairs:
         if path.is_file():
-            old = yaml.safe_load(path.read_text("utf-8")) or {}
+            old = _read_planned(path, yaml.safe_load)
             old.pop("study", None)
             difference = first_difference(old, new)
             if difference:
+                key, old_value, new_value = difference
                 raise MoelabError(
-                    f"{study_dir} already holds a study with another {what}: {difference}; "
-                    "use another --out folder or the same config"
+                    f"{study_dir} already holds a study with another {what}: "
+                    f"{key}={old_value!r} (now {new_value!r}); use another --out folder or the "
+                    "same config"
                 )
 
 
-def first_difference(old, new, prefix: str = "") -> str:
-    """'key=old (now new)' for the first differing key of two nested dicts, '' if equal."""
-    if isinstance(old, dict) and isinstance(new, dict):
-        for key in list(old) + [k for k in new if k not in old]:
-            found = first_difference(old.get(key), new.get(key), f"{prefix}{key}.")
-            if found:
-                return found
-        return ""
-    return "" if old == new else f"{prefix[:-1]}={old!r} (now {new!r})"
+def _read_planned(path: Path, parse: Callable[[str], object]) -> dict:
+    """plan.json, study.yaml or a run's config as a dict; a damaged one is a one-line error."""
+    try:
+        content = parse(path.read_text("utf-8"))
+    except (OSError, ValueError, yaml.YAMLError) as exc:  # JSONDecodeError is a ValueError
+        detail = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise MoelabError(f"{path} is corrupt ({detail}): delete it to plan the study "
+                          f"again") from None
+    if not isinstance(content, dict):  # an empty file too: it would compare as "all differ"
+        raise MoelabError(f"{path} is corrupt (not a mapping): delete it to plan the study again")
+    return content
 
 
 def train_commands(study_dir: Path, specs: list[RunSpec]) -> list[str]:
@@ -173,11 +178,8 @@ def train_commands(study_dir: Path, specs: list[RunSpec]) -> list[str]:
 
 
 def is_complete(run_dir: Path) -> bool:
-    summary_path = run_dir / "summary.json"
-    try:
-        return json.loads(summary_path.read_text("utf-8")).get("status") == "complete"
-    except (OSError, ValueError, AttributeError):
-        return False
+    """Whether the run in ``run_dir`` finished (``RunFolder.is_complete``, for study code)."""
+    return RunFolder(run_dir).is_complete()
 
 
 def has_checkpoint(run_dir: Path) -> bool:
@@ -295,7 +297,7 @@ def run_in_subprocess(study_dir: Path, spec: RunSpec, threads: int, log: Callabl
             error = lines[-1] if lines else f"moelab train exited with code {child.returncode}"
         log(f"{counter} {spec.name}: FAILED ({error})")
         return RunOutcome(spec, "failed", seconds, error)
-    summary = json.loads((run_dir / "summary.json").read_text("utf-8"))
+    summary = RunFolder(run_dir).read_summary()
     log(f"{counter} {spec.name}: done, best val loss {summary['best_val_loss']:.4f}, {seconds:.0f} s")
     return RunOutcome(spec, "complete", seconds, summary=summary)
 

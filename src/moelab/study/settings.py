@@ -1,12 +1,13 @@
 """Study-level settings and the study presets that carry them.
 
-A study preset is an ordinary config YAML plus an optional ``study:`` section, read and removed
-here before the rest is built into a ``Config`` (so ``moelab train`` never sees it)::
+A study preset is an ordinary config YAML plus an optional ``study:`` section, read here; the
+rest is built into a ``Config`` (``moelab.config.load_config`` resolves ``base`` and drops the
+section, so ``moelab train`` and ``moelab params`` take a study preset as its MoE arm)::
 
     study:
       base: paper          # inherit every key of another preset or YAML file (optional)
       seeds: 3             # seeds per arm: train.seed, train.seed + 1, ...
-      criteria: [active, total]     # dense arms: matched on active / total params / flops
+      criteria: [active, total]     # dense arms: matched on active / total params
       budgets: [40.5M, 426.3M]      # token budgets (default: just train.max_tokens)
       match_step: 32       # d_ff of a matched dense arm is a multiple of this
 
@@ -19,13 +20,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from moelab.config import Config, apply_overrides, build_config, read_raw
+from moelab.config import Config, apply_overrides, build_config, read_with_base
 from moelab.errors import ConfigError
 from moelab.study.arms import DEFAULT_CRITERIA, check_criteria
 from moelab.study.budgets import parse_token_count
 
 STUDY_KEYS = ("base", "seeds", "criteria", "budgets", "match_step")
-MAX_BASE_DEPTH = 8
 
 
 @dataclass
@@ -33,7 +33,7 @@ class StudySettings:
     seeds: int = 3
     """Seeds per arm (train.seed, train.seed + 1, ...)."""
     criteria: list[str] = field(default_factory=lambda: list(DEFAULT_CRITERIA))
-    """Fairness criteria, one matched dense arm each: active, total, flops."""
+    """Fairness criteria, one matched dense arm each: active, total."""
     budgets: list[int] = field(default_factory=list)
     """Token budgets, each a full run with its own schedule; empty: train.max_tokens only."""
     match_step: int = 32
@@ -47,36 +47,21 @@ class StudySettings:
 def load_study(source: str | Path, overrides: list[str] | None = None) -> tuple[Config, StudySettings]:
     """The base config and study settings of a preset or YAML file, after ``--set`` overrides."""
     raw = apply_overrides(read_with_base(source), list(overrides or []))
-    study_raw = raw.pop("study", None) or {}
-    return build_config(raw), parse_settings(study_raw)
+    study_raw = raw.pop("study", None)
+    return build_config(raw), parse_settings({} if study_raw is None else study_raw)
 
 
-def read_with_base(source: str | Path, depth: int = 0) -> dict:
-    """The raw dict of ``source`` merged over the preset or file named by its ``study.base``."""
-    raw = read_raw(source)
-    study = raw.get("study") or {}
-    if not isinstance(study, dict):
-        raise ConfigError(f"study={study!r} is invalid: expected a mapping of study settings")
-    base = study.pop("base", None)
-    if base is None:
-        return raw
-    if depth >= MAX_BASE_DEPTH:
-        raise ConfigError(f"study.base={base!r} is invalid: bases nest too deep (a cycle?)")
-    return deep_merge(read_with_base(base, depth + 1), raw)
-
-
-def deep_merge(base: dict, top: dict) -> dict:
-    """``top`` over ``base``, merging nested mappings key by key."""
-    merged = dict(base)
-    for key, value in top.items():
-        if isinstance(value, dict) and isinstance(merged.get(key), dict):
-            merged[key] = deep_merge(merged[key], value)
-        else:
-            merged[key] = value
-    return merged
-
-
-def parse_settings(study_raw: dict[str, Any]) -> StudySettings:
+def parse_settings(study_raw: Any) -> StudySettings:
+    """Check the study section (after ``--set`` overrides) and turn it into settings."""
+    if not isinstance(study_raw, dict):
+        raise ConfigError(f"study={study_raw!r} is invalid: expected a mapping of study "
+                          f"settings, e.g. --set study.seeds=2")
+    if "base" in study_raw:
+        # read_with_base has already merged (and removed) the file's own base by now, so a
+        # base here came from --set and would otherwise be silently ignored.
+        raise ConfigError(f"study.base={study_raw['base']!r} cannot be set with --set: the base "
+                          f"is read before overrides apply; put it in the YAML file's study: "
+                          f"section, or pass the preset as CONFIG")
     unknown = [key for key in study_raw if key not in STUDY_KEYS]
     if unknown:
         raise ConfigError(f"study.{unknown[0]} is not a known key: allowed {', '.join(STUDY_KEYS)}")

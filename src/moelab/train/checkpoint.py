@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import torch
 from safetensors import SafetensorError
@@ -77,7 +77,11 @@ def latest_checkpoint(checkpoints_dir: Path) -> Path | None:
 
 
 def load_weights(folder: Path, model: torch.nn.Module) -> None:
-    missing, unexpected = load_model(model, folder / MODEL_FILE, strict=False)
+    path = folder / MODEL_FILE
+    try:
+        missing, unexpected = load_model(model, path, strict=False)
+    except (SafetensorError, OSError) as exc:
+        _corrupt(path, exc)
     if missing or unexpected:
         raise MoelabError(
             f"checkpoint {folder} does not fit the model: missing {sorted(missing)[:3]}, "
@@ -87,13 +91,33 @@ def load_weights(folder: Path, model: torch.nn.Module) -> None:
 
 def load_checkpoint(folder: Path, model: torch.nn.Module,
                     optimizer: torch.optim.Optimizer) -> dict[str, Any]:
-    """Restore weights, optimizer and RNG states; return the JSON state (step, data, ...)."""
+    """Restore weights, optimizer and RNG states; return the JSON state (step, data, ...).
+
+    A damaged file (a disk error, a hand edit) is a one-line MoelabError naming it.
+    """
     load_weights(folder, model)
-    state = json.loads((folder / STATE_FILE).read_text())
-    tensors = load_file(folder / TENSORS_FILE)
-    optimizer.load_state_dict(_unflatten_optimizer(tensors, state.pop("optimizer")))
-    _restore_rng(tensors)
+    try:
+        state = json.loads((folder / STATE_FILE).read_text())
+        optimizer_structure = state.pop("optimizer")
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        _corrupt(folder / STATE_FILE, exc)
+    try:
+        tensors = load_file(folder / TENSORS_FILE)
+    except (SafetensorError, OSError) as exc:
+        _corrupt(folder / TENSORS_FILE, exc)
+    try:
+        optimizer.load_state_dict(_unflatten_optimizer(tensors, optimizer_structure))
+        _restore_rng(tensors)
+    except (KeyError, ValueError, TypeError, RuntimeError) as exc:
+        _corrupt(folder / TENSORS_FILE, exc, also=STATE_FILE)
     return state
+
+
+def _corrupt(path: Path, exc: Exception, also: str = "") -> NoReturn:
+    what = f"{path} (or {path.parent / also})" if also else str(path)
+    detail = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    raise MoelabError(f"checkpoint file {what} is corrupt ({type(exc).__name__}: {detail}): "
+                      f"delete {path.parent.parent} to start the run over") from None
 
 
 def _flatten_optimizer(optimizer: torch.optim.Optimizer) -> tuple[dict, dict]:

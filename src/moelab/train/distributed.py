@@ -8,6 +8,7 @@ its own shard of each global batch, and only rank 0 evaluates and writes files.
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 
 import torch
@@ -48,23 +49,50 @@ class Distributed:
             torch_dist.destroy_process_group()
 
 
-def resolve_device(name: str, local_rank: int = 0) -> torch.device:
-    """'auto' picks the GPU of this rank when there is one, else the CPU."""
+# What train.device (and ``moelab eval --device``) accept.
+DEVICE_NAME = re.compile(r"auto|cpu|cuda(:[0-9]+)?")
+DEVICE_CHOICES = "auto, cpu, cuda, cuda:N"
+
+
+def resolve_device(name: str, local_rank: int = 0, key: str = "train.device") -> torch.device:
+    """'auto' picks the GPU of this rank when there is one, else the CPU; 'cuda' is the GPU of
+    this rank (``local_rank``), 'cuda:N' GPU N. ``key`` names the setting in error messages."""
+    check_device_name(name, key)
     if name == "auto":
         name = "cuda" if torch.cuda.is_available() else "cpu"
-    if name.startswith("cuda"):
-        if not torch.cuda.is_available():
-            raise MoelabError(f"train.device={name!r} is invalid: no CUDA device; use cpu or auto")
-        if name == "cuda":
-            name = f"cuda:{local_rank}"
-    elif name != "cpu":
-        raise MoelabError(f"train.device={name!r} is invalid: allowed auto, cpu, cuda, cuda:N")
-    return torch.device(name)
+    if name == "cpu":
+        return torch.device("cpu")
+    if not torch.cuda.is_available():
+        raise MoelabError(f"{key}={name!r} is invalid: no CUDA device; use cpu or auto")
+    index = local_rank if name == "cuda" else int(name.split(":")[1])
+    count = torch.cuda.device_count()
+    if index >= count:
+        raise MoelabError(f"{key}={name!r} is invalid: it selects cuda:{index}, but there "
+                          f"{'is' if count == 1 else 'are'} only {count} CUDA device(s)")
+    return torch.device("cuda", index)
+
+
+def check_device_name(name: str, key: str = "train.device") -> None:
+    if not isinstance(name, str) or not DEVICE_NAME.fullmatch(name):
+        raise MoelabError(f"{key}={name!r} is invalid: allowed {DEVICE_CHOICES}")
+
+
+def check_device_for_ranks(name: str, world_size: int) -> None:
+    """Under torchrun each rank must pick its own GPU: an explicit cuda:N would put them all on
+    one (and NCCL would then hang or fail far from the cause)."""
+    check_device_name(name)
+    if world_size > 1 and name.startswith("cuda:"):
+        raise MoelabError(
+            f"train.device={name!r} is invalid under torchrun (WORLD_SIZE={world_size}): every "
+            f"process would use that one GPU; allowed auto or cuda (each process takes the GPU "
+            f"of its LOCAL_RANK) or cpu"
+        )
 
 
 def setup_distributed(device_name: str) -> Distributed:
     """Join the torchrun process group when launched by torchrun, else a single process."""
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    check_device_for_ranks(device_name, world_size)
     if world_size == 1:
         return Distributed(rank=0, world_size=1, device=resolve_device(device_name))
     rank = int(os.environ["RANK"])

@@ -1,4 +1,9 @@
-"""Validation loss (nats/token and bits/byte) and routing diagnostics over fixed windows."""
+"""Validation loss (nats/token and bits/byte) and routing diagnostics over fixed windows.
+
+Bits per byte are exact: the summed loss of the scored target tokens over the UTF-8 bytes those
+very tokens stand for (``scored_bytes``), not over an average bytes/token of the whole split,
+which the few fixed windows need not match.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +12,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from moelab.data import Tokenizer
 from moelab.data.units import nats_to_bits_per_byte
 from moelab.moe import RoutingStats
 
@@ -16,6 +22,7 @@ class EvalResult:
     val_loss: float
     """Mean cross-entropy (nats/token) over every target token of the validation windows."""
     bits_per_byte: float
+    """The same loss in bits per UTF-8 byte of the scored target tokens."""
     routing: list[dict[str, float]] = field(default_factory=list)
     """Per-layer ``RoutingStats.summary()`` over the whole eval set; [] for a dense model."""
 
@@ -24,11 +31,19 @@ class EvalResult:
                 "routing": self.routing}
 
 
+def scored_bytes(windows_NT: torch.Tensor, tokenizer: Tokenizer) -> int:
+    """UTF-8 bytes of the targets ``evaluate`` scores (``windows_NT[:, 1:]``), a separator
+    counting as its line of text, as in the split's byte count."""
+    bytes_per_id_V = torch.from_numpy(tokenizer.token_byte_lengths())
+    return int(bytes_per_id_V[windows_NT[:, 1:]].sum())
+
+
 @torch.no_grad()
-def evaluate(model: torch.nn.Module, windows_NT: torch.Tensor, bytes_per_token: float,
+def evaluate(model: torch.nn.Module, windows_NT: torch.Tensor, target_bytes: int,
              batch_size: int, device: torch.device, autocast=nullcontext) -> EvalResult:
     """Evaluate on ``windows_NT`` ((N, T + 1) tokens: inputs are [:, :-1], targets [:, 1:]).
 
+    ``target_bytes`` is ``scored_bytes(windows_NT, tokenizer)``, computed once by the caller.
     Every window has the same length, so the mean of per-batch mean losses weighted by batch
     size is the mean over all tokens. Routing statistics are sums, merged exactly across
     batches before the diagnostics are computed. The host syncs once, at the end.
@@ -45,8 +60,9 @@ def evaluate(model: torch.nn.Module, windows_NT: torch.Tensor, bytes_per_token: 
         routing = list(out.routing) if not routing else [a.merge(b) for a, b in zip(routing, out.routing)]
     model.train(was_training)
     val_loss = float(loss_sum) / windows_NT.shape[0]
+    target_tokens = windows_NT[:, 1:].numel()
     return EvalResult(val_loss=val_loss,
-                      bits_per_byte=nats_to_bits_per_byte(val_loss, bytes_per_token),
+                      bits_per_byte=nats_to_bits_per_byte(val_loss, target_bytes / target_tokens),
                       routing=[stats.summary() for stats in routing])
 
 

@@ -79,6 +79,12 @@ def hf_config(cfg: ModelConfig, eot_id: int):
     if cfg.moe is None:
         return LlamaConfig(intermediate_size=cfg.d_ff, attention_bias=False, mlp_bias=False,
                            **common)
+    if not cfg.moe.renormalizes_weights:  # Mixtral always renormalises the top-k weights
+        setting = {None: "null", True: "true", False: "false"}[cfg.moe.norm_topk_prob]
+        raise MoelabError(
+            f"model.moe.norm_topk_prob={setting} (top_k={cfg.moe.top_k}) cannot be "
+            "exported: Mixtral renormalises the top-k routing weights; allowed: norm_topk_prob "
+            "true, or null with top_k > 1")
     return MixtralConfig(intermediate_size=cfg.moe.d_expert,
                          num_local_experts=cfg.moe.num_experts,
                          num_experts_per_tok=cfg.moe.top_k,
@@ -101,13 +107,14 @@ def export_hf(run_dir: str | Path, out_dir: str | Path) -> Path:
     if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())):
         raise MoelabError(f"cannot export to {out_dir}: it exists and is not an empty folder")
     model, tokenizer = load_run(run_dir)
+    config = hf_config(model.cfg, tokenizer.eot_id)  # refuses what Hugging Face cannot hold
     try:
         out_dir.parent.mkdir(parents=True, exist_ok=True)
         staging = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
     except OSError as exc:
         raise MoelabError(f"cannot write {out_dir}: {exc.strerror or exc}") from None
     try:
-        hf_config(model.cfg, tokenizer.eot_id).save_pretrained(staging)
+        config.save_pretrained(staging)
         save_file(to_hf_state_dict(model.state_dict()), staging / "model.safetensors",
                   metadata={"format": "pt"})
         PreTrainedTokenizerFast(

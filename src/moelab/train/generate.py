@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from moelab.errors import MoelabError
@@ -20,8 +22,9 @@ def generate_tokens(model: torch.nn.Module, prompt_ids: list[int], max_new_token
     the short samples this is for. Sampling uses its own generator, so a seed gives the same
     text every time without touching the global RNG.
     """
-    if temperature < 0:
-        raise MoelabError(f"temperature={temperature} is invalid: must be >= 0 (0 = greedy)")
+    if not math.isfinite(temperature) or temperature < 0:  # nan or inf break the sampler
+        raise MoelabError(f"temperature={temperature} is invalid: must be a finite number >= 0 "
+                          f"(0 = greedy)")
     if top_k is not None and top_k <= 0:
         raise MoelabError(f"top_k={top_k} is invalid: must be > 0")
     if not prompt_ids:

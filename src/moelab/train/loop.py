@@ -19,7 +19,7 @@ from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import torch
@@ -29,12 +29,12 @@ from tqdm import tqdm
 import moelab
 from moelab.accounting import count_params, flops_per_token
 from moelab.config import Config
-from moelab.data import TrainBatches, prepare_data, validation_windows
+from moelab.data import Tokenizer, TrainBatches, prepare_data, validation_windows
 from moelab.errors import MoelabError
 from moelab.model import Transformer
 from moelab.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from moelab.train.distributed import Distributed, setup_distributed
-from moelab.train.evaluation import EvalResult, evaluate, is_collapsed
+from moelab.train.evaluation import EvalResult, evaluate, is_collapsed, scored_bytes
 from moelab.train.generate import sample_text
 from moelab.train.loggers import ExternalLoggers
 from moelab.train.optim import build_optimizer, lr_at, warmup_steps_for
@@ -108,23 +108,61 @@ def train(config: Config, run_dir: str | Path, *, resume: bool = False) -> dict[
 
 
 def _train(config: Config, run: RunFolder, resume: bool, dist: Distributed) -> dict[str, Any]:
-    tc, seq_len = config.train, config.model.max_seq_len
+    """Set up, loop, write up; TensorBoard and W&B are closed however the run ends."""
     plan = StepPlan.from_config(config, dist.world_size)
     if dist.is_main:
         run.start(config, resume)
     loggers = ExternalLoggers(config, run.path) if dist.is_main else None  # fails fast if missing
-    data = _prepare_data_once(config, dist)
-    if dist.is_main:
-        run.save_tokenizer(data.tokenizer.path)
+    try:
+        log = partial(_log_event, run, loggers) if dist.is_main else _log_nothing
+        session = _set_up(config, run, resume, dist, plan)
+        _train_steps(config, run, dist, plan, session, log)
+        return _write_up(config, run, dist, plan, session) if dist.is_main else {}
+    finally:
+        if loggers:
+            loggers.close()
 
+
+# --------------------------------------------------------------------------------------------
+# Set-up, the loop, the write-up
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Session:
+    """What one session of a run (its start, or a resumption) trains, evaluates and saves."""
+
+    model: Transformer
+    """The plain module: evaluation, checkpoints and samples use it."""
+    train_model: torch.nn.Module
+    """The same model, DDP-wrapped and/or compiled: the training steps use it."""
+    ddp_model: DistributedDataParallel | None
+    optimizer: torch.optim.Optimizer
+    batches: TrainBatches
+    device: torch.device
+    autocast: Callable[[], Any]
+    run_eval: Callable[[], EvalResult]
+    tokenizer: Tokenizer
+    state: dict[str, Any]
+    """step, tokens, best and last eval, timers: what a checkpoint saves besides tensors."""
+    clock: "Clock"
+
+
+def _set_up(config: Config, run: RunFolder, resume: bool, dist: Distributed,
+            plan: StepPlan) -> Session:
+    """Data, model, optimizer and the state to start from (the latest checkpoint on resume)."""
+    tc, seq_len = config.train, config.model.max_seq_len
+    data = _prepare_data_once(config, dist)
     torch.manual_seed(tc.seed)
     model = Transformer(config.model).to(dist.device)
     optimizer = build_optimizer(model, tc)
     batches = TrainBatches(data.train.tokens, seq_len, tc.batch_size, tc.effective_data_seed,
                            dist.rank, dist.world_size)
     windows_NT = validation_windows(data.valid.tokens, seq_len, tc.eval_windows)
-    state = _resume_state(run, model, optimizer, batches) if resume else _fresh_state()
+    state = (_resume_state(run, model, optimizer, batches, data.tokenizer) if resume
+             else _fresh_state())
     if dist.is_main:
+        run.save_tokenizer(data.tokenizer.path)
         run.truncate_metrics(state["step"])  # drop what a killed run logged after its checkpoint
 
     ddp_model = DistributedDataParallel(model) if dist.is_ddp else None
@@ -133,69 +171,64 @@ def _train(config: Config, run: RunFolder, resume: bool, dist: Distributed) -> d
         train_model = torch.compile(train_model)
     autocast = partial(torch.autocast, dist.device.type, dtype=torch.bfloat16,
                        enabled=tc.dtype == "bfloat16")
-    run_eval = partial(evaluate, model, windows_NT, data.valid.bytes_per_token,
+    run_eval = partial(evaluate, model, windows_NT, scored_bytes(windows_NT, data.tokenizer),
                        plan.micro_batch_size, dist.device, autocast)
-    flops_full = flops_per_token(config.model).full
-    log = partial(_log_event, run, loggers) if dist.is_main else (lambda event: None)
-    clock = Clock(state["train_time_s"], state["wall_time_s"])
+    return Session(model, train_model, ddp_model, optimizer, batches, dist.device, autocast,
+                   run_eval, data.tokenizer, state,
+                   Clock(state["train_time_s"], state["wall_time_s"]))
+
+
+def _train_steps(config: Config, run: RunFolder, dist: Distributed, plan: StepPlan,
+                 session: Session, log: Callable[[dict], None]) -> None:
+    """From the session's step to the last: train, and log, evaluate, checkpoint when due."""
+    tc, state, clock = config.train, session.state, session.clock
     nonfinite = NonFiniteGuard(dist.device)
+    throughput = Throughput(state["step"], clock.train_s, plan.tokens_per_step)
+    flops_full = flops_per_token(config.model).full
     bar = tqdm(total=plan.total_steps, initial=state["step"], unit="step", dynamic_ncols=True,
                disable=not (tc.progress and dist.is_main))
-
-    last_log = (state["step"], clock.train_s)
     for step in range(state["step"] + 1, plan.total_steps + 1):
         lr = lr_at(step - 1, plan.total_steps, plan.warmup_steps, tc.lr, tc.min_lr_ratio)
-        for group in optimizer.param_groups:
-            group["lr"] = lr
-        x_BT, y_BT = (t.to(dist.device, non_blocking=True) for t in batches.next())
-        losses_4 = forward_backward(train_model, ddp_model, x_BT, y_BT, plan, autocast)
-        grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), tc.grad_clip or math.inf)
+        losses_4, grad_norm = optimizer_step(session, plan, lr, tc.grad_clip)
         nonfinite.note(step, losses_4[0], grad_norm)
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
         state.update(step=step, tokens=step * plan.tokens_per_step)
         bar.update(1)
-        is_last = step == plan.total_steps
-        is_log = step % tc.log_interval == 0 or is_last
-        is_eval = step % tc.eval_interval == 0 or is_last
-        is_checkpoint = (tc.checkpoint_interval and step % tc.checkpoint_interval == 0) or is_last
+        is_log, is_eval, is_checkpoint = _due(step, plan.total_steps, tc)
         if is_log or is_eval or is_checkpoint:  # the same steps on every rank
             nonfinite.check(run)  # before anything is logged or saved from damaged weights
 
         if is_log:
-            losses_4 = dist.average(losses_4).tolist()  # syncs: the only per-log host wait
-            steps_since, seconds_since = step - last_log[0], clock.train_s - last_log[1]
-            tokens_per_s = steps_since * plan.tokens_per_step / max(seconds_since, 1e-9)
-            last_log = (step, clock.train_s)
-            log({"kind": "train", "step": step, "tokens": state["tokens"],
-                 **dict(zip(LOSS_NAMES, losses_4)), "lr": lr, "grad_norm": float(grad_norm),
-                 "tokens_per_s": tokens_per_s, "flops_per_s": tokens_per_s * flops_full})
-            bar.set_postfix(loss=f"{losses_4[0]:.3f}", tok_s=f"{tokens_per_s:,.0f}")
-
+            losses = dist.average(losses_4).tolist()  # syncs: the only per-log host wait
+            tokens_per_s = throughput.since_last(step, clock.train_s)
+            log(_train_event(state, losses, lr, grad_norm, tokens_per_s, flops_full))
+            bar.set_postfix(loss=f"{losses[0]:.3f}", tok_s=f"{tokens_per_s:,.0f}")
         if is_eval and dist.is_main:
             with clock.paused():
-                result = run_eval()
+                result = session.run_eval()
             _record_eval(state, result, step)
-            log({"kind": "eval", "step": step, "tokens": state["tokens"], **_eval_event(result, state),
-                 "collapse": is_collapsed(result.routing, tc.collapse_threshold)})
-
+            log(_eval_event(result, state, tc.collapse_threshold))
         if is_checkpoint and dist.is_main:
             with clock.paused():
                 state.update(train_time_s=clock.train_s, wall_time_s=clock.wall_s,
-                             data=batches.state_dict())
-                save_checkpoint(run.checkpoints_dir, model, optimizer, state, config)
+                             data=session.batches.state_dict())
+                save_checkpoint(run.checkpoints_dir, session.model, session.optimizer, state,
+                                config)
     bar.close()
 
-    if not dist.is_main:
-        return {}
-    if tc.sample_tokens:
-        with clock.paused():
-            run.write_samples(sample_text(model, data.tokenizer, tc.sample_tokens, seed=tc.seed))
-    summary = _summary(config, state, plan, clock, dist)
-    run.write_summary(summary)
-    if loggers:
-        loggers.close()
-    return summary
+
+def optimizer_step(session: Session, plan: StepPlan, lr: float,
+                   grad_clip: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """One step on the next global batch; returns (the four losses, the gradient norm) on the
+    device (clipping at 0 = off still measures the norm)."""
+    for group in session.optimizer.param_groups:
+        group["lr"] = lr
+    x_BT, y_BT = (t.to(session.device, non_blocking=True) for t in session.batches.next())
+    losses_4 = forward_backward(session.train_model, session.ddp_model, x_BT, y_BT, plan,
+                                session.autocast)
+    grad_norm = torch.nn.utils.clip_grad_norm_(session.model.parameters(), grad_clip or math.inf)
+    session.optimizer.step()
+    session.optimizer.zero_grad(set_to_none=True)
+    return losses_4, grad_norm
 
 
 def forward_backward(train_model, ddp_model, x_BT: torch.Tensor, y_BT: torch.Tensor,
@@ -215,6 +248,19 @@ def forward_backward(train_model, ddp_model, x_BT: torch.Tensor, y_BT: torch.Ten
             (out.loss / len(micro_batches)).backward()
         losses.append(torch.stack([out.loss, out.ce_loss, out.lb_loss, out.z_loss]).detach().float())
     return torch.stack(losses).mean(dim=0)
+
+
+def _write_up(config: Config, run: RunFolder, dist: Distributed, plan: StepPlan,
+              session: Session) -> dict[str, Any]:
+    """Rank 0 after the last step: samples.txt, then summary.json (which marks it complete)."""
+    tc = config.train
+    if tc.sample_tokens:
+        with session.clock.paused():
+            run.write_samples(sample_text(session.model, session.tokenizer, tc.sample_tokens,
+                                          seed=tc.seed))
+    summary = _summary(config, session.state, plan, session.clock, dist)
+    run.write_summary(summary)
+    return summary
 
 
 # --------------------------------------------------------------------------------------------
@@ -242,14 +288,26 @@ def _fresh_state() -> dict[str, Any]:
             "best_val_bpb": None, "last_eval": None, "train_time_s": 0.0, "wall_time_s": 0.0}
 
 
-def _resume_state(run: RunFolder, model, optimizer, batches: TrainBatches) -> dict[str, Any]:
+def _resume_state(run: RunFolder, model, optimizer, batches: TrainBatches,
+                  tokenizer: Tokenizer) -> dict[str, Any]:
     """Load the latest checkpoint if there is one (a run killed before it starts afresh)."""
     folder = latest_checkpoint(run.checkpoints_dir)
     if folder is None:
         return _fresh_state()
+    run.check_same_tokenizer(tokenizer, remedy="resuming would continue on other token ids; "
+                                               "restore that cache or start a new run")
     state = load_checkpoint(folder, model, optimizer)
     batches.load_state_dict(state.pop("data"))
     return state
+
+
+def _due(step: int, total_steps: int, tc) -> tuple[bool, bool, bool]:
+    """(log, eval, checkpoint) at ``step``: on their intervals, and all three after the last."""
+    is_last = step == total_steps
+    is_log = step % tc.log_interval == 0 or is_last
+    is_eval = step % tc.eval_interval == 0 or is_last
+    is_checkpoint = bool(tc.checkpoint_interval and step % tc.checkpoint_interval == 0) or is_last
+    return is_log, is_eval, is_checkpoint
 
 
 def _record_eval(state: dict[str, Any], result: EvalResult, step: int) -> None:
@@ -259,15 +317,28 @@ def _record_eval(state: dict[str, Any], result: EvalResult, step: int) -> None:
                      best_val_bpb=result.bits_per_byte)
 
 
-def _eval_event(result: EvalResult, state: dict[str, Any]) -> dict[str, Any]:
-    return {"val_loss": result.val_loss, "val_bpb": result.bits_per_byte,
-            "best_val_loss": state["best_val_loss"], "routing": result.routing}
+def _train_event(state: dict[str, Any], losses: list[float], lr: float, grad_norm: torch.Tensor,
+                 tokens_per_s: float, flops_per_token_full: int) -> dict[str, Any]:
+    return {"kind": "train", "step": state["step"], "tokens": state["tokens"],
+            **dict(zip(LOSS_NAMES, losses)), "lr": lr, "grad_norm": float(grad_norm),
+            "tokens_per_s": tokens_per_s, "flops_per_s": tokens_per_s * flops_per_token_full}
+
+
+def _eval_event(result: EvalResult, state: dict[str, Any], collapse_threshold: float) -> dict[str, Any]:
+    return {"kind": "eval", "step": state["step"], "tokens": state["tokens"],
+            "val_loss": result.val_loss, "val_bpb": result.bits_per_byte,
+            "best_val_loss": state["best_val_loss"], "routing": result.routing,
+            "collapse": is_collapsed(result.routing, collapse_threshold)}
 
 
 def _log_event(run: RunFolder, loggers: ExternalLoggers | None, event: dict[str, Any]) -> None:
     run.append_metrics(event)
     if loggers:
         loggers.log(event)
+
+
+def _log_nothing(event: dict[str, Any]) -> None:
+    """Ranks other than 0 log nothing."""
 
 
 def _summary(config: Config, state: dict[str, Any], plan: StepPlan, clock: "Clock",
@@ -285,7 +356,7 @@ def _summary(config: Config, state: dict[str, Any], plan: StepPlan, clock: "Cloc
         "total_params": counts.total,
         "active_params": counts.active,
         "non_embedding_params": counts.non_embedding,
-        "flops_per_token": flops.six_n,
+        "flops_per_token_6n": flops.six_n,
         "flops_per_token_full": flops.full,
         "tokens": state["tokens"],
         "steps": state["step"],
@@ -303,6 +374,18 @@ def _summary(config: Config, state: dict[str, Any], plan: StepPlan, clock: "Cloc
         "routing": final["routing"],
         "collapse": is_collapsed(final["routing"], config.train.collapse_threshold),
     }
+
+
+class Throughput:
+    """Tokens per second of training time since the previous reading (the previous log)."""
+
+    def __init__(self, step: int, train_s: float, tokens_per_step: int):
+        self._step, self._train_s, self._tokens_per_step = step, train_s, tokens_per_step
+
+    def since_last(self, step: int, train_s: float) -> float:
+        steps, seconds = step - self._step, train_s - self._train_s
+        self._step, self._train_s = step, train_s
+        return steps * self._tokens_per_step / max(seconds, 1e-9)
 
 
 class Clock:

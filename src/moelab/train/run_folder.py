@@ -3,7 +3,9 @@
     config.yaml        the resolved config of the run
     tokenizer.json     a copy of the tokenizer, so the run folder is self-contained
     metrics.jsonl      one JSON object per train-log or eval event: {"kind", "step", "tokens", ...}
-    summary.json       written at the end (status "complete") or on failure (status "failed")
+    summary.json       written once, at the end of a complete run (status "complete"); a run
+                       that failed or was killed has none (a study records failures in its
+                       failures.json)
     samples.txt        a few generations of the final model
     checkpoints/       see moelab.train.checkpoint
 """
@@ -16,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from moelab.config import Config, build_config, read_raw, save_config, to_dict
+from moelab.data.tokenizer import Tokenizer, file_sha256
 from moelab.errors import MoelabError
 from moelab.fileio import atomic_write, atomic_write_json, atomic_write_text
 
@@ -63,15 +66,28 @@ class RunFolder:
         for section in (saved, given):
             for key in _RESUME_FREE_KEYS:
                 section["train"].pop(key)
-        if saved != given:
-            differing = _first_difference(saved, given)
+        difference = first_difference(saved, given)
+        if difference:
+            key, in_run, in_given = difference
             raise MoelabError(
-                f"cannot resume {self.path}: its config differs at {differing}; resume with the "
-                f"same config or start a new run"
+                f"cannot resume {self.path}: its config differs at {key} ({in_run!r} in the run, "
+                f"{in_given!r} given); resume with the same config or start a new run"
             )
 
     def save_tokenizer(self, tokenizer_file: Path) -> None:
         atomic_write(self.tokenizer_path, lambda tmp: shutil.copyfile(tokenizer_file, tmp))
+
+    def check_same_tokenizer(self, cache_tokenizer: Tokenizer, remedy: str) -> None:
+        """Refuse a data cache whose tokenizer is not the run's (the cache was rebuilt, say):
+        its token ids mean other text than the ones the run's weights were trained on."""
+        if not self.tokenizer_path.is_file():
+            raise MoelabError(f"cannot check the tokenizer of run {self.path}: "
+                              f"{self.tokenizer_path} is missing")
+        if file_sha256(self.tokenizer_path) != cache_tokenizer.sha256():
+            raise MoelabError(
+                f"the data cache {cache_tokenizer.path.parent} holds another tokenizer than the "
+                f"one run {self.path} was trained with ({self.tokenizer_path}): {remedy}"
+            )
 
     # -- metrics ------------------------------------------------------------------------
 
@@ -107,21 +123,39 @@ class RunFolder:
         atomic_write_json(self.summary_path, summary)
 
     def read_summary(self) -> dict[str, Any] | None:
+        """The summary, or None when the run has not finished; MoelabError when unreadable."""
         if not self.summary_path.is_file():
             return None
-        return json.loads(self.summary_path.read_text(encoding="utf-8"))
+        try:
+            summary = json.loads(self.summary_path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise MoelabError(f"{self.summary_path} is corrupt ({exc}): resume the run "
+                              f"(--resume) to write it again from its last checkpoint") from None
+        if not isinstance(summary, dict):
+            raise MoelabError(f"{self.summary_path} is corrupt (not a JSON object): resume the "
+                              f"run (--resume) to write it again from its last checkpoint")
+        return summary
 
     def is_complete(self) -> bool:
-        summary = self.read_summary()
+        """Whether the run finished: its summary says so. An unreadable summary is not
+        complete, so resuming recomputes it from the final checkpoint."""
+        try:
+            summary = self.read_summary()
+        except MoelabError:
+            return False
         return summary is not None and summary.get("status") == "complete"
 
     def write_samples(self, text: str) -> None:
         atomic_write_text(self.samples_path, text)
 
 
-def _first_difference(a: Any, b: Any, prefix: str = "") -> str:
-    if isinstance(a, dict) and isinstance(b, dict):
-        for key in list(a) + [k for k in b if k not in a]:
-            if a.get(key) != b.get(key):
-                return _first_difference(a.get(key), b.get(key), f"{prefix}.{key}".lstrip("."))
-    return f"{prefix} ({a!r} in the run, {b!r} given)"
+def first_difference(old: Any, new: Any, prefix: str = "") -> tuple[str, Any, Any] | None:
+    """(dotted key, old value, new value) of the first difference of two nested dicts, or None
+    when they are equal. A key missing on one side shows as None there."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        for key in list(old) + [k for k in new if k not in old]:
+            found = first_difference(old.get(key), new.get(key), f"{prefix}{key}.")
+            if found:
+                return found
+        return None
+    return None if old == new else (prefix[:-1], old, new)

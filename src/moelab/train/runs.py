@@ -11,12 +11,12 @@ import torch
 
 from moelab.config import Config
 from moelab.data import Tokenizer, prepare_data, validation_windows
-from moelab.data.sources import resolve_source, split_bytes
+from moelab.data.sources import resolve_source
 from moelab.errors import MoelabError
 from moelab.model import Transformer
 from moelab.train.checkpoint import latest_checkpoint, load_weights
 from moelab.train.distributed import resolve_device
-from moelab.train.evaluation import evaluate
+from moelab.train.evaluation import evaluate, scored_bytes
 from moelab.train.run_folder import RunFolder
 
 
@@ -29,7 +29,7 @@ def load_run(run_dir: str | Path, device: str = "cpu") -> tuple[Transformer, Tok
         raise MoelabError(f"run {run.path} has no checkpoint yet: train it first")
     model = Transformer(config.model)
     load_weights(folder, model)
-    return model.to(resolve_device(device)).eval(), Tokenizer(run.tokenizer_path)
+    return model.to(resolve_device(device, key="device")).eval(), Tokenizer(run.tokenizer_path)
 
 
 def evaluate_run(run_dir: str | Path, data: str | Path | None = None,
@@ -39,40 +39,38 @@ def evaluate_run(run_dir: str | Path, data: str | Path | None = None,
     ``data=None`` scores the run's own validation windows (as during training); a path scores
     the validation split of that source, as ``data.source=PATH`` defines it (a folder's
     valid.txt, or the held-out stories of one file), tokenized with the run's tokenizer.
+    Bits/byte divide by the bytes of the scored target tokens, exactly as in training.
     """
-    config = RunFolder(run_dir).read_config()
+    run = RunFolder(run_dir)
+    config = run.read_config()
     model, tokenizer = load_run(run_dir, device)
     if data is None:
-        tokens, bytes_per_token = _own_validation_split(config, tokenizer)
+        tokens = _own_validation_split(config, run)
     else:
-        tokens, bytes_per_token = _encode_validation_split(config, tokenizer, data)
+        tokens = _encode_validation_split(config, tokenizer, data)
     windows_NT = validation_windows(tokens, config.model.max_seq_len, config.train.eval_windows)
     device = next(model.parameters()).device
     autocast = partial(torch.autocast, device.type, dtype=torch.bfloat16,
                        enabled=config.train.dtype == "bfloat16")  # as in training
     batch_size = config.train.micro_batch_size or config.train.batch_size
-    result = evaluate(model, windows_NT, bytes_per_token, batch_size, device, autocast)
+    result = evaluate(model, windows_NT, scored_bytes(windows_NT, tokenizer), batch_size, device,
+                      autocast)
     return {"val_loss": result.val_loss, "bits_per_byte": result.bits_per_byte,
             "windows": int(windows_NT.shape[0]), "routing": result.routing}
 
 
-def _own_validation_split(config: Config, tokenizer: Tokenizer) -> tuple[np.ndarray, float]:
+def _own_validation_split(config: Config, run: RunFolder) -> np.ndarray:
     prepared = prepare_data(config.data, config.tokenizer_vocab_size, progress=False)
-    if prepared.tokenizer.sha256() != tokenizer.sha256():
-        raise MoelabError(
-            f"the data cache {prepared.cache_dir} was built with another tokenizer than the "
-            f"run's: evaluate with --data PATH instead"
-        )
-    return prepared.valid.tokens, prepared.valid.bytes_per_token
+    run.check_same_tokenizer(prepared.tokenizer, remedy="evaluate with --data PATH instead")
+    return prepared.valid.tokens
 
 
-def _encode_validation_split(config: Config, tokenizer: Tokenizer,
-                             data: str | Path) -> tuple[np.ndarray, float]:
+def _encode_validation_split(config: Config, tokenizer: Tokenizer, data: str | Path) -> np.ndarray:
     data_cfg = dataclasses.replace(config.data, source=str(data), max_train_stories=None)
     _, valid = resolve_source(data_cfg).load()
-    stories = [story for batch in valid.read_batches() for story in batch]
     ids: list[int] = []
-    for story in stories:  # the layout of the training stream: each story, then the separator
-        ids.extend(tokenizer.encode(story))
-        ids.append(tokenizer.eot_id)
-    return np.asarray(ids, dtype=np.int64), split_bytes(stories) / len(ids)
+    for batch in valid.read_batches():
+        for story in batch:  # the layout of the training stream: each story, then the separator
+            ids.extend(tokenizer.encode(story))
+            ids.append(tokenizer.eot_id)
+    return np.asarray(ids, dtype=np.int64)
