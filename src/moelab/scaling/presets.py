@@ -6,9 +6,10 @@ so the points of a sweep differ only in model shape, experts and training length
 
 from __future__ import annotations
 
-# A laptop sweep: 3 tiny sizes x 4 sparsities (top-1: E = 1 (dense), 2, 4, 8; every sparsity of
-# a size stores the same FFN parameters) x 2 compute budgets = 24 runs on the bundled TinyStories
-# sample, within about 15 minutes on 2 CPU cores. Built on the `demo` config (same tokenizer).
+# A laptop sweep: 3 tiny sizes x 4 sparsities (top-1, Switch-weighted: E = 1 (dense), 2, 4, 8;
+# every sparsity of a size stores the same FFN parameters) x 2 compute budgets = 24 runs on the
+# bundled TinyStories sample, about 2 minutes on 2 idle CPU cores with --jobs 2. Built on the
+# `demo` config (same tokenizer).
 DEMO = {
     "name": "demo",
     "base": "demo",
