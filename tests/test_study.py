@@ -226,7 +226,8 @@ def test_report_renders_every_figure_it_names(tmp_path, demo):
     _study(tmp_path, demo)
     folder = tmp_path / "s"
     named = _figures_named((folder / "report.md").read_text())
-    assert {"figures/val_loss.png", "figures/gaps.png", "figures/routing.png"} <= set(named)
+    assert {"figures/val_loss.png", "figures/gaps.png", "figures/routing.png",
+            "figures/layer_load.png"} <= set(named)
     for relative in named:
         with Image.open(folder / relative) as image:
             assert image.format == "PNG"

@@ -159,10 +159,8 @@ def _discard(fig) -> None:
 
 def layer_load_over_training_figure(records_by_arm: dict[str, list[RunRecord]],
                                     path: Path) -> Optional[Path]:
-    """Heatmap per MoE arm: busiest-expert fraction of each layer (rows) at each eval (columns).
-
-    Drawn when runs record no per-expert loads; it shows where and when the load concentrates.
-    """
+    """Heatmap per MoE arm: busiest-expert fraction of each layer (rows) at each eval (columns),
+    mean over seeds: where and when the load concentrates (a collapse shows as a bright row)."""
     panels = {}
     for arm, records in records_by_arm.items():
         n_layers = min((len(row.get("routing") or []) for r in records for row in r.evals), default=0)

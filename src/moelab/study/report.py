@@ -58,8 +58,8 @@ def draw_figures(study_dir: Path, results: dict, records: list[RunRecord]) -> di
         "gaps_vs_tokens": (figures.gap_vs_tokens_figure(results["budgets"], folder / "gaps_vs_tokens.png")
                            if len(results["budgets"]) > 1 else None),
         "routing": figures.routing_figure(moe_arms, folder / "routing.png"),
-        "expert_load": (figures.expert_load_figure(loads, folder / "expert_load.png") if loads
-                        else figures.layer_load_over_training_figure(moe_arms, folder / "layer_load.png")),
+        "expert_load": figures.expert_load_figure(loads, folder / "expert_load.png") if loads else None,
+        "layer_load": figures.layer_load_over_training_figure(moe_arms, folder / "layer_load.png"),
     }
     return {key: path.relative_to(study_dir).as_posix() for key, path in drawn.items() if path}
 
@@ -221,6 +221,7 @@ def routing_section(results: dict, figure_paths: dict[str, str]) -> str:
                           "collapsed runs"], rows, "lrrrrrrr")
         + "\n" + figure_block("Routing over training", figure_paths, "routing", level=3)
         + figure_block("Expert load per layer", figure_paths, "expert_load", level=3)
+        + figure_block("Busiest expert per layer over training", figure_paths, "layer_load", level=3)
     )
 
 

@@ -225,10 +225,10 @@ def routing_result(records: list[RunRecord]) -> dict:
 
 
 def layer_loads(layers: list[dict]) -> Optional[list[list[float]]]:
-    """Per-layer expert load shares c_i / sum c, when the run recorded expert counts."""
+    """Per-layer expert load shares c_i / sum c, when the run recorded them."""
     rows = []
     for layer in layers:
-        counts = layer.get("expert_load") or layer.get("expert_counts")
+        counts = layer.get("expert_load")
         if not counts:
             return None
         total = float(sum(counts))
