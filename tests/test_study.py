@@ -19,7 +19,7 @@ from moelab.accounting import count_params
 from moelab.cli import main
 from moelab.config import load_config, to_dict
 from moelab.errors import ConfigError, MoelabError
-from moelab.study import run as study_run
+from moelab.study import commands as study_commands
 from moelab.study.arms import ladder_arms, study_arms
 from moelab.study.settings import StudySettings, load_study
 
@@ -143,7 +143,7 @@ def test_study_section_and_base_preset(tmp_path):
 def test_presets_plan(preset, tmp_path):
     config, settings = load_study(preset)
     kind = "ablation" if preset == "ablation" else "study"
-    commands = study_run.list_runs(kind, config, settings, tmp_path / preset)
+    commands = study_commands.list_runs(kind, config, settings, tmp_path / preset)
     arms = 4 if kind == "ablation" else 1 + len(settings.criteria)
     assert len(commands) == arms * settings.seeds * max(1, len(settings.budgets))
 
@@ -156,7 +156,7 @@ def test_presets_plan(preset, tmp_path):
 def _study(tmp_path, demo, train=None, seeds=2, **settings):
     config, _ = demo
     train = train or FakeTrain()
-    results = study_run.run("study", config, StudySettings(seeds=seeds, **settings),
+    results = study_commands.run_study("study", config, StudySettings(seeds=seeds, **settings),
                             tmp_path / "s", train_fn=train, log=lambda line: None)
     return results, train
 
@@ -164,7 +164,7 @@ def _study(tmp_path, demo, train=None, seeds=2, **settings):
 @pytest.fixture(autouse=True)
 def _no_data(monkeypatch):
     """The fake trainer needs no tokenizer or token cache."""
-    monkeypatch.setattr(study_run, "prepare_shared_data", lambda config, log: None)
+    monkeypatch.setattr(study_commands, "prepare_shared_data", lambda config, log: None)
 
 
 def test_results_equal_statistics_of_the_summaries(tmp_path, demo):
@@ -258,7 +258,7 @@ def test_budget_sweep_groups_and_plots(tmp_path, demo):
 
 def test_ablation_ladder_report(tmp_path, demo):
     config, _ = demo
-    results = study_run.run("ablation", config, StudySettings(seeds=2), tmp_path / "a",
+    results = study_commands.run_study("ablation", config, StudySettings(seeds=2), tmp_path / "a",
                             train_fn=FakeTrain(), log=lambda line: None)
     assert list(results["arms"]) == ["naive_top1", "top1_lb", "top2_lb", "top2_lb_z"]
     assert results["arms"]["naive_top1"]["best_val_loss"]["mean"] == pytest.approx(

@@ -59,7 +59,7 @@ def _add_run_arguments(parser, kind: str) -> None:
 def _study(args) -> int:
     from moelab.study.arms import check_criteria
     from moelab.study.budgets import parse_budget_list
-    from moelab.study.run import list_runs, run
+    from moelab.study.commands import list_runs, run_study
     from moelab.study.settings import check_seeds, load_study
 
     config, settings = load_study(args.config, args.overrides)
@@ -74,7 +74,7 @@ def _study(args) -> int:
         for command in list_runs(args.kind, config, settings, out):
             print(command)
         return 0
-    results = run(args.kind, config, settings, out, jobs=args.jobs)
+    results = run_study(args.kind, config, settings, out, jobs=args.jobs)
     print_results(results, out)
     return 0
 

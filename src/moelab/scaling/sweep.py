@@ -315,7 +315,7 @@ def run_sweep(grid: SweepGrid, out_dir: Path, *, bootstrap_replicates: int = 200
     if train_fn is None:
         from moelab.train import train as train_fn
     if any(not is_complete(out_dir / spec.run_dir) for spec in specs):
-        from moelab.study.run import prepare_shared_data
+        from moelab.study.commands import prepare_shared_data
 
         prepare_shared_data(points[0].config, log)
     execute_plan(out_dir, specs, train_fn, log, jobs)

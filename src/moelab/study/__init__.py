@@ -1,10 +1,10 @@
 """Dense-vs-MoE studies: arms x seeds (x token budgets), the routing ladder, statistics, report.
 
-    config, settings = load_study("demo")                 # moelab.study.settings
-    results = run("study", config, settings, "out/demo")  # moelab.study.run; or "ablation"
-    write_outputs("out/demo")                             # moelab.study.report: rebuild from runs
+    config, settings = load_study("demo")                       # moelab.study.settings
+    results = run_study("study", config, settings, "out/demo")  # moelab.study.commands; or "ablation"
+    write_outputs("out/demo")                                   # moelab.study.report: rebuild from runs
 
-Modules: ``arms`` (derive the arms), ``budgets`` (40.5M-style token counts), ``runner`` (plan
+Modules: ``commands`` (the study commands as functions), ``arms`` (derive the arms), ``budgets`` (40.5M-style token counts), ``runner`` (plan
 and resumable execution), ``results`` (read run folders, aggregate), ``stats`` (Welch),
 ``figures`` and ``report`` (outputs), ``settings`` (the ``study:`` section of presets).
 See docs/study.md.

@@ -38,7 +38,7 @@ def list_runs(kind: str, config: Config, settings: StudySettings, study_dir: Pat
     return train_commands(study_dir, todo)
 
 
-def run(kind: str, config: Config, settings: StudySettings, study_dir: Path, *,
+def run_study(kind: str, config: Config, settings: StudySettings, study_dir: Path, *,
         train_fn: Optional[TrainFn] = None, log: Callable[[str], None] = print,
         jobs: int = 1) -> dict:
     """Plan, train every run that is not complete (``jobs`` at a time), then write results and
