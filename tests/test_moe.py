@@ -111,10 +111,15 @@ def test_router_z_loss_by_hand():
 
 
 def test_load_balancing_gradient_flows_through_probabilities_only():
-    logits_TE = torch.randn(6, 4, requires_grad=True)
+    # L = E sum_i f_i mean_t p_ti with f a count: dL/dlogit_tj = (E/T) p_tj (f_j - sum_i f_i p_ti).
+    tokens, num_experts = 6, 4
+    logits_TE = torch.randn(tokens, num_experts, dtype=torch.float64, requires_grad=True)
     _, experts_TK = route(logits_TE, 2)
     load_balancing_loss(logits_TE, experts_TK).backward()
-    assert logits_TE.grad is not None and logits_TE.grad.abs().sum() > 0
+    f_E = torch.tensor([float((experts_TK == e).sum()) for e in range(num_experts)]) / (2 * tokens)
+    p_TE = torch.softmax(logits_TE.detach(), dim=-1)
+    by_hand = num_experts / tokens * p_TE * (f_E - (p_TE * f_E).sum(-1, keepdim=True))
+    torch.testing.assert_close(logits_TE.grad, by_hand.to(logits_TE.grad.dtype))
 
 
 # ----- routing statistics -----------------------------------------------------------------
