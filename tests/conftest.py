@@ -1,6 +1,12 @@
 """Shared test fixtures.
 
-Every test gets its own cache folder (MOELAB_CACHE) so nothing touches the user's home, and
+Every test runs with MOELAB_CACHE set to one cache folder of the test session (under pytest's
+base temp), so nothing touches the user's home. The folder is shared, not per test, because
+preparing the sample data costs seconds and most training tests reuse it. Sharing is safe: a
+cache sub-folder is keyed by (source fingerprint, vocab size, tokenizer recipe) and written
+atomically, manifest last, so tests with other data get other folders and none sees a
+half-built one; tests that damage a cache pass their own ``cache_dir``.
+
 ``shared_dir`` points at the project's shared data folder (a sibling of the repository) when
 it exists; tests that need it are skipped elsewhere.
 """

@@ -105,13 +105,6 @@ def test_tokens_seen_counts_every_target_of_every_rank():
     assert all(b.tokens_seen == targets for b in ranks)
 
 
-def test_gradient_accumulation_chunks_reassemble_the_rank_batch():
-    x_BT, y_BT = TrainBatches(STREAM, SEQ_LEN, BATCH, seed=2).next()
-    chunks = list(zip(x_BT.chunk(4), y_BT.chunk(4)))  # what a trainer with 4 micro-steps does
-    assert torch.equal(torch.cat([x for x, _ in chunks]), x_BT)
-    assert sum(y.numel() for _, y in chunks) == BATCH * SEQ_LEN
-
-
 @pytest.mark.parametrize("kwargs, message", [
     ({"batch_size": 6, "world_size": 4}, "divisible"),
     ({"rank": 2, "world_size": 2}, "rank=2"),

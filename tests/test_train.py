@@ -107,7 +107,7 @@ def tiny_run(tmp_path_factory):
     sets = [arg for item in TINY + ["train.checkpoint_interval=10"] for arg in ("--set", item)]
     config_file = folder.parent / "tiny.yaml"
     config_file.write_text("{}\n")
-    with pytest.MonkeyPatch.context() as patch:  # the cache conftest gives every test
+    with pytest.MonkeyPatch.context() as patch:  # the session's cache, as conftest sets it
         patch.setenv("MOELAB_CACHE", str(tmp_path_factory.getbasetemp() / "moelab-cache"))
         assert main(["train", str(config_file), "--out", str(folder), *sets]) == 0
     return folder
@@ -200,6 +200,49 @@ def test_bits_per_byte_divide_by_the_bytes_of_the_scored_target_tokens(tiny_run)
         if event["kind"] == "eval":
             assert event["val_bpb"] == pytest.approx(
                 event["val_loss"] / math.log(2) / bytes_per_target, rel=1e-12)
+
+
+def test_final_val_loss_is_the_mean_cross_entropy_of_every_validation_target(tmp_path):
+    """The reference scores the run's final weights (``moelab.load_run``, the top-level lazy
+    import) on windows cut by hand, all in one batch, with one plain F.cross_entropy. The run
+    evaluates 7 windows in batches of its micro batch, 4 and 3, so unequal batches must be
+    weighted by their size. Expert loads are counted by hand from the router logits."""
+    import numpy as np
+    import torch.nn.functional as F
+
+    import moelab
+    from moelab.data import prepare_data
+
+    config = tiny_config("train.micro_batch_size=4", "train.eval_windows=7",
+                         "train.max_tokens=768", "train.sample_tokens=0")
+    summary = train(config, tmp_path / "run")
+    model, _ = moelab.load_run(tmp_path / "run")
+
+    # Window i: the 33 tokens from i * (len // 7) of the validation stream, as documented.
+    valid = prepare_data(config.data, config.tokenizer_vocab_size, progress=False).valid.tokens
+    stride = len(valid) // 7
+    windows_NW = torch.from_numpy(
+        np.stack([valid[i * stride : i * stride + 33] for i in range(7)]).astype(np.int64))
+    router_inputs = []  # each MoE layer's router sees its ffn_norm output
+    hooks = [layer.ffn_norm.register_forward_hook(lambda mod, args, out: router_inputs.append(out))
+             for layer in model.layers]
+    with torch.no_grad():
+        logits_NTV = model(windows_NW[:, :-1]).logits
+    for hook in hooks:
+        hook.remove()
+    val_loss = F.cross_entropy(logits_NTV.flatten(0, 1).float(), windows_NW[:, 1:].flatten())
+    assert summary["final_val_loss"] == pytest.approx(float(val_loss), rel=1e-5)
+
+    # Top-2 of 4 experts for each of 7 * 32 tokens: 448 slots per layer.
+    slots = 7 * 32 * 2
+    assert len(summary["routing"]) == len(router_inputs) == 2
+    for layer, h_NTD, stats in zip(model.layers, router_inputs, summary["routing"]):
+        with torch.no_grad():
+            experts_TK = (h_NTD.flatten(0, 1) @ layer.feed_forward.router.weight.T).topk(2).indices
+        expected_load = (torch.bincount(experts_TK.flatten(), minlength=4) / slots).tolist()
+        assert sum(stats["expert_load"]) == pytest.approx(1.0, abs=1e-12)
+        # One slot of slack: batched and unbatched router matmuls may round a near tie apart.
+        assert stats["expert_load"] == pytest.approx(expected_load, abs=1.01 / slots)
 
 
 def test_eval_cli_reproduces_the_final_val_loss(tiny_run, capsys):

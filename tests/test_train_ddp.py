@@ -26,17 +26,21 @@ train: {batch_size: 8, max_tokens: 3072, lr: 0.01, eval_interval: 6, eval_window
 """
 
 
+def _run(command: list[str], env: dict[str, str]) -> None:
+    """Run to completion; a failure shows the child's stderr (torchrun passes on its ranks')."""
+    result = subprocess.run(command, env=env, capture_output=True, text=True)
+    assert result.returncode == 0, f"{command} exited {result.returncode}:\n{result.stderr}"
+
+
 def test_two_cpu_processes_match_one(tmp_path):
     config_file = tmp_path / "tiny.yaml"
     config_file.write_text(TINY_DENSE)
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     single, ddp = tmp_path / "single", tmp_path / "ddp"
 
-    subprocess.run([sys.executable, "-m", "moelab", "train", str(config_file), "--out", str(single)],
-                   env=env, check=True, capture_output=True)
-    subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
-                    "--nproc_per_node=2", "-m", "moelab", "train", str(config_file),
-                    "--out", str(ddp)], env=env, check=True, capture_output=True)
+    _run([sys.executable, "-m", "moelab", "train", str(config_file), "--out", str(single)], env)
+    _run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+          "-m", "moelab", "train", str(config_file), "--out", str(ddp)], env)
 
     single_events, ddp_events = RunFolder(single).read_metrics(), RunFolder(ddp).read_metrics()
     assert [(e["kind"], e["step"]) for e in ddp_events] == [(e["kind"], e["step"]) for e in single_events]

@@ -1,8 +1,9 @@
 """Exact resume: a run SIGKILLed mid-way and resumed logs exactly what an uninterrupted run logs.
 
-Both runs are real ``moelab train`` subprocesses (same interpreter, same environment), so the
+All runs are real ``moelab train`` subprocesses (same interpreter, same environment), so the
 comparison is bit for bit: train losses and gradient norms step by step, every eval, and the
-final summary's val losses.
+final summary's val losses. The killed run SIGKILLs itself at a fixed step, so where it dies
+does not depend on how fast the machine is.
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 from moelab.train.run_folder import RunFolder
@@ -29,15 +29,34 @@ train: {batch_size: 8, micro_batch_size: 4, max_tokens: 6144, lr: 0.01, eval_int
 TIMING_KEYS = ("tokens_per_s", "flops_per_s", "wall_time_s", "train_time_s")
 
 
-def _train_command(config_file: Path, run_dir: Path, *extra: str) -> list[str]:
-    return [sys.executable, "-m", "moelab", "train", str(config_file), "--out", str(run_dir), *extra]
+# ``moelab train`` that SIGKILLs itself as step 11 begins: after the checkpoint of step 8 and
+# the logs of steps 9 and 10, which the resumed run must drop and redo.
+KILLED_AT_STEP_11 = """
+import os, signal, sys
+import moelab.train.loop as loop
+from moelab.cli import main
+
+real_optimizer_step, steps_begun = loop.optimizer_step, []
+
+def optimizer_step_or_die(*args, **kwargs):
+    steps_begun.append(True)
+    if len(steps_begun) == 11:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return real_optimizer_step(*args, **kwargs)
+
+loop.optimizer_step = optimizer_step_or_die
+sys.exit(main(sys.argv[1:]))
+"""
 
 
-def _latest_checkpoint_step(run_dir: Path) -> int:
-    try:
-        return json.loads((run_dir / "checkpoints" / "latest.json").read_text())["step"]
-    except (OSError, ValueError):
-        return 0
+def _train_args(config_file: Path, run_dir: Path, *extra: str) -> list[str]:
+    return ["train", str(config_file), "--out", str(run_dir), *extra]
+
+
+def _run(command: list[str], env: dict[str, str]) -> None:
+    """Run to completion; a failure shows the child's stderr."""
+    result = subprocess.run(command, env=env, capture_output=True, text=True)
+    assert result.returncode == 0, f"{command} exited {result.returncode}:\n{result.stderr}"
 
 
 def _without_timings(event: dict) -> dict:
@@ -47,28 +66,22 @@ def _without_timings(event: dict) -> dict:
 def test_sigkilled_run_resumes_bit_for_bit(tmp_path):
     config_file = tmp_path / "tiny.yaml"
     config_file.write_text(TINY_MOE)
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}  # steady under a busy CPU; same for both runs
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}  # steady under a busy CPU; same for every run
 
+    moelab_train = [sys.executable, "-m", "moelab"]
     reference = tmp_path / "uninterrupted"
-    subprocess.run(_train_command(config_file, reference), env=env, check=True,
-                   capture_output=True)
+    _run(moelab_train + _train_args(config_file, reference), env)
 
     killed = tmp_path / "killed"
-    process = subprocess.Popen(_train_command(config_file, killed), env=env,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 120
-    while _latest_checkpoint_step(killed) < 8 and process.poll() is None:
-        assert time.monotonic() < deadline, "the run never reached its second checkpoint"
-        time.sleep(0.01)
-    process.send_signal(signal.SIGKILL)
-    process.wait()
-    assert process.returncode == -signal.SIGKILL, "the run finished before it could be killed"
+    process = subprocess.run([sys.executable, "-c", KILLED_AT_STEP_11,
+                              *_train_args(config_file, killed)], env=env, capture_output=True,
+                             text=True)
+    assert process.returncode == -signal.SIGKILL, process.stderr
     assert not (killed / "summary.json").exists()
-    steps_before_kill = max(e["step"] for e in RunFolder(killed).read_metrics())
-    assert 8 <= steps_before_kill < 24
+    assert json.loads((killed / "checkpoints" / "latest.json").read_text())["step"] == 8
+    assert max(e["step"] for e in RunFolder(killed).read_metrics()) == 10
 
-    subprocess.run(_train_command(config_file, killed, "--resume"), env=env, check=True,
-                   capture_output=True)
+    _run(moelab_train + _train_args(config_file, killed, "--resume"), env)
 
     reference_events = [_without_timings(e) for e in RunFolder(reference).read_metrics()]
     resumed_events = [_without_timings(e) for e in RunFolder(killed).read_metrics()]
