@@ -68,6 +68,53 @@ def test_bootstrap_spread_matches_besiroglu_standard_errors():
         assert 0.6 * se < spread[name] < 1.6 * se, (name, spread[name])
 
 
+def test_bootstrap_replicates_are_fits_of_explicit_resamples():
+    """bootstrap() weights each point by how often a resample picks it (a bincount); every
+    replicate must be the fit of that resample written out row by row, duplicates and all."""
+    _, columns = chinchilla_synthetic(noise=0.003)
+    num_points, replicates, seed = len(columns["loss"]), 3, 7
+    fit = bootstrap(fit_law(CHINCHILLA, columns, max_starts=50), columns, replicates, seed=seed)
+    # The draw of fitting.bootstrap: one (R, n) block of indices from default_rng(seed).
+    picks = np.random.default_rng(seed).integers(0, num_points, size=(replicates, num_points))
+    for r in range(replicates):
+        resample = {key: values[picks[r]] for key, values in columns.items()}
+        # Unweighted, so the plain summed Huber loss (held to a hand formula above).
+        objective = HuberObjective(CHINCHILLA, log_features(CHINCHILLA, resample), resample["loss"])
+
+        def fun(x):
+            f, g = objective(x[None])
+            return float(f[0]), g[0]
+
+        refit = scipy.optimize.minimize(fun, fit.theta, jac=True, method="L-BFGS-B",
+                                        options={"ftol": 1e-15, "gtol": 1e-12, "maxiter": 2_000})
+        # Replicates differ from each other by 5 % or more in this objective.
+        assert fun(fit.bootstrap_thetas[r])[0] == pytest.approx(refit.fun, rel=1e-8), r
+        np.testing.assert_allclose(fit.bootstrap_thetas[r], refit.x, atol=1e-5)
+
+
+def test_fit_cli_intervals_are_percentiles_of_its_stored_bootstrap_fits(tmp_path):
+    _, columns = chinchilla_synthetic(noise=0.003)
+    path = tmp_path / "points.csv"
+    path.write_text("N,D,loss\n" + "".join(f"{n},{d},{loss}\n" for n, d, loss in
+                                          zip(columns["N"], columns["D"], columns["loss"])))
+    fit_path = tmp_path / "fit.json"
+    assert main(["fit", str(path), "--starts", "50", "--bootstrap", "41", "--seed", "3",
+                 "--out", str(fit_path)]) == 0
+    record = json.loads(fit_path.read_text())
+    replicas = record["bootstrap"]["params"]
+    assert (len(replicas), record["bootstrap"]["seed"]) == (41, 3)
+    # With 41 values the 2.5 and 97.5 percentiles fall on ranks 0.025 * 40 = 1 and
+    # 0.975 * 40 = 39 exactly: the second smallest and the second largest value.
+    per_replicate = {name: [p[name] for p in replicas] for name in ("A", "B", "E", "alpha", "beta")}
+    per_replicate["a_params_exponent"] = [p["beta"] / (p["alpha"] + p["beta"]) for p in replicas]
+    per_replicate["b_tokens_exponent"] = [p["alpha"] / (p["alpha"] + p["beta"]) for p in replicas]
+    assert set(record["ci"]) == set(per_replicate)
+    for name, values in per_replicate.items():
+        ranked = sorted(values)
+        assert ranked[0] < ranked[1] < ranked[39] < ranked[40], name  # the ranks are distinct
+        assert record["ci"][name] == pytest.approx([ranked[1], ranked[39]], rel=1e-12), name
+
+
 @pytest.mark.parametrize("law", [CHINCHILLA, SPARSITY])
 def test_gradient_matches_finite_differences(law):
     rng = np.random.default_rng(0)
@@ -131,6 +178,44 @@ def sparsity_synthetic(noise: float, seed: int = 2):
     clean = SPARSITY.predict_loss(SPARSITY_TRUTH, **columns)
     columns["loss"] = clean * np.exp(np.random.default_rng(seed).normal(0, noise, clean.size))
     return columns
+
+
+# Points where every term of both laws matters (each is 3 % of the loss or more).
+LAW_POINTS = {"N": np.array([1e5, 3e6, 7e7, 2e9]), "D": np.array([2e7, 5e8, 1e10, 4e11]),
+              "S": np.array([0.0, 0.5, 0.875, 0.96875])}
+
+
+def test_chinchilla_prediction_is_hoffmann_eq_2_written_out():
+    # Hoffmann et al. (2022) eq. 2 with their published fit: L = E + A / N^alpha + B / D^beta.
+    p = {"A": 406.4, "B": 410.7, "E": 1.69, "alpha": 0.34, "beta": 0.28}
+    n, d = LAW_POINTS["N"], LAW_POINTS["D"]
+    by_hand = p["E"] + p["A"] / n ** p["alpha"] + p["B"] / d ** p["beta"]
+    np.testing.assert_allclose(CHINCHILLA.predict_loss(p, N=n, D=d), by_hand, rtol=1e-12)
+    # The fitted vector is theta = (log A, log B, log E, alpha, beta), in that order.
+    theta = np.array([np.log(406.4), np.log(410.7), np.log(1.69), 0.34, 0.28])
+    log_loss = CHINCHILLA.predict_log_loss(theta, {"log_N": np.log(n), "log_D": np.log(d)})
+    np.testing.assert_allclose(log_loss, np.log(by_hand), rtol=1e-12)
+    # Chinchilla itself (70B parameters, 1.4T tokens): 1.69 + 0.0835 + 0.1632 = 1.9367.
+    assert CHINCHILLA.predict_loss(p, N=70e9, D=1.4e12)[0] == pytest.approx(1.937, abs=1e-3)
+
+
+def test_sparsity_prediction_is_abnar_eq_6_written_out():
+    # Abnar et al. (2025) eq. 6: L = a / N^alpha + b / D^beta + c / (1 - S)^lambda
+    #                                + d / ((1 - S)^delta N^gamma) + e.
+    # Every coefficient and exponent differs, so a swapped name or term changes the numbers.
+    p = SPARSITY_TRUTH
+    n, d, s = LAW_POINTS["N"], LAW_POINTS["D"], LAW_POINTS["S"]
+    by_hand = (p["a"] / n ** p["alpha"] + p["b"] / d ** p["beta"] + p["c"] / (1 - s) ** p["lam"]
+               + p["d"] / ((1 - s) ** p["delta"] * n ** p["gamma"]) + p["e"])
+    np.testing.assert_allclose(SPARSITY.predict_loss(p, N=n, D=d, S=s), by_hand, rtol=1e-12)
+    # The fitted vector is theta = (log a, log b, log c, log d, log e, alpha, beta, lambda,
+    # delta, gamma), in that order, with U = 1 - S.
+    theta = np.array([np.log(p[k]) for k in "abcde"] + [p[k] for k in
+                                                         ("alpha", "beta", "lam", "delta", "gamma")])
+    features = {"log_N": np.log(n), "log_D": np.log(d), "log_U": np.log(1 - s)}
+    np.testing.assert_allclose(SPARSITY.predict_log_loss(theta, features), np.log(by_hand),
+                               rtol=1e-12)
+    assert SPARSITY.natural_params(theta) == pytest.approx(p, rel=1e-14)
 
 
 def test_sparsity_fit_recovers_noise_free_truth():

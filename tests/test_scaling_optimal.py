@@ -11,7 +11,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from moelab.accounting import count_params
 from moelab.cli import main
+from moelab.config import load_config
 from moelab.scaling import CHINCHILLA, SPARSITY, compute_optimal, optimal_sparsity_at_params
 from moelab.scaling.isoflop import fit_surface, isoflop_analysis, read_isoflop_table
 from moelab.scaling.optimal import active_params, estimate_shared_fraction
@@ -47,6 +49,35 @@ def test_optimal_sparsity_at_fixed_params_and_tokens_matches_closed_form():
     assert not optimum.at_boundary
 
 
+def sparsity_law_by_hand(p, total_params, tokens, sparsity):
+    """Abnar et al. eq. 6, written out."""
+    u = 1.0 - sparsity
+    return (p["a"] / total_params ** p["alpha"] + p["b"] / tokens ** p["beta"] + p["c"] / u ** p["lam"]
+            + p["d"] / (u ** p["delta"] * total_params ** p["gamma"]) + p["e"])
+
+
+@pytest.mark.parametrize("shared_fraction, interior_between", [(0.0, (0.85, 0.9)), (0.3, (0.7, 0.8))])
+def test_optimal_sparsity_at_fixed_params_and_flops_matches_brute_force(shared_fraction,
+                                                                         interior_between):
+    # At fixed total N and compute C a sparser model is trained on more tokens:
+    # D = C / (6 N_active), N_active = N (phi + (1 - phi)(1 - S)).
+    params = dict(SPARSITY_TRUTH, lam=0.3, delta=-0.4)  # sparsity costs a little, saves FLOPs
+    total, flops, phi = 1e8, 1e18, shared_fraction
+    sparsity = np.linspace(0.0, 0.98, 98_001)  # steps of 1e-5
+    tokens = flops / (6 * total * (phi + (1 - phi) * (1 - sparsity)))
+    loss = sparsity_law_by_hand(params, total, tokens, sparsity)
+    best = int(np.argmin(loss))
+    assert interior_between[0] < sparsity[best] < interior_between[1]  # phi moves S* by ~0.13
+    optimum = optimal_sparsity_at_params(SPARSITY, params, total, flops=flops,
+                                         shared_fraction=phi)
+    assert optimum.sparsity == pytest.approx(sparsity[best], abs=1e-4)
+    assert optimum.loss <= loss[best] + 1e-12 and optimum.loss == pytest.approx(loss[best], abs=1e-9)
+    active = total * (phi + (1 - phi) * (1 - optimum.sparsity))
+    assert optimum.params_active == pytest.approx(active, rel=1e-12)
+    assert optimum.tokens == pytest.approx(flops / (6 * active), rel=1e-12)
+    assert not optimum.at_boundary
+
+
 def brute_force_compute_optimum(law, params, flops, shared_fraction):
     """A slow, direct reference: the best point of a fine (log N, S) grid."""
     log_n, sparsity = np.meshgrid(np.linspace(np.log(1e5), np.log(1e10), 1500),
@@ -70,23 +101,84 @@ def test_compute_optimal_sparsity_matches_brute_force_grid():
     assert optimum.sparsity == pytest.approx(sparsity, abs=0.01)
 
 
-def test_shared_fraction_estimate_recovers_family():
-    total = np.array([1e6, 1e6, 4e6, 4e6, 4e6])
-    sparsity = np.array([0.0, 0.5, 0.5, 0.75, 0.875])
-    active = active_params(total, sparsity, 0.35)
-    assert estimate_shared_fraction(total, active, sparsity) == pytest.approx(0.35, abs=1e-12)
+def test_shared_fraction_estimate_from_counted_models():
+    # Real configs of two sizes: dense, and top-1 MoEs that split the same FFN into E experts.
+    configs = []
+    for size in (["model.d_model=64", "model.d_ff=256"], ["model.d_model=96", "model.d_ff=384"]):
+        d_ff = int(size[1].split("=")[1])
+        configs.append(load_config("demo", size + ["model.moe=null"]))
+        for experts in (2, 4, 8):
+            configs.append(load_config("demo", size + [
+                f"model.moe.num_experts={experts}", "model.moe.top_k=1",
+                f"model.moe.d_expert={d_ff // experts}"]))
+    total, active, sparsity, phi_by_hand = [], [], [], []
+    for config in configs:
+        counts = count_params(config.model)
+        total.append(counts.total)
+        active.append(counts.active)
+        model, moe = config.model, config.model.moe
+        if moe is None:
+            sparsity.append(0.0)
+            continue
+        sparsity.append(1 - moe.top_k / moe.num_experts)
+        # Expert weights by hand: n_layers * E SwiGLU experts of 3 * d_model * d_expert each.
+        # Everything else (attention, embeddings, norms, router) is the shared part phi * N.
+        experts = model.n_layers * moe.num_experts * 3 * model.d_model * moe.d_expert
+        phi_by_hand.append(1 - experts / counts.total)
+    total, active, sparsity = map(np.array, (total, active, sparsity))
+    sparse = sparsity > 0
+    phi = np.array(phi_by_hand)
+    # Each MoE is exactly its own family member: N_active / N = phi + (1 - phi)(1 - S).
+    np.testing.assert_allclose(active[sparse] / total[sparse],
+                               phi + (1 - phi) * (1 - sparsity[sparse]), rtol=1e-12)
+    # phi differs between the sizes (0.36 and 0.40: the embeddings' share) and a little within
+    # one (the router, d_model * E per layer); least squares of N_active / N - (1 - S) = phi S
+    # then weighs each member's own phi by S^2.
+    assert 0.03 < phi.max() - phi.min() < 0.05
+    weighted = np.sum(phi * sparsity[sparse] ** 2) / np.sum(sparsity[sparse] ** 2)
+    estimate = estimate_shared_fraction(total, active, sparsity)
+    assert estimate == pytest.approx(weighted, abs=1e-12)
+    assert phi.min() < estimate < phi.max()
+    # Dense points say nothing about phi: alone they give None.
+    assert estimate_shared_fraction(total[~sparse], active[~sparse], sparsity[~sparse]) is None
+
+
+def closed_form_sparsity_at_tokens(p, total_params):
+    """S* at fixed N and D: only c u^-lam + d N^-gamma u^-delta depends on u = 1 - S, and its
+    minimum is at u* = (-delta d N^-gamma / (lam c))^(1 / (delta - lam))."""
+    d_eff = p["d"] * total_params ** -p["gamma"]
+    return 1 - (-p["delta"] * d_eff / (p["lam"] * p["c"])) ** (1 / (p["delta"] - p["lam"]))
 
 
 def test_optimal_cli_reads_fit_json_and_reports_intervals(tmp_path, capsys):
+    # 41 bootstrap fits (c from 0.25 to 0.35, shuffled): the 2.5 and 97.5 percentiles fall on
+    # ranks 0.025 * 40 = 1 and 0.975 * 40 = 39, the second smallest and second largest value.
+    order = np.random.default_rng(0).permutation(41)
+    replicas = [dict(SPARSITY_TRUTH, c=float(c)) for c in np.linspace(0.25, 0.35, 41)[order]]
     record = {"law": "sparsity", "params": SPARSITY_TRUTH, "objective": 0.0, "n_points": 10,
-              "ci": {}, "bootstrap": {"params": [SPARSITY_TRUTH, dict(SPARSITY_TRUTH, c=0.35),
-                                                  dict(SPARSITY_TRUTH, c=0.25)]}}
+              "ci": {}, "bootstrap": {"params": replicas}}
     fit_path = tmp_path / "fit.json"
     fit_path.write_text(json.dumps(record))
-    assert main(["optimal", str(fit_path), "--params", "1e9", "--tokens", "1e10", "--json"]) == 0
+    total, tokens = 1e9, 1e10
+    assert main(["optimal", str(fit_path), "--params", str(total), "--tokens", str(tokens),
+                 "--json"]) == 0
     result = json.loads(capsys.readouterr().out)
-    low, high = result["ci"]["sparsity"]
-    assert low < result["optimum"]["sparsity"] < high  # c = 0.25 and 0.35 move S* both ways
+    assert result["shared_fraction"] == 0.0  # fit.json has none: N_active = (1 - S) N
+    assert result["optimum"]["sparsity"] == pytest.approx(
+        closed_form_sparsity_at_tokens(SPARSITY_TRUTH, total), abs=1e-7)
+    sparsity = np.sort([closed_form_sparsity_at_tokens(p, total) for p in replicas])
+    assert 0.3 < sparsity[0] and sparsity[-1] < 0.55 and np.all(np.diff(sparsity) > 1e-3)
+    loss = np.sort([sparsity_law_by_hand(p, total, tokens, closed_form_sparsity_at_tokens(p, total))
+                    for p in replicas])
+    ci = result["ci"]
+    assert ci["sparsity"] == pytest.approx([sparsity[1], sparsity[39]], abs=1e-7)
+    # Active parameters fall as S rises: their interval is the sparsity interval mirrored.
+    assert ci["params_active"] == pytest.approx([total * (1 - sparsity[39]), total * (1 - sparsity[1])],
+                                                rel=1e-6)
+    assert ci["params_total"] == [total, total] and ci["tokens"] == [tokens, tokens]
+    assert ci["loss"] == pytest.approx([loss[1], loss[39]], rel=1e-12)
+    # --flops alone solves for (N, S) per fit: three replicas keep it quick.
+    fit_path.write_text(json.dumps(dict(record, bootstrap={"params": replicas[:3]})))
     assert main(["optimal", str(fit_path), "--flops", "1e19"]) == 0
     assert "sparsity" in capsys.readouterr().out
 
@@ -105,6 +197,23 @@ def test_isoflop_on_chinchilla_data_gives_exponent_near_half():
     assert 2e9 < optima[3e21] < 6e9
 
 
+def isoflop_exponent_by_hand(csv_path) -> tuple[float, list[float]]:
+    """Hoffmann et al.'s approach 2, written out: per budget the vertex of a parabola in log N,
+    kept when it lies inside that budget's sampled sizes; then the slope of log N* on log C."""
+    with open(csv_path, newline="") as f:
+        rows = [r for r in csv.DictReader(f) if r["source"] == "epochai_chinchilla"]
+    budgets, log_vertices = [], []
+    for budget in sorted({float(r["budget"]) for r in rows}):
+        at_budget = [r for r in rows if float(r["budget"]) == budget]
+        log_n = np.log([float(r["params"]) for r in at_budget])
+        c2, c1, _ = np.polyfit(log_n, [float(r["loss"]) for r in at_budget], 2)
+        vertex = -c1 / (2 * c2)
+        if c2 > 0 and log_n.min() <= vertex <= log_n.max():
+            budgets.append(budget)
+            log_vertices.append(vertex)
+    return float(np.polyfit(np.log(budgets), log_vertices, 1)[0]), budgets
+
+
 def test_isoflop_cli_prints_json_and_rejects_bad_filters(capsys):
     csv_path = str(FIXTURES / "chinchilla_isoflops.csv")
     assert main(["isoflop", csv_path, "--columns", "N=params,C=budget",
@@ -118,7 +227,9 @@ def test_isoflop_cli_prints_json_and_rejects_bad_filters(capsys):
     smallest = min(float(r["params"]) for r in rows if float(r["budget"]) == 1e20)
     [vertex] = [b["params"] for b in result["budgets"] if b["flops"] == 1e20]
     assert vertex < smallest
-    assert result["params_exponent"]["exponent"] == pytest.approx(0.492, abs=0.002)
+    exponent, inside = isoflop_exponent_by_hand(csv_path)
+    assert len(inside) == 8 and 1e20 not in inside
+    assert result["params_exponent"]["exponent"] == pytest.approx(exponent, abs=1e-6)
     assert result["params_exponent"]["n_budgets"] == 8
     assert main(["isoflop", csv_path, "--columns", "N=params,C=budget", "--where", "nope=1"]) == 2
     assert "--where 'nope=1' is invalid" in capsys.readouterr().err

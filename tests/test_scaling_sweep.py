@@ -13,7 +13,7 @@ import pytest
 
 from moelab.accounting import count_params, flops_per_token
 from moelab.cli import main
-from moelab.config import override, save_config
+from moelab.config import load_config, override, save_config
 from moelab.errors import ConfigError, MoelabError
 from moelab.scaling.laws import SPARSITY
 from moelab.scaling.optimal import optimal_sparsity_at_params
@@ -156,14 +156,28 @@ def test_report_from_synthetic_results_fits_checks_and_plots(tmp_path, capsys):
         assert f"{row['best_val_loss']:.4f}" in text
     fit = json.loads((tmp_path / "fit.json").read_text())
     assert fit["n_points"] == len(rows) and len(fit["bootstrap"]["params"]) == 4
-    # The family's non-expert share, from the runs' own counts, is what the planner built.
-    expected_shared = np.mean([
-        (r["N_active"] / r["N_total"] - (1 - r["S"])) / r["S"] for r in rows if r["S"] > 0])
-    assert fit["shared_fraction"] == pytest.approx(expected_shared, abs=0.05)
+    # The intervals are the 2.5 and 97.5 percentiles of the stored replicates: with 4 values,
+    # linear interpolation at ranks 0.075 and 2.925.
+    for name in fit["params"]:
+        v = sorted(p[name] for p in fit["bootstrap"]["params"])
+        assert fit["ci"][name] == pytest.approx(
+            [v[0] + 0.075 * (v[1] - v[0]), v[2] + 0.925 * (v[3] - v[2])], rel=1e-12), name
+    # The family's non-expert share, from the runs' own counts. Each sparse run has its own
+    # phi_i = (N_active / N - (1 - S)) / S (0.39 to 0.55 here: embeddings and routers weigh
+    # differently per size); the least-squares fit of N_active / N - (1 - S) = phi S is their
+    # S^2-weighted mean. No noise enters, so it must hold to rounding.
+    sparse = [r for r in rows if r["S"] > 0]
+    phi = np.array([(r["N_active"] / r["N_total"] - (1 - r["S"])) / r["S"] for r in sparse])
+    weight = np.array([r["S"] ** 2 for r in sparse])
+    assert fit["shared_fraction"] == pytest.approx(np.sum(phi * weight) / np.sum(weight), abs=1e-12)
     # The law fitted to all points reproduces them, and fit.json drives `moelab optimal`.
     assert fit["objective"] < len(rows) * 1e-6
+    # Held out: the S = 0.875 runs, extrapolated by a 10-parameter law fitted to 18 runs with
+    # 0.1 % noise. The noise alone gives a mean |log error| of ~0.0008; the extrapolation adds
+    # more: over ten noise draws (seeds 0-9 of synthetic_results' rng) it was 0.0017 to 0.010
+    # (0.0027 for seed 0), so 0.02 leaves room for the draw and the start subset.
     holdout = json.loads((tmp_path / "fit_holdout.json").read_text())["holdout"]
-    assert holdout["n_points"] == 6 and holdout["mean_abs_log_error"] < 0.05
+    assert holdout["n_points"] == 6 and holdout["mean_abs_log_error"] < 0.02
     # The optimum read off the fit matches the true law's (same family, shared fraction).
     assert main(["optimal", str(tmp_path / "fit.json"), "--params", "2e5", "--flops", "8e10",
                  "--json"]) == 0
@@ -171,7 +185,8 @@ def test_report_from_synthetic_results_fits_checks_and_plots(tmp_path, capsys):
     expected = optimal_sparsity_at_params(SPARSITY, TRUTH, 2e5, flops=8e10,
                                           shared_fraction=fit["shared_fraction"]).sparsity
     assert 0.3 < expected < 0.8
-    assert found == pytest.approx(expected, abs=0.1), (found, expected)
+    # Over the same ten noise draws the fitted S* missed the true one by 0.0005 to 0.0037.
+    assert found == pytest.approx(expected, abs=0.01), (found, expected)
 
 
 # A law whose dense compute-optimal size at 1.2e11 and 3.6e11 FLOPs lies inside the sizes below
@@ -233,9 +248,10 @@ def test_report_of_one_sparse_sparsity_skips_optima(tmp_path):
                               log=lambda _: None).read_text()
     assert "Skipped: every run has S = 0.5" in text and "## IsoFLOP analysis" in text
     # With a sparse sparsity the family's share is still measured: N_active / N = phi + (1-phi)/2.
+    # At one sparsity the least-squares phi is the plain mean of the runs' own, exactly.
     expected = np.mean([2 * r["N_active"] / r["N_total"] - 1 for r in rows])
     fit = json.loads((tmp_path / "fit.json").read_text())
-    assert fit["shared_fraction"] == pytest.approx(expected, abs=0.01)
+    assert fit["shared_fraction"] == pytest.approx(expected, abs=1e-12)
 
 
 def test_sweep_bootstrap_must_be_a_count_before_any_training(tmp_path, capsys):
@@ -314,7 +330,9 @@ def test_sweep_help_lists_every_preset(capsys):
 
 
 @pytest.mark.slow
-def test_micro_sweep_end_to_end_then_rerun_skips_and_jobs_agree(tmp_path, shared_dir, monkeypatch):
+def test_micro_sweep_end_to_end_then_rerun_skips_and_jobs_agree(tmp_path, monkeypatch):
+    # The micro grid trains on the `demo` config's bundled sample: no shared data folder needed.
+    assert load_grid("micro").base == "demo" and load_config("demo").data.source == "sample"
     grid = load_grid("micro")
     out = tmp_path / "sweep"
     report = run_sweep(grid, out, bootstrap_replicates=4, log=lambda _: None)

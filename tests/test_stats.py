@@ -55,6 +55,12 @@ def test_welch_interval_by_hand():
     # A printed t table: t_{0.975,4} = 2.776 and t_{0.975,5} = 2.571 bracket df = 4.075.
     assert 2.571 * math.sqrt(2.0) < half_width < 2.776 * math.sqrt(2.0)
     assert (gap.ci_low, gap.ci_high) == pytest.approx((4 - half_width, 4 + half_width), rel=1e-12)
+    # Two-sided p of t = gap / se = 4 / sqrt(2) with df = 216/53, from the t distribution itself.
+    t = 4.0 / math.sqrt(2.0)
+    assert gap.p_value == pytest.approx(2 * scipy_stats.t.sf(t, 216 / 53), rel=1e-12)
+    # The printed table again, with 4 < df < 5: t_{0.975,df} < t_{0.975,4} = 2.776 < t = 2.828
+    # < t_{0.99,5} = 3.365 < t_{0.99,df}, so 0.02 < p < 0.05.
+    assert 0.02 < gap.p_value < 0.05
     assert gap.verdict == "MoE better"  # the interval [0.10, 7.90] excludes 0
 
 

@@ -6,6 +6,8 @@ on the arm and seed, so results can be checked against values computed here inde
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import statistics
 from pathlib import Path
@@ -139,13 +141,25 @@ def test_study_section_and_base_preset(tmp_path):
         load_study(path, ["study.criteria=params"])
 
 
-@pytest.mark.parametrize("preset", ["demo", "paper", "paper-budgets", "ablation", "cpu-replication"])
-def test_presets_plan(preset, tmp_path):
+REPO_ROOT = Path(__file__).resolve().parents[1]
+# Run counts as the documentation states them (phrase, file), not as the planner computes them.
+DOCUMENTED_RUNS = {
+    "demo": (9, "trains 9 runs", "docs/study.md"),
+    "paper": (9, "3 seeds", "README.md"),  # x 3 arms: moe, dense_active, dense_total
+    "paper-budgets": (36, "GPU, 36 runs", "docs/study.md"),
+    "ablation": (12, "GPU, 12 runs", "docs/study.md"),
+    "cpu-replication": (9, "the 9 runs", "docs/study.md"),
+}
+
+
+@pytest.mark.parametrize("preset", list(DOCUMENTED_RUNS))
+def test_presets_plan_the_documented_number_of_runs(preset, tmp_path):
+    runs, phrase, doc = DOCUMENTED_RUNS[preset]
+    assert phrase in (REPO_ROOT / doc).read_text()
     config, settings = load_study(preset)
     kind = "ablation" if preset == "ablation" else "study"
     commands = study_commands.list_runs(kind, config, settings, tmp_path / preset)
-    arms = 4 if kind == "ablation" else 1 + len(settings.criteria)
-    assert len(commands) == arms * settings.seeds * max(1, len(settings.budgets))
+    assert len(commands) == len(set(commands)) == runs
 
 
 # --------------------------------------------------------------------------------------------
@@ -178,16 +192,37 @@ def test_results_equal_statistics_of_the_summaries(tmp_path, demo):
         assert stats["mean"] == pytest.approx(statistics.mean(losses), abs=1e-12)
         assert stats["std"] == pytest.approx(statistics.stdev(losses), abs=1e-12)
         assert stats["n"] == 3
-    moe = [fake_loss("moe", s, 1_000_000) for s in range(3)]
-    dense = [fake_loss("dense_active", s, 1_000_000) for s in range(3)]
+    # Welch by hand: both arms are 2.1 (+0.08 for dense) plus 0, 0.006, 0.012 over the seeds,
+    # so each has variance 0.006^2; se^2 = 2 * 0.006^2 / 3 and df = (2v)^2 / (2 v^2 / 2) = 4.
     gap = results["gaps"]["active"]
     assert gap["gap"] == pytest.approx(0.08, abs=1e-12)
-    assert gap["p_value"] == pytest.approx(scipy_stats.ttest_ind(dense, moe, equal_var=False).pvalue)
+    t = 0.08 / (0.006 * (2 / 3) ** 0.5)
+    assert gap["df"] == pytest.approx(4.0, rel=1e-9)
+    assert gap["p_value"] == pytest.approx(2 * scipy_stats.t.sf(t, 4), rel=1e-6)
     assert gap["verdict"] == "MoE better"
     assert results["gaps"]["total"]["verdict"] == "dense better"
     assert json.loads((folder / "results.json").read_text()) == results
-    rows = (folder / "results.csv").read_text().splitlines()
-    assert len(rows) == 1 + 9 and rows[0].startswith("budget_tokens,arm,criterion,seed,best_val_loss")
+    text = (folder / "results.csv").read_text()
+    assert text.startswith("budget_tokens,arm,criterion,seed,best_val_loss")
+    # One row per run, each with the numbers the fake trainer was told to produce.
+    config, _ = demo
+    counts = {arm.name: count_params(arm.config.model) for arm in study_arms(config, ["active", "total"])}
+    criterion = {"moe": "", "dense_active": "active", "dense_total": "total"}
+    rows = list(csv.DictReader(io.StringIO(text)))
+    assert sorted((r["arm"], int(r["seed"])) for r in rows) == sorted(
+        (arm, seed) for arm in criterion for seed in range(3))
+    for row in rows:
+        arm, seed = row["arm"], int(row["seed"])
+        loss = fake_loss(arm, seed, 1_000_000)
+        assert float(row["best_val_loss"]) == pytest.approx(loss, abs=1e-12)
+        assert float(row["final_val_loss"]) == pytest.approx(loss, abs=1e-12)
+        assert float(row["best_val_bpb"]) == pytest.approx(loss / 2, abs=1e-12)
+        assert (row["budget_tokens"], row["criterion"]) == ("", criterion[arm])
+        assert (int(row["tokens"]), int(row["steps"]), float(row["tokens_per_s"])) == (
+            1_000_000, 3, 1000.0 + seed)
+        assert (int(row["active_params"]), int(row["total_params"])) == (
+            counts[arm].active, counts[arm].total)
+        assert row["run_dir"] == f"runs/{arm}/seed{seed}"
 
 
 def test_rerun_skips_finished_runs_and_redoes_a_torn_one(tmp_path, demo):

@@ -34,9 +34,19 @@ def study_argv(folder: Path, seeds: int = 2) -> list[str]:
 
 @pytest.fixture(scope="module")
 def study(tmp_path_factory) -> Path:
+    """The trained study, shared by every test of this file: read it, never change it (a test
+    that reruns, deletes or adds runs works on ``private_copy``), so each test holds in any order."""
     folder = tmp_path_factory.mktemp("study") / "tiny"
     assert main(study_argv(folder)) == 0
     return folder
+
+
+def private_copy(study: Path, tmp_path: Path) -> Path:
+    """A copy of the study for one test to change, under the same folder name (results.json
+    records the name)."""
+    copy = tmp_path / study.name
+    shutil.copytree(study, copy)
+    return copy
 
 
 def summaries(folder: Path) -> dict[str, dict]:
@@ -93,41 +103,44 @@ def test_results_are_the_statistics_of_the_summaries(study):
     assert gap["gap"] == pytest.approx(dense - moe, abs=1e-12)
 
 
-def test_report_command_rebuilds_identical_numbers(study):
-    before = (study / "results.json").read_text()
-    (study / "results.json").unlink()
-    assert main(["report", str(study)]) == 0
-    assert (study / "results.json").read_text() == before
+def test_report_command_rebuilds_identical_numbers(study, tmp_path):
+    folder = private_copy(study, tmp_path)
+    before = (folder / "results.json").read_text()
+    (folder / "results.json").unlink()
+    assert main(["report", str(folder)]) == 0
+    assert (folder / "results.json").read_text() == before
 
 
-def test_listed_commands_train_runs_the_study_then_skips(study, capsys):
+def test_listed_commands_train_runs_the_study_then_skips(study, tmp_path, capsys):
+    folder = private_copy(study, tmp_path)
     capsys.readouterr()
-    assert main(study_argv(study, seeds=3) + ["--list-runs"]) == 0
+    assert main(study_argv(folder, seeds=3) + ["--list-runs"]) == 0
     commands = capsys.readouterr().out.splitlines()
-    assert [c.split()[-1][len(str(study)) + 1:] for c in commands] == [
+    assert [c.split()[-1][len(str(folder)) + 1:] for c in commands] == [
         "runs/moe/seed2", "runs/dense_active/seed2", "runs/dense_total/seed2"]
     assert main(shlex.split(commands[0])[1:]) == 0  # as a cluster job would run it
-    assert main(study_argv(study, seeds=3)) == 0
+    assert main(study_argv(folder, seeds=3)) == 0
     assert "9 runs planned, 7 already complete, 2 to train" in capsys.readouterr().out
 
 
-def test_rerun_skips_finished_runs_and_redoes_torn_ones(study, capsys):
-    before = summaries(study)
-    mtimes = {name: (study / f"runs/{name}/summary.json").stat().st_mtime_ns for name in before}
+def test_rerun_skips_finished_runs_and_redoes_torn_ones(study, tmp_path, capsys):
+    folder = private_copy(study, tmp_path)
+    before = summaries(folder)
+    mtimes = {name: (folder / f"runs/{name}/summary.json").stat().st_mtime_ns for name in before}
     # moe/seed1 died after its last checkpoint; dense_active/seed0 died before any checkpoint.
-    (study / "runs/moe/seed1/summary.json").unlink()
-    (study / "runs/dense_active/seed0/summary.json").unlink()
-    shutil.rmtree(study / "runs/dense_active/seed0/checkpoints")
+    (folder / "runs/moe/seed1/summary.json").unlink()
+    (folder / "runs/dense_active/seed0/summary.json").unlink()
+    shutil.rmtree(folder / "runs/dense_active/seed0/checkpoints")
     capsys.readouterr()
-    assert main(study_argv(study, seeds=2)) == 0
+    assert main(study_argv(folder, seeds=2)) == 0
     out = capsys.readouterr().out
     assert "6 runs planned, 4 already complete, 2 to train" in out
     assert "moe/seed1: resuming from its checkpoint" in out
     assert "dense_active/seed0: training" in out
-    after = summaries(study)
+    after = summaries(folder)
     for name, mtime in mtimes.items():
         if name not in ("moe/seed1", "dense_active/seed0"):
-            assert (study / f"runs/{name}/summary.json").stat().st_mtime_ns == mtime
+            assert (folder / f"runs/{name}/summary.json").stat().st_mtime_ns == mtime
     # Retrained from scratch with the same seed on CPU: the same numbers (reproducibility).
     assert after["dense_active/seed0"]["best_val_loss"] == before["dense_active/seed0"]["best_val_loss"]
     assert after["moe/seed1"]["best_val_loss"] == before["moe/seed1"]["best_val_loss"]
