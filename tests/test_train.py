@@ -51,6 +51,9 @@ def test_lr_schedule_matches_hand_values():
     assert lr_at(midpoint, 10, 2, 1.0, 0.1) == pytest.approx(0.55)
     assert all(a >= b for a, b in zip(lrs[1:], lrs[2:]))
     assert lr_at(0, 10, 0, 2.0, 0.0) == pytest.approx(2.0)  # no warmup
+    # Warmup over all steps but the last: the last one is still the floor, not the peak.
+    assert [lr_at(step, 2, 1, 1.0, 0.1) for step in range(2)] == pytest.approx([1.0, 0.1])
+    assert lr_at(0, 1, 0, 1.0, 0.1) == pytest.approx(0.1)  # a one-step run: its last step
 
 
 def test_token_budget_rounds_down_to_whole_steps():

@@ -19,9 +19,11 @@ def lr_at(step: int, total_steps: int, warmup_steps: int, lr_peak: float,
     """
     if step < warmup_steps:
         return lr_peak * (step + 1) / warmup_steps
-    decay_steps = max(total_steps - 1 - warmup_steps, 1)
-    progress = min((step - warmup_steps) / decay_steps, 1.0)
     lr_floor = min_lr_ratio * lr_peak
+    decay_steps = total_steps - 1 - warmup_steps
+    if decay_steps <= 0:  # warmup took every step but the last, which sits on the floor
+        return lr_floor
+    progress = min((step - warmup_steps) / decay_steps, 1.0)
     return lr_floor + 0.5 * (1.0 + math.cos(math.pi * progress)) * (lr_peak - lr_floor)
 
 
