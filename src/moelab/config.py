@@ -350,20 +350,20 @@ def _join(prefix: str, key: str) -> str:
 
 def _require_positive(obj: Any, prefix: str, *names: str) -> None:
     for name in names:
-        _require(obj, prefix, name, getattr(obj, name) > 0, "> 0")
+        value = getattr(obj, name)
+        _require(f"{prefix}.{name}", value, _is_finite(value) and value > 0, "> 0")
 
 
 def _require_non_negative(obj: Any, prefix: str, *names: str) -> None:
     for name in names:
-        _require(obj, prefix, name, getattr(obj, name) >= 0, ">= 0")
+        value = getattr(obj, name)
+        _require(f"{prefix}.{name}", value, _is_finite(value) and value >= 0, ">= 0")
 
 
-def _require(obj: Any, prefix: str, name: str, holds: bool, allowed: str) -> None:
-    value = getattr(obj, name)
-    if not _is_finite(value):  # nan compares False both ways, inf passes "> 0"
-        raise ConfigError(f"{prefix}.{name}={value} is invalid: must be a finite number {allowed}")
-    if not holds:
-        raise ConfigError(f"{prefix}.{name}={value} is invalid: must be {allowed}")
+def _require(key: str, value: Any, holds: bool, allowed: str) -> None:
+    if not holds:  # nan fails both comparisons; inf would pass "> 0" without the finite check
+        finite = "" if _is_finite(value) else "a finite number "
+        raise ConfigError(f"{key}={value} is invalid: must be {finite}{allowed}")
 
 
 def _is_finite(value: Any) -> bool:

@@ -61,10 +61,19 @@ def add_config_arguments(parser: argparse.ArgumentParser) -> None:
 
 def positive_int(text: str) -> int:
     """argparse type for counts (``--jobs``, ``--top-k``): a whole number > 0."""
+    return _whole_number(text, minimum=1, allowed="> 0")
+
+
+def non_negative_int(text: str) -> int:
+    """argparse type for counts that may be 0 (``--bootstrap``, ``--max-new-tokens``)."""
+    return _whole_number(text, minimum=0, allowed=">= 0")
+
+
+def _whole_number(text: str, minimum: int, allowed: str) -> int:
     try:
         value = int(text)
     except ValueError:
-        value = 0
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"{text} is invalid: must be a whole number > 0")
+        value = minimum - 1
+    if value < minimum:
+        raise argparse.ArgumentTypeError(f"{text} is invalid: must be a whole number {allowed}")
     return value

@@ -2,26 +2,13 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 from pathlib import Path
 
 
-def non_negative_int(text: str) -> int:
-    """argparse type for ``--bootstrap R``: a whole number >= 0 (0: no bootstrap), checked
-    before any work starts (a sweep would otherwise find out only after all its training)."""
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{text} is invalid: must be a whole number >= 0")
-    return value
-
-
 def register(subparsers) -> None:
     """Add this module's sub-commands."""
-    from moelab.cli import positive_int
+    from moelab.cli import non_negative_int, positive_int
 
     fit = subparsers.add_parser(
         "fit", help="fit a scaling law to a CSV of (N, D or C, [S], loss) points",

@@ -9,7 +9,7 @@ import math
 
 def register(subparsers) -> None:
     """Add this module's sub-commands."""
-    from moelab.cli import add_config_arguments, positive_int
+    from moelab.cli import add_config_arguments, non_negative_int, positive_int
 
     train = subparsers.add_parser(
         "train", help="train one run into a folder",
@@ -32,7 +32,7 @@ def register(subparsers) -> None:
     generate = subparsers.add_parser("generate", help="continue a prompt with a trained run")
     generate.add_argument("run", metavar="RUN", help="a run folder")
     generate.add_argument("--prompt", required=True, help="the text to continue")
-    generate.add_argument("--max-new-tokens", type=_non_negative_int, default=64, metavar="N",
+    generate.add_argument("--max-new-tokens", type=non_negative_int, default=64, metavar="N",
                           help="tokens to generate (default 64)")
     generate.add_argument("--temperature", type=_temperature, default=1.0, metavar="T",
                           help="sampling temperature; 0 means greedy (default 1.0)")
@@ -90,13 +90,6 @@ def _export_hf(args) -> int:
     out = export_hf(args.run, args.out)
     print(f"wrote {out} (load it with transformers.AutoModelForCausalLM.from_pretrained)")
     return 0
-
-
-def _non_negative_int(text: str) -> int:
-    value = int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{value} is invalid: must be >= 0")
-    return value
 
 
 def _temperature(text: str) -> float:
