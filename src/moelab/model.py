@@ -24,13 +24,15 @@ from torch import nn
 
 from moelab.config import ModelConfig
 from moelab.errors import MoelabError
+from moelab.linear_cross_entropy import linear_cross_entropy
 from moelab.moe import MoEFeedForward, RoutingStats
 
 
 @dataclass
 class ModelOutput:
-    logits: torch.Tensor
-    """(B, T, V) next-token logits."""
+    logits: Optional[torch.Tensor]
+    """(B, T, V) next-token logits; None when the call gave targets (the loss is computed
+    without materialising them)."""
     lb_loss: torch.Tensor
     """Switch load-balancing loss, mean over MoE layers, unweighted (0 for a dense model)."""
     z_loss: torch.Tensor
@@ -172,8 +174,10 @@ class Transformer(nn.Module):
 
     def forward(self, tokens_BT: torch.Tensor, targets_BT: Optional[torch.Tensor] = None,
                 collect_routing: bool = True) -> ModelOutput:
-        """Logits for every position; with targets also the losses (targets are the next
-        tokens, already shifted: position t predicts targets_BT[:, t]). Training passes
+        """Logits for every position, or, given targets, the losses instead (targets are the
+        next tokens, already shifted: position t predicts targets_BT[:, t]). With targets the
+        head and the cross-entropy run fused, chunk by chunk (``linear_cross_entropy``), and
+        ``logits`` is None: call without targets for them. Training passes
         ``collect_routing=False``: it reads no routing statistics, so the MoE layers skip them
         (``routing`` is then [])."""
         T = tokens_BT.shape[1]
@@ -188,21 +192,21 @@ class Transformer(nn.Module):
                 moe_aux.append(aux)
         h_BTD = self.norm(h_BTD)
         head_weight_VD = self.tok_embeddings.weight if self.output is None else self.output.weight
-        logits_BTV = F.linear(h_BTD, head_weight_VD)
         if moe_aux:
             out = ModelOutput(
-                logits=logits_BTV,
+                logits=None,
                 lb_loss=torch.stack([aux.lb_loss for aux in moe_aux]).mean(),
                 z_loss=torch.stack([aux.z_loss for aux in moe_aux]).mean(),
                 routing=[aux.routing for aux in moe_aux] if collect_routing else [],
             )
         else:
-            zero = torch.zeros((), device=logits_BTV.device)
-            out = ModelOutput(logits=logits_BTV, lb_loss=zero, z_loss=zero, routing=[])
-        if targets_BT is not None:
-            out.ce_loss = F.cross_entropy(logits_BTV.float().flatten(0, 1), targets_BT.flatten())
-            out.loss = out.ce_loss
-            if self.cfg.moe is not None:
-                out.loss = (out.ce_loss + self.cfg.moe.lb_coef * out.lb_loss
-                            + self.cfg.moe.z_coef * out.z_loss)
+            zero = torch.zeros((), device=h_BTD.device)
+            out = ModelOutput(logits=None, lb_loss=zero, z_loss=zero, routing=[])
+        if targets_BT is None:
+            out.logits = F.linear(h_BTD, head_weight_VD)
+            return out
+        out.ce_loss = linear_cross_entropy(h_BTD.flatten(0, 1), head_weight_VD, targets_BT.flatten())
+        out.loss = out.ce_loss
+        if self.cfg.moe is not None:
+            out.loss = out.ce_loss + self.cfg.moe.lb_coef * out.lb_loss + self.cfg.moe.z_coef * out.z_loss
         return out
