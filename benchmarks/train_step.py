@@ -13,8 +13,9 @@ Machines shared with other jobs are noisy, so every configuration is built and w
 then timed one step at a time in round-robin order. Ratios use the *fastest* step of each
 configuration (the one least disturbed by other processes); medians are recorded too. Achieved
 FLOP/s use ``flops_per_token(cfg).full`` and are compared with a measured matmul peak.
-Raw results go to benchmarks/results/train_step.json, one entry per set of --modes (compile
-warms up for minutes, so it can be measured in its own invocation without losing the others).
+Raw results go to benchmarks/results/train_step.json, one entry per --label (default: the
+--modes text), so repeated runs and separate invocations (compile warms up for a while) are
+kept side by side.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ import torch
 
 from moelab.accounting import flops_per_token, match_dense
 from moelab.config import load_config
+from moelab.fileio import atomic_write_json
 from moelab.model import Transformer
 from moelab.train.export import hf_config
 from moelab.train.loop import StepPlan, forward_backward
@@ -113,6 +115,9 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--modes", default="eager,bf16", help="any of eager, bf16, compile")
     parser.add_argument("--impls", default="moelab,hf")
+    parser.add_argument("--label", default=None,
+                        help="key of this run in the results file (default: the --modes text); "
+                             "a new label keeps earlier runs beside it")
     parser.add_argument("--batch-size", type=int, default=None, help="default: the demo's")
     parser.add_argument("--threads", type=int, default=1,
                         help="torch threads (default 1: on a CPU shared with other jobs, 2 "
@@ -166,10 +171,9 @@ def main() -> None:
     }
     results["finished"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     results["load_average_1min"] = os.getloadavg()[0]
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
     previous = json.loads(RESULTS.read_text()) if RESULTS.is_file() else {}
     previous = previous if "rows" not in previous else {}  # an older single-entry layout
-    RESULTS.write_text(json.dumps({**previous, args.modes: results}, indent=2) + "\n")
+    atomic_write_json(RESULTS, {**previous, args.label or args.modes: results})
     print_table(rows)
     for key, message in errors.items():
         print(f"not measured: {key}: {message}")

@@ -360,3 +360,29 @@ def test_optimal_rejects_bad_fit_files(tmp_path, capsys):
     assert "--params" in capsys.readouterr().err
     assert main(["optimal", str(path), "--flops", "-3"]) == 2
     assert "--flops=-3" in capsys.readouterr().err
+
+
+def test_a_degenerate_fit_beyond_float_range_gives_infinities_not_errors():
+    # A bootstrap replicate of a poorly identified sparsity fit can run a log-coefficient off to
+    # 800 (the demo sweep did): exp overflows. Each step must carry inf through, not raise or
+    # turn it into nan, and the optimum search must not feed inf - inf to scipy.
+    import warnings
+
+    from moelab.scaling.fitting import percentile_interval
+
+    theta = SPARSITY.theta_from_natural(dict(SPARSITY_TRUTH, lam=0.3, delta=-0.4))
+    theta[SPARSITY.param_names.index("log_a")] = 800.0
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        params = SPARSITY.natural_params(theta)
+        assert params["a"] == math.inf
+        loss = SPARSITY.predict_loss(params, N=[1e6, 1e7], D=[1e9, 1e9], S=[0.0, 0.5])
+        assert np.all(loss == math.inf)
+        optimum = compute_optimal(SPARSITY, params, 1e18)
+        assert optimum.loss == math.inf
+        # Percentiles: two infinite replicates at the top give inf, not inf - inf = nan ...
+        low, high = percentile_interval([1.0, 2.0, 3.0, math.inf, math.inf])
+        assert low == pytest.approx(1.1) and high == math.inf  # rank 0.025 * 4 = 0.1: 1 + 0.1 * (2 - 1)
+    # ... and finite replicates give numpy's linear interpolation unchanged.
+    values = np.random.default_rng(0).normal(size=200)
+    assert percentile_interval(values) == pytest.approx(np.percentile(values, [2.5, 97.5]), rel=1e-12)

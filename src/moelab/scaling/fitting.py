@@ -148,7 +148,13 @@ def check_num_starts(max_starts: int | None) -> None:
 def percentile_interval(values, level: float = 0.95) -> tuple[float, float]:
     """The central ``level`` percentile interval of bootstrap values (2.5 and 97.5 % at 0.95)."""
     tail = 100.0 * (1.0 - level) / 2.0
-    low, high = np.percentile(np.asarray(values, dtype=np.float64), [tail, 100.0 - tail])
+    values = np.asarray(values, dtype=np.float64)
+    with np.errstate(invalid="ignore"):
+        bounds = np.percentile(values, [tail, 100.0 - tail])
+    # Interpolating between two infinite replicates gives inf - inf = nan: the bound is that
+    # infinity, which the nearest order statistic is.
+    nearest = np.percentile(values, [tail, 100.0 - tail], method="nearest")
+    low, high = np.where(np.isnan(bounds) & ~np.isnan(nearest), nearest, bounds)
     return float(low), float(high)
 
 

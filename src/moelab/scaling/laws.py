@@ -20,7 +20,6 @@ the prediction two einsums, for thousands of starting points at once.
 from __future__ import annotations
 
 import itertools
-import math
 from dataclasses import dataclass
 from typing import Callable
 
@@ -63,11 +62,15 @@ class Law:
         return design_JPn
 
     def natural_params(self, theta: np.ndarray) -> dict[str, float]:
-        """Readable parameters: exp of the log-coefficients (A = exp(a), ...) and the exponents."""
+        """Readable parameters: exp of the log-coefficients (A = exp(a), ...) and the exponents.
+
+        A log-coefficient beyond float range (a degenerate fit or bootstrap replicate can run
+        off to a = 800) gives A = inf rather than an error."""
         out = {}
         for name, value in zip(self.param_names, theta):
             if name in self.log_coef_names:
-                out[self.log_coef_names[name]] = float(math.exp(value))
+                with np.errstate(over="ignore"):
+                    out[self.log_coef_names[name]] = float(np.exp(value))
             else:
                 out[name] = float(value)
         return out
@@ -105,7 +108,10 @@ class Law:
 
 def _logsumexp(x: np.ndarray, axis: int) -> np.ndarray:
     peak = np.max(x, axis=axis, keepdims=True)
-    return np.squeeze(peak, axis) + np.log(np.sum(np.exp(x - peak), axis=axis))
+    # An infinite term (a coefficient beyond float range) makes the sum infinite, not inf - inf.
+    peak = np.where(np.isfinite(peak), peak, 0.0)
+    with np.errstate(over="ignore", divide="ignore"):
+        return np.squeeze(peak, axis) + np.log(np.sum(np.exp(x - peak), axis=axis))
 
 
 def log_features(law: Law, columns: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

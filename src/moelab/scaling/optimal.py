@@ -129,10 +129,13 @@ def compute_optimal(
     grid_loss = loss_at(log_n_G, s_G)
     start = int(np.argmin(np.where(np.isfinite(grid_loss), grid_loss, np.inf)))
     x0 = [log_n_G[start], s_G[start]]
-    result = scipy.optimize.minimize(lambda x: float(loss_at(x[0], x[1])[0]), x0,
-                                     method="L-BFGS-B", bounds=[log_n_range, s_range],
-                                     options={"ftol": 1e-15, "gtol": 1e-12})
-    log_n, sparsity = (result.x if result.fun <= grid_loss[start] else x0)
+    log_n, sparsity = x0
+    if np.isfinite(grid_loss[start]):  # else a degenerate (bootstrap) fit: nothing to refine
+        result = scipy.optimize.minimize(lambda x: float(loss_at(x[0], x[1])[0]), x0,
+                                         method="L-BFGS-B", bounds=[log_n_range, s_range],
+                                         options={"ftol": 1e-15, "gtol": 1e-12})
+        if result.fun <= grid_loss[start]:
+            log_n, sparsity = result.x
     total = float(math.exp(log_n))
     active = float(active_params(total, sparsity, shared_fraction))
     at_boundary = _on_edge(log_n, *log_n_range, tol=1e-3) or (
