@@ -2,10 +2,11 @@
 
 ``linear_cross_entropy(h, W, targets)`` equals ``F.cross_entropy(h @ W.T, targets)`` (mean over
 rows, logits in fp32) and its gradients. Computed naively, the (N, V) logits, their log-softmax
-and its gradient are three tensors far larger than the model's activations (N = 2,048 rows and
-V = 1,024 are 8 MB each, against 0.5 MB for the (N, 64) hidden states of the demo model), and
-each pass over them misses the cache; on a CPU the head and the loss took a sixth of a demo
-train step. Here the rows go through in chunks of about a million logits: each chunk's logits
+and its gradient are three tensors each V / D times the size of the hidden states they come
+from (N = 2,048 rows and V = 1,024 are 8 MB each, 16 times the (N, 64) hidden states of the
+demo model), and each pass over them misses the cache; on a CPU the head and the loss took a
+sixth of a demo train step. Here the rows go through in chunks (on a CPU, about a million
+logits, a core's L2 cache; on a GPU, chunks large enough to keep its matmuls big): each chunk's logits
 are made, turned into the loss and into ``softmax - onehot`` (the gradient of the loss with
 respect to the logits), and multiplied back into the gradients of ``h`` and ``W`` while they are
 still in cache. The forward pass thus does the backward's work too (as Liger Kernel's fused
@@ -17,12 +18,19 @@ from __future__ import annotations
 
 import torch
 
+from moelab.precision import compute_dtype
+
 CHUNK_LOGITS = 2**20
-"""Logits per chunk (4 MB in fp32): rows per chunk = CHUNK_LOGITS // V, at least 64."""
+"""Logits per chunk on a CPU: 4 MB in fp32, so a chunk's logits stay in a core's L2 cache."""
+ACCELERATOR_CHUNK_LOGITS = 2**26
+"""Logits per chunk elsewhere (256 MB in fp32): a GPU needs big matmuls and few launches more
+than it needs cache; chunking there only bounds the memory."""
 
 
-def rows_per_chunk(vocab_size: int) -> int:
-    return max(64, CHUNK_LOGITS // vocab_size)
+def rows_per_chunk(vocab_size: int, device_type: str = "cpu") -> int:
+    """Rows of hidden states per chunk: the chunk's logits fill the budget, at least 64 rows."""
+    budget = CHUNK_LOGITS if device_type == "cpu" else ACCELERATOR_CHUNK_LOGITS
+    return max(64, budget // vocab_size)
 
 
 def linear_cross_entropy(h_ND: torch.Tensor, weight_VD: torch.Tensor,
@@ -34,19 +42,12 @@ def linear_cross_entropy(h_ND: torch.Tensor, weight_VD: torch.Tensor,
     return loss_sum / h_ND.shape[0]
 
 
-def _compute_dtype(x: torch.Tensor) -> torch.dtype:
-    """The autocast dtype when autocast is on (the head is a linear layer), else x's dtype."""
-    if torch.is_autocast_enabled(x.device.type):
-        return torch.get_autocast_dtype(x.device.type)
-    return x.dtype
-
-
 def _chunked(h_ND, weight_VD, targets_N, with_grads: bool):
     """(summed loss, d loss_sum / d h or None, d loss_sum / d W in fp32 or None)."""
-    dtype = _compute_dtype(h_ND)
+    dtype = compute_dtype(h_ND)  # the head is a linear layer: autocast's dtype when it is on
     with torch.autocast(h_ND.device.type, enabled=False):
         h_ND, weight_VD = h_ND.to(dtype), weight_VD.to(dtype)
-        chunk = rows_per_chunk(weight_VD.shape[0])
+        chunk = rows_per_chunk(weight_VD.shape[0], h_ND.device.type)
         loss_sum = h_ND.new_zeros((), dtype=torch.float32)
         grad_h_chunks, grad_w_VD = [], None
         for start in range(0, h_ND.shape[0], chunk):
@@ -63,8 +64,8 @@ def _chunked(h_ND, weight_VD, targets_N, with_grads: bool):
                                         grad_logits_CV.new_full((targets_C.shape[0], 1), -1.0))
             grad_logits_CV = grad_logits_CV.to(dtype)
             grad_h_chunks.append(grad_logits_CV @ weight_VD)
-            grad_w_CVD = (grad_logits_CV.T @ h_CD).float()
-            grad_w_VD = grad_w_CVD if grad_w_VD is None else grad_w_VD + grad_w_CVD
+            grad_w_chunk_VD = (grad_logits_CV.T @ h_CD).float()
+            grad_w_VD = grad_w_chunk_VD if grad_w_VD is None else grad_w_VD + grad_w_chunk_VD
     if not with_grads:
         return loss_sum, None, None
     return loss_sum, torch.cat(grad_h_chunks), grad_w_VD

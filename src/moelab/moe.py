@@ -41,6 +41,7 @@ from torch import nn
 
 from moelab.config import ModelConfig
 from moelab.errors import MoelabError
+from moelab.precision import compute_dtype
 
 DISPATCH_MODES = ("sorted", "reference")
 
@@ -281,13 +282,6 @@ def sorted_experts_forward(
                                       layout.token_of_row_R, layout.slots_per_expert)
 
 
-def _compute_dtype(x: torch.Tensor) -> torch.dtype:
-    device_type = x.device.type
-    if torch.is_autocast_enabled(device_type):
-        return torch.get_autocast_dtype(device_type)
-    return x.dtype
-
-
 class _SortedSwiGLUExperts(torch.autograd.Function):
     """Gather, SwiGLU experts and weighted combine, forward and backward in one autograd node.
 
@@ -302,7 +296,7 @@ class _SortedSwiGLUExperts(torch.autograd.Function):
     def forward(ctx, x_TD, weights_TK, w1_EHD, w2_EDH, w3_EHD,
                 slot_of_row_R, row_of_slot_S, token_of_row_R, slots_per_expert):
         ctx.input_dtypes = (x_TD.dtype, weights_TK.dtype, w1_EHD.dtype, w2_EDH.dtype, w3_EHD.dtype)
-        dtype = _compute_dtype(x_TD)  # honour autocast explicitly, then do the maths without it
+        dtype = compute_dtype(x_TD)  # honour autocast explicitly, then do the maths without it
         num_tokens, top_k = weights_TK.shape
         with torch.autocast(x_TD.device.type, enabled=False):
             x, weights, w1, w2, w3 = (t.to(dtype) for t in (x_TD, weights_TK, w1_EHD, w2_EDH, w3_EHD))
