@@ -191,17 +191,8 @@ class Transformer(nn.Module):
             if aux is not None:
                 moe_aux.append(aux)
         h_BTD = self.norm(h_BTD)
+        out = _output_with_aux(moe_aux, collect_routing, h_BTD.device)
         head_weight_VD = self.tok_embeddings.weight if self.output is None else self.output.weight
-        if moe_aux:
-            out = ModelOutput(
-                logits=None,
-                lb_loss=torch.stack([aux.lb_loss for aux in moe_aux]).mean(),
-                z_loss=torch.stack([aux.z_loss for aux in moe_aux]).mean(),
-                routing=[aux.routing for aux in moe_aux] if collect_routing else [],
-            )
-        else:
-            zero = torch.zeros((), device=h_BTD.device)
-            out = ModelOutput(logits=None, lb_loss=zero, z_loss=zero, routing=[])
         if targets_BT is None:
             out.logits = F.linear(h_BTD, head_weight_VD)
             return out
@@ -210,3 +201,16 @@ class Transformer(nn.Module):
         if self.cfg.moe is not None:
             out.loss = out.ce_loss + self.cfg.moe.lb_coef * out.lb_loss + self.cfg.moe.z_coef * out.z_loss
         return out
+
+
+def _output_with_aux(moe_aux: list, collect_routing: bool, device: torch.device) -> ModelOutput:
+    """A ModelOutput holding the MoE layers' aux losses averaged over layers (0 when dense)."""
+    if not moe_aux:
+        zero = torch.zeros((), device=device)
+        return ModelOutput(logits=None, lb_loss=zero, z_loss=zero, routing=[])
+    return ModelOutput(
+        logits=None,
+        lb_loss=torch.stack([aux.lb_loss for aux in moe_aux]).mean(),
+        z_loss=torch.stack([aux.z_loss for aux in moe_aux]).mean(),
+        routing=[aux.routing for aux in moe_aux] if collect_routing else [],
+    )
