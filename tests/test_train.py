@@ -20,16 +20,9 @@ from moelab.train import generate_text, load_run, lr_at, train
 from moelab.train.checkpoint import _flatten_optimizer, _unflatten_optimizer
 from moelab.train.loop import StepPlan
 from moelab.train.run_folder import RunFolder
+from tiny_overrides import TINY_MOE_RUN
 
-# 2 layers, d_model 32, context 32, vocab 512, 300 training stories of the bundled sample.
-TINY = [
-    "model.vocab_size=512", "model.d_model=32", "model.n_layers=2", "model.n_heads=2",
-    "model.n_kv_heads=2", "model.d_ff=64", "model.max_seq_len=32",
-    "model.moe={num_experts: 4, top_k: 2, d_expert: 32}",
-    "data.source=sample", "data.max_train_stories=300",
-    "train.batch_size=8", "train.max_tokens=5120", "train.lr=0.01", "train.eval_interval=10",
-    "train.eval_windows=8", "train.log_interval=1", "train.progress=false", "train.sample_tokens=8",
-]
+TINY = TINY_MOE_RUN + ["train.max_tokens=5120", "train.eval_interval=10", "train.sample_tokens=8"]
 
 
 def tiny_config(*overrides: str):

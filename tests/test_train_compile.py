@@ -25,20 +25,14 @@ import moelab.train.loop
 from moelab.config import load_config
 from moelab.train import train
 from moelab.train.run_folder import RunFolder
+from tiny_overrides import TINY_MOE_RUN
 
 pytestmark = pytest.mark.slow
 
 STEPS = 12
-# test_train.py's tiny model: d_model 32, context 32, vocab 512; 12 steps of 8 sequences.
-TINY = [
-    "model.vocab_size=512", "model.d_model=32", "model.n_layers=2", "model.n_heads=2",
-    "model.n_kv_heads=2", "model.d_ff=64", "model.max_seq_len=32",
-    "model.moe={num_experts: 4, top_k: 2, d_expert: 32}",
-    "data.source=sample", "data.max_train_stories=300",
-    "train.batch_size=8", f"train.max_tokens={STEPS * 8 * 32}", "train.lr=0.01",
-    "train.eval_interval=4", "train.eval_windows=8", "train.log_interval=1",
-    "train.progress=false", "train.sample_tokens=0",
-]
+# The shared tiny MoE (tiny_overrides.py), 12 steps of 8 sequences.
+TINY = TINY_MOE_RUN + [f"train.max_tokens={STEPS * 8 * 32}", "train.eval_interval=4",
+                       "train.sample_tokens=0"]
 # Inductor fuses and reorders float32 reductions (norms, softmax, cross-entropy), so compiled and
 # eager differ by rounding: measured at most 2e-7 relative on the losses and 3e-6 on the
 # gradient norm over these 12 steps (AdamW amplifies the differences a little every step).

@@ -24,16 +24,9 @@ from moelab.train import train
 from moelab.train.loop import StepPlan, forward_backward
 from moelab.train.optim import build_optimizer
 from moelab.train.run_folder import RunFolder
+from tiny_overrides import TINY_MOE_RUN
 
-# 2 layers, d_model 32, context 32, vocab 512: the tiny MoE of test_train.py (256 tokens a step).
-TINY = [
-    "model.vocab_size=512", "model.d_model=32", "model.n_layers=2", "model.n_heads=2",
-    "model.n_kv_heads=2", "model.d_ff=64", "model.max_seq_len=32",
-    "model.moe={num_experts: 4, top_k: 2, d_expert: 32}",
-    "data.source=sample", "data.max_train_stories=300",
-    "train.batch_size=8", "train.lr=0.01", "train.eval_windows=8", "train.log_interval=1",
-    "train.progress=false", "train.sample_tokens=0",
-]
+TINY = TINY_MOE_RUN + ["train.sample_tokens=0"]
 
 
 def tiny_config(*overrides: str):
