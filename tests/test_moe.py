@@ -14,13 +14,17 @@ from moelab.config import ModelConfig, MoEConfig
 from moelab.errors import MoelabError
 from moelab.model import FeedForward
 from moelab.moe import (
+    ROW_BLOCK,
     MoEFeedForward,
+    _row_pieces,
     expert_layout,
     load_balancing_loss,
     reference_experts_forward,
     route,
     router_z_loss,
     routing_stats,
+    segment_matmul,
+    segment_outer_products,
     sorted_experts_forward,
 )
 
@@ -323,3 +327,34 @@ def test_autocast_bfloat16_runs_and_keeps_fp32_gradients():
 def test_bad_dispatch_name_is_a_moelab_error():
     with pytest.raises(MoelabError, match="dispatch='fast'"):
         MoEFeedForward(moe_config(), dispatch="fast")
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_expert_loops_cut_rows_into_few_shapes_in_bf16_and_stay_exact(dtype):
+    # bf16 on a CPU: every expert's rows are cut into whole 64-row blocks and a remainder, so the
+    # matmul shapes stay few whatever the routing; the results must not change. fp32: one piece.
+    counts = [0, 130, 64, 7, 200]
+    for start, count in zip([0, 0, 130, 194, 201], counts):
+        pieces = _row_pieces(start, count, bounded_shapes=dtype == torch.bfloat16)
+        assert sum(rows for _, rows in pieces) == count and all(rows for _, rows in pieces)
+        assert [first for first, _ in pieces] == [start + sum(r for _, r in pieces[:i]) for i in range(len(pieces))]
+        if dtype == torch.bfloat16:
+            assert all(rows % ROW_BLOCK == 0 or rows < ROW_BLOCK for _, rows in pieces)
+        else:
+            assert len(pieces) == min(count, 1)
+    generator = torch.Generator().manual_seed(0)
+    rows_RA = torch.randn(sum(counts), 16, generator=generator).to(dtype)
+    right_RB = torch.randn(sum(counts), 8, generator=generator).to(dtype)
+    matrices_EAB = torch.randn(len(counts), 16, 8, generator=generator).to(dtype)
+    slots = torch.tensor(counts)
+    products = segment_matmul(rows_RA, matrices_EAB, slots)
+    outer = segment_outer_products(rows_RA, right_RB, slots)
+    start = 0
+    for expert, count in enumerate(counts):  # reference: fp64 products of the same values
+        block = slice(start, start + count)
+        want = rows_RA[block].double() @ matrices_EAB[expert].double()
+        torch.testing.assert_close(products[block].double(), want, rtol=2e-2, atol=2e-2)
+        want_outer = rows_RA[block].double().T @ right_RB[block].double()
+        torch.testing.assert_close(outer[expert].double(), want_outer, rtol=2e-2, atol=5e-2)
+        start += count
+    assert outer[0].abs().sum() == 0  # the expert without rows

@@ -344,13 +344,36 @@ class _SortedSwiGLUExperts(torch.autograd.Function):
 # the plain functions (no dispatcher round trip).
 
 
+ROW_BLOCK = 64
+"""On a CPU, bf16 and fp16 matmuls run in oneDNN, which builds a kernel for every new matrix
+shape (about 1 ms, far more than the matmul). The expert loops' row counts change with the
+routing, so in those dtypes each expert's rows are cut into a multiple of ROW_BLOCK and a
+remainder below it: a bounded set of shapes, all built once and then reused. (fp32 runs in a
+BLAS without per-shape set-up, and GPUs have none either: no cut there.)"""
+
+
+def _row_pieces(start: int, count: int, bounded_shapes: bool) -> list[tuple[int, int]]:
+    """(start, rows) pieces of the rows [start, start + count)."""
+    whole_blocks = count - count % ROW_BLOCK
+    if count == 0:
+        return []
+    if not bounded_shapes or whole_blocks in (0, count):
+        return [(start, count)]
+    return [(start, whole_blocks), (start + whole_blocks, count - whole_blocks)]
+
+
+def _needs_bounded_shapes(t: torch.Tensor) -> bool:
+    return t.device.type == "cpu" and t.dtype in (torch.bfloat16, torch.float16)
+
+
 def _segment_matmul(rows_RA: torch.Tensor, matrices_EAB: torch.Tensor,
                     slots_per_expert: torch.Tensor) -> torch.Tensor:
     out_RB = rows_RA.new_empty(rows_RA.shape[0], matrices_EAB.shape[2])
+    bounded = _needs_bounded_shapes(rows_RA)
     start = 0
     for expert, count in enumerate(slots_per_expert.tolist()):
-        if count:
-            torch.mm(rows_RA[start:start + count], matrices_EAB[expert], out=out_RB[start:start + count])
+        for first, rows in _row_pieces(start, count, bounded):
+            torch.mm(rows_RA[first:first + rows], matrices_EAB[expert], out=out_RB[first:first + rows])
         start += count
     return out_RB
 
@@ -358,12 +381,17 @@ def _segment_matmul(rows_RA: torch.Tensor, matrices_EAB: torch.Tensor,
 def _segment_outer_products(left_RA: torch.Tensor, right_RB: torch.Tensor,
                             slots_per_expert: torch.Tensor) -> torch.Tensor:
     out_EAB = left_RA.new_empty(slots_per_expert.numel(), left_RA.shape[1], right_RB.shape[1])
+    bounded = _needs_bounded_shapes(left_RA)
     start = 0
     for expert, count in enumerate(slots_per_expert.tolist()):
-        if count:
-            torch.mm(left_RA[start:start + count].T, right_RB[start:start + count], out=out_EAB[expert])
-        else:
+        if not count:
             out_EAB[expert] = 0  # an expert without tokens gets an exact zero gradient
+        for piece, (first, rows) in enumerate(_row_pieces(start, count, bounded)):
+            left_rows, right_rows = left_RA[first:first + rows].T, right_RB[first:first + rows]
+            if piece == 0:
+                torch.mm(left_rows, right_rows, out=out_EAB[expert])
+            else:
+                out_EAB[expert].addmm_(left_rows, right_rows)
         start += count
     return out_EAB
 
