@@ -354,9 +354,9 @@ BLAS without per-shape set-up, and GPUs have none either: no cut there.)"""
 
 def _row_pieces(start: int, count: int, bounded_shapes: bool) -> list[tuple[int, int]]:
     """(start, rows) pieces of the rows [start, start + count)."""
-    whole_blocks = count - count % ROW_BLOCK
     if count == 0:
         return []
+    whole_blocks = count - count % ROW_BLOCK
     if not bounded_shapes or whole_blocks in (0, count):
         return [(start, count)]
     return [(start, whole_blocks), (start + whole_blocks, count - whole_blocks)]
