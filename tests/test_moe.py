@@ -10,6 +10,7 @@ import torch
 import torch.nn.functional as F
 from transformers.models.mixtral.modeling_mixtral import load_balancing_loss_func
 
+import moelab.moe
 from moelab.config import ModelConfig, MoEConfig
 from moelab.errors import MoelabError
 from moelab.model import FeedForward
@@ -235,6 +236,36 @@ def test_sorted_dispatch_equals_reference_loop(num_experts, top_k, idle):
     for expert in idle:  # an expert with no tokens gets an exact zero gradient
         assert fast["w1_EHD"].grad[expert].abs().max() == 0
         assert fast["w2_EDH"].grad[expert].abs().max() == 0
+
+
+@pytest.mark.parametrize("grouped_mm", [True, False])
+def test_fp32_dispatch_equals_fp64_reference_with_and_without_grouped_mm(grouped_mm, monkeypatch):
+    # fp32 on a CPU with 16-byte strides runs the expert loops as torch._grouped_mm; otherwise
+    # (forced here) the Python loop. Both must match the fp64 reference loop, idle experts too.
+    calls = []
+    if grouped_mm:
+        real = torch._grouped_mm
+        monkeypatch.setattr(torch, "_grouped_mm", lambda *a, **k: calls.append(1) or real(*a, **k))
+    else:
+        monkeypatch.setattr(moelab.moe, "_grouped_mm_applies", lambda *operands: False)
+    experts_TK, ref = _expert_inputs(37, 8, 2, d_model=8, hidden=12, idle=(0, 5, 7))
+    fp32 = {k: v.detach().float().requires_grad_() for k, v in ref.items()}
+    args = ("x_TD", "weights_TK")
+    out_ref = reference_experts_forward(*(ref[a] for a in args), experts_TK,
+                                        ref["w1_EHD"], ref["w2_EDH"], ref["w3_EHD"])
+    out = sorted_experts_forward(*(fp32[a] for a in args), experts_TK,
+                                 fp32["w1_EHD"], fp32["w2_EDH"], fp32["w3_EHD"])
+    torch.testing.assert_close(out.double(), out_ref, rtol=1e-5, atol=1e-5)
+    upstream = torch.randn_like(out_ref)
+    (out_ref * upstream).sum().backward()
+    (out * upstream.float()).sum().backward()
+    for name in ref:
+        torch.testing.assert_close(fp32[name].grad.double(), ref[name].grad, rtol=1e-4, atol=1e-4,
+                                   msg=lambda m, name=name: f"{name}: {m}")
+    for expert in (0, 5, 7):
+        assert fp32["w1_EHD"].grad[expert].abs().max() == 0
+        assert fp32["w2_EDH"].grad[expert].abs().max() == 0
+    assert len(calls) == (9 if grouped_mm else 0)  # products: 3 forward, 3 backward; 3 outer
 
 
 def test_sorted_dispatch_passes_gradcheck():

@@ -15,9 +15,9 @@ One MoE layer replaces the dense SwiGLU FFN of a block:
    E = 64 on a CPU. Every tensor in it has a shape fixed by T, k and the model; only the loops
    over experts depend on the routing, and torch.compile sees them as two opaque custom ops
    (``segment_matmul``, ``segment_outer_products``), so it compiles the layer once, whatever
-   the routing. (``torch._grouped_mm`` is no faster than the loop on CPU in torch 2.13, and its
-   autograd backward fails there, so it is not used.) ``reference_experts_forward`` is the
-   plain loop-over-experts version the tests hold the fast path equal to.
+   the routing. Inside them, fp32 on a CPU runs ``torch._grouped_mm`` (one call for all
+   experts); other dtypes and devices a Python loop of matmuls. ``reference_experts_forward``
+   is the plain loop-over-experts version the tests hold the fast path equal to.
 3. **Losses and diagnostics** are pure functions of the router logits and the chosen experts:
    ``load_balancing_loss`` (Switch, normalised so a balanced router scores 1),
    ``router_z_loss`` and ``routing_stats`` (summable ``RoutingStats``). They are returned from
@@ -306,42 +306,86 @@ class _SortedSwiGLUExperts(torch.autograd.Function):
             silu_h1_RH = F.silu(h1_RH)
             act_RH = silu_h1_RH * h3_RH
             y_RD = segment_matmul(act_RH, w2.transpose(1, 2), slots_per_expert)
-            y_TKD = y_RD.index_select(0, row_of_slot_S).view(num_tokens, top_k, -1)
-            out_TD = torch.bmm(weights.unsqueeze(1), y_TKD).squeeze(1)
-        ctx.save_for_backward(x_RD, h1_RH, h3_RH, silu_h1_RH, act_RH, y_TKD, weights, w1, w2, w3,
+            out_TD = _gather_sum(y_RD, row_of_slot_S.view(num_tokens, top_k), weights)
+        ctx.save_for_backward(x_RD, h1_RH, h3_RH, silu_h1_RH, act_RH, y_RD, weights, w1, w2, w3,
                               slot_of_row_R, row_of_slot_S, token_of_row_R, slots_per_expert)
         return out_TD
 
     @staticmethod
     def backward(ctx, grad_out_TD):
-        (x_RD, h1_RH, h3_RH, silu_h1_RH, act_RH, y_TKD, weights_TK, w1, w2, w3,
+        (x_RD, h1_RH, h3_RH, silu_h1_RH, act_RH, y_RD, weights_TK, w1, w2, w3,
          slot_of_row_R, row_of_slot_S, token_of_row_R, counts) = ctx.saved_tensors
         with torch.autocast(grad_out_TD.device.type, enabled=False):
-            grad_out_TD = grad_out_TD.to(x_RD.dtype)
-            # d out_t / d weight_tj = y_tj; d out_t / d y_tj = weight_tj
-            grad_weights_TK = (y_TKD * grad_out_TD.unsqueeze(1)).sum(dim=-1)
+            # d out_t / d weight_tj = y_tj; d out_t / d y_tj = weight_tj (per buffer row r)
+            grad_out_RD = grad_out_TD.to(x_RD.dtype).index_select(0, token_of_row_R)
+            grad_weight_R = torch.linalg.vecdot(y_RD, grad_out_RD)
+            grad_weights_TK = grad_weight_R.index_select(0, row_of_slot_S).view(weights_TK.shape)
             weight_of_row_R = weights_TK.reshape(-1).index_select(0, slot_of_row_R)
-            grad_y_RD = grad_out_TD.index_select(0, token_of_row_R).mul_(weight_of_row_R.unsqueeze(1))
+            grad_y_RD = grad_out_RD.mul_(weight_of_row_R.unsqueeze(1))
             grad_act_RH = segment_matmul(grad_y_RD, w2, counts)
             grad_w2 = segment_outer_products(grad_y_RD, act_RH, counts)
             grad_h3_RH = grad_act_RH * silu_h1_RH
             grad_h1_RH = torch.ops.aten.silu_backward(grad_act_RH.mul_(h3_RH), h1_RH)
-            grad_x_RD = segment_matmul(grad_h1_RH, w1, counts)
-            grad_x_RD += segment_matmul(grad_h3_RH, w3, counts)
+            grad_x_RD = segment_matmul_sum([grad_h1_RH, grad_h3_RH], [w1, w3], counts)
             grad_w1 = segment_outer_products(grad_h1_RH, x_RD, counts)
             grad_w3 = segment_outer_products(grad_h3_RH, x_RD, counts)
-            # Each token's k slot gradients, summed in a fixed order (deterministic).
-            grad_x_TD = grad_x_RD.index_select(0, row_of_slot_S).view(*weights_TK.shape, -1).sum(dim=1)
+            grad_x_TD = _gather_sum(grad_x_RD, row_of_slot_S.view(weights_TK.shape))
         x_dtype, weights_dtype, w1_dtype, w2_dtype, w3_dtype = ctx.input_dtypes
         return (grad_x_TD.to(x_dtype), grad_weights_TK.to(weights_dtype), grad_w1.to(w1_dtype),
                 grad_w2.to(w2_dtype), grad_w3.to(w3_dtype), None, None, None, None)
+
+
+def _gather_sum(rows_RD: torch.Tensor, rows_of_token_TK: torch.Tensor,
+                weights_TK: torch.Tensor | None = None) -> torch.Tensor:
+    """out_t = sum_j weights_tj * rows[rows_of_token_tj], the k terms added in slot order
+    (deterministic: no atomics). ``embedding_bag`` does the gather, the weighting and the sum in
+    one pass; an index_select into a (T, k, D) buffer and a reduction over it read and write
+    every row twice more."""
+    return F.embedding_bag(rows_of_token_TK, rows_RD, mode="sum", per_sample_weights=weights_TK)
 
 
 # The two loops over experts. Their trip counts depend on the routing, so torch.compile must not
 # trace them (it would specialise on the counts and recompile as routing changes): under
 # compile they are opaque custom ops whose output shapes depend only on input shapes, and the
 # rest of the layer (gathers, SwiGLU, combine) compiles with the model, once. Eager code calls
-# the plain functions (no dispatcher round trip).
+# the plain functions (no dispatcher round trip). Each runs as one ``torch._grouped_mm`` call
+# where that applies, else as a Python loop of matmuls.
+
+
+def _segment_matmul(rows: list[torch.Tensor], matrices: list[torch.Tensor],
+                    slots_per_expert: torch.Tensor) -> torch.Tensor:
+    if not _grouped_mm_applies(*rows, *matrices):
+        return _looped_segment_matmul(rows, matrices, slots_per_expert)
+    offsets = _group_offsets(slots_per_expert)
+    out_RB = torch._grouped_mm(rows[0], matrices[0], offs=offsets)
+    for rows_RA, matrices_EAB in zip(rows[1:], matrices[1:]):
+        out_RB += torch._grouped_mm(rows_RA, matrices_EAB, offs=offsets)
+    return out_RB
+
+
+def _segment_outer_products(left_RA: torch.Tensor, right_RB: torch.Tensor,
+                            slots_per_expert: torch.Tensor) -> torch.Tensor:
+    if not _grouped_mm_applies(left_RA.T, right_RB):
+        return _looped_segment_outer_products(left_RA, right_RB, slots_per_expert)
+    # An expert without rows gets exact zeros from grouped_mm too (tested).
+    return torch._grouped_mm(left_RA.T, right_RB, offs=_group_offsets(slots_per_expert))
+
+
+def _grouped_mm_applies(*operands: torch.Tensor) -> bool:
+    """Whether ``torch._grouped_mm`` runs the loop: on a CPU in fp32, with every stride a
+    multiple of 16 bytes (its requirement). There it gives the loop's results (bitwise, with
+    one thread) in one call: measured 3-17 % faster than the Python loop on the layer's
+    shapes, more with two threads, 4x on tiny matrices. bf16/fp16 on a CPU keep the loop,
+    because grouped_mm builds a oneDNN kernel for every new row count (see ROW_BLOCK); so do
+    GPUs, where it takes bf16 only, on recent architectures (not measured here)."""
+    return hasattr(torch, "_grouped_mm") and all(
+        t.device.type == "cpu" and t.dtype == torch.float32 and t.data_ptr() % 16 == 0
+        and all(stride == 1 or stride % 4 == 0 for stride in t.stride()) for t in operands)
+
+
+def _group_offsets(slots_per_expert: torch.Tensor) -> torch.Tensor:
+    """End row of each expert's block: the ``offs`` of grouped_mm."""
+    return slots_per_expert.cumsum(0).to(torch.int32)
 
 
 ROW_BLOCK = 64
@@ -366,20 +410,24 @@ def _needs_bounded_shapes(t: torch.Tensor) -> bool:
     return t.device.type == "cpu" and t.dtype in (torch.bfloat16, torch.float16)
 
 
-def _segment_matmul(rows_RA: torch.Tensor, matrices_EAB: torch.Tensor,
-                    slots_per_expert: torch.Tensor) -> torch.Tensor:
-    out_RB = rows_RA.new_empty(rows_RA.shape[0], matrices_EAB.shape[2])
-    bounded = _needs_bounded_shapes(rows_RA)
+def _looped_segment_matmul(rows: list[torch.Tensor], matrices: list[torch.Tensor],
+                           slots_per_expert: torch.Tensor) -> torch.Tensor:
+    first_rows_RA, first_matrices_EAB = rows[0], matrices[0]
+    out_RB = first_rows_RA.new_empty(first_rows_RA.shape[0], first_matrices_EAB.shape[2])
+    bounded = _needs_bounded_shapes(first_rows_RA)
     start = 0
     for expert, count in enumerate(slots_per_expert.tolist()):
-        for first, rows in _row_pieces(start, count, bounded):
-            torch.mm(rows_RA[first:first + rows], matrices_EAB[expert], out=out_RB[first:first + rows])
+        for first, piece_rows in _row_pieces(start, count, bounded):
+            piece = slice(first, first + piece_rows)
+            torch.mm(first_rows_RA[piece], first_matrices_EAB[expert], out=out_RB[piece])
+            for rows_RA, matrices_EAB in zip(rows[1:], matrices[1:]):
+                out_RB[piece].addmm_(rows_RA[piece], matrices_EAB[expert])
         start += count
     return out_RB
 
 
-def _segment_outer_products(left_RA: torch.Tensor, right_RB: torch.Tensor,
-                            slots_per_expert: torch.Tensor) -> torch.Tensor:
+def _looped_segment_outer_products(left_RA: torch.Tensor, right_RB: torch.Tensor,
+                                   slots_per_expert: torch.Tensor) -> torch.Tensor:
     out_EAB = left_RA.new_empty(slots_per_expert.numel(), left_RA.shape[1], right_RB.shape[1])
     bounded = _needs_bounded_shapes(left_RA)
     start = 0
@@ -397,9 +445,9 @@ def _segment_outer_products(left_RA: torch.Tensor, right_RB: torch.Tensor,
 
 
 @torch.library.custom_op("moelab::segment_matmul", mutates_args=())
-def _segment_matmul_op(rows_RA: torch.Tensor, matrices_EAB: torch.Tensor,
+def _segment_matmul_op(rows: list[torch.Tensor], matrices: list[torch.Tensor],
                        slots_per_expert: torch.Tensor) -> torch.Tensor:
-    return _segment_matmul(rows_RA, matrices_EAB, slots_per_expert)
+    return _segment_matmul(rows, matrices, slots_per_expert)
 
 
 @torch.library.custom_op("moelab::segment_outer_products", mutates_args=())
@@ -409,8 +457,8 @@ def _segment_outer_products_op(left_RA: torch.Tensor, right_RB: torch.Tensor,
 
 
 @_segment_matmul_op.register_fake
-def _(rows_RA, matrices_EAB, slots_per_expert):
-    return rows_RA.new_empty(rows_RA.shape[0], matrices_EAB.shape[2])
+def _(rows, matrices, slots_per_expert):
+    return rows[0].new_empty(rows[0].shape[0], matrices[0].shape[2])
 
 
 @_segment_outer_products_op.register_fake
@@ -420,9 +468,15 @@ def _(left_RA, right_RB, slots_per_expert):
 
 def segment_matmul(rows_RA, matrices_EAB, slots_per_expert):
     """Each expert's block of rows times its own (A, B) matrix: (R, A) -> (R, B)."""
+    return segment_matmul_sum([rows_RA], [matrices_EAB], slots_per_expert)
+
+
+def segment_matmul_sum(rows, matrices, slots_per_expert):
+    """``sum_i segment_matmul(rows[i], matrices[i])`` as one (R, B) result (the loop
+    accumulates each block in place: no second buffer)."""
     if torch.compiler.is_compiling():
-        return _segment_matmul_op(rows_RA, matrices_EAB, slots_per_expert)
-    return _segment_matmul(rows_RA, matrices_EAB, slots_per_expert)
+        return _segment_matmul_op(rows, matrices, slots_per_expert)
+    return _segment_matmul(rows, matrices, slots_per_expert)
 
 
 def segment_outer_products(left_RA, right_RB, slots_per_expert):
