@@ -12,6 +12,7 @@ through all of it.
 
     .venv/bin/python benchmarks/moe_dispatch.py              # all threads -> results/moe_dispatch.json
     .venv/bin/python benchmarks/moe_dispatch.py --threads 1  # adds a 1-thread run to the same file
+    .venv/bin/python benchmarks/moe_dispatch.py --label "run 2"  # kept beside the first run
     .venv/bin/python benchmarks/moe_dispatch.py --quick      # 3 repeats, smoke test, writes nothing
 """
 
@@ -130,6 +131,8 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
     parser.add_argument("--quick", action="store_true", help="3 repeats, 1 warmup, no results file")
+    parser.add_argument("--label", default="",
+                        help="results keep one run per (threads, label): repeat runs side by side")
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
     if args.quick:
@@ -141,7 +144,7 @@ def main() -> None:
     if args.quick:
         return
     run = {
-        "threads": torch.get_num_threads(), "repeats": args.repeats, "warmup": args.warmup,
+        "threads": torch.get_num_threads(), "label": args.label, "repeats": args.repeats, "warmup": args.warmup,
         "load_average_1min": {"before": load_before, "after": os.getloadavg()[0]},
         "shapes": {"tokens": args.batch * args.seq_len, "batch": args.batch,
                    "seq_len": args.seq_len, "d_model": args.d_model, "d_expert": args.d_expert,
@@ -149,10 +152,11 @@ def main() -> None:
         "torch": torch.__version__, "transformers": transformers.__version__,
         "machine": platform.machine(), "cpus": os.cpu_count(), "rows": rows,
     }
-    # One entry per thread count, so a 1-thread and a 2-thread run share the results file.
+    # One entry per (thread count, label): 1- and 2-thread runs and repeats share the file.
     previous = json.loads(args.out.read_text()) if args.out.is_file() else {"runs": []}
-    runs = [r for r in previous.get("runs", []) if r.get("threads") != run["threads"]]
-    atomic_write_json(args.out, {"runs": sorted(runs + [run], key=lambda r: r["threads"])})
+    runs = [r for r in previous.get("runs", [])
+            if (r.get("threads"), r.get("label", "")) != (run["threads"], run["label"])]
+    atomic_write_json(args.out, {"runs": sorted(runs + [run], key=lambda r: (r["threads"], r.get("label", "")))})
     print(f"wrote {args.out}")
 
 
