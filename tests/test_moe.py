@@ -268,6 +268,21 @@ def test_fp32_dispatch_equals_fp64_reference_with_and_without_grouped_mm(grouped
     assert len(calls) == (9 if grouped_mm else 0)  # products: 3 forward, 3 backward; 3 outer
 
 
+def test_dispatch_falls_back_to_the_loop_where_torch_has_no_cpu_grouped_mm(monkeypatch):
+    # grouped_mm is private API (absent or CUDA-only in older torch): probed once, then the loop.
+    monkeypatch.delattr(torch, "_grouped_mm")
+    moelab.moe._cpu_grouped_mm_works.cache_clear()
+    try:
+        assert not moelab.moe._cpu_grouped_mm_works()
+        experts_TK, t = _expert_inputs(9, 4, 2, d_model=8, hidden=8, idle=(3,))
+        args = [t[name].detach().float() for name in ("x_TD", "weights_TK")]
+        weights = [t[name].detach().float() for name in ("w1_EHD", "w2_EDH", "w3_EHD")]
+        torch.testing.assert_close(sorted_experts_forward(*args, experts_TK, *weights),
+                                   reference_experts_forward(*args, experts_TK, *weights))
+    finally:
+        moelab.moe._cpu_grouped_mm_works.cache_clear()
+
+
 def test_sorted_dispatch_passes_gradcheck():
     experts_TK, t = _expert_inputs(5, 4, 2, d_model=3, hidden=2, idle=(2,))
     inputs = (t["x_TD"], t["weights_TK"], experts_TK, t["w1_EHD"], t["w2_EDH"], t["w3_EHD"])

@@ -32,6 +32,7 @@ expert-major buffer (the same slots, sorted by expert).
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -378,9 +379,21 @@ def _grouped_mm_applies(*operands: torch.Tensor) -> bool:
     shapes, more with two threads, 4x on tiny matrices. bf16/fp16 on a CPU keep the loop,
     because grouped_mm builds a oneDNN kernel for every new row count (see ROW_BLOCK); so do
     GPUs, where it takes bf16 only, on recent architectures (not measured here)."""
-    return hasattr(torch, "_grouped_mm") and all(
+    return all(
         t.device.type == "cpu" and t.dtype == torch.float32 and t.data_ptr() % 16 == 0
-        and all(stride == 1 or stride % 4 == 0 for stride in t.stride()) for t in operands)
+        and all(stride == 1 or stride % 4 == 0 for stride in t.stride()) for t in operands
+    ) and _cpu_grouped_mm_works()
+
+
+@functools.cache
+def _cpu_grouped_mm_works() -> bool:
+    """grouped_mm is private API: older torch lacks it or runs it on CUDA only. Try it once."""
+    try:
+        rows, matrices = torch.ones(8, 4), torch.ones(2, 4, 4)
+        out = torch._grouped_mm(rows, matrices, offs=torch.tensor([3, 8], dtype=torch.int32))
+    except (AttributeError, RuntimeError, NotImplementedError):
+        return False
+    return bool((out == 4).all())
 
 
 def _group_offsets(slots_per_expert: torch.Tensor) -> torch.Tensor:
