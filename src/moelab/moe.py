@@ -375,10 +375,11 @@ def _segment_outer_products(left_RA: torch.Tensor, right_RB: torch.Tensor,
 def _grouped_mm_applies(*operands: torch.Tensor) -> bool:
     """Whether ``torch._grouped_mm`` runs the loop: on a CPU in fp32, with every stride a
     multiple of 16 bytes (its requirement). There it gives the loop's results (bitwise, with
-    one thread) in one call: measured 3-17 % faster than the Python loop on the layer's
-    shapes, more with two threads, 4x on tiny matrices. bf16/fp16 on a CPU keep the loop,
-    because grouped_mm builds a oneDNN kernel for every new row count (see ROW_BLOCK); so do
-    GPUs, where it takes bf16 only, on recent architectures (not measured here)."""
+    one thread) in one call: 1-14 % faster than the Python loop per call on the benchmark's
+    shapes, 3.4x on tiny matrices (BENCHMARKS.md, "MoE dispatch"). bf16/fp16 on a CPU keep
+    the loop, because grouped_mm builds a oneDNN kernel for every new row count (see
+    ROW_BLOCK); so do GPUs, where it takes bf16 only, on recent architectures (not measured
+    here)."""
     return all(
         t.device.type == "cpu" and t.dtype == torch.float32 and t.data_ptr() % 16 == 0
         and all(stride == 1 or stride % 4 == 0 for stride in t.stride()) for t in operands
