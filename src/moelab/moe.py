@@ -298,7 +298,6 @@ class _SortedSwiGLUExperts(torch.autograd.Function):
                 slot_of_row_R, row_of_slot_S, token_of_row_R, slots_per_expert):
         ctx.input_dtypes = (x_TD.dtype, weights_TK.dtype, w1_EHD.dtype, w2_EDH.dtype, w3_EHD.dtype)
         dtype = compute_dtype(x_TD)  # honour autocast explicitly, then do the maths without it
-        num_tokens, top_k = weights_TK.shape
         with torch.autocast(x_TD.device.type, enabled=False):
             x, weights, w1, w2, w3 = (t.to(dtype) for t in (x_TD, weights_TK, w1_EHD, w2_EDH, w3_EHD))
             x_RD = x.index_select(0, token_of_row_R)
@@ -307,7 +306,7 @@ class _SortedSwiGLUExperts(torch.autograd.Function):
             silu_h1_RH = F.silu(h1_RH)
             act_RH = silu_h1_RH * h3_RH
             y_RD = segment_matmul(act_RH, w2.transpose(1, 2), slots_per_expert)
-            out_TD = _gather_sum(y_RD, row_of_slot_S.view(num_tokens, top_k), weights)
+            out_TD = _gather_sum(y_RD, row_of_slot_S.view(weights.shape), weights)
         ctx.save_for_backward(x_RD, h1_RH, h3_RH, silu_h1_RH, act_RH, y_RD, weights, w1, w2, w3,
                               slot_of_row_R, row_of_slot_S, token_of_row_R, slots_per_expert)
         return out_TD
