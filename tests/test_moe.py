@@ -404,3 +404,26 @@ def test_expert_loops_cut_rows_into_few_shapes_in_bf16_and_stay_exact(dtype):
         torch.testing.assert_close(outer[expert].double(), want_outer, rtol=2e-2, atol=5e-2)
         start += count
     assert outer[0].abs().sum() == 0  # the expert without rows
+
+
+def test_expert_loop_custom_ops_pass_opcheck_and_equal_the_plain_functions():
+    # What torch.compile sees of the expert loops: ops whose schema, fake (shape-only) kernel and
+    # autograd registration must agree with what they do (opcheck), and whose values must be the
+    # eager functions' values. An idle expert (count 0) is included.
+    generator = torch.Generator().manual_seed(0)
+    slots = torch.tensor([10, 0, 30, 24])
+    rows_RA = torch.randn(64, 8, generator=generator)
+    other_RA = torch.randn(64, 8, generator=generator)
+    right_RB = torch.randn(64, 12, generator=generator)
+    matrices_EAB = torch.randn(4, 8, 12, generator=generator)
+    other_EAB = torch.randn(4, 8, 12, generator=generator)
+    matmul_args = ([rows_RA, other_RA], [matrices_EAB, other_EAB], slots)
+    outer_args = (rows_RA, right_RB, slots)
+    for op, args in ((torch.ops.moelab.segment_matmul.default, matmul_args),
+                     (torch.ops.moelab.segment_outer_products.default, outer_args)):
+        results = torch.library.opcheck(op, args)
+        assert set(results.values()) == {"SUCCESS"}, results
+    torch.testing.assert_close(torch.ops.moelab.segment_matmul.default(*matmul_args),
+                               moelab.moe.segment_matmul_sum(*matmul_args), rtol=0, atol=0)
+    torch.testing.assert_close(torch.ops.moelab.segment_outer_products.default(*outer_args),
+                               segment_outer_products(*outer_args), rtol=0, atol=0)
