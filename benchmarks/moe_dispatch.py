@@ -10,6 +10,13 @@ MoE layers are timed as training uses them: router, top-k, dispatch, combine, an
 the load-balancing and z losses (not the routing statistics, which training skips), backward
 through all of it.
 
+Two more entries time the matrix products alone, forward and backward (nine each, on random
+operands): ``dense_gemms`` those of the dense layer, ``expert_gemms`` those of the moelab layer
+with its routing's slot counts (``moelab.moe``'s segment products). The MoE layer runs its
+products and the same SwiGLU elementwise work as the dense layer, so
+``1 + (expert_gemms - dense_gemms) / dense`` is a floor for moelab/dense that no dispatch code
+can go below without faster per-expert matmuls.
+
     .venv/bin/python benchmarks/moe_dispatch.py              # all threads -> results/moe_dispatch.json
     .venv/bin/python benchmarks/moe_dispatch.py --threads 1  # adds a 1-thread run to the same file
     .venv/bin/python benchmarks/moe_dispatch.py --label "run 2"  # kept beside the first run
@@ -23,6 +30,7 @@ import json
 import os
 import platform
 import random
+import resource
 import statistics
 import time
 from pathlib import Path
@@ -35,7 +43,14 @@ from transformers.models.mixtral.modeling_mixtral import MixtralSparseMoeBlock
 from moelab.config import ModelConfig, MoEConfig
 from moelab.fileio import atomic_write_json
 from moelab.model import FeedForward
-from moelab.moe import MoEFeedForward, count_slots, route
+from moelab.moe import (
+    MoEFeedForward,
+    count_slots,
+    route,
+    segment_matmul,
+    segment_matmul_sum,
+    segment_outer_products,
+)
 
 RESULTS = Path(__file__).resolve().parent / "results" / "moe_dispatch.json"
 
@@ -59,6 +74,30 @@ def build_layers(num_experts: int, args) -> dict[str, torch.nn.Module]:
     return layers
 
 
+def gemms_only(rows: int, d_model: int, d_hidden: int, slots_per_expert: torch.Tensor):
+    """The nine matrix products of a SwiGLU layer's forward and backward on ``rows`` rows split
+    into experts by ``slots_per_expert`` (one expert: the dense layer): up (w1, w3) and down
+    (w2) forward; the down product's input and weight gradients; the input gradient through
+    w1 and w3 (two products, one sum) and their two weight gradients."""
+    num_experts = slots_per_expert.numel()
+    x_RD, grad_y_RD = torch.randn(rows, d_model), torch.randn(rows, d_model)
+    h_RH, g1_RH, g3_RH = (torch.randn(rows, d_hidden) for _ in range(3))
+    w1_EHD, w3_EHD = torch.randn(num_experts, d_hidden, d_model), torch.randn(num_experts, d_hidden, d_model)
+    w2_EDH = torch.randn(num_experts, d_model, d_hidden)
+
+    def run() -> None:
+        segment_matmul(x_RD, w1_EHD.transpose(1, 2), slots_per_expert)
+        segment_matmul(x_RD, w3_EHD.transpose(1, 2), slots_per_expert)
+        segment_matmul(h_RH, w2_EDH.transpose(1, 2), slots_per_expert)
+        segment_matmul(grad_y_RD, w2_EDH, slots_per_expert)
+        segment_outer_products(grad_y_RD, h_RH, slots_per_expert)
+        segment_matmul_sum([g1_RH, g3_RH], [w1_EHD, w3_EHD], slots_per_expert)
+        segment_outer_products(g1_RH, x_RD, slots_per_expert)
+        segment_outer_products(g3_RH, x_RD, slots_per_expert)
+
+    return run
+
+
 def step(layer: torch.nn.Module, x_BTD: torch.Tensor, grad_BTD: torch.Tensor) -> None:
     if isinstance(layer, MoEFeedForward):
         y_BTD, aux = layer(x_BTD, collect_routing=False)  # as training calls it
@@ -68,13 +107,21 @@ def step(layer: torch.nn.Module, x_BTD: torch.Tensor, grad_BTD: torch.Tensor) ->
     loss.backward()
 
 
-def time_step(layer, x_BTD, grad_BTD) -> tuple[float, float]:
-    """(wall seconds, CPU seconds of this process) of one forward+backward."""
-    layer.zero_grad(set_to_none=True)
-    x_BTD.grad = None
+def time_step(entry, x_BTD, grad_BTD) -> tuple[float, float, int]:
+    """(wall seconds, CPU seconds of this process, minor page faults) of one forward+backward (or
+    of one call of a ``gemms_only`` function). Page faults are fresh memory the C allocator got
+    from the OS and the first write paid for (glibc hands large freed blocks back)."""
+    if isinstance(entry, torch.nn.Module):
+        entry.zero_grad(set_to_none=True)
+        x_BTD.grad = None
+        run = lambda: step(entry, x_BTD, grad_BTD)  # noqa: E731
+    else:
+        run = entry
+    faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
     wall, cpu = time.perf_counter(), time.process_time()
-    step(layer, x_BTD, grad_BTD)
-    return time.perf_counter() - wall, time.process_time() - cpu
+    run()
+    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    return wall, cpu, resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults
 
 
 def bench_one(num_experts: int, args) -> dict:
@@ -82,24 +129,34 @@ def bench_one(num_experts: int, args) -> dict:
     layers = build_layers(num_experts, args)
     x_BTD = torch.randn(args.batch, args.seq_len, args.d_model, requires_grad=True)
     grad_BTD = torch.randn(args.batch, args.seq_len, args.d_model)
-    wall = {name: [] for name in layers}
-    cpu = {name: [] for name in layers}
+    tokens = args.batch * args.seq_len
+    with torch.no_grad():
+        experts_TK = route(layers["moelab"].router(x_BTD.reshape(-1, args.d_model)), args.top_k)[1]
+    slot_counts_E = count_slots(experts_TK, num_experts)
+    entries = {**layers,  # the layers, then their matrix products alone
+               "dense_gemms": gemms_only(tokens, args.d_model, args.top_k * args.d_expert,
+                                         torch.tensor([tokens])),
+               "expert_gemms": gemms_only(tokens * args.top_k, args.d_model, args.d_expert,
+                                          slot_counts_E)}
+    wall = {name: [] for name in entries}
+    cpu = {name: [] for name in entries}
+    faults = {name: [] for name in entries}
     for _ in range(args.warmup):
-        for layer in layers.values():
-            time_step(layer, x_BTD, grad_BTD)
+        for entry in entries.values():
+            time_step(entry, x_BTD, grad_BTD)
     order = random.Random(num_experts)
     for _ in range(args.repeats):
         # A fresh random order each repeat: a layer that runs right after a different one pays
         # for allocations of new sizes (page faults), so a fixed (or rotated) order would bias
         # the ratios.
-        for name in order.sample(list(layers), len(layers)):
-            wall_s, cpu_s = time_step(layers[name], x_BTD, grad_BTD)
+        for name in order.sample(list(entries), len(entries)):
+            wall_s, cpu_s, page_faults = time_step(entries[name], x_BTD, grad_BTD)
             wall[name].append(wall_s)
             cpu[name].append(cpu_s)
+            faults[name].append(page_faults)
     wall_median = {name: statistics.median(t) for name, t in wall.items()}
     cpu_median = {name: statistics.median(t) for name, t in cpu.items()}
-    experts_TK = route(layers["moelab"].router(x_BTD.reshape(-1, args.d_model)), args.top_k)[1]
-    counts_E = count_slots(experts_TK, num_experts).double()
+    counts_E = slot_counts_E.double()
     row = {
         "num_experts": num_experts,
         "busiest_over_mean": float(counts_E.max() / counts_E.mean()),  # 1 = perfectly balanced
@@ -107,6 +164,8 @@ def bench_one(num_experts: int, args) -> dict:
         "over_dense": {name: m / wall_median["dense"] for name, m in wall_median.items()},
         "median_cpu_ms": {name: 1000 * m for name, m in cpu_median.items()},
         "cpu_over_dense": {name: m / cpu_median["dense"] for name, m in cpu_median.items()},
+        "gemms_alone_ratio": wall_median["expert_gemms"] / wall_median["dense_gemms"],
+        "median_page_faults": {name: statistics.median(f) for name, f in faults.items()},
         "wall_ms": {name: [1000 * s for s in t] for name, t in wall.items()},
         "cpu_ms": {name: [1000 * s for s in t] for name, t in cpu.items()},
     }
@@ -115,7 +174,9 @@ def bench_one(num_experts: int, args) -> dict:
                       for name, ms in row["median_ms"].items())
           + "\n                    cpu:  "
           + "  ".join(f"{name} {ms:.0f} ms ({row['cpu_over_dense'][name]:.2f}x)"
-                      for name, ms in row["median_cpu_ms"].items()), flush=True)
+                      for name, ms in row["median_cpu_ms"].items())
+          + f"\n                    GEMMs alone: expert/dense {row['gemms_alone_ratio']:.2f}; page faults: "
+          + "  ".join(f"{name} {n:.0f}" for name, n in row["median_page_faults"].items()), flush=True)
     return row
 
 
@@ -149,6 +210,7 @@ def main() -> None:
         "shapes": {"tokens": args.batch * args.seq_len, "batch": args.batch,
                    "seq_len": args.seq_len, "d_model": args.d_model, "d_expert": args.d_expert,
                    "top_k": args.top_k, "dense_d_ff": args.top_k * args.d_expert},
+        "malloc_env": {k: v for k, v in os.environ.items() if k.startswith("MALLOC_")},
         "torch": torch.__version__, "transformers": transformers.__version__,
         "machine": platform.machine(), "cpus": os.cpu_count(), "rows": rows,
     }
