@@ -466,6 +466,9 @@ _LIBRARY.define("segment_matmul(Tensor[] rows, Tensor[] matrices, Tensor slots_p
 _LIBRARY.define("segment_outer_products(Tensor left, Tensor right, Tensor slots_per_expert) -> Tensor")
 
 
+# The kernels look ``_segment_matmul`` / ``_segment_outer_products`` up when called, not when
+# registered, so the compiled and the eager path always run the same function (a test that
+# watches one watches both).
 def _segment_matmul_kernel(rows, matrices, slots_per_expert):
     return _segment_matmul(rows, matrices, slots_per_expert)
 
