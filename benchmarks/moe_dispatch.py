@@ -2,8 +2,9 @@
 and versus Hugging Face's Mixtral sparse block (its one-hot loop over experts).
 
 Layers, for each E: ``dense`` (SwiGLU, d_ff = k * d_expert: the same active FLOPs), ``moelab``
-(MoEFeedForward) and ``hf`` (transformers' MixtralSparseMoeBlock, eager experts, same weights). They are timed interleaved (each repeat runs every layer once, in
-a fresh random order) so machine noise hits them alike; the median of the repeats is reported, with ratios to dense,
+(MoEFeedForward) and ``hf`` (transformers' MixtralSparseMoeBlock, eager experts, same weights).
+They are timed interleaved (each repeat runs every layer once, in a fresh random order) so
+machine noise hits them alike; the median of the repeats is reported, with ratios to dense,
 both in wall time and in CPU time of the process (time.process_time: on a machine shared with
 other jobs it moves less than wall time; with 2 threads it includes OpenMP spin-waiting).
 MoE layers are timed as training uses them: router, top-k, dispatch, combine, and (for moelab)
@@ -26,6 +27,7 @@ can go below without faster per-expert matmuls.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import platform
@@ -114,7 +116,7 @@ def time_step(entry, x_BTD, grad_BTD) -> tuple[float, float, int]:
     if isinstance(entry, torch.nn.Module):
         entry.zero_grad(set_to_none=True)
         x_BTD.grad = None
-        run = lambda: step(entry, x_BTD, grad_BTD)  # noqa: E731
+        run = functools.partial(step, entry, x_BTD, grad_BTD)
     else:
         run = entry
     faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
@@ -205,7 +207,8 @@ def main() -> None:
     if args.quick:
         return
     run = {
-        "threads": torch.get_num_threads(), "label": args.label, "repeats": args.repeats, "warmup": args.warmup,
+        "threads": torch.get_num_threads(), "label": args.label,
+        "repeats": args.repeats, "warmup": args.warmup,
         "load_average_1min": {"before": load_before, "after": os.getloadavg()[0]},
         "shapes": {"tokens": args.batch * args.seq_len, "batch": args.batch,
                    "seq_len": args.seq_len, "d_model": args.d_model, "d_expert": args.d_expert,
@@ -218,7 +221,8 @@ def main() -> None:
     previous = json.loads(args.out.read_text()) if args.out.is_file() else {"runs": []}
     runs = [r for r in previous.get("runs", [])
             if (r.get("threads"), r.get("label", "")) != (run["threads"], run["label"])]
-    atomic_write_json(args.out, {"runs": sorted(runs + [run], key=lambda r: (r["threads"], r.get("label", "")))})
+    runs = sorted(runs + [run], key=lambda r: (r["threads"], r.get("label", "")))
+    atomic_write_json(args.out, {"runs": runs})
     print(f"wrote {args.out}")
 
 

@@ -383,7 +383,8 @@ def test_expert_loops_cut_rows_into_few_shapes_in_bf16_and_stay_exact(dtype):
     for start, count in zip([0, 0, 130, 194, 201], counts):
         pieces = _row_pieces(start, count, bounded_shapes=dtype == torch.bfloat16)
         assert sum(rows for _, rows in pieces) == count and all(rows for _, rows in pieces)
-        assert [first for first, _ in pieces] == [start + sum(r for _, r in pieces[:i]) for i in range(len(pieces))]
+        firsts = [start + sum(rows for _, rows in pieces[:i]) for i in range(len(pieces))]
+        assert [first for first, _ in pieces] == firsts
         if dtype == torch.bfloat16:
             assert all(rows % ROW_BLOCK == 0 or rows < ROW_BLOCK for _, rows in pieces)
         else:
@@ -395,15 +396,22 @@ def test_expert_loops_cut_rows_into_few_shapes_in_bf16_and_stay_exact(dtype):
     slots = torch.tensor(counts)
     products = segment_matmul(rows_RA, matrices_EAB, slots)
     outer = segment_outer_products(rows_RA, right_RB, slots)
-    start = 0
-    for expert, count in enumerate(counts):  # reference: fp64 products of the same values
-        block = slice(start, start + count)
-        want = rows_RA[block].double() @ matrices_EAB[expert].double()
-        torch.testing.assert_close(products[block].double(), want, rtol=2e-2, atol=2e-2)
-        want_outer = rows_RA[block].double().T @ right_RB[block].double()
-        torch.testing.assert_close(outer[expert].double(), want_outer, rtol=2e-2, atol=5e-2)
-        start += count
+    _assert_blocks_match_fp64(products, outer, [rows_RA], [matrices_EAB], right_RB, counts,
+                              tol=dict(rtol=2e-2, atol=2e-2), outer_tol=dict(rtol=2e-2, atol=5e-2))
     assert outer[0].abs().sum() == 0  # the expert without rows
+
+
+def _assert_blocks_match_fp64(products, outer, rows, matrices, right_RB, counts, tol, outer_tol=None):
+    """Reference in fp64, expert by expert: ``products`` = sum_i rows[i] @ matrices[i] on each
+    expert's block of rows, ``outer`` = rows[0].T @ right_RB on it."""
+    start = 0
+    for expert, count in enumerate(counts):
+        block = slice(start, start + count)
+        want = sum(r[block].double() @ m[expert].double() for r, m in zip(rows, matrices))
+        torch.testing.assert_close(products[block].double(), want, **tol)
+        want_outer = rows[0][block].double().T @ right_RB[block].double()
+        torch.testing.assert_close(outer[expert].double(), want_outer, **(outer_tol or tol))
+        start += count
 
 
 def test_expert_loop_custom_ops_pass_opcheck_and_equal_per_expert_products():
@@ -426,13 +434,6 @@ def test_expert_loop_custom_ops_pass_opcheck_and_equal_per_expert_products():
         assert set(results.values()) == {"SUCCESS"}, results
     products = torch.ops.moelab.segment_matmul.default(*matmul_args)
     outer = torch.ops.moelab.segment_outer_products.default(*outer_args)
-    start = 0
-    for expert, count in enumerate(counts):
-        block = slice(start, start + count)
-        want = (rows_RA[block].double() @ matrices_EAB[expert].double()
-                + other_RA[block].double() @ other_EAB[expert].double())
-        torch.testing.assert_close(products[block].double(), want, rtol=1e-5, atol=1e-5)
-        want_outer = rows_RA[block].double().T @ right_RB[block].double()
-        torch.testing.assert_close(outer[expert].double(), want_outer, rtol=1e-5, atol=1e-5)
-        start += count
+    _assert_blocks_match_fp64(products, outer, *matmul_args[:2], right_RB, counts,
+                              tol=dict(rtol=1e-5, atol=1e-5))
     assert outer[1].abs().sum() == 0  # the idle expert

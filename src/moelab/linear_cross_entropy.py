@@ -9,8 +9,9 @@ sixth of a demo train step. Here the rows go through in chunks (on a CPU, about 
 logits, of the order of a core's L2 cache; on a GPU, chunks large enough to keep its matmuls
 big): each chunk's logits are made, turned into the loss and into ``softmax - onehot`` (the
 gradient of the loss with respect to the logits), and multiplied back into the gradients of
-``h`` and ``W`` while they are still warm in the caches. The forward pass thus does the backward's work too (as Liger Kernel's fused
-linear cross-entropy does); backward only scales the stored gradients by the incoming one.
+``h`` and ``W`` while they are still warm in the caches. The forward pass thus does the
+backward's work too (as Liger Kernel's fused linear cross-entropy does); backward only scales
+the stored gradients by the incoming one.
 Without gradients (evaluation) only the loss is computed, chunk by chunk.
 """
 
