@@ -18,6 +18,13 @@ products and the same SwiGLU elementwise work as the dense layer, so
 ``1 + (expert_gemms - dense_gemms) / dense`` is a floor for moelab/dense that no dispatch code
 can go below without faster per-expert matmuls.
 
+Two more split the rest of the gap: ``routing`` (the layer's own ``route_tokens`` and
+``aux_outputs``: router product, softmax, top-k, slot counts, balancing and z losses, forward
+and backward through the weights and losses) and ``layout`` (``expert_layout``: the stable sort
+of the token-slots by expert and its index maps). What remains of ``moelab - dense`` after the
+products' difference, routing and layout is the gathers into expert order, the weighted
+combine, the routing-weight gradient and their backward (and any page faults they take).
+
     .venv/bin/python benchmarks/moe_dispatch.py              # all threads -> results/moe_dispatch.json
     .venv/bin/python benchmarks/moe_dispatch.py --threads 1  # adds a 1-thread run to the same file
     .venv/bin/python benchmarks/moe_dispatch.py --label "run 2"  # kept beside the first run
@@ -48,6 +55,7 @@ from moelab.model import FeedForward
 from moelab.moe import (
     MoEFeedForward,
     count_slots,
+    expert_layout,
     route,
     segment_matmul,
     segment_matmul_sum,
@@ -100,6 +108,20 @@ def gemms_only(rows: int, d_model: int, d_hidden: int, slots_per_expert: torch.T
     return run
 
 
+def routing_only(layer: MoEFeedForward, x_BTD: torch.Tensor, grad_weights_TK: torch.Tensor):
+    """The layer's routing and its losses, forward and backward, as training runs them."""
+    x_TD = x_BTD.detach().reshape(-1, x_BTD.shape[-1]).requires_grad_()
+
+    def run() -> None:
+        layer.zero_grad(set_to_none=True)
+        routed = layer.route_tokens(x_TD)
+        aux = layer.aux_outputs(routed, collect_routing=False)
+        loss = (routed.weights_TK * grad_weights_TK).sum() + 0.01 * aux.lb_loss + 0.001 * aux.z_loss
+        loss.backward()
+
+    return run
+
+
 def step(layer: torch.nn.Module, x_BTD: torch.Tensor, grad_BTD: torch.Tensor) -> None:
     if isinstance(layer, MoEFeedForward):
         y_BTD, aux = layer(x_BTD, collect_routing=False)  # as training calls it
@@ -135,11 +157,14 @@ def bench_one(num_experts: int, args) -> dict:
     with torch.no_grad():
         experts_TK = route(layers["moelab"].router(x_BTD.reshape(-1, args.d_model)), args.top_k)[1]
     slot_counts_E = count_slots(experts_TK, num_experts)
-    entries = {**layers,  # the layers, then their matrix products alone
+    entries = {**layers,  # the layers, then their matrix products alone, then the MoE's parts
                "dense_gemms": gemms_only(tokens, args.d_model, args.top_k * args.d_expert,
                                          torch.tensor([tokens])),
                "expert_gemms": gemms_only(tokens * args.top_k, args.d_model, args.d_expert,
-                                          slot_counts_E)}
+                                          slot_counts_E),
+               "routing": routing_only(layers["moelab"], x_BTD,
+                                       torch.randn(tokens, args.top_k)),
+               "layout": functools.partial(expert_layout, experts_TK, num_experts, slot_counts_E)}
     wall = {name: [] for name in entries}
     cpu = {name: [] for name in entries}
     faults = {name: [] for name in entries}
@@ -159,6 +184,11 @@ def bench_one(num_experts: int, args) -> dict:
     wall_median = {name: statistics.median(t) for name, t in wall.items()}
     cpu_median = {name: statistics.median(t) for name, t in cpu.items()}
     counts_E = slot_counts_E.double()
+    ms = {name: 1000 * m for name, m in wall_median.items()}
+    gemm_gap_ms = ms["expert_gemms"] - ms["dense_gemms"]
+    gap = {"total": ms["moelab"] - ms["dense"], "gemms": gemm_gap_ms, "routing": ms["routing"],
+           "layout": ms["layout"],
+           "gathers_combine_rest": ms["moelab"] - ms["dense"] - gemm_gap_ms - ms["routing"] - ms["layout"]}
     row = {
         "num_experts": num_experts,
         "busiest_over_mean": float(counts_E.max() / counts_E.mean()),  # 1 = perfectly balanced
@@ -167,6 +197,7 @@ def bench_one(num_experts: int, args) -> dict:
         "median_cpu_ms": {name: 1000 * m for name, m in cpu_median.items()},
         "cpu_over_dense": {name: m / cpu_median["dense"] for name, m in cpu_median.items()},
         "gemms_alone_ratio": wall_median["expert_gemms"] / wall_median["dense_gemms"],
+        "gap_ms": gap,  # moelab - dense, split (median wall ms)
         "median_page_faults": {name: statistics.median(f) for name, f in faults.items()},
         "wall_ms": {name: [1000 * s for s in t] for name, t in wall.items()},
         "cpu_ms": {name: [1000 * s for s in t] for name, t in cpu.items()},
@@ -178,7 +209,9 @@ def bench_one(num_experts: int, args) -> dict:
           + "  ".join(f"{name} {ms:.0f} ms ({row['cpu_over_dense'][name]:.2f}x)"
                       for name, ms in row["median_cpu_ms"].items())
           + f"\n                    GEMMs alone: expert/dense {row['gemms_alone_ratio']:.2f}; page faults: "
-          + "  ".join(f"{name} {n:.0f}" for name, n in row["median_page_faults"].items()), flush=True)
+          + "  ".join(f"{name} {n:.0f}" for name, n in row["median_page_faults"].items())
+          + "\n                    moelab - dense: "
+          + "  ".join(f"{name} {ms:.2f} ms" for name, ms in gap.items()), flush=True)
     return row
 
 

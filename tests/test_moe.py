@@ -80,6 +80,35 @@ def test_top1_router_learns_from_the_task_loss_only_without_renormalising(norm_t
     assert bool(router_over_experts < 1e-5) is not learns
 
 
+@pytest.mark.parametrize("top_k, norm_topk_prob", [(2, None), (1, None), (1, True)])
+def test_route_tokens_equals_the_standalone_routing_functions_with_gradients(top_k, norm_topk_prob):
+    # The layer shares one softmax (exp(logits - log Z)) and one slot count between the weights
+    # and both losses; each must equal its own reference function, gradients included.
+    cfg = ModelConfig(d_model=16, n_heads=2, n_kv_heads=2, moe=MoEConfig(
+        num_experts=5, top_k=top_k, d_expert=12, norm_topk_prob=norm_topk_prob))
+    layer = random_layer(cfg)
+    x_TD = torch.randn(40, cfg.d_model)
+    weights_g = torch.randn(40, top_k)
+
+    def objective(weights_TK, lb_loss, z_loss):
+        return (weights_TK * weights_g).sum() + 0.7 * lb_loss + 0.3 * z_loss
+
+    routed = layer.route_tokens(x_TD)
+    objective(routed.weights_TK, routed.lb_loss, routed.z_loss).backward()
+    fast_grad = layer.router.weight.grad.clone()
+    layer.router.weight.grad = None
+
+    logits_TE = x_TD @ layer.router.weight.T
+    weights_TK, experts_TK = route(logits_TE, top_k, cfg.moe.renormalizes_weights)
+    reference = (weights_TK, load_balancing_loss(logits_TE, experts_TK), router_z_loss(logits_TE))
+    objective(*reference).backward()
+    assert torch.equal(routed.experts_TK, experts_TK)
+    assert routed.slot_counts_E.tolist() == [int((experts_TK == e).sum()) for e in range(5)]
+    for fast, slow in zip((routed.weights_TK, routed.lb_loss, routed.z_loss), reference):
+        torch.testing.assert_close(fast, slow)
+    torch.testing.assert_close(fast_grad, layer.router.weight.grad)
+
+
 # ----- losses ---------------------------------------------------------------------------------
 
 

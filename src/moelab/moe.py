@@ -522,6 +522,19 @@ def segment_outer_products(left_RA, right_RB, slots_per_expert):
 
 
 @dataclass
+class RoutedTokens:
+    """One batch's routing decision and its losses: what dispatch, the auxiliary losses and the
+    diagnostics read (computed once and shared)."""
+
+    router_logits_TE: torch.Tensor
+    weights_TK: torch.Tensor
+    experts_TK: torch.Tensor
+    slot_counts_E: torch.Tensor
+    lb_loss: torch.Tensor
+    z_loss: torch.Tensor
+
+
+@dataclass
 class MoEAux:
     """What one MoE layer returns beside its output."""
 
@@ -558,7 +571,19 @@ class MoEFeedForward(nn.Module):
         """Output and aux losses; ``collect_routing=False`` skips the routing statistics
         (``aux.routing`` None), which training does not read."""
         x_TD = x_BTD.reshape(-1, x_BTD.shape[-1])
-        with torch.autocast(x_TD.device.type, enabled=False):  # router in fp32 (stability)
+        routed = self.route_tokens(x_TD)
+        if self.dispatch == "sorted":
+            y_TD = sorted_experts_forward(x_TD, routed.weights_TK, routed.experts_TK,
+                                          self.w1, self.w2, self.w3, routed.slot_counts_E)
+        else:
+            y_TD = reference_experts_forward(x_TD, routed.weights_TK, routed.experts_TK,
+                                             self.w1, self.w2, self.w3)
+        return y_TD.view(x_BTD.shape), self.aux_outputs(routed, collect_routing)
+
+    def route_tokens(self, x_TD: torch.Tensor) -> RoutedTokens:
+        """Router logits (fp32, for stability), top-k weights, slot counts and the losses, one
+        softmax and one slot count shared by all of them."""
+        with torch.autocast(x_TD.device.type, enabled=False):
             router_logits_TE = F.linear(x_TD.float(), self.router.weight.float())
         # The softmax as exp(logits - log Z), sharing log Z with the z-loss: with E in the last
         # dimension this is 2x cheaper, forward and backward, than torch.softmax on a CPU.
@@ -566,14 +591,13 @@ class MoEFeedForward(nn.Module):
         probs_TE = torch.exp(router_logits_TE - log_z_T.unsqueeze(-1))
         weights_TK, experts_TK = top_k_weights(probs_TE, self.top_k, self.renormalize)
         slot_counts_E = count_slots(experts_TK, self.num_experts)
-        if self.dispatch == "sorted":
-            y_TD = sorted_experts_forward(x_TD, weights_TK, experts_TK, self.w1, self.w2, self.w3,
-                                          slot_counts_E)
-        else:
-            y_TD = reference_experts_forward(x_TD, weights_TK, experts_TK, self.w1, self.w2, self.w3)
-        aux = MoEAux(
+        return RoutedTokens(
+            router_logits_TE, weights_TK, experts_TK, slot_counts_E,
             lb_loss=balancing_loss_from_counts(probs_TE, slot_counts_E),
             z_loss=log_z_T.square().mean(),  # router_z_loss
-            routing=routing_stats(router_logits_TE, experts_TK) if collect_routing else None,
         )
-        return y_TD.view(x_BTD.shape), aux
+
+    def aux_outputs(self, routed: RoutedTokens, collect_routing: bool) -> MoEAux:
+        """The balancing and z losses, and the routing statistics if asked."""
+        stats = routing_stats(routed.router_logits_TE, routed.experts_TK) if collect_routing else None
+        return MoEAux(lb_loss=routed.lb_loss, z_loss=routed.z_loss, routing=stats)
