@@ -599,5 +599,6 @@ class MoEFeedForward(nn.Module):
 
     def aux_outputs(self, routed: RoutedTokens, collect_routing: bool) -> MoEAux:
         """The balancing and z losses, and the routing statistics if asked."""
-        stats = routing_stats(routed.router_logits_TE, routed.experts_TK) if collect_routing else None
-        return MoEAux(lb_loss=routed.lb_loss, z_loss=routed.z_loss, routing=stats)
+        stats = (routing_stats(routed.router_logits_TE, routed.experts_TK)
+                 if collect_routing else None)
+        return MoEAux(routed.lb_loss, routed.z_loss, routing=stats)
