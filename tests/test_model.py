@@ -267,3 +267,27 @@ def test_too_long_sequence_is_a_moelab_error():
     model = Transformer(tiny_config())
     with pytest.raises(MoelabError, match="sequence length 25"):
         model(torch.zeros(1, 25, dtype=torch.long))
+
+
+@pytest.mark.parametrize("tie", [True, False])
+def test_logit_scale_multiplies_the_logits_and_the_loss_sees_them(tie):
+    scale = 0.125
+    scaled = build(tiny_config(tie_embeddings=tie, logit_scale=scale))
+    plain = Transformer(tiny_config(tie_embeddings=tie)).eval()
+    plain.load_state_dict(scaled.state_dict())
+    tokens = random_tokens(scaled.cfg, seq=8)
+    with torch.no_grad():
+        torch.testing.assert_close(scaled(tokens).logits, scale * plain(tokens).logits)
+        targets = torch.roll(tokens, -1, dims=1)
+        expected = F.cross_entropy((scale * plain(tokens).logits).flatten(0, 1), targets.flatten())
+        torch.testing.assert_close(scaled(tokens, targets).ce_loss, expected)
+
+
+def test_embedding_init_std_sets_only_the_embedding():
+    torch.manual_seed(0)
+    model = Transformer(tiny_config(vocab_size=2000, d_model=64, embedding_init_std=1.0))
+    assert model.tok_embeddings.weight.std().item() == pytest.approx(1.0, rel=0.02)
+    assert model.layers[0].attention.wq.weight.std().item() == pytest.approx(0.02, rel=0.05)
+    torch.manual_seed(0)
+    default = Transformer(tiny_config(vocab_size=2000, d_model=64))  # null: init_std
+    assert default.tok_embeddings.weight.std().item() == pytest.approx(0.02, rel=0.02)

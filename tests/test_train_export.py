@@ -22,6 +22,10 @@ TINY = [
 ARMS = {
     "dense": ("LlamaForCausalLM", ["model.tie_embeddings=false"]),
     "moe": ("MixtralForCausalLM", ["model.moe={num_experts: 4, top_k: 2, d_expert: 32}"]),
+    # T5's tied head: Hugging Face has no logit multiplier, so export folds it into the norm.
+    "moe_scaled_logits": ("MixtralForCausalLM", ["model.moe={num_experts: 4, top_k: 2, d_expert: 32}",
+                                                 "model.embedding_init_std=1.0",
+                                                 "model.logit_scale=0.17677669529663687"]),
 }
 TEXT = "Once upon a time, there was a little girl named Lily. She liked to play outside."
 

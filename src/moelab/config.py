@@ -92,14 +92,22 @@ class ModelConfig:
     """RMSNorm epsilon."""
     init_std: float = 0.02
     """Std of the normal init; residual output projections get init_std / sqrt(2 n_layers)."""
+    embedding_init_std: Optional[float] = None
+    """Std of the token-embedding init; null means init_std. 1.0 with logit_scale
+    d_model**-0.5 is T5's tied head (docs/recipe.md)."""
+    logit_scale: float = 1.0
+    """Fixed multiplier of the output logits (of the final normed hidden state)."""
     moe: Optional[MoEConfig] = None
     """Routed experts; null for a dense model."""
 
     def validate(self, prefix: str = "model") -> None:
         _require_positive(
             self, prefix, "vocab_size", "d_model", "n_layers", "n_heads", "n_kv_heads",
-            "d_ff", "max_seq_len", "rope_theta", "norm_eps", "init_std",
+            "d_ff", "max_seq_len", "rope_theta", "norm_eps", "init_std", "logit_scale",
         )
+        if self.embedding_init_std is not None and not self.embedding_init_std > 0:
+            raise ConfigError(f"{prefix}.embedding_init_std={self.embedding_init_std} is invalid: "
+                              f"must be > 0 (or null for init_std)")
         if self.d_model % self.n_heads:
             raise ConfigError(
                 f"{prefix}.d_model={self.d_model} is invalid: must be divisible by "

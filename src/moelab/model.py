@@ -161,12 +161,15 @@ class Transformer(nn.Module):
     def reset_parameters(self) -> None:
         """N(0, init_std) everywhere; residual output projections (attention wo, FFN and expert
         w2) get init_std / sqrt(2 n_layers) so the residual stream's variance does not grow
-        with depth (GPT-2); RMSNorm weights 1."""
+        with depth (GPT-2); the token embedding gets embedding_init_std; RMSNorm weights 1."""
         std = self.cfg.init_std
         residual_std = std / math.sqrt(2 * self.cfg.n_layers)
+        embedding_std = self.cfg.embedding_init_std or std
         for name, param in self.named_parameters():
             if name.endswith("norm.weight"):
                 param.fill_(1.0)
+            elif name == "tok_embeddings.weight":
+                nn.init.normal_(param, mean=0.0, std=embedding_std)
             elif name.endswith(("attention.wo.weight", "feed_forward.w2.weight", "feed_forward.w2")):
                 nn.init.normal_(param, mean=0.0, std=residual_std)
             else:
@@ -191,6 +194,8 @@ class Transformer(nn.Module):
             if aux is not None:
                 moe_aux.append(aux)
         h_BTD = self.norm(h_BTD)
+        if self.cfg.logit_scale != 1.0:
+            h_BTD = h_BTD * self.cfg.logit_scale  # scales the logits without forming them
         out = _output_with_aux(moe_aux, collect_routing, h_BTD.device)
         head_weight_VD = self.tok_embeddings.weight if self.output is None else self.output.weight
         if targets_BT is None:

@@ -64,6 +64,16 @@ def to_hf_state_dict(state_dict: dict[str, torch.Tensor]) -> dict[str, torch.Ten
     return {name: tensor.detach().cpu().contiguous() for name, tensor in hf.items()}
 
 
+def with_logit_scale_folded(model) -> dict[str, torch.Tensor]:
+    """The model's weights with ``logit_scale`` folded into the final norm's weight: Hugging
+    Face has no logit multiplier, and scaling the normed hidden state scales the logits of a
+    tied head and an untied one alike."""
+    state_dict = dict(model.state_dict())
+    if model.cfg.logit_scale != 1.0:
+        state_dict["norm.weight"] = state_dict["norm.weight"] * model.cfg.logit_scale
+    return state_dict
+
+
 def hf_config(cfg: ModelConfig, eot_id: int):
     """The ``LlamaConfig`` (dense) or ``MixtralConfig`` (MoE) of ``cfg``."""
     from transformers import LlamaConfig, MixtralConfig
@@ -115,7 +125,7 @@ def export_hf(run_dir: str | Path, out_dir: str | Path) -> Path:
         raise MoelabError(f"cannot write {out_dir}: {exc.strerror or exc}") from None
     try:
         config.save_pretrained(staging)
-        save_file(to_hf_state_dict(model.state_dict()), staging / "model.safetensors",
+        save_file(to_hf_state_dict(with_logit_scale_folded(model)), staging / "model.safetensors",
                   metadata={"format": "pt"})
         PreTrainedTokenizerFast(
             tokenizer_file=str(tokenizer.path), bos_token=EOT_TEXT, eos_token=EOT_TEXT,

@@ -1,0 +1,306 @@
+"""The training-recipe experiment behind the presets' lr, warmup, batch and output-head settings.
+
+    .venv/bin/python benchmarks/recipe.py --grid demo [--settings NAME,...] [--seeds N]
+                                          [--seed-start S] [--jobs 2] [--out recipe_out]
+    .venv/bin/python benchmarks/recipe.py --trace demo [--settings NAME,...] [--seeds N]
+
+``--grid`` trains a study (moe, dense_active, dense_total x seeds, ``moelab study``) for each
+setting of the grid, every run logging every step, and records per arm the best validation
+loss of every seed, mean ± std, tokens/s, the paired per-seed gaps, and the tied-embedding
+plateau measurements read from the runs' metrics.jsonl: the step each run's training loss
+first falls 0.5 nats below the unigram entropy of the training tokens (it has left the
+unigram plateau), the largest loss jump after warmup and the largest gradient norm.
+
+``--trace`` retrains one arm (the MoE) per setting and seed in this process with moelab's own
+model, batches, optimizer and schedule (the training loop's maths, without its files) and
+records each step's cross-entropy, the RMS of the token embedding and of the output logits,
+and the gradient norm: the quantities that explain the plateau (docs/recipe.md).
+
+Results go to benchmarks/results/recipe.json, one entry per grid/setting/seeds (repeated runs
+replace their own entry), atomically written. Study folders stay in --out for inspection.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import time
+from pathlib import Path
+
+import numpy as np
+from scipy import stats
+
+from moelab.fileio import atomic_write_json
+
+RESULTS = Path(__file__).parent / "results" / "recipe.json"
+ARMS = ("moe", "dense_active", "dense_total")
+CRITERIA = {"active": "dense_active", "total": "dense_total"}
+PLATEAU_MARGIN = 0.5
+"""A run has left the unigram plateau once its training cross-entropy is this far below the
+unigram entropy (nats)."""
+
+# Each grid: the study preset, overrides common to every setting, and the settings (name ->
+# overrides). Batch sizes change at equal tokens (train.max_tokens is fixed by the preset).
+UNTIED = ["model.tie_embeddings=false"]
+T5_HEAD = ["model.embedding_init_std=1.0"]  # + model.logit_scale=d_model**-0.5, added per grid
+GRIDS: dict[str, dict] = {
+    "demo": {
+        "preset": "demo",
+        "common": ["train.log_interval=1"],
+        "d_model": 64,
+        "settings": {
+            "tied": [],
+            "tied_warmup0.5": ["train.warmup_fraction=0.5"],
+            "tied_lr0.003": ["train.lr=0.003"],
+            "tied_t5head": T5_HEAD + ["model.logit_scale=0.125"],
+            "tied_t5head_b8": T5_HEAD + ["model.logit_scale=0.125", "train.batch_size=8"],
+            "tied_t5head_warmup0.2": T5_HEAD + ["model.logit_scale=0.125",
+                                                "train.warmup_fraction=0.2"],
+            "tied_t5head_lr0.02": T5_HEAD + ["model.logit_scale=0.125", "train.lr=0.02"],
+            "tied_t5head_lr0.005": T5_HEAD + ["model.logit_scale=0.125", "train.lr=0.005"],
+            "tied_t5head_wd0": T5_HEAD + ["model.logit_scale=0.125", "train.weight_decay=0.0"],
+            "tied_t5head_beta2_0.99": T5_HEAD + ["model.logit_scale=0.125", "train.beta2=0.99"],
+            "tied_embstd1": ["model.embedding_init_std=1.0"],
+            "tied_logitscale": ["model.logit_scale=0.125"],
+            "untied": ["model.tie_embeddings=false"],
+            "untied_warmup0.5_b8": UNTIED + ["train.warmup_fraction=0.5", "train.batch_size=8"],
+            "tied_warmup0.5_b8": ["train.warmup_fraction=0.5", "train.batch_size=8"],
+            "tied_t5head_warmup0.5_b8": T5_HEAD + ["model.logit_scale=0.125",
+                                                   "train.warmup_fraction=0.5", "train.batch_size=8"],
+            "untied_b8": UNTIED + ["train.batch_size=8"],
+            "untied_warmup0.2_b8": UNTIED + ["train.warmup_fraction=0.2", "train.batch_size=8"],
+            "untied_warmup0.5_b4": UNTIED + ["train.warmup_fraction=0.5", "train.batch_size=4"],
+            "untied_warmup0.5_b8_lr0.005": UNTIED + ["train.warmup_fraction=0.5",
+                                                     "train.batch_size=8", "train.lr=0.005"],
+            "untied_warmup0.5_b8_lr0.02": UNTIED + ["train.warmup_fraction=0.5",
+                                                    "train.batch_size=8", "train.lr=0.02"],
+            "untied_warmup0.5_b8_wd0": UNTIED + ["train.warmup_fraction=0.5",
+                                                 "train.batch_size=8", "train.weight_decay=0.0"],
+            "untied_warmup0.5_b8_beta2_0.99": UNTIED + ["train.warmup_fraction=0.5",
+                                                        "train.batch_size=8", "train.beta2=0.99"],
+        },
+    },
+    "cpu-replication": {
+        "preset": "cpu-replication",
+        # A subset sized for the grid: a third of the preset's tokens, 2 seeds.
+        "common": ["train.log_interval=1", "train.max_tokens=983040", "train.eval_interval=20"],
+        "d_model": 128,
+        "settings": {
+            "tied": [],
+            "tied_t5head": T5_HEAD + ["model.logit_scale=0.0883883"],
+            "untied": ["model.tie_embeddings=false"],
+        },
+    },
+}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    what = parser.add_mutually_exclusive_group(required=True)
+    what.add_argument("--grid", choices=sorted(GRIDS))
+    what.add_argument("--trace", choices=sorted(GRIDS))
+    parser.add_argument("--settings", help="comma-separated setting names (default: all)")
+    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--seed-start", type=int, default=0)
+    parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--out", default="recipe_out")
+    args = parser.parse_args()
+    grid_name = args.grid or args.trace
+    grid = GRIDS[grid_name]
+    names = args.settings.split(",") if args.settings else list(grid["settings"])
+    unknown = [n for n in names if n not in grid["settings"]]
+    if unknown:
+        parser.error(f"unknown setting {unknown[0]!r}: allowed {', '.join(grid['settings'])}")
+    seeds = list(range(args.seed_start, args.seed_start + args.seeds))
+    for name in names:
+        overrides = grid["common"] + grid["settings"][name]
+        if args.grid:
+            entry = run_setting(grid_name, grid, name, overrides, seeds, Path(args.out), args.jobs)
+        else:
+            entry = trace_setting(grid_name, grid, name, overrides, seeds)
+        record(entry)
+        print_entry(entry)
+
+
+# --------------------------------------------------------------------------------------------
+# --grid: one study per setting
+# --------------------------------------------------------------------------------------------
+
+
+def run_setting(grid_name: str, grid: dict, name: str, overrides: list[str], seeds: list[int],
+                out: Path, jobs: int) -> dict:
+    from moelab.study.commands import run_study
+    from moelab.study.settings import load_study
+
+    config, settings = load_study(grid["preset"], overrides + [f"train.seed={seeds[0]}"])
+    settings.seeds = len(seeds)
+    settings.criteria = list(CRITERIA)
+    study_dir = out / grid_name / f"{name}-seeds{seeds[0]}-{seeds[-1]}"
+    started = time.perf_counter()
+    run_study("study", config, settings, study_dir, jobs=jobs, log=lambda line: None)
+    wall_s = time.perf_counter() - started
+    unigram = unigram_entropy(config)
+    arms = {arm: arm_entry(study_dir, arm, seeds, unigram, config) for arm in ARMS}
+    return {
+        "kind": "grid", "grid": grid_name, "setting": name, "overrides": overrides,
+        "seeds": seeds, "tokens_per_run": config.train.max_tokens,
+        "unigram_entropy": unigram, "arms": arms,
+        "paired": {criterion: paired_gap(arms["moe"]["best_val_loss"],
+                                         arms[dense]["best_val_loss"])
+                   for criterion, dense in CRITERIA.items()},
+        "wall_s": wall_s, "jobs": jobs, "threads_per_run": os.environ.get("OMP_NUM_THREADS"),
+        "machine": machine(),
+    }
+
+
+def arm_entry(study_dir: Path, arm: str, seeds: list[int], unigram: float, config) -> dict:
+    runs = [read_run(study_dir / "runs" / arm / f"seed{seed}", unigram, config) for seed in seeds]
+    losses = [run["best_val_loss"] for run in runs]
+    return {
+        "best_val_loss": losses,
+        "mean": float(np.mean(losses)),
+        "std": float(np.std(losses, ddof=1)) if len(losses) > 1 else None,
+        "tokens_per_s": float(np.mean([run["tokens_per_s"] for run in runs])),
+        "plateau_exit_step": [run["plateau_exit_step"] for run in runs],
+        "max_loss_jump": [run["max_loss_jump"] for run in runs],
+        "max_grad_norm": [run["max_grad_norm"] for run in runs],
+        "active_params": runs[0]["active_params"],
+    }
+
+
+def read_run(run_dir: Path, unigram: float, config) -> dict:
+    summary = json.loads((run_dir / "summary.json").read_text("utf-8"))
+    events = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text("utf-8").splitlines()]
+    train = [e for e in events if e["kind"] == "train"]
+    ce = [e["ce_loss"] for e in train]
+    total_steps = train[-1]["step"]
+    warmup_end = int(config.train.warmup_fraction * total_steps)
+    exit_step = next((e["step"] for e in train if e["ce_loss"] < unigram - PLATEAU_MARGIN), None)
+    jumps = [later - earlier for earlier, later in zip(ce[warmup_end:], ce[warmup_end + 1:])]
+    return {
+        "best_val_loss": summary["best_val_loss"],
+        "tokens_per_s": summary["tokens_per_s"],
+        "active_params": summary.get("active_params"),
+        "plateau_exit_step": exit_step,
+        "max_loss_jump": max(jumps) if jumps else None,
+        "max_grad_norm": max(e["grad_norm"] for e in train),
+    }
+
+
+def paired_gap(moe: list[float], dense: list[float]) -> dict:
+    """dense - moe per seed (positive: MoE better): mean, std, 95 % t interval, ttest_rel p."""
+    diff = np.asarray(dense) - np.asarray(moe)
+    n = diff.size
+    out = {"gap": float(diff.mean()), "per_seed": diff.tolist(), "n_pairs": n,
+           "std_diff": None, "ci_low": None, "ci_high": None, "p_value": None}
+    if n >= 2 and diff.std(ddof=1) > 0:
+        sd = float(diff.std(ddof=1))
+        half = stats.t.ppf(0.975, n - 1) * sd / math.sqrt(n)
+        out.update(std_diff=sd, ci_low=float(diff.mean() - half), ci_high=float(diff.mean() + half),
+                   p_value=float(stats.ttest_rel(dense, moe).pvalue))
+    return out
+
+
+def unigram_entropy(config) -> float:
+    """Entropy (nats) of the training tokens' unigram distribution: the loss of a model that
+    predicts token frequencies and nothing else."""
+    from moelab.data import prepare_data
+
+    data = prepare_data(config.data, config.tokenizer_vocab_size, progress=False)
+    counts = np.bincount(np.asarray(data.train.tokens, dtype=np.int64))
+    p = counts[counts > 0] / counts.sum()
+    return float(-(p * np.log(p)).sum())
+
+
+# --------------------------------------------------------------------------------------------
+# --trace: the MoE arm step by step, with embedding and logit norms
+# --------------------------------------------------------------------------------------------
+
+
+def trace_setting(grid_name: str, grid: dict, name: str, overrides: list[str],
+                  seeds: list[int]) -> dict:
+    from moelab.study.settings import load_study
+
+    config, _ = load_study(grid["preset"], overrides)
+    traces = {str(seed): trace_run(config, seed) for seed in seeds}
+    return {"kind": "trace", "grid": grid_name, "setting": name, "overrides": overrides,
+            "seeds": seeds, "unigram_entropy": unigram_entropy(config), "traces": traces,
+            "machine": machine()}
+
+
+def trace_run(config, seed: int) -> dict:
+    """One MoE run as the training loop trains it (init seed, batches, AdamW, schedule,
+    clipping), measuring per step what the loop does not log."""
+    import torch
+
+    from moelab.data import TrainBatches, prepare_data
+    from moelab.model import Transformer
+    from moelab.train.optim import build_optimizer, lr_at, warmup_steps_for
+
+    tc = config.train
+    data = prepare_data(config.data, config.tokenizer_vocab_size, progress=False)
+    torch.manual_seed(seed)
+    model = Transformer(config.model)
+    optimizer = build_optimizer(model, tc)
+    batches = TrainBatches(data.train.tokens, config.model.max_seq_len, tc.batch_size, seed, 0, 1)
+    total_steps = tc.max_tokens // (tc.batch_size * config.model.max_seq_len)
+    warmup = warmup_steps_for(tc, total_steps)
+    head_weight = model.tok_embeddings.weight if model.output is None else model.output.weight
+    rows = {"ce_loss": [], "grad_norm": [], "embedding_rms": [], "logit_rms": [], "lr": []}
+    for step in range(total_steps):
+        lr = lr_at(step, total_steps, warmup, tc.lr, tc.min_lr_ratio)
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+        x_BT, y_BT = batches.next()
+        out = model(x_BT, y_BT, collect_routing=False)
+        out.loss.backward()
+        grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), tc.grad_clip or math.inf)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        with torch.no_grad():
+            logits = model(x_BT[:2], collect_routing=False).logits
+            rows["logit_rms"].append(float(logits.pow(2).mean().sqrt()))
+            rows["embedding_rms"].append(float(head_weight.pow(2).mean().sqrt()))
+        rows["ce_loss"].append(float(out.ce_loss))
+        rows["grad_norm"].append(float(grad_norm))
+        rows["lr"].append(lr)
+    return rows
+
+
+# --------------------------------------------------------------------------------------------
+# Results file and printing
+# --------------------------------------------------------------------------------------------
+
+
+def machine() -> dict:
+    return {"platform": platform.platform(), "cpus": os.cpu_count(),
+            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+
+
+def record(entry: dict) -> None:
+    entries = json.loads(RESULTS.read_text("utf-8")) if RESULTS.is_file() else []
+    key = (entry["kind"], entry["grid"], entry["setting"], tuple(entry["seeds"]))
+    entries = [e for e in entries if (e["kind"], e["grid"], e["setting"], tuple(e["seeds"])) != key]
+    atomic_write_json(RESULTS, entries + [entry])
+
+
+def print_entry(entry: dict) -> None:
+    if entry["kind"] == "trace":
+        for seed, rows in entry["traces"].items():
+            ce = rows["ce_loss"]
+            print(f"{entry['setting']} seed {seed}: final ce {ce[-1]:.3f}, max grad norm "
+                  f"{max(rows['grad_norm']):.2f}, embedding rms {rows['embedding_rms'][-1]:.3f}, "
+                  f"logit rms max {max(rows['logit_rms']):.2f}")
+        return
+    parts = [f"{arm} {a['mean']:.4f} ± {a['std'] or 0:.4f}" for arm, a in entry["arms"].items()]
+    gaps = [f"{c} {p['gap']:+.4f} (sd {p['std_diff'] or 0:.4f})" for c, p in entry["paired"].items()]
+    exits = entry["arms"]["moe"]["plateau_exit_step"]
+    print(f"{entry['setting']}: {', '.join(parts)} | paired {', '.join(gaps)} | moe plateau exit "
+          f"{exits} | {entry['wall_s']:.0f} s", flush=True)
+
+
+if __name__ == "__main__":
+    main()
