@@ -27,20 +27,25 @@ from moelab.study.settings import StudySettings, load_study
 
 ARM_OFFSET = {"moe": 0.0, "dense_active": 0.08, "dense_total": -0.02, "dense_flops": 0.07,
               "naive_top1": 0.3, "top1_lb": 0.1, "top2_lb": 0.01, "top2_lb_z": 0.0}
+# Noise of odd seeds that only the dense arms have: without it every per-seed difference would
+# be the same constant, and the paired test would have no spread to test against.
+ARM_ODD_SEED_NOISE = {"dense_active": 0.002, "dense_total": 0.001}
 
 
 class FakeTrain:
     """Stands in for moelab.train.train: records calls, writes a run folder, may fail."""
 
-    def __init__(self, fail_arm: str | None = None):
+    def __init__(self, fail_arm: str | None = None, fail_runs: tuple[str, ...] = ()):
         self.calls: list[tuple[str, bool]] = []
         self.fail_arm = fail_arm
+        self.fail_runs = fail_runs
+        """Runs that fail, as ``arm/seedN``."""
 
     def __call__(self, config, run_dir, *, resume=False):
         run_dir = Path(run_dir)
         arm = run_dir.parent.name
         self.calls.append((run_dir.as_posix(), resume))
-        if arm == self.fail_arm:
+        if arm == self.fail_arm or f"{arm}/{run_dir.name}" in self.fail_runs:
             raise MoelabError(f"train.seed={config.train.seed} is invalid: fake failure")
         run_dir.mkdir(parents=True, exist_ok=True)
         (run_dir / "config.yaml").write_text(yaml.safe_dump(to_dict(config)))
@@ -69,7 +74,9 @@ class FakeTrain:
 
 
 def fake_loss(arm: str, seed: int, tokens: int) -> float:
-    return 2.0 + ARM_OFFSET[arm] + 0.003 * ((seed * 7) % 5) + 1e5 / tokens
+    shared_noise = 0.003 * ((seed * 7) % 5)  # 0, 0.006, 0.012 for seeds 0, 1, 2
+    own_noise = ARM_ODD_SEED_NOISE.get(arm, 0.0) * (seed % 2)
+    return 2.0 + ARM_OFFSET[arm] + shared_noise + own_noise + 1e5 / tokens
 
 
 @pytest.fixture
@@ -192,15 +199,27 @@ def test_results_equal_statistics_of_the_summaries(tmp_path, demo):
         assert stats["mean"] == pytest.approx(statistics.mean(losses), abs=1e-12)
         assert stats["std"] == pytest.approx(statistics.stdev(losses), abs=1e-12)
         assert stats["n"] == 3
-    # Welch by hand: both arms are 2.1 (+0.08 for dense) plus 0, 0.006, 0.012 over the seeds,
-    # so each has variance 0.006^2; se^2 = 2 * 0.006^2 / 3 and df = (2v)^2 / (2 v^2 / 2) = 4.
+    # Paired by hand: dense_active - moe is 0.08 + (0, 0.002, 0) over seeds 0, 1, 2: mean
+    # 0.08 + 0.002/3, std 0.002/sqrt(3) (deviations -2/3, 4/3, -2/3 of 0.002), so the standard
+    # error is std/sqrt(3) = 0.002/3 and t = mean/se on 2 degrees of freedom.
     gap = results["gaps"]["active"]
-    assert gap["gap"] == pytest.approx(0.08, abs=1e-12)
-    t = 0.08 / (0.006 * (2 / 3) ** 0.5)
-    assert gap["df"] == pytest.approx(4.0, rel=1e-9)
-    assert gap["p_value"] == pytest.approx(2 * scipy_stats.t.sf(t, 4), rel=1e-6)
-    assert gap["verdict"] == "MoE better"
-    assert results["gaps"]["total"]["verdict"] == "dense better"
+    mean_diff, std_diff = 0.08 + 0.002 / 3, 0.002 / 3 ** 0.5
+    assert (gap["test"], gap["verdict"]) == ("paired", "MoE better (paired t, n=3)")
+    assert gap["gap"] == pytest.approx(mean_diff, abs=1e-12)
+    paired = gap["paired"]
+    assert (paired["n_pairs"], paired["std_diff"]) == (3, pytest.approx(std_diff, rel=1e-9))
+    assert paired["p_value"] == pytest.approx(2 * scipy_stats.t.sf(mean_diff / (0.002 / 3), 2), rel=1e-6)
+    half_width = scipy_stats.t.ppf(0.975, 2) * 0.002 / 3
+    assert (paired["ci_low"], paired["ci_high"]) == pytest.approx(
+        (mean_diff - half_width, mean_diff + half_width), rel=1e-9)
+    assert (gap["ci_low"], gap["p_value"]) == (paired["ci_low"], paired["p_value"])
+    # Welch on the same runs, against scipy's unpaired test.
+    moe = [fake_loss("moe", s, 1_000_000) for s in range(3)]
+    dense = [fake_loss("dense_active", s, 1_000_000) for s in range(3)]
+    reference = scipy_stats.ttest_ind(dense, moe, equal_var=False)
+    assert gap["welch"]["p_value"] == pytest.approx(reference.pvalue, rel=1e-9)
+    assert gap["welch"]["df"] == pytest.approx(reference.df, rel=1e-9)
+    assert results["gaps"]["total"]["verdict"] == "dense better (paired t, n=3)"
     assert json.loads((folder / "results.json").read_text()) == results
     text = (folder / "results.csv").read_text()
     assert text.startswith("budget_tokens,arm,criterion,seed,best_val_loss")
@@ -278,7 +297,8 @@ def test_report_command_rebuilds_identical_numbers(tmp_path, demo, capsys):
     assert main(["report", str(folder)]) == 0
     assert {name: (folder / name).read_text() for name in before} == before
     out = capsys.readouterr().out
-    assert "| moe |" in out and "MoE better" in out
+    assert "| moe |" in out and "MoE better (paired t, n=2)" in out
+    assert "    paired t: 95% CI [" in out and "    Welch t:  95% CI [" in out
 
 
 def test_budget_sweep_groups_and_plots(tmp_path, demo):
@@ -286,7 +306,12 @@ def test_budget_sweep_groups_and_plots(tmp_path, demo):
     assert len(train.calls) == 12
     assert (tmp_path / "s/runs/200K/moe/seed0/summary.json").is_file()
     assert [g["label"] for g in results["budgets"]] == ["200K", "1M"]
-    assert results["budgets"][0]["gaps"]["active"]["gap"] == pytest.approx(0.08)
+    # Paired within each budget: seeds 0 and 1 differ by 0.08 and 0.082.
+    for group in results["budgets"]:
+        active = group["gaps"]["active"]
+        assert active["test"] == "paired" and active["paired"]["n_pairs"] == 2
+        assert active["gap"] == pytest.approx(0.081, abs=1e-12)
+        assert active["min_detectable_gap"] > 0
     assert results["arms"] == results["budgets"][-1]["arms"]
     assert "figures/gaps_vs_tokens.png" in _figures_named((tmp_path / "s/report.md").read_text())
 
@@ -301,6 +326,80 @@ def test_ablation_ladder_report(tmp_path, demo):
     assert results["gaps"] == {}
     report = (tmp_path / "a/report.md").read_text()
     assert "## Ladder" in report and "| naive_top1 | top-1, no load balancing" in report
+
+
+def _losses(arm: str, seeds) -> list[float]:
+    return [fake_loss(arm, seed, 1_000_000) for seed in seeds]
+
+
+def test_a_seed_list_names_the_folders_and_pairs_by_seed(tmp_path, demo):
+    results, train = _study(tmp_path, demo, seeds=[11, 10, 13])
+    plan = json.loads((tmp_path / "s/plan.json").read_text())
+    assert [run["name"] for run in plan["runs"]][:3] == [
+        "moe/seed11", "dense_active/seed11", "dense_total/seed11"]  # the list's order
+    assert sorted({Path(call).name for call, _ in train.calls}) == ["seed10", "seed11", "seed13"]
+    assert results["seeds"] == [10, 11, 13]
+    paired = results["gaps"]["active"]["paired"]
+    moe, dense = _losses("moe", [10, 11, 13]), _losses("dense_active", [10, 11, 13])
+    assert [d["seed"] for d in paired["differences"]] == [10, 11, 13]
+    assert [d["diff"] for d in paired["differences"]] == pytest.approx(
+        [d - m for d, m in zip(dense, moe)], abs=1e-12)
+    reference = scipy_stats.ttest_rel(dense, moe)
+    assert paired["p_value"] == pytest.approx(reference.pvalue, rel=1e-9)
+    assert results["gaps"]["active"]["test"] == "paired"
+
+
+def test_a_missing_run_falls_back_to_welch(tmp_path, demo):
+    results, _ = _study(tmp_path, demo, train=FakeTrain(fail_runs=("dense_active/seed1",)), seeds=3)
+    active, total = results["gaps"]["active"], results["gaps"]["total"]
+    assert active["test"] == "welch" and active["verdict"].endswith("(Welch t, n=3/2)")
+    reference = scipy_stats.ttest_ind(_losses("dense_active", [0, 2]), _losses("moe", [0, 1, 2]),
+                                      equal_var=False)
+    assert active["p_value"] == active["welch"]["p_value"] == pytest.approx(reference.pvalue, rel=1e-9)
+    assert active["paired"]["n_pairs"] == 2
+    assert total["test"] == "paired" and total["verdict"] == "dense better (paired t, n=3)"
+    report = (tmp_path / "s/report.md").read_text()
+    assert "| Welch t |" in report and "| paired t |" in report  # the power table
+
+
+def test_one_seed_is_not_testable_and_writes_null_not_nan(tmp_path, demo, capsys):
+    results, _ = _study(tmp_path, demo, seeds=1)
+    gap = results["gaps"]["active"]
+    assert gap["verdict"] == "not testable (paired t, n=1: needs 2+ paired seeds)"
+    assert gap["paired"]["ci_low"] is None and gap["min_detectable_gap"] is None
+    assert gap["seeds_needed"] == [{"gap": pytest.approx(0.08), "seeds": None},
+                                   {"gap": 0.02, "seeds": None}]
+    text = (tmp_path / "s/results.json").read_text()
+    assert "NaN" not in text and "Infinity" not in text
+    assert "figures/paired_differences.png" in _figures_named((tmp_path / "s/report.md").read_text())
+    capsys.readouterr()
+    assert main(["report", str(tmp_path / "s")]) == 0
+    assert "no CI (not testable)" in capsys.readouterr().out
+
+
+def test_results_json_holds_both_tests_and_the_power(tmp_path, demo):
+    _study(tmp_path, demo, seeds=3, budgets=[200_000, 1_000_000])
+    results = json.loads((tmp_path / "s/results.json").read_text())
+    for gaps in [results["gaps"]] + [group["gaps"] for group in results["budgets"]]:
+        for gap in gaps.values():
+            assert {"gap", "ci_low", "ci_high", "p_value", "test", "verdict", "min_detectable_gap",
+                    "seeds_needed", "paired", "welch"} <= set(gap)
+            assert {"gap", "ci_low", "ci_high", "p_value", "n_pairs", "std_diff"} <= set(gap["paired"])
+            assert {"gap", "ci_low", "ci_high", "p_value", "df", "n_moe", "n_dense"} <= set(gap["welch"])
+            assert gap["test"] == "paired" and gap["paired"]["n_pairs"] == 3
+    report = (tmp_path / "s/report.md").read_text()
+    assert "| paired 95 % CI |" in report and "| Welch 95 % CI |" in report
+    assert "seeds needed (0.02 nats)" in report and "min detectable gap" in report
+
+
+def test_ablation_takes_a_seed_list(tmp_path, demo):
+    config, _ = demo
+    results = study_commands.run_study("ablation", config, StudySettings(seeds=[5, 7]), tmp_path / "a",
+                                       train_fn=FakeTrain(), log=lambda line: None)
+    assert results["seeds"] == [5, 7]
+    assert results["arms"]["top2_lb"]["best_val_loss"]["mean"] == pytest.approx(
+        statistics.mean(_losses("top2_lb", [5, 7])))
+    assert yaml.safe_load((tmp_path / "a/study.yaml").read_text())["study"]["seeds"] == [5, 7]
 
 
 # --------------------------------------------------------------------------------------------

@@ -103,6 +103,26 @@ def test_results_are_the_statistics_of_the_summaries(study):
     assert gap["gap"] == pytest.approx(dense - moe, abs=1e-12)
 
 
+def test_gaps_are_paired_by_seed_with_welch_beside(study):
+    from scipy import stats as scipy_stats
+
+    results = json.loads((study / "results.json").read_text())
+    runs = summaries(study)
+    for criterion, gap in results["gaps"].items():
+        moe = [runs[f"moe/seed{s}"]["best_val_loss"] for s in (0, 1)]
+        dense = [runs[f"dense_{criterion}/seed{s}"]["best_val_loss"] for s in (0, 1)]
+        assert gap["test"] == "paired" and gap["verdict"].endswith("(paired t, n=2)")
+        assert gap["paired"]["n_pairs"] == 2
+        assert [d["diff"] for d in gap["paired"]["differences"]] == pytest.approx(
+            [d - m for d, m in zip(dense, moe)], abs=1e-12)
+        paired = scipy_stats.ttest_rel(dense, moe)
+        assert gap["paired"]["p_value"] == pytest.approx(paired.pvalue, rel=1e-9)
+        welch = scipy_stats.ttest_ind(dense, moe, equal_var=False)
+        assert gap["welch"]["p_value"] == pytest.approx(welch.pvalue, rel=1e-9)
+        assert gap["welch"]["df"] == pytest.approx(welch.df, rel=1e-9)
+        assert gap["min_detectable_gap"] > 0 and gap["seeds_needed"][1]["gap"] == 0.02
+
+
 def test_report_command_rebuilds_identical_numbers(study, tmp_path):
     folder = private_copy(study, tmp_path)
     before = (folder / "results.json").read_text()

@@ -5,7 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from moelab.cli import add_config_arguments, positive_int
-from moelab.report import format_count, format_mean_std, format_number, markdown_table
+from moelab.report import (
+    format_count, format_mean_std, format_number, format_p_value, markdown_table,
+)
 
 
 def register(subparsers) -> None:
@@ -44,8 +46,9 @@ def register(subparsers) -> None:
 
 
 def _add_run_arguments(parser, kind: str) -> None:
-    parser.add_argument("--seeds", type=int, metavar="N",
-                        help="seeds per arm (default: the preset's, else 3)")
+    parser.add_argument("--seeds", metavar="N|LIST",
+                        help="seeds per arm: a count N (train.seed, train.seed + 1, ...) or the "
+                        "seeds themselves, e.g. 10,11,12 (default: the preset's, else 3)")
     parser.add_argument("--out", metavar="DIR",
                         help=f"study folder (default: out/<config name>-{kind})")
     parser.add_argument("--jobs", type=positive_int, default=1, metavar="N",
@@ -64,7 +67,7 @@ def _study(args) -> int:
 
     config, settings = load_study(args.config, args.overrides)
     if args.seeds is not None:
-        settings.seeds = check_seeds(args.seeds)
+        settings.seeds = check_seeds(args.seeds, "--seeds")
     if args.criteria:
         settings.criteria = check_criteria([c.strip() for c in args.criteria.split(",") if c.strip()])
     if args.budgets:
@@ -88,7 +91,9 @@ def _report(args) -> int:
 
 
 def print_results(results: dict, study_dir: Path) -> None:
-    """The study table on the terminal: arms, then one line per comparison."""
+    """The study table on the terminal: arms, then each comparison with its tests."""
+    from moelab.study.stats import ALPHA, POWER
+
     rows = []
     for arm, r in results["arms"].items():
         loss, bpb = r["best_val_loss"], r["best_val_bpb"]
@@ -100,10 +105,22 @@ def print_results(results: dict, study_dir: Path) -> None:
     print(markdown_table(["arm", "active", "total", "best val loss", "n", "bits/byte", "collapsed"],
                          rows, "lrrrrrr"))
     for criterion, g in results["gaps"].items():
-        ci = (f"95% CI [{format_number(g['ci_low'])}, {format_number(g['ci_high'])}], "
-              f"p={format_number(g['p_value'])}" if g["ci_low"] is not None else "no CI")
         print(f"matched {criterion:<6} {g['moe_arm']} vs {g['dense_arm']}: gap (dense - moe) "
-              f"{g['gap']:+.4f}, {ci}: {g['verdict']}")
+              f"{g['gap']:+.4f}: {g['verdict']}")
+        if g["test"] == "paired":
+            print(f"    paired t: {_interval(g['paired'])}, n={g['paired']['n_pairs']} pairs")
+        print(f"    Welch t:  {_interval(g['welch'])}")
+        if g["min_detectable_gap"] is not None:
+            print(f"    min detectable gap {format_number(g['min_detectable_gap'])} "
+                  f"(power {POWER:g}, two-sided alpha {ALPHA:.2g})")
     for name, error in results["failed_runs"].items():
         print(f"FAILED {name}: {error}")
     print(f"\nreport: {study_dir / 'report.md'}")
+
+
+def _interval(test: dict) -> str:
+    if test["ci_low"] is None:
+        return "no CI (not testable)"
+    p_text = format_p_value(test["p_value"])
+    p_text = f"p{p_text.replace(' ', '')}" if p_text.startswith("<") else f"p={p_text}"
+    return f"95% CI [{format_number(test['ci_low'])}, {format_number(test['ci_high'])}], {p_text}"

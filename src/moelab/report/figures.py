@@ -10,7 +10,10 @@ matplotlib.use("Agg")  # a headless backend: reports are built on servers and in
 
 import matplotlib.pyplot as plt  # noqa: E402  (after choosing the backend)
 
+from matplotlib.ticker import FuncFormatter, MaxNLocator, NullLocator  # noqa: E402
+
 from moelab.fileio import atomic_write  # noqa: E402
+from moelab.report.markdown import format_tick_count  # noqa: E402
 
 DPI = 120
 
@@ -31,3 +34,16 @@ def save_figure(fig, path: str | Path) -> Path:
         return atomic_write(path, lambda tmp: fig.savefig(tmp, format="png", dpi=DPI))
     finally:
         plt.close(fig)
+
+
+def format_token_axis(axis, max_ticks: int = 5) -> None:
+    """Token counts on a linear ``axis`` (``ax.xaxis``) as 100K / 1M / 2.5M, with at most
+    ``max_ticks`` ticks: full numbers like 1500000 run into each other on narrow panels."""
+    axis.set_major_locator(MaxNLocator(nbins=max_ticks, steps=[1, 2, 2.5, 5, 10]))
+    axis.set_major_formatter(FuncFormatter(lambda value, _position: format_tick_count(value)))
+
+
+def label_ticks_at(axis, values, labels) -> None:
+    """Ticks only at ``values`` (say, the token budgets of a sweep on a log axis), labelled."""
+    axis.set_ticks(list(values), labels=list(labels))
+    axis.set_minor_locator(NullLocator())

@@ -18,7 +18,7 @@ def plan(kind: str, config: Config, settings: StudySettings) -> tuple[list[Arm],
     """The arms (dense-vs-MoE, or the routing ladder) and every run of them."""
     arms = ladder_arms(config) if kind == "ablation" else study_arms(
         config, settings.criteria, settings.match_step)
-    return arms, plan_runs(arms, settings.seeds, settings.budgets)
+    return arms, plan_runs(arms, settings.seed_list(config.train.seed), settings.budgets)
 
 
 def write_study_plan(kind: str, config: Config, settings: StudySettings,

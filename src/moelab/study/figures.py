@@ -8,8 +8,10 @@ from typing import Optional
 
 import numpy as np
 
-from moelab.report import new_figure, save_figure
+from moelab.report import format_token_axis, label_ticks_at, new_figure, save_figure
+from moelab.study.budgets import format_token_count
 from moelab.study.results import RunRecord
+from moelab.study.stats import TEST_NAMES
 
 CURVE_DIAGNOSTICS = (
     ("busiest_fraction", "busiest-expert fraction"),
@@ -17,6 +19,8 @@ CURVE_DIAGNOSTICS = (
     ("mean_log_z", "mean router log-z"),
 )
 CRITERION_LABELS = {"active": "matched active", "total": "matched total", "flops": "matched FLOPs"}
+# Colour by the verdict, not the sign: grey when the test shows no difference.
+OUTCOME_COLOURS = {"MoE better": "tab:green", "dense better": "tab:red"}
 
 
 def eval_curve(records: list[RunRecord], value) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -52,6 +56,7 @@ def val_loss_figure(records_by_arm: dict[str, list[RunRecord]], path: Path) -> O
             _plot_band(ax, tokens, mean, std, f"{arm} (n={len(records)})")
             drew = True
     ax.set_xlabel("training tokens")
+    format_token_axis(ax.xaxis)
     ax.set_ylabel("validation loss (nats/token)")
     ax.set_title("Validation loss (mean over seeds, band: ±1 std)")
     ax.grid(alpha=0.3)
@@ -79,6 +84,7 @@ def routing_figure(records_by_arm: dict[str, list[RunRecord]], path: Path) -> Op
                 drew = True
     for ax in axes:
         ax.set_xlabel("training tokens")
+        format_token_axis(ax.xaxis, max_ticks=4)  # three panels side by side: few ticks fit
         ax.grid(alpha=0.3)
     if drew:
         axes[0].legend()
@@ -115,14 +121,51 @@ def gap_bar_figure(gaps: dict, path: Path) -> Optional[Path]:
         [g["gap"] - g["ci_low"], g["ci_high"] - g["gap"]] if g["ci_low"] is not None else [0, 0]
         for g in gaps.values()
     ]).T
-    # Colour by the verdict, not the sign: grey when the test shows no difference.
-    colours = {"MoE better": "tab:green", "dense better": "tab:red"}
     ax.bar([CRITERION_LABELS.get(c, c) for c in names], values, yerr=errors, capsize=6,
-           color=[colours.get(g["verdict"], "tab:gray") for g in gaps.values()])
+           color=[OUTCOME_COLOURS.get(g["outcome"], "tab:gray") for g in gaps.values()])
     ax.axhline(0.0, color="black", linewidth=0.8)
     ax.set_ylabel("dense − MoE best val loss (>0: MoE better)")
-    ax.set_title("Gap per fairness criterion (95 % CI, Welch)")
+    ax.set_title(f"Gap per fairness criterion (95 % CI, {_tests_used(gaps.values())})")
     ax.grid(axis="y", alpha=0.3)
+    return save_figure(fig, path)
+
+
+def _tests_used(comparisons) -> str:
+    """'paired t', 'Welch t' or both: the tests behind the plotted intervals."""
+    used = dict.fromkeys(g["test"] for g in comparisons)
+    return " / ".join(TEST_NAMES[test] for test in used)
+
+
+def paired_differences_figure(gaps: dict, path: Path) -> Optional[Path]:
+    """Per criterion: one point per seed (dense - MoE of that seed), and beside them the paired
+    mean with its 95 % CI; the zero line is 'no difference'."""
+    paired = {c: g for c, g in gaps.items() if g["paired"]["differences"]}
+    if not paired:
+        return None
+    fig, ax = new_figure(width_in=max(4.0, 2.5 * len(paired)))
+    for position, (criterion, g) in enumerate(paired.items()):
+        differences = g["paired"]["differences"]
+        # Spread the seeds a little sideways so equal differences stay visible.
+        offsets = np.linspace(-0.12, 0.12, len(differences)) if len(differences) > 1 else [0.0]
+        x = position - 0.15 + np.asarray(offsets)
+        y = [d["diff"] for d in differences]
+        ax.scatter(x, y, color="tab:blue", zorder=3, label="one seed" if position == 0 else None)
+        for x_seed, y_seed, d in zip(x, y, differences):
+            ax.annotate(str(d["seed"]), (x_seed, y_seed), textcoords="offset points",
+                        xytext=(4, 2), fontsize=7, color="tab:blue")
+        mean, low, high = g["paired"]["gap"], g["paired"]["ci_low"], g["paired"]["ci_high"]
+        error = [[mean - low], [high - mean]] if low is not None else None
+        # Coloured by the verdict only when the verdict came from this (the paired) test.
+        colour = OUTCOME_COLOURS.get(g["outcome"], "black") if g["test"] == "paired" else "black"
+        ax.errorbar([position + 0.25], [mean], yerr=error, fmt="s", capsize=6, zorder=3,
+                    color=colour, label="paired mean, 95 % CI" if position == 0 else None)
+    ax.axhline(0.0, color="black", linewidth=0.8)
+    ax.set_xticks(range(len(paired)), labels=[CRITERION_LABELS.get(c, c) for c in paired])
+    ax.set_xlim(-0.6, len(paired) - 0.4)
+    ax.set_ylabel("dense − MoE best val loss per seed (>0: MoE better)")
+    ax.set_title("Per-seed paired differences (labels: seed)")
+    ax.grid(axis="y", alpha=0.3)
+    ax.legend()
     return save_figure(fig, path)
 
 
@@ -142,9 +185,12 @@ def gap_vs_tokens_figure(budget_groups: list[dict], path: Path) -> Optional[Path
         ax.fill_between(tokens, low, high, color=line.get_color(), alpha=0.2)
     ax.axhline(0.0, color="black", linewidth=0.8)
     ax.set_xscale("log")
+    budgets = [group["tokens"] for group in budget_groups]
+    label_ticks_at(ax.xaxis, budgets, [format_token_count(t) for t in budgets])
     ax.set_xlabel("training tokens (budget of each run)")
     ax.set_ylabel("dense − MoE best val loss (>0: MoE better)")
-    ax.set_title("Gap against the token budget (95 % CI, Welch)")
+    tests_used = _tests_used(g for group in budget_groups for g in group["gaps"].values())
+    ax.set_title(f"Gap against the token budget (95 % CI, {tests_used})")
     ax.grid(alpha=0.3)
     ax.legend()
     return save_figure(fig, path)
@@ -177,6 +223,7 @@ def layer_load_over_training_figure(records_by_arm: dict[str, list[RunRecord]],
         image = ax.imshow(busiest_LS, vmin=0.0, vmax=1.0, cmap="viridis", aspect="auto",
                           extent=(tokens[0], tokens[-1], busiest_LS.shape[0] - 0.5, -0.5))
         ax.set_xlabel("training tokens")
+        format_token_axis(ax.xaxis, max_ticks=4)
         ax.set_ylabel("layer")
         ax.set_yticks(range(busiest_LS.shape[0]))
         ax.set_title(f"{arm}: busiest-expert fraction")

@@ -2,7 +2,8 @@
 
 ``write_outputs(DIR)`` is all ``moelab report DIR`` does, and the last step of every study: the
 report can always be rebuilt, and it only prints numbers read from the run folders. Wording is
-tied to the statistics: a difference is claimed only when Welch's test supports it.
+tied to the statistics: a difference is claimed only when the test the verdict used (paired t
+when the arms share their seeds, Welch's t otherwise) supports it.
 """
 
 from __future__ import annotations
@@ -11,10 +12,13 @@ from pathlib import Path
 
 from moelab.errors import MoelabError
 from moelab.fileio import atomic_write_json, atomic_write_text
-from moelab.report import format_count, format_mean_std, format_number, markdown_table
+from moelab.report import (
+    format_count, format_mean_std, format_number, format_p_value, markdown_table,
+)
 from moelab.study import figures
 from moelab.study.arms import LADDER_DESCRIPTIONS
 from moelab.study.results import RunRecord, aggregate, find_runs, results_csv
+from moelab.study.stats import ALPHA, MAX_SEEDS, POWER, REFERENCE_GAP, TEST_NAMES
 
 CRITERION_TEXT = {
     "active": "matched on active parameters per token",
@@ -55,6 +59,8 @@ def draw_figures(study_dir: Path, results: dict, records: list[RunRecord]) -> di
     drawn = {
         "val_loss": figures.val_loss_figure(by_arm, folder / "val_loss.png"),
         "gaps": figures.gap_bar_figure(results["gaps"], folder / "gaps.png"),
+        "paired_differences": figures.paired_differences_figure(
+            results["gaps"], folder / "paired_differences.png"),
         "gaps_vs_tokens": (figures.gap_vs_tokens_figure(results["budgets"], folder / "gaps_vs_tokens.png")
                            if len(results["budgets"]) > 1 else None),
         "routing": figures.routing_figure(moe_arms, folder / "routing.png"),
@@ -77,7 +83,8 @@ def render_report(results: dict, records: list[RunRecord], figure_paths: dict[st
         parts.append(ladder_section(results))
     else:
         parts += [arms_section(results), comparison_section(results["gaps"]),
-                  figure_block("Gap per criterion", figure_paths, "gaps")]
+                  figure_block("Gap per criterion", figure_paths, "gaps"),
+                  figure_block("Per-seed differences", figure_paths, "paired_differences")]
         if results["budgets"]:
             parts.append(budget_section(results, figure_paths))
     parts += [
@@ -126,36 +133,85 @@ def arms_section(results: dict) -> str:
 def comparison_section(gaps: dict, heading: str = "## Comparisons") -> str:
     if not gaps:
         return f"{heading}\n\nNo comparison: the MoE arm or every dense arm lacks complete runs.\n"
-    rows, sentences = [], []
+    test_rows, power_rows = [], []
     for criterion, g in gaps.items():
-        ci = (f"[{format_number(g['ci_low'])}, {format_number(g['ci_high'])}]"
-              if g["ci_low"] is not None else "–")
-        p = format_number(g["p_value"], 4) if g["p_value"] is not None else "–"
-        rows.append([CRITERION_TEXT[criterion], f"{g['moe_arm']} vs {g['dense_arm']}",
-                     f"{g['gap']:+.4f}", ci, p, g["verdict"]])
-        sentences.append(f"- {comparison_sentence(g)}")
+        paired, welch = g["paired"], g["welch"]
+        test_rows.append([
+            CRITERION_TEXT[criterion], f"{g['moe_arm']} vs {g['dense_arm']}",
+            _signed(paired["gap"]), _interval(paired), _p_value(paired), str(paired["n_pairs"]),
+            format_number(paired["std_diff"]), _signed(welch["gap"]), _interval(welch),
+            _p_value(welch), format_number(welch["df"], 1), g["verdict"],
+        ])
+        observed, reference = g["seeds_needed"]
+        power_rows.append([
+            CRITERION_TEXT[criterion], TEST_NAMES[g["test"]], format_number(g["min_detectable_gap"]),
+            f"{_seeds_text(g, observed)} (for {observed['gap']:.4f})", _seeds_text(g, reference),
+        ])
+    sentences = "\n".join(f"- {comparison_sentence(g)}" for g in gaps.values())
     return (
         f"{heading}\n\nGap = dense − MoE best validation loss: positive means the MoE is better. "
-        "95 % confidence interval with Welch–Satterthwaite degrees of freedom; p from Welch's "
-        "t-test; a winner is named only when p < 0.05.\n\n"
-        + markdown_table(["criterion", "arms", "gap", "95 % CI", "Welch p", "verdict"], rows, "llrrrl")
-        + "\n" + "\n".join(sentences) + "\n"
+        "The arms of one seed share the data order and the validation windows, so the paired "
+        "t-test on the per-seed differences is used whenever both arms have the same seeds; "
+        "Welch's t-test (Welch–Satterthwaite degrees of freedom) when they do not. Both are "
+        "shown with 95 % confidence intervals (when the seeds differ, the paired columns use "
+        "the seeds both arms have); the verdict names the test it used, and a winner is named "
+        "only when that test's p < 0.05.\n\n"
+        + markdown_table(["criterion", "arms", "paired gap", "paired 95 % CI", "paired p",
+                          "pairs", "std of differences", "Welch gap", "Welch 95 % CI", "Welch p",
+                          "Welch df", "verdict"], test_rows, "llrrrrrrrrrl")
+        + "\n" + sentences + "\n\n"
+        + f"Power (two-sided α = {ALPHA:.2g}, power {POWER:g}, from the noncentral t "
+        "distribution): the minimum detectable gap is the smallest |gap| the test used detects "
+        "at the observed spread and n; seeds needed is the number of paired seeds (per arm) at "
+        "which a gap reaches that power, given the observed std of the per-seed differences "
+        "(without pairs: √(s²_moe + s²_dense)).\n\n"
+        + markdown_table(["criterion", "test", "min detectable gap", "seeds needed (observed gap)",
+                          f"seeds needed ({REFERENCE_GAP:g} nats)"], power_rows, "llrrr")
     )
+
+
+def _interval(test: dict) -> str:
+    if test["ci_low"] is None:
+        return "–"
+    return f"[{format_number(test['ci_low'])}, {format_number(test['ci_high'])}]"
+
+
+def _p_value(test: dict) -> str:
+    return format_p_value(test["p_value"])
+
+
+def _signed(gap) -> str:
+    return f"{gap:+.4f}" if gap is not None else "–"
+
+
+def _seeds_text(g: dict, needed: dict) -> str:
+    if needed["seeds"] is not None:
+        return str(needed["seeds"])
+    if g["outcome"] == "not testable" or not needed["gap"]:
+        return "–"
+    return f"more than {MAX_SEEDS:,}"
 
 
 def comparison_sentence(g: dict) -> str:
     """One sentence per criterion that says no more than the test supports."""
     n = f"n={g['n_moe']}" if g["n_moe"] == g["n_dense"] else f"n={g['n_moe']}/{g['n_dense']}"
-    what = f"{CRITERION_TEXT[g['criterion']].capitalize()} ({g['moe_arm']} vs {g['dense_arm']}, {n} seeds)"
-    size = abs(g["gap"])
-    if g["verdict"] == "MoE better":
-        return (f"{what}: the MoE is better by {size:.4f} nats/token "
-                f"(95 % CI {g['ci_low']:.4f} to {g['ci_high']:.4f}, p = {g['p_value']:.2g}).")
-    if g["verdict"] == "dense better":
-        return (f"{what}: the dense model is better by {size:.4f} nats/token "
-                f"(95 % CI of dense − MoE {g['ci_low']:.4f} to {g['ci_high']:.4f}, p = {g['p_value']:.2g}).")
-    return (f"{what}: {g['verdict']}; the observed gap {g['gap']:+.4f} is not distinguishable "
-            "from seed noise, so no winner is claimed.")
+    criterion = CRITERION_TEXT[g["criterion"]].capitalize()
+    what = f"{criterion} ({g['moe_arm']} vs {g['dense_arm']}, {n} seeds)"
+    test, size = TEST_NAMES[g["test"]], abs(g["gap"])
+    interval = f"{g['ci_low']:.4f} to {g['ci_high']:.4f}" if g["ci_low"] is not None else ""
+    if g["outcome"] == "MoE better":
+        return (f"{what}: the MoE is better by {size:.4f} nats/token ({test}: "
+                f"95 % CI {interval}, p = {g['p_value']:.2g}).")
+    if g["outcome"] == "dense better":
+        return (f"{what}: the dense model is better by {size:.4f} nats/token ({test}: "
+                f"95 % CI of dense − MoE {interval}, p = {g['p_value']:.2g}).")
+    if g["outcome"] == "not significant":
+        return (f"{what}: {g['verdict']}; the observed gap {g['gap']:+.4f} is not distinguishable "
+                f"from seed noise, so no winner is claimed (gaps from "
+                f"{format_number(g['min_detectable_gap'])} up would be detected with power "
+                f"{POWER:g}).")
+    return (f"{what}: {g['verdict']}; the observed gap {g['gap']:+.4f} cannot be tested, so no "
+            "winner is claimed.")
 
 
 def budget_section(results: dict, figure_paths: dict[str, str]) -> str:
@@ -165,11 +221,12 @@ def budget_section(results: dict, figure_paths: dict[str, str]) -> str:
         row = [group["label"]]
         for criterion in criteria:
             g = group["gaps"].get(criterion)
-            row.append(f"{g['gap']:+.4f} ({g['verdict']})" if g else "–")
+            row.append(f"{g['gap']:+.4f}: {g['verdict']}; min detectable "
+                       f"{format_number(g['min_detectable_gap'])}" if g else "–")
         rows.append(row)
     table = markdown_table(["tokens", *(CRITERION_TEXT[c] for c in criteria)], rows)
     return ("## Budget sweep\n\nEach budget is a separate set of runs with its own full schedule. "
-            "Gap = dense − MoE best val loss.\n\n" + table + "\n"
+            "Gap = dense − MoE best val loss; seeds are paired within each budget.\n\n" + table + "\n"
             + figure_block("Gap against the token budget", figure_paths, "gaps_vs_tokens", level=3))
 
 
@@ -261,7 +318,8 @@ def notes_section(ablation: bool) -> str:
     ]
     if not ablation:
         notes.append("The tests are per criterion at α = 0.05 without a multiple-comparison "
-                     "correction; with few seeds, 'not significant' means 'not shown', not 'equal'.")
+                     "correction; with few seeds, 'not significant' means 'not shown', not 'equal' "
+                     "(the minimum detectable gap says how large a gap could go unseen).")
     return "## Notes\n\n" + "\n".join(f"- {note}" for note in notes) + "\n"
 
 

@@ -2,7 +2,8 @@
 
 ``find_runs`` reads every complete run under ``DIR/runs`` (its ``summary.json``, the eval lines
 of ``metrics.jsonl`` and its ``config.yaml``); ``aggregate`` turns them into the per-arm seed
-statistics and the per-criterion gaps that ``results.json``, ``results.csv`` and the report show.
+statistics and the per-criterion comparisons (paired and Welch) that ``results.json``,
+``results.csv`` and the report show.
 Nothing here trains or reads anything but those files (and ``plan.json`` for arm descriptions
 and runs that are missing).
 """
@@ -26,7 +27,7 @@ from moelab.errors import MoelabError
 from moelab.study.arms import LADDER_RUNGS, MOE_ARM, dense_arm_name
 from moelab.study.budgets import format_token_count, parse_token_count
 from moelab.study.runner import is_complete, read_failures, run_name
-from moelab.study.stats import summarize, welch_gap
+from moelab.study.stats import compare, summarize
 
 # Per-run numbers copied from summary.json into results.json / results.csv.
 RUN_FIELDS = (
@@ -155,9 +156,10 @@ def _budget_group(arm_names: list[str], records: list[RunRecord], budget: Option
     for criterion in CRITERIA:
         dense_arm = dense_arm_name(criterion)
         if MOE_ARM in arms and dense_arm in arms:
-            gaps[criterion] = welch_gap(
+            # Paired by seed number within this budget: the same seed, the same data order.
+            gaps[criterion] = compare(
                 criterion, MOE_ARM, dense_arm,
-                _values(arms[MOE_ARM], "best_val_loss"), _values(arms[dense_arm], "best_val_loss"),
+                _by_seed(arms[MOE_ARM], "best_val_loss"), _by_seed(arms[dense_arm], "best_val_loss"),
             ).to_dict()
     group = {"arms": arms, "gaps": gaps}
     if budget is not None:
@@ -165,8 +167,8 @@ def _budget_group(arm_names: list[str], records: list[RunRecord], budget: Option
     return group
 
 
-def _values(arm: dict, key: str) -> list[float]:
-    return [run[key] for run in arm["runs"] if run.get(key) is not None]
+def _by_seed(arm: dict, key: str) -> dict[int, float]:
+    return {run["seed"]: run[key] for run in arm["runs"] if run.get(key) is not None}
 
 
 def arm_result(arm: str, records: list[RunRecord]) -> dict:

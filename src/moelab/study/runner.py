@@ -72,16 +72,17 @@ class RunSpec:
         return Path("configs") / (self.name.replace("/", "-") + ".yaml")
 
 
-def plan_runs(arms: list[Arm], seeds: int, budgets: list[int]) -> list[RunSpec]:
-    """Every arm x seed (x budget); seed k of every arm before seed k + 1 of any.
+def plan_runs(arms: list[Arm], seeds: list[int], budgets: list[int]) -> list[RunSpec]:
+    """Every arm x seed (x budget); one seed of every arm before the next seed of any.
 
-    That order means a study stopped half-way already holds complete, comparable seeds.
+    That order means a study stopped half-way already holds complete, comparable seeds. A run's
+    config is its arm's with ``train.seed`` (and the budget) set: it does not depend on where the
+    seed sits in the list, nor on the base ``train.seed`` a count started from.
     """
     specs = []
     for budget in budgets or [None]:
-        for offset in range(seeds):
+        for seed in seeds:
             for arm in arms:
-                seed = arm.config.train.seed + offset
                 changes = [f"train.seed={seed}"]
                 if budget is not None:
                     changes.append(f"train.max_tokens={budget}")
@@ -123,8 +124,9 @@ def write_plan(study_dir: Path, kind: str, base: Config, settings: dict, arms: l
 def check_same_study(study_dir: Path, kind: str, base: Config, specs: list[RunSpec]) -> None:
     """Runs planned before with another config would be silently mixed in: refuse instead.
 
-    More seeds or budgets for the same base config are fine; another kind of study, another
-    base config or another config for a run already planned are not.
+    More seeds or budgets for the same base config are fine (the base train.seed aside: it only
+    starts a seed count); another kind of study, another base config or another config for a run
+    already planned are not.
     """
     plan_path, study_path = study_dir / "plan.json", study_dir / "study.yaml"
     if plan_path.is_file():
@@ -132,13 +134,15 @@ def check_same_study(study_dir: Path, kind: str, base: Config, specs: list[RunSp
         if old_kind != kind:
             raise MoelabError(f"{study_dir} already holds a {old_kind!r} study, not {kind!r}: "
                               "use another --out folder")
-    pairs = [("base config", study_path, to_dict(base))] + [
+    pairs = [("base config", study_path, _without_seed(to_dict(base)))] + [
         (f"config for run {spec.name}", study_dir / spec.config_path, to_dict(spec.config)) for spec in specs
     ]
     for what, path, new in pairs:
         if path.is_file():
             old = _read_planned(path, yaml.safe_load)
             old.pop("study", None)
+            if path == study_path:
+                old = _without_seed(old)
             difference = first_difference(old, new)
             if difference:
                 key, old_value, new_value = difference
@@ -147,6 +151,13 @@ def check_same_study(study_dir: Path, kind: str, base: Config, specs: list[RunSp
                     f"{key}={old_value!r} (now {new_value!r}); use another --out folder or the "
                     "same config"
                 )
+
+
+def _without_seed(config: dict) -> dict:
+    """The base config less train.seed: it only starts a seed count, and every run sets its own,
+    so ``--seeds 3`` from train.seed=10 and ``--seeds 10,11,12`` plan the same runs."""
+    train = {k: v for k, v in (config.get("train") or {}).items() if k != "seed"}
+    return {**config, "train": train}
 
 
 def _read_planned(path: Path, parse: Callable[[str], object]) -> dict:

@@ -6,16 +6,18 @@ section, so ``moelab train`` and ``moelab params`` take a study preset as its Mo
 
     study:
       base: paper          # inherit every key of another preset or YAML file (optional)
-      seeds: 3             # seeds per arm: train.seed, train.seed + 1, ...
+      seeds: 3             # seeds per arm: train.seed, train.seed + 1, ...; or a list [10, 11, 12]
       criteria: [active, total]     # dense arms: matched on active / total params
       budgets: [40.5M, 426.3M]      # token budgets (default: just train.max_tokens)
       match_step: 32       # d_ff of a matched dense arm is a multiple of this
 
-``--set study.seeds=2`` and the study command's flags override these like any other key.
+``--set study.seeds=2`` (or ``=10,11,12``) and the study command's flags override these like
+any other key.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,8 +32,8 @@ STUDY_KEYS = ("base", "seeds", "criteria", "budgets", "match_step")
 
 @dataclass
 class StudySettings:
-    seeds: int = 3
-    """Seeds per arm (train.seed, train.seed + 1, ...)."""
+    seeds: int | list[int] = 3
+    """A count N (train.seed, train.seed + 1, ..., N seeds) or the seeds themselves."""
     criteria: list[str] = field(default_factory=lambda: list(DEFAULT_CRITERIA))
     """Fairness criteria, one matched dense arm each: active, total."""
     budgets: list[int] = field(default_factory=list)
@@ -39,8 +41,15 @@ class StudySettings:
     match_step: int = 32
     """The matched dense d_ff is a multiple of this."""
 
+    def seed_list(self, base_seed: int) -> list[int]:
+        """The seeds every arm runs, counted from ``base_seed`` (train.seed) for a count."""
+        if isinstance(self.seeds, int):
+            return list(range(base_seed, base_seed + self.seeds))
+        return list(self.seeds)
+
     def to_dict(self) -> dict:
-        return {"seeds": self.seeds, "criteria": list(self.criteria),
+        seeds = self.seeds if isinstance(self.seeds, int) else list(self.seeds)
+        return {"seeds": seeds, "criteria": list(self.criteria),
                 "budgets": list(self.budgets), "match_step": self.match_step}
 
 
@@ -67,7 +76,7 @@ def parse_settings(study_raw: Any) -> StudySettings:
         raise ConfigError(f"study.{unknown[0]} is not a known key: allowed {', '.join(STUDY_KEYS)}")
     settings = StudySettings()
     if "seeds" in study_raw:
-        settings.seeds = check_seeds(study_raw["seeds"])
+        settings.seeds = check_seeds(study_raw["seeds"], "study.seeds")
     if "criteria" in study_raw:
         settings.criteria = check_criteria(_as_list(study_raw["criteria"], "study.criteria"))
     if "budgets" in study_raw and study_raw["budgets"] is not None:
@@ -81,10 +90,55 @@ def parse_settings(study_raw: Any) -> StudySettings:
     return settings
 
 
-def check_seeds(seeds: Any) -> int:
-    if isinstance(seeds, bool) or not isinstance(seeds, int) or seeds <= 0:
-        raise ConfigError(f"seeds={seeds!r} is invalid: must be a positive integer")
-    return seeds
+SEEDS_ALLOWED = ("allowed a count N (train.seed, train.seed + 1, ...) or a list of distinct "
+                 "seeds >= 0, e.g. 3 or 10,11,12")
+
+
+def check_seeds(seeds: Any, key: str = "seeds") -> int | list[int]:
+    """A seed count (a positive int) or a list of distinct seeds (>= 0), from YAML or from text
+    (``--seeds 3``, ``--seeds 10,11,12``, ``--seeds [11]``); anything else is a ConfigError."""
+    shown = seeds if isinstance(seeds, str) else repr(seeds)  # --seeds 0 reads "seeds=0"
+
+    def refuse(why: str) -> ConfigError:
+        return ConfigError(f"{key}={shown} is invalid: {why}; {SEEDS_ALLOWED}")
+
+    value = _parse_seed_text(seeds, refuse) if isinstance(seeds, str) else seeds
+    if isinstance(value, bool) or not isinstance(value, (int, list)):
+        raise refuse("not a whole number or a list")
+    if isinstance(value, int):
+        if value <= 0:
+            raise refuse("a seed count must be at least 1")
+        return value
+    if not value:
+        raise refuse("the list is empty")
+    for seed in value:
+        # bool is an int in Python, but `true` is no seed
+        if isinstance(seed, bool) or not isinstance(seed, int):
+            raise refuse(f"{seed!r} is not a whole number")
+        if seed < 0:
+            raise refuse(f"seed {seed} is negative")
+    repeated = sorted({seed for seed in value if value.count(seed) > 1})
+    if repeated:
+        raise refuse(f"seed {repeated[0]} is listed twice")
+    return list(value)
+
+
+def _parse_seed_text(text: str, refuse) -> int | list[int]:
+    """``"3"`` -> 3 (a count); ``"10,11,12"`` or ``"[11]"`` -> a list."""
+    stripped = text.strip()
+    bracketed = stripped.startswith("[") and stripped.endswith("]")
+    inner = stripped[1:-1].strip() if bracketed else stripped
+    is_list = bracketed or "," in inner
+    if not inner:
+        if is_list:
+            return []  # check_seeds refuses the empty list
+        raise refuse("it is empty")
+    seeds = []
+    for item in (item.strip() for item in inner.split(",")):
+        if not re.fullmatch(r"[+-]?\d+", item):
+            raise refuse(f"{item!r} is not a whole number" if item else "an item is empty")
+        seeds.append(int(item))
+    return seeds if is_list else seeds[0]
 
 
 def _as_list(value: Any, key: str) -> list:

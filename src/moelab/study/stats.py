@@ -1,21 +1,40 @@
 """Seed statistics and the dense-vs-MoE comparison of one fairness criterion.
 
 The gap is ``dense - moe`` in best validation loss, so a positive gap means the MoE is better.
-Its 95 % confidence interval uses Welch's t with Welch-Satterthwaite degrees of freedom (the
-arms may have different seed variances), and the p-value is scipy's Welch t-test; the two agree:
-the interval excludes 0 exactly when p < 0.05.
+Two tests sit side by side:
+
+- paired t on the per-seed differences ``dense[s] - moe[s]``: the arms of one seed share the
+  data order and the validation windows, so the seed's own luck cancels in the difference;
+  p-value from ``scipy.stats.ttest_rel``, interval ``mean ± t(0.975, n-1) sd / sqrt(n)``;
+- Welch's t on the two arms as independent samples: Welch-Satterthwaite degrees of freedom
+  (the arms may have different seed variances), p-value from ``scipy.stats.ttest_ind``.
+
+The verdict uses the paired test when both arms have exactly the same seeds, Welch's otherwise
+(a missing or failed run), and names the test it used. Each interval excludes 0 exactly when its
+p < 0.05. Power is that of a two-sided t-test with a noncentral t statistic: the minimum
+detectable gap (power 0.8 at the observed spread and n) and the seeds a gap would need.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
-from typing import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Mapping, Optional, Sequence
 
 import numpy as np
-from scipy import stats
+from scipy import optimize, stats
 
 CONFIDENCE = 0.95
+ALPHA = 1 - CONFIDENCE
+POWER = 0.8
+REFERENCE_GAP = 0.02
+"""nats/token: a gap worth resolving in the paper's setting, for the 'seeds needed' figure."""
+MAX_SEEDS = 100_000
+"""seeds_needed gives up (None) beyond this."""
+TEST_NAMES = {"paired": "paired t", "welch": "Welch t"}
+# A spread this small relative to the losses is floating-point residue (e.g. arms that differ by
+# the same constant in every seed), not seed noise: the test is then not testable, not infinite.
+NEGLIGIBLE_SPREAD = 1e-12
 
 
 @dataclass
@@ -38,13 +57,53 @@ def summarize(values: Sequence[float]) -> Summary:
     return Summary(float(values_N.mean()), std, int(values_N.size))
 
 
-@dataclass
-class Gap:
-    """dense - moe best val loss for one criterion (positive: MoE better)."""
+def _no_spread(std: float, values: Sequence[float]) -> bool:
+    scale = float(np.mean(np.abs(values))) if len(values) else 0.0
+    return not std > NEGLIGIBLE_SPREAD * max(scale, 1.0)
 
-    criterion: str
-    moe_arm: str
-    dense_arm: str
+
+# --------------------------------------------------------------------------------------------
+# The two tests
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class PairedTest:
+    """Paired t on dense - moe of the seeds both arms have."""
+
+    gap: float
+    ci_low: float
+    ci_high: float
+    p_value: float
+    n_pairs: int
+    std_diff: float
+    differences: list[dict] = field(default_factory=list)
+    """[{"seed", "diff"}] per paired seed, diff = dense - moe."""
+
+    @property
+    def standard_error(self) -> float:
+        return self.std_diff / math.sqrt(self.n_pairs) if self.n_pairs else math.nan
+
+
+def paired_test(moe_by_seed: Mapping[int, float], dense_by_seed: Mapping[int, float],
+                alpha: float = ALPHA) -> PairedTest:
+    seeds = sorted(moe_by_seed.keys() & dense_by_seed.keys())
+    dense = [dense_by_seed[s] for s in seeds]
+    moe = [moe_by_seed[s] for s in seeds]
+    diffs = summarize(np.subtract(dense, moe))
+    differences = [{"seed": s, "diff": d - m} for s, d, m in zip(seeds, dense, moe)]
+    result = PairedTest(diffs.mean, math.nan, math.nan, math.nan, diffs.n, diffs.std, differences)
+    if diffs.n >= 2 and not _no_spread(diffs.std, dense + moe):
+        half_width = stats.t.ppf(1 - alpha / 2, diffs.n - 1) * result.standard_error
+        result.ci_low, result.ci_high = diffs.mean - half_width, diffs.mean + half_width
+        result.p_value = float(stats.ttest_rel(dense, moe).pvalue)
+    return result
+
+
+@dataclass
+class WelchTest:
+    """Welch's t on the two arms as independent samples."""
+
     gap: float
     ci_low: float
     ci_high: float
@@ -52,43 +111,165 @@ class Gap:
     df: float
     n_moe: int
     n_dense: int
+    standard_error: float = math.nan
+    std_moe: float = math.nan
+    std_dense: float = math.nan
+
+
+def welch_test(moe_values: Sequence[float], dense_values: Sequence[float],
+               alpha: float = ALPHA) -> WelchTest:
+    moe, dense = summarize(moe_values), summarize(dense_values)
+    result = WelchTest(dense.mean - moe.mean, math.nan, math.nan, math.nan, math.nan, moe.n,
+                       dense.n, std_moe=moe.std, std_dense=dense.std)
+    if moe.n < 2 or dense.n < 2:
+        return result
+    var_moe, var_dense = moe.std**2 / moe.n, dense.std**2 / dense.n
+    standard_error = math.sqrt(var_moe + var_dense)
+    if _no_spread(standard_error, [*moe_values, *dense_values]):
+        return result
+    result.standard_error = standard_error
+    result.df = (var_moe + var_dense) ** 2 / (
+        var_moe**2 / (moe.n - 1) + var_dense**2 / (dense.n - 1))
+    half_width = stats.t.ppf(1 - alpha / 2, result.df) * standard_error
+    result.ci_low, result.ci_high = result.gap - half_width, result.gap + half_width
+    result.p_value = float(stats.ttest_ind(dense_values, moe_values, equal_var=False).pvalue)
+    return result
+
+
+# --------------------------------------------------------------------------------------------
+# Power
+# --------------------------------------------------------------------------------------------
+
+
+def t_test_power(gap: float, standard_error: float, df: float, alpha: float = ALPHA) -> float:
+    """Chance that a two-sided t-test at ``alpha`` rejects when the true gap is ``gap``:
+    P(|T| > t_crit) with T noncentral t of ``df`` and noncentrality gap / standard_error."""
+    critical = stats.t.ppf(1 - alpha / 2, df)
+    noncentrality = gap / standard_error
+    # The lower tail P(T < -t_crit) as the upper tail of the mirrored statistic: scipy's
+    # nct.cdf returns NaN far out in that tail, where nct.sf returns 0.
+    return float(stats.nct.sf(critical, df, noncentrality)
+                 + stats.nct.sf(critical, df, -noncentrality))
+
+
+def min_detectable_gap(standard_error: float, df: float, power: float = POWER,
+                       alpha: float = ALPHA) -> float:
+    """The smallest |gap| the test detects with ``power`` (NaN when it cannot be computed)."""
+    if not (standard_error > 0 and df > 0 and math.isfinite(standard_error)):
+        return math.nan
+
+    def shortfall(gap: float) -> float:
+        return t_test_power(gap, standard_error, df, alpha) - power
+
+    upper = standard_error * (stats.t.ppf(1 - alpha / 2, df) + 3.0)
+    while shortfall(upper) < 0:  # heavy tails at df ~ 1 need a wider bracket
+        upper *= 2
+    # Power rises with |gap| from alpha at 0, so the root is unique.
+    return float(optimize.brentq(shortfall, 0.0, upper, xtol=standard_error * 1e-12))
+
+
+def seeds_needed(gap: float, std_diff: float, power: float = POWER,
+                 alpha: float = ALPHA) -> Optional[int]:
+    """The smallest number of paired seeds n >= 2 whose paired t-test detects ``gap`` with
+    ``power`` when the per-seed differences have standard deviation ``std_diff``.
+
+    None when no n up to MAX_SEEDS does, or when gap or spread is zero or unknown.
+    """
+    if not (std_diff > 0 and math.isfinite(std_diff) and gap != 0 and math.isfinite(gap)):
+        return None
+
+    def enough(n: int) -> bool:
+        return t_test_power(abs(gap), std_diff / math.sqrt(n), n - 1, alpha) >= power
+
+    # Power grows with n, so double to bracket the answer, then bisect.
+    low, high = 1, 2
+    while not enough(high):
+        if high >= MAX_SEEDS:
+            return None
+        low, high = high, min(2 * high, MAX_SEEDS)
+    while high - low > 1:
+        middle = (low + high) // 2
+        low, high = (low, middle) if enough(middle) else (middle, high)
+    return high
+
+
+# --------------------------------------------------------------------------------------------
+# The comparison of one criterion
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Comparison:
+    """dense - moe best val loss for one criterion (positive: MoE better), both tests, power.
+
+    ``gap``, ``ci_low``, ``ci_high`` and ``p_value`` are those of ``test``, the one the verdict
+    used.
+    """
+
+    criterion: str
+    moe_arm: str
+    dense_arm: str
+    test: str
+    gap: float
+    ci_low: float
+    ci_high: float
+    p_value: float
+    n_moe: int
+    n_dense: int
+    outcome: str
+    """'MoE better', 'dense better', 'not significant' or 'not testable'."""
     verdict: str
+    min_detectable_gap: float
+    seeds_needed: list[dict]
+    """[{"gap", "seeds"}] for the observed gap and REFERENCE_GAP, at the test's spread."""
+    paired: PairedTest
+    welch: WelchTest
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        record = asdict(self)
+        for key in ("standard_error", "std_moe", "std_dense"):  # bookkeeping, not results
+            record["welch"].pop(key)
+        return record
 
 
-def welch_gap(
-    criterion: str, moe_arm: str, dense_arm: str,
-    moe_values: Sequence[float], dense_values: Sequence[float], alpha: float = 1 - CONFIDENCE,
-) -> Gap:
-    """The gap, its Welch confidence interval and t-test, and a verdict the numbers support."""
-    moe, dense = summarize(moe_values), summarize(dense_values)
-    gap = dense.mean - moe.mean
-    ci_low = ci_high = p_value = df = math.nan
-    if moe.n >= 2 and dense.n >= 2:
-        var_moe, var_dense = moe.std**2 / moe.n, dense.std**2 / dense.n
-        standard_error = math.sqrt(var_moe + var_dense)
-        if standard_error > 0:
-            df = (var_moe + var_dense) ** 2 / (
-                var_moe**2 / (moe.n - 1) + var_dense**2 / (dense.n - 1)
-            )
-            half_width = stats.t.ppf(1 - alpha / 2, df) * standard_error
-            ci_low, ci_high = gap - half_width, gap + half_width
-            p_value = float(stats.ttest_ind(dense_values, moe_values, equal_var=False).pvalue)
-    return Gap(
-        criterion, moe_arm, dense_arm, gap, ci_low, ci_high, p_value, df, moe.n, dense.n,
-        verdict(gap, p_value, moe.n, dense.n, alpha),
+def compare(criterion: str, moe_arm: str, dense_arm: str, moe_by_seed: Mapping[int, float],
+            dense_by_seed: Mapping[int, float], alpha: float = ALPHA) -> Comparison:
+    """Both tests on {seed: best val loss} of the two arms; paired when the seeds match."""
+    paired = paired_test(moe_by_seed, dense_by_seed, alpha)
+    welch = welch_test(list(moe_by_seed.values()), list(dense_by_seed.values()), alpha)
+    use_paired = bool(moe_by_seed) and set(moe_by_seed) == set(dense_by_seed)
+    if use_paired:
+        test, chosen, n_label = "paired", paired, f"n={paired.n_pairs}"
+        mde = min_detectable_gap(paired.standard_error, paired.n_pairs - 1, alpha=alpha)
+        spread = paired.std_diff
+        untestable = ("needs 2+ paired seeds" if paired.n_pairs < 2
+                      else "the per-seed differences do not vary")
+    else:
+        test, chosen = "welch", welch
+        n_label = (f"n={welch.n_moe}" if welch.n_moe == welch.n_dense
+                   else f"n={welch.n_moe}/{welch.n_dense}")
+        mde = min_detectable_gap(welch.standard_error, welch.df, alpha=alpha)
+        # Unpaired, a dense - moe difference of two independent runs has this spread.
+        spread = math.sqrt(welch.std_moe**2 + welch.std_dense**2)
+        untestable = ("needs 2+ seeds per arm" if min(welch.n_moe, welch.n_dense) < 2
+                      else "no seed variance")
+    outcome = decide(chosen.gap, chosen.p_value, alpha)
+    detail = f"{TEST_NAMES[test]}, {n_label}"
+    if outcome == "not testable":  # no usable spread: no power either
+        detail, mde, spread = f"{detail}: {untestable}", math.nan, math.nan
+    needed = [{"gap": gap, "seeds": seeds_needed(gap, spread, alpha=alpha)}
+              for gap in (abs(chosen.gap), REFERENCE_GAP)]
+    return Comparison(
+        criterion, moe_arm, dense_arm, test, chosen.gap, chosen.ci_low, chosen.ci_high,
+        chosen.p_value, welch.n_moe, welch.n_dense, outcome, f"{outcome} ({detail})", mde,
+        needed, paired, welch,
     )
 
 
-def verdict(gap: float, p_value: float, n_moe: int, n_dense: int, alpha: float = 0.05) -> str:
-    """'MoE better' / 'dense better' only when Welch's test rejects equality at ``alpha``."""
-    n = f"n={n_moe}" if n_moe == n_dense else f"n={n_moe}/{n_dense}"
+def decide(gap: float, p_value: float, alpha: float = ALPHA) -> str:
+    """'MoE better' / 'dense better' only when the test rejects equality at ``alpha``."""
     if math.isnan(p_value):
-        if n_moe < 2 or n_dense < 2:
-            return f"not testable at {n} (needs 2+ seeds per arm)"
-        return f"not testable at {n} (no seed variance)"
+        return "not testable"
     if p_value < alpha:
         return "MoE better" if gap > 0 else "dense better"
-    return f"not significant at {n}"
+    return "not significant"

@@ -1,0 +1,73 @@
+"""Figure axes that read: token counts as 100K / 1M / 2.5M, few enough ticks not to collide;
+the per-seed differences figure draws one point per seed."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from moelab.report import format_tick_count, format_token_axis, new_figure
+from moelab.study import figures
+from moelab.study.results import RunRecord
+
+
+@pytest.mark.parametrize("value, label", [
+    (0, "0"), (500, "500"), (100_000, "100K"), (250_000, "250K"), (1_000_000, "1M"),
+    (2_500_000, "2.5M"), (1_250_000, "1.25M"), (40_500_000, "40.5M"), (2e9, "2B"),
+])
+def test_tick_labels(value, label):
+    assert format_tick_count(value) == label
+
+
+def _tick_labels(fig, ax) -> list[str]:
+    fig.canvas.draw()
+    low, high = ax.get_xlim()
+    return [tick.get_text() for tick, x in zip(ax.get_xticklabels(), ax.get_xticks())
+            if low <= x <= high]
+
+
+def test_a_token_axis_has_short_labels_and_few_ticks():
+    fig, ax = new_figure(width_in=4.5)
+    ax.plot([0, 2_600_000], [1, 2])
+    format_token_axis(ax.xaxis, max_ticks=4)
+    # matplotlib's own: 0.0, 0.5, ... 2.5 and a "1e6" offset, eight ticks
+    assert _tick_labels(fig, ax) == ["0", "1M", "2M"]
+
+
+def _record(seed: int, tokens_per_eval: int) -> RunRecord:
+    routing = [{"busiest_fraction": 0.4, "routing_entropy": 0.9, "mean_log_z": 1.0}]
+    evals = [{"step": step, "tokens": step * tokens_per_eval, "val_loss": 3.0 - 0.1 * step,
+              "routing": routing} for step in range(1, 41)]
+    return RunRecord("moe", seed, None, Path(f"runs/moe/seed{seed}"), {}, evals)
+
+
+def test_the_routing_figure_labels_tokens_in_k_and_m(tmp_path, monkeypatch):
+    drawn = []
+    monkeypatch.setattr(figures, "save_figure", lambda fig, path: drawn.append(fig) or Path(path))
+    records = {"moe": [_record(0, 65_536), _record(1, 65_536)]}  # up to 2.62M tokens
+    assert figures.routing_figure(records, tmp_path / "routing.png")
+    fig = drawn[0]
+    for ax in fig.axes:
+        labels = _tick_labels(fig, ax)
+        assert 2 <= len(labels) <= 5, labels
+        assert all(label == "0" or label[-1] in "KM" for label in labels), labels
+        assert "2M" in labels or "2.5M" in labels
+
+
+def test_the_paired_differences_figure_draws_one_point_per_seed(tmp_path, monkeypatch):
+    drawn = []
+    monkeypatch.setattr(figures, "save_figure", lambda fig, path: drawn.append(fig) or Path(path))
+    paired = {"gap": 0.02, "ci_low": 0.01, "ci_high": 0.03,
+              "differences": [{"seed": 10, "diff": 0.01}, {"seed": 11, "diff": 0.02},
+                              {"seed": 12, "diff": 0.03}]}
+    gaps = {"active": {"test": "paired", "outcome": "MoE better", "paired": paired},
+            "total": {"test": "welch", "outcome": "not significant",
+                      "paired": {**paired, "differences": []}}}
+    assert figures.paired_differences_figure(gaps, tmp_path / "d.png")
+    ax = drawn[0].axes[0]
+    points = ax.collections[0].get_offsets()
+    assert [round(float(y), 6) for y in points[:, 1]] == [0.01, 0.02, 0.03]
+    assert [text.get_text() for text in ax.texts] == ["10", "11", "12"]
+    # "total" has no pairs, so no column
+    assert [tick.get_text() for tick in ax.get_xticklabels()] == ["matched active"]
