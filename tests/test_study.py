@@ -151,7 +151,8 @@ def test_study_section_and_base_preset(tmp_path):
 REPO_ROOT = Path(__file__).resolve().parents[1]
 # Run counts as the documentation states them (phrase, file), not as the planner computes them.
 DOCUMENTED_RUNS = {
-    "demo": (9, "trains 9 runs", "docs/study.md"),
+    "demo": (18, "trains 18 runs", "docs/study.md"),
+    "cpu-budgets": (36, "CPU, 36 runs", "docs/study.md"),
     "paper": (9, "3 seeds", "README.md"),  # x 3 arms: moe, dense_active, dense_total
     "paper-budgets": (36, "GPU, 36 runs", "docs/study.md"),
     "ablation": (12, "GPU, 12 runs", "docs/study.md"),
