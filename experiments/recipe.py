@@ -1,8 +1,8 @@
 """The training-recipe experiment behind the presets' lr, warmup, batch and output-head settings.
 
-    .venv/bin/python benchmarks/recipe.py --grid demo [--settings NAME,...] [--seeds N]
+    .venv/bin/python experiments/recipe.py --grid demo [--settings NAME,...] [--seeds N]
                                           [--seed-start S] [--jobs 2] [--out recipe_out]
-    .venv/bin/python benchmarks/recipe.py --trace demo [--settings NAME,...] [--seeds N]
+    .venv/bin/python experiments/recipe.py --trace demo [--settings NAME,...] [--seeds N]
 
 ``--grid`` trains a study (moe, dense_active, dense_total x seeds, ``moelab study``) for each
 setting of the grid, every run logging every step, and records per arm the best validation
@@ -16,7 +16,7 @@ model, batches, optimizer and schedule (the training loop's maths, without its f
 records each step's cross-entropy, the RMS of the token embedding and of the output logits,
 and the gradient norm: the quantities that explain the plateau (docs/recipe.md).
 
-Results go to benchmarks/results/recipe.json, one entry per grid/setting/seeds (repeated runs
+Results go to experiments/results/recipe.json, one entry per grid/setting/seeds (repeated runs
 replace their own entry), atomically written. Study folders stay in --out for inspection.
 """
 
