@@ -31,7 +31,6 @@ import time
 from pathlib import Path
 
 import numpy as np
-from scipy import stats
 
 from moelab.fileio import atomic_write_json
 
@@ -155,7 +154,7 @@ def run_setting(grid_name: str, grid: dict, name: str, overrides: list[str], see
         "kind": "grid", "grid": grid_name, "setting": name, "overrides": overrides,
         "seeds": seeds, "tokens_per_run": config.train.max_tokens,
         "unigram_entropy": unigram, "arms": arms,
-        "paired": {criterion: paired_gap(arms["moe"]["best_val_loss"],
+        "paired": {criterion: paired_gap(seeds, arms["moe"]["best_val_loss"],
                                          arms[dense]["best_val_loss"])
                    for criterion, dense in CRITERIA.items()},
         "wall_s": wall_s, "jobs": jobs, "threads_per_run": os.environ.get("OMP_NUM_THREADS"),
@@ -197,18 +196,17 @@ def read_run(run_dir: Path, unigram: float, config) -> dict:
     }
 
 
-def paired_gap(moe: list[float], dense: list[float]) -> dict:
-    """dense - moe per seed (positive: MoE better): mean, std, 95 % t interval, ttest_rel p."""
-    diff = np.asarray(dense) - np.asarray(moe)
-    n = diff.size
-    out = {"gap": float(diff.mean()), "per_seed": diff.tolist(), "n_pairs": n,
-           "std_diff": None, "ci_low": None, "ci_high": None, "p_value": None}
-    if n >= 2 and diff.std(ddof=1) > 0:
-        sd = float(diff.std(ddof=1))
-        half = stats.t.ppf(0.975, n - 1) * sd / math.sqrt(n)
-        out.update(std_diff=sd, ci_low=float(diff.mean() - half), ci_high=float(diff.mean() + half),
-                   p_value=float(stats.ttest_rel(dense, moe).pvalue))
-    return out
+def paired_gap(seeds: list[int], moe: list[float], dense: list[float]) -> dict:
+    """dense - moe per seed (positive: MoE better) with moelab's paired t (study statistics)."""
+    from moelab.study.stats import min_detectable_gap, paired_test
+
+    test = paired_test(dict(zip(seeds, moe)), dict(zip(seeds, dense)))
+    finite = lambda x: None if math.isnan(x) else x  # noqa: E731 -- JSON has no NaN
+    return {"gap": test.gap, "per_seed": [d["diff"] for d in test.differences],
+            "n_pairs": test.n_pairs, "std_diff": finite(test.std_diff),
+            "ci_low": finite(test.ci_low), "ci_high": finite(test.ci_high),
+            "p_value": finite(test.p_value),
+            "min_detectable_gap": finite(min_detectable_gap(test.standard_error, test.n_pairs - 1))}
 
 
 def unigram_entropy(config) -> float:
@@ -295,16 +293,21 @@ def record(entry: dict) -> None:
 
 
 def markdown_tables(grid_name: str) -> str:
-    """One row per grid entry: arms' mean ± std, paired gaps ± std of the differences,
-    tokens/s, and the MoE arm's plateau exit steps; then one row per traced run."""
+    """One row per grid entry: arms' mean ± std, paired gaps ± std of the differences (and the
+    minimum detectable gap at power 0.8), tokens/s, and the MoE arm's plateau exit steps; then
+    one row per traced run."""
     entries = json.loads(RESULTS.read_text("utf-8"))
     lines = ["| setting | seeds | tokens | moe | dense_active | dense_total | paired gap active "
              "| paired gap total | tokens/s (moe) | plateau exit (moe) |",
              "|---|---|---:|---:|---:|---:|---:|---:|---:|---|"]
-    for e in (e for e in entries if e["kind"] == "grid" and e["grid"] == grid_name):
+    order = list(GRIDS[grid_name]["settings"])
+    rows = sorted((e for e in entries if e["kind"] == "grid" and e["grid"] == grid_name),
+                  key=lambda e: (order.index(e["setting"]), e["seeds"][0]))
+    for e in rows:
         arms, paired = e["arms"], e["paired"]
         cells = [f"{arms[a]['mean']:.4f} ± {arms[a]['std']:.4f}" for a in ARMS]
-        gaps = [f"{paired[c]['gap']:+.4f} ± {paired[c]['std_diff']:.4f}" for c in CRITERIA]
+        gaps = [f"{paired[c]['gap']:+.4f} ± {paired[c]['std_diff']:.4f} "
+                f"(MDE {paired[c]['min_detectable_gap']:.3f})" for c in CRITERIA]
         seeds = f"{e['seeds'][0]}-{e['seeds'][-1]}"
         lines.append(f"| {e['setting']} | {seeds} | {e['tokens_per_run']:,} | " + " | ".join(cells + gaps)
                      + f" | {arms['moe']['tokens_per_s']:,.0f} | {arms['moe']['plateau_exit_step']} |")

@@ -106,6 +106,7 @@ def test_shared_fraction_estimate_from_counted_models():
     configs = []
     for size in (["model.d_model=64", "model.d_ff=256"], ["model.d_model=96", "model.d_ff=384"]):
         d_ff = int(size[1].split("=")[1])
+        size = size + ["model.tie_embeddings=true"]  # the shares below are the tied model's
         configs.append(load_config("demo", size + ["model.moe=null"]))
         for experts in (2, 4, 8):
             configs.append(load_config("demo", size + [

@@ -21,7 +21,7 @@ def test_a_null_study_section_means_the_defaults():
     _, with_null = load_study("demo", ["study=null"])
     _, plain = load_study("demo")
     assert with_null.seeds == 3  # StudySettings' documented default
-    assert plain.seeds == 3
+    assert plain.seeds == 6  # the demo preset's own study section
 
 
 def test_overriding_the_base_is_refused_not_ignored(tmp_path):
