@@ -35,6 +35,7 @@ from moelab.data.encoding import WordCacheEncoder, available_cores, encode_batch
 from moelab.data.sources import BATCH_STORIES, resolve_source, split_bytes
 from moelab.data.tokenizer import train_tokenizer
 from moelab.fileio import atomic_write_json
+from train_step import BENCHMARKED_DEMO  # the shapes BENCHMARKS.md measured
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "benchmarks" / "results" / "data_pipeline.json"
@@ -127,7 +128,7 @@ def bench_prepare(folder: Path, work: Path) -> dict:
 def bench_loader_vs_step(repeats: int) -> dict:
     from moelab.model import Transformer
 
-    config = load_config("demo")
+    config = load_config("demo", BENCHMARKED_DEMO)
     torch.manual_seed(0)
     seq_len, batch_size = config.model.max_seq_len, config.train.batch_size
     prepared = prepare_data(config.data, config.tokenizer_vocab_size, progress=False)

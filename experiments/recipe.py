@@ -141,13 +141,11 @@ def run_setting(grid_name: str, grid: dict, name: str, overrides: list[str], see
     from moelab.study.commands import run_study
     from moelab.study.settings import load_study
 
-    config, settings = load_study(grid["preset"], overrides + [f"train.seed={seeds[0]}"])
-    settings.seeds = len(seeds)
+    config, settings = load_study(grid["preset"], overrides)
+    settings.seeds = list(seeds)
     settings.criteria = list(CRITERIA)
     study_dir = out / grid_name / f"{name}-seeds{seeds[0]}-{seeds[-1]}"
-    started = time.perf_counter()
     run_study("study", config, settings, study_dir, jobs=jobs, log=lambda line: None)
-    wall_s = time.perf_counter() - started
     unigram = unigram_entropy(config)
     arms = {arm: arm_entry(study_dir, arm, seeds, unigram, config) for arm in ARMS}
     return {
@@ -157,7 +155,7 @@ def run_setting(grid_name: str, grid: dict, name: str, overrides: list[str], see
         "paired": {criterion: paired_gap(seeds, arms["moe"]["best_val_loss"],
                                          arms[dense]["best_val_loss"])
                    for criterion, dense in CRITERIA.items()},
-        "wall_s": wall_s, "jobs": jobs, "threads_per_run": os.environ.get("OMP_NUM_THREADS"),
+        "jobs": jobs, "threads_per_run": os.environ.get("OMP_NUM_THREADS"),
         "machine": machine(),
     }
 
@@ -170,6 +168,7 @@ def arm_entry(study_dir: Path, arm: str, seeds: list[int], unigram: float, confi
         "mean": float(np.mean(losses)),
         "std": float(np.std(losses, ddof=1)) if len(losses) > 1 else None,
         "tokens_per_s": float(np.mean([run["tokens_per_s"] for run in runs])),
+        "wall_time_s": float(np.mean([run["wall_time_s"] for run in runs])),
         "plateau_exit_step": [run["plateau_exit_step"] for run in runs],
         "max_loss_jump": [run["max_loss_jump"] for run in runs],
         "max_grad_norm": [run["max_grad_norm"] for run in runs],
@@ -189,6 +188,8 @@ def read_run(run_dir: Path, unigram: float, config) -> dict:
     return {
         "best_val_loss": summary["best_val_loss"],
         "tokens_per_s": summary["tokens_per_s"],
+        "wall_time_s": summary["wall_time_s"],  # from the run's files, so a rerun that trains
+        # nothing records the same time
         "active_params": summary.get("active_params"),
         "plateau_exit_step": exit_step,
         "max_loss_jump": max(jumps) if jumps else None,
@@ -198,15 +199,15 @@ def read_run(run_dir: Path, unigram: float, config) -> dict:
 
 def paired_gap(seeds: list[int], moe: list[float], dense: list[float]) -> dict:
     """dense - moe per seed (positive: MoE better) with moelab's paired t (study statistics)."""
+    from moelab.study.results import json_safe
     from moelab.study.stats import min_detectable_gap, paired_test
 
     test = paired_test(dict(zip(seeds, moe)), dict(zip(seeds, dense)))
-    finite = lambda x: None if math.isnan(x) else x  # noqa: E731 -- JSON has no NaN
-    return {"gap": test.gap, "per_seed": [d["diff"] for d in test.differences],
-            "n_pairs": test.n_pairs, "std_diff": finite(test.std_diff),
-            "ci_low": finite(test.ci_low), "ci_high": finite(test.ci_high),
-            "p_value": finite(test.p_value),
-            "min_detectable_gap": finite(min_detectable_gap(test.standard_error, test.n_pairs - 1))}
+    return json_safe({
+        "gap": test.gap, "per_seed": [d["diff"] for d in test.differences],
+        "n_pairs": test.n_pairs, "std_diff": test.std_diff,
+        "ci_low": test.ci_low, "ci_high": test.ci_high, "p_value": test.p_value,
+        "min_detectable_gap": min_detectable_gap(test.standard_error, test.n_pairs - 1)})
 
 
 def unigram_entropy(config) -> float:
@@ -338,7 +339,7 @@ def print_entry(entry: dict) -> None:
     gaps = [f"{c} {p['gap']:+.4f} (sd {p['std_diff'] or 0:.4f})" for c, p in entry["paired"].items()]
     exits = entry["arms"]["moe"]["plateau_exit_step"]
     print(f"{entry['setting']}: {', '.join(parts)} | paired {', '.join(gaps)} | moe plateau exit "
-          f"{exits} | {entry['wall_s']:.0f} s", flush=True)
+          f"{exits} | {entry['arms']['moe']['wall_time_s']:.0f} s per MoE run", flush=True)
 
 
 if __name__ == "__main__":
