@@ -72,7 +72,7 @@ def register(subparsers) -> None:
     # Spelled out rather than read from moelab.scaling.presets, whose import (scipy) would slow
     # every moelab command; a test checks the list against SWEEP_PRESETS.
     sweep.add_argument("grid", metavar="PRESET|GRID",
-                       help="a preset (demo, paper, micro) or a grid YAML file")
+                       help="a preset (demo, cpu, paper, micro) or a grid YAML file")
     sweep.add_argument("--out", metavar="DIR", default=None, help="sweep folder (default sweep_<name>)")
     sweep.add_argument("--dry-run", action="store_true", help="print the planned runs only")
     sweep.add_argument("--bootstrap", type=non_negative_int, default=200, metavar="R",

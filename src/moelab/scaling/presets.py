@@ -30,6 +30,31 @@ DEMO = {
     "holdout": "S=max",
 }
 
+# The sparsity sweep a CPU can fit a law to: the demo's measured recipe (untied head, half the
+# steps in warmup, batch 8 x 128, lr 0.01; docs/recipe.md) at 4 sizes (172K to 1.3M total
+# parameters) x 4 sparsities (top-1, Switch-weighted: E = 1, 2, 4, 8 at fixed total FFN
+# parameters) x 3 compute budgets (1e12, 2e12, 4e12 FLOPs: 128K to 5.3M tokens per run) = 48
+# runs on the shared TinyStories copy (so the longest runs see each token about once). Measured
+# in docs/scaling.md: the runs, the reduced law the data identifies and its held-out error.
+CPU = {
+    "name": "cpu",
+    "base": "demo",
+    "overrides": ["data.source=../shared/data/tinystories", "train.eval_interval=100",
+                  "train.progress=false", "train.sample_tokens=0"],
+    "sizes": [
+        {"name": "s1", "d_model": 48, "n_layers": 2, "n_heads": 2, "n_kv_heads": 2, "d_ff": 192},
+        {"name": "s2", "d_model": 64, "n_layers": 3, "n_heads": 4, "n_kv_heads": 4, "d_ff": 256},
+        {"name": "s3", "d_model": 96, "n_layers": 3, "n_heads": 4, "n_kv_heads": 4, "d_ff": 384},
+        {"name": "s4", "d_model": 128, "n_layers": 4, "n_heads": 4, "n_kv_heads": 4, "d_ff": 512},
+    ],
+    "sparsities": [0.0, 0.5, 0.75, 0.875],
+    "top_k": 1,
+    "mode": "fixed_total",
+    "flops_budgets": [1e12, 2e12, 4e12],
+    "seed": 0,
+    "holdout": "S=max",
+}
+
 # A GPU grid in the spirit of Abnar et al. (2025), scaled to TinyStories: 4 sizes (5.2M to
 # 78.9M total parameters, 2.3M to 78.7M active, by moelab.accounting.count_params; a test checks
 # these) x 5 sparsities (top-2: dense, E = 4, 8, 16, 32) x 4 compute budgets (1e16 .. 1e18
@@ -72,4 +97,4 @@ MICRO = {
     "holdout": "S=max",
 }
 
-SWEEP_PRESETS = {"demo": DEMO, "paper": PAPER, "micro": MICRO}
+SWEEP_PRESETS = {"demo": DEMO, "cpu": CPU, "paper": PAPER, "micro": MICRO}

@@ -131,7 +131,7 @@ def experts_for(sparsity: float, top_k: int) -> int:
 
 
 def load_grid(source: str | Path) -> SweepGrid:
-    """A preset name (demo, paper, micro) or a YAML file with the keys of SweepGrid."""
+    """A preset name (demo, cpu, paper, micro) or a YAML file with the keys of SweepGrid."""
     from moelab.scaling.presets import SWEEP_PRESETS
 
     path = Path(source)
