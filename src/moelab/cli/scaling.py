@@ -6,6 +6,10 @@ import json
 from pathlib import Path
 
 
+LAW_NAMES = ("chinchilla", "sparsity", "sparsity-interaction", "sparsity-additive",
+             "sparsity-effective-size")
+
+
 def register(subparsers) -> None:
     """Add this module's sub-commands."""
     from moelab.cli import non_negative_int, positive_int
@@ -16,7 +20,10 @@ def register(subparsers) -> None:
                     "by summed Huber loss of log residuals, L-BFGS from every start of a grid.",
     )
     fit.add_argument("csv", metavar="CSV", help="one row per training run")
-    fit.add_argument("--law", choices=("chinchilla", "sparsity"), default="chinchilla")
+    # Spelled out (moelab.scaling.laws imports scipy); a test checks them against LAWS.
+    fit.add_argument("--law", choices=LAW_NAMES, default="chinchilla",
+                     help="chinchilla, Abnar et al.'s sparsity law (eq. 6) or one of its reduced "
+                          "forms (docs/scaling.md)")
     fit.add_argument("--columns", action="append", default=[], metavar="NAME=COLUMN,...",
                      help='map canonical names N, D, C, S, N_active, loss to CSV columns, '
                           'e.g. --columns N="Model Size",C="Training FLOP"')
@@ -90,7 +97,7 @@ def _fit(args) -> int:
     from moelab.scaling.summary import fit_columns
     from moelab.scaling.table import drop_highest_loss, parse_column_map, read_fit_table
 
-    columns = read_fit_table(args.csv, args.law == "sparsity", parse_column_map(args.columns))
+    columns = read_fit_table(args.csv, args.law.startswith("sparsity"), parse_column_map(args.columns))
     columns = drop_highest_loss(columns, args.drop_highest)
     record = fit_columns(args.law, columns, bootstrap_replicates=args.bootstrap,
                          holdout=args.holdout, max_starts=args.starts, seed=args.seed)

@@ -15,10 +15,18 @@ the prediction two einsums, for thousands of starting points at once.
 - ``sparsity`` (Abnar et al. 2025, eq. 6):
   L = a / N^alpha + b / D^beta + c / (1 - S)^lambda + d / ((1 - S)^delta N^gamma) + e,
   with N the *total* parameter count by default (``n_kind="active"`` fits the active count).
+- Reduced forms of the sparsity law, each eq. 6 with some terms removed, for sweeps too small to
+  identify all ten parameters (``SPARSITY_FORMS``, richest first; ``moelab.scaling.forms`` picks
+  one):
+  - ``sparsity-interaction``: without c / (1 - S)^lambda (8 parameters);
+  - ``sparsity-additive``: without d / ((1 - S)^delta N^gamma) (7 parameters);
+  - ``sparsity-effective-size``: L = b / D^beta + d / ((1 - S)^delta N^gamma) + e (6
+    parameters), Chinchilla's law in an effective size N (1 - S)^(delta / gamma).
 """
 
 from __future__ import annotations
 
+import functools
 import itertools
 from dataclasses import dataclass
 from typing import Callable
@@ -44,6 +52,8 @@ class Law:
     start_grid: Callable[..., np.ndarray]
     """start_grid(max_starts=default) -> (num_starts, P) initial theta values; a seeded subset
     when max_starts is below the grid's size."""
+    formula: str = ""
+    """The law in natural parameters, for reports."""
 
     @property
     def num_params(self) -> int:
@@ -87,8 +97,8 @@ class Law:
                 values.append(params[name])
         return np.array(values, dtype=np.float64)
 
-    def predict_log_loss(self, theta: np.ndarray, feature_values: dict[str, np.ndarray]) -> np.ndarray:
-        """log L at each point for one parameter vector theta (P,)."""
+    def log_terms(self, theta: np.ndarray, feature_values: dict[str, np.ndarray]) -> np.ndarray:
+        """(terms J, points n): the log of each term at each point, for one theta (P,)."""
         index = {name: p for p, name in enumerate(self.param_names)}
         terms = []
         for log_coef, exponents in self.terms:
@@ -96,7 +106,11 @@ class Law:
             for exponent, feature in exponents:
                 term = term - theta[index[exponent]] * feature_values[feature]
             terms.append(np.broadcast_to(term, np.shape(next(iter(feature_values.values())))))
-        return _logsumexp(np.stack(terms, axis=-1), axis=-1)
+        return np.stack(terms)
+
+    def predict_log_loss(self, theta: np.ndarray, feature_values: dict[str, np.ndarray]) -> np.ndarray:
+        """log L at each point for one parameter vector theta (P,)."""
+        return _logsumexp(self.log_terms(theta, feature_values), axis=0)
 
     def predict_loss(self, params: dict[str, float], **columns: np.ndarray | float) -> np.ndarray:
         """L from natural parameters and raw columns N, D (and S), e.g. predict_loss(p, N=.., D=..)."""
@@ -147,18 +161,26 @@ SPARSITY_DEFAULT_STARTS = 4096
 """The full sparsity grid has 3^4 * 6^3 * 5^2 * 3 = 1,312,200 starts; we use a seeded subset."""
 
 
-def _sparsity_starts(max_starts: int | None = SPARSITY_DEFAULT_STARTS) -> np.ndarray:
-    """Abnar et al.'s grid: log a..log d in {0, 10, 20}; alpha, beta, gamma in {0, 0.25, ..., 1.25};
-    lambda, delta in {-1, -0.5, 0, 0.5, 1}; log e in SPARSITY_LOG_E_GRID.
+SPARSITY_START_AXES = {
+    **{f"log_{x}": (0.0, 10.0, 20.0) for x in "abcd"},
+    "log_e": SPARSITY_LOG_E_GRID,
+    **{name: tuple(np.arange(0.0, 1.25 + 1e-9, 0.25)) for name in ("alpha", "beta", "gamma")},
+    **{name: (-1.0, -0.5, 0.0, 0.5, 1.0) for name in ("lam", "delta")},
+}
+"""Abnar et al.'s grid: log a..log d in {0, 10, 20}; alpha, beta, gamma in {0, 0.25, ..., 1.25};
+lambda, delta in {-1, -0.5, 0, 0.5, 1}; log e in SPARSITY_LOG_E_GRID. A reduced form starts from
+the same values of the parameters it keeps."""
 
-    The product has 1.3 million points, far too many to run; by default a fixed, seeded subset of
-    SPARSITY_DEFAULT_STARTS points is used (deterministic: the same subset every run).
+
+def _sparsity_starts(param_names: tuple[str, ...], max_starts: int | None = SPARSITY_DEFAULT_STARTS
+                     ) -> np.ndarray:
+    """The product of SPARSITY_START_AXES over ``param_names``, or a seeded subset of it.
+
+    The full law's product has 1.3 million points, far too many to run; by default a fixed,
+    seeded subset of SPARSITY_DEFAULT_STARTS points is used (deterministic: the same subset
+    every run).
     """
-    log_coefs = (0.0, 10.0, 20.0)
-    exponents = tuple(np.arange(0.0, 1.25 + 1e-9, 0.25))
-    sparsity_exponents = (-1.0, -0.5, 0.0, 0.5, 1.0)
-    # param order: log_a..log_e, alpha, beta, lam, delta, gamma
-    axes = [log_coefs] * 4 + [SPARSITY_LOG_E_GRID] + [exponents] * 2 + [sparsity_exponents] * 2 + [exponents]
+    axes = [SPARSITY_START_AXES[name] for name in param_names]
     sizes = [len(axis) for axis in axes]
     total = int(np.prod(sizes))
     if max_starts is None or max_starts >= total:
@@ -183,25 +205,50 @@ CHINCHILLA = Law(
     terms=(("a", (("alpha", "log_N"),)), ("b", (("beta", "log_D"),)), ("e", ())),
     features=("log_N", "log_D"),
     start_grid=_chinchilla_starts,
+    formula="L = E + A / N^alpha + B / D^beta",
 )
 
-SPARSITY = Law(
-    name="sparsity",
-    # Abnar et al. name the coefficients a..e themselves, so the fitted logs are log_a..log_e.
-    param_names=("log_a", "log_b", "log_c", "log_d", "log_e", "alpha", "beta", "lam", "delta", "gamma"),
-    log_coef_names={f"log_{x}": x for x in "abcde"},
-    terms=(
-        ("log_a", (("alpha", "log_N"),)),
-        ("log_b", (("beta", "log_D"),)),
-        ("log_c", (("lam", "log_U"),)),
-        ("log_d", (("delta", "log_U"), ("gamma", "log_N"))),
-        ("log_e", ()),
-    ),
-    features=("log_N", "log_D", "log_U"),
-    start_grid=_sparsity_starts,
-)
+SPARSITY_TERMS = {
+    "a": ("log_a", (("alpha", "log_N"),)),
+    "b": ("log_b", (("beta", "log_D"),)),
+    "c": ("log_c", (("lam", "log_U"),)),
+    "d": ("log_d", (("delta", "log_U"), ("gamma", "log_N"))),
+    "e": ("log_e", ()),
+}
+"""Abnar et al.'s five terms by the name of their coefficient."""
+SPARSITY_TERM_TEXT = {"a": "a / N^alpha", "b": "b / D^beta", "c": "c / (1 - S)^lam",
+                      "d": "d / ((1 - S)^delta N^gamma)", "e": "e"}
 
-LAWS = {law.name: law for law in (CHINCHILLA, SPARSITY)}
+
+def _sparsity_form(name: str, kept: str) -> Law:
+    """Eq. 6 with only the terms named in ``kept`` (a subset of "abcde")."""
+    terms = tuple(SPARSITY_TERMS[x] for x in kept)
+    log_coefs = tuple(log_coef for log_coef, _ in terms)
+    exponents = tuple(exponent for _, pairs in terms for exponent, _ in pairs)
+    # Parameter order of the full law: log-coefficients, then alpha, beta, lam, delta, gamma.
+    param_names = log_coefs + tuple(x for x in ("alpha", "beta", "lam", "delta", "gamma") if x in exponents)
+    return Law(
+        name=name,
+        # Abnar et al. name the coefficients a..e themselves, so the fitted logs are log_a..log_e.
+        param_names=param_names,
+        log_coef_names={log_coef: log_coef[len("log_"):] for log_coef in log_coefs},
+        terms=terms,
+        features=("log_N", "log_D", "log_U"),
+        start_grid=functools.partial(_sparsity_starts, param_names),
+        formula="L = " + " + ".join(SPARSITY_TERM_TEXT[x] for x in kept),
+    )
+
+
+SPARSITY = _sparsity_form("sparsity", "abcde")
+SPARSITY_FORMS = (
+    SPARSITY,
+    _sparsity_form("sparsity-interaction", "abde"),
+    _sparsity_form("sparsity-additive", "abce"),
+    _sparsity_form("sparsity-effective-size", "bde"),
+)
+"""The sparsity law and its reduced forms, richest first."""
+
+LAWS = {law.name: law for law in (CHINCHILLA, *SPARSITY_FORMS)}
 
 
 def get_law(name: str) -> Law:

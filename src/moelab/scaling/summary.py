@@ -77,6 +77,7 @@ def heldout_error(law: Law, params: dict[str, float], points: dict[str, np.ndarr
     return {
         "spec": spec,
         "n_points": int(len(actual)),
+        "mean_abs_error": float(np.mean(np.abs(predicted - actual))),
         "mean_abs_log_error": float(np.mean(np.abs(np.log(predicted) - np.log(actual)))),
         "rmse_loss": float(np.sqrt(np.mean((predicted - actual) ** 2))),
         "max_abs_relative_error": float(np.max(np.abs(relative))),

@@ -20,7 +20,8 @@ from moelab.report import format_count, format_number, markdown_table, new_figur
 from moelab.scaling.isoflop import (
     COMPUTE_TOLERANCE, compute_deviation, isoflop_analysis, uses_surface,
 )
-from moelab.scaling.laws import SPARSITY
+from moelab.scaling.forms import select_form
+from moelab.scaling.laws import SPARSITY, get_law
 from moelab.scaling.optimal import (
     active_params, compute_optimal, estimate_shared_fraction, optimal_sparsity_at_params,
     with_intervals,
@@ -53,24 +54,54 @@ def write_sweep_report(out_dir: Path, grid: SweepGrid, *, bootstrap_replicates: 
     # None when every run is dense: the runs then say nothing about the expert share.
     shared = estimate_shared_fraction(columns["N"], columns["N_active"], columns["S"])
     sections.append(_results_table(rows))
-    fit = _fit_or_none(columns, bootstrap_replicates, None, max_starts, log)
-    if fit is None:
+    fit, holdout, selection = _law_fits(columns, grid.holdout, bootstrap_replicates, max_starts, log)
+    _write_or_remove(out_dir / "fit_holdout.json", holdout)
+    _write_or_remove(out_dir / "forms.json", selection and _forms_record(selection))
+    if selection is not None:
+        sections.append(_forms_section(selection))
+    if fit is None and selection is None:
         sections.append(f"## Law fit\n\nNot enough points ({len(columns['loss'])}) for the "
                         f"{SPARSITY.num_params}-parameter sparsity law: at least "
                         f"{SPARSITY.num_params + 1} complete runs are needed.\n")
-    else:
+    if fit is not None:
         fit.update(shared_fraction=shared, source="results.csv", columns=fit_columns_map())
-        atomic_write_json(out_dir / "fit.json", fit)
         sections.append(_fit_section(fit, shared, bootstrap_replicates))
-        holdout = _fit_or_none(columns, 0, grid.holdout, max_starts, log)
-        if holdout is not None:
-            atomic_write_json(out_dir / "fit_holdout.json", holdout)
-            sections.append(_holdout_section(holdout))
+    if holdout is not None:
+        sections.append(_holdout_section(holdout))
+    _write_or_remove(out_dir / "fit.json", fit)
     sections.append(_isoflop_section(out_dir, rows, columns, fit, shared))
     if fit is not None:
         sections.append(_optima_section(out_dir, columns, fit, shared))
-    sections.append(_reproduce_section(grid, bootstrap_replicates, max_starts))
+    else:
+        _write_or_remove(out_dir / "optima.json", None)
+    sections.append(_reproduce_section(grid, bootstrap_replicates, max_starts, fit))
     return atomic_write_text(out_dir / "report.md", "\n".join(s for s in sections if s))
+
+
+def _law_fits(columns, holdout, replicates, max_starts, log) -> tuple[dict | None, dict | None, dict | None]:
+    """(fit, held-out fit, form selection) of the law the report uses.
+
+    With two or more sparsities every form of the law is checked and the chosen one's fits are
+    returned (None, None when no form passes). With one sparsity the S terms are not measured,
+    so the forms cannot be told apart: the full law is fitted as it is, without a selection.
+    """
+    if len(np.unique(columns["S"])) < 2:
+        return (_fit_or_none(columns, replicates, None, max_starts, log),
+                _fit_or_none(columns, 0, holdout, max_starts, log), None)
+    selection = select_form(columns, holdout, bootstrap_replicates=replicates,
+                            max_starts=max_starts, log=log)
+    chosen = next((c for c in selection["forms"] if c["law"] == selection["chosen"]), None)
+    if chosen is None:
+        return None, None, selection
+    return chosen["fit"], chosen["fit_holdout"], selection
+
+
+def _write_or_remove(path: Path, record: dict | None) -> None:
+    """Write a derived record, or remove a stale one that the current results no longer support."""
+    if record is not None:
+        atomic_write_json(path, record)
+    elif path.exists():
+        path.unlink()
 
 
 def _fit_or_none(columns, replicates, holdout, max_starts, log) -> dict | None:
@@ -80,6 +111,56 @@ def _fit_or_none(columns, replicates, holdout, max_starts, log) -> dict | None:
     except MoelabError as exc:  # too few points, or a holdout that leaves nothing to fit
         log(f"sparsity-law fit skipped: {exc}")
         return None
+
+
+def _forms_record(selection: dict) -> dict:
+    """forms.json: the checks of every form, without the bulky bootstrap replicates."""
+    forms = []
+    for check in selection["forms"]:
+        summary = {k: v for k, v in check.items() if k not in ("fit", "fit_holdout")}
+        if "fit" in check:
+            summary.update(params=check["fit"]["params"], ci=check["fit"]["ci"])
+        forms.append(summary)
+    return {**selection, "forms": forms}
+
+
+def _forms_section(selection: dict) -> str:
+    criteria = selection["criteria"]
+    rows = []
+    for check in selection["forms"]:
+        law = get_law(check["law"])
+        if "skipped" in check:
+            rows.append([f"`{law.name}`", str(law.num_params), "–", "–", "skipped: too few points", ""])
+            continue
+        identified = "yes" if check["identified"] else "no: " + "; ".join(check["problems"])
+        rows.append([f"`{law.name}`", str(law.num_params), f"{check['objective']:.3e}",
+                     f"{check['holdout_mae']:.4f}", identified,
+                     "**chosen**" if check["law"] == selection["chosen"] else ""])
+    formulas = "\n".join(f"- `{name}`: {get_law(name).formula}"
+                          for name in (c["law"] for c in selection["forms"]))
+    if selection["chosen"]:
+        verdict = (f"The richest form that passes both checks is `{selection['chosen']}`; the fit, "
+                   "the held-out check and the optima below use it (`fit.json`).")
+    else:
+        verdict = ("**No form of the law passes both checks**, so these points identify no law: "
+                   "the report shows no fitted law and no optimal sparsity read off one "
+                   "(every form's parameters and intervals are in `forms.json`). Sweep more "
+                   "sizes, budgets or seeds.")
+    return ("## Law form\n\n"
+            "Abnar et al.'s eq. 6 and its reduced forms (N = total parameters):\n\n"
+            f"{formulas}\n\n"
+            "Each is fitted to every point with bootstrap intervals "
+            f"({criteria['bootstrap_replicates']} resamples) and refitted without the held-out "
+            f"points ({criteria['holdout']}). A form is identified when each of its terms but e "
+            f"changes by at least {criteria['min_term_spread']:g} nats across the points, every 95 % "
+            "interval is finite (no coefficient reaching 0 or infinity) and no exponent's "
+            f"interval is wider than {criteria['max_exponent_ci_width']:g}"
+            + ("" if criteria["bootstrap_replicates"] else " (intervals not checked: no resamples)")
+            + "; it is predictive when its held-out "
+            f"mean absolute error is at most {criteria['max_holdout_mae']:g} nats (`forms.json`)."
+            f"\n\n" + markdown_table(["form", "parameters", "objective", "held-out MAE",
+                                      "identified", ""], rows, "lrrrll")
+            + f"\n{verdict}\n")
 
 
 def _setup(grid: SweepGrid) -> str:
@@ -115,8 +196,9 @@ def _fit_section(fit: dict, shared: float | None, replicates: int) -> str:
     else:
         family = (f"Shared (non-expert) fraction of the parameters, fitted to the runs' own "
                   f"N_active / N: {shared:.3f} (N_active = N (phi + (1 - phi)(1 - S))).\n")
-    return ("## Law fit (Abnar et al. eq. 6, N = total parameters)\n\n"
-            "L = a / N^alpha + b / D^beta + c / (1 - S)^lam + d / ((1 - S)^delta N^gamma) + e, "
+    law = get_law(fit["law"])
+    return (f"## Law fit (`{law.name}`, N = total parameters)\n\n"
+            f"{law.formula}, "
             f"fitted to all {fit['n_points']} points by summed Huber loss (delta = 1e-3) of log "
             f"residuals from {fit['num_starts']} grid starts; objective {fit['objective']:.4e}. "
             f"{intervals}\n\n"
@@ -268,7 +350,7 @@ def _isoflop_figure(path: Path, columns: dict, fit: dict | None, shared: float) 
                 n_grid = np.geomspace(columns["N"][at_budget].min() / 1.5,
                                       columns["N"][at_budget].max() * 1.5, 60)
                 tokens = flops / (6 * active_params(n_grid, sparsity, shared))
-                ax.plot(n_grid, SPARSITY.predict_loss(fit["params"], N=n_grid, D=tokens,
+                ax.plot(n_grid, get_law(fit["law"]).predict_loss(fit["params"], N=n_grid, D=tokens,
                                                       S=np.full_like(n_grid, sparsity)),
                         color=colours[sparsity], lw=1)
         ax.set_xscale("log")
@@ -298,15 +380,16 @@ def _optima_section(out_dir: Path, columns: dict, fit: dict, shared: float | Non
                 f"Skipped: every run has S = {sparsities[0]:g}, so the fit cannot tell how the "
                 "loss changes with S, and an optimal sparsity read off it would not be measured. "
                 "Sweep at least two sparsities.\n")
+    law = get_law(fit["law"])
     replicas = fit["bootstrap"]["params"][:CURVE_REPLICATES] if fit.get("bootstrap") else []
     observed_c = 6 * columns["N_active"] * columns["D"]
     c_grid = np.geomspace(observed_c.min(), observed_c.max() * 100, CURVE_POINTS)
     n_grid = np.geomspace(columns["N"].min(), columns["N"].max() * 100, CURVE_POINTS)
     flops_reference = float(np.median(observed_c))
-    vs_c = [with_intervals(lambda p, c=c: compute_optimal(SPARSITY, p, c, shared_fraction=shared),
+    vs_c = [with_intervals(lambda p, c=c: compute_optimal(law, p, c, shared_fraction=shared),
                            fit["params"], replicas) | {"flops": float(c)} for c in c_grid]
     vs_n = [with_intervals(lambda p, n=n: optimal_sparsity_at_params(
-                SPARSITY, p, n, flops=flops_reference, shared_fraction=shared),
+                law, p, n, flops=flops_reference, shared_fraction=shared),
             fit["params"], replicas) | {"params": float(n)} for n in n_grid]
     atomic_write_json(out_dir / "optima.json", {"shared_fraction": shared,
                                                 "flops_for_fixed_params": flops_reference,
@@ -356,13 +439,17 @@ def _optima_figure(path: Path, vs_n: list[dict], vs_c: list[dict], flops_referen
     return save_figure(fig, path)
 
 
-def _reproduce_section(grid: SweepGrid, replicates: int, max_starts: int | None) -> str:
+def _reproduce_section(grid: SweepGrid, replicates: int, max_starts: int | None,
+                       fit: dict | None) -> str:
     columns = ",".join(f"{k}={v}" for k, v in fit_columns_map().items())
     starts = "" if max_starts is None else f" --starts {max_starts}"
-    return ("## Reproduce\n\n"
+    law = fit["law"] if fit else SPARSITY.name
+    text = ("## Reproduce\n\n"
             f"    moelab sweep-sparsity {grid.name} --out DIR{starts}   # skips finished runs\n"
-            f"    moelab fit DIR/results.csv --law sparsity --columns {columns} "
+            f"    moelab fit DIR/results.csv --law {law} --columns {columns} "
             f"--bootstrap {replicates}{starts}\n"
-            f"    moelab fit DIR/results.csv --law sparsity --columns {columns} "
-            f"--holdout '{grid.holdout}'{starts}\n"
-            "    moelab optimal DIR/fit.json --flops C        # or --params N --flops C\n")
+            f"    moelab fit DIR/results.csv --law {law} --columns {columns} "
+            f"--holdout '{grid.holdout}'{starts}\n")
+    if fit:
+        text += "    moelab optimal DIR/fit.json --flops C        # or --params N --flops C\n"
+    return text

@@ -1,0 +1,138 @@
+"""Choosing the form of the sparsity law a sweep identifies: synthetic truths and hand-made fits."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from moelab.scaling.forms import (
+    MAX_EXPONENT_CI_WIDTH, MIN_TERM_SPREAD, identification_problems, select_form, term_spreads,
+)
+from moelab.scaling.laws import SPARSITY, SPARSITY_FORMS, get_law
+from moelab.scaling.sweep import load_grid, write_results_csv
+from moelab.scaling.sweep_report import write_sweep_report
+from sweep_rows import synthetic_results
+
+EFFECTIVE_SIZE = get_law("sparsity-effective-size")
+EFFECTIVE_TRUTH = {"b": 40.0, "d": 20.0, "e": 1.2, "beta": 0.3, "delta": 0.3, "gamma": 0.35}
+
+
+def grid_columns(law, truth, noise: float, seed: int = 0) -> dict[str, np.ndarray]:
+    """4 sizes x 4 sparsities x 3 token budgets, losses from ``law`` with relative noise."""
+    n, s, d = np.meshgrid([2e5, 4e5, 8e5, 1.6e6], [0.0, 0.5, 0.75, 0.875], [2e5, 6e5, 1.8e6])
+    columns = {"N": n.ravel(), "S": s.ravel(), "D": d.ravel()}
+    loss = law.predict_loss(truth, **columns)
+    columns["loss"] = loss * np.exp(np.random.default_rng(seed).normal(0, noise, loss.shape))
+    return columns
+
+
+def test_reduced_forms_are_eq6_with_terms_removed():
+    values = {"a": 30.0, "b": 400.0, "c": 0.7, "d": 200.0, "e": 1.2, "alpha": 0.25, "beta": 0.3,
+              "lam": 0.6, "delta": -0.4, "gamma": 0.35}
+    columns = {"N": np.array([1e5, 1e6, 3e6]), "D": np.array([1e6, 3e6, 1e7]),
+               "S": np.array([0.0, 0.75, 0.9])}
+    for law in SPARSITY_FORMS:
+        assert set(law.terms) <= set(SPARSITY.terms), law.name
+        reduced = {name: values[name] for name in law.natural_params(np.zeros(law.num_params))}
+        # The full law with the missing coefficients set to 0 predicts the same losses.
+        full = {**values, **{x: 0.0 for x in "abcde" if x not in reduced}}
+        assert law.predict_loss(reduced, **columns) == pytest.approx(
+            SPARSITY.predict_loss(full, **columns), rel=1e-12), law.name
+    assert [law.num_params for law in SPARSITY_FORMS] == [10, 8, 7, 6]
+    # The full law keeps its published start grid (a seeded subset of Abnar et al.'s).
+    assert SPARSITY.start_grid().shape == (4096, 10)
+
+
+def test_term_spreads_are_hand_counts():
+    record = {"theta": dict(zip(EFFECTIVE_SIZE.param_names,
+                                EFFECTIVE_SIZE.theta_from_natural(EFFECTIVE_TRUTH)))}
+    columns = {"N": np.array([1e5, 1e6]), "D": np.array([1e6, 4e6]), "S": np.array([0.0, 0.5])}
+    spreads = term_spreads(EFFECTIVE_SIZE, record, columns)
+    b_term = 40.0 / np.array([1e6, 4e6]) ** 0.3
+    d_term = 20.0 / (np.array([1.0, 0.5]) ** 0.3 * np.array([1e5, 1e6]) ** 0.35)
+    assert spreads == pytest.approx({"b": np.ptp(b_term), "d": np.ptp(d_term)}, rel=1e-12)
+
+
+@pytest.mark.parametrize("ci, problem", [
+    ({"d": [1.0, np.inf]}, "d interval [1, inf] reaches 0 or infinity"),
+    ({"b": [0.0, 3.0]}, "b interval [0, 3] reaches 0 or infinity"),
+    ({"beta": [-np.inf, 0.4]}, "beta interval [-inf, 0.4] is not finite"),
+    ({"gamma": [0.1, 0.1 + MAX_EXPONENT_CI_WIDTH + 0.01]}, "gamma interval [0.1, 1.11] is wider than 1"),
+    ({}, None),
+])
+def test_identification_problems_name_each_failed_check(ci, problem):
+    record = {"theta": dict(zip(EFFECTIVE_SIZE.param_names,
+                                EFFECTIVE_SIZE.theta_from_natural(EFFECTIVE_TRUTH))),
+              "ci": {**{name: [0.5 * v, 1.5 * v] for name, v in EFFECTIVE_TRUTH.items()}, **ci}}
+    columns = grid_columns(EFFECTIVE_SIZE, EFFECTIVE_TRUTH, 0.0)
+    problems = identification_problems(EFFECTIVE_SIZE, record, columns)
+    assert problems == ([problem] if problem else [])
+    # A term switched off (d = 1e-9) barely changes across the points, whatever its interval.
+    off = {**EFFECTIVE_TRUTH, "d": 1e-9}
+    record["theta"] = dict(zip(EFFECTIVE_SIZE.param_names, EFFECTIVE_SIZE.theta_from_natural(off)))
+    assert any(p.startswith("term d changes by only") for p in
+               identification_problems(EFFECTIVE_SIZE, record, columns))
+    assert MIN_TERM_SPREAD > 1e-9
+
+
+def test_selection_recovers_the_generating_reduced_form():
+    columns = grid_columns(EFFECTIVE_SIZE, EFFECTIVE_TRUTH, 0.001)
+    selection = select_form(columns, "S=max", bootstrap_replicates=8, max_starts=300,
+                            log=lambda _: None)
+    assert selection["chosen"] == "sparsity-effective-size"
+    checks = {c["law"]: c for c in selection["forms"]}
+    # The richer forms nest the truth but carry terms it lacks: the fit switches them off, or
+    # makes them constants beside e, and their exponents go unmeasured.
+    assert not checks["sparsity"]["identified"]
+    assert any(p.startswith(("term a", "term c", "alpha", "lam"))
+               for p in checks["sparsity"]["problems"])
+    problems = checks["sparsity-interaction"]["problems"]
+    assert any(p.startswith(("term a", "alpha")) for p in problems), problems
+    chosen = checks["sparsity-effective-size"]
+    assert chosen["identified"] and chosen["predictive"] and chosen["holdout_mae"] < 0.01
+    params = chosen["fit"]["params"]
+    for name in ("beta", "delta", "gamma"):
+        assert params[name] == pytest.approx(EFFECTIVE_TRUTH[name], abs=0.02), name
+        low, high = chosen["fit"]["ci"][name]
+        assert low <= EFFECTIVE_TRUTH[name] + 0.01 and EFFECTIVE_TRUTH[name] - 0.01 <= high
+
+
+def test_report_without_an_identified_form_shows_the_checks_and_no_law(tmp_path):
+    """Losses that are pure noise around 3 nats: no form predicts held-out points to 0.02."""
+    grid = load_grid("demo")
+    rows = synthetic_results(grid, EFFECTIVE_TRUTH, EFFECTIVE_SIZE)
+    rng = np.random.default_rng(1)
+    for row in rows:
+        row["best_val_loss"] = 3.0 + float(rng.normal(0, 0.3))
+    write_results_csv(tmp_path / "results.csv", rows)
+    for stale in ("fit.json", "fit_holdout.json", "optima.json"):
+        (tmp_path / stale).write_text("{}")
+    text = write_sweep_report(tmp_path, grid, bootstrap_replicates=4, max_starts=100,
+                              log=lambda _: None).read_text()
+    assert "No form of the law passes both checks" in text
+    assert "## Law fit" not in text and "## Optimal sparsity" not in text
+    assert "moelab optimal" not in text
+    for stale in ("fit.json", "fit_holdout.json", "optima.json"):
+        assert not (tmp_path / stale).exists(), stale
+    forms = json.loads((tmp_path / "forms.json").read_text())
+    assert forms["chosen"] is None and len(forms["forms"]) == len(SPARSITY_FORMS)
+    assert all(not (f["predictive"] and f["identified"]) for f in forms["forms"])
+
+
+def test_fit_cli_knows_every_form_and_fits_one(tmp_path, capsys):
+    from moelab.cli import main
+    from moelab.cli.scaling import LAW_NAMES
+    from moelab.scaling.laws import LAWS
+
+    assert LAW_NAMES == tuple(LAWS)
+    columns = grid_columns(EFFECTIVE_SIZE, EFFECTIVE_TRUTH, 0.0)
+    path = tmp_path / "points.csv"
+    path.write_text("N,D,S,loss\n" + "".join(
+        f"{n!r},{d!r},{s!r},{loss!r}\n" for n, d, s, loss in
+        zip(*(columns[k].tolist() for k in ("N", "D", "S", "loss")))))
+    assert main(["fit", str(path), "--law", "sparsity-effective-size", "--starts", "300",
+                 "--json"]) == 0
+    params = json.loads(capsys.readouterr().out)["params"]
+    assert params == pytest.approx(EFFECTIVE_TRUTH, rel=1e-4)
