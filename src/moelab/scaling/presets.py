@@ -31,26 +31,29 @@ DEMO = {
 }
 
 # The sparsity sweep a CPU can fit a law to: the demo's measured recipe (untied head, half the
-# steps in warmup, batch 8 x 128, lr 0.01; docs/recipe.md) at 4 sizes (172K to 1.3M total
+# steps in warmup, batch 8 x 128, lr 0.01; docs/recipe.md) at 4 sizes (98K to 640K total
 # parameters) x 4 sparsities (top-1, Switch-weighted: E = 1, 2, 4, 8 at fixed total FFN
-# parameters) x 3 compute budgets (1e12, 2e12, 4e12 FLOPs: 128K to 5.3M tokens per run) = 48
-# runs on the shared TinyStories copy (so the longest runs see each token about once). Measured
-# in docs/scaling.md: the runs, the reduced law the data identifies and its held-out error.
+# parameters) x 3 token budgets (400, 1,200 and 3,600 steps: 0.4M to 3.7M tokens, under one
+# epoch of the shared TinyStories copy) = 48 runs. Token budgets, not FLOPs budgets: every size
+# trains at every D, so the law sees N and D apart, and no run is shorter than 400 steps (a
+# first FLOPs-budget grid gave its largest size 125-step runs that no law described; see
+# docs/scaling.md). Measured in docs/scaling.md: the runs, the form the data identify and its
+# held-out error.
 CPU = {
     "name": "cpu",
     "base": "demo",
     "overrides": ["data.source=../shared/data/tinystories", "train.eval_interval=100",
                   "train.progress=false", "train.sample_tokens=0"],
     "sizes": [
+        {"name": "s0", "d_model": 32, "n_layers": 2, "n_heads": 2, "n_kv_heads": 2, "d_ff": 128},
         {"name": "s1", "d_model": 48, "n_layers": 2, "n_heads": 2, "n_kv_heads": 2, "d_ff": 192},
         {"name": "s2", "d_model": 64, "n_layers": 3, "n_heads": 4, "n_kv_heads": 4, "d_ff": 256},
         {"name": "s3", "d_model": 96, "n_layers": 3, "n_heads": 4, "n_kv_heads": 4, "d_ff": 384},
-        {"name": "s4", "d_model": 128, "n_layers": 4, "n_heads": 4, "n_kv_heads": 4, "d_ff": 512},
     ],
     "sparsities": [0.0, 0.5, 0.75, 0.875],
     "top_k": 1,
     "mode": "fixed_total",
-    "flops_budgets": [1e12, 2e12, 4e12],
+    "token_budgets": [409_600, 1_228_800, 3_686_400],
     "seed": 0,
     "holdout": "S=max",
 }
