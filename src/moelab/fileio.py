@@ -63,6 +63,17 @@ def atomic_write_json(path: str | os.PathLike, obj: Any) -> Path:
     return atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=False) + "\n")
 
 
+def is_inside(path: str | os.PathLike, root: str | os.PathLike) -> bool:
+    """Whether ``path``, symlinks and ``..`` resolved, is ``root`` or lies below it.
+
+    Paths read back from a run, study or sweep file are checked with this before they are
+    opened: a hand-edited or copied file must not point a command at another run's folder or
+    at a system folder.
+    """
+    resolved, resolved_root = Path(path).resolve(), Path(root).resolve()
+    return resolved == resolved_root or resolved_root in resolved.parents
+
+
 def _fsync_file(path: str) -> None:
     """Flush a closed file's data to disk (read-write: Windows refuses fsync on a read-only fd)."""
     fd = os.open(path, os.O_RDWR)

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
+
+from moelab.errors import MoelabError
 
 
 LAW_NAMES = ("chinchilla", "sparsity", "sparsity-interaction", "sparsity-additive",
@@ -128,7 +131,6 @@ def format_fit(record: dict) -> str:
 
 
 def _optimal(args) -> int:
-    from moelab.errors import MoelabError
     from moelab.scaling.optimal import compute_optimal, optimal_sparsity_at_params, with_intervals
     from moelab.scaling.summary import load_fit
 
@@ -198,6 +200,10 @@ def _sweep(args) -> int:
     from moelab.scaling.sweep import load_grid, plan_sweep, run_sweep
 
     grid = load_grid(args.grid)
+    if args.out is None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.+-]{0,63}", grid.name):
+        # The name would become the folder sweep_<name>: nothing that climbs out of it.
+        raise MoelabError(f"sweep grid name {grid.name!r} is invalid as a folder name (allowed "
+                          f"letters, digits and _ . + -): pass --out DIR")
     out_dir = Path(args.out or f"sweep_{grid.name}")
     plan = plan_sweep(grid)
     if args.dry_run:

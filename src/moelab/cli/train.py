@@ -25,6 +25,10 @@ def register(subparsers) -> None:
     evaluate.add_argument("--data", metavar="PATH",
                           help="score the validation split of this source instead (a folder "
                                "with valid.txt, or a .txt/.jsonl file)")
+    evaluate.add_argument("--cache-dir", metavar="DIR",
+                          help="token cache folder for the run's own validation split (default: "
+                               "the run's data.cache_dir, used only inside the run folder or "
+                               "the cache root $MOELAB_CACHE)")
     evaluate.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
     evaluate.add_argument("--json", action="store_true", help="print JSON")
     evaluate.set_defaults(func=_eval)
@@ -66,7 +70,8 @@ def _train(args) -> int:
 def _eval(args) -> int:
     from moelab.train import evaluate_run
 
-    result = evaluate_run(args.run, data=args.data, device=args.device)
+    result = evaluate_run(args.run, data=args.data, device=args.device,
+                          cache_dir=args.cache_dir)
     if args.json:
         print(json.dumps(result))
     else:

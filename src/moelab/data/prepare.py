@@ -33,8 +33,12 @@ def cache_root(data_cfg: DataConfig) -> Path:
     """data.cache_dir, else $MOELAB_CACHE/data, else ~/.cache/moelab/data."""
     if data_cfg.cache_dir:
         return Path(data_cfg.cache_dir).expanduser()
-    base = os.environ.get("MOELAB_CACHE") or Path.home() / ".cache" / "moelab"
-    return Path(base).expanduser() / "data"
+    return cache_base() / "data"
+
+
+def cache_base() -> Path:
+    """$MOELAB_CACHE, else ~/.cache/moelab: the configured cache root (see ``trusted_cache_dir``)."""
+    return Path(os.environ.get("MOELAB_CACHE") or Path.home() / ".cache" / "moelab").expanduser()
 
 
 def prepare_data(data_cfg: DataConfig, vocab_size: int, *, progress: bool = True) -> PreparedData:

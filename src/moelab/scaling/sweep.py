@@ -103,10 +103,18 @@ def _check_types(grid: SweepGrid, where: str) -> None:
 
 
 def _check_size(size: dict, where: str) -> None:
+    if not isinstance(size, dict):
+        raise ConfigError(f"{where}: size {size!r} is invalid: expected a mapping with a name")
     unknown = [k for k in size if k not in SIZE_KEYS + ("name",)]
     if not isinstance(size.get("name"), str) or unknown:
         raise ConfigError(f"{where}: size {size!r} is invalid: needs a name and only keys "
                           f"{', '.join(SIZE_KEYS)}")
+    import re  # here: this check is the sweep module's only use of it
+
+    # The name becomes a folder under --out: one plain path component, nothing that climbs out.
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.+-]{0,63}", size["name"]):
+        raise ConfigError(f"{where}: size name {size['name']!r} is invalid: allowed 1-64 letters, "
+                          f"digits and _ . + - (starting with a letter or digit), no / or ..")
     for key in SIZE_KEYS:
         if key in size and not (_is_whole_number(size[key]) and size[key] > 0):
             raise ConfigError(f"{where}: size {size['name']!r} {key}={size[key]!r} is invalid: "

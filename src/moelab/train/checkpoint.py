@@ -15,6 +15,7 @@ new folder and older folders are removed: a crash at any moment leaves a complet
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 from typing import Any, NoReturn
@@ -25,12 +26,13 @@ from safetensors.torch import load_file, load_model, save_file, save_model
 
 from moelab.config import Config, save_config
 from moelab.errors import MoelabError
-from moelab.fileio import atomic_write, atomic_write_json
+from moelab.fileio import atomic_write, atomic_write_json, is_inside
 
 MODEL_FILE = "model.safetensors"
 TENSORS_FILE = "trainer_state.safetensors"
 STATE_FILE = "trainer_state.json"
 LATEST_FILE = "latest.json"
+CHECKPOINT_NAME = re.compile(r"step_\d{8,}")
 
 
 def save_checkpoint(checkpoints_dir: Path, model: torch.nn.Module,
@@ -63,14 +65,27 @@ def _atomic_safetensors(path: Path, save) -> None:
 
 
 def latest_checkpoint(checkpoints_dir: Path) -> Path | None:
-    """The folder of the latest complete checkpoint, or None when there is none."""
+    """The folder of the latest complete checkpoint, or None when there is none.
+
+    The pointer may only name a ``step_NNNNNNNN`` folder inside ``checkpoints_dir`` (symlinks
+    resolved): a hand-edited or copied pointer must not load another run's weights.
+    """
     pointer = checkpoints_dir / LATEST_FILE
     if not pointer.is_file():
         return None
     try:
-        folder = checkpoints_dir / json.loads(pointer.read_text())["folder"]
-    except (ValueError, KeyError, TypeError):
+        name = json.loads(pointer.read_text(encoding="utf-8"))["folder"]
+    except (OSError, ValueError, KeyError, TypeError):  # UnicodeDecodeError is a ValueError
         raise MoelabError(f"checkpoint pointer {pointer} is corrupt: delete it to start over") from None
+    if not isinstance(name, str) or not CHECKPOINT_NAME.fullmatch(name):
+        raise MoelabError(f"checkpoint pointer {pointer} names folder {name!r}: allowed only a "
+                          f"step_NNNNNNNN folder inside {checkpoints_dir}")
+    folder = checkpoints_dir / name
+    if not is_inside(folder, checkpoints_dir) or not is_inside(checkpoints_dir,
+                                                               checkpoints_dir.parent):
+        raise MoelabError(f"checkpoint {folder} named by {pointer} resolves to "
+                          f"{folder.resolve()}, outside its run folder {checkpoints_dir.parent}: "
+                          f"refused")
     if not (folder / STATE_FILE).is_file():
         raise MoelabError(f"checkpoint {folder} named by {pointer} is incomplete or missing")
     return folder

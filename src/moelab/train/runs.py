@@ -11,8 +11,10 @@ import torch
 
 from moelab.config import Config
 from moelab.data import Tokenizer, prepare_data, validation_windows
+from moelab.data.prepare import cache_base
 from moelab.data.sources import resolve_source
 from moelab.errors import MoelabError
+from moelab.fileio import is_inside
 from moelab.model import Transformer
 from moelab.train.checkpoint import latest_checkpoint, load_weights
 from moelab.train.distributed import resolve_device
@@ -33,19 +35,21 @@ def load_run(run_dir: str | Path, device: str = "cpu") -> tuple[Transformer, Tok
 
 
 def evaluate_run(run_dir: str | Path, data: str | Path | None = None,
-                 device: str = "auto") -> dict:
+                 device: str = "auto", cache_dir: str | Path | None = None) -> dict:
     """Val loss (nats/token) and bits/byte of the run's final weights.
 
     ``data=None`` scores the run's own validation windows (as during training); a path scores
     the validation split of that source, as ``data.source=PATH`` defines it (a folder's
     valid.txt, or the held-out stories of one file), tokenized with the run's tokenizer.
     Bits/byte divide by the bytes of the scored target tokens, exactly as in training.
+    ``cache_dir`` replaces the run's data.cache_dir (which must otherwise lie inside the run
+    folder or the configured cache root, ``trusted_cache_dir``).
     """
     run = RunFolder(run_dir)
     config = run.read_config()
     model, tokenizer = load_run(run_dir, device)
     if data is None:
-        tokens = _own_validation_split(config, run)
+        tokens = _own_validation_split(config, run, cache_dir)
     else:
         tokens = _encode_validation_split(config, tokenizer, data)
     windows_NT = validation_windows(tokens, config.model.max_seq_len, config.train.eval_windows)
@@ -59,8 +63,29 @@ def evaluate_run(run_dir: str | Path, data: str | Path | None = None,
             "windows": int(windows_NT.shape[0]), "routing": result.routing}
 
 
-def _own_validation_split(config: Config, run: RunFolder) -> np.ndarray:
-    prepared = prepare_data(config.data, config.tokenizer_vocab_size, progress=False)
+def trusted_cache_dir(run: RunFolder, cache_dir: str | None) -> str | None:
+    """The data.cache_dir of a run's config.yaml if it may be used: null (the default root), or
+    a folder inside the run folder or the configured cache root ($MOELAB_CACHE, else
+    ~/.cache/moelab). The config was read back from the run folder, not given by the user, so
+    a copied or hand-edited one must not make ``eval`` build a token cache anywhere else."""
+    if cache_dir is None:
+        return None
+    path = Path(cache_dir).expanduser()
+    if is_inside(path, run.path) or is_inside(path, cache_base()):
+        return cache_dir
+    raise MoelabError(
+        f"data.cache_dir={cache_dir} in {run.config_path} lies outside the run folder and the "
+        f"cache root {cache_base()} ($MOELAB_CACHE): refused; pass --cache-dir DIR to use a "
+        f"cache folder of your choice"
+    )
+
+
+def _own_validation_split(config: Config, run: RunFolder,
+                          cache_dir: str | Path | None = None) -> np.ndarray:
+    if cache_dir is None:
+        cache_dir = trusted_cache_dir(run, config.data.cache_dir)
+    data_cfg = dataclasses.replace(config.data, cache_dir=None if cache_dir is None else str(cache_dir))
+    prepared = prepare_data(data_cfg, config.tokenizer_vocab_size, progress=False)
     run.check_same_tokenizer(prepared.tokenizer, remedy="evaluate with --data PATH instead")
     return prepared.valid.tokens
 
