@@ -93,15 +93,19 @@ class TrainBatches:
                 "batch_size": self.batch_size}
 
     def load_state_dict(self, state: dict[str, int]) -> None:
-        for key in ("seed", "seq_len", "batch_size"):
-            if key in state and int(state[key]) != getattr(self, key):
+        if "step" not in state:
+            raise MoelabError(f"cannot resume the batch stream: no 'step' in {sorted(state)}")
+        for key in ("seed", "seq_len", "batch_size", "step"):
+            value = state.get(key, 0)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise MoelabError(f"cannot resume the batch stream: checkpoint has {key}="
+                                  f"{value!r}, expected a whole number >= 0")
+            if key != "step" and key in state and value != getattr(self, key):
                 raise MoelabError(
                     f"cannot resume the batch stream: checkpoint has {key}={state[key]}, "
                     f"this run has {key}={getattr(self, key)}"
                 )
-        if "step" not in state:
-            raise MoelabError(f"cannot resume the batch stream: no 'step' in {sorted(state)}")
-        self.step = int(state["step"])
+        self.step = state["step"]
 
 
 def validation_windows(tokens: np.ndarray, seq_len: int, num_windows: int) -> torch.Tensor:

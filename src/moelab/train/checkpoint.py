@@ -10,6 +10,11 @@ A checkpoint is a folder ``checkpoints/step_XXXXXXXX/`` holding
 
 Each file is written atomically, then ``checkpoints/latest.json`` is atomically pointed at the
 new folder and older folders are removed: a crash at any moment leaves a complete checkpoint.
+
+Integrity: ``trainer_state.json`` records the sha256 of the other three files and
+``latest.json`` the sha256 of ``trainer_state.json``; loading checks them first, so a changed
+byte (a disk error, a hand edit) is a one-line error naming the file, never a silently
+different run. Checkpoints written before the hashes existed carry none and load unchecked.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, load_model, save_file, save_model
 
 from moelab.config import Config, save_config
+from moelab.data.tokenizer import file_sha256
 from moelab.errors import MoelabError
 from moelab.fileio import atomic_write, atomic_write_json, is_inside
 
@@ -32,6 +38,9 @@ MODEL_FILE = "model.safetensors"
 TENSORS_FILE = "trainer_state.safetensors"
 STATE_FILE = "trainer_state.json"
 LATEST_FILE = "latest.json"
+CONFIG_FILE = "config.yaml"
+HASHED_FILES = (MODEL_FILE, TENSORS_FILE, CONFIG_FILE)
+"""The files whose sha256 trainer_state.json records (latest.json records trainer_state.json's)."""
 CHECKPOINT_NAME = re.compile(r"step_\d{8,}")
 
 
@@ -44,9 +53,13 @@ def save_checkpoint(checkpoints_dir: Path, model: torch.nn.Module,
     tensors = {**optimizer_tensors, **_rng_tensors()}
     _atomic_safetensors(folder / MODEL_FILE, lambda tmp: save_model(model, tmp))
     _atomic_safetensors(folder / TENSORS_FILE, lambda tmp: save_file(tensors, tmp))
-    save_config(config, folder / "config.yaml")
-    atomic_write_json(folder / STATE_FILE, {**state, "optimizer": optimizer_structure})
-    atomic_write_json(checkpoints_dir / LATEST_FILE, {"step": state["step"], "folder": folder.name})
+    save_config(config, folder / CONFIG_FILE)
+    hashes = {name: file_sha256(folder / name) for name in HASHED_FILES}
+    atomic_write_json(folder / STATE_FILE,
+                      {**state, "optimizer": optimizer_structure, "sha256": hashes})
+    atomic_write_json(checkpoints_dir / LATEST_FILE, {
+        "step": state["step"], "folder": folder.name,
+        "sha256": file_sha256(folder / STATE_FILE)})
     for old in checkpoints_dir.glob("step_*"):
         if old.is_dir() and old.name != folder.name:
             shutil.rmtree(old, ignore_errors=True)
@@ -74,7 +87,8 @@ def latest_checkpoint(checkpoints_dir: Path) -> Path | None:
     if not pointer.is_file():
         return None
     try:
-        name = json.loads(pointer.read_text(encoding="utf-8"))["folder"]
+        record = json.loads(pointer.read_text(encoding="utf-8"))
+        name = record["folder"]
     except (OSError, ValueError, KeyError, TypeError):  # UnicodeDecodeError is a ValueError
         raise MoelabError(f"checkpoint pointer {pointer} is corrupt: delete it to start over") from None
     if not isinstance(name, str) or not CHECKPOINT_NAME.fullmatch(name):
@@ -88,10 +102,92 @@ def latest_checkpoint(checkpoints_dir: Path) -> Path | None:
                           f"refused")
     if not (folder / STATE_FILE).is_file():
         raise MoelabError(f"checkpoint {folder} named by {pointer} is incomplete or missing")
+    if "sha256" in record:  # absent from pointers written before checkpoints had hashes
+        _check_sha256(folder / STATE_FILE, record["sha256"], pointer)
     return folder
 
 
-def load_weights(folder: Path, model: torch.nn.Module) -> None:
+def read_state(folder: Path) -> dict[str, Any]:
+    """The checkpoint's trainer_state.json, its fields checked (a MoelabError naming it if not)."""
+    path = folder / STATE_FILE
+    try:
+        state = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+        _corrupt(path, exc)
+    problem = _state_problem(state, folder)
+    if problem:
+        raise MoelabError(f"checkpoint file {path} is corrupt ({problem}): delete "
+                          f"{folder.parent.parent} to start the run over")
+    return state
+
+
+def _state_problem(state: Any, folder: Path) -> str:
+    """What is wrong with a trainer_state.json's content ('' when nothing): a hand-edited field
+    must not cut metrics.jsonl back to a negative step or fail later with a KeyError."""
+    if not isinstance(state, dict):
+        return "not a JSON object"
+    for key in ("step", "tokens", "data", "optimizer", "train_time_s", "wall_time_s"):
+        if key not in state:
+            return f"no {key!r} entry"
+    step = state["step"]
+    if not _is_count(step) or step < 1 or f"step_{step:08d}" != folder.name:
+        return f"step={step!r} is invalid: expected {int(folder.name[5:])}, its folder's step"
+    if not _is_count(state["tokens"]) or state["tokens"] < 0:
+        return f"tokens={state['tokens']!r} is invalid: expected a whole number >= 0"
+    for key in ("train_time_s", "wall_time_s"):
+        if not _is_number(state[key]) or not 0 <= state[key] < float("inf"):
+            return f"{key}={state[key]!r} is invalid: expected a finite number >= 0"
+    for key in ("best_val_loss", "best_val_bpb"):
+        if state.get(key) is not None and not _is_number(state[key]):
+            return f"{key}={state[key]!r} is invalid: expected a number or null"
+    if state.get("best_val_step") is not None and not _is_count(state["best_val_step"]):
+        return f"best_val_step={state['best_val_step']!r} is invalid: expected a whole number"
+    for key, kind in (("data", dict), ("optimizer", dict), ("last_eval", (dict, type(None))),
+                      ("sha256", (dict, type(None)))):
+        if not isinstance(state.get(key), kind):
+            return f"{key}={state.get(key)!r} is invalid: expected a JSON object"
+    return ""
+
+
+def _is_count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def verify_files(folder: Path, state: dict[str, Any], names: tuple[str, ...] = HASHED_FILES) -> None:
+    """Check ``names`` against the sha256 recorded in the state (none recorded: unchecked)."""
+    hashes = state.get("sha256")
+    if hashes is None:  # written before checkpoints carried hashes
+        return
+    for name in names:
+        _check_sha256(folder / name, hashes.get(name), folder / STATE_FILE)
+
+
+def _check_sha256(path: Path, expected: Any, record: Path) -> None:
+    try:
+        actual = file_sha256(path)
+    except OSError as exc:
+        _corrupt(path, exc)
+    if actual != expected:
+        raise MoelabError(
+            f"checkpoint file {path} is corrupt (its sha256 does not match the one {record.name} "
+            f"recorded: changed after it was written): restore it or delete "
+            f"{path.parent.parent.parent} to start the run over"
+        )
+
+
+def load_weights(folder: Path, model: torch.nn.Module,
+                 state: dict[str, Any] | None = None) -> None:
+    """Load model.safetensors into ``model`` after checking its sha256 (``state``: the
+    checkpoint's read_state, read here when not given)."""
+    verify_files(folder, read_state(folder) if state is None else state, (MODEL_FILE,))
+    _load_model_file(folder, model)
+
+
+def _load_model_file(folder: Path, model: torch.nn.Module) -> None:
     path = folder / MODEL_FILE
     try:
         missing, unexpected = load_model(model, path, strict=False)
@@ -108,14 +204,14 @@ def load_checkpoint(folder: Path, model: torch.nn.Module,
                     optimizer: torch.optim.Optimizer) -> dict[str, Any]:
     """Restore weights, optimizer and RNG states; return the JSON state (step, data, ...).
 
-    A damaged file (a disk error, a hand edit) is a one-line MoelabError naming it.
+    Every file is checked against its sha256 before anything is loaded; a damaged file (a disk
+    error, a hand edit) is a one-line MoelabError naming it.
     """
-    load_weights(folder, model)
-    try:
-        state = json.loads((folder / STATE_FILE).read_text())
-        optimizer_structure = state.pop("optimizer")
-    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
-        _corrupt(folder / STATE_FILE, exc)
+    state = read_state(folder)
+    verify_files(folder, state)
+    _load_model_file(folder, model)
+    optimizer_structure = state.pop("optimizer")
+    state.pop("sha256", None)
     try:
         tensors = load_file(folder / TENSORS_FILE)
     except (SafetensorError, OSError) as exc:
@@ -123,7 +219,7 @@ def load_checkpoint(folder: Path, model: torch.nn.Module,
     try:
         optimizer.load_state_dict(_unflatten_optimizer(tensors, optimizer_structure))
         _restore_rng(tensors)
-    except (KeyError, ValueError, TypeError, RuntimeError) as exc:
+    except (KeyError, ValueError, TypeError, RuntimeError, AttributeError) as exc:
         _corrupt(folder / TENSORS_FILE, exc, also=STATE_FILE)
     return state
 

@@ -159,8 +159,8 @@ def _set_up(config: Config, run: RunFolder, resume: bool, dist: Distributed,
     batches = TrainBatches(data.train.tokens, seq_len, tc.batch_size, tc.effective_data_seed,
                            dist.rank, dist.world_size)
     windows_NT = validation_windows(data.valid.tokens, seq_len, tc.eval_windows)
-    state = (_resume_state(run, model, optimizer, batches, data.tokenizer) if resume
-             else _fresh_state())
+    state = (_resume_state(run, model, optimizer, batches, data.tokenizer, plan.total_steps)
+             if resume else _fresh_state())
     if dist.is_main:
         run.save_tokenizer(data.tokenizer.path)
         run.truncate_metrics(state["step"])  # drop what a killed run logged after its checkpoint
@@ -289,7 +289,7 @@ def _fresh_state() -> dict[str, Any]:
 
 
 def _resume_state(run: RunFolder, model, optimizer, batches: TrainBatches,
-                  tokenizer: Tokenizer) -> dict[str, Any]:
+                  tokenizer: Tokenizer, total_steps: int) -> dict[str, Any]:
     """Load the latest checkpoint if there is one (a run killed before it starts afresh)."""
     folder = latest_checkpoint(run.checkpoints_dir)
     if folder is None:
@@ -297,6 +297,9 @@ def _resume_state(run: RunFolder, model, optimizer, batches: TrainBatches,
     run.check_same_tokenizer(tokenizer, remedy="resuming would continue on other token ids; "
                                                "restore that cache or start a new run")
     state = load_checkpoint(folder, model, optimizer)
+    if state["step"] > total_steps:
+        raise MoelabError(f"checkpoint {folder} is at step {state['step']}, beyond the "
+                          f"{total_steps} steps of run {run.path}: delete it to start over")
     batches.load_state_dict(state.pop("data"))
     return state
 
