@@ -13,14 +13,14 @@ through all of it.
 
 Two more entries time the matrix products alone, forward and backward (nine each, on random
 operands): ``dense_gemms`` those of the dense layer, ``expert_gemms`` those of the moelab layer
-with its routing's slot counts (``moelab.moe``'s segment products). The MoE layer runs its
+with its routing's slot counts (``moelab.moe.kernels``' segment products). The MoE layer runs its
 products and the same SwiGLU elementwise work as the dense layer, so
 ``1 + (expert_gemms - dense_gemms) / dense`` is a floor for moelab/dense that no dispatch code
 can go below without faster per-expert matmuls.
 
-Two more split the rest of the gap: ``routing`` (the layer's own ``route_tokens`` and
-``aux_outputs``: router product, softmax, top-k, slot counts, balancing and z losses, forward
-and backward through the weights and losses) and ``layout`` (``expert_layout``: the stable sort
+Two more split the rest of the gap: ``routing`` (the layer's own ``route_tokens``: router
+product, softmax, top-k, slot counts, balancing and z losses, forward and backward through the
+weights and losses) and ``layout`` (``expert_layout``: the stable sort
 of the token-slots by expert and its index maps). What remains of ``moelab - dense`` after the
 products' difference, routing and layout is the gathers into expert order, the weighted
 combine, the routing-weight gradient and their backward (and any page faults they take).
@@ -52,15 +52,14 @@ from transformers.models.mixtral.modeling_mixtral import MixtralSparseMoeBlock
 from moelab.config import ModelConfig, MoEConfig
 from moelab.fileio import atomic_write_json
 from moelab.model import FeedForward
-from moelab.moe import (
-    MoEFeedForward,
-    count_slots,
+from moelab.moe import MoEFeedForward
+from moelab.moe.kernels import (
     expert_layout,
-    route,
     segment_matmul,
     segment_matmul_sum,
     segment_outer_products,
 )
+from moelab.moe.routing import count_slots, route
 
 RESULTS = Path(__file__).resolve().parent / "results" / "moe_dispatch.json"
 
@@ -115,19 +114,20 @@ def routing_only(layer: MoEFeedForward, x_BTD: torch.Tensor, grad_weights_TK: to
     def run() -> None:
         layer.zero_grad(set_to_none=True)
         routed = layer.route_tokens(x_TD)
-        aux = layer.aux_outputs(routed, collect_routing=False)
-        loss = (routed.weights_TK * grad_weights_TK).sum() + 0.01 * aux.lb_loss + 0.001 * aux.z_loss
+        loss = (routed.weights_TK * grad_weights_TK).sum() + 0.01 * routed.lb_loss + 0.001 * routed.z_loss
         loss.backward()
 
     return run
 
 
 def step(layer: torch.nn.Module, x_BTD: torch.Tensor, grad_BTD: torch.Tensor) -> None:
-    if isinstance(layer, MoEFeedForward):
-        y_BTD, aux = layer(x_BTD, collect_routing=False)  # as training calls it
-        loss = (y_BTD * grad_BTD).sum() + 0.01 * aux.lb_loss + 0.001 * aux.z_loss
-    else:
+    if isinstance(layer, MixtralSparseMoeBlock):
         loss = (layer(x_BTD) * grad_BTD).sum()
+    else:
+        y_BTD, aux = layer(x_BTD, collect_routing=False)  # as training calls it
+        loss = (y_BTD * grad_BTD).sum()
+        if aux is not None:  # the MoE's aux losses
+            loss = loss + 0.01 * aux.lb_loss + 0.001 * aux.z_loss
     loss.backward()
 
 
@@ -155,7 +155,7 @@ def bench_one(num_experts: int, args) -> dict:
     grad_BTD = torch.randn(args.batch, args.seq_len, args.d_model)
     tokens = args.batch * args.seq_len
     with torch.no_grad():
-        experts_TK = route(layers["moelab"].router(x_BTD.reshape(-1, args.d_model)), args.top_k)[1]
+        experts_TK = route(layers["moelab"].router(x_BTD.reshape(-1, args.d_model)), args.top_k).experts_TK
     slot_counts_E = count_slots(experts_TK, num_experts)
     entries = {**layers,  # the layers, then their matrix products alone, then the MoE's parts
                "dense_gemms": gemms_only(tokens, args.d_model, args.top_k * args.d_expert,

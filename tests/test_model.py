@@ -23,9 +23,9 @@ def tiny_config(moe: MoEConfig | None = None, **changes) -> ModelConfig:
     return ModelConfig(**base)
 
 
-def build(cfg: ModelConfig, seed: int = 0, dispatch: str = "sorted") -> Transformer:
+def build(cfg: ModelConfig, seed: int = 0, experts_implementation: str = "sorted") -> Transformer:
     torch.manual_seed(seed)
-    model = Transformer(cfg, dispatch)
+    model = Transformer(cfg, experts_implementation)
     with torch.no_grad():  # bigger weights than the init, so any mismatch shows in the logits
         for name, param in model.named_parameters():
             if not name.endswith("norm.weight"):
@@ -152,17 +152,20 @@ def test_changing_a_future_token_leaves_earlier_logits_unchanged(moe):
     assert (before[:, 15:] - after[:, 15:]).abs().max() > 1e-3  # the change is visible later
 
 
-def test_init_follows_the_spec():
+@pytest.mark.parametrize("moe", [MoEConfig(num_experts=4, top_k=2, d_expert=256), None])
+def test_init_follows_the_spec(moe):
     cfg = ModelConfig(vocab_size=512, d_model=128, n_layers=4, n_heads=4, n_kv_heads=4, d_ff=512,
-                      moe=MoEConfig(num_experts=4, top_k=2, d_expert=256))
+                      tie_embeddings=False, moe=moe)
     torch.manual_seed(0)
     params = dict(Transformer(cfg).named_parameters())
     residual_std = 0.02 / math.sqrt(2 * 4)
+    residual = ("attention.wo.weight", "feed_forward.w2", "feed_forward.w2.weight")
+    assert sum(name.endswith(residual) for name in params) == 2 * 4
     for name, param in params.items():
         if name.endswith("norm.weight"):
             assert torch.all(param == 1.0), name
             continue
-        expected_std = residual_std if name.endswith(("wo.weight", "feed_forward.w2")) else 0.02
+        expected_std = residual_std if name.endswith(residual) else 0.02
         # 5 standard errors of a sample std / mean of n normal draws
         n = param.numel()
         assert param.std().item() == pytest.approx(expected_std, rel=5 / math.sqrt(2 * n)), name

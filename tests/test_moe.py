@@ -1,5 +1,6 @@
 """The MoE layer against independent references: hand-computed losses and diagnostics,
-Hugging Face's load_balancing_loss_func, a dense FFN, and the plain loop over experts."""
+Hugging Face's load_balancing_loss_func, a dense FFN, and the plain loop over experts (which
+every experts implementation must equal)."""
 
 from __future__ import annotations
 
@@ -10,24 +11,21 @@ import torch
 import torch.nn.functional as F
 from transformers.models.mixtral.modeling_mixtral import load_balancing_loss_func
 
-import moelab.moe
+import moelab.moe.kernels
 from moelab.config import ModelConfig, MoEConfig
 from moelab.errors import MoelabError
 from moelab.model import FeedForward
-from moelab.moe import (
+from moelab.moe import MoEFeedForward
+from moelab.moe.experts import EXPERTS_IMPLEMENTATIONS, reference_experts_forward
+from moelab.moe.kernels import (
     ROW_BLOCK,
-    MoEFeedForward,
     _row_pieces,
     expert_layout,
-    load_balancing_loss,
-    reference_experts_forward,
-    route,
-    router_z_loss,
-    routing_stats,
     segment_matmul,
     segment_outer_products,
     sorted_experts_forward,
 )
+from moelab.moe.routing import load_balancing_loss, route, router_z_loss, routing_stats
 
 
 def moe_config(num_experts=4, top_k=2, d_model=16, d_expert=12) -> ModelConfig:
@@ -35,9 +33,9 @@ def moe_config(num_experts=4, top_k=2, d_model=16, d_expert=12) -> ModelConfig:
                        moe=MoEConfig(num_experts=num_experts, top_k=top_k, d_expert=d_expert))
 
 
-def random_layer(cfg: ModelConfig, dispatch="sorted", seed=0) -> MoEFeedForward:
+def random_layer(cfg: ModelConfig, experts_implementation="sorted", seed=0) -> MoEFeedForward:
     torch.manual_seed(seed)
-    layer = MoEFeedForward(cfg, dispatch)
+    layer = MoEFeedForward(cfg, experts_implementation)
     for param in layer.parameters():
         torch.nn.init.normal_(param, std=0.3)
     return layer
@@ -48,21 +46,26 @@ def random_layer(cfg: ModelConfig, dispatch="sorted", seed=0) -> MoEFeedForward:
 
 def test_route_is_mixtral_softmax_topk_renormalised():
     logits_TE = torch.tensor([[1.0, 3.0, 2.0, 0.0]])
-    weights_TK, experts_TK = route(logits_TE, top_k=2)
+    routing = route(logits_TE, top_k=2)
     exp = [math.exp(v) for v in (1.0, 3.0, 2.0, 0.0)]
-    assert experts_TK.tolist() == [[1, 2]]
+    assert routing.experts_TK.tolist() == [[1, 2]]
+    assert routing.slot_counts_E.tolist() == [0, 1, 1, 0]
     # softmax over all 4 then renormalised over the chosen 2 = softmax over the chosen 2
     expected = [exp[1] / (exp[1] + exp[2]), exp[2] / (exp[1] + exp[2])]
-    assert weights_TK[0].tolist() == pytest.approx(expected, rel=1e-6)
+    assert routing.weights_TK[0].tolist() == pytest.approx(expected, rel=1e-6)
+    z = sum(exp)
+    assert routing.z_loss.item() == pytest.approx(math.log(z) ** 2, rel=1e-6)
+    # f = (0, 1/2, 1/2, 0): E * (p_1 + p_2) / 2
+    assert routing.lb_loss.item() == pytest.approx(4 * (exp[1] + exp[2]) / z / 2, rel=1e-6)
 
 
 def test_route_without_renormalising_keeps_the_softmax_probabilities():
     logits_TE = torch.tensor([[1.0, 3.0, 2.0, 0.0], [0.5, -1.0, 0.0, 2.0]])
-    weights_TK, experts_TK = route(logits_TE, top_k=1, renormalize=False)
+    routing = route(logits_TE, top_k=1, renormalize=False)
     exp = torch.tensor([[math.exp(v) for v in row] for row in logits_TE.tolist()])
     probs = exp / exp.sum(dim=1, keepdim=True)
-    assert experts_TK.tolist() == [[1], [3]]
-    torch.testing.assert_close(weights_TK, probs.max(dim=1, keepdim=True).values)
+    assert routing.experts_TK.tolist() == [[1], [3]]
+    torch.testing.assert_close(routing.weights_TK, probs.max(dim=1, keepdim=True).values)
 
 
 @pytest.mark.parametrize("norm_topk_prob, learns", [(None, True), (True, False)])
@@ -81,9 +84,10 @@ def test_top1_router_learns_from_the_task_loss_only_without_renormalising(norm_t
 
 
 @pytest.mark.parametrize("top_k, norm_topk_prob", [(2, None), (1, None), (1, True)])
-def test_route_tokens_equals_the_standalone_routing_functions_with_gradients(top_k, norm_topk_prob):
+def test_route_tokens_equals_the_textbook_formulas_with_gradients(top_k, norm_topk_prob):
     # The layer shares one softmax (exp(logits - log Z)) and one slot count between the weights
-    # and both losses; each must equal its own reference function, gradients included.
+    # and both losses; each must equal its textbook formula (torch.softmax, per-expert counts
+    # by comparison, logsumexp), gradients included. The standalone loss functions too.
     cfg = ModelConfig(d_model=16, n_heads=2, n_kv_heads=2, moe=MoEConfig(
         num_experts=5, top_k=top_k, d_expert=12, norm_topk_prob=norm_topk_prob))
     layer = random_layer(cfg)
@@ -99,14 +103,22 @@ def test_route_tokens_equals_the_standalone_routing_functions_with_gradients(top
     layer.router.weight.grad = None
 
     logits_TE = x_TD @ layer.router.weight.T
-    weights_TK, experts_TK = route(logits_TE, top_k, cfg.moe.renormalizes_weights)
-    reference = (weights_TK, load_balancing_loss(logits_TE, experts_TK), router_z_loss(logits_TE))
-    objective(*reference).backward()
+    probs_TE = torch.softmax(logits_TE, dim=-1)
+    top_probs_TK, experts_TK = probs_TE.topk(top_k, dim=-1)
+    weights_TK = (top_probs_TK / top_probs_TK.sum(-1, keepdim=True)
+                  if cfg.moe.renormalizes_weights else top_probs_TK)
+    counts_E = torch.tensor([float((experts_TK == e).sum()) for e in range(5)])
+    lb_loss = 5 * (counts_E / counts_E.sum() * probs_TE.mean(0)).sum()
+    z_loss = torch.logsumexp(logits_TE, -1).square().mean()
+    objective(weights_TK, lb_loss, z_loss).backward()
     assert torch.equal(routed.experts_TK, experts_TK)
-    assert routed.slot_counts_E.tolist() == [int((experts_TK == e).sum()) for e in range(5)]
-    for fast, slow in zip((routed.weights_TK, routed.lb_loss, routed.z_loss), reference):
+    assert routed.slot_counts_E.tolist() == counts_E.tolist()
+    for fast, slow in zip((routed.weights_TK, routed.lb_loss, routed.z_loss),
+                          (weights_TK, lb_loss, z_loss)):
         torch.testing.assert_close(fast, slow)
     torch.testing.assert_close(fast_grad, layer.router.weight.grad)
+    torch.testing.assert_close(load_balancing_loss(logits_TE, experts_TK), lb_loss)
+    torch.testing.assert_close(router_z_loss(logits_TE), z_loss)
 
 
 # ----- losses ---------------------------------------------------------------------------------
@@ -132,7 +144,7 @@ def test_load_balancing_loss_matches_hf_divided_by_k(num_experts, top_k):
     # HF divides expert counts by T (not k*T), so its balanced score is k: ours = HF / k.
     torch.manual_seed(num_experts + top_k)
     logits_TE = torch.randn(64, num_experts) * 2
-    _, experts_TK = route(logits_TE, top_k)
+    experts_TK = route(logits_TE, top_k).experts_TK
     hf = load_balancing_loss_func((logits_TE,), num_experts=num_experts, top_k=top_k)
     ours = load_balancing_loss(logits_TE, experts_TK)
     assert ours.item() == pytest.approx(hf.item() / top_k, rel=1e-5)
@@ -148,7 +160,7 @@ def test_load_balancing_gradient_flows_through_probabilities_only():
     # L = E sum_i f_i mean_t p_ti with f a count: dL/dlogit_tj = (E/T) p_tj (f_j - sum_i f_i p_ti).
     tokens, num_experts = 6, 4
     logits_TE = torch.randn(tokens, num_experts, dtype=torch.float64, requires_grad=True)
-    _, experts_TK = route(logits_TE, 2)
+    experts_TK = route(logits_TE, 2).experts_TK
     load_balancing_loss(logits_TE, experts_TK).backward()
     f_E = torch.tensor([float((experts_TK == e).sum()) for e in range(num_experts)]) / (2 * tokens)
     p_TE = torch.softmax(logits_TE.detach(), dim=-1)
@@ -202,8 +214,7 @@ def test_routing_stats_summary_by_hand():
 def test_routing_stats_merge_equals_stats_of_concatenation():
     torch.manual_seed(1)
     logits_a, logits_b = torch.randn(10, 8), torch.randn(7, 8)
-    _, experts_a = route(logits_a, 2)
-    _, experts_b = route(logits_b, 2)
+    experts_a, experts_b = route(logits_a, 2).experts_TK, route(logits_b, 2).experts_TK
     merged = routing_stats(logits_a, experts_a).merge(routing_stats(logits_b, experts_b))
     whole = routing_stats(torch.cat([logits_a, logits_b]), torch.cat([experts_a, experts_b]))
     assert merged.num_tokens == 17
@@ -224,7 +235,7 @@ def test_balanced_and_collapsed_diagnostics():
     assert collapsed["effective_experts"] == pytest.approx(1.0)
 
 
-# ----- dispatch ---------------------------------------------------------------------------
+# ----- experts implementations -------------------------------------------------------------
 
 
 def _expert_inputs(tokens, num_experts, top_k, d_model=8, hidden=6, seed=0, idle=()):
@@ -245,14 +256,39 @@ def _expert_inputs(tokens, num_experts, top_k, d_model=8, hidden=6, seed=0, idle
     return experts_TK, {k: v.double().requires_grad_() for k, v in tensors.items()}
 
 
+def _hand_loop(x_TD, weights_TK, experts_TK, w1_EHD, w2_EDH, w3_EHD):
+    """Token by token, slot by slot: out_t = sum_j w_tj SwiGLU_{e_tj}(x_t)."""
+    rows = []
+    for t in range(x_TD.shape[0]):
+        out_D = torch.zeros_like(x_TD[t])
+        for j, expert in enumerate(experts_TK[t].tolist()):
+            hidden_H = F.silu(w1_EHD[expert] @ x_TD[t]) * (w3_EHD[expert] @ x_TD[t])
+            out_D = out_D + weights_TK[t, j] * (w2_EDH[expert] @ hidden_H)
+        rows.append(out_D)
+    return torch.stack(rows)
+
+
+def test_reference_loop_equals_token_by_token_sums():
+    experts_TK, t = _expert_inputs(11, 6, 2, idle=(4,))
+    args = (t["x_TD"], t["weights_TK"], experts_TK, t["w1_EHD"], t["w2_EDH"], t["w3_EHD"])
+    torch.testing.assert_close(reference_experts_forward(*args), _hand_loop(*args),
+                               rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("implementation", sorted(EXPERTS_IMPLEMENTATIONS))
 @pytest.mark.parametrize("num_experts,top_k,idle", [
     (1, 1, ()), (4, 1, ()), (4, 2, (1,)), (8, 2, (0, 5, 7)), (8, 8, ()), (16, 3, (2, 3, 15)),
 ])
-def test_sorted_dispatch_equals_reference_loop(num_experts, top_k, idle):
+@pytest.mark.parametrize("with_counts", [False, True])
+def test_every_experts_implementation_equals_reference_loop(implementation, num_experts, top_k,
+                                                            idle, with_counts):
+    # The registry's contract, forward and backward: with or without the slot counts given.
     experts_TK, fast = _expert_inputs(13, num_experts, top_k, idle=idle)
     _, slow = _expert_inputs(13, num_experts, top_k, idle=idle)
-    out_fast = sorted_experts_forward(fast["x_TD"], fast["weights_TK"], experts_TK,
-                                      fast["w1_EHD"], fast["w2_EDH"], fast["w3_EHD"])
+    counts_E = torch.bincount(experts_TK.flatten(), minlength=num_experts) if with_counts else None
+    out_fast = EXPERTS_IMPLEMENTATIONS[implementation](
+        fast["x_TD"], fast["weights_TK"], experts_TK, fast["w1_EHD"], fast["w2_EDH"],
+        fast["w3_EHD"], counts_E)
     out_slow = reference_experts_forward(slow["x_TD"], slow["weights_TK"], experts_TK,
                                          slow["w1_EHD"], slow["w2_EDH"], slow["w3_EHD"])
     torch.testing.assert_close(out_fast, out_slow, rtol=1e-10, atol=1e-10)
@@ -276,7 +312,7 @@ def test_fp32_dispatch_equals_fp64_reference_with_and_without_grouped_mm(grouped
         real = torch._grouped_mm
         monkeypatch.setattr(torch, "_grouped_mm", lambda *a, **k: calls.append(1) or real(*a, **k))
     else:
-        monkeypatch.setattr(moelab.moe, "_grouped_mm_applies", lambda *operands: False)
+        monkeypatch.setattr(moelab.moe.kernels, "_grouped_mm_applies", lambda *operands: False)
     experts_TK, ref = _expert_inputs(37, 8, 2, d_model=8, hidden=12, idle=(0, 5, 7))
     fp32 = {k: v.detach().float().requires_grad_() for k, v in ref.items()}
     args = ("x_TD", "weights_TK")
@@ -300,16 +336,16 @@ def test_fp32_dispatch_equals_fp64_reference_with_and_without_grouped_mm(grouped
 def test_dispatch_falls_back_to_the_loop_where_torch_has_no_cpu_grouped_mm(monkeypatch):
     # grouped_mm is private API (absent or CUDA-only in older torch): probed once, then the loop.
     monkeypatch.delattr(torch, "_grouped_mm")
-    moelab.moe._cpu_grouped_mm_works.cache_clear()
+    moelab.moe.kernels._cpu_grouped_mm_works.cache_clear()
     try:
-        assert not moelab.moe._cpu_grouped_mm_works()
+        assert not moelab.moe.kernels._cpu_grouped_mm_works()
         experts_TK, t = _expert_inputs(9, 4, 2, d_model=8, hidden=8, idle=(3,))
         args = [t[name].detach().float() for name in ("x_TD", "weights_TK")]
         weights = [t[name].detach().float() for name in ("w1_EHD", "w2_EDH", "w3_EHD")]
         torch.testing.assert_close(sorted_experts_forward(*args, experts_TK, *weights),
                                    reference_experts_forward(*args, experts_TK, *weights))
     finally:
-        moelab.moe._cpu_grouped_mm_works.cache_clear()
+        moelab.moe.kernels._cpu_grouped_mm_works.cache_clear()
 
 
 def test_sorted_dispatch_passes_gradcheck():
@@ -351,7 +387,25 @@ def test_k_equals_e_with_identical_experts_is_a_dense_ffn():
             getattr(layer, name).copy_(getattr(dense, name).weight.expand_as(getattr(layer, name)))
     x_BTD = torch.randn(2, 5, cfg.d_model)
     out, _ = layer(x_BTD)
-    torch.testing.assert_close(out, dense(x_BTD), rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(out, dense(x_BTD)[0], rtol=1e-5, atol=1e-6)
+
+
+def test_shared_experts_add_a_dense_ffn_on_every_token():
+    # The seam for shared experts: any module with the FFN signature, added to the routed
+    # output, its parameters registered, initialised by the layer.
+    cfg = moe_config(num_experts=4, top_k=2)
+    layer = random_layer(cfg)
+    x_BTD = torch.randn(2, 5, cfg.d_model)
+    routed_BTD, aux = layer(x_BTD)
+    shared = FeedForward(cfg.d_model, 20)
+    layer.shared_experts = shared
+    out_BTD, aux_with_shared = layer(x_BTD)
+    torch.testing.assert_close(out_BTD, routed_BTD + shared(x_BTD)[0])
+    torch.testing.assert_close(aux_with_shared.lb_loss, aux.lb_loss)
+    assert {"shared_experts.w1.weight", "shared_experts.w2.weight"} <= set(dict(layer.named_parameters()))
+    layer.init_weights(std=1.0, residual_std=0.0)
+    assert shared.w2.weight.abs().max() == 0 and layer.w2.abs().max() == 0
+    assert shared.w1.weight.std().item() == pytest.approx(1.0, rel=0.2)
 
 
 def test_gradients_reach_router_and_every_used_expert():
@@ -399,9 +453,9 @@ def test_autocast_bfloat16_runs_and_keeps_fp32_gradients():
     assert x_BTD.grad.dtype == torch.float32
 
 
-def test_bad_dispatch_name_is_a_moelab_error():
-    with pytest.raises(MoelabError, match="dispatch='fast'"):
-        MoEFeedForward(moe_config(), dispatch="fast")
+def test_bad_experts_implementation_name_is_a_moelab_error():
+    with pytest.raises(MoelabError, match="experts_implementation='fast'"):
+        MoEFeedForward(moe_config(), experts_implementation="fast")
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])

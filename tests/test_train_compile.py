@@ -20,7 +20,7 @@ import torch
 import torch._dynamo
 from torch._dynamo.utils import counters
 
-import moelab.moe
+import moelab.moe.kernels
 import moelab.train.loop
 from moelab.config import load_config
 from moelab.train import train
@@ -60,12 +60,14 @@ def _train_watching_dynamo(config, run_dir, monkeypatch):
     """Train and record, after every step, (frames compiled, unique graphs) so far and the
     per-expert slot counts every expert loop of that step ran with.
 
-    The counts are read where they are used at run time: in ``moelab.moe._segment_matmul``,
-    which eager code calls directly and the compiled graph calls through its custom op (so the
-    recorder runs on every step, not once at trace time).
+    The counts are read where they are used at run time: in
+    ``moelab.moe.kernels._segment_matmul``, which eager code calls directly and the compiled
+    graph calls through its custom op (so the recorder runs on every step, not once at trace
+    time).
     """
     per_step, step_counts, counts = [], [], []
-    forward_backward, segment_matmul = moelab.train.loop.forward_backward, moelab.moe._segment_matmul
+    forward_backward = moelab.train.loop.forward_backward
+    segment_matmul = moelab.moe.kernels._segment_matmul
 
     def watched_forward_backward(*args, **kwargs):
         counts.clear()
@@ -79,7 +81,7 @@ def _train_watching_dynamo(config, run_dir, monkeypatch):
         return segment_matmul(rows, matrices, slots_per_expert)
 
     monkeypatch.setattr(moelab.train.loop, "forward_backward", watched_forward_backward)
-    monkeypatch.setattr(moelab.moe, "_segment_matmul", watched_segment_matmul)
+    monkeypatch.setattr(moelab.moe.kernels, "_segment_matmul", watched_segment_matmul)
     summary = train(config, run_dir)
     return summary, per_step, step_counts
 

@@ -53,6 +53,10 @@ class RMSNorm(nn.Module):
         self.eps = eps
         self.weight = nn.Parameter(torch.ones(dim))
 
+    @torch.no_grad()
+    def init_weights(self) -> None:
+        self.weight.fill_(1.0)
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x_float = x.float()
         normed = x_float * torch.rsqrt(x_float.pow(2).mean(-1, keepdim=True) + self.eps)
@@ -90,6 +94,14 @@ class Attention(nn.Module):
         self.wv = nn.Linear(cfg.d_model, cfg.n_kv_heads * cfg.head_dim, bias=False)
         self.wo = nn.Linear(cfg.n_heads * cfg.head_dim, cfg.d_model, bias=False)
 
+    @torch.no_grad()
+    def init_weights(self, std: float, residual_std: float) -> None:
+        """N(0, std), except the output projection wo (it writes the residual stream):
+        N(0, residual_std)."""
+        for linear in (self.wq, self.wk, self.wv):
+            nn.init.normal_(linear.weight, mean=0.0, std=std)
+        nn.init.normal_(self.wo.weight, mean=0.0, std=residual_std)
+
     def forward(self, x_BTD: torch.Tensor, cos_TDh: torch.Tensor, sin_TDh: torch.Tensor) -> torch.Tensor:
         B, T, _ = x_BTD.shape
         q_BHTDh = self.wq(x_BTD).view(B, T, self.n_heads, self.head_dim).transpose(1, 2)
@@ -113,42 +125,58 @@ class FeedForward(nn.Module):
         self.w2 = nn.Linear(d_ff, d_model, bias=False)
         self.w3 = nn.Linear(d_model, d_ff, bias=False)
 
-    def forward(self, x_BTD: torch.Tensor) -> torch.Tensor:
-        return self.w2(F.silu(self.w1(x_BTD)) * self.w3(x_BTD))
+    @torch.no_grad()
+    def init_weights(self, std: float, residual_std: float) -> None:
+        """N(0, std), except the down projection w2 (it writes the residual stream):
+        N(0, residual_std)."""
+        nn.init.normal_(self.w1.weight, mean=0.0, std=std)
+        nn.init.normal_(self.w2.weight, mean=0.0, std=residual_std)
+        nn.init.normal_(self.w3.weight, mean=0.0, std=std)
+
+    def forward(self, x_BTD: torch.Tensor, collect_routing: bool = True) -> tuple[torch.Tensor, None]:
+        """The output and no aux: the signature of ``MoEFeedForward`` (``collect_routing`` has
+        nothing to collect here)."""
+        return self.w2(F.silu(self.w1(x_BTD)) * self.w3(x_BTD)), None
 
 
 class TransformerBlock(nn.Module):
     """Pre-norm block: x + attn(norm(x)), then + ffn(norm(.)). The FFN is dense or MoE."""
 
-    def __init__(self, cfg: ModelConfig, dispatch: str = "sorted"):
+    def __init__(self, cfg: ModelConfig, experts_implementation: str = "sorted"):
         super().__init__()
         self.attention_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
         self.attention = Attention(cfg)
         self.ffn_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
-        self.feed_forward = (MoEFeedForward(cfg, dispatch) if cfg.is_moe
+        self.feed_forward = (MoEFeedForward(cfg, experts_implementation) if cfg.is_moe
                              else FeedForward(cfg.d_model, cfg.d_ff))
 
+    def init_weights(self, std: float, residual_std: float) -> None:
+        self.attention_norm.init_weights()
+        self.attention.init_weights(std, residual_std)
+        self.ffn_norm.init_weights()
+        self.feed_forward.init_weights(std, residual_std)
+
     def forward(self, x_BTD, cos_TDh, sin_TDh, collect_routing: bool = True):
-        """Returns the new residual stream and the MoE layer's aux (None when dense)."""
+        """Returns the new residual stream and the FFN's aux (None when dense)."""
         h_BTD = x_BTD + self.attention(self.attention_norm(x_BTD), cos_TDh, sin_TDh)
-        if isinstance(self.feed_forward, MoEFeedForward):
-            ffn_out_BTD, aux = self.feed_forward(self.ffn_norm(h_BTD), collect_routing)
-            return h_BTD + ffn_out_BTD, aux
-        return h_BTD + self.feed_forward(self.ffn_norm(h_BTD)), None
+        ffn_out_BTD, aux = self.feed_forward(self.ffn_norm(h_BTD), collect_routing)
+        return h_BTD + ffn_out_BTD, aux
 
 
 class Transformer(nn.Module):
     """Token embeddings, n_layers blocks, final RMSNorm, output head (tied or untied).
 
-    ``dispatch`` chooses the MoE implementation: "sorted" (fast, default) or "reference" (the
+    ``experts_implementation`` chooses how the MoE layers run their experts
+    (``moelab.moe.EXPERTS_IMPLEMENTATIONS``): "sorted" (fast, default) or "reference" (the
     plain loop, for tests).
     """
 
-    def __init__(self, cfg: ModelConfig, dispatch: str = "sorted"):
+    def __init__(self, cfg: ModelConfig, experts_implementation: str = "sorted"):
         super().__init__()
         self.cfg = cfg
         self.tok_embeddings = nn.Embedding(cfg.vocab_size, cfg.d_model)
-        self.layers = nn.ModuleList(TransformerBlock(cfg, dispatch) for _ in range(cfg.n_layers))
+        self.layers = nn.ModuleList(TransformerBlock(cfg, experts_implementation)
+                                    for _ in range(cfg.n_layers))
         self.norm = RMSNorm(cfg.d_model, cfg.norm_eps)
         self.output = None if cfg.tie_embeddings else nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
         cos_TDh, sin_TDh = rope_cos_sin(cfg.head_dim, cfg.max_seq_len, cfg.rope_theta)
@@ -159,21 +187,19 @@ class Transformer(nn.Module):
 
     @torch.no_grad()
     def reset_parameters(self) -> None:
-        """N(0, init_std) everywhere; residual output projections (attention wo, FFN and expert
-        w2) get init_std / sqrt(2 n_layers) so the residual stream's variance does not grow
-        with depth (GPT-2); the token embedding gets embedding_init_std; RMSNorm weights 1."""
+        """N(0, init_std) everywhere; the projections that write the residual stream (attention
+        wo, FFN and expert w2) get init_std / sqrt(2 n_layers) so its variance does not grow
+        with depth (GPT-2); the token embedding gets embedding_init_std; RMSNorm weights 1.
+        Each module initialises its own parameters, given the two stds; the order (that of
+        ``named_parameters``) fixes which random numbers each parameter gets."""
         std = self.cfg.init_std
         residual_std = std / math.sqrt(2 * self.cfg.n_layers)
-        embedding_std = self.cfg.embedding_init_std or std
-        for name, param in self.named_parameters():
-            if name.endswith("norm.weight"):
-                param.fill_(1.0)
-            elif name == "tok_embeddings.weight":
-                nn.init.normal_(param, mean=0.0, std=embedding_std)
-            elif name.endswith(("attention.wo.weight", "feed_forward.w2.weight", "feed_forward.w2")):
-                nn.init.normal_(param, mean=0.0, std=residual_std)
-            else:
-                nn.init.normal_(param, mean=0.0, std=std)
+        nn.init.normal_(self.tok_embeddings.weight, mean=0.0, std=self.cfg.embedding_init_std or std)
+        for layer in self.layers:
+            layer.init_weights(std, residual_std)
+        self.norm.init_weights()
+        if self.output is not None:
+            nn.init.normal_(self.output.weight, mean=0.0, std=std)
 
     def forward(self, tokens_BT: torch.Tensor, targets_BT: Optional[torch.Tensor] = None,
                 collect_routing: bool = True) -> ModelOutput:

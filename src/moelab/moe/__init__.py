@@ -1,0 +1,57 @@
+"""Mixtral-style routed experts: routing, the layer, the experts implementations, CPU kernels.
+
+One MoE layer replaces the dense SwiGLU FFN of a block. Read in this order:
+
+- ``routing.py``: **route** and the losses. ``router_logits_TE = x_TD @ router.T`` in fp32;
+  softmax over all E experts, keep the top-k, renormalise those k weights to sum 1 (Mixtral).
+  With top-1 the weight is the raw softmax probability instead (Switch), unless the config says
+  otherwise: a single renormalised weight is always 1 and the router would learn nothing from
+  the task loss. The Switch balancing loss (normalised so a balanced router scores 1), the
+  router z-loss and the summable ``RoutingStats`` are pure functions of the logits and the
+  chosen experts; ``route`` shares one softmax and one slot count between the weights and both
+  losses. One implementation, used by the layer and by the tests.
+- ``layer.py``: ``MoEFeedForward`` = router + an experts implementation (+ an optional shared
+  FFN). ``forward`` returns ``(y, MoEAux)``, as the dense FFN returns ``(y, None)``; nothing is
+  stashed on the module. The statistics are skipped when the caller does not want them
+  (training).
+- ``experts.py``: the experts implementations behind one registry: ``reference`` (the plain
+  loop over experts the tests hold every other one equal to) and ``sorted`` (the default).
+- ``kernels.py``: what ``sorted`` runs on: dropless dispatch (the T*k token-slots stably sorted
+  by expert id, every expert on all of its rows, no capacity limit, a deterministic combine),
+  one hand-written autograd node, and the per-expert segment products registered as custom ops
+  so torch.compile compiles the layer once, whatever the routing.
+
+Measurements behind the kernels' choices: BENCHMARKS.md ("MoE dispatch", "Train step").
+
+Shape suffixes: B batch, T tokens (flattened B*T inside the layer), D d_model, E experts,
+K top-k, H d_expert (hidden size of one expert), S = T*K token-slots, R = S rows of the
+expert-major buffer (the same slots, sorted by expert).
+"""
+
+from moelab.moe.experts import EXPERTS_IMPLEMENTATIONS, reference_experts_forward
+from moelab.moe.kernels import sorted_experts_forward
+from moelab.moe.layer import MoEAux, MoEFeedForward
+from moelab.moe.routing import (
+    Routing,
+    RoutingStats,
+    load_balancing_loss,
+    route,
+    router_logits,
+    router_z_loss,
+    routing_stats,
+)
+
+__all__ = [
+    "EXPERTS_IMPLEMENTATIONS",
+    "MoEAux",
+    "MoEFeedForward",
+    "Routing",
+    "RoutingStats",
+    "load_balancing_loss",
+    "reference_experts_forward",
+    "route",
+    "router_logits",
+    "router_z_loss",
+    "routing_stats",
+    "sorted_experts_forward",
+]

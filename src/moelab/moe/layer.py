@@ -1,0 +1,86 @@
+"""The MoE feed-forward layer: router, routed SwiGLU experts, and room for a shared FFN."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from moelab.config import ModelConfig
+from moelab.errors import MoelabError
+from moelab.moe.experts import EXPERTS_IMPLEMENTATIONS
+from moelab.moe.routing import Routing, RoutingStats, route, router_logits, routing_stats
+
+
+@dataclass
+class MoEAux:
+    """What one MoE layer returns beside its output."""
+
+    lb_loss: torch.Tensor
+    z_loss: torch.Tensor
+    routing: RoutingStats | None
+    """None when the caller asked not to collect it."""
+
+
+class MoEFeedForward(nn.Module):
+    """Routed SwiGLU experts (Mixtral semantics), a drop-in for the dense FeedForward: both
+    return ``(y, aux)``, aux None for the dense one.
+
+    Parameters: ``router`` (Linear d_model -> E, no bias) and experts stacked as
+    ``w1, w3: (E, d_expert, d_model)``, ``w2: (E, d_model, d_expert)`` -- each expert's slice is
+    laid out like an ``nn.Linear`` weight, and this is the layout of Hugging Face's Mixtral
+    (``gate_up_proj = cat([w1, w3], dim=1)``, ``down_proj = w2``).
+
+    ``experts_implementation`` names the function that runs the experts
+    (``EXPERTS_IMPLEMENTATIONS``: "sorted", the fast default, or "reference", the plain loop).
+    ``shared_experts``, when set to a module with the FFN signature, runs on every token and is
+    added to the routed output (None: Mixtral has none).
+    """
+
+    def __init__(self, cfg: ModelConfig, experts_implementation: str = "sorted"):
+        super().__init__()
+        if cfg.moe is None:
+            raise MoelabError("model.moe=null is invalid for MoEFeedForward: give a moe section")
+        if experts_implementation not in EXPERTS_IMPLEMENTATIONS:
+            raise MoelabError(f"experts_implementation={experts_implementation!r} is invalid: "
+                              f"allowed {', '.join(EXPERTS_IMPLEMENTATIONS)}")
+        moe = cfg.moe
+        self.num_experts, self.top_k = moe.num_experts, moe.top_k
+        self.renormalize = moe.renormalizes_weights
+        self.experts_implementation = experts_implementation
+        self.experts_forward = EXPERTS_IMPLEMENTATIONS[experts_implementation]
+        self.router = nn.Linear(cfg.d_model, moe.num_experts, bias=False)
+        self.w1 = nn.Parameter(torch.empty(moe.num_experts, moe.d_expert, cfg.d_model))
+        self.w2 = nn.Parameter(torch.empty(moe.num_experts, cfg.d_model, moe.d_expert))
+        self.w3 = nn.Parameter(torch.empty(moe.num_experts, moe.d_expert, cfg.d_model))
+        self.shared_experts: nn.Module | None = None
+
+    @torch.no_grad()
+    def init_weights(self, std: float, residual_std: float) -> None:
+        """N(0, std), except the experts' output projections w2: N(0, residual_std)."""
+        nn.init.normal_(self.w1, mean=0.0, std=std)
+        nn.init.normal_(self.w2, mean=0.0, std=residual_std)
+        nn.init.normal_(self.w3, mean=0.0, std=std)
+        nn.init.normal_(self.router.weight, mean=0.0, std=std)
+        if self.shared_experts is not None:
+            self.shared_experts.init_weights(std, residual_std)
+
+    def forward(self, x_BTD: torch.Tensor, collect_routing: bool = True) -> tuple[torch.Tensor, MoEAux]:
+        """Output and aux losses; ``collect_routing=False`` skips the routing statistics
+        (``aux.routing`` None), which training does not read."""
+        x_TD = x_BTD.reshape(-1, x_BTD.shape[-1])
+        routing = self.route_tokens(x_TD)
+        y_TD = self.experts_forward(x_TD, routing.weights_TK, routing.experts_TK,
+                                    self.w1, self.w2, self.w3, routing.slot_counts_E)
+        y_BTD = y_TD.view(x_BTD.shape)
+        if self.shared_experts is not None:
+            shared_BTD, _ = self.shared_experts(x_BTD)
+            y_BTD = y_BTD + shared_BTD
+        stats = (routing_stats(routing.router_logits_TE, routing.experts_TK)
+                 if collect_routing else None)
+        return y_BTD, MoEAux(routing.lb_loss, routing.z_loss, routing=stats)
+
+    def route_tokens(self, x_TD: torch.Tensor) -> Routing:
+        """Router logits (fp32), top-k weights and experts, slot counts and both losses."""
+        return route(router_logits(x_TD, self.router.weight), self.top_k, self.renormalize)

@@ -1,0 +1,203 @@
+"""Routing: router logits, top-k weights, the Switch balancing loss, the router z-loss and the
+routing statistics. Pure functions of tensors; the layer (``layer.py``) owns the router weight.
+
+``route`` is what the layer runs: one softmax (as exp(logits - log Z), sharing log Z with the
+z-loss) and one slot count serve the top-k weights and both losses. ``load_balancing_loss``
+and ``router_z_loss`` compose the same pieces from logits alone, for callers (and tests) that
+have no ``Routing``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+
+@dataclass
+class Routing:
+    """One batch's routing decision and its two losses, computed once and shared by dispatch,
+    the losses and the diagnostics."""
+
+    router_logits_TE: torch.Tensor
+    """fp32 router logits."""
+    weights_TK: torch.Tensor
+    """Combine weights of the chosen experts (fp32, carry gradients to the router)."""
+    experts_TK: torch.Tensor
+    """Chosen expert ids, best first."""
+    slot_counts_E: torch.Tensor
+    """Token-slots routed to each expert (``count_slots``)."""
+    lb_loss: torch.Tensor
+    """Switch balancing loss (``balancing_loss``)."""
+    z_loss: torch.Tensor
+    """Router z-loss (``z_loss_from_log_z``)."""
+
+
+def router_logits(x_TD: torch.Tensor, router_weight_ED: torch.Tensor) -> torch.Tensor:
+    """``x_TD @ router.T`` in fp32 whatever the autocast (routing decisions are sensitive to
+    rounding)."""
+    with torch.autocast(x_TD.device.type, enabled=False):
+        return F.linear(x_TD.float(), router_weight_ED.float())
+
+
+def route(router_logits_TE: torch.Tensor, top_k: int, renormalize: bool = True) -> Routing:
+    """Mixtral routing with its losses: softmax over all E, top-k, renormalise the k weights to
+    sum 1 (``renormalize=False``: keep the k softmax probabilities, as Switch does for top-1)."""
+    probs_TE, log_z_T = router_probs(router_logits_TE)
+    weights_TK, experts_TK = top_k_weights(probs_TE, top_k, renormalize)
+    slot_counts_E = count_slots(experts_TK, router_logits_TE.shape[-1])
+    return Routing(
+        router_logits_TE, weights_TK, experts_TK, slot_counts_E,
+        lb_loss=balancing_loss(probs_TE, slot_counts_E),
+        z_loss=z_loss_from_log_z(log_z_T),
+    )
+
+
+def router_probs(router_logits_TE: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(softmax(logits), logsumexp(logits))`` in fp32, the softmax as exp(logits - log Z) so
+    that the z-loss reuses log Z (cheaper on a CPU than ``torch.softmax`` with E in the last
+    dimension, forward and backward: BENCHMARKS.md, "MoE dispatch")."""
+    logits_TE = router_logits_TE.float()
+    log_z_T = torch.logsumexp(logits_TE, dim=-1)
+    return torch.exp(logits_TE - log_z_T.unsqueeze(-1)), log_z_T
+
+
+def top_k_weights(probs_TE: torch.Tensor, top_k: int,
+                  renormalize: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(weights_TK, experts_TK)``: the k most probable experts and their combine weights."""
+    top_probs_TK, experts_TK = torch.topk(probs_TE, top_k, dim=-1)
+    if not renormalize:
+        return top_probs_TK, experts_TK
+    return top_probs_TK / top_probs_TK.sum(dim=-1, keepdim=True), experts_TK
+
+
+def count_slots(experts_TK: torch.Tensor, num_experts: int) -> torch.Tensor:
+    """(E,) token-slots routed to each expert: ``bincount`` with a shape torch.compile can know
+    in advance (bincount's output length depends on the data, a graph break)."""
+    experts_S = experts_TK.reshape(-1)
+    counts_E = torch.zeros(num_experts, dtype=torch.long, device=experts_S.device)
+    return counts_E.scatter_add_(0, experts_S, torch.ones_like(experts_S))
+
+
+def balancing_loss(probs_TE: torch.Tensor, slot_counts_E: torch.Tensor) -> torch.Tensor:
+    """Switch load-balancing loss of one layer: ``E * sum_i f_i * P_i``.
+
+    ``f_i`` is the share of the T*k token-slots routed to expert i (so sum_i f_i = 1) and ``P_i``
+    the mean router probability of i. A perfectly balanced router scores 1; all tokens on one
+    expert with probability 1 scores E. Gradients flow through P only (f is a count).
+
+    Hugging Face's ``load_balancing_loss_func`` divides the counts by T instead of k*T, so on one
+    layer it equals ``top_k`` times this value (its balanced score is k).
+    """
+    mean_prob_E = probs_TE.mean(dim=0)
+    slot_fraction_E = slot_counts_E.to(mean_prob_E.dtype) / slot_counts_E.sum()
+    return probs_TE.shape[-1] * torch.dot(slot_fraction_E, mean_prob_E)
+
+
+def load_balancing_loss(router_logits_TE: torch.Tensor, experts_TK: torch.Tensor) -> torch.Tensor:
+    """``balancing_loss`` from the router logits and the chosen experts."""
+    probs_TE, _ = router_probs(router_logits_TE)
+    return balancing_loss(probs_TE, count_slots(experts_TK, router_logits_TE.shape[-1]))
+
+
+def z_loss_from_log_z(log_z_T: torch.Tensor) -> torch.Tensor:
+    """Router z-loss of one layer (ST-MoE): mean over tokens of ``logsumexp(logits)^2``."""
+    return log_z_T.square().mean()
+
+
+def router_z_loss(router_logits_TE: torch.Tensor) -> torch.Tensor:
+    """``z_loss_from_log_z`` from the router logits."""
+    return z_loss_from_log_z(torch.logsumexp(router_logits_TE.float(), dim=-1))
+
+
+# --------------------------------------------------------------------------------------------
+# Diagnostics
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class RoutingStats:
+    """Detached, summable sufficient statistics of one MoE layer's routing.
+
+    Sums (not means) so that stats of several batches add up exactly to the stats of their
+    concatenation; ``summary()`` turns them into the diagnostics. Tensors stay on the device
+    they were computed on, so collecting them costs no host sync.
+    """
+
+    num_tokens: int
+    expert_counts: torch.Tensor
+    """(E,) token-slots routed to each expert (sums to num_tokens * k)."""
+    prob_sum: torch.Tensor
+    """(E,) router probabilities summed over tokens."""
+    entropy_sum: torch.Tensor
+    """Per-token routing entropy (nats) summed over tokens."""
+    logz_sum: torch.Tensor
+    """logsumexp(router logits) summed over tokens."""
+    z_sq_sum: torch.Tensor
+    """logsumexp(router logits)^2 summed over tokens."""
+
+    @property
+    def num_experts(self) -> int:
+        return self.expert_counts.numel()
+
+    def merge(self, other: "RoutingStats") -> "RoutingStats":
+        """Stats of both batches together (exact: every field is a sum)."""
+        return RoutingStats(
+            num_tokens=self.num_tokens + other.num_tokens,
+            expert_counts=self.expert_counts + other.expert_counts.to(self.expert_counts.device),
+            prob_sum=self.prob_sum + other.prob_sum.to(self.prob_sum.device),
+            entropy_sum=self.entropy_sum + other.entropy_sum.to(self.entropy_sum.device),
+            logz_sum=self.logz_sum + other.logz_sum.to(self.logz_sum.device),
+            z_sq_sum=self.z_sq_sum + other.z_sq_sum.to(self.z_sq_sum.device),
+        )
+
+    __add__ = merge
+
+    def summary(self) -> dict[str, float | list[float]]:
+        """The per-layer routing diagnostics as plain floats.
+
+        busiest_fraction: max_i c_i / sum c (1/E when balanced, 1 when collapsed).
+        usage_variance: population variance of the loads c_i / sum c; usage_variance_scaled is
+            E^2 times it (scale-free: 0 balanced, E - 1 collapsed).
+        routing_entropy: mean per-token entropy of the router softmax / log E (1 = uniform);
+            0 when E = 1.
+        load_entropy: entropy (nats) of the loads c_i / sum c; effective_experts = exp of it.
+        mean_log_z, mean_z_sq: mean logsumexp of the router logits and of its square.
+        expert_load: the loads c_i / sum c themselves (a list of E floats).
+        """
+        counts_E = self.expert_counts.detach().double().cpu()
+        load_E = counts_E / counts_E.sum().clamp_min(1.0)
+        load_entropy = float(-torch.special.xlogy(load_E, load_E).sum())
+        num_experts = self.num_experts
+        tokens = max(self.num_tokens, 1)
+        mean_entropy = float(self.entropy_sum) / tokens
+        return {
+            "busiest_fraction": float(load_E.max()),
+            "usage_variance": float(load_E.var(unbiased=False)),
+            "usage_variance_scaled": float(num_experts**2 * load_E.var(unbiased=False)),
+            "routing_entropy": mean_entropy / math.log(num_experts) if num_experts > 1 else 0.0,
+            "load_entropy": load_entropy,
+            "effective_experts": math.exp(load_entropy),
+            "mean_log_z": float(self.logz_sum) / tokens,
+            "mean_z_sq": float(self.z_sq_sum) / tokens,
+            "expert_load": load_E.tolist(),
+        }
+
+
+@torch.no_grad()
+def routing_stats(router_logits_TE: torch.Tensor, experts_TK: torch.Tensor) -> RoutingStats:
+    """Sufficient statistics of one layer's routing from its logits and chosen experts."""
+    logits_TE = router_logits_TE.detach().float()
+    log_probs_TE = torch.log_softmax(logits_TE, dim=-1)
+    probs_TE = log_probs_TE.exp()
+    log_z_T = torch.logsumexp(logits_TE, dim=-1)
+    return RoutingStats(
+        num_tokens=logits_TE.shape[0],
+        expert_counts=count_slots(experts_TK, logits_TE.shape[-1]),
+        prob_sum=probs_TE.sum(dim=0),
+        entropy_sum=-(probs_TE * log_probs_TE).sum(),
+        logz_sum=log_z_T.sum(),
+        z_sq_sum=log_z_T.square().sum(),
+    )
