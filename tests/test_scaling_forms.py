@@ -8,9 +8,10 @@ import numpy as np
 import pytest
 
 from moelab.scaling.forms import (
-    MAX_EXPONENT_CI_WIDTH, MIN_TERM_SPREAD, identification_problems, select_form, term_spreads,
+    FORMS, MAX_EXPONENT_CI_WIDTH, MIN_EXPONENT_EFFECT, exponent_effects, identification_problems,
+    select_form,
 )
-from moelab.scaling.laws import SPARSITY, SPARSITY_FORMS, get_law
+from moelab.scaling.laws import CHINCHILLA, SPARSITY, SPARSITY_FORMS, get_law
 from moelab.scaling.sweep import load_grid, write_results_csv
 from moelab.scaling.sweep_report import write_sweep_report
 from sweep_rows import synthetic_results
@@ -45,14 +46,19 @@ def test_reduced_forms_are_eq6_with_terms_removed():
     assert SPARSITY.start_grid().shape == (4096, 10)
 
 
-def test_term_spreads_are_hand_counts():
+def test_exponent_effects_are_hand_counts():
     record = {"theta": dict(zip(EFFECTIVE_SIZE.param_names,
                                 EFFECTIVE_SIZE.theta_from_natural(EFFECTIVE_TRUTH)))}
-    columns = {"N": np.array([1e5, 1e6]), "D": np.array([1e6, 4e6]), "S": np.array([0.0, 0.5])}
-    spreads = term_spreads(EFFECTIVE_SIZE, record, columns)
-    b_term = 40.0 / np.array([1e6, 4e6]) ** 0.3
-    d_term = 20.0 / (np.array([1.0, 0.5]) ** 0.3 * np.array([1e5, 1e6]) ** 0.35)
-    assert spreads == pytest.approx({"b": np.ptp(b_term), "d": np.ptp(d_term)}, rel=1e-12)
+    n, d, s = np.array([1e5, 1e6]), np.array([1e6, 4e6]), np.array([0.0, 0.5])
+    effects = exponent_effects(EFFECTIVE_SIZE, record, {"N": n, "D": d, "S": s})
+    # The b term is largest at D = 1e6: 40 / 1e6^0.3; over D's range (x4) it falls by
+    # 1 - 4^-0.3 of that. The d term is largest at (N, S) = (1e5, 0); over N (x10) it falls by
+    # 1 - 10^-0.35 and over 1 - S (x0.5) by 1 - 2^-0.3 (|delta|: the size of the effect).
+    b_max = 40.0 / 1e6 ** 0.3
+    d_max = max(20.0 / ((1 - s) ** 0.3 * n ** 0.35))
+    assert effects == pytest.approx({"beta": b_max * (1 - 4 ** -0.3),
+                                     "gamma": d_max * (1 - 10 ** -0.35),
+                                     "delta": d_max * (1 - 2 ** -0.3)}, rel=1e-12)
 
 
 @pytest.mark.parametrize("ci, problem", [
@@ -60,6 +66,7 @@ def test_term_spreads_are_hand_counts():
     ({"b": [0.0, 3.0]}, "b interval [0, 3] reaches 0 or infinity"),
     ({"beta": [-np.inf, 0.4]}, "beta interval [-inf, 0.4] is not finite"),
     ({"gamma": [0.1, 0.1 + MAX_EXPONENT_CI_WIDTH + 0.01]}, "gamma interval [0.1, 1.11] is wider than 1"),
+    ({"delta": [-0.05, 0.6]}, "delta interval [-0.05, 0.6] contains 0"),
     ({}, None),
 ])
 def test_identification_problems_name_each_failed_check(ci, problem):
@@ -69,12 +76,16 @@ def test_identification_problems_name_each_failed_check(ci, problem):
     columns = grid_columns(EFFECTIVE_SIZE, EFFECTIVE_TRUTH, 0.0)
     problems = identification_problems(EFFECTIVE_SIZE, record, columns)
     assert problems == ([problem] if problem else [])
-    # A term switched off (d = 1e-9) barely changes across the points, whatever its interval.
-    off = {**EFFECTIVE_TRUTH, "d": 1e-9}
-    record["theta"] = dict(zip(EFFECTIVE_SIZE.param_names, EFFECTIVE_SIZE.theta_from_natural(off)))
-    assert any(p.startswith("term d changes by only") for p in
-               identification_problems(EFFECTIVE_SIZE, record, columns))
-    assert MIN_TERM_SPREAD > 1e-9
+    # A term switched off (d = 1e-9), or an S exponent near 0, moves nothing the points show,
+    # whatever the intervals say.
+    for change, flagged in (({"d": 1e-9}, ("delta", "gamma")), ({"delta": 1e-4}, ("delta",))):
+        values = {**EFFECTIVE_TRUTH, **change}
+        record["theta"] = dict(zip(EFFECTIVE_SIZE.param_names,
+                                   EFFECTIVE_SIZE.theta_from_natural(values)))
+        found = [p.split()[0] for p in identification_problems(EFFECTIVE_SIZE, record, columns)
+                 if "moves its term by only" in p]
+        assert tuple(found) == flagged, found
+    assert MIN_EXPONENT_EFFECT == 0.01
 
 
 def test_selection_recovers_the_generating_reduced_form():
@@ -86,10 +97,9 @@ def test_selection_recovers_the_generating_reduced_form():
     # The richer forms nest the truth but carry terms it lacks: the fit switches them off, or
     # makes them constants beside e, and their exponents go unmeasured.
     assert not checks["sparsity"]["identified"]
-    assert any(p.startswith(("term a", "term c", "alpha", "lam"))
-               for p in checks["sparsity"]["problems"])
+    assert any(p.startswith(("alpha", "lam")) for p in checks["sparsity"]["problems"])
     problems = checks["sparsity-interaction"]["problems"]
-    assert any(p.startswith(("term a", "alpha")) for p in problems), problems
+    assert any(p.startswith("alpha") for p in problems), problems
     chosen = checks["sparsity-effective-size"]
     assert chosen["identified"] and chosen["predictive"] and chosen["holdout_mae"] < 0.01
     params = chosen["fit"]["params"]
@@ -117,7 +127,7 @@ def test_report_without_an_identified_form_shows_the_checks_and_no_law(tmp_path)
     for stale in ("fit.json", "fit_holdout.json", "optima.json"):
         assert not (tmp_path / stale).exists(), stale
     forms = json.loads((tmp_path / "forms.json").read_text())
-    assert forms["chosen"] is None and len(forms["forms"]) == len(SPARSITY_FORMS)
+    assert forms["chosen"] is None and len(forms["forms"]) == len(FORMS)
     assert all(not (f["predictive"] and f["identified"]) for f in forms["forms"])
 
 
@@ -136,3 +146,24 @@ def test_fit_cli_knows_every_form_and_fits_one(tmp_path, capsys):
                  "--json"]) == 0
     params = json.loads(capsys.readouterr().out)["params"]
     assert params == pytest.approx(EFFECTIVE_TRUTH, rel=1e-4)
+
+
+def test_sweep_without_an_effect_of_sparsity_chooses_chinchilla(tmp_path):
+    """Losses that depend on N and D only: every sparsity form's S exponent is unmeasured, and
+    the report says sparsity pays only through compute instead of drawing optima."""
+    grid = load_grid("demo")
+    truth = {"A": 30.0, "B": 40.0, "E": 1.2, "alpha": 0.3, "beta": 0.3}
+    write_results_csv(tmp_path / "results.csv", synthetic_results(grid, truth, CHINCHILLA))
+    (tmp_path / "optima.json").write_text("{}")
+    text = write_sweep_report(tmp_path, grid, bootstrap_replicates=8, max_starts=300,
+                              log=lambda _: None).read_text()
+    forms = json.loads((tmp_path / "forms.json").read_text())
+    assert forms["chosen"] == "chinchilla", [(f["law"], f["problems"]) for f in forms["forms"]]
+    for check in forms["forms"][:-1]:
+        assert not (check["identified"] and check["predictive"]), check["law"]
+    assert "## Law fit (`chinchilla`" in text and "has no sparsity term" in text
+    assert not (tmp_path / "optima.json").exists()
+    # The demo's three small sizes trade A against E; the exponents are measured.
+    params = json.loads((tmp_path / "fit.json").read_text())["params"]
+    assert params["beta"] == pytest.approx(0.3, abs=0.02)
+    assert params["alpha"] == pytest.approx(0.3, abs=0.05)

@@ -2,23 +2,26 @@
 
 A small sweep cannot pin down all ten parameters of Abnar et al.'s eq. 6: the fit reaches a low
 objective with parameters that mean nothing (alpha ~ 3,400 on the demo's 24 points), and its
-bootstrap intervals run off to zero or infinity. So each form of ``SPARSITY_FORMS`` (the full
-law, then eq. 6 with terms removed) is fitted, bootstrapped and checked on held-out points, and
-the richest form that passes both checks is the one a report uses:
+bootstrap intervals run off to zero or infinity. So each form of ``FORMS`` (the full law, eq. 6
+with terms removed, and last Chinchilla's law in the total parameter count, the form of a sweep
+that measures no effect of S at fixed N and D) is fitted, bootstrapped and checked on held-out
+points, and the richest form that passes both checks is the one a report uses:
 
-- **identified**: every term but the constant e changes by at least ``MIN_TERM_SPREAD`` nats
-  across the points (a term that barely changes over the sweep acts as a constant, confounded
-  with e, or has been switched off; either way its coefficient and exponent are not measured,
-  and as the optimizer need not move them, the bootstrap alone may not show it), every
+- **identified**: every exponent moves its term by at least ``MIN_EXPONENT_EFFECT`` nats over
+  the sweep's range of its variable (an exponent that moves its term less, or whose term has
+  been switched off, describes nothing the points show: a / N^alpha with alpha ~ 0 is a constant
+  beside e, an S exponent ~ 0 is no effect of S, which a smaller form states directly; and as
+  the optimizer need not move such parameters, the bootstrap alone may not show it), every
   parameter's 95 % bootstrap interval is finite (no coefficient runs to 0 or to infinity, no
-  exponent to infinity) and no exponent's interval is wider than ``MAX_EXPONENT_CI_WIDTH`` (an
-  exponent the resamples move by more than that is not measured: scaling exponents are
+  exponent to infinity), no exponent's interval contains 0 (the sign of its effect is not
+  measured) and none is wider than ``MAX_EXPONENT_CI_WIDTH``
+  (an exponent the resamples move by more than that is not measured: scaling exponents are
   fractions);
 - **predictive**: refitted without the held-out points, the form predicts them with a mean
   absolute error of at most ``MAX_HOLDOUT_MAE`` nats.
 
-Without bootstrap resamples the intervals are not checked, only the terms (the record says so). When no form passes, none is chosen: the caller reports the
-checks rather than a fit.
+Without bootstrap resamples the intervals are not checked, only the terms (the record says so).
+When no form passes, none is chosen: the caller reports the checks rather than a fit.
 """
 
 from __future__ import annotations
@@ -28,36 +31,49 @@ from typing import Callable
 import numpy as np
 
 from moelab.errors import MoelabError
-from moelab.scaling.laws import SPARSITY_FORMS, Law, log_features
+from moelab.scaling.laws import CHINCHILLA, SPARSITY_FORMS, Law, log_features
 from moelab.scaling.summary import fit_columns
 
-MIN_TERM_SPREAD = 0.01
+FORMS = (*SPARSITY_FORMS, CHINCHILLA)
+"""Richest first. In Chinchilla's law S enters only through compute: D = C / (6 N_active)."""
+MIN_EXPONENT_EFFECT = 0.01
 """Nats: about the seed noise of one CPU sweep point."""
 MAX_EXPONENT_CI_WIDTH = 1.0
 MAX_HOLDOUT_MAE = 0.02
 """Nats: the accuracy a sweep's law must reach on points it never saw."""
 
 
-def term_spreads(law: Law, record: dict, columns: dict[str, np.ndarray]) -> dict[str, float]:
-    """How much each non-constant term of a fit changes across the points (max - min, nats),
-    by its coefficient's name."""
+def exponent_effects(law: Law, record: dict, columns: dict[str, np.ndarray]) -> dict[str, float]:
+    """Nats by which each exponent moves its term over the points' range of its variable.
+
+    For exponent p of a term with values v_i and log feature f: max_i v_i * (1 - exp(-|p| *
+    (max f - min f))), the change of the term's largest value if f ran over the whole range.
+    """
     theta = np.array([record["theta"][name] for name in law.param_names])
-    values = np.exp(law.log_terms(theta, log_features(law, columns)))
-    return {law.log_coef_names[log_coef]: float(value.max() - value.min())
-            for (log_coef, exponents), value in zip(law.terms, values) if exponents}
+    features = log_features(law, columns)
+    values = np.exp(law.log_terms(theta, features))
+    effects = {}
+    for (_, exponents), value in zip(law.terms, values):
+        for exponent, feature in exponents:
+            span = float(np.ptp(features[feature]))
+            power = abs(float(record["theta"][exponent]))
+            effects[exponent] = float(value.max() * -np.expm1(-power * span))
+    return effects
 
 
 def identification_problems(law: Law, record: dict, columns: dict[str, np.ndarray]) -> list[str]:
     """Why a fit record (bootstrapped, fitted to ``columns``) does not identify its parameters
     (empty: it does)."""
-    problems = [f"term {name} changes by only {spread:.2g} nats" for name, spread
-                in term_spreads(law, record, columns).items() if spread < MIN_TERM_SPREAD]
+    problems = [f"{name} moves its term by only {effect:.2g} nats" for name, effect
+                in exponent_effects(law, record, columns).items() if effect < MIN_EXPONENT_EFFECT]
     for name, (low, high) in record["ci"].items():
         is_coefficient = name in law.log_coef_names.values()
         if is_coefficient and not (0.0 < low and np.isfinite(high)):
             problems.append(f"{name} interval [{low:.3g}, {high:.3g}] reaches 0 or infinity")
         elif not is_coefficient and not (np.isfinite(low) and np.isfinite(high)):
             problems.append(f"{name} interval [{low:.3g}, {high:.3g}] is not finite")
+        elif not is_coefficient and low <= 0.0 <= high:
+            problems.append(f"{name} interval [{low:.3g}, {high:.3g}] contains 0")
         elif not is_coefficient and high - low > MAX_EXPONENT_CI_WIDTH:
             problems.append(f"{name} interval [{low:.3g}, {high:.3g}] is wider than "
                             f"{MAX_EXPONENT_CI_WIDTH:g}")
@@ -82,7 +98,7 @@ def check_form(law: Law, columns: dict[str, np.ndarray], holdout: str, *,
 
 
 def select_form(columns: dict[str, np.ndarray], holdout: str, *, bootstrap_replicates: int,
-                max_starts: int | None = None, seed: int = 0, forms: tuple[Law, ...] = SPARSITY_FORMS,
+                max_starts: int | None = None, seed: int = 0, forms: tuple[Law, ...] = FORMS,
                 log: Callable[[str], None] = print) -> dict:
     """Check every form (richest first) and choose the richest that passes.
 
@@ -106,7 +122,7 @@ def select_form(columns: dict[str, np.ndarray], holdout: str, *, bootstrap_repli
     return {
         "chosen": chosen["law"] if chosen else None,
         "criteria": {"holdout": holdout, "max_holdout_mae": MAX_HOLDOUT_MAE,
-                     "min_term_spread": MIN_TERM_SPREAD,
+                     "min_exponent_effect": MIN_EXPONENT_EFFECT,
                      "max_exponent_ci_width": MAX_EXPONENT_CI_WIDTH,
                      "bootstrap_replicates": bootstrap_replicates},
         "forms": checks,

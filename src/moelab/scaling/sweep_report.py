@@ -1,10 +1,12 @@
-"""The sweep report, rebuilt from ``results.csv`` alone: law fit, held-out check, IsoFLOP curves
-per sparsity, and the optimal sparsity against N and against C, with bootstrap intervals.
+"""The sweep report, rebuilt from ``results.csv`` alone: the form of the law the points identify,
+its fit and held-out check, IsoFLOP curves per sparsity, and the optimal sparsity against N and
+against C, with bootstrap intervals.
 
-Files written next to results.csv: ``fit.json`` (the sparsity law on every point, with bootstrap
-replicates and the family's shared fraction, readable by ``moelab optimal``), ``fit_holdout.json``
-(the same law without the held-out points), ``isoflop.json``, ``optima.json``, ``figures/*.png``
-and ``report.md``.
+Files written next to results.csv: ``forms.json`` (every form's checks, ``moelab.scaling.forms``),
+``fit.json`` (the chosen form on every point, with bootstrap replicates and the family's shared
+fraction, readable by ``moelab optimal``), ``fit_holdout.json`` (the same form without the
+held-out points), ``isoflop.json``, ``optima.json``, ``figures/*.png`` and ``report.md``. A file
+the current results no longer support (no form chosen) is removed rather than left stale.
 """
 
 from __future__ import annotations
@@ -147,14 +149,16 @@ def _forms_section(selection: dict) -> str:
                    "(every form's parameters and intervals are in `forms.json`). Sweep more "
                    "sizes, budgets or seeds.")
     return ("## Law form\n\n"
-            "Abnar et al.'s eq. 6 and its reduced forms (N = total parameters):\n\n"
+            "Abnar et al.'s eq. 6, its reduced forms, and Chinchilla's law, in which S enters "
+            "only through compute (N = total parameters):\n\n"
             f"{formulas}\n\n"
             "Each is fitted to every point with bootstrap intervals "
             f"({criteria['bootstrap_replicates']} resamples) and refitted without the held-out "
-            f"points ({criteria['holdout']}). A form is identified when each of its terms but e "
-            f"changes by at least {criteria['min_term_spread']:g} nats across the points, every 95 % "
-            "interval is finite (no coefficient reaching 0 or infinity) and no exponent's "
-            f"interval is wider than {criteria['max_exponent_ci_width']:g}"
+            f"points ({criteria['holdout']}). A form is identified when each exponent moves its "
+            f"term by at least {criteria['min_exponent_effect']:g} nats over the points' range, "
+            "every 95 % interval is finite (no coefficient reaching 0 or infinity) and no "
+            "exponent's interval contains 0 or is wider than "
+            f"{criteria['max_exponent_ci_width']:g}"
             + ("" if criteria["bootstrap_replicates"] else " (intervals not checked: no resamples)")
             + "; it is predictive when its held-out "
             f"mean absolute error is at most {criteria['max_holdout_mae']:g} nats (`forms.json`)."
@@ -381,6 +385,16 @@ def _optima_section(out_dir: Path, columns: dict, fit: dict, shared: float | Non
                 "loss changes with S, and an optimal sparsity read off it would not be measured. "
                 "Sweep at least two sparsities.\n")
     law = get_law(fit["law"])
+    if "log_U" not in law.features:
+        _write_or_remove(out_dir / "optima.json", None)
+        return ("## Optimal sparsity\n\n"
+                f"The chosen form (`{law.name}`) has no sparsity term: at fixed total parameters "
+                "and tokens these runs measure no effect of S. Sparsity then pays only through "
+                "compute (a sparser model of the same total size spends fewer FLOPs per token, "
+                "so a FLOPs budget buys it more tokens), and under a FLOPs budget the sparsest "
+                "model the architecture allows is best: S* is the edge of any search, a "
+                "consequence of the accounting rather than a measured optimum. No curves are "
+                "drawn.\n")
     replicas = fit["bootstrap"]["params"][:CURVE_REPLICATES] if fit.get("bootstrap") else []
     observed_c = 6 * columns["N_active"] * columns["D"]
     c_grid = np.geomspace(observed_c.min(), observed_c.max() * 100, CURVE_POINTS)
