@@ -154,9 +154,13 @@ class DataConfig:
     def validate(self, prefix: str = "data") -> None:
         if not self.source:
             raise ConfigError(f"{prefix}.source='' is invalid: use sample, hf or a path")
-        # 256 byte symbols + <|endoftext|> (moelab.data.MIN_VOCAB_SIZE).
-        if self.vocab_size is not None and self.vocab_size < 257:
-            raise ConfigError(f"{prefix}.vocab_size={self.vocab_size} is invalid: must be >= 257")
+        if self.cache_dir is not None and not self.cache_dir.strip():
+            raise ConfigError(f"{prefix}.cache_dir={self.cache_dir!r} is invalid: expected a "
+                              f"folder, or null for the default cache")
+        # 256 byte symbols + <|endoftext|> .. the cap (moelab.data.tokenizer.MIN/MAX_VOCAB_SIZE).
+        if self.vocab_size is not None and not 257 <= self.vocab_size <= 1 << 20:
+            raise ConfigError(f"{prefix}.vocab_size={self.vocab_size} is invalid: allowed "
+                              f"257..{1 << 20}")
         if not 0.0 < self.valid_fraction < 1.0:
             raise ConfigError(
                 f"{prefix}.valid_fraction={self.valid_fraction} is invalid: allowed (0, 1)"
@@ -165,6 +169,10 @@ class DataConfig:
             raise ConfigError(
                 f"{prefix}.max_train_stories={self.max_train_stories} is invalid: must be > 0"
             )
+
+
+MAX_TOKENS = 10**15
+"""A sanity cap on train.max_tokens: a budget above it cannot finish on any machine."""
 
 
 @dataclass
@@ -221,6 +229,9 @@ class TrainConfig:
     def validate(self, prefix: str = "train") -> None:
         _require_positive(self, prefix, "batch_size", "max_tokens", "lr", "eval_interval",
                           "eval_windows", "log_interval")
+        if self.max_tokens > MAX_TOKENS:
+            raise ConfigError(f"{prefix}.max_tokens={self.max_tokens} is invalid: allowed up to "
+                              f"{MAX_TOKENS:.0e} (a sanity cap, 50x the largest training runs)")
         _require_non_negative(self, prefix, "weight_decay", "grad_clip", "checkpoint_interval",
                               "min_lr_ratio", "warmup_fraction", "sample_tokens", "seed")
         if self.data_seed is not None and self.data_seed < 0:
@@ -395,9 +406,11 @@ def apply_overrides(raw: dict, overrides: list[str]) -> dict:
         if not sep or not key:
             raise ConfigError(f"override {item!r} is invalid: expected KEY=VALUE, e.g. model.d_model=256")
         try:
-            value = yaml.safe_load(text) if text.strip() else None
+            value = load_yaml(text) if text.strip() else None
         except yaml.YAMLError:
             value = text
+        except RecursionError:
+            raise ConfigError(f"override {item!r} is invalid: it nests too deeply") from None
         node = raw
         parts = key.split(".")
         for part in parts[:-1]:
@@ -413,11 +426,42 @@ def preset_names() -> list[str]:
     return sorted(p.name[: -len(".yaml")] for p in folder.iterdir() if p.name.endswith(".yaml"))
 
 
+class _StrictLoader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` that refuses a key given twice in one mapping (PyYAML keeps the
+    last one silently, so a typo'd copy of a key would override the intended value)."""
+
+    def construct_mapping(self, node, deep=False):
+        seen = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            try:
+                duplicate = key in seen
+                seen.add(key)
+            except TypeError:  # an unhashable key: the base class reports it
+                break
+            if duplicate:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"key {key!r} is given twice", key_node.start_mark)
+        return super().construct_mapping(node, deep=deep)
+
+
+def load_yaml(text: str):
+    """``yaml.safe_load`` that refuses duplicate keys (``yaml.YAMLError``)."""
+    return yaml.load(text, Loader=_StrictLoader)  # noqa: S506 -- a SafeLoader subclass
+
+
 def read_raw(source: str | Path) -> dict:
     """The raw dict of a YAML file, or of a named preset when no such file exists."""
     path = Path(source)
     if path.is_file():
-        text = path.read_text(encoding="utf-8")
+        try:
+            text = path.read_text(encoding="utf-8")
+        except UnicodeDecodeError as exc:
+            raise ConfigError(f"config {str(source)!r} is not UTF-8 text (byte {exc.start}: "
+                              f"{exc.object[exc.start:exc.start + 1]!r})") from None
+        except OSError as exc:
+            raise ConfigError(f"config {str(source)!r} cannot be read: "
+                              f"{exc.strerror or exc}") from None
     elif str(source) in preset_names():
         text = resources.files("moelab.presets").joinpath(f"{source}.yaml").read_text("utf-8")
     else:
@@ -426,11 +470,15 @@ def read_raw(source: str | Path) -> dict:
             f"{', '.join(preset_names())}"
         )
     try:
-        raw = yaml.safe_load(text)
+        raw = load_yaml(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark else ""
-        raise ConfigError(f"config {str(source)!r} is not valid YAML{where}") from None
+        problem = getattr(exc, "problem", None)
+        why = f": {problem}" if problem and "twice" in problem else ""
+        raise ConfigError(f"config {str(source)!r} is not valid YAML{where}{why}") from None
+    except RecursionError:
+        raise ConfigError(f"config {str(source)!r} nests too deeply") from None
     if raw is None:
         return {}
     if not isinstance(raw, dict):

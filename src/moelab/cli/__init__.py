@@ -2,7 +2,11 @@
 
 Each module in this package registers its sub-commands with ``register(subparsers)``; a
 sub-command stores its handler as ``func`` (``handler(args) -> int | None``). A ``MoelabError``
-from anywhere below is printed as one line and the process exits with code 2.
+from anywhere below is printed as one line and the process exits with code 2; so are the error
+classes that bad input raises before a check names it better (``one_line_error``): text that is
+not UTF-8, a number too large to convert, a malformed JSON or YAML file, a file that cannot be
+read, memory a config asks for that the machine does not have. Anything else is a bug and keeps
+its traceback.
 """
 
 from __future__ import annotations
@@ -42,12 +46,56 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         return int(args.func(args) or 0)
-    except MoelabError as exc:
-        print(f"moelab: error: {exc}", file=sys.stderr)
-        return 2
     except KeyboardInterrupt:
         print("moelab: interrupted", file=sys.stderr)
         return 130
+    except Exception as exc:  # noqa: BLE001 -- re-raised below unless it is an expected class
+        message = one_line_error(exc)
+        if message is None:
+            raise
+        print(f"moelab: error: {message}", file=sys.stderr)
+        return 2
+
+
+def one_line_error(exc: BaseException) -> str | None:
+    """The one-line message of an error that bad input causes, or None for a bug.
+
+    A ``MoelabError`` names the value already; the other classes are the fallback for input
+    that reaches a library before any check (the command's own checks name the value better).
+    """
+    import json
+
+    import yaml
+
+    if isinstance(exc, MoelabError):
+        message = str(exc)
+    elif isinstance(exc, UnicodeDecodeError):
+        message = (f"the input is not UTF-8 text ({exc.reason} at byte {exc.start}: "
+                   f"{exc.object[exc.start:exc.start + 4]!r})")
+    elif isinstance(exc, UnicodeError):
+        message = f"the input is not valid text ({exc})"
+    elif isinstance(exc, OverflowError):
+        message = f"a number is too large ({exc})"
+    elif isinstance(exc, json.JSONDecodeError):
+        message = f"a JSON file is malformed ({exc.msg} at line {exc.lineno} column {exc.colno})"
+    elif isinstance(exc, yaml.YAMLError):
+        message = f"a YAML file is malformed ({str(exc).splitlines()[0] if str(exc) else exc})"
+    elif isinstance(exc, OSError):
+        what = f" {exc.filename}" if exc.filename else ""
+        message = f"cannot access{what}: {exc.strerror or exc}"
+    elif isinstance(exc, RecursionError):
+        message = "the input nests too deeply"
+    elif isinstance(exc, MemoryError) or _is_torch_out_of_memory(exc):
+        message = (f"out of memory ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
+                   f"): the input asks for more memory than this machine has")
+    else:
+        return None
+    return "; ".join(line.strip() for line in message.splitlines() if line.strip())
+
+
+def _is_torch_out_of_memory(exc: BaseException) -> bool:
+    torch = sys.modules.get("torch")  # loaded by whatever raised it; never imported just for this
+    return torch is not None and isinstance(exc, getattr(torch, "OutOfMemoryError", ()))
 
 
 def add_config_arguments(parser: argparse.ArgumentParser) -> None:
@@ -69,11 +117,25 @@ def non_negative_int(text: str) -> int:
     return _whole_number(text, minimum=0, allowed=">= 0")
 
 
-def _whole_number(text: str, minimum: int, allowed: str) -> int:
+def seed_int(text: str) -> int:
+    """argparse type for seeds (``--seed``): a whole number in 0..2^63 - 1 (torch's range)."""
+    return _whole_number(text, minimum=0, allowed="in 0..2^63-1", maximum=2**63 - 1)
+
+
+def bounded_int(maximum: int):
+    """argparse type for counts that may be 0, up to ``maximum`` (``--bootstrap``)."""
+    def parse(text: str) -> int:
+        return _whole_number(text, minimum=0, allowed=f">= 0, at most {maximum:,}",
+                             maximum=maximum)
+
+    return parse
+
+
+def _whole_number(text: str, minimum: int, allowed: str, maximum: int | None = None) -> int:
     try:
         value = int(text)
     except ValueError:
         value = minimum - 1
-    if value < minimum:
+    if value < minimum or (maximum is not None and value > maximum):
         raise argparse.ArgumentTypeError(f"{text} is invalid: must be a whole number {allowed}")
     return value

@@ -6,8 +6,9 @@ import argparse
 import json
 
 from moelab.accounting import CRITERIA, count_params, flops_per_token, match_dense
-from moelab.cli import add_config_arguments
+from moelab.cli import add_config_arguments, positive_int
 from moelab.config import ModelConfig, load_config, to_dict
+from moelab.errors import MoelabError
 from moelab.report import format_count
 
 
@@ -24,7 +25,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="match on active params, total params or training FLOPs/token (repeatable; "
         "default: all three)",
     )
-    match.add_argument("--step", type=int, default=32, help="d_ff is a multiple of this (32)")
+    match.add_argument("--step", type=positive_int, default=32,
+                       help="d_ff is a multiple of this (32)")
     match.add_argument("--json", action="store_true", help="print JSON")
     match.set_defaults(func=run_match)
 
@@ -57,6 +59,10 @@ def run_params(args: argparse.Namespace) -> int:
 
 def run_match(args: argparse.Namespace) -> int:
     cfg = load_config(args.config, args.overrides).model
+    widest = cfg.moe.num_experts * cfg.moe.d_expert if cfg.moe else None
+    if widest is not None and args.step > widest:  # the total-matched d_ff is about this wide
+        raise MoelabError(f"--step {args.step} is invalid: allowed 1..{widest} (num_experts x "
+                          f"d_expert, the widest matched FFN)")
     arms = {"moe": {"model": to_dict(cfg), "counts": model_counts(cfg)}}
     for criterion in args.criterion or CRITERIA:
         matched = match_dense(cfg, criterion, step=args.step)

@@ -12,10 +12,13 @@ from moelab.errors import MoelabError
 LAW_NAMES = ("chinchilla", "sparsity", "sparsity-interaction", "sparsity-additive",
              "sparsity-effective-size")
 
+MAX_BOOTSTRAP = 100_000
+"""Bootstrap resamples: the intervals are stable long before; more would exhaust memory."""
+
 
 def register(subparsers) -> None:
     """Add this module's sub-commands."""
-    from moelab.cli import non_negative_int, positive_int
+    from moelab.cli import bounded_int, positive_int, seed_int
 
     fit = subparsers.add_parser(
         "fit", help="fit a scaling law to a CSV of (N, D or C, [S], loss) points",
@@ -32,14 +35,14 @@ def register(subparsers) -> None:
                           'e.g. --columns N="Model Size",C="Training FLOP"')
     fit.add_argument("--drop-highest", type=int, default=0, metavar="K",
                      help="drop the K highest-loss points first (Epoch's convention: 5)")
-    fit.add_argument("--bootstrap", type=non_negative_int, default=0, metavar="R",
+    fit.add_argument("--bootstrap", type=bounded_int(MAX_BOOTSTRAP), default=0, metavar="R",
                      help="R bootstrap resamples for 95%% percentile intervals")
     fit.add_argument("--holdout", metavar="SPEC",
                      help="fit without these points and report their error, e.g. S=max, N>=1e8")
     fit.add_argument("--starts", type=int, default=None, metavar="K",
                      help="use a seeded subset of K grid starts (default: chinchilla all 4,500, "
                           "sparsity 4,096 of 1.3 million)")
-    fit.add_argument("--seed", type=int, default=0, help="bootstrap seed")
+    fit.add_argument("--seed", type=seed_int, default=0, help="bootstrap seed")
     fit.add_argument("--json", action="store_true", help="print the fit as JSON")
     fit.add_argument("--out", metavar="FIT.json", help="also write the JSON record here")
     fit.set_defaults(func=_fit)
@@ -85,7 +88,7 @@ def register(subparsers) -> None:
                        help="a preset (demo, cpu, paper, micro) or a grid YAML file")
     sweep.add_argument("--out", metavar="DIR", default=None, help="sweep folder (default sweep_<name>)")
     sweep.add_argument("--dry-run", action="store_true", help="print the planned runs only")
-    sweep.add_argument("--bootstrap", type=non_negative_int, default=200, metavar="R",
+    sweep.add_argument("--bootstrap", type=bounded_int(MAX_BOOTSTRAP), default=200, metavar="R",
                        help="R bootstrap resamples of the law fit (default 200; 0: none)")
     sweep.add_argument("--starts", type=positive_int, default=None, metavar="K",
                        help="fit the law from a seeded subset of K grid starts (as moelab fit; "
@@ -102,6 +105,7 @@ def _fit(args) -> int:
 
     columns = read_fit_table(args.csv, args.law.startswith("sparsity"), parse_column_map(args.columns))
     columns = drop_highest_loss(columns, args.drop_highest)
+    check_identifiable(args.law, columns, args.holdout, args.csv)
     record = fit_columns(args.law, columns, bootstrap_replicates=args.bootstrap,
                          holdout=args.holdout, max_starts=args.starts, seed=args.seed)
     if args.out:
@@ -111,6 +115,37 @@ def _fit(args) -> int:
     else:
         print(format_fit(record))
     return 0
+
+
+def check_identifiable(law_name: str, columns: dict, holdout: str | None, csv_path: str) -> None:
+    """Refuse a table the law cannot be identified from (the fit would report a perfect
+    objective and meaningless parameters): the loss must vary, every variable of the law must
+    take at least two values, and there must be more distinct points than parameters."""
+    import numpy as np
+
+    from moelab.scaling.laws import get_law
+    from moelab.scaling.table import holdout_mask, select
+
+    law = get_law(law_name)
+    if holdout:
+        columns = select(columns, ~holdout_mask(columns, holdout))
+    variables = {"log_N": "N", "log_D": "D", "log_U": "S"}
+    used = [variables[feature] for feature in law.features]
+    where = f"{csv_path}" + (f" (without --holdout {holdout})" if holdout else "")
+    loss = np.asarray(columns["loss"], dtype=float)
+    if np.ptp(loss) == 0:
+        raise MoelabError(f"{where}: every loss is {loss[0]:g}: a table without loss variation "
+                          f"cannot identify the {law.name} law")
+    for name in used:
+        distinct = np.unique(columns[name])
+        if len(distinct) < 2:
+            raise MoelabError(f"{where}: {name} takes one value ({distinct[0]:g}): the {law.name} "
+                              f"law's {name} term cannot be identified; vary {name} across runs")
+    points = len({tuple(row) for row in np.column_stack([columns[name] for name in used])})
+    if points <= law.num_params:
+        raise MoelabError(f"{where}: too few distinct ({', '.join(used)}) points for the "
+                          f"{law.name} law: {points} for {law.num_params} parameters; allowed "
+                          f"{law.num_params + 1} or more (more points than parameters)")
 
 
 def format_fit(record: dict) -> str:
@@ -134,6 +169,7 @@ def _optimal(args) -> int:
     from moelab.scaling.optimal import compute_optimal, optimal_sparsity_at_params, with_intervals
     from moelab.scaling.summary import load_fit
 
+    check_fit_file(args.fit)
     law, params, replicas, record = load_fit(args.fit)
     shared = args.shared_fraction
     if shared is None:  # a sweep of dense runs only stores null: nothing to estimate it from
@@ -173,12 +209,59 @@ def _optimal(args) -> int:
     return 0
 
 
+def check_fit_file(path_text: str) -> None:
+    """A FIT.json as ``optimal`` needs it, checked before use: UTF-8 JSON whose parameters, and
+    bootstrap replicas, are finite numbers (a NaN exponent would print ``loss = nan``)."""
+    import math
+
+    path = Path(path_text)
+    try:
+        record = json.loads(path.read_bytes().decode("utf-8"))
+    except OSError as exc:
+        raise MoelabError(f"cannot read {path}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise MoelabError(f"{path} is not UTF-8 text (byte {exc.start}): expected the output "
+                          f"of moelab fit --json") from None
+    except ValueError:
+        raise MoelabError(f"{path} is not JSON: expected the output of moelab fit --json") from None
+    if not isinstance(record, dict):
+        return  # load_fit names what is missing
+
+    def check(params, where: str) -> None:
+        if not isinstance(params, dict):
+            raise MoelabError(f"{path}: {where}={params!r} is invalid: expected a mapping of "
+                              f"parameter names to numbers")
+        for name, value in params.items():
+            if isinstance(value, bool) or not isinstance(value, (int, float)) \
+                    or not math.isfinite(value):
+                raise MoelabError(f"{path}: {where}.{name}={value!r} is invalid: expected a "
+                                  f"finite number")
+
+    if "params" in record:
+        check(record["params"], "params")
+    bootstrap = record.get("bootstrap")
+    if bootstrap is not None and not isinstance(bootstrap, dict):
+        raise MoelabError(f"{path}: bootstrap is invalid: expected a mapping or null")
+    replicas = (bootstrap or {}).get("params")
+    if replicas is not None:
+        if not isinstance(replicas, list):
+            raise MoelabError(f"{path}: bootstrap.params is invalid: expected a list of fits")
+        for index, replica in enumerate(replicas):
+            check(replica, f"bootstrap.params[{index}]")
+    shared = record.get("shared_fraction")
+    if shared is not None and (isinstance(shared, bool) or not isinstance(shared, (int, float))
+                               or not 0 <= shared <= 1):
+        raise MoelabError(f"{path}: shared_fraction={shared!r} is invalid: allowed [0, 1] or null")
+
+
 def _isoflop(args) -> int:
     from moelab.scaling.isoflop import isoflop_analysis, read_isoflop_table
     from moelab.scaling.table import parse_column_map
 
     columns = read_isoflop_table(args.csv, parse_column_map(args.columns), args.where)
     result = isoflop_analysis(columns)
+    if not result["budgets"]:
+        raise MoelabError(f"{args.csv}: no budget could be analysed: {why_no_budget(columns)}")
     if args.json:
         print(json.dumps(result, indent=2))
         return 0
@@ -196,9 +279,44 @@ def _isoflop(args) -> int:
     return 0
 
 
+def check_utf8_file(path_text: str, what: str) -> None:
+    """A file argument that is not UTF-8 text, named on one line (a preset name passes)."""
+    path = Path(path_text)
+    if path.is_file():
+        try:
+            path.read_bytes().decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise MoelabError(f"{what} {path_text!r} is not UTF-8 text (byte {exc.start})") from None
+        except OSError as exc:
+            raise MoelabError(f"cannot read {what} {path_text!r}: {exc.strerror or exc}") from None
+
+
+def why_no_budget(columns: dict) -> str:
+    """Why ``isoflop_analysis`` found no budget, for the one-line error."""
+    import numpy as np
+
+    from moelab.scaling.isoflop import MIN_POINTS_PARABOLA, MIN_POINTS_SURFACE, uses_surface
+
+    surface = uses_surface(columns)
+    counts = []
+    for flops in np.unique(columns["C"]):
+        at_budget = np.isclose(columns["C"], flops, rtol=1e-6)
+        sizes = len(np.unique(columns["N"][at_budget]))
+        counts.append(f"C={flops:.3g}: {int(at_budget.sum())} points, {sizes} sizes")
+    shown = "; ".join(counts[:4]) + ("; ..." if len(counts) > 4 else "")
+    if surface:
+        need = (f"a surface in (log N, S) needs {MIN_POINTS_SURFACE} points with 2 or more sizes "
+                f"and sparsities per budget")
+    else:
+        need = (f"a parabola in log N needs {MIN_POINTS_PARABOLA} distinct sizes per budget "
+                f"and a minimum")
+    return f"{need} ({shown})"
+
+
 def _sweep(args) -> int:
     from moelab.scaling.sweep import load_grid, plan_sweep, run_sweep
 
+    check_utf8_file(args.grid, "sweep grid")
     grid = load_grid(args.grid)
     if args.out is None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.+-]{0,63}", grid.name):
         # The name would become the folder sweep_<name>: nothing that climbs out of it.

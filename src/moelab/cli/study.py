@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from moelab.cli import add_config_arguments, positive_int
+from moelab.errors import MoelabError
 from moelab.report import (
     format_count, format_mean_std, format_number, format_p_value, markdown_table,
 )
@@ -68,10 +69,16 @@ def _study(args) -> int:
     config, settings = load_study(args.config, args.overrides)
     if args.seeds is not None:
         settings.seeds = check_seeds(args.seeds, "--seeds")
-    if args.criteria:
-        settings.criteria = check_criteria([c.strip() for c in args.criteria.split(",") if c.strip()])
-    if args.budgets:
+    if args.criteria is not None:
+        criteria = [c.strip() for c in args.criteria.split(",") if c.strip()]
+        if not criteria:
+            raise MoelabError(f"--criteria {args.criteria!r} is invalid: expected a "
+                              f"comma-separated list from active,total")
+        settings.criteria = check_criteria(criteria)
+    if args.budgets is not None:
         settings.budgets = parse_budget_list(args.budgets)
+    check_study_size(settings, "--budgets" if args.budgets is not None else "study.budgets",
+                     "--seeds" if args.seeds is not None else "study.seeds")
     out = Path(args.out) if args.out else Path("out") / f"{Path(args.config).stem}-{args.kind}"
     if args.list_runs:
         for command in list_runs(args.kind, config, settings, out):
@@ -82,9 +89,30 @@ def _study(args) -> int:
     return 0
 
 
+MAX_SEEDS = 1000
+"""Seeds per arm: more is a typo (a count where a list was meant), not a study."""
+
+
+def check_study_size(settings, budgets_key: str, seeds_key: str) -> None:
+    """Budgets within train.max_tokens' sanity cap and a seed count that is a study, checked
+    before any plan is written (a budget of 1e400 tokens is a whole number too)."""
+    from moelab.config import MAX_TOKENS
+
+    for budget in settings.budgets:
+        if budget > MAX_TOKENS:
+            shown = budget if budget < 10**20 else f"~1e{len(str(budget)) - 1}"  # no float cast
+            raise MoelabError(f"{budgets_key}: token budget {shown} is invalid: allowed up "
+                              f"to {MAX_TOKENS:.0e} (train.max_tokens' sanity cap)")
+    count = settings.seeds if isinstance(settings.seeds, int) else len(settings.seeds)
+    if count > MAX_SEEDS:
+        raise MoelabError(f"{seeds_key}={count} seeds is invalid: allowed 1..{MAX_SEEDS} per arm")
+
+
 def _report(args) -> int:
     from moelab.study.report import write_outputs
+    from moelab.study.runner import check_study_files
 
+    check_study_files(Path(args.study_dir))
     results = write_outputs(Path(args.study_dir))
     print_results(results, Path(args.study_dir))
     return 0

@@ -9,7 +9,7 @@ import math
 
 def register(subparsers) -> None:
     """Add this module's sub-commands."""
-    from moelab.cli import add_config_arguments, non_negative_int, positive_int
+    from moelab.cli import add_config_arguments, non_negative_int, positive_int, seed_int
 
     train = subparsers.add_parser(
         "train", help="train one run into a folder",
@@ -30,6 +30,9 @@ def register(subparsers) -> None:
                                "the run's data.cache_dir, used only inside the run folder or "
                                "the cache root $MOELAB_CACHE)")
     evaluate.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
+    evaluate.add_argument("--tasks", metavar="NAMES",
+                          help="score zero-shot tasks instead: a comma-separated list of "
+                               "last_word, ending, agreement, or all; writes RUN/zero_shot.json")
     evaluate.add_argument("--json", action="store_true", help="print JSON")
     evaluate.set_defaults(func=_eval)
 
@@ -37,12 +40,12 @@ def register(subparsers) -> None:
     generate.add_argument("run", metavar="RUN", help="a run folder")
     generate.add_argument("--prompt", required=True, help="the text to continue")
     generate.add_argument("--max-new-tokens", type=non_negative_int, default=64, metavar="N",
-                          help="tokens to generate (default 64)")
+                          help="tokens to generate (default 64; at most the run's max_seq_len)")
     generate.add_argument("--temperature", type=_temperature, default=1.0, metavar="T",
                           help="sampling temperature; 0 means greedy (default 1.0)")
     generate.add_argument("--top-k", type=positive_int, default=None, metavar="K",
                           help="sample only among the K most likely tokens")
-    generate.add_argument("--seed", type=int, default=0, metavar="S",
+    generate.add_argument("--seed", type=seed_int, default=0, metavar="S",
                           help="seed of the sampler: the same seed gives the same text")
     generate.set_defaults(func=_generate)
 
@@ -68,8 +71,13 @@ def _train(args) -> int:
 
 
 def _eval(args) -> int:
+    from moelab.errors import MoelabError
     from moelab.train import evaluate_run
 
+    if args.tasks is not None:
+        return _eval_tasks(args)
+    if args.cache_dir is not None and not args.cache_dir.strip():
+        raise MoelabError("--cache-dir '' is invalid: expected a folder")
     result = evaluate_run(args.run, data=args.data, device=args.device,
                           cache_dir=args.cache_dir)
     if args.json:
@@ -80,10 +88,41 @@ def _eval(args) -> int:
     return 0
 
 
+def _eval_tasks(args) -> int:
+    from moelab.errors import MoelabError
+    from moelab.tasks import evaluate_tasks, parse_task_names
+
+    names = parse_task_names(args.tasks)
+    if args.data is not None or args.cache_dir is not None:
+        raise MoelabError("--data and --cache-dir choose the validation split; they do not "
+                          "apply to --tasks")
+    result = evaluate_tasks(args.run, names, device=args.device)
+    if args.json:
+        print(json.dumps(result))
+        return 0
+    for name, task in result["tasks"].items():
+        print(f"{name}: accuracy {task['accuracy']:.3f} [{task['ci_low']:.3f}, "
+              f"{task['ci_high']:.3f}] ({task['ci']}, {task['items']} items), chance "
+              f"{task['chance']:.3f}: {task['metric']}")
+    print(f"step {result['step']}; written to {result['path']}")
+    return 0
+
+
 def _generate(args) -> int:
+    from moelab.errors import MoelabError
     from moelab.train import generate_text, load_run
 
+    try:  # bytes that are not UTF-8 reach Python as lone surrogates, which no tokenizer takes
+        args.prompt.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise MoelabError(f"--prompt {args.prompt!r} is invalid: not UTF-8 text (at character "
+                          f"{exc.start})") from None
     model, tokenizer = load_run(args.run)
+    context = model.cfg.max_seq_len
+    if args.max_new_tokens > context:
+        raise MoelabError(f"--max-new-tokens {args.max_new_tokens} is invalid: allowed 0..{context}, "
+                          f"the run's context (model.max_seq_len); beyond it the model would "
+                          f"only see the last {context} tokens")
     print(generate_text(model, tokenizer, args.prompt, args.max_new_tokens,
                         args.temperature, args.top_k, args.seed))
     return 0

@@ -20,6 +20,10 @@ from moelab.data.sources import EOT_TEXT, SEPARATOR_BYTES
 
 # 256 byte symbols plus <|endoftext|>.
 MIN_VOCAB_SIZE = 257
+# A sanity cap, checked before the BPE trainer runs: it reserves memory in proportion to the
+# vocabulary it is asked for (about 70 bytes a token), so 10^9 tokens abort the process. 2^20
+# is eight times the largest vocabularies in use; the data usually supports far fewer.
+MAX_VOCAB_SIZE = 1 << 20
 # Bump when anything below changes the trained tokenizer: cached tokenizers and token files
 # are keyed by it, so old caches are never reused by mistake.
 TOKENIZER_RECIPE_VERSION = 1
@@ -76,6 +80,9 @@ def check_vocab_size(vocab_size: int) -> None:
             f"vocab_size={vocab_size} is too small: allowed >= {MIN_VOCAB_SIZE} "
             f"(256 byte symbols + {EOT_TEXT})"
         )
+    if vocab_size > MAX_VOCAB_SIZE:
+        raise MoelabError(f"vocab_size={vocab_size} is too large: allowed "
+                          f"{MIN_VOCAB_SIZE}..{MAX_VOCAB_SIZE}")
 
 
 def train_tokenizer(batches: Iterable[list[str]], vocab_size: int, path: Path,

@@ -6,10 +6,12 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from moelab.config import Config
+from moelab.errors import MoelabError
 from moelab.study.arms import Arm, ladder_arms, study_arms
 from moelab.study.report import write_outputs
 from moelab.study.runner import (
-    RunSpec, TrainFn, execute_plan, is_complete, plan_runs, train_commands, write_plan,
+    RunSpec, TrainFn, check_study_files, execute_plan, is_complete, plan_runs, train_commands,
+    write_plan,
 )
 from moelab.study.settings import StudySettings
 
@@ -18,6 +20,12 @@ def plan(kind: str, config: Config, settings: StudySettings) -> tuple[list[Arm],
     """The arms (dense-vs-MoE, or the routing ladder) and every run of them."""
     arms = ladder_arms(config) if kind == "ablation" else study_arms(
         config, settings.criteria, settings.match_step)
+    tokens_per_step = config.train.batch_size * config.model.max_seq_len  # the same for every arm
+    for budget in settings.budgets:
+        if budget < tokens_per_step:
+            raise MoelabError(
+                f"token budget {budget} is invalid: less than one step of batch_size x "
+                f"max_seq_len = {tokens_per_step} tokens (every run of it would fail)")
     return arms, plan_runs(arms, settings.seed_list(config.train.seed), settings.budgets)
 
 
@@ -50,6 +58,7 @@ def run_study(kind: str, config: Config, settings: StudySettings, study_dir: Pat
     if any(not is_complete(study_dir / spec.run_dir) for spec in specs):
         prepare_shared_data(config, log)
     execute_plan(study_dir, specs, train_fn, log, jobs)
+    check_study_files(study_dir)
     return write_outputs(study_dir)
 
 

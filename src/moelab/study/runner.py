@@ -18,6 +18,7 @@ otherwise. A failing run is recorded in failures.json and the others still run.
 from __future__ import annotations
 
 import json
+import math
 import os
 import shlex
 import subprocess
@@ -318,3 +319,100 @@ def read_failures(study_dir: Path) -> dict[str, str]:
         return dict(json.loads((study_dir / "failures.json").read_text("utf-8")))
     except (OSError, ValueError, TypeError):
         return {}
+
+
+# --------------------------------------------------------------------------------------------
+# Checking the files a report is built from
+# --------------------------------------------------------------------------------------------
+
+_REPORTED_NUMBERS = ("best_val_loss", "best_val_bpb", "final_val_loss", "final_val_bpb",
+                     "tokens_per_s", "wall_time_s", "tokens", "steps", "best_val_step",
+                     "active_params", "total_params", "non_embedding_params",
+                     "flops_per_token_6n", "flops_per_token_full")
+
+
+def check_study_files(study_dir: Path) -> None:
+    """Refuse, on one line naming the file, what the report would choke on: a plan.json that is
+    not a mapping of arms and runs, and in every complete run a summary number that is not a
+    finite number, a metrics.jsonl without evals or logging a step twice, an unreadable
+    config.yaml. A hand edit or a copy gone wrong, never anything training writes."""
+    plan_path = study_dir / "plan.json"
+    if plan_path.is_file():
+        plan = _read_planned(plan_path, json.loads)
+        for key in ("arms", "runs"):
+            entries = plan.get(key, [])
+            if not isinstance(entries, list) or not all(
+                    isinstance(e, dict) and isinstance(e.get("name"), str) for e in entries):
+                raise MoelabError(f"{plan_path} is corrupt ({key} is not a list of named "
+                                  f"entries): delete it to plan the study again")
+    runs_root = study_dir / "runs"
+    if not runs_root.is_dir():
+        return
+    for summary_path in sorted(runs_root.rglob("summary.json")):
+        run = RunFolder(summary_path.parent)
+        if run.is_complete():
+            problem = _summary_problem(run)
+            if problem:  # resuming a run without summary.json writes it again, no step trained
+                raise MoelabError(f"{problem}: delete it and resume the run (moelab train CONFIG "
+                                  f"--out {run.path} --resume) to write it again")
+            problem = _metrics_problem(run) or _config_problem(run)
+            if problem:
+                raise MoelabError(f"{problem}: delete {run.path} to train the run again")
+
+
+def _summary_problem(run: RunFolder) -> str:
+    summary = run.read_summary()
+    for key in _REPORTED_NUMBERS:
+        value = summary.get(key)
+        if value is not None and not _is_finite_number(value):
+            return f"{run.summary_path} is corrupt ({key}={value!r} is not a finite number)"
+    routing = summary.get("routing")
+    if routing is not None and not (isinstance(routing, list)
+                                    and all(isinstance(layer, dict) for layer in routing)):
+        return f"{run.summary_path} is corrupt (routing is not a list of layers)"
+    return ""
+
+
+def _config_problem(run: RunFolder) -> str:
+    try:
+        config = yaml.safe_load(run.config_path.read_text("utf-8"))
+    except (OSError, ValueError, yaml.YAMLError) as exc:  # UnicodeDecodeError is a ValueError
+        detail = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        return f"{run.config_path} cannot be read ({detail})"
+    if not isinstance(config, dict):
+        return f"{run.config_path} is corrupt (not a mapping)"
+    return ""
+
+
+def _metrics_problem(run: RunFolder) -> str:
+    path = run.metrics_path
+    try:
+        lines = path.read_text("utf-8").splitlines() if path.is_file() else []
+    except (OSError, UnicodeDecodeError) as exc:
+        return f"{path} cannot be read ({exc})"
+    eval_steps = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            event = json.loads(line)
+        except ValueError:
+            return f"{path} line {number} is not valid JSON"
+        if not isinstance(event, dict):
+            return f"{path} line {number} is not a JSON object"
+        if event.get("kind") != "eval":
+            continue
+        step, loss = event.get("step"), event.get("val_loss")
+        if not isinstance(step, int) or isinstance(step, bool) or not _is_finite_number(loss):
+            return f"{path} line {number}: an eval without a whole step and a finite val_loss"
+        if eval_steps and step <= eval_steps[-1]:
+            return f"{path} line {number} logs eval step {step} again (or out of order)"
+        eval_steps.append(step)
+    if not eval_steps:
+        return f"{path} of a complete run has no eval events"
+    return ""
+
+
+def _is_finite_number(value) -> bool:
+    return (isinstance(value, (int, float)) and not isinstance(value, bool)
+            and math.isfinite(value))

@@ -37,6 +37,7 @@ from moelab.train.distributed import Distributed, setup_distributed
 from moelab.train.evaluation import EvalResult, evaluate, is_collapsed, scored_bytes
 from moelab.train.generate import sample_text
 from moelab.train.loggers import ExternalLoggers
+from moelab.train.memory import check_training_fits
 from moelab.train.optim import build_optimizer, lr_at, warmup_steps_for
 from moelab.train.run_folder import RunFolder
 
@@ -110,6 +111,9 @@ def train(config: Config, run_dir: str | Path, *, resume: bool = False) -> dict[
 def _train(config: Config, run: RunFolder, resume: bool, dist: Distributed) -> dict[str, Any]:
     """Set up, loop, write up; TensorBoard and W&B are closed however the run ends."""
     plan = StepPlan.from_config(config, dist.world_size)
+    # Before anything is allocated or written: a config that cannot fit is refused here.
+    check_training_fits(config, plan.micro_batch_size, dist.device,
+                        processes_on_device=dist.world_size if dist.device.type == "cpu" else 1)
     if dist.is_main:
         run.start(config, resume)
     loggers = ExternalLoggers(config, run.path) if dist.is_main else None  # fails fast if missing

@@ -19,6 +19,7 @@ from moelab.model import Transformer
 from moelab.train.checkpoint import latest_checkpoint, load_weights
 from moelab.train.distributed import resolve_device
 from moelab.train.evaluation import evaluate, scored_bytes
+from moelab.train.memory import check_weights_fit
 from moelab.train.run_folder import RunFolder
 
 
@@ -29,9 +30,11 @@ def load_run(run_dir: str | Path, device: str = "cpu") -> tuple[Transformer, Tok
     folder = latest_checkpoint(run.checkpoints_dir)
     if folder is None:
         raise MoelabError(f"run {run.path} has no checkpoint yet: train it first")
+    target = resolve_device(device, key="device")
+    check_weights_fit(config.model, target, f"run {run.path}")
     model = Transformer(config.model)
     load_weights(folder, model)
-    return model.to(resolve_device(device, key="device")).eval(), Tokenizer(run.tokenizer_path)
+    return model.to(target).eval(), Tokenizer(run.tokenizer_path)
 
 
 def evaluate_run(run_dir: str | Path, data: str | Path | None = None,
