@@ -35,6 +35,7 @@ def atomic_write(path: str | os.PathLike, write: Callable[[str], None]) -> Path:
         raise MoelabError(f"cannot write {path}: {exc.strerror or exc}") from None
     try:
         write(tmp)
+        os.chmod(tmp, 0o666 & ~current_umask())  # mkstemp's 0600 would hide results from others
         _fsync_file(tmp)
         os.replace(tmp, path)
     except OSError as exc:
@@ -61,6 +62,26 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
 
 def atomic_write_json(path: str | os.PathLike, obj: Any) -> Path:
     return atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=False) + "\n")
+
+
+def current_umask() -> int:
+    """The process's umask (022 gives files 0644 and folders 0755), read without changing it
+    where /proc allows (os.umask can only be read by setting it, which races other threads)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def is_temporary(path: Path) -> bool:
+    """Whether ``path`` is one of atomic_write's temporary files (``.NAME.XXXX.tmp``)."""
+    return path.name.startswith(".") and path.name.endswith(".tmp")
 
 
 def is_inside(path: str | os.PathLike, root: str | os.PathLike) -> bool:

@@ -23,6 +23,7 @@ from safetensors.torch import save_file
 from moelab.config import ModelConfig
 from moelab.data import EOT_TEXT
 from moelab.errors import MoelabError
+from moelab.fileio import current_umask
 
 # moelab name -> Hugging Face name, for everything but the stacked experts.
 _RENAMES = [
@@ -121,6 +122,7 @@ def export_hf(run_dir: str | Path, out_dir: str | Path) -> Path:
     try:
         out_dir.parent.mkdir(parents=True, exist_ok=True)
         staging = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
+        os.chmod(staging, 0o777 & ~current_umask())  # mkdtemp's 0700 would hide it from others
     except OSError as exc:
         raise MoelabError(f"cannot write {out_dir}: {exc.strerror or exc}") from None
     try:
@@ -131,6 +133,8 @@ def export_hf(run_dir: str | Path, out_dir: str | Path) -> Path:
             tokenizer_file=str(tokenizer.path), bos_token=EOT_TEXT, eos_token=EOT_TEXT,
             unk_token=EOT_TEXT, pad_token=EOT_TEXT, model_max_length=model.cfg.max_seq_len,
         ).save_pretrained(staging)
+        for path in staging.iterdir():  # safetensors writes 0600 whatever the umask
+            os.chmod(path, 0o666 & ~current_umask())
         if out_dir.is_dir():
             out_dir.rmdir()  # empty (checked above)
         os.replace(staging, out_dir)

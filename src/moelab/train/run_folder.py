@@ -20,7 +20,7 @@ from typing import Any
 from moelab.config import Config, build_config, read_raw, save_config, to_dict
 from moelab.data.tokenizer import Tokenizer, file_sha256
 from moelab.errors import MoelabError
-from moelab.fileio import atomic_write, atomic_write_json, atomic_write_text
+from moelab.fileio import atomic_write, atomic_write_json, atomic_write_text, is_temporary
 
 # Keys that may differ between a run and its resumption: they change how a run is shown,
 # never what it computes.
@@ -41,19 +41,47 @@ class RunFolder:
     # -- the run's config ---------------------------------------------------------------
 
     def start(self, config: Config, resume: bool) -> None:
-        """Create the folder (or check a resumed one holds the same config) and save config.yaml."""
-        if self.config_path.exists():
+        """Create the folder (or check a resumed one holds the same config) and save config.yaml.
+
+        A folder whose run has neither a checkpoint nor a summary (a first start that failed or
+        was killed before its first checkpoint) holds nothing to continue: it starts afresh,
+        with any config. A non-empty folder without a run is refused: it is someone's data.
+        """
+        if self.has_progress():
             if not resume:
                 raise MoelabError(
                     f"run folder {self.path} already holds a run: pass --resume to continue it "
                     f"or choose another --out"
                 )
             self.check_same_config(config)
+        elif not self.config_path.exists() and self.path.is_dir():
+            others = sorted(p.name for p in self.path.iterdir() if not is_temporary(p))
+            if others:
+                raise MoelabError(
+                    f"run folder {self.path} is not empty and holds no run (no config.yaml; it "
+                    f"has {', '.join(others[:3])}{', ...' if len(others) > 3 else ''}): choose "
+                    f"another --out or an empty folder"
+                )
+        self._remove_stale_temporaries()
         try:
             self.path.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise MoelabError(f"cannot create run folder {self.path}: {exc.strerror or exc}") from None
         save_config(config, self.config_path)
+
+    def has_progress(self) -> bool:
+        """Whether the folder holds something to continue: a checkpoint or a summary."""
+        return (self.checkpoints_dir / "latest.json").is_file() or self.summary_path.is_file()
+
+    def _remove_stale_temporaries(self) -> None:
+        """Temporary files a killed write left behind (this process starts the run, so none is
+        being written now)."""
+        for folder in (self.path, self.checkpoints_dir,
+                       *(self.checkpoints_dir.glob("step_*") if self.checkpoints_dir.is_dir() else ())):
+            if folder.is_dir() and not folder.is_symlink():
+                for path in folder.iterdir():
+                    if is_temporary(path) and path.is_file():
+                        path.unlink(missing_ok=True)
 
     def read_config(self) -> Config:
         if not self.config_path.is_file():
