@@ -91,14 +91,33 @@ def check_device_for_ranks(name: str, world_size: int) -> None:
 
 def setup_distributed(device_name: str) -> Distributed:
     """Join the torchrun process group when launched by torchrun, else a single process."""
-    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    world_size = _env_int("WORLD_SIZE", 1, minimum=1)
     check_device_for_ranks(device_name, world_size)
     if world_size == 1:
         return Distributed(rank=0, world_size=1, device=resolve_device(device_name))
-    rank = int(os.environ["RANK"])
-    device = resolve_device(device_name, int(os.environ.get("LOCAL_RANK", "0")))
+    rank = _env_int("RANK", None, minimum=0)
+    if rank >= world_size:
+        raise MoelabError(f"RANK={rank} is invalid: allowed 0..{world_size - 1} (WORLD_SIZE)")
+    device = resolve_device(device_name, _env_int("LOCAL_RANK", 0, minimum=0))
     if device.type == "cuda":
         torch.cuda.set_device(device)
     if not torch_dist.is_initialized():
         torch_dist.init_process_group(backend="nccl" if device.type == "cuda" else "gloo")
     return Distributed(rank=rank, world_size=world_size, device=device)
+
+
+def _env_int(name: str, default: int | None, minimum: int) -> int:
+    """A whole-number environment variable set by torchrun (a one-line error if malformed)."""
+    text = os.environ.get(name)
+    if text is None:
+        if default is None:
+            raise MoelabError(f"{name} is not set: launch with torchrun, which sets it")
+        return default
+    try:
+        value = int(text)
+    except ValueError:
+        value = minimum - 1
+    if value < minimum:
+        raise MoelabError(f"environment variable {name}={text!r} is invalid: expected a whole "
+                          f"number >= {minimum} (torchrun sets it)")
+    return value
