@@ -273,6 +273,21 @@ def test_a_failed_run_is_recorded_and_the_others_run(tmp_path, demo):
     assert len(train.calls) == 2 and results["failed_runs"] == {} and "total" in results["gaps"]
 
 
+def test_a_study_whose_every_run_fails_says_so(tmp_path, demo):
+    """Not "not a study folder": the runs failed before writing a folder (refused configs)."""
+    every_run = tuple(f"{arm}/seed{seed}" for arm in ("moe", "dense_active", "dense_total")
+                      for seed in (0, 1))
+    with pytest.raises(MoelabError, match=r"every run of the study failed \(6; the first: "
+                                          r"moe/seed0: MoelabError: .*failures.json"):
+        _study(tmp_path, demo, train=FakeTrain(fail_runs=every_run))
+
+
+def test_budgets_below_one_step_are_refused_when_planned(tmp_path, demo):
+    with pytest.raises(MoelabError, match=r"token budget 100 is invalid: less than one step"):
+        _study(tmp_path, demo, budgets=[100, 10**6])
+    assert not (tmp_path / "s").exists()
+
+
 def _figures_named(report: str) -> list[str]:
     return [line.split("](")[1].rstrip(")") for line in report.splitlines() if line.startswith("![")]
 

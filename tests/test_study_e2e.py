@@ -173,9 +173,11 @@ def test_parallel_jobs_train_the_same_runs_and_record_a_failing_one(study, tmp_p
     # then a run's numbers depend only on its config and seed.
     monkeypatch.setenv("OMP_NUM_THREADS", str(torch.get_num_threads()))
     parallel = tmp_path / "parallel"
-    # A folder left by another config: that run's `moelab train --resume` must refuse it.
-    (parallel / "runs/moe/seed0").mkdir(parents=True)
-    shutil.copy(study / "runs/dense_active/seed0/config.yaml", parallel / "runs/moe/seed0/config.yaml")
+    # A torn run of another config, with its checkpoint: that run's `moelab train --resume`
+    # must refuse it (a folder without a checkpoint would just start afresh).
+    (parallel / "runs/moe").mkdir(parents=True)
+    shutil.copytree(study / "runs/dense_active/seed0", parallel / "runs/moe/seed0")
+    (parallel / "runs/moe/seed0/summary.json").unlink()
     capsys.readouterr()
     assert main(study_argv(parallel) + ["--jobs", "2"]) == 0
     out = capsys.readouterr().out

@@ -57,7 +57,12 @@ def run_study(kind: str, config: Config, settings: StudySettings, study_dir: Pat
         from moelab.train import train as train_fn
     if any(not is_complete(study_dir / spec.run_dir) for spec in specs):
         prepare_shared_data(config, log)
-    execute_plan(study_dir, specs, train_fn, log, jobs)
+    outcomes = execute_plan(study_dir, specs, train_fn, log, jobs)
+    failed = [outcome for outcome in outcomes if outcome.status == "failed"]
+    if failed and len(failed) == len(outcomes):  # else the report would say "not a study folder"
+        raise MoelabError(f"every run of the study failed ({len(failed)}; the first: "
+                          f"{failed[0].spec.name}: {failed[0].error}); see "
+                          f"{study_dir / 'failures.json'}")
     check_study_files(study_dir)
     return write_outputs(study_dir)
 
