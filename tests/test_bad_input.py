@@ -78,6 +78,7 @@ def _write_inputs(folder: Path) -> None:
     (folder / "emptydir").mkdir()
     grid = {"name": "g", "base": "demo", "sizes": [{"name": "a", "d_ff": 64}],
             "sparsities": [0], "token_budgets": [256]}
+    (folder / "grid_twice.yaml").write_text(yaml.safe_dump(grid) + "sparsities: [0.5]\n")
     for name, change in {"grid_climbs.yaml": {"sizes": [{"name": "../../x", "d_ff": 64}]},
                          "grid_size_list.yaml": {"sizes": [3]},
                          "grid_name.yaml": {"name": "../../x"}}.items():
@@ -309,6 +310,10 @@ CASES = {
         "eval {run}", "tokenizer.json has no <|endoftext|> token",
         _write("run/tokenizer.json", json.dumps({"version": "1.0", "model": {
             "type": "BPE", "vocab": {"a": 0}, "merges": []}}).encode())),
+    "generate tokenizer ids past the model": Case(
+        "generate {run} --prompt Once", "has token id 99999, beyond the run's model.vocab_size=512",
+        lambda tmp: _edit_json(tmp / "run" / "tokenizer.json", lambda t: {
+            **t, "model": {**t["model"], "vocab": {**t["model"]["vocab"], "Once": 99999}}})),
     "eval pointer garbage": Case("eval {run}", "latest.json is corrupt",
                                  _write("run/checkpoints/latest.json", b"{\"fold")),
     "eval pointer not utf-8": Case("eval {run}", "latest.json is corrupt",
@@ -485,6 +490,9 @@ CASES = {
     "sweep grid not utf-8": Case("sweep-sparsity {in}/latin1.yaml", "latin1.yaml' is not UTF-8"),
     "sweep grid a list": Case("sweep-sparsity {in}/list.yaml", "expected a mapping"),
     "sweep grid bad yaml": Case("sweep-sparsity {in}/bad.yaml", "is not valid YAML"),
+    "sweep grid duplicate key": Case("sweep-sparsity {in}/grid_twice.yaml --dry-run",
+                                     "key 'sparsities' is given twice"),
+    "sweep grid nests too deep": Case("sweep-sparsity {in}/deep.yaml", "nests too deeply"),
     "sweep size climbs out": Case("sweep-sparsity {in}/grid_climbs.yaml --dry-run",
                                   "size name '../../x' is invalid"),
     "sweep size a number": Case("sweep-sparsity {in}/grid_size_list.yaml --dry-run",

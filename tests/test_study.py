@@ -282,6 +282,15 @@ def test_a_study_whose_every_run_fails_says_so(tmp_path, demo):
         _study(tmp_path, demo, train=FakeTrain(fail_runs=every_run))
 
 
+def test_stale_temporaries_of_a_killed_write_are_removed_on_the_next_plan(tmp_path, demo):
+    _study(tmp_path, demo)
+    stale = [tmp_path / "s" / ".plan.json.k1ll3d.tmp", tmp_path / "s/configs/.moe-seed0.yaml.x.tmp"]
+    for path in stale:
+        path.write_text("half")
+    _study(tmp_path, demo)
+    assert not any(path.exists() for path in stale)
+
+
 def test_budgets_below_one_step_are_refused_when_planned(tmp_path, demo):
     with pytest.raises(MoelabError, match=r"token budget 100 is invalid: less than one step"):
         _study(tmp_path, demo, budgets=[100, 10**6])

@@ -279,16 +279,31 @@ def _isoflop(args) -> int:
     return 0
 
 
-def check_utf8_file(path_text: str, what: str) -> None:
-    """A file argument that is not UTF-8 text, named on one line (a preset name passes)."""
+def check_grid_file(path_text: str) -> None:
+    """A grid file that is not UTF-8 text or gives a key twice (YAML would keep the last one
+    silently), named on one line; a preset name passes, other YAML errors load_grid names."""
+    import yaml
+
+    from moelab.config import load_yaml
+
     path = Path(path_text)
-    if path.is_file():
-        try:
-            path.read_bytes().decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise MoelabError(f"{what} {path_text!r} is not UTF-8 text (byte {exc.start})") from None
-        except OSError as exc:
-            raise MoelabError(f"cannot read {what} {path_text!r}: {exc.strerror or exc}") from None
+    if not path.is_file():
+        return
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise MoelabError(f"sweep grid {path_text!r} is not UTF-8 text (byte {exc.start})") from None
+    except OSError as exc:
+        raise MoelabError(f"cannot read sweep grid {path_text!r}: {exc.strerror or exc}") from None
+    try:
+        load_yaml(text)
+    except yaml.YAMLError as exc:
+        problem, mark = getattr(exc, "problem", None) or "", getattr(exc, "problem_mark", None)
+        if "given twice" in problem:
+            where = f" at line {mark.line + 1}" if mark else ""
+            raise MoelabError(f"sweep grid {path_text!r} is not valid YAML{where}: {problem}") from None
+    except RecursionError:
+        raise MoelabError(f"sweep grid {path_text!r} nests too deeply") from None
 
 
 def why_no_budget(columns: dict) -> str:
@@ -316,7 +331,7 @@ def why_no_budget(columns: dict) -> str:
 def _sweep(args) -> int:
     from moelab.scaling.sweep import load_grid, plan_sweep, run_sweep
 
-    check_utf8_file(args.grid, "sweep grid")
+    check_grid_file(args.grid)
     grid = load_grid(args.grid)
     if args.out is None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.+-]{0,63}", grid.name):
         # The name would become the folder sweep_<name>: nothing that climbs out of it.

@@ -70,6 +70,10 @@ class Tokenizer:
             lengths[token_id] = SEPARATOR_BYTES if token == EOT_TEXT else len(token)
         return lengths
 
+    def largest_id(self) -> int:
+        """The largest token id (a crafted file may skip ids, so not always vocab_size - 1)."""
+        return max(self._hf.get_vocab(with_added_tokens=True).values())
+
     def sha256(self) -> str:
         return file_sha256(self.path)
 

@@ -32,9 +32,15 @@ def load_run(run_dir: str | Path, device: str = "cpu") -> tuple[Transformer, Tok
         raise MoelabError(f"run {run.path} has no checkpoint yet: train it first")
     target = resolve_device(device, key="device")
     check_weights_fit(config.model, target, f"run {run.path}")
+    tokenizer = Tokenizer(run.tokenizer_path)
+    if tokenizer.largest_id() >= config.model.vocab_size:  # its ids would index past the model
+        raise MoelabError(
+            f"{run.tokenizer_path} has token id {tokenizer.largest_id()}, beyond the run's "
+            f"model.vocab_size={config.model.vocab_size}: it is not the tokenizer the run was "
+            f"trained with")
     model = Transformer(config.model)
     load_weights(folder, model)
-    return model.to(target).eval(), Tokenizer(run.tokenizer_path)
+    return model.to(target).eval(), tokenizer
 
 
 def evaluate_run(run_dir: str | Path, data: str | Path | None = None,
