@@ -138,6 +138,13 @@ def check_same_study(study_dir: Path, kind: str, base: Config, specs: list[RunSp
     already planned are not.
     """
     plan_path, study_path = study_dir / "plan.json", study_dir / "study.yaml"
+    if study_dir.is_dir() and not any((study_dir / name).exists()
+                                      for name in ("plan.json", "study.yaml", "runs")):
+        others = sorted(p.name for p in study_dir.iterdir() if not is_temporary(p))
+        if others:
+            raise MoelabError(f"{study_dir} is not empty and holds no study (it has "
+                              f"{', '.join(others[:3])}{', ...' if len(others) > 3 else ''}): "
+                              "use another --out folder or an empty one")
     if plan_path.is_file():
         old_kind = _read_planned(plan_path, json.loads).get("kind")
         if old_kind != kind:
