@@ -222,7 +222,7 @@ def check_fit_file(path_text: str) -> None:
     except UnicodeDecodeError as exc:
         raise MoelabError(f"{path} is not UTF-8 text (byte {exc.start}): expected the output "
                           f"of moelab fit --json") from None
-    except ValueError:
+    except (ValueError, RecursionError):
         raise MoelabError(f"{path} is not JSON: expected the output of moelab fit --json") from None
     if not isinstance(record, dict):
         return  # load_fit names what is missing
