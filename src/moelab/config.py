@@ -158,7 +158,9 @@ class DataConfig:
             raise ConfigError(f"{prefix}.cache_dir={self.cache_dir!r} is invalid: expected a "
                               f"folder, or null for the default cache")
         # 256 byte symbols + <|endoftext|> .. the cap (moelab.data.tokenizer.MIN/MAX_VOCAB_SIZE).
-        if self.vocab_size is not None and not 257 <= self.vocab_size <= 1 << 20:
+        if self.vocab_size is not None and self.vocab_size < 257:
+            raise ConfigError(f"{prefix}.vocab_size={self.vocab_size} is invalid: must be >= 257")
+        if self.vocab_size is not None and self.vocab_size > 1 << 20:
             raise ConfigError(f"{prefix}.vocab_size={self.vocab_size} is invalid: allowed "
                               f"257..{1 << 20}")
         if not 0.0 < self.valid_fraction < 1.0:
