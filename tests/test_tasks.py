@@ -235,7 +235,7 @@ def test_untrained_model_scores_at_chance(trained_run):
     interval over 8 seeds covers it). One init is not exactly at chance on the ranking tasks:
     its random word preferences are shared by all items, so its accuracy spreads over seeds
     more than a binomial (agreement: sd ~0.05 against 0.03), and its Wilson interval, right
-    about that one model, excludes chance for about one seed in five. Last-word exact match
+    about that one model, excludes chance for one init in five or more. Last-word exact match
     needs the right tokens out of 512: an untrained model gets at most a stray hit, and its
     hits pooled over the seeds are at the chance of a uniform guesser."""
     tokenizer = Tokenizer(RunFolder(trained_run).tokenizer_path)
@@ -313,6 +313,59 @@ def test_short_context_and_corrupt_results_are_one_line_errors(trained_run, tmp_
     assert main(["eval", str(copy), "--tasks", "agreement"]) == 2
     assert "is corrupt" in capsys.readouterr().err
     assert (copy / RESULTS_FILE).read_text() == "{not json"  # left as it was
+
+
+# --------------------------------------------------------------------------------------------
+# lm-evaluation-harness on an exported run
+# --------------------------------------------------------------------------------------------
+
+
+def test_harness_task_folder(tmp_path):
+    import yaml
+
+    from moelab.tasks.harness import write_harness_tasks
+
+    names = write_harness_tasks(tmp_path / "tasks")
+    assert names == [f"moelab_{name}" for name in TASK_NAMES]
+    for name in TASK_NAMES:
+        config = yaml.safe_load((tmp_path / "tasks" / f"moelab_{name}.yaml").read_text())
+        data_file = config["dataset_kwargs"]["data_files"]["test"]
+        assert data_file == str((tmp_path / "tasks" / f"{name}.jsonl").resolve())
+        assert open(data_file, encoding="utf-8").read() == task_text(name)
+        assert config["dataset_path"] == "json" and config["target_delimiter"] == ""
+    agreement = yaml.safe_load((tmp_path / "tasks" / "moelab_agreement.yaml").read_text())
+    assert agreement["doc_to_choice"] == "{{[good, bad]}}" and agreement["doc_to_target"] == 0
+
+
+def test_harness_scores_an_exported_run_as_moelab_does(trained_run, tmp_path, monkeypatch):
+    """Runs only where the ``lmeval`` extra is installed: the harness, on the Hugging Face
+    export, offline, gets moelab's counts on every task."""
+    lm_eval = pytest.importorskip("lm_eval")
+    pytest.importorskip("transformers")
+    from lm_eval.tasks import TaskManager
+
+    from moelab.tasks.harness import write_harness_tasks
+    from moelab.train import load_run
+    from moelab.train.export import export_hf
+
+    for variable in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE"):
+        monkeypatch.setenv(variable, "1")
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))
+    hf_dir = export_hf(trained_run, tmp_path / "hf")
+    names = write_harness_tasks(tmp_path / "tasks")
+    results = lm_eval.simple_evaluate(
+        model="hf", model_args=f"pretrained={hf_dir},dtype=float32,add_bos_token=True",
+        tasks=names, task_manager=TaskManager(include_path=str(tmp_path / "tasks")),
+        device="cpu", batch_size=16)["results"]
+    model, tokenizer = load_run(trained_run)
+    ours = score_tasks(model, tokenizer, list(TASK_NAMES))
+    one_item = {name: 1 / ours[name]["items"] for name in TASK_NAMES}  # a near-tie may flip
+    assert results["moelab_last_word"]["acc,none"] == pytest.approx(
+        ours["last_word"]["accuracy"], abs=one_item["last_word"])
+    assert results["moelab_agreement"]["acc,none"] == pytest.approx(
+        ours["agreement"]["accuracy"], abs=one_item["agreement"])
+    assert results["moelab_ending"]["acc,none"] == pytest.approx(
+        ours["ending"]["accuracy_total_loglik"], abs=one_item["ending"])
 
 
 def test_task_files_are_package_data():
