@@ -80,9 +80,9 @@ def evaluate_tasks(run_dir: str | Path, names: list[str], device: str = "cpu",
     run = RunFolder(run_dir)
     model, tokenizer = load_run(run.path, device)
     step = read_state(latest_checkpoint(run.checkpoints_dir))["step"]
-    scored = score_tasks(model, tokenizer, names, batch_size)
     path = run.path / RESULTS_FILE
-    results = _read_results(path)
+    results = _read_results(path)  # a corrupt file fails before the scoring, not after
+    scored = score_tasks(model, tokenizer, names, batch_size)
     for name, result in scored.items():
         results["tasks"][name] = {"step": step, **result}
     atomic_write_json(path, results)
