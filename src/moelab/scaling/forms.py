@@ -66,7 +66,8 @@ def identification_problems(law: Law, record: dict, columns: dict[str, np.ndarra
     (empty: it does)."""
     problems = [f"{name} moves its term by only {effect:.2g} nats" for name, effect
                 in exponent_effects(law, record, columns).items() if effect < MIN_EXPONENT_EFFECT]
-    for name, (low, high) in record["ci"].items():
+    fitted = law.natural_params(np.zeros(law.num_params))  # not the derived quantities
+    for name, (low, high) in ((name, record["ci"][name]) for name in fitted if name in record["ci"]):
         is_coefficient = name in law.log_coef_names.values()
         if is_coefficient and not (0.0 < low and np.isfinite(high)):
             problems.append(f"{name} interval [{low:.3g}, {high:.3g}] reaches 0 or infinity")
