@@ -309,6 +309,21 @@ def test_paper_grid_sizes_in_docs_are_the_counted_ones():
     assert f"4 sizes ({low} to\n# {high} total parameters" in presets_source
 
 
+def test_cpu_grid_sizes_and_runs_in_docs_are_the_counted_ones():
+    points = plan_sweep(load_grid("cpu"))
+    totals = [count_params(p.config.model).total for p in points]
+    low, high = f"{round(min(totals), -3) / 1e3:.0f}K", f"{round(max(totals), -3) / 1e3:.0f}K"
+    presets_source = (REPO_ROOT / "src" / "moelab" / "scaling" / "presets.py").read_text()
+    assert f"4 sizes ({low} to {high} total" in presets_source
+    docs = (REPO_ROOT / "docs" / "scaling.md").read_text()
+    assert f"`cpu` (4 sizes of {low}-{high} total parameters" in docs
+    assert len(points) == 48 and "= 48 runs" in docs
+    # The documented results are this grid's: one row per planned point.
+    with open(REPO_ROOT / "experiments" / "results" / "sweeps" / "cpu" / "results.csv") as f:
+        documented = {row["run"] for row in csv.DictReader(f)}
+    assert documented == {f"runs/{p.arm}/seed0" for p in points}
+
+
 def test_sweep_help_lists_every_preset(capsys):
     assert exit_code(["sweep-sparsity", "--help"]) == 0
     help_text = " ".join(capsys.readouterr().out.split())

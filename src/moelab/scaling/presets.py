@@ -31,7 +31,7 @@ DEMO = {
 }
 
 # The sparsity sweep a CPU can fit a law to: the demo's measured recipe (untied head, half the
-# steps in warmup, batch 8 x 128, lr 0.01; docs/recipe.md) at 4 sizes (98K to 640K total
+# steps in warmup, batch 8 x 128, lr 0.01; docs/recipe.md) at 4 sizes (98K to 642K total
 # parameters) x 4 sparsities (top-1, Switch-weighted: E = 1, 2, 4, 8 at fixed total FFN
 # parameters) x 3 token budgets (400, 1,200 and 3,600 steps: 0.4M to 3.7M tokens, under one
 # epoch of the shared TinyStories copy) = 48 runs. Token budgets, not FLOPs budgets: every size
