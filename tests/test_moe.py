@@ -168,6 +168,34 @@ def test_load_balancing_gradient_flows_through_probabilities_only():
     torch.testing.assert_close(logits_TE.grad, by_hand.to(logits_TE.grad.dtype))
 
 
+def test_balancing_loss_with_the_step_counts_averages_to_the_global_batch_loss():
+    """global_batch: each micro batch's loss uses the counts of the whole step with its own
+    probabilities; their mean is, in value and gradient, the textbook loss
+    E * sum_i f_i P_i on the concatenated batch (f and P both over all tokens)."""
+    num_experts, top_k, micro_batches, tokens = 4, 2, 4, 5
+    torch.manual_seed(0)
+    logits_TE = (torch.randn(micro_batches * tokens, num_experts) * 2
+                 ).requires_grad_()
+    experts_TK = route(logits_TE.detach(), top_k).experts_TK
+    f_E = torch.tensor([float((experts_TK == e).sum()) for e in range(num_experts)]
+                       ) / (top_k * micro_batches * tokens)
+    textbook = num_experts * (f_E * torch.softmax(logits_TE, dim=-1).mean(dim=0)).sum()
+    (grad_textbook,) = torch.autograd.grad(textbook, logits_TE)
+
+    step_counts_E = torch.stack([(experts_TK == e).sum() for e in range(num_experts)])
+    per_micro_batch = [route(chunk_TE, top_k, lb_slot_counts_E=step_counts_E).lb_loss
+                       for chunk_TE in logits_TE.split(tokens)]
+    global_loss = torch.stack(per_micro_batch).mean()
+    (grad_global,) = torch.autograd.grad(global_loss, logits_TE)
+    torch.testing.assert_close(global_loss, textbook)
+    torch.testing.assert_close(grad_global, grad_textbook)
+
+    # micro_batch (no counts given): the mean of per-micro-batch losses is another number
+    micro_loss = torch.stack([route(chunk_TE, top_k).lb_loss
+                              for chunk_TE in logits_TE.split(tokens)]).mean()
+    assert abs(micro_loss.item() - textbook.item()) > 1e-3
+
+
 # ----- routing statistics -----------------------------------------------------------------
 
 

@@ -3,8 +3,10 @@ trajectory as one process with the same global batch.
 
 A dense config: its objective is the mean cross-entropy, which splits exactly over equal
 micro batches, so the two runs differ only by float rounding (gradient all-reduce order).
-The MoE load-balancing loss is computed per rank on the local batch and is not linear in the
-batch, so an MoE run under DDP optimises a slightly different objective (docs/training.md).
+An MoE config with ``model.moe.lb_scope: global_batch``: the balancing loss counts its loads
+over both ranks (all-reduced before the backward), so it is exact in the same sense. With the
+default micro_batch scope each rank balances its own batch: a slightly different objective
+(docs/training.md, "Balancing scope").
 """
 
 from __future__ import annotations
@@ -54,4 +56,35 @@ def test_two_cpu_processes_match_one(tmp_path):
     single_summary, ddp_summary = RunFolder(single).read_summary(), RunFolder(ddp).read_summary()
     assert ddp_summary["world_size"] == 2 and single_summary["world_size"] == 1
     assert ddp_summary["tokens"] == single_summary["tokens"] == 12 * 8 * 32
+    assert ddp_summary["final_val_loss"] == pytest.approx(single_summary["final_val_loss"], rel=1e-5)
+
+
+TINY_MOE_GLOBAL = TINY_DENSE.replace(
+    "max_seq_len: 32}",
+    "max_seq_len: 32,\n        moe: {num_experts: 4, top_k: 2, d_expert: 32, lb_coef: 1.0, "
+    "lb_scope: global_batch}}",
+).replace("max_tokens: 3072", "max_tokens: 1536")
+
+
+def test_two_cpu_processes_match_one_for_moe_with_global_batch_balancing(tmp_path):
+    assert "global_batch" in TINY_MOE_GLOBAL
+    config_file = tmp_path / "tiny_moe.yaml"
+    config_file.write_text(TINY_MOE_GLOBAL)
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    single, ddp = tmp_path / "single", tmp_path / "ddp"
+
+    _run([sys.executable, "-m", "moelab", "train", str(config_file), "--out", str(single)], env)
+    _run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+          "-m", "moelab", "train", str(config_file), "--out", str(ddp)], env)
+
+    def train_events(run_dir):
+        return [e for e in RunFolder(run_dir).read_metrics() if e["kind"] == "train"]
+
+    single_events, ddp_events = train_events(single), train_events(ddp)
+    assert len(single_events) == 6
+    for name in ("loss", "lb_loss", "ce_loss"):
+        assert [e[name] for e in ddp_events] == pytest.approx(
+            [e[name] for e in single_events], rel=1e-5), name
+    single_summary, ddp_summary = RunFolder(single).read_summary(), RunFolder(ddp).read_summary()
+    assert ddp_summary["world_size"] == 2
     assert ddp_summary["final_val_loss"] == pytest.approx(single_summary["final_val_loss"], rel=1e-5)

@@ -21,7 +21,7 @@ from moelab.config import load_config
 from moelab.data import TrainBatches
 from moelab.model import Transformer
 from moelab.train import train
-from moelab.train.loop import StepPlan, forward_backward
+from moelab.train.loop import StepPlan, forward_backward, step_slot_counts
 from moelab.train.optim import build_optimizer
 from moelab.train.run_folder import RunFolder
 from tiny_overrides import TINY_MOE_RUN
@@ -209,6 +209,53 @@ def test_accumulated_micro_batch_gradients_equal_the_full_batch_gradient():
     assert float(losses_4[1]) == pytest.approx(full_loss.item(), rel=1e-6)  # ce = loss (dense)
     for name, p in model.named_parameters():
         torch.testing.assert_close(accumulated[name], p.grad, rtol=1e-4, atol=1e-7, msg=name)
+
+
+def _moe_step(scope: str, micro_batch_size: int):
+    """One forward_backward of the tiny MoE (batch 4, lb_coef 1 so the balancing loss weighs)
+    the way optimizer_step runs it; returns (the four losses, the gradients)."""
+    config = tiny_config("train.batch_size=4", f"train.micro_batch_size={micro_batch_size}",
+                         f"model.moe.lb_scope={scope}", "model.moe.lb_coef=1.0")
+    plan = StepPlan.from_config(config, world_size=1)
+    tokens = np.random.default_rng(0).integers(0, 512, size=5_000)
+    x_BT, y_BT = TrainBatches(tokens, 32, 4, seed=0).next()
+    torch.manual_seed(0)
+    model = Transformer(config.model)
+    counts_LE = (step_slot_counts(model, x_BT, plan, nullcontext, lambda t: t)
+                 if scope == "global_batch" else None)
+    losses_4 = forward_backward(model, None, x_BT, y_BT, plan, nullcontext, counts_LE)
+    return losses_4, {n: p.grad.clone() for n, p in model.named_parameters()}
+
+
+def test_global_batch_balancing_makes_four_micro_batches_equal_one_batch_of_four():
+    """The reference is one micro batch of 4: there the balancing loss of the model's own
+    counts is the loss on the whole step, whatever the scope."""
+    full_losses, full_grads = _moe_step("micro_batch", 4)
+    global_losses, global_grads = _moe_step("global_batch", 1)
+    torch.testing.assert_close(global_losses, full_losses, rtol=1e-6, atol=0)
+    for name in full_grads:
+        torch.testing.assert_close(global_grads[name], full_grads[name], rtol=1e-4, atol=1e-7,
+                                   msg=name)
+    # micro_batch balances each micro batch on its own: another loss, another router gradient
+    micro_losses, micro_grads = _moe_step("micro_batch", 1)
+    assert abs(float(micro_losses[2]) - float(full_losses[2])) > 1e-3
+    router = "layers.0.feed_forward.router.weight"
+    assert not torch.allclose(micro_grads[router], full_grads[router], rtol=1e-2)
+
+
+def test_global_batch_balancing_trains_like_one_micro_batch(tmp_path):
+    """Through the loop (the routing pass of optimizer_step): 3 steps of batch 8 in micro
+    batches of 2 follow the run without accumulation; micro_batch scope does not."""
+    def losses(scope, micro, name):
+        train(tiny_config("train.max_tokens=768", "train.eval_interval=3",
+                          f"train.micro_batch_size={micro}", f"model.moe.lb_scope={scope}",
+                          "model.moe.lb_coef=1.0"), tmp_path / name)
+        return [e["loss"] for e in train_events(tmp_path / name)]
+
+    whole = losses("global_batch", 8, "whole")
+    assert len(whole) == 3
+    assert losses("global_batch", 2, "global") == pytest.approx(whole, rel=1e-5)
+    assert losses("micro_batch", 2, "micro") != pytest.approx(whole, rel=1e-4)
 
 
 # --------------------------------------------------------------------------------------------

@@ -28,6 +28,9 @@ from moelab.errors import ConfigError
 # --------------------------------------------------------------------------------------------
 
 
+LB_SCOPES = ("micro_batch", "global_batch")
+
+
 @dataclass
 class MoEConfig:
     """Mixtral-style routed experts replacing every dense FFN."""
@@ -46,10 +49,17 @@ class MoEConfig:
     """Renormalise each token's k routing weights to sum 1 (Mixtral) or keep the raw softmax
     probabilities (Switch). null: renormalise when top_k > 1, raw when top_k = 1 -- one
     renormalised weight is always 1, so a top-1 router would get no gradient from the task loss."""
+    lb_scope: str = "micro_batch"
+    """Tokens the balancing loss counts its loads f_i over: micro_batch (each micro batch of
+    each process on its own) or global_batch (the whole optimizer step: every micro batch of
+    every process). docs/training.md, "Balancing scope"."""
 
     def validate(self, prefix: str = "model.moe") -> None:
         _require_positive(self, prefix, "num_experts", "top_k", "d_expert")
         _require_non_negative(self, prefix, "lb_coef", "z_coef")
+        if self.lb_scope not in LB_SCOPES:
+            raise ConfigError(f"{prefix}.lb_scope={self.lb_scope!r} is invalid: allowed "
+                              f"{', '.join(LB_SCOPES)}")
         if self.top_k > self.num_experts:
             raise ConfigError(
                 f"{prefix}.top_k={self.top_k} is invalid: allowed 1..num_experts "

@@ -39,6 +39,9 @@ class ModelOutput:
     """Router z-loss, mean over MoE layers, unweighted (0 for a dense model)."""
     routing: list[RoutingStats]
     """One RoutingStats per MoE layer; [] for a dense model."""
+    slot_counts_LE: Optional[torch.Tensor] = None
+    """(MoE layers, E) token-slots each MoE layer routed to each expert (no gradient); None
+    for a dense model."""
     loss: Optional[torch.Tensor] = None
     """ce_loss + lb_coef * lb_loss + z_coef * z_loss; None without targets."""
     ce_loss: Optional[torch.Tensor] = None
@@ -133,9 +136,10 @@ class FeedForward(nn.Module):
         nn.init.normal_(self.w2.weight, mean=0.0, std=residual_std)
         nn.init.normal_(self.w3.weight, mean=0.0, std=std)
 
-    def forward(self, x_BTD: torch.Tensor, collect_routing: bool = True) -> tuple[torch.Tensor, None]:
-        """The output and no aux: the signature of ``MoEFeedForward`` (``collect_routing`` has
-        nothing to collect here)."""
+    def forward(self, x_BTD: torch.Tensor, collect_routing: bool = True,
+                lb_slot_counts_E: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, None]:
+        """The output and no aux: the signature of ``MoEFeedForward`` (``collect_routing`` and
+        ``lb_slot_counts_E`` mean nothing here)."""
         return self.w2(F.silu(self.w1(x_BTD)) * self.w3(x_BTD)), None
 
 
@@ -156,10 +160,12 @@ class TransformerBlock(nn.Module):
         self.ffn_norm.init_weights()
         self.feed_forward.init_weights(std, residual_std)
 
-    def forward(self, x_BTD, cos_TDh, sin_TDh, collect_routing: bool = True):
+    def forward(self, x_BTD, cos_TDh, sin_TDh, collect_routing: bool = True,
+                lb_slot_counts_E: Optional[torch.Tensor] = None):
         """Returns the new residual stream and the FFN's aux (None when dense)."""
         h_BTD = x_BTD + self.attention(self.attention_norm(x_BTD), cos_TDh, sin_TDh)
-        ffn_out_BTD, aux = self.feed_forward(self.ffn_norm(h_BTD), collect_routing)
+        ffn_out_BTD, aux = self.feed_forward(self.ffn_norm(h_BTD), collect_routing,
+                                             lb_slot_counts_E)
         return h_BTD + ffn_out_BTD, aux
 
 
@@ -202,23 +208,17 @@ class Transformer(nn.Module):
             nn.init.normal_(self.output.weight, mean=0.0, std=std)
 
     def forward(self, tokens_BT: torch.Tensor, targets_BT: Optional[torch.Tensor] = None,
-                collect_routing: bool = True) -> ModelOutput:
+                collect_routing: bool = True,
+                lb_slot_counts_LE: Optional[torch.Tensor] = None) -> ModelOutput:
         """Logits for every position, or, given targets, the losses instead (targets are the
         next tokens, already shifted: position t predicts targets_BT[:, t]). With targets the
         head and the cross-entropy run fused, chunk by chunk (``linear_cross_entropy``), and
         ``logits`` is None: call without targets for them. Training passes
         ``collect_routing=False``: it reads no routing statistics, so the MoE layers skip them
-        (``routing`` is then [])."""
-        T = tokens_BT.shape[1]
-        if T > self.cfg.max_seq_len:
-            raise MoelabError(f"sequence length {T} is invalid: allowed 1..max_seq_len ({self.cfg.max_seq_len})")
-        cos_TDh, sin_TDh = self.rope_cos[:T], self.rope_sin[:T]
-        h_BTD = self.tok_embeddings(tokens_BT)
-        moe_aux = []
-        for layer in self.layers:
-            h_BTD, aux = layer(h_BTD, cos_TDh, sin_TDh, collect_routing)
-            if aux is not None:
-                moe_aux.append(aux)
+        (``routing`` is then []). ``lb_slot_counts_LE``: per MoE layer, the loads its balancing
+        loss uses instead of this batch's own (global-batch balancing: the counts of the whole
+        optimizer step, ``routing_counts`` summed over it)."""
+        h_BTD, moe_aux = self._blocks(tokens_BT, collect_routing, lb_slot_counts_LE)
         h_BTD = self.norm(h_BTD)
         if self.cfg.logit_scale != 1.0:
             h_BTD = h_BTD * self.cfg.logit_scale  # scales the logits without forming them
@@ -233,6 +233,30 @@ class Transformer(nn.Module):
             out.loss = out.ce_loss + self.cfg.moe.lb_coef * out.lb_loss + self.cfg.moe.z_coef * out.z_loss
         return out
 
+    @torch.no_grad()
+    def routing_counts(self, tokens_BT: torch.Tensor) -> torch.Tensor:
+        """(MoE layers, E) token-slots each MoE layer routes to each expert for ``tokens_BT``:
+        the blocks alone, without gradients, head or statistics (global-batch balancing counts
+        a step's routing before its first backward)."""
+        _, moe_aux = self._blocks(tokens_BT, collect_routing=False)
+        return torch.stack([aux.slot_counts_E for aux in moe_aux])
+
+    def _blocks(self, tokens_BT: torch.Tensor, collect_routing: bool,
+                lb_slot_counts_LE: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, list]:
+        """The residual stream after the last block, and the MoE layers' aux in layer order."""
+        T = tokens_BT.shape[1]
+        if T > self.cfg.max_seq_len:
+            raise MoelabError(f"sequence length {T} is invalid: allowed 1..max_seq_len ({self.cfg.max_seq_len})")
+        cos_TDh, sin_TDh = self.rope_cos[:T], self.rope_sin[:T]
+        h_BTD = self.tok_embeddings(tokens_BT)
+        moe_aux = []
+        for layer in self.layers:
+            lb_slot_counts_E = None if lb_slot_counts_LE is None else lb_slot_counts_LE[len(moe_aux)]
+            h_BTD, aux = layer(h_BTD, cos_TDh, sin_TDh, collect_routing, lb_slot_counts_E)
+            if aux is not None:
+                moe_aux.append(aux)
+        return h_BTD, moe_aux
+
 
 def _output_with_aux(moe_aux: list, collect_routing: bool, device: torch.device) -> ModelOutput:
     """A ModelOutput holding the MoE layers' aux losses averaged over layers (0 when dense)."""
@@ -244,4 +268,5 @@ def _output_with_aux(moe_aux: list, collect_routing: bool, device: torch.device)
         lb_loss=torch.stack([aux.lb_loss for aux in moe_aux]).mean(),
         z_loss=torch.stack([aux.z_loss for aux in moe_aux]).mean(),
         routing=[aux.routing for aux in moe_aux] if collect_routing else [],
+        slot_counts_LE=torch.stack([aux.slot_counts_E for aux in moe_aux]),
     )

@@ -19,6 +19,8 @@ class MoEAux:
 
     lb_loss: torch.Tensor
     z_loss: torch.Tensor
+    slot_counts_E: torch.Tensor
+    """Token-slots routed to each expert in this batch (no gradient)."""
     routing: RoutingStats | None
     """None when the caller asked not to collect it."""
 
@@ -66,11 +68,13 @@ class MoEFeedForward(nn.Module):
         if self.shared_experts is not None:
             self.shared_experts.init_weights(std, residual_std)
 
-    def forward(self, x_BTD: torch.Tensor, collect_routing: bool = True) -> tuple[torch.Tensor, MoEAux]:
+    def forward(self, x_BTD: torch.Tensor, collect_routing: bool = True,
+                lb_slot_counts_E: torch.Tensor | None = None) -> tuple[torch.Tensor, MoEAux]:
         """Output and aux losses; ``collect_routing=False`` skips the routing statistics
-        (``aux.routing`` None), which training does not read."""
+        (``aux.routing`` None), which training does not read. ``lb_slot_counts_E``: the loads
+        the balancing loss uses instead of this batch's (``route``)."""
         x_TD = x_BTD.reshape(-1, x_BTD.shape[-1])
-        routing = self.route_tokens(x_TD)
+        routing = self.route_tokens(x_TD, lb_slot_counts_E)
         y_TD = self.experts_forward(x_TD, routing.weights_TK, routing.experts_TK,
                                     self.w1, self.w2, self.w3, routing.slot_counts_E)
         y_BTD = y_TD.view(x_BTD.shape)
@@ -79,8 +83,10 @@ class MoEFeedForward(nn.Module):
             y_BTD = y_BTD + shared_BTD
         stats = (routing_stats(routing.router_logits_TE, routing.experts_TK)
                  if collect_routing else None)
-        return y_BTD, MoEAux(routing.lb_loss, routing.z_loss, routing=stats)
+        return y_BTD, MoEAux(routing.lb_loss, routing.z_loss, routing.slot_counts_E, routing=stats)
 
-    def route_tokens(self, x_TD: torch.Tensor) -> Routing:
+    def route_tokens(self, x_TD: torch.Tensor,
+                     lb_slot_counts_E: torch.Tensor | None = None) -> Routing:
         """Router logits (fp32), top-k weights and experts, slot counts and both losses."""
-        return route(router_logits(x_TD, self.router.weight), self.top_k, self.renormalize)
+        return route(router_logits(x_TD, self.router.weight), self.top_k, self.renormalize,
+                     lb_slot_counts_E)

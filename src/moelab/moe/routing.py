@@ -30,7 +30,8 @@ class Routing:
     slot_counts_E: torch.Tensor
     """Token-slots routed to each expert (``count_slots``)."""
     lb_loss: torch.Tensor
-    """Switch balancing loss (``balancing_loss``)."""
+    """Switch balancing loss (``balancing_loss``), its loads from ``slot_counts_E`` or from the
+    counts the caller gave ``route``."""
     z_loss: torch.Tensor
     """Router z-loss (``z_loss_from_log_z``)."""
 
@@ -42,15 +43,21 @@ def router_logits(x_TD: torch.Tensor, router_weight_ED: torch.Tensor) -> torch.T
         return F.linear(x_TD.float(), router_weight_ED.float())
 
 
-def route(router_logits_TE: torch.Tensor, top_k: int, renormalize: bool = True) -> Routing:
+def route(router_logits_TE: torch.Tensor, top_k: int, renormalize: bool = True,
+          lb_slot_counts_E: torch.Tensor | None = None) -> Routing:
     """Mixtral routing with its losses: softmax over all E, top-k, renormalise the k weights to
-    sum 1 (``renormalize=False``: keep the k softmax probabilities, as Switch does for top-1)."""
+    sum 1 (``renormalize=False``: keep the k softmax probabilities, as Switch does for top-1).
+
+    ``lb_slot_counts_E``: the loads the balancing loss uses instead of this batch's own counts
+    (global-batch balancing passes the counts of the whole optimizer step); None: this batch's.
+    """
     probs_TE, log_z_T = router_probs(router_logits_TE)
     weights_TK, experts_TK = top_k_weights(probs_TE, top_k, renormalize)
     slot_counts_E = count_slots(experts_TK, router_logits_TE.shape[-1])
     return Routing(
         router_logits_TE, weights_TK, experts_TK, slot_counts_E,
-        lb_loss=balancing_loss(probs_TE, slot_counts_E),
+        lb_loss=balancing_loss(probs_TE, slot_counts_E if lb_slot_counts_E is None
+                               else lb_slot_counts_E),
         z_loss=z_loss_from_log_z(log_z_T),
     )
 
@@ -90,6 +97,11 @@ def balancing_loss(probs_TE: torch.Tensor, slot_counts_E: torch.Tensor) -> torch
 
     Hugging Face's ``load_balancing_loss_func`` divides the counts by T instead of k*T, so on one
     layer it equals ``top_k`` times this value (its balanced score is k).
+
+    ``slot_counts_E`` may count more tokens than ``probs_TE`` holds: global-batch balancing
+    passes the counts of the whole optimizer step with one micro batch's probabilities, and the
+    mean of these per-micro-batch values is the loss of the whole step (docs/training.md,
+    "Balancing scope").
     """
     mean_prob_E = probs_TE.mean(dim=0)
     slot_fraction_E = slot_counts_E.to(mean_prob_E.dtype) / slot_counts_E.sum()

@@ -40,6 +40,13 @@ class Distributed:
             values /= self.world_size
         return values
 
+    def sum(self, values: torch.Tensor) -> torch.Tensor:
+        """The sum of ``values`` over ranks (a no-op for one process)."""
+        if self.is_ddp:
+            values = values.clone()
+            torch_dist.all_reduce(values, op=torch_dist.ReduceOp.SUM)
+        return values
+
     def barrier(self) -> None:
         if self.is_ddp:
             torch_dist.barrier()

@@ -150,6 +150,7 @@ class Session:
     state: dict[str, Any]
     """step, tokens, best and last eval, timers: what a checkpoint saves besides tensors."""
     clock: "Clock"
+    dist: Distributed
 
 
 def _set_up(config: Config, run: RunFolder, resume: bool, dist: Distributed,
@@ -179,7 +180,7 @@ def _set_up(config: Config, run: RunFolder, resume: bool, dist: Distributed,
                        plan.micro_batch_size, dist.device, autocast)
     return Session(model, train_model, ddp_model, optimizer, batches, dist.device, autocast,
                    run_eval, data.tokenizer, state,
-                   Clock(state["train_time_s"], state["wall_time_s"]))
+                   Clock(state["train_time_s"], state["wall_time_s"]), dist)
 
 
 def _train_steps(config: Config, run: RunFolder, dist: Distributed, plan: StepPlan,
@@ -227,20 +228,46 @@ def optimizer_step(session: Session, plan: StepPlan, lr: float,
     for group in session.optimizer.param_groups:
         group["lr"] = lr
     x_BT, y_BT = (t.to(session.device, non_blocking=True) for t in session.batches.next())
+    moe = session.model.cfg.moe
+    lb_slot_counts_LE = None  # micro_batch: each micro batch balances on its own counts
+    if (moe is not None and moe.lb_scope == "global_batch"
+            and (plan.accumulation_steps > 1 or session.dist.is_ddp)):
+        lb_slot_counts_LE = step_slot_counts(session.model, x_BT, plan, session.autocast,
+                                             session.dist.sum)
     losses_4 = forward_backward(session.train_model, session.ddp_model, x_BT, y_BT, plan,
-                                session.autocast)
+                                session.autocast, lb_slot_counts_LE)
     grad_norm = torch.nn.utils.clip_grad_norm_(session.model.parameters(), grad_clip or math.inf)
     session.optimizer.step()
     session.optimizer.zero_grad(set_to_none=True)
     return losses_4, grad_norm
 
 
+def step_slot_counts(model: Transformer, x_BT: torch.Tensor, plan: StepPlan, autocast,
+                     sum_over_ranks: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
+    """(MoE layers, E) token-slots routed to each expert over the whole optimizer step: every
+    micro batch of this rank (a routing pass without gradients, micro batch by micro batch as
+    the step will run them), summed over ranks.
+
+    Global-batch balancing needs these loads before the step's first backward: the gradient of
+    ``E * sum_i f_i P_i`` with respect to one micro batch's probabilities is ``E * f_i / N``
+    with f from the whole step, and a micro batch's graph is gone once it has run backward.
+    The pass costs one forward of the step (no head); ``forward_backward`` then gives every
+    micro batch these counts (docs/training.md, "Balancing scope").
+    """
+    with autocast():
+        counts_LE = sum(model.routing_counts(x_bT) for x_bT in x_BT.split(plan.micro_batch_size))
+    return sum_over_ranks(counts_LE)
+
+
 def forward_backward(train_model, ddp_model, x_BT: torch.Tensor, y_BT: torch.Tensor,
-                     plan: StepPlan, autocast) -> torch.Tensor:
+                     plan: StepPlan, autocast,
+                     lb_slot_counts_LE: torch.Tensor | None = None) -> torch.Tensor:
     """Accumulate the gradient of the mean loss over this rank's micro batches.
 
     Returns the four losses (loss, ce, lb, z) averaged over micro batches, on the device.
     DDP averages gradients over ranks on the last micro batch only (``no_sync`` before it).
+    ``lb_slot_counts_LE`` (``step_slot_counts``): the loads every micro batch's balancing loss
+    uses; None: each micro batch's own.
     """
     losses = []
     micro_batches = list(zip(x_BT.split(plan.micro_batch_size), y_BT.split(plan.micro_batch_size)))
@@ -248,7 +275,8 @@ def forward_backward(train_model, ddp_model, x_BT: torch.Tensor, y_BT: torch.Ten
         is_last = index == len(micro_batches) - 1
         with ddp_model.no_sync() if ddp_model and not is_last else nullcontext():
             with autocast():
-                out = train_model(x_bT, y_bT, collect_routing=False)  # eval reads routing
+                out = train_model(x_bT, y_bT, collect_routing=False,  # eval reads routing
+                                  lb_slot_counts_LE=lb_slot_counts_LE)
             (out.loss / len(micro_batches)).backward()
         losses.append(torch.stack([out.loss, out.ce_loss, out.lb_loss, out.z_loss]).detach().float())
     return torch.stack(losses).mean(dim=0)
