@@ -196,6 +196,78 @@ def test_balancing_loss_with_the_step_counts_averages_to_the_global_batch_loss()
     assert abs(micro_loss.item() - textbook.item()) > 1e-3
 
 
+# ----- aux-loss-free balancing (expert bias) --------------------------------------------------
+
+
+@pytest.mark.parametrize("renormalize", [True, False])
+def test_expert_bias_steers_the_choice_and_never_the_combine_weights(renormalize):
+    torch.manual_seed(0)
+    logits_TE = torch.randn(32, 4) * 2
+    bias_E = torch.tensor([1.0, 0.0, -1.0, 0.05])  # expert 0 always in, expert 2 never
+    routed = route(logits_TE, 2, renormalize, expert_bias_E=bias_E)
+    probs_TE = torch.softmax(logits_TE, dim=-1)
+    for t in range(32):
+        by_score = sorted(range(4), key=lambda e: -(probs_TE[t, e] + bias_E[e]).item())[:2]
+        assert routed.experts_TK[t].tolist() == by_score
+        chosen = probs_TE[t, by_score]
+        expected = chosen / chosen.sum() if renormalize else chosen
+        torch.testing.assert_close(routed.weights_TK[t], expected)
+    assert (routed.experts_TK == 0).any(dim=1).all() and not (routed.experts_TK == 2).any()
+    # a zero bias routes exactly as no bias
+    unbiased, zero = route(logits_TE, 2, renormalize), route(logits_TE, 2, renormalize,
+                                                            expert_bias_E=torch.zeros(4))
+    assert torch.equal(zero.experts_TK, unbiased.experts_TK)
+    assert torch.equal(zero.weights_TK, unbiased.weights_TK)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_bias_balancing_evens_out_a_skewed_router_within_100_steps(seed):
+    """lb_coef plays no part: the router is frozen (init std 0.02) with expert 0 favoured (its
+    row has a component along the inputs' mean), and only the bias updates, at the default rate
+    0.001 on 1024 tokens a step, move the loads: from a busiest fraction above 0.4 (1/E = 0.25)
+    to below 0.26 over steps 100..200 (loads summed over those steps: one step's 2048 slots
+    alone scatter by about 0.02)."""
+    cfg = ModelConfig(d_model=16, n_heads=2, n_kv_heads=2,
+                      moe=MoEConfig(num_experts=4, top_k=2, d_expert=8, lb_coef=0.0,
+                                    balance="bias"))
+    assert cfg.moe.bias_update_rate == 0.001
+    layer = random_layer(cfg, seed=seed)
+    mean_D = torch.ones(16) / 4
+    with torch.no_grad():
+        torch.nn.init.normal_(layer.router.weight, std=0.02)
+        layer.router.weight[0] += 0.5 * mean_D
+    generator = torch.Generator().manual_seed(seed + 10)
+
+    def step_loads(update: bool) -> torch.Tensor:
+        x_TD = torch.randn(1024, 16, generator=generator) + mean_D
+        counts_E = layer.route_tokens(x_TD).slot_counts_E
+        if update:
+            layer.update_expert_bias(counts_E)
+        return counts_E
+
+    def busiest(counts_E):
+        return float(counts_E.max() / counts_E.sum())
+
+    unbalanced = sum(step_loads(update=False) for _ in range(10))
+    loads = [step_loads(update=True) for _ in range(200)]
+    assert busiest(unbalanced) > 0.4 and busiest(loads[0]) > 0.4
+    assert busiest(sum(loads[100:])) < 0.26
+    assert float(layer.expert_bias[0]) < 0 < float(layer.expert_bias[1:].min())
+    assert layer.router.weight.grad is None
+
+
+def test_bias_update_is_the_sign_of_mean_minus_load():
+    cfg = ModelConfig(d_model=16, n_heads=2, n_kv_heads=2,
+                      moe=MoEConfig(num_experts=4, top_k=2, d_expert=8, balance="both",
+                                    bias_update_rate=0.25))
+    layer = MoEFeedForward(cfg)
+    assert torch.equal(layer.expert_bias, torch.zeros(4))
+    layer.update_expert_bias(torch.tensor([5, 3, 3, 1]))  # mean 3
+    assert layer.expert_bias.tolist() == [-0.25, 0.0, 0.0, 0.25]
+    assert "expert_bias" in layer.state_dict() and "expert_bias" not in dict(layer.named_parameters())
+    assert "expert_bias" not in MoEFeedForward(moe_config()).state_dict()  # aux_loss: no buffer
+
+
 # ----- routing statistics -----------------------------------------------------------------
 
 

@@ -4,7 +4,8 @@ trajectory as one process with the same global batch.
 A dense config: its objective is the mean cross-entropy, which splits exactly over equal
 micro batches, so the two runs differ only by float rounding (gradient all-reduce order).
 An MoE config with ``model.moe.lb_scope: global_batch``: the balancing loss counts its loads
-over both ranks (all-reduced before the backward), so it is exact in the same sense. With the
+over both ranks (all-reduced before the backward), so it is exact in the same sense; so is the
+aux-loss-free bias (``balance: both``), moved by the loads of both ranks. With the
 default micro_batch scope each rank balances its own batch: a slightly different objective
 (docs/training.md, "Balancing scope").
 """
@@ -62,11 +63,11 @@ def test_two_cpu_processes_match_one(tmp_path):
 TINY_MOE_GLOBAL = TINY_DENSE.replace(
     "max_seq_len: 32}",
     "max_seq_len: 32,\n        moe: {num_experts: 4, top_k: 2, d_expert: 32, lb_coef: 1.0, "
-    "lb_scope: global_batch}}",
+    "lb_scope: global_batch, balance: both, bias_update_rate: 0.01}}",
 ).replace("max_tokens: 3072", "max_tokens: 1536")
 
 
-def test_two_cpu_processes_match_one_for_moe_with_global_batch_balancing(tmp_path):
+def test_two_cpu_processes_match_one_for_moe_with_global_batch_and_bias_balancing(tmp_path):
     assert "global_batch" in TINY_MOE_GLOBAL
     config_file = tmp_path / "tiny_moe.yaml"
     config_file.write_text(TINY_MOE_GLOBAL)

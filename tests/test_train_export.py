@@ -26,6 +26,9 @@ ARMS = {
     "moe_scaled_logits": ("MixtralForCausalLM", ["model.moe={num_experts: 4, top_k: 2, d_expert: 32}",
                                                  "model.embedding_init_std=1.0",
                                                  "model.logit_scale=0.17677669529663687"]),
+    # Aux-loss-free balancing whose bias stayed zero routes as Mixtral does: the buffer is dropped.
+    "moe_zero_bias": ("MixtralForCausalLM", ["model.moe={num_experts: 4, top_k: 2, d_expert: 32, "
+                                             "balance: both, bias_update_rate: 0.0}"]),
 }
 TEXT = "Once upon a time, there was a little girl named Lily. She liked to play outside."
 
@@ -76,5 +79,21 @@ def test_export_refuses_a_router_mixtral_cannot_hold(tmp_path, capsys):
     assert main(["export-hf", str(tmp_path / "run"), str(tmp_path / "hf")]) == 2
     err = capsys.readouterr().err
     assert "model.moe.norm_topk_prob=null (top_k=1) cannot be exported" in err
+    assert len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "hf").exists() and not list(tmp_path.glob(".hf.*"))
+
+
+def test_export_refuses_a_nonzero_expert_bias(tmp_path, capsys):
+    # Mixtral picks the top-k by the probabilities it weights with: a bias on the choice alone
+    # has no Hugging Face form.
+    config = load_config(None, TINY + ["model.moe={num_experts: 4, top_k: 2, d_expert: 32, "
+                                       "balance: bias, bias_update_rate: 0.01}",
+                                       "train.max_tokens=256"])
+    train(config, tmp_path / "run")
+    model, _ = load_run(tmp_path / "run")
+    assert model.layers[0].feed_forward.expert_bias.abs().max() == pytest.approx(0.01)
+    assert main(["export-hf", str(tmp_path / "run"), str(tmp_path / "hf")]) == 2
+    err = capsys.readouterr().err
+    assert "model.moe.balance with a nonzero expert bias (layer 0" in err
     assert len(err.strip().splitlines()) == 1
     assert not (tmp_path / "hf").exists() and not list(tmp_path.glob(".hf.*"))

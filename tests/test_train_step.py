@@ -20,7 +20,7 @@ import moelab.train.loop as loop
 from moelab.config import load_config
 from moelab.data import TrainBatches
 from moelab.model import Transformer
-from moelab.train import train
+from moelab.train import load_run, train
 from moelab.train.loop import StepPlan, forward_backward, step_slot_counts
 from moelab.train.optim import build_optimizer
 from moelab.train.run_folder import RunFolder
@@ -199,7 +199,7 @@ def test_accumulated_micro_batch_gradients_equal_the_full_batch_gradient():
     torch.manual_seed(0)
     model = Transformer(config.model)
 
-    losses_4 = forward_backward(model, None, x_BT, y_BT, plan, nullcontext)
+    losses_4, _ = forward_backward(model, None, x_BT, y_BT, plan, nullcontext)
     accumulated = {n: p.grad.clone() for n, p in model.named_parameters()}
     model.zero_grad(set_to_none=True)
     full_loss = F.cross_entropy(model(x_BT).logits.flatten(0, 1), y_BT.flatten())
@@ -223,7 +223,7 @@ def _moe_step(scope: str, micro_batch_size: int):
     model = Transformer(config.model)
     counts_LE = (step_slot_counts(model, x_BT, plan, nullcontext, lambda t: t)
                  if scope == "global_batch" else None)
-    losses_4 = forward_backward(model, None, x_BT, y_BT, plan, nullcontext, counts_LE)
+    losses_4, _ = forward_backward(model, None, x_BT, y_BT, plan, nullcontext, counts_LE)
     return losses_4, {n: p.grad.clone() for n, p in model.named_parameters()}
 
 
@@ -256,6 +256,33 @@ def test_global_batch_balancing_trains_like_one_micro_batch(tmp_path):
     assert len(whole) == 3
     assert losses("global_batch", 2, "global") == pytest.approx(whole, rel=1e-5)
     assert losses("micro_batch", 2, "micro") != pytest.approx(whole, rel=1e-4)
+
+
+# --------------------------------------------------------------------------------------------
+# Aux-loss-free balancing
+# --------------------------------------------------------------------------------------------
+
+
+def test_the_loop_moves_the_expert_bias_by_the_sign_of_the_steps_loads(tmp_path, watch):
+    """After step 1 each layer's bias is rate * sign(mean load - load) of the loads that
+    step's batch had under the initial weights (recounted here from the recorded batch, in
+    the two micro batches), and balance: bias leaves the balancing loss out of the loss."""
+    config = tiny_config("train.max_tokens=256", "train.micro_batch_size=4",
+                         "model.moe.balance=bias", "model.moe.bias_update_rate=0.01")
+    train(config, tmp_path / "run")
+    initial = Transformer(config.model)
+    initial.load_state_dict(watch.initial_weights[0], strict=False)
+    counts_LE = sum(initial.routing_counts(x_bT) for x_bT in watch.inputs[0].split(4))
+    mean_L1 = counts_LE.double().mean(dim=1, keepdim=True)
+    expected_LE = 0.01 * torch.sign(mean_L1 - counts_LE.double())
+    assert expected_LE.abs().sum() > 0
+
+    trained, _ = load_run(tmp_path / "run")
+    for layer, expected_E in zip(trained.layers, expected_LE):
+        torch.testing.assert_close(layer.feed_forward.expert_bias.double(), expected_E)
+    (event,) = train_events(tmp_path / "run")
+    assert event["lb_loss"] > 0.9
+    assert event["loss"] == pytest.approx(event["ce_loss"] + 0.001 * event["z_loss"], rel=1e-6)
 
 
 # --------------------------------------------------------------------------------------------

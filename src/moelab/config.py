@@ -29,6 +29,7 @@ from moelab.errors import ConfigError
 
 
 LB_SCOPES = ("micro_batch", "global_batch")
+BALANCE_MODES = ("aux_loss", "bias", "both")
 
 
 @dataclass
@@ -53,10 +54,20 @@ class MoEConfig:
     """Tokens the balancing loss counts its loads f_i over: micro_batch (each micro batch of
     each process on its own) or global_batch (the whole optimizer step: every micro batch of
     every process). docs/training.md, "Balancing scope"."""
+    balance: str = "aux_loss"
+    """How routing is kept balanced: aux_loss (the Switch loss, weight lb_coef), bias
+    (DeepSeek-V3's aux-loss-free per-expert bias on the top-k choice; no balancing loss in the
+    objective) or both. docs/training.md, "Aux-loss-free balancing"."""
+    bias_update_rate: float = 0.001
+    """Step u of the bias update after every optimizer step, b_i += u * sign(mean load -
+    load_i) (balance bias or both)."""
 
     def validate(self, prefix: str = "model.moe") -> None:
         _require_positive(self, prefix, "num_experts", "top_k", "d_expert")
-        _require_non_negative(self, prefix, "lb_coef", "z_coef")
+        _require_non_negative(self, prefix, "lb_coef", "z_coef", "bias_update_rate")
+        if self.balance not in BALANCE_MODES:
+            raise ConfigError(f"{prefix}.balance={self.balance!r} is invalid: allowed "
+                              f"{', '.join(BALANCE_MODES)}")
         if self.lb_scope not in LB_SCOPES:
             raise ConfigError(f"{prefix}.lb_scope={self.lb_scope!r} is invalid: allowed "
                               f"{', '.join(LB_SCOPES)}")
@@ -69,6 +80,16 @@ class MoEConfig:
     @property
     def sparsity(self) -> float:
         return (self.num_experts - self.top_k) / self.num_experts
+
+    @property
+    def uses_aux_loss(self) -> bool:
+        """Whether the Switch balancing loss (times lb_coef) is part of the objective."""
+        return self.balance in ("aux_loss", "both")
+
+    @property
+    def uses_expert_bias(self) -> bool:
+        """Whether routing adds the per-expert balancing bias to its top-k choice."""
+        return self.balance in ("bias", "both")
 
     @property
     def renormalizes_weights(self) -> bool:

@@ -43,7 +43,8 @@ class ModelOutput:
     """(MoE layers, E) token-slots each MoE layer routed to each expert (no gradient); None
     for a dense model."""
     loss: Optional[torch.Tensor] = None
-    """ce_loss + lb_coef * lb_loss + z_coef * z_loss; None without targets."""
+    """ce_loss + lb_coef * lb_loss + z_coef * z_loss (without the lb term under balance: bias);
+    None without targets."""
     ce_loss: Optional[torch.Tensor] = None
     """Mean cross-entropy over all positions; None without targets."""
 
@@ -229,8 +230,11 @@ class Transformer(nn.Module):
             return out
         out.ce_loss = linear_cross_entropy(h_BTD.flatten(0, 1), head_weight_VD, targets_BT.flatten())
         out.loss = out.ce_loss
-        if self.cfg.moe is not None:
-            out.loss = out.ce_loss + self.cfg.moe.lb_coef * out.lb_loss + self.cfg.moe.z_coef * out.z_loss
+        moe = self.cfg.moe
+        if moe is not None and moe.uses_aux_loss:
+            out.loss = out.ce_loss + moe.lb_coef * out.lb_loss + moe.z_coef * out.z_loss
+        elif moe is not None:  # balance: bias, the balancing loss is only reported
+            out.loss = out.ce_loss + moe.z_coef * out.z_loss
         return out
 
     @torch.no_grad()
@@ -240,6 +244,14 @@ class Transformer(nn.Module):
         a step's routing before its first backward)."""
         _, moe_aux = self._blocks(tokens_BT, collect_routing=False)
         return torch.stack([aux.slot_counts_E for aux in moe_aux])
+
+    def update_expert_bias(self, slot_counts_LE: torch.Tensor) -> None:
+        """After an optimizer step, move every MoE layer's balancing bias (balance: bias or
+        both) by the loads ``slot_counts_LE`` of that step (``MoEFeedForward.update_expert_bias``)."""
+        moe_layers = [layer.feed_forward for layer in self.layers
+                      if isinstance(layer.feed_forward, MoEFeedForward)]
+        for feed_forward, slot_counts_E in zip(moe_layers, slot_counts_LE, strict=True):
+            feed_forward.update_expert_bias(slot_counts_E)
 
     def _blocks(self, tokens_BT: torch.Tensor, collect_routing: bool,
                 lb_slot_counts_LE: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, list]:

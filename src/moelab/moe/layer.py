@@ -57,6 +57,15 @@ class MoEFeedForward(nn.Module):
         self.w2 = nn.Parameter(torch.empty(moe.num_experts, cfg.d_model, moe.d_expert))
         self.w3 = nn.Parameter(torch.empty(moe.num_experts, moe.d_expert, cfg.d_model))
         self.shared_experts: nn.Module | None = None
+        # Aux-loss-free balancing (balance: bias | both): a buffer, not a parameter (no
+        # gradient; ``update_expert_bias`` moves it), so it is checkpointed with the weights.
+        # Absent otherwise, so the state dict of a model without it is unchanged.
+        self.bias_update_rate = moe.bias_update_rate
+        self.expert_bias: torch.Tensor | None
+        if moe.uses_expert_bias:
+            self.register_buffer("expert_bias", torch.zeros(moe.num_experts))
+        else:
+            self.expert_bias = None
 
     @torch.no_grad()
     def init_weights(self, std: float, residual_std: float) -> None:
@@ -65,6 +74,8 @@ class MoEFeedForward(nn.Module):
         nn.init.normal_(self.w2, mean=0.0, std=residual_std)
         nn.init.normal_(self.w3, mean=0.0, std=std)
         nn.init.normal_(self.router.weight, mean=0.0, std=std)
+        if self.expert_bias is not None:
+            self.expert_bias.zero_()
         if self.shared_experts is not None:
             self.shared_experts.init_weights(std, residual_std)
 
@@ -89,4 +100,12 @@ class MoEFeedForward(nn.Module):
                      lb_slot_counts_E: torch.Tensor | None = None) -> Routing:
         """Router logits (fp32), top-k weights and experts, slot counts and both losses."""
         return route(router_logits(x_TD, self.router.weight), self.top_k, self.renormalize,
-                     lb_slot_counts_E)
+                     lb_slot_counts_E, self.expert_bias)
+
+    @torch.no_grad()
+    def update_expert_bias(self, slot_counts_E: torch.Tensor) -> None:
+        """DeepSeek-V3's bias step: ``b_i += rate * sign(mean_j c_j - c_i)`` from the loads
+        ``c`` of one optimizer step (the caller sums them over micro batches and ranks):
+        an overloaded expert's bias goes down, an underloaded one's up."""
+        load_E = slot_counts_E.to(self.expert_bias.dtype)
+        self.expert_bias += self.bias_update_rate * torch.sign(load_E.mean() - load_E)

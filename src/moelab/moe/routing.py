@@ -44,15 +44,18 @@ def router_logits(x_TD: torch.Tensor, router_weight_ED: torch.Tensor) -> torch.T
 
 
 def route(router_logits_TE: torch.Tensor, top_k: int, renormalize: bool = True,
-          lb_slot_counts_E: torch.Tensor | None = None) -> Routing:
+          lb_slot_counts_E: torch.Tensor | None = None,
+          expert_bias_E: torch.Tensor | None = None) -> Routing:
     """Mixtral routing with its losses: softmax over all E, top-k, renormalise the k weights to
     sum 1 (``renormalize=False``: keep the k softmax probabilities, as Switch does for top-1).
 
     ``lb_slot_counts_E``: the loads the balancing loss uses instead of this batch's own counts
     (global-batch balancing passes the counts of the whole optimizer step); None: this batch's.
+    ``expert_bias_E``: the aux-loss-free balancing bias, added to the probabilities for the
+    top-k choice only (``top_k_weights``).
     """
     probs_TE, log_z_T = router_probs(router_logits_TE)
-    weights_TK, experts_TK = top_k_weights(probs_TE, top_k, renormalize)
+    weights_TK, experts_TK = top_k_weights(probs_TE, top_k, renormalize, expert_bias_E)
     slot_counts_E = count_slots(experts_TK, router_logits_TE.shape[-1])
     return Routing(
         router_logits_TE, weights_TK, experts_TK, slot_counts_E,
@@ -71,10 +74,20 @@ def router_probs(router_logits_TE: torch.Tensor) -> tuple[torch.Tensor, torch.Te
     return torch.exp(logits_TE - log_z_T.unsqueeze(-1)), log_z_T
 
 
-def top_k_weights(probs_TE: torch.Tensor, top_k: int,
-                  renormalize: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(weights_TK, experts_TK)``: the k most probable experts and their combine weights."""
-    top_probs_TK, experts_TK = torch.topk(probs_TE, top_k, dim=-1)
+def top_k_weights(probs_TE: torch.Tensor, top_k: int, renormalize: bool = True,
+                  expert_bias_E: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(weights_TK, experts_TK)``: the k most probable experts and their combine weights.
+
+    With ``expert_bias_E`` (DeepSeek-V3's aux-loss-free balancing) the k experts are those of
+    the largest ``p_ti + b_i``, but their weights are still their probabilities ``p_ti``
+    (renormalised as without a bias): the bias steers which experts a token goes to, never how
+    much each contributes, and gets no gradient.
+    """
+    if expert_bias_E is None:
+        top_probs_TK, experts_TK = torch.topk(probs_TE, top_k, dim=-1)
+    else:
+        _, experts_TK = torch.topk(probs_TE + expert_bias_E.to(probs_TE.dtype), top_k, dim=-1)
+        top_probs_TK = probs_TE.gather(-1, experts_TK)
     if not renormalize:
         return top_probs_TK, experts_TK
     return top_probs_TK / top_probs_TK.sum(dim=-1, keepdim=True), experts_TK

@@ -75,6 +75,27 @@ def with_logit_scale_folded(model) -> dict[str, torch.Tensor]:
     return state_dict
 
 
+_EXPERT_BIAS = re.compile(r"layers\.(\d+)\.feed_forward\.expert_bias")
+
+
+def without_expert_bias(state_dict: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The state dict without the aux-loss-free balancing biases, which must all be zero:
+    Mixtral chooses the top-k experts by the probabilities it weights them with and has no
+    bias on the choice alone, so a nonzero one is refused (a zero one routes exactly as
+    Mixtral does)."""
+    kept = {}
+    for name, tensor in state_dict.items():
+        biased = _EXPERT_BIAS.fullmatch(name)
+        if biased is None:
+            kept[name] = tensor
+        elif bool(tensor.any()):
+            raise MoelabError(
+                f"model.moe.balance with a nonzero expert bias (layer {biased.group(1)}, "
+                f"largest |b| {float(tensor.abs().max()):.3g}) cannot be exported: Mixtral has no "
+                f"routing bias on the top-k choice; allowed: balance aux_loss")
+    return kept
+
+
 def hf_config(cfg: ModelConfig, eot_id: int):
     """The ``LlamaConfig`` (dense) or ``MixtralConfig`` (MoE) of ``cfg``."""
     from transformers import LlamaConfig, MixtralConfig
@@ -119,6 +140,7 @@ def export_hf(run_dir: str | Path, out_dir: str | Path) -> Path:
         raise MoelabError(f"cannot export to {out_dir}: it exists and is not an empty folder")
     model, tokenizer = load_run(run_dir)
     config = hf_config(model.cfg, tokenizer.eot_id)  # refuses what Hugging Face cannot hold
+    state_dict = without_expert_bias(with_logit_scale_folded(model))  # and refuses a bias
     try:
         out_dir.parent.mkdir(parents=True, exist_ok=True)
         staging = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
@@ -127,7 +149,7 @@ def export_hf(run_dir: str | Path, out_dir: str | Path) -> Path:
         raise MoelabError(f"cannot write {out_dir}: {exc.strerror or exc}") from None
     try:
         config.save_pretrained(staging)
-        save_file(to_hf_state_dict(with_logit_scale_folded(model)), staging / "model.safetensors",
+        save_file(to_hf_state_dict(state_dict), staging / "model.safetensors",
                   metadata={"format": "pt"})
         PreTrainedTokenizerFast(
             tokenizer_file=str(tokenizer.path), bos_token=EOT_TEXT, eos_token=EOT_TEXT,

@@ -234,11 +234,13 @@ def optimizer_step(session: Session, plan: StepPlan, lr: float,
             and (plan.accumulation_steps > 1 or session.dist.is_ddp)):
         lb_slot_counts_LE = step_slot_counts(session.model, x_BT, plan, session.autocast,
                                              session.dist.sum)
-    losses_4 = forward_backward(session.train_model, session.ddp_model, x_BT, y_BT, plan,
-                                session.autocast, lb_slot_counts_LE)
+    losses_4, slot_counts_LE = forward_backward(session.train_model, session.ddp_model, x_BT,
+                                                y_BT, plan, session.autocast, lb_slot_counts_LE)
     grad_norm = torch.nn.utils.clip_grad_norm_(session.model.parameters(), grad_clip or math.inf)
     session.optimizer.step()
     session.optimizer.zero_grad(set_to_none=True)
+    if moe is not None and moe.uses_expert_bias:  # the same loads, so the same bias, on every rank
+        session.model.update_expert_bias(session.dist.sum(slot_counts_LE))
     return losses_4, grad_norm
 
 
@@ -261,15 +263,18 @@ def step_slot_counts(model: Transformer, x_BT: torch.Tensor, plan: StepPlan, aut
 
 def forward_backward(train_model, ddp_model, x_BT: torch.Tensor, y_BT: torch.Tensor,
                      plan: StepPlan, autocast,
-                     lb_slot_counts_LE: torch.Tensor | None = None) -> torch.Tensor:
+                     lb_slot_counts_LE: torch.Tensor | None = None
+                     ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Accumulate the gradient of the mean loss over this rank's micro batches.
 
-    Returns the four losses (loss, ce, lb, z) averaged over micro batches, on the device.
+    Returns the four losses (loss, ce, lb, z) averaged over micro batches, and the (MoE layers,
+    E) token-slots routed to each expert summed over them (None for a dense model), on the
+    device.
     DDP averages gradients over ranks on the last micro batch only (``no_sync`` before it).
     ``lb_slot_counts_LE`` (``step_slot_counts``): the loads every micro batch's balancing loss
     uses; None: each micro batch's own.
     """
-    losses = []
+    losses, slot_counts_LE = [], None
     micro_batches = list(zip(x_BT.split(plan.micro_batch_size), y_BT.split(plan.micro_batch_size)))
     for index, (x_bT, y_bT) in enumerate(micro_batches):
         is_last = index == len(micro_batches) - 1
@@ -279,7 +284,10 @@ def forward_backward(train_model, ddp_model, x_BT: torch.Tensor, y_BT: torch.Ten
                                   lb_slot_counts_LE=lb_slot_counts_LE)
             (out.loss / len(micro_batches)).backward()
         losses.append(torch.stack([out.loss, out.ce_loss, out.lb_loss, out.z_loss]).detach().float())
-    return torch.stack(losses).mean(dim=0)
+        if out.slot_counts_LE is not None:
+            slot_counts_LE = (out.slot_counts_LE if slot_counts_LE is None
+                              else slot_counts_LE + out.slot_counts_LE)
+    return torch.stack(losses).mean(dim=0), slot_counts_LE
 
 
 def _write_up(config: Config, run: RunFolder, dist: Distributed, plan: StepPlan,
