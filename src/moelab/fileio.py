@@ -9,11 +9,13 @@ their reader, and an fsync per logged step would cost more than it protects.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import tempfile
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from moelab.errors import MoelabError
 
@@ -77,6 +79,59 @@ def current_umask() -> int:
     mask = os.umask(0o022)
     os.umask(mask)
     return mask
+
+
+LOCK_NAME = ".moelab.lock"
+"""The lock file a writer holds in the folder it writes (``writer_lock``)."""
+
+
+class WriterLock:
+    """A folder's writer lock, held until ``release()`` or the holder's exit.
+
+    An OS lock (``flock`` on ``LOCK_NAME`` in the folder), so the kernel releases it when its
+    holder dies, however it dies: a lock is never stale. Readers do not take it.
+    """
+
+    def __init__(self, folder: str | os.PathLike):
+        """Take the lock, creating the folder if needed; a held one fails at once, naming its pid."""
+        self.folder = Path(folder)
+        self._handle: int | None = None
+        try:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            self._handle = os.open(self.folder / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o666)
+        except OSError as exc:
+            raise MoelabError(f"cannot write {self.folder}: {exc.strerror or exc}") from None
+        try:
+            fcntl.flock(self._handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(self._handle, 32, 0).decode("ascii", "replace").strip() or "unknown"
+            self.release()
+            raise MoelabError(f"{self.folder} is being written by another moelab process (pid "
+                              f"{holder}): wait for it to finish or stop it") from None
+        os.ftruncate(self._handle, 0)
+        os.pwrite(self._handle, f"{os.getpid()}\n".encode("ascii"), 0)
+
+    def release(self) -> None:
+        if self._handle is not None:
+            os.close(self._handle)  # closing the file releases the lock
+            self._handle = None
+
+    __del__ = release
+
+
+@contextlib.contextmanager
+def writer_lock(folder: str | os.PathLike) -> Iterator[None]:
+    """Hold the folder's ``WriterLock`` for the block."""
+    lock = WriterLock(folder)
+    try:
+        yield
+    finally:
+        lock.release()
+
+
+def is_bookkeeping(path: Path) -> bool:
+    """Files moelab keeps beside a folder's contents: temporaries and the writer lock."""
+    return is_temporary(path) or path.name == LOCK_NAME
 
 
 def is_temporary(path: Path) -> bool:

@@ -329,6 +329,7 @@ def why_no_budget(columns: dict) -> str:
 
 
 def _sweep(args) -> int:
+    from moelab.fileio import writer_lock
     from moelab.scaling.sweep import load_grid, plan_sweep, run_sweep
 
     check_grid_file(args.grid)
@@ -344,7 +345,8 @@ def _sweep(args) -> int:
             print(point.describe())
         print(f"{len(plan)} runs")
         return 0
-    report_path = run_sweep(grid, out_dir, bootstrap_replicates=args.bootstrap,
-                            max_starts=args.starts, jobs=args.jobs)
+    with writer_lock(out_dir):
+        report_path = run_sweep(grid, out_dir, bootstrap_replicates=args.bootstrap,
+                                max_starts=args.starts, jobs=args.jobs)
     print(f"results: {out_dir / 'results.csv'}\nreport: {report_path}")
     return 0

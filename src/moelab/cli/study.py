@@ -63,6 +63,7 @@ def _add_run_arguments(parser, kind: str) -> None:
 def _study(args) -> int:
     from moelab.study.arms import check_criteria
     from moelab.study.budgets import parse_budget_list
+    from moelab.fileio import writer_lock
     from moelab.study.commands import list_runs, run_study
     from moelab.study.settings import check_seeds, load_study
 
@@ -84,7 +85,8 @@ def _study(args) -> int:
         for command in list_runs(args.kind, config, settings, out):
             print(command)
         return 0
-    results = run_study(args.kind, config, settings, out, jobs=args.jobs)
+    with writer_lock(out):
+        results = run_study(args.kind, config, settings, out, jobs=args.jobs)
     print_results(results, out)
     return 0
 
@@ -109,11 +111,13 @@ def check_study_size(settings, budgets_key: str, seeds_key: str) -> None:
 
 
 def _report(args) -> int:
+    from moelab.fileio import writer_lock
     from moelab.study.report import write_outputs
     from moelab.study.runner import check_study_files
 
     check_study_files(Path(args.study_dir))
-    results = write_outputs(Path(args.study_dir))
+    with writer_lock(args.study_dir):
+        results = write_outputs(Path(args.study_dir))
     print_results(results, Path(args.study_dir))
     return 0
 

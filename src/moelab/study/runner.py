@@ -33,7 +33,7 @@ import yaml
 
 from moelab.config import Config, dump_config, override, to_dict
 from moelab.errors import MoelabError
-from moelab.fileio import atomic_write_json, atomic_write_text, is_temporary
+from moelab.fileio import atomic_write_json, atomic_write_text, is_bookkeeping, is_temporary
 from moelab.study.arms import Arm
 from moelab.study.budgets import format_token_count
 from moelab.train.checkpoint import latest_checkpoint
@@ -140,7 +140,7 @@ def check_same_study(study_dir: Path, kind: str, base: Config, specs: list[RunSp
     plan_path, study_path = study_dir / "plan.json", study_dir / "study.yaml"
     if study_dir.is_dir() and not any((study_dir / name).exists()
                                       for name in ("plan.json", "study.yaml", "runs")):
-        others = sorted(p.name for p in study_dir.iterdir() if not is_temporary(p))
+        others = sorted(p.name for p in study_dir.iterdir() if not is_bookkeeping(p))
         if others:
             raise MoelabError(f"{study_dir} is not empty and holds no study (it has "
                               f"{', '.join(others[:3])}{', ...' if len(others) > 3 else ''}): "

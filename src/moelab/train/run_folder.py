@@ -20,7 +20,9 @@ from typing import Any
 from moelab.config import Config, build_config, read_raw, save_config, to_dict
 from moelab.data.tokenizer import Tokenizer, file_sha256
 from moelab.errors import MoelabError
-from moelab.fileio import atomic_write, atomic_write_json, atomic_write_text, is_temporary
+from moelab.fileio import (
+    WriterLock, atomic_write, atomic_write_json, atomic_write_text, is_bookkeeping, is_temporary,
+)
 
 # Keys that may differ between a run and its resumption: they change how a run is shown,
 # never what it computes.
@@ -55,18 +57,21 @@ class RunFolder:
                 )
             self.check_same_config(config)
         elif not self.config_path.exists() and self.path.is_dir():
-            others = sorted(p.name for p in self.path.iterdir() if not is_temporary(p))
+            others = sorted(p.name for p in self.path.iterdir() if not is_bookkeeping(p))
             if others:
                 raise MoelabError(
                     f"run folder {self.path} is not empty and holds no run (no config.yaml; it "
                     f"has {', '.join(others[:3])}{', ...' if len(others) > 3 else ''}): choose "
                     f"another --out or an empty folder"
                 )
-        self._remove_stale_temporaries()
         try:
             self.path.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise MoelabError(f"cannot create run folder {self.path}: {exc.strerror or exc}") from None
+        # One writer per run: held until this object goes (the run ends) or the process dies.
+        # Taken before the temporaries go: another writer's would be in use.
+        self.writer_lock = WriterLock(self.path)
+        self._remove_stale_temporaries()
         save_config(config, self.config_path)
 
     def has_progress(self) -> bool:
