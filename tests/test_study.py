@@ -9,6 +9,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import shlex
 import statistics
 from pathlib import Path
 
@@ -24,6 +25,7 @@ from moelab.errors import ConfigError, MoelabError
 from moelab.study import commands as study_commands
 from moelab.study.arms import ladder_arms, study_arms
 from moelab.study.settings import StudySettings, load_study
+from tiny_overrides import TINY_MOE_RUN
 
 ARM_OFFSET = {"moe": 0.0, "dense_active": 0.08, "dense_total": -0.02, "dense_flops": 0.07,
               "naive_top1": 0.3, "top1_lb": 0.1, "top2_lb": 0.01, "top2_lb_z": 0.0}
@@ -442,6 +444,20 @@ def test_list_runs_prints_one_train_command_per_run(tmp_path, capsys):
     plan = json.loads((out / "plan.json").read_text())
     assert [run["name"] for run in plan["runs"]][:4] == [
         "moe/seed0", "dense_active/seed0", "dense_total/seed0", "moe/seed1"]
+    # Each command can be rerun as it is (a requeued cluster job): it resumes its run.
+    assert all(c.endswith(" --resume") for c in commands)
+
+
+def test_a_listed_command_reruns_after_it_finished(tmp_path, capsys):
+    out = tmp_path / "plan"
+    assert main(["study", "demo", "--seeds", "1", "--budgets", "2048", "--out", str(out),
+                 *[a for pair in TINY_MOE_RUN for a in ("--set", pair)], "--list-runs"]) == 0
+    command = shlex.split(capsys.readouterr().out.splitlines()[0])
+    assert command[:2] == ["moelab", "train"]
+    assert main(command[1:]) == 0
+    first = (Path(command[command.index("--out") + 1]) / "metrics.jsonl").read_text()
+    assert main(command[1:]) == 0  # the rerun finds the run complete and leaves it
+    assert (Path(command[command.index("--out") + 1]) / "metrics.jsonl").read_text() == first
 
 
 @pytest.mark.parametrize("argv, message", [

@@ -190,9 +190,12 @@ def _read_planned(path: Path, parse: Callable[[str], object]) -> dict:
 
 
 def train_commands(study_dir: Path, specs: list[RunSpec]) -> list[str]:
-    """One ``moelab train`` command per run, for a cluster or several GPUs."""
+    """One ``moelab train ... --resume`` command per run, for a cluster or several GPUs.
+
+    With ``--resume`` a command can simply be rerun: after a preemption it continues its run,
+    after completion it returns at once, and a first start it begins afresh."""
     return [
-        "moelab train {} --out {}".format(
+        "moelab train {} --out {} --resume".format(
             shlex.quote(str(study_dir / spec.config_path)), shlex.quote(str(study_dir / spec.run_dir))
         )
         for spec in specs
