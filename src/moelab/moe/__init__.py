@@ -9,7 +9,10 @@ One MoE layer replaces the dense SwiGLU FFN of a block. Read in this order:
   the task loss. The Switch balancing loss (normalised so a balanced router scores 1), the
   router z-loss and the summable ``RoutingStats`` are pure functions of the logits and the
   chosen experts; ``route`` shares one softmax and one slot count between the weights and both
-  losses. One implementation, used by the layer and by the tests.
+  losses. It also takes the loads of a whole optimizer step for the balancing loss
+  (``lb_scope: global_batch``) and a per-expert bias on the top-k choice alone (``balance:
+  bias``, DeepSeek-V3's aux-loss-free balancing; the layer holds it as a buffer). One
+  implementation, used by the layer and by the tests.
 - ``layer.py``: ``MoEFeedForward`` = router + an experts implementation (+ an optional shared
   FFN). ``forward`` returns ``(y, MoEAux)``, as the dense FFN returns ``(y, None)``; nothing is
   stashed on the module. The statistics are skipped when the caller does not want them
