@@ -303,6 +303,7 @@ def test_routing_stats_summary_by_hand():
         "effective_experts": math.exp(entropy(loads)),
         "mean_log_z": sum(log_z) / 4,
         "mean_z_sq": sum(v * v for v in log_z) / 4,
+        "dead_experts": 2,  # experts 2 and 3: load 0 < 1 % of the mean 1/4
         "expert_load": loads,
     }
     assert set(summary) == set(expected)
@@ -333,6 +334,16 @@ def test_balanced_and_collapsed_diagnostics():
     assert collapsed["busiest_fraction"] == 1.0
     assert collapsed["usage_variance_scaled"] == pytest.approx(4 - 1)  # E - 1
     assert collapsed["effective_experts"] == pytest.approx(1.0)
+    assert (balanced["dead_experts"], collapsed["dead_experts"]) == (0, 3)
+
+
+def test_dead_experts_are_those_under_one_percent_of_the_mean_load():
+    # E = 4, mean load 1/4: 1 % of it is 1/400 = 0.0025 of the token-slots. 1000 slots: an
+    # expert with 2 slots (0.002) is dead, one with 3 (0.003) is alive.
+    counts = [995, 3, 2, 0]
+    experts_TK = torch.tensor([[e] for e, c in enumerate(counts) for _ in range(c)])
+    summary = routing_stats(torch.zeros(1000, 4), experts_TK).summary()
+    assert summary["dead_experts"] == 2
 
 
 # ----- experts implementations -------------------------------------------------------------

@@ -28,7 +28,8 @@ from moelab.study.settings import StudySettings, load_study
 from tiny_overrides import TINY_MOE_RUN
 
 ARM_OFFSET = {"moe": 0.0, "dense_active": 0.08, "dense_total": -0.02, "dense_flops": 0.07,
-              "naive_top1": 0.3, "top1_lb": 0.1, "top2_lb": 0.01, "top2_lb_z": 0.0}
+              "naive_top1": 0.3, "top1_lb": 0.1, "top2_lb": 0.01, "top2_lb_z": 0.0,
+              "top2_global_lb_z": -0.01, "top2_bias_z": -0.005}
 # Noise of odd seeds that only the dense arms have: without it every per-seed difference would
 # be the same constant, and the paired test would have no spread to test against.
 ARM_ODD_SEED_NOISE = {"dense_active": 0.002, "dense_total": 0.001}
@@ -55,7 +56,8 @@ class FakeTrain:
         is_moe = config.model.moe is not None
         routing = [{"busiest_fraction": 0.3 + 0.1 * layer, "routing_entropy": 0.9,
                     "mean_log_z": 1.0, "usage_variance_scaled": 0.1, "load_entropy": 1.3,
-                    "effective_experts": 3.7, "mean_z_sq": 1.1}
+                    "effective_experts": 3.7, "mean_z_sq": 1.1,
+                    "dead_experts": 1 if layer == 0 else 0}
                    for layer in range(config.model.n_layers)] if is_moe else []
         with open(run_dir / "metrics.jsonl", "w") as f:
             for step in (1, 2, 3):
@@ -123,11 +125,25 @@ def test_arms_differ_only_in_the_ffn(demo):
 def test_ladder_rungs_differ_only_in_routing(demo):
     config, _ = demo
     rungs = {arm.name: arm.config.model.moe for arm in ladder_arms(config)}
-    assert [(m.top_k, m.lb_coef, m.z_coef) for m in rungs.values()] == [
-        (1, 0.0, 0.0), (1, 0.01, 0.0), (2, 0.01, 0.0), (2, 0.01, 0.001)]
+    assert [(m.top_k, m.lb_coef, m.z_coef, m.lb_scope, m.balance) for m in rungs.values()] == [
+        (1, 0.0, 0.0, "micro_batch", "aux_loss"), (1, 0.01, 0.0, "micro_batch", "aux_loss"),
+        (2, 0.01, 0.0, "micro_batch", "aux_loss"), (2, 0.01, 0.001, "micro_batch", "aux_loss"),
+        (2, 0.01, 0.001, "global_batch", "aux_loss"), (2, 0.0, 0.001, "micro_batch", "bias")]
+    # The bias rung trains with the balancing bias and without the balancing loss.
+    assert rungs["top2_bias_z"].uses_expert_bias and not rungs["top2_bias_z"].uses_aux_loss
+    assert not any(rungs[name].uses_expert_bias for name in list(rungs)[:-1])
     for arm in ladder_arms(config):
         assert _differing_keys(config, arm.config) <= {
-            "model.moe.top_k", "model.moe.lb_coef", "model.moe.z_coef"}
+            "model.moe.top_k", "model.moe.lb_coef", "model.moe.z_coef", "model.moe.lb_scope",
+            "model.moe.balance"}
+
+
+def test_a_base_configs_balancing_reaches_only_the_rungs_that_name_it():
+    config = load_config("demo", ["model.moe.lb_scope=global_batch", "model.moe.balance=both"])
+    rungs = {arm.name: arm.config.model.moe for arm in ladder_arms(config)}
+    assert rungs["top2_lb_z"].lb_scope == "micro_batch" and rungs["top2_lb_z"].balance == "aux_loss"
+    assert rungs["top2_global_lb_z"].lb_scope == "global_batch"
+    assert rungs["top2_bias_z"].balance == "bias"
 
 
 def test_a_dense_base_config_is_refused():
@@ -157,7 +173,7 @@ DOCUMENTED_RUNS = {
     "cpu-budgets": (36, "CPU, 36 runs", "docs/study.md"),
     "paper": (9, "3 seeds", "README.md"),  # x 3 arms: moe, dense_active, dense_total
     "paper-budgets": (36, "GPU, 36 runs", "docs/study.md"),
-    "ablation": (12, "GPU, 12 runs", "docs/study.md"),
+    "ablation": (18, "GPU, 18 runs", "docs/study.md"),
     "cpu-replication": (9, "the 9 runs", "docs/study.md"),
 }
 
@@ -347,12 +363,17 @@ def test_ablation_ladder_report(tmp_path, demo):
     config, _ = demo
     results = study_commands.run_study("ablation", config, StudySettings(seeds=2), tmp_path / "a",
                             train_fn=FakeTrain(), log=lambda line: None)
-    assert list(results["arms"]) == ["naive_top1", "top1_lb", "top2_lb", "top2_lb_z"]
+    assert list(results["arms"]) == ["naive_top1", "top1_lb", "top2_lb", "top2_lb_z",
+                                     "top2_global_lb_z", "top2_bias_z"]
     assert results["arms"]["naive_top1"]["best_val_loss"]["mean"] == pytest.approx(
         statistics.mean(fake_loss("naive_top1", s, 1_000_000) for s in range(2)))
     assert results["gaps"] == {}
     report = (tmp_path / "a/report.md").read_text()
     assert "## Ladder" in report and "| naive_top1 | top-1, no load balancing" in report
+    assert "| top2_bias_z | top-2, aux-loss-free (bias) balancing" in report
+    # FakeTrain's runs have one dead expert in layer 0 and none elsewhere (4 demo layers).
+    assert results["arms"]["top2_bias_z"]["routing"]["dead_experts_per_layer"] == [1, 0, 0, 0]
+    assert " | 1 / 0 / 0 / 0 |" in report
 
 
 def _losses(arm: str, seeds) -> list[float]:

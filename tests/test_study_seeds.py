@@ -116,7 +116,7 @@ def test_ablate_routing_takes_a_seed_list(tmp_path, capsys):
     out = tmp_path / "a"
     assert main(["ablate-routing", "demo", "--seeds", "4,2", "--out", str(out), "--list-runs"]) == 0
     commands = capsys.readouterr().out.splitlines()
-    assert [c.split()[-1][len(str(out)) + 1:] for c in commands[:5]] == [
+    assert [c.split("--out ")[1].split()[0][len(str(out)) + 1:] for c in commands[:7]] == [
         "runs/naive_top1/seed4", "runs/top1_lb/seed4", "runs/top2_lb/seed4", "runs/top2_lb_z/seed4",
-        "runs/naive_top1/seed2"]
+        "runs/top2_global_lb_z/seed4", "runs/top2_bias_z/seed4", "runs/naive_top1/seed2"]
     assert yaml.safe_load((out / "study.yaml").read_text())["study"]["seeds"] == [4, 2]

@@ -141,6 +141,9 @@ def router_z_loss(router_logits_TE: torch.Tensor) -> torch.Tensor:
 # Diagnostics
 # --------------------------------------------------------------------------------------------
 
+DEAD_EXPERT_LOAD = 0.01
+"""An expert is dead when its load is under this fraction of the mean load 1/E."""
+
 
 @dataclass
 class RoutingStats:
@@ -190,6 +193,8 @@ class RoutingStats:
             0 when E = 1.
         load_entropy: entropy (nats) of the loads c_i / sum c; effective_experts = exp of it.
         mean_log_z, mean_z_sq: mean logsumexp of the router logits and of its square.
+        dead_experts: how many experts have a load under DEAD_EXPERT_LOAD (1 %) of the mean
+            load 1/E, i.e. c_i / sum c < 0.01 / E (nearly never chosen).
         expert_load: the loads c_i / sum c themselves (a list of E floats).
         """
         counts_E = self.expert_counts.detach().double().cpu()
@@ -207,6 +212,7 @@ class RoutingStats:
             "effective_experts": math.exp(load_entropy),
             "mean_log_z": float(self.logz_sum) / tokens,
             "mean_z_sq": float(self.z_sq_sum) / tokens,
+            "dead_experts": int((load_E < DEAD_EXPERT_LOAD / num_experts).sum()),
             "expert_load": load_E.tolist(),
         }
 

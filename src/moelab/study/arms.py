@@ -3,7 +3,8 @@
 Dense-vs-MoE arms (``moe``, ``dense_active``, ``dense_total``) differ only in the FFN: a dense arm
 drops ``model.moe`` and takes the ``d_ff`` the matcher chose. (A study has no FLOP-matched arm:
 under moelab's FLOP count it is the ``dense_active`` model, see ``check_criteria``.) The routing ladder's
-rungs differ only in ``model.moe`` (top_k and the auxiliary-loss coefficients). Everything else
+rungs differ only in ``model.moe`` (top_k, the auxiliary-loss coefficients, the balancing
+scope and mode). Everything else
 -- tokenizer, data, optimizer, schedule, token budget, evaluation -- is the base config's.
 """
 
@@ -19,12 +20,15 @@ from moelab.errors import ConfigError
 MOE_ARM = "moe"
 STUDY_CRITERIA = ("active", "total")
 DEFAULT_CRITERIA = STUDY_CRITERIA
-LADDER_RUNGS = ("naive_top1", "top1_lb", "top2_lb", "top2_lb_z")
+LADDER_RUNGS = ("naive_top1", "top1_lb", "top2_lb", "top2_lb_z", "top2_global_lb_z",
+                "top2_bias_z")
 LADDER_DESCRIPTIONS = {
     "naive_top1": "top-1, no load balancing, no z-loss",
     "top1_lb": "top-1 + Switch load balancing",
     "top2_lb": "top-2 + Switch load balancing",
     "top2_lb_z": "top-2 + Switch load balancing + router z-loss",
+    "top2_global_lb_z": "top-2 + global-batch Switch load balancing + router z-loss",
+    "top2_bias_z": "top-2, aux-loss-free (bias) balancing + router z-loss",
 }
 # When the base config switches an auxiliary loss off, the ladder still needs it on its upper
 # rungs; these are the paper's (and the config's default) coefficients.
@@ -89,7 +93,9 @@ def study_arms(config: Config, criteria: list[str], match_step: int = 32) -> lis
 
 
 def ladder_arms(config: Config) -> list[Arm]:
-    """The routing-stability ladder: naive top-1, + Switch LB, top-2, + router z-loss."""
+    """The routing-stability ladder: naive top-1, + Switch LB, top-2, + router z-loss, then the
+    balancing variants at top-2 + z-loss: the Switch loss over the global batch, and the
+    aux-loss-free bias instead of the loss."""
     require_moe(config)
     if config.model.moe.num_experts < 2:
         raise ConfigError(
@@ -98,19 +104,25 @@ def ladder_arms(config: Config) -> list[Arm]:
         )
     lb = config.model.moe.lb_coef or DEFAULT_LB_COEF
     z = config.model.moe.z_coef or DEFAULT_Z_COEF
+    # top_k, lb_coef, z_coef, lb_scope, balance. Every rung sets all five, so a base config's
+    # lb_scope or balance reaches no rung that does not name it. The bias rung has no balancing
+    # loss in its objective (balance: bias), so its lb_coef is 0.
     settings = {
-        "naive_top1": (1, 0.0, 0.0),
-        "top1_lb": (1, lb, 0.0),
-        "top2_lb": (2, lb, 0.0),
-        "top2_lb_z": (2, lb, z),
+        "naive_top1": (1, 0.0, 0.0, "micro_batch", "aux_loss"),
+        "top1_lb": (1, lb, 0.0, "micro_batch", "aux_loss"),
+        "top2_lb": (2, lb, 0.0, "micro_batch", "aux_loss"),
+        "top2_lb_z": (2, lb, z, "micro_batch", "aux_loss"),
+        "top2_global_lb_z": (2, lb, z, "global_batch", "aux_loss"),
+        "top2_bias_z": (2, 0.0, z, "micro_batch", "bias"),
     }
     arms = []
     for name in LADDER_RUNGS:
-        top_k, lb_coef, z_coef = settings[name]
+        top_k, lb_coef, z_coef, lb_scope, balance = settings[name]
         rung_config = override(
             config,
             [f"model.moe.top_k={top_k}", f"model.moe.lb_coef={lb_coef}",
-             f"model.moe.z_coef={z_coef}"],
+             f"model.moe.z_coef={z_coef}", f"model.moe.lb_scope={lb_scope}",
+             f"model.moe.balance={balance}"],
         )
         arms.append(Arm(name, rung_config, description=LADDER_DESCRIPTIONS[name]))
     return arms

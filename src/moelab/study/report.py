@@ -241,15 +241,18 @@ def ladder_section(results: dict) -> str:
             format_number(routing.get("max_busiest_fraction"), 3),
             format_number(routing.get("routing_entropy"), 3),
             format_number(routing.get("mean_log_z"), 3),
+            format_dead_experts(routing),
         ])
     return (
         "## Ladder\n\nSame base model, budget and seeds; only the routing changes. Collapse is the "
         "training engine's flag (one expert takes more than `train.collapse_threshold` of the "
         "token-slots in some layer); busiest fraction is the worst layer at the end, routing "
-        "entropy (÷ log E) and log-z are means over layers and seeds.\n\n"
+        "entropy (÷ log E) and log-z are means over layers and seeds; dead experts (load under "
+        "1 % of the mean) are per layer, first layer first, mean over seeds.\n\n"
         + markdown_table(["rung", "routing", "active params", "best val loss (mean ± std)",
-                          "collapsed runs", "busiest fraction", "routing entropy", "mean log-z"],
-                         rows, "llrrrrrr")
+                          "collapsed runs", "busiest fraction", "routing entropy", "mean log-z",
+                          "dead experts per layer"],
+                         rows, "llrrrrrrr")
     )
 
 
@@ -266,20 +269,31 @@ def routing_section(results: dict, figure_paths: dict[str, str]) -> str:
             format_number(routing.get("routing_entropy"), 3),
             format_number(routing.get("effective_experts"), 2),
             format_number(routing.get("mean_log_z"), 3),
+            format_dead_experts(routing),
             f"{r['collapsed_runs']}/{len(r['runs'])}",
         ])
     if not rows:
         return ""
     return (
         "## Routing diagnostics\n\nAt the end of training, on the validation windows; mean over "
-        "layers and seeds (worst layer for the max).\n\n"
+        "layers and seeds (worst layer for the max). Dead experts: experts whose load is under "
+        "1 % of the mean load 1/E, per layer (first layer first), mean over seeds.\n\n"
         + markdown_table(["arm", "busiest fraction", "max over layers", "E²·usage variance",
                           "routing entropy / log E", "effective experts", "mean log-z",
-                          "collapsed runs"], rows, "lrrrrrrr")
+                          "dead experts per layer", "collapsed runs"], rows, "lrrrrrrrr")
         + "\n" + figure_block("Routing over training", figure_paths, "routing", level=3)
         + figure_block("Expert load per layer", figure_paths, "expert_load", level=3)
         + figure_block("Busiest expert per layer over training", figure_paths, "layer_load", level=3)
     )
+
+
+def format_dead_experts(routing: dict) -> str:
+    """Dead experts of each layer (mean over seeds), e.g. ``0 / 1 / 0.33 / 0``; '–' when the
+    runs did not record them."""
+    per_layer = routing.get("dead_experts_per_layer")
+    if per_layer is None:
+        return "–"
+    return " / ".join(f"{value:.2f}".rstrip("0").rstrip(".") for value in per_layer)
 
 
 def throughput_section(results: dict) -> str:

@@ -220,6 +220,13 @@ def routing_result(records: list[RunRecord]) -> dict:
                if layers and all("busiest_fraction" in layer for layer in layers)]
     if busiest:
         result["max_busiest_fraction"] = float(max(busiest))
+    dead = [[layer["dead_experts"] for layer in layers] for layers in per_run
+            if layers and all("dead_experts" in layer for layer in layers)]
+    if dead and len({len(layers) for layers in dead}) == 1:
+        # Dead experts (load < 1 % of the mean, ``RoutingStats.summary``) of each layer, mean
+        # over seeds, and their sum over layers.
+        result["dead_experts_per_layer"] = np.mean(dead, axis=0).tolist()
+        result["dead_experts"] = float(sum(result["dead_experts_per_layer"]))
     loads = [layer_loads(layers) for layers in per_run]
     if all(load is not None for load in loads):
         result["expert_load"] = np.mean(loads, axis=0).tolist()  # (layers, experts)
