@@ -31,6 +31,13 @@ MOE_TIED = ModelConfig(
     max_seq_len=32, tie_embeddings=True, moe=MoEConfig(num_experts=4, top_k=2, d_expert=8),
 )
 
+# MOE_TIED + 2 shared experts of d_shared=4: per layer + 3*16*(2*4) = 384 shared, all active.
+#   total 6928 + 2 * 384 = 7696; active 5392 + 768 = 6160 (= per layer: attention 1024 + router
+#   64 + shared 384 + k=2 routed 2 * 384 + norms 32 = 2272, two layers 4544, + embedding 1600
+#   + final norm 16)
+MOE_SHARED = dataclasses.replace(
+    MOE_TIED, moe=MoEConfig(num_experts=4, top_k=2, d_expert=8, num_shared_experts=2, d_shared=4))
+
 
 def test_dense_gqa_untied_hand_count():
     counts = count_params(DENSE_GQA_UNTIED)
@@ -48,6 +55,44 @@ def test_moe_tied_hand_count():
     assert counts.active_non_embedding == 3792
 
 
+def test_shared_experts_hand_count():
+    counts = count_params(MOE_SHARED)
+    assert counts.total == 7696
+    assert counts.active == 6160 == 1600 + 2 * (1024 + 64 + 384 + 2 * 384 + 32) + 16
+    assert counts.active_non_embedding == 6160 - 1600
+    # d_shared null: each shared expert is as wide as a routed one (3*16*8 = 384 each).
+    one_wide = dataclasses.replace(MOE_TIED, moe=MoEConfig(num_experts=4, top_k=2, d_expert=8,
+                                                           num_shared_experts=1))
+    assert count_params(one_wide).total == 6928 + 2 * 384
+    assert count_params(one_wide).active == 5392 + 2 * 384
+
+
+def test_fine_grained_experts_keep_expert_params_and_grow_the_router():
+    # Granularity 2: E=8 experts of d_expert 4, k=4. Experts 8 * 3*16*4 = 1536 per layer as
+    # before, active routed 4 * 192 = 768 as before; the router is 16*8 = 128 (+64 per layer).
+    split = dataclasses.replace(MOE_TIED, moe=MOE_TIED.moe.fine_grained(2))
+    assert (split.moe.num_experts, split.moe.top_k, split.moe.d_expert) == (8, 4, 4)
+    counts = count_params(split)
+    assert counts.total == 6928 + 2 * 64
+    assert counts.active == 5392 + 2 * 64
+    assert MOE_TIED.moe.fine_grained_overrides(2) == [
+        "model.moe.num_experts=8", "model.moe.top_k=4", "model.moe.d_expert=4"]
+    # Shared experts keep their width (d_shared resolved from the old d_expert).
+    shared = MoEConfig(num_experts=4, top_k=2, d_expert=8, num_shared_experts=1)
+    assert shared.fine_grained(4).shared_hidden == 8
+    assert shared.fine_grained_overrides(4)[-1] == "model.moe.d_shared=8"
+    with pytest.raises(ConfigError, match="granularity=3 is invalid: must be a positive "
+                                          "integer dividing d_expert"):
+        MOE_TIED.moe.fine_grained(3)
+
+
+def test_match_dense_counts_the_shared_experts():
+    # Active target 6160: dense per layer 1024 + 48 d_ff + 32, so 2 * (1056 + 48 d_ff) + 1616
+    # = 6160 at d_ff = 25.33; step 1 gives 25 (nearest). Total 7696: 3728 + 96 d_ff, d_ff = 41.33 -> 41.
+    assert match_dense(MOE_SHARED, "active", step=1).config.d_ff == 25
+    assert match_dense(MOE_SHARED, "total", step=1).config.d_ff == 41
+
+
 def test_flops_hand_count():
     flops = flops_per_token(MOE_TIED)
     assert flops.six_n == 6 * 5392
@@ -63,8 +108,9 @@ def test_flops_hand_count():
         MOE_TIED,
         dataclasses.replace(MOE_TIED, tie_embeddings=False, n_kv_heads=1),
         dataclasses.replace(MOE_TIED, moe=MoEConfig(num_experts=8, top_k=1, d_expert=12)),
+        MOE_SHARED,
     ],
-    ids=["dense-gqa-untied", "moe-tied", "moe-untied-mqa", "moe-e8-top1"],
+    ids=["dense-gqa-untied", "moe-tied", "moe-untied-mqa", "moe-e8-top1", "moe-shared"],
 )
 def test_counts_equal_built_model(cfg):
     from moelab.model import Transformer
@@ -79,7 +125,7 @@ def test_counts_equal_built_model(cfg):
     assert counts.embedding == embedding
     if cfg.moe is not None:
         experts = [p for n, p in model.named_parameters() if n.endswith(("w1", "w2", "w3"))
-                   and "feed_forward" in n]
+                   and "feed_forward" in n]  # routed only: shared ones end in .weight
         per_expert = sum(p.numel() for p in experts) // (cfg.n_layers * cfg.moe.num_experts)
         skipped = cfg.n_layers * (cfg.moe.num_experts - cfg.moe.top_k) * per_expert
         assert counts.active == total - skipped

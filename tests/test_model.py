@@ -152,15 +152,53 @@ def test_changing_a_future_token_leaves_earlier_logits_unchanged(moe):
     assert (before[:, 15:] - after[:, 15:]).abs().max() > 1e-3  # the change is visible later
 
 
-@pytest.mark.parametrize("moe", [MoEConfig(num_experts=4, top_k=2, d_expert=256), None])
+def swiglu(x, w1, w2, w3):
+    """Hand SwiGLU with nn.Linear-laid-out weights: w2 (silu(w1 x) * w3 x)."""
+    return (F.silu(x @ w1.T) * (x @ w3.T)) @ w2.T
+
+
+def test_shared_experts_add_each_shared_swiglu_to_the_routed_output():
+    # Reference: the same layer without shared experts (its routed output), plus two separate
+    # SwiGLU experts of d_shared = 6 computed by hand from the halves of the fused weights.
+    moe = MoEConfig(num_experts=4, top_k=2, d_expert=16, num_shared_experts=2, d_shared=6)
+    model = build(tiny_config(moe))
+    layer = model.layers[0].feed_forward
+    shared = layer.shared_experts
+    assert tuple(shared.w1.weight.shape) == (12, 32) and tuple(shared.w2.weight.shape) == (32, 12)
+    x_BTD = torch.randn(2, 5, 32)
+    with torch.no_grad():
+        y_BTD, aux = layer(x_BTD)
+        layer.shared_experts = None
+        routed_BTD, routed_aux = layer(x_BTD)
+        layer.shared_experts = shared
+        by_hand = routed_BTD + sum(
+            swiglu(x_BTD, shared.w1.weight[h], shared.w2.weight[:, h], shared.w3.weight[h])
+            for h in (slice(0, 6), slice(6, 12)))
+    torch.testing.assert_close(y_BTD, by_hand, rtol=1e-5, atol=1e-5)
+    assert torch.equal(aux.slot_counts_E, routed_aux.slot_counts_E)  # routing is untouched
+    assert (shared(x_BTD)[0].abs().max() > 1e-2)  # the shared part is not negligible
+
+
+def test_no_shared_experts_leave_the_model_as_before():
+    moe = MoEConfig(num_experts=4, top_k=2, d_expert=16)
+    names = [name for name, _ in Transformer(tiny_config(moe)).named_parameters()]
+    assert not any("shared" in name for name in names)
+    assert Transformer(tiny_config(moe)).layers[0].feed_forward.shared_experts is None
+
+
+@pytest.mark.parametrize("moe", [MoEConfig(num_experts=4, top_k=2, d_expert=256), None,
+                                 MoEConfig(num_experts=4, top_k=2, d_expert=256,
+                                           num_shared_experts=1)])
 def test_init_follows_the_spec(moe):
     cfg = ModelConfig(vocab_size=512, d_model=128, n_layers=4, n_heads=4, n_kv_heads=4, d_ff=512,
                       tie_embeddings=False, moe=moe)
     torch.manual_seed(0)
     params = dict(Transformer(cfg).named_parameters())
     residual_std = 0.02 / math.sqrt(2 * 4)
-    residual = ("attention.wo.weight", "feed_forward.w2", "feed_forward.w2.weight")
-    assert sum(name.endswith(residual) for name in params) == 2 * 4
+    residual = ("attention.wo.weight", "feed_forward.w2", "feed_forward.w2.weight",
+                "shared_experts.w2.weight")
+    shared = 1 if moe is not None and moe.num_shared_experts else 0
+    assert sum(name.endswith(residual) for name in params) == (2 + shared) * 4
     for name, param in params.items():
         if name.endswith("norm.weight"):
             assert torch.all(param == 1.0), name

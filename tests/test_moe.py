@@ -12,8 +12,8 @@ import torch.nn.functional as F
 from transformers.models.mixtral.modeling_mixtral import load_balancing_loss_func
 
 import moelab.moe.kernels
-from moelab.config import ModelConfig, MoEConfig
-from moelab.errors import MoelabError
+from moelab.config import ModelConfig, MoEConfig, load_config
+from moelab.errors import ConfigError, MoelabError
 from moelab.model import FeedForward
 from moelab.moe import MoEFeedForward
 from moelab.moe.experts import EXPERTS_IMPLEMENTATIONS, reference_experts_forward
@@ -631,3 +631,12 @@ def test_expert_loop_custom_ops_pass_opcheck_and_equal_per_expert_products():
     _assert_blocks_match_fp64(products, outer, *matmul_args[:2], right_RB, counts,
                               tol=dict(rtol=1e-5, atol=1e-5))
     assert outer[1].abs().sum() == 0  # the idle expert
+
+
+def test_shared_expert_settings_are_checked():
+    with pytest.raises(ConfigError, match=r"model.moe.num_shared_experts=-1 is invalid: must be >= 0"):
+        load_config("demo", ["model.moe.num_shared_experts=-1"])
+    with pytest.raises(ConfigError, match=r"model.moe.d_shared=0 is invalid: must be > 0"):
+        load_config("demo", ["model.moe.d_shared=0"])
+    moe = load_config("demo", ["model.moe.num_shared_experts=2"]).model.moe
+    assert moe.shared_hidden == 2 * moe.d_expert  # d_shared null: d_expert each

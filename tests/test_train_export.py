@@ -83,6 +83,20 @@ def test_export_refuses_a_router_mixtral_cannot_hold(tmp_path, capsys):
     assert not (tmp_path / "hf").exists() and not list(tmp_path.glob(".hf.*"))
 
 
+def test_export_refuses_shared_experts(tmp_path, capsys):
+    # Mixtral has no always-on expert (Qwen2-MoE's shared expert is gated by a sigmoid: not
+    # these semantics).
+    config = load_config(None, TINY + ["model.moe={num_experts: 4, top_k: 2, d_expert: 32, "
+                                       "num_shared_experts: 1, d_shared: 16}",
+                                       "train.max_tokens=256"])
+    train(config, tmp_path / "run")
+    assert main(["export-hf", str(tmp_path / "run"), str(tmp_path / "hf")]) == 2
+    err = capsys.readouterr().err
+    assert "model.moe.num_shared_experts=1 cannot be exported: Mixtral has no shared" in err
+    assert len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "hf").exists() and not list(tmp_path.glob(".hf.*"))
+
+
 def test_export_refuses_a_nonzero_expert_bias(tmp_path, capsys):
     # Mixtral picks the top-k by the probabilities it weights with: a bias on the choice alone
     # has no Hugging Face form.

@@ -4,7 +4,8 @@ Definitions (tests hold them equal to the built model and to hand counts):
 
 - **total**: every stored parameter (the sum of ``numel`` over the model).
 - **active**: the parameters one token uses: total minus the (E - k) routed experts it skips in
-  every MoE layer. The router counts as active. For a dense model active == total.
+  every MoE layer, i.e. per MoE layer the shared experts + k routed experts + the router. For a
+  dense model active == total.
 - **embedding**: the token-embedding matrix, plus the output matrix when it is not tied.
 - **non_embedding**: total - embedding.
 
@@ -63,7 +64,9 @@ def _ffn_params(cfg: ModelConfig) -> int:
     """All stored FFN parameters of one layer (dense SwiGLU, or router + E experts)."""
     if cfg.moe is None:
         return 3 * cfg.d_model * cfg.d_ff
-    return cfg.d_model * cfg.moe.num_experts + cfg.moe.num_experts * _expert_params(cfg)
+    router = cfg.d_model * cfg.moe.num_experts
+    shared = 3 * cfg.d_model * cfg.moe.shared_hidden  # every token uses them
+    return router + shared + cfg.moe.num_experts * _expert_params(cfg)
 
 
 def count_params(cfg: ModelConfig) -> ParamCounts:

@@ -61,10 +61,19 @@ class MoEConfig:
     bias_update_rate: float = 0.001
     """Step u of the bias update after every optimizer step, b_i += u * sign(mean load -
     load_i) (balance bias or both)."""
+    num_shared_experts: int = 0
+    """Always-on SwiGLU experts every token goes through besides its k routed ones, their
+    outputs added to the routed output (DeepSeekMoE); 0: none (Mixtral)."""
+    d_shared: Optional[int] = None
+    """Hidden size of each shared expert; null: d_expert. The shared experts run as one SwiGLU
+    of hidden size num_shared_experts * d_shared (the same function)."""
 
     def validate(self, prefix: str = "model.moe") -> None:
         _require_positive(self, prefix, "num_experts", "top_k", "d_expert")
-        _require_non_negative(self, prefix, "lb_coef", "z_coef", "bias_update_rate")
+        _require_non_negative(self, prefix, "lb_coef", "z_coef", "bias_update_rate",
+                              "num_shared_experts")
+        if self.d_shared is not None:
+            _require_positive(self, prefix, "d_shared")
         if self.balance not in BALANCE_MODES:
             raise ConfigError(f"{prefix}.balance={self.balance!r} is invalid: allowed "
                               f"{', '.join(BALANCE_MODES)}")
@@ -90,6 +99,37 @@ class MoEConfig:
     def uses_expert_bias(self) -> bool:
         """Whether routing adds the per-expert balancing bias to its top-k choice."""
         return self.balance in ("bias", "both")
+
+    @property
+    def shared_hidden(self) -> int:
+        """Hidden size of the fused shared SwiGLU, num_shared_experts * d_shared (0: none)."""
+        return self.num_shared_experts * (self.d_expert if self.d_shared is None
+                                          else self.d_shared)
+
+    def fine_grained(self, granularity: int) -> "MoEConfig":
+        """Each routed expert split into ``granularity`` experts of d_expert / granularity, and
+        ``granularity`` times as many chosen per token (DeepSeekMoE's fine-grained experts;
+        the granularity of Abnar et al. relative to this config): the same total and active
+        expert parameters and FLOPs, only the router grows to E * granularity outputs. The
+        shared experts stay as they are (d_shared resolved, so it does not shrink)."""
+        if not isinstance(granularity, int) or granularity <= 0 or self.d_expert % granularity:
+            raise ConfigError(
+                f"granularity={granularity!r} is invalid: must be a positive integer dividing "
+                f"d_expert ({self.d_expert})")
+        return dataclasses.replace(
+            self, num_experts=self.num_experts * granularity, top_k=self.top_k * granularity,
+            d_expert=self.d_expert // granularity,
+            d_shared=self.d_expert if self.d_shared is None and self.num_shared_experts
+            else self.d_shared)
+
+    def fine_grained_overrides(self, granularity: int, prefix: str = "model.moe") -> list[str]:
+        """``fine_grained(granularity)`` as dotted overrides, for presets and sweep grids."""
+        split = self.fine_grained(granularity)
+        overrides = [f"{prefix}.num_experts={split.num_experts}", f"{prefix}.top_k={split.top_k}",
+                     f"{prefix}.d_expert={split.d_expert}"]
+        if split.d_shared != self.d_shared:
+            overrides.append(f"{prefix}.d_shared={split.d_shared}")
+        return overrides
 
     @property
     def renormalizes_weights(self) -> bool:

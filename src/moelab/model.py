@@ -152,8 +152,14 @@ class TransformerBlock(nn.Module):
         self.attention_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
         self.attention = Attention(cfg)
         self.ffn_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
-        self.feed_forward = (MoEFeedForward(cfg, experts_implementation) if cfg.is_moe
-                             else FeedForward(cfg.d_model, cfg.d_ff))
+        self.feed_forward: nn.Module
+        if cfg.moe is None:
+            self.feed_forward = FeedForward(cfg.d_model, cfg.d_ff)
+        else:
+            # The shared experts as one SwiGLU (num_shared_experts of them side by side).
+            shared = (FeedForward(cfg.d_model, cfg.moe.shared_hidden)
+                      if cfg.moe.num_shared_experts else None)
+            self.feed_forward = MoEFeedForward(cfg, experts_implementation, shared)
 
     def init_weights(self, std: float, residual_std: float) -> None:
         self.attention_norm.init_weights()

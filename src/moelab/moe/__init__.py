@@ -13,8 +13,9 @@ One MoE layer replaces the dense SwiGLU FFN of a block. Read in this order:
   (``lb_scope: global_batch``) and a per-expert bias on the top-k choice alone (``balance:
   bias``, DeepSeek-V3's aux-loss-free balancing; the layer holds it as a buffer). One
   implementation, used by the layer and by the tests.
-- ``layer.py``: ``MoEFeedForward`` = router + an experts implementation (+ an optional shared
-  FFN). ``forward`` returns ``(y, MoEAux)``, as the dense FFN returns ``(y, None)``; nothing is
+- ``layer.py``: ``MoEFeedForward`` = router + an experts implementation (+ the shared
+  experts, ``model.moe.num_shared_experts``: one always-on SwiGLU the model passes in, added to
+  the routed output). ``forward`` returns ``(y, MoEAux)``, as the dense FFN returns ``(y, None)``; nothing is
   stashed on the module. The statistics are skipped when the caller does not want them
   (training).
 - ``experts.py``: the experts implementations behind one registry: ``reference`` (the plain

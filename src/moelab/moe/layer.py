@@ -36,11 +36,14 @@ class MoEFeedForward(nn.Module):
 
     ``experts_implementation`` names the function that runs the experts
     (``EXPERTS_IMPLEMENTATIONS``: "sorted", the fast default, or "reference", the plain loop).
-    ``shared_experts``, when set to a module with the FFN signature, runs on every token and is
-    added to the routed output (None: Mixtral has none).
+    ``shared_experts``, a module with the FFN signature (the model passes its dense SwiGLU of
+    hidden size ``moe.shared_hidden`` when ``moe.num_shared_experts`` > 0), runs on every token
+    and is added to the routed output: y = shared(x) + sum_k w_k expert_k(x) (DeepSeekMoE).
+    None: Mixtral has none.
     """
 
-    def __init__(self, cfg: ModelConfig, experts_implementation: str = "sorted"):
+    def __init__(self, cfg: ModelConfig, experts_implementation: str = "sorted",
+                 shared_experts: nn.Module | None = None):
         super().__init__()
         if cfg.moe is None:
             raise MoelabError("model.moe=null is invalid for MoEFeedForward: give a moe section")
@@ -56,7 +59,7 @@ class MoEFeedForward(nn.Module):
         self.w1 = nn.Parameter(torch.empty(moe.num_experts, moe.d_expert, cfg.d_model))
         self.w2 = nn.Parameter(torch.empty(moe.num_experts, cfg.d_model, moe.d_expert))
         self.w3 = nn.Parameter(torch.empty(moe.num_experts, moe.d_expert, cfg.d_model))
-        self.shared_experts: nn.Module | None = None
+        self.shared_experts: nn.Module | None = shared_experts
         # Aux-loss-free balancing (balance: bias | both): a buffer, not a parameter (no
         # gradient; ``update_expert_bias`` moves it), so it is checkpointed with the weights.
         # Absent otherwise, so the state dict of a model without it is unchanged.

@@ -79,7 +79,9 @@ def study_arms(config: Config, criteria: list[str], match_step: int = 32) -> lis
     """The MoE arm, then one matched dense arm per criterion."""
     require_moe(config)
     moe = config.model.moe
-    arms = [Arm(MOE_ARM, config, description=f"MoE, {moe.num_experts} experts, top-{moe.top_k}")]
+    shared = f" + {moe.num_shared_experts} shared" if moe.num_shared_experts else ""
+    arms = [Arm(MOE_ARM, config,
+                description=f"MoE, {moe.num_experts} experts, top-{moe.top_k}{shared}")]
     for criterion in check_criteria(criteria):
         matched = match_dense(config.model, criterion, match_step)
         dense_config = override(config, ["model.moe=null", f"model.d_ff={matched.config.d_ff}"])

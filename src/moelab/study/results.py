@@ -200,8 +200,10 @@ def describe_model(config: dict) -> str:
     model = config.get("model") or {}
     moe = model.get("moe")
     if moe:
+        shared = (f" + {moe['num_shared_experts']} shared" if moe.get("num_shared_experts")
+                  else "")
         return (f"MoE, {moe.get('num_experts')} experts of {moe.get('d_expert')}, "
-                f"top-{moe.get('top_k')}")
+                f"top-{moe.get('top_k')}{shared}")
     return f"dense, d_ff={model.get('d_ff')}"
 
 

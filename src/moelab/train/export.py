@@ -111,6 +111,10 @@ def hf_config(cfg: ModelConfig, eot_id: int):
     if cfg.moe is None:
         return LlamaConfig(intermediate_size=cfg.d_ff, attention_bias=False, mlp_bias=False,
                            **common)
+    if cfg.moe.num_shared_experts:  # Mixtral has none; Qwen2-MoE's shared expert is gated
+        raise MoelabError(
+            f"model.moe.num_shared_experts={cfg.moe.num_shared_experts} cannot be exported: "
+            "Mixtral has no shared experts; allowed: 0")
     if not cfg.moe.renormalizes_weights:  # Mixtral always renormalises the top-k weights
         setting = {None: "null", True: "true", False: "false"}[cfg.moe.norm_topk_prob]
         raise MoelabError(
