@@ -136,7 +136,7 @@ def test_listed_commands_train_runs_the_study_then_skips(study, tmp_path, capsys
     capsys.readouterr()
     assert main(study_argv(folder, seeds=3) + ["--list-runs"]) == 0
     commands = capsys.readouterr().out.splitlines()
-    assert [c.split()[-1][len(str(folder)) + 1:] for c in commands] == [
+    assert [c.split("--out ")[1].split()[0][len(str(folder)) + 1:] for c in commands] == [
         "runs/moe/seed2", "runs/dense_active/seed2", "runs/dense_total/seed2"]
     assert main(shlex.split(commands[0])[1:]) == 0  # as a cluster job would run it
     assert main(study_argv(folder, seeds=3)) == 0
