@@ -1,6 +1,6 @@
 """The training-recipe experiment behind the presets' lr, warmup, batch and output-head settings.
 
-    .venv/bin/python experiments/recipe.py --grid demo [--settings NAME,...] [--seeds N]
+    .venv/bin/python experiments/recipe.py --grid demo|cpu-replication [--settings NAME,...] [--seeds N]
                                           [--seed-start S] [--jobs 2] [--out recipe_out]
     .venv/bin/python experiments/recipe.py --trace demo [--settings NAME,...] [--seeds N]
 
@@ -93,6 +93,18 @@ GRIDS: dict[str, dict] = {
                                                  "train.batch_size=8", "train.weight_decay=0.0"],
             "untied_warmup0.5_b8_beta2_0.99": UNTIED + ["train.warmup_fraction=0.5",
                                                         "train.batch_size=8", "train.beta2=0.99"],
+        },
+    },
+    # The cpu-replication shape (6 layers, d_model 128, 32 x 256 tokens per step, 2.95M tokens
+    # per run) with the demo's recipe, which the preset already carries: one study per setting
+    # costs about 30 minutes on 2 cores, so this subset tests the demo's strongest lever, more
+    # optimizer steps at equal tokens, against the preset as measured in docs/study.md.
+    "cpu-replication": {
+        "preset": "cpu-replication",
+        "common": ["train.log_interval=1"],
+        "settings": {
+            "recipe": [],
+            "recipe_b16": ["train.batch_size=16", "train.eval_interval=80"],
         },
     },
 }
