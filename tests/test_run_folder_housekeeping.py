@@ -13,6 +13,7 @@ import pytest
 
 import moelab.train.loop as loop
 from moelab import fileio
+from moelab.cli import main
 from moelab.config import load_config
 from moelab.errors import MoelabError
 from moelab.train import train
@@ -134,3 +135,15 @@ def test_an_exported_folder_follows_the_umask(tmp_path, umask):
     out = export_hf(tmp_path / "run", tmp_path / "hf")
     assert _mode(out) == 0o755
     assert {_mode(p) for p in out.iterdir()} == {0o644}
+
+
+def test_a_sweep_removes_the_temporaries_a_killed_write_left(tmp_path):
+    out = tmp_path / "sweep"
+    (out / "configs").mkdir(parents=True)
+    stale = [out / ".results.csv.abc123.tmp", out / "configs" / ".x.yaml.def456.tmp"]
+    for path in stale:
+        path.write_text("torn")
+    kept = out / "notes.tmp"  # not one of atomic_write's names: someone's file
+    kept.write_text("mine")
+    assert main(["sweep-sparsity", "micro", "--out", str(out), "--bootstrap", "0"]) == 0
+    assert not any(path.exists() for path in stale) and kept.read_text() == "mine"

@@ -118,3 +118,4 @@ def test_a_folder_holding_only_the_lock_is_an_empty_run_folder(tmp_path):
     assert main(["train", "demo", *settings(*TINY_MOE_RUN, "train.max_tokens=512"),
                  "--out", str(folder)]) == 0
     assert (folder / "summary.json").is_file()
+

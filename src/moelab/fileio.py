@@ -129,6 +129,18 @@ def writer_lock(folder: str | os.PathLike) -> Iterator[None]:
         lock.release()
 
 
+def remove_stale_temporaries(*folders: Path) -> None:
+    """Remove the temporary files killed atomic writes left in these folders.
+
+    Only for folders whose writer is this process (it holds their lock, or drives them alone):
+    a temporary file there is no write in progress."""
+    for folder in folders:
+        if folder.is_dir() and not folder.is_symlink():
+            for path in folder.iterdir():
+                if is_temporary(path) and path.is_file():
+                    path.unlink(missing_ok=True)
+
+
 def is_bookkeeping(path: Path) -> bool:
     """Files moelab keeps beside a folder's contents: temporaries and the writer lock."""
     return is_temporary(path) or path.name == LOCK_NAME

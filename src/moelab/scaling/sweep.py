@@ -36,7 +36,7 @@ import yaml
 from moelab.accounting import count_params, flops_per_token
 from moelab.config import Config, load_config, override
 from moelab.errors import ConfigError, MoelabError
-from moelab.fileio import atomic_write_json, atomic_write_text
+from moelab.fileio import atomic_write_json, atomic_write_text, remove_stale_temporaries
 from moelab.scaling.fitting import check_num_starts
 from moelab.scaling.isoflop import compute_deviation
 
@@ -346,6 +346,7 @@ def _write_plan(out_dir: Path, grid: SweepGrid, points: list[SweepPoint], specs)
         if old != json.loads(json.dumps(grid_record)):
             raise MoelabError(f"{out_dir} already holds another sweep grid ({old.get('name')!r}): "
                               "use another --out folder")
+    remove_stale_temporaries(out_dir, out_dir / "configs", out_dir / "figures")
     atomic_write_json(grid_path, grid_record)
     for spec in specs:
         atomic_write_text(out_dir / spec.config_path, dump_config(spec.config))

@@ -33,7 +33,9 @@ import yaml
 
 from moelab.config import Config, dump_config, override, to_dict
 from moelab.errors import MoelabError
-from moelab.fileio import atomic_write_json, atomic_write_text, is_bookkeeping, is_temporary
+from moelab.fileio import (
+    atomic_write_json, atomic_write_text, is_bookkeeping, remove_stale_temporaries,
+)
 from moelab.study.arms import Arm
 from moelab.study.budgets import format_token_count
 from moelab.train.checkpoint import latest_checkpoint
@@ -103,11 +105,7 @@ def write_plan(study_dir: Path, kind: str, base: Config, settings: dict, arms: l
     Temporary files a killed write left in the folder are removed first (one process drives a
     study, so none is being written now)."""
     check_same_study(study_dir, kind, base, specs)
-    for folder in (study_dir, study_dir / "configs"):
-        if folder.is_dir():
-            for path in folder.iterdir():
-                if is_temporary(path) and path.is_file():
-                    path.unlink(missing_ok=True)
+    remove_stale_temporaries(study_dir, study_dir / "configs", study_dir / "figures")
     for spec in specs:
         atomic_write_text(study_dir / spec.config_path, dump_config(spec.config))
     study_yaml = {**to_dict(base), "study": {k: v for k, v in settings.items() if k != "budgets"}}

@@ -21,7 +21,8 @@ from moelab.config import Config, build_config, read_raw, save_config, to_dict
 from moelab.data.tokenizer import Tokenizer, file_sha256
 from moelab.errors import MoelabError
 from moelab.fileio import (
-    WriterLock, atomic_write, atomic_write_json, atomic_write_text, is_bookkeeping, is_temporary,
+    WriterLock, atomic_write, atomic_write_json, atomic_write_text, is_bookkeeping,
+    remove_stale_temporaries,
 )
 
 # Keys that may differ between a run and its resumption: they change how a run is shown,
@@ -79,14 +80,9 @@ class RunFolder:
         return (self.checkpoints_dir / "latest.json").is_file() or self.summary_path.is_file()
 
     def _remove_stale_temporaries(self) -> None:
-        """Temporary files a killed write left behind (this process starts the run, so none is
-        being written now)."""
-        for folder in (self.path, self.checkpoints_dir,
-                       *(self.checkpoints_dir.glob("step_*") if self.checkpoints_dir.is_dir() else ())):
-            if folder.is_dir() and not folder.is_symlink():
-                for path in folder.iterdir():
-                    if is_temporary(path) and path.is_file():
-                        path.unlink(missing_ok=True)
+        """Temporary files a killed write left behind (this process holds the writer lock)."""
+        steps = self.checkpoints_dir.glob("step_*") if self.checkpoints_dir.is_dir() else ()
+        remove_stale_temporaries(self.path, self.checkpoints_dir, *steps)
 
     def read_config(self) -> Config:
         if not self.config_path.is_file():
