@@ -619,3 +619,13 @@ def test_malformed_torchrun_variables_are_one_line(tmp_path, capsys, monkeypatch
     err = capsys.readouterr().err
     assert expected in err and err.count("\n") == 1 and "Traceback" not in err
     assert not (tmp_path / "run").exists()
+
+
+def test_output_into_a_closed_pipe_ends_quietly():
+    """`moelab ... --dry-run | head -1`: the reader goes away, the command stops without a
+    traceback (exit 141, as for SIGPIPE)."""
+    child = subprocess.Popen([sys.executable, "-m", "moelab", "sweep-sparsity", "paper",
+                              "--dry-run"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    child.stdout.close()  # before the child prints anything
+    stderr = child.stderr.read().decode()
+    assert child.wait(timeout=120) == 141 and stderr == "", stderr

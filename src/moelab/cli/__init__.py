@@ -12,6 +12,7 @@ its traceback.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from moelab.errors import MoelabError
@@ -49,6 +50,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("moelab: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `moelab ... | head` closed the pipe: stop quietly, as cat does
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no error at exit
+        return 141
     except Exception as exc:  # noqa: BLE001 -- re-raised below unless it is an expected class
         message = one_line_error(exc)
         if message is None:
