@@ -49,6 +49,66 @@ def test_lr_schedule_matches_hand_values():
     assert lr_at(0, 1, 0, 1.0, 0.1) == pytest.approx(0.1)  # a one-step run: its last step
 
 
+def test_wsd_lr_matches_hand_values_for_both_decay_shapes():
+    # 11 steps, 2 warmup, the last 5 in the decay (steps 6-10, t = 0, 1/4, 1/2, 3/4, 1),
+    # peak 1.0, floor 0.1: lr = 0.1 + 0.9 * (1 - t) or 0.1 + 0.9 * (1 - sqrt(t)).
+    def wsd(step, shape):
+        return lr_at(step, 11, 2, 1.0, 0.1, schedule="wsd", decay_steps=5, decay_shape=shape)
+
+    for shape in ("linear", "sqrt"):
+        assert wsd(0, shape) == pytest.approx(0.5)  # warmup as with cosine
+        assert wsd(1, shape) == pytest.approx(1.0)  # end of warmup
+        assert [wsd(s, shape) for s in (2, 3.5, 5)] == pytest.approx([1.0] * 3)  # stable
+        assert wsd(6, shape) == pytest.approx(1.0)  # the decay starts at the peak
+        assert wsd(10, shape) == pytest.approx(0.1)  # and ends on the floor at the last step
+    assert [wsd(s, "linear") for s in (7, 8, 9)] == pytest.approx([0.775, 0.55, 0.325])
+    # 1 - sqrt(1/4) = 0.5; 1 - sqrt(1/2) = 0.29289; 1 - sqrt(3/4) = 0.13397
+    assert [wsd(s, "sqrt") for s in (7, 8, 9)] == pytest.approx([0.55, 0.363604, 0.220577],
+                                                                abs=1e-6)
+    # A decay shorter than two steps leaves only the last step on the floor.
+    assert [lr_at(s, 4, 1, 1.0, 0.1, schedule="wsd", decay_steps=0) for s in range(4)] == \
+        pytest.approx([1.0, 1.0, 1.0, 0.1])
+
+
+def test_cosine_is_unchanged_by_the_wsd_options():
+    """The old cosine, written out here, equals lr_at bit for bit whatever the wsd arguments."""
+    def old_cosine(step, total, warmup, peak, ratio):
+        if step < warmup:
+            return peak * (step + 1) / warmup
+        floor = ratio * peak
+        progress = min((step - warmup) / (total - 1 - warmup), 1.0)
+        return floor + 0.5 * (1.0 + math.cos(math.pi * progress)) * (peak - floor)
+
+    for step in range(50):
+        expected = old_cosine(step, 50, 5, 3e-3, 0.1)
+        assert lr_at(step, 50, 5, 3e-3, 0.1) == expected
+        assert lr_at(step, 50, 5, 3e-3, 0.1, schedule="cosine", decay_steps=10,
+                     decay_shape="linear") == expected
+    assert StepPlan.from_config(tiny_config(), 1).decay_steps == 0  # cosine is the default
+    wsd_plan = StepPlan.from_config(tiny_config("train.schedule=wsd"), 1)
+    assert wsd_plan.decay_steps == int(0.2 * wsd_plan.total_steps)
+
+
+@pytest.mark.parametrize("override, message", [
+    ("train.schedule=linear", "train.schedule='linear' is invalid: allowed cosine, wsd"),
+    ("train.decay_shape=cosine", "train.decay_shape='cosine' is invalid: allowed linear, sqrt"),
+    ("train.decay_fraction=0", r"train.decay_fraction=0.0 is invalid: allowed \(0, 1\]"),
+    ("train.decay_fraction=1.5", r"train.decay_fraction=1.5 is invalid: allowed \(0, 1\]"),
+])
+def test_bad_schedule_values_are_one_line_errors(override, message):
+    with pytest.raises(MoelabError, match=message):
+        tiny_config(override).validate()
+
+
+def test_wsd_decay_and_warmup_must_fit_in_the_run():
+    tiny_config("train.warmup_fraction=0.8", "train.decay_fraction=0.2").validate()  # cosine
+    tiny_config("train.schedule=wsd", "train.warmup_fraction=0.8",
+                "train.decay_fraction=0.2").validate()
+    with pytest.raises(MoelabError, match="decay_fraction=0.3 is invalid with wsd"):
+        tiny_config("train.schedule=wsd", "train.warmup_fraction=0.8",
+                    "train.decay_fraction=0.3").validate()
+
+
 def test_token_budget_rounds_down_to_whole_steps():
     config = tiny_config("train.max_tokens=1000", "train.batch_size=2", "train.micro_batch_size=1")
     plan = StepPlan.from_config(config, world_size=1)

@@ -182,6 +182,26 @@ def test_logged_and_applied_lr_follow_linear_warmup_then_cosine_to_the_floor(tmp
         assert group_lrs == pytest.approx([lr, lr], rel=1e-12)
 
 
+def test_a_wsd_run_logs_and_applies_warmup_stable_then_sqrt_decay(tmp_path, watch):
+    # 10 steps; warmup int(0.2 * 10) = 2; decay int(0.5 * 10) = 5 steps (6-10, 1-based), t = 0,
+    # 1/4, 1/2, 3/4, 1; peak 0.01, floor 0.25 * 0.01: lr = 0.0025 + 0.0075 * (1 - sqrt(t)).
+    config = tiny_config("model.moe=null", "train.max_tokens=2560", "train.warmup_fraction=0.2",
+                         "train.min_lr_ratio=0.25", "train.eval_interval=10",
+                         "train.schedule=wsd", "train.decay_fraction=0.5",
+                         "train.decay_shape=sqrt")
+    train(config, tmp_path / "run")
+    expected = [0.005, 0.01,  # warmup
+                0.01, 0.01, 0.01,  # stable
+                0.01, 0.00625, 0.0025 + 0.0075 * (1 - 0.5 ** 0.5), 0.0025 + 0.0075 * 0.133975,
+                0.0025]  # decay
+    events = train_events(tmp_path / "run")
+    assert [e["step"] for e in events] == list(range(1, 11))
+    assert [e["lr"] for e in events] == pytest.approx(expected, rel=1e-5)
+    assert len(watch.lrs) == 10
+    for group_lrs, lr in zip(watch.lrs, expected):
+        assert group_lrs == pytest.approx([lr, lr], rel=1e-5)
+
+
 # --------------------------------------------------------------------------------------------
 # Gradient accumulation
 # --------------------------------------------------------------------------------------------

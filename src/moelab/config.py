@@ -265,9 +265,15 @@ class TrainConfig:
     lr: float = 3e-3
     """Peak learning rate."""
     min_lr_ratio: float = 0.1
-    """Cosine decay floor as a fraction of lr."""
+    """Floor the decay ends on (the last step), as a fraction of lr."""
     warmup_fraction: float = 0.05
     """Share of the steps spent in linear warmup."""
+    schedule: str = "cosine"
+    """'cosine' (warmup, then cosine to the floor) or 'wsd' (warmup, constant lr, final decay)."""
+    decay_fraction: float = 0.2
+    """wsd only: share of the steps in the final decay to the floor."""
+    decay_shape: str = "sqrt"
+    """wsd only: 'linear' or 'sqrt' (the 1 - sqrt(t) cooldown of Hägele et al. 2024)."""
     weight_decay: float = 0.1
     """AdamW decay, applied to matrices only."""
     beta1: float = 0.9
@@ -322,6 +328,21 @@ class TrainConfig:
             raise ConfigError(
                 f"{prefix}.min_lr_ratio/warmup_fraction = {self.min_lr_ratio}/"
                 f"{self.warmup_fraction} is invalid: allowed [0, 1] and [0, 1)"
+            )
+        if self.schedule not in ("cosine", "wsd"):
+            raise ConfigError(f"{prefix}.schedule={self.schedule!r} is invalid: allowed cosine, wsd")
+        if self.decay_shape not in ("linear", "sqrt"):
+            raise ConfigError(
+                f"{prefix}.decay_shape={self.decay_shape!r} is invalid: allowed linear, sqrt"
+            )
+        if not 0.0 < self.decay_fraction <= 1.0:
+            raise ConfigError(
+                f"{prefix}.decay_fraction={self.decay_fraction} is invalid: allowed (0, 1]"
+            )
+        if self.schedule == "wsd" and self.warmup_fraction + self.decay_fraction > 1.0:
+            raise ConfigError(
+                f"{prefix}.decay_fraction={self.decay_fraction} is invalid with wsd and "
+                f"warmup_fraction={self.warmup_fraction}: allowed (0, 1 - warmup_fraction]"
             )
         if self.dtype not in ("float32", "bfloat16"):
             raise ConfigError(f"{prefix}.dtype={self.dtype!r} is invalid: allowed float32, bfloat16")

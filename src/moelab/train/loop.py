@@ -38,7 +38,7 @@ from moelab.train.evaluation import EvalResult, evaluate, is_collapsed, scored_b
 from moelab.train.generate import sample_text
 from moelab.train.loggers import ExternalLoggers
 from moelab.train.memory import check_training_fits
-from moelab.train.optim import build_optimizer, lr_at, warmup_steps_for
+from moelab.train.optim import build_optimizer, decay_steps_for, lr_at, warmup_steps_for
 from moelab.train.run_folder import RunFolder
 
 LOSS_NAMES = ("loss", "ce_loss", "lb_loss", "z_loss")
@@ -53,6 +53,8 @@ class StepPlan:
     rank_batch_size: int
     micro_batch_size: int
     warmup_steps: int
+    decay_steps: int = 0
+    """Steps of the wsd final decay (0 with cosine)."""
 
     @property
     def accumulation_steps(self) -> int:
@@ -81,7 +83,7 @@ class StepPlan:
                 f"per-process batch batch_size / processes = {rank_batch_size}"
             )
         return cls(total_steps, tokens_per_step, rank_batch_size, micro_batch_size,
-                   warmup_steps_for(tc, total_steps))
+                   warmup_steps_for(tc, total_steps), decay_steps_for(tc, total_steps))
 
 
 # --------------------------------------------------------------------------------------------
@@ -193,7 +195,9 @@ def _train_steps(config: Config, run: RunFolder, dist: Distributed, plan: StepPl
     bar = tqdm(total=plan.total_steps, initial=state["step"], unit="step", dynamic_ncols=True,
                disable=not (tc.progress and dist.is_main))
     for step in range(state["step"] + 1, plan.total_steps + 1):
-        lr = lr_at(step - 1, plan.total_steps, plan.warmup_steps, tc.lr, tc.min_lr_ratio)
+        lr = lr_at(step - 1, plan.total_steps, plan.warmup_steps, tc.lr, tc.min_lr_ratio,
+                   schedule=tc.schedule, decay_steps=plan.decay_steps,
+                   decay_shape=tc.decay_shape)
         losses_4, grad_norm = optimizer_step(session, plan, lr, tc.grad_clip)
         nonfinite.note(step, losses_4[0], grad_norm)
         state.update(step=step, tokens=step * plan.tokens_per_step)
