@@ -14,10 +14,10 @@ import shutil
 import pytest
 
 import moelab.train.loop as loop
-from moelab.cli import main
 from moelab.config import load_config
 from moelab.train import train
 from moelab.train.run_folder import RunFolder
+from one_line_errors import refused_on_one_line
 from tiny_overrides import TINY_MOE_RUN
 
 # 6 steps of 256 tokens, a checkpoint every 2 steps.
@@ -96,15 +96,6 @@ def _resume_args(run: RunFolder) -> list[str]:
             *[arg for item in SIX_STEPS for arg in ("--set", item)]]
 
 
-def _refused_on_one_line(capsys, args, *expected) -> None:
-    capsys.readouterr()
-    assert main(args) == 2
-    err = capsys.readouterr().err
-    assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
-    for text in expected:
-        assert text in err, err
-
-
 @pytest.mark.parametrize("name", ["model.safetensors", "trainer_state.safetensors",
                                   "config.yaml"])
 def test_a_changed_file_is_refused_naming_it_and_nothing_is_overwritten(run, capsys, name):
@@ -114,12 +105,12 @@ def test_a_changed_file_is_refused_naming_it_and_nothing_is_overwritten(run, cap
     else:
         _change_last_float(path)
     before = _files(run.path)
-    _refused_on_one_line(capsys, _resume_args(run), f"step_00000004/{name} is corrupt",
+    refused_on_one_line(capsys, _resume_args(run), f"step_00000004/{name} is corrupt",
                          "sha256 does not match")
     assert _files(run.path) == before  # metrics.jsonl, checkpoint, config: all as they were
     if name == "model.safetensors":  # the weights are read by eval and generate too
-        _refused_on_one_line(capsys, ["eval", str(run.path)], f"{name} is corrupt")
-        _refused_on_one_line(capsys, ["generate", str(run.path), "--prompt", "Once"],
+        refused_on_one_line(capsys, ["eval", str(run.path)], f"{name} is corrupt")
+        refused_on_one_line(capsys, ["generate", str(run.path), "--prompt", "Once"],
                              f"{name} is corrupt")
 
 
@@ -131,7 +122,7 @@ def test_an_edited_state_is_refused_by_its_hash_and_metrics_are_kept(run, capsys
     path = run.checkpoints_dir / "step_00000004" / "trainer_state.json"
     path.write_text(json.dumps({**json.loads(path.read_text()), **edit}))
     before = _files(run.path)
-    _refused_on_one_line(capsys, _resume_args(run), "trainer_state.json is corrupt", problem)
+    refused_on_one_line(capsys, _resume_args(run), "trainer_state.json is corrupt", problem)
     assert _files(run.path) == before
 
 
@@ -159,7 +150,7 @@ def test_an_unhashed_state_is_still_checked_field_by_field(run, capsys, edit, pr
     state.update(edit)
     path.write_text(json.dumps(state))
     before = _files(run.path)
-    _refused_on_one_line(capsys, _resume_args(run), "trainer_state.json is corrupt", problem)
+    refused_on_one_line(capsys, _resume_args(run), "trainer_state.json is corrupt", problem)
     assert _files(run.path) == before
 
 
@@ -169,7 +160,7 @@ def test_a_missing_data_entry_is_a_one_line_error(run, capsys):
     state = json.loads(path.read_text())
     del state["data"]
     path.write_text(json.dumps(state))
-    _refused_on_one_line(capsys, _resume_args(run), "trainer_state.json is corrupt",
+    refused_on_one_line(capsys, _resume_args(run), "trainer_state.json is corrupt",
                          "no 'data' entry")
 
 

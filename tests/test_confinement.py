@@ -18,6 +18,7 @@ from moelab.config import load_config
 from moelab.errors import ConfigError
 from moelab.train import train
 from moelab.train.run_folder import RunFolder
+from one_line_errors import refused_on_one_line
 from tiny_overrides import TINY_MOE_RUN
 
 TWO_STEPS = TINY_MOE_RUN + ["train.max_tokens=512", "train.sample_tokens=0"]
@@ -42,16 +43,6 @@ def victim(two_runs, tmp_path):
     return RunFolder(tmp_path / "victim")
 
 
-def _one_line_error(capsys, args: list[str], *expected: str) -> str:
-    capsys.readouterr()
-    assert main(args) == 2
-    err = capsys.readouterr().err
-    assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
-    for text in expected:
-        assert text in err, err
-    return err
-
-
 def _point_latest_at(run: RunFolder, folder: str) -> None:
     pointer = run.checkpoints_dir / "latest.json"
     record = json.loads(pointer.read_text())
@@ -69,7 +60,7 @@ def test_a_latest_pointer_out_of_the_run_is_refused_by_eval_generate_export(vict
     for args in (["eval", str(victim.path)],
                  ["generate", str(victim.path), "--prompt", "Once", "--max-new-tokens", "1"],
                  ["export-hf", str(victim.path), str(victim.path.parent / "hf")]):
-        _one_line_error(capsys, args, "latest.json names folder", "step_NNNNNNNN")
+        refused_on_one_line(capsys, args, "latest.json names folder", "step_NNNNNNNN")
     assert not (victim.path.parent / "hf").exists()
 
 
@@ -78,7 +69,7 @@ def test_a_symlinked_checkpoint_folder_is_refused(victim, capsys):
     step = victim.checkpoints_dir / "step_00000002"
     shutil.rmtree(step)
     step.symlink_to(victim.path.parent / "other" / "checkpoints" / "step_00000002")
-    _one_line_error(capsys, ["eval", str(victim.path)], "outside its run folder", "refused")
+    refused_on_one_line(capsys, ["eval", str(victim.path)], "outside its run folder", "refused")
 
 
 def test_resume_refuses_another_runs_checkpoint_and_does_not_mark_the_run_complete(victim, capsys):
@@ -88,7 +79,7 @@ def test_resume_refuses_another_runs_checkpoint_and_does_not_mark_the_run_comple
     config_file = victim.path.parent / "tiny.yaml"
     config_file.write_text("{}\n")
     sets = [arg for item in TWO_STEPS for arg in ("--set", item)]
-    _one_line_error(capsys, ["train", str(config_file), "--out", str(victim.path), "--resume",
+    refused_on_one_line(capsys, ["train", str(config_file), "--out", str(victim.path), "--resume",
                              *sets], "latest.json names folder")
     assert not victim.summary_path.exists()
     assert victim.metrics_path.read_bytes() == metrics
@@ -103,11 +94,11 @@ def _set_cache_dir(run: RunFolder, cache_dir: str) -> None:
 def test_eval_refuses_a_cache_dir_outside_the_run_and_the_cache_root(victim, capsys):
     elsewhere = victim.path.parent / "system-folder"
     _set_cache_dir(victim, str(elsewhere))
-    _one_line_error(capsys, ["eval", str(victim.path)], f"data.cache_dir={elsewhere}",
+    refused_on_one_line(capsys, ["eval", str(victim.path)], f"data.cache_dir={elsewhere}",
                     "refused", "--cache-dir")
     assert not elsewhere.exists()  # no token cache was written there
     _set_cache_dir(victim, str(victim.path / "cache" / ".." / ".." / "system-folder"))
-    _one_line_error(capsys, ["eval", str(victim.path)], "refused")
+    refused_on_one_line(capsys, ["eval", str(victim.path)], "refused")
     assert not elsewhere.exists()
 
 
@@ -147,5 +138,5 @@ def test_a_sweep_grid_name_that_climbs_out_needs_an_explicit_out(tmp_path, capsy
         "name": "../../x", "base": "demo", "sizes": [{"name": "a", "d_ff": 64}],
         "sparsities": [0], "token_budgets": [256]}))
     monkeypatch.chdir(tmp_path)
-    _one_line_error(capsys, ["sweep-sparsity", str(grid)], "grid name '../../x'", "--out")
+    refused_on_one_line(capsys, ["sweep-sparsity", str(grid)], "grid name '../../x'", "--out")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["grid.yaml"]

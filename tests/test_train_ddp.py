@@ -35,15 +35,20 @@ def _run(command: list[str], env: dict[str, str]) -> None:
     assert result.returncode == 0, f"{command} exited {result.returncode}:\n{result.stderr}"
 
 
-def test_two_cpu_processes_match_one(tmp_path):
-    config_file = tmp_path / "tiny.yaml"
-    config_file.write_text(TINY_DENSE)
+def _train_alone_and_on_two_ranks(tmp_path, config_text: str):
+    """The same config trained by one process and by torchrun with 2 gloo ranks: (single, ddp)."""
+    config_file = tmp_path / "config.yaml"
+    config_file.write_text(config_text)
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     single, ddp = tmp_path / "single", tmp_path / "ddp"
-
     _run([sys.executable, "-m", "moelab", "train", str(config_file), "--out", str(single)], env)
     _run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
           "-m", "moelab", "train", str(config_file), "--out", str(ddp)], env)
+    return single, ddp
+
+
+def test_two_cpu_processes_match_one(tmp_path):
+    single, ddp = _train_alone_and_on_two_ranks(tmp_path, TINY_DENSE)
 
     single_events, ddp_events = RunFolder(single).read_metrics(), RunFolder(ddp).read_metrics()
     assert [(e["kind"], e["step"]) for e in ddp_events] == [(e["kind"], e["step"]) for e in single_events]
@@ -69,14 +74,7 @@ TINY_MOE_GLOBAL = TINY_DENSE.replace(
 
 def test_two_cpu_processes_match_one_for_moe_with_global_batch_and_bias_balancing(tmp_path):
     assert "global_batch" in TINY_MOE_GLOBAL
-    config_file = tmp_path / "tiny_moe.yaml"
-    config_file.write_text(TINY_MOE_GLOBAL)
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    single, ddp = tmp_path / "single", tmp_path / "ddp"
-
-    _run([sys.executable, "-m", "moelab", "train", str(config_file), "--out", str(single)], env)
-    _run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-          "-m", "moelab", "train", str(config_file), "--out", str(ddp)], env)
+    single, ddp = _train_alone_and_on_two_ranks(tmp_path, TINY_MOE_GLOBAL)
 
     def train_events(run_dir):
         return [e for e in RunFolder(run_dir).read_metrics() if e["kind"] == "train"]

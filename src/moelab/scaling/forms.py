@@ -20,7 +20,8 @@ points, and the richest form that passes both checks is the one a report uses:
 - **predictive**: refitted without the held-out points, the form predicts them with a mean
   absolute error of at most ``MAX_HOLDOUT_MAE`` nats.
 
-Without bootstrap resamples the intervals are not checked, only the terms (the record says so).
+Without bootstrap resamples only the exponents' effects are checked, not the intervals (the
+selection's ``criteria`` record the resample count).
 When no form passes, none is chosen: the caller reports the checks rather than a fit.
 """
 
@@ -91,8 +92,7 @@ def check_form(law: Law, columns: dict[str, np.ndarray], holdout: str, *,
     mae = heldout["holdout"]["mean_abs_error"]
     return {
         "law": law.name, "num_params": law.num_params, "objective": fit["objective"],
-        "identified": not problems, "intervals_checked": bool(bootstrap_replicates),
-        "problems": problems,
+        "identified": not problems, "problems": problems,
         "holdout_mae": mae, "predictive": mae <= MAX_HOLDOUT_MAE,
         "fit": fit, "fit_holdout": heldout,
     }
