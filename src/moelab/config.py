@@ -274,6 +274,17 @@ class TrainConfig:
     """wsd only: share of the steps in the final decay to the floor."""
     decay_shape: str = "sqrt"
     """wsd only: 'linear' or 'sqrt' (the 1 - sqrt(t) cooldown of Hägele et al. 2024)."""
+    warmup_steps: Optional[int] = None
+    """Steps of linear warmup, replacing warmup_fraction when set: the runs of a wsd budget
+    family share one warmup, so their schedules agree before each decay (moelab.train.budgets)."""
+    keep_checkpoints_at: list[int] = field(default_factory=list)
+    """Steps whose checkpoint is kept beside the latest one (a wsd family's decay starts, which
+    its cooldown branches start from)."""
+    init_from: Optional[str] = None
+    """A checkpoint folder whose weights a fresh run starts from instead of a random init (set
+    by ``moelab finetune``); its model.safetensors must have the sha256 init_sha256."""
+    init_sha256: Optional[str] = None
+    """sha256 of init_from's model.safetensors, checked before the weights are loaded."""
     weight_decay: float = 0.1
     """AdamW decay, applied to matrices only."""
     beta1: float = 0.9
@@ -339,7 +350,9 @@ class TrainConfig:
             raise ConfigError(
                 f"{prefix}.decay_fraction={self.decay_fraction} is invalid: allowed (0, 1]"
             )
-        if self.schedule == "wsd" and self.warmup_fraction + self.decay_fraction > 1.0:
+        self._validate_budget_family_fields(prefix)
+        if (self.schedule == "wsd" and self.warmup_steps is None
+                and self.warmup_fraction + self.decay_fraction > 1.0):
             raise ConfigError(
                 f"{prefix}.decay_fraction={self.decay_fraction} is invalid with wsd and "
                 f"warmup_fraction={self.warmup_fraction}: allowed (0, 1 - warmup_fraction]"
@@ -350,6 +363,23 @@ class TrainConfig:
             raise ConfigError(
                 f"{prefix}.collapse_threshold={self.collapse_threshold} is invalid: allowed (0, 1]"
             )
+
+    def _validate_budget_family_fields(self, prefix: str) -> None:
+        """warmup_steps, keep_checkpoints_at, init_from/init_sha256 (their bounds against the
+        run's steps are checked when the steps are known, ``StepPlan``)."""
+        if self.warmup_steps is not None and self.warmup_steps < 0:
+            raise ConfigError(f"{prefix}.warmup_steps={self.warmup_steps} is invalid: must be "
+                              f">= 0, or null for warmup_fraction")
+        bad = [s for s in self.keep_checkpoints_at if s < 1]
+        if bad or len(set(self.keep_checkpoints_at)) < len(self.keep_checkpoints_at):
+            raise ConfigError(f"{prefix}.keep_checkpoints_at={self.keep_checkpoints_at} is "
+                              f"invalid: allowed distinct steps >= 1")
+        if (self.init_from is None) != (self.init_sha256 is None):
+            raise ConfigError(f"{prefix}.init_from={self.init_from!r} with init_sha256="
+                              f"{self.init_sha256!r} is invalid: set both or neither")
+        if self.init_sha256 is not None and not _is_sha256(self.init_sha256):
+            raise ConfigError(f"{prefix}.init_sha256={self.init_sha256!r} is invalid: expected "
+                              f"64 lowercase hex digits")
 
     @property
     def effective_data_seed(self) -> int:
@@ -416,6 +446,10 @@ def _coerce(hint: Any, value: Any, key: str) -> Any:
         raise ConfigError(f"{key}=null is invalid: expected {_type_name(inner)}")
     if dataclasses.is_dataclass(inner):
         return from_dict(inner, value, key)
+    if typing.get_origin(inner) is list:
+        if not isinstance(value, list):
+            raise ConfigError(f"{key}={value!r} is invalid: expected a list")
+        return [_coerce(typing.get_args(inner)[0], item, key) for item in value]
     if inner in (int, float) and isinstance(value, str):
         value = _parse_number(value)  # YAML 1.1 reads 3e-4 (no dot) as a string
     if inner is bool:
@@ -477,6 +511,10 @@ def _require(key: str, value: Any, holds: bool, allowed: str) -> None:
     if not holds:  # nan fails both comparisons; inf would pass "> 0" without the finite check
         finite = "" if _is_finite(value) else "a finite number "
         raise ConfigError(f"{key}={value} is invalid: must be {finite}{allowed}")
+
+
+def _is_sha256(text: str) -> bool:
+    return len(text) == 64 and all(c in "0123456789abcdef" for c in text)
 
 
 def _is_finite(value: Any) -> bool:

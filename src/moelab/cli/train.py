@@ -18,7 +18,28 @@ def register(subparsers) -> None:
     train.add_argument("--out", required=True, metavar="RUN", help="the run folder to write")
     train.add_argument("--resume", action="store_true",
                        help="continue the run in --out from its latest checkpoint")
+    train.add_argument("--branch-from", metavar="SOURCE_RUN",
+                       help="start from SOURCE_RUN's kept checkpoint at --branch-step (a wsd "
+                            "cooldown branch; the same command again resumes it)")
+    train.add_argument("--branch-step", type=positive_int, metavar="S",
+                       help="the step of SOURCE_RUN's kept checkpoint (train.keep_checkpoints_at)")
     train.set_defaults(func=_train)
+
+    finetune = subparsers.add_parser(
+        "finetune", help="continue a run's final weights on new text, in a new run folder",
+        description="Train a finished run's final weights on another text source with a fresh "
+                    "optimizer and schedule, tokenized with the run's tokenizer, validated on "
+                    "that source's held-out split. The same command again resumes it.")
+    finetune.add_argument("run", metavar="RUN", help="the finished run to start from")
+    finetune.add_argument("--data", required=True, metavar="PATH",
+                          help="the new text: a folder with train.txt and valid.txt, or a "
+                               ".txt/.jsonl file")
+    finetune.add_argument("--out", required=True, metavar="DIR", help="the run folder to write")
+    finetune.add_argument("--set", dest="overrides", action="append", default=[],
+                          metavar="KEY=VALUE",
+                          help="override a train or data key of the finetune, e.g. --set "
+                               "train.max_tokens=50000 (repeatable)")
+    finetune.set_defaults(func=_finetune)
 
     evaluate = subparsers.add_parser("eval", help="validation loss and bits/byte of a run")
     evaluate.add_argument("run", metavar="RUN", help="a run folder")
@@ -58,16 +79,36 @@ def register(subparsers) -> None:
 
 def _train(args) -> int:
     from moelab.config import load_config
-    from moelab.train import train
+    from moelab.errors import MoelabError
+    from moelab.train import branch_run, train
 
     config = load_config(args.config, args.overrides)
-    summary = train(config, args.out, resume=args.resume)
+    if (args.branch_from is None) != (args.branch_step is None):
+        raise MoelabError("--branch-from and --branch-step go together: give both or neither")
+    if args.branch_from is not None:
+        summary = branch_run(args.branch_from, args.branch_step, config, args.out)
+    else:
+        summary = train(config, args.out, resume=args.resume)
+    _print_summary(args.out, summary)
+    return 0
+
+
+def _finetune(args) -> int:
+    from moelab.train import finetune
+
+    summary = finetune(args.run, args.data, args.out, args.overrides)
+    _print_summary(args.out, summary)
+    print(f"source {args.run} on the new data: val loss {summary['source_val_loss']:.4f}; "
+          f"fine-tuned: best {summary['best_val_loss']:.4f}")
+    return 0
+
+
+def _print_summary(out: str, summary: dict) -> None:
     if summary:  # other DDP ranks return {} and print nothing
-        print(f"{args.out}: best val loss {summary['best_val_loss']:.4f} "
+        print(f"{out}: best val loss {summary['best_val_loss']:.4f} "
               f"(step {summary['best_val_step']}), final {summary['final_val_loss']:.4f} "
               f"= {summary['final_val_bpb']:.4f} bits/byte; {summary['tokens']:,} tokens in "
               f"{summary['steps']} steps, {summary['tokens_per_s']:,.0f} tokens/s")
-    return 0
 
 
 def _eval(args) -> int:

@@ -3,16 +3,25 @@
     summary = train(config, run_dir)              # one run; resume=True continues a killed one
     model, tokenizer = load_run(run_dir)          # the final weights and the run's tokenizer
     evaluate_run(run_dir)                         # {"val_loss": ..., "bits_per_byte": ...}
+    branch_run(source_dir, step, config, out_dir) # a cooldown branch of a wsd budget family
+    finetune(run_dir, data, out_dir)              # continue a run's weights on new text
 
 See docs/training.md.
 """
 
+from moelab.train.branch import branch_run
+from moelab.train.budgets import (
+    BudgetRun, WsdFamily, separate_runs_tokens, tokens_trained, train_family, wsd_budget_family,
+)
 from moelab.train.evaluation import EvalResult, evaluate
+from moelab.train.finetune import finetune
 from moelab.train.generate import generate_text
 from moelab.train.loop import train
 from moelab.train.optim import lr_at
 from moelab.train.run_folder import RunFolder
 from moelab.train.runs import evaluate_run, load_run
 
-__all__ = ["EvalResult", "RunFolder", "evaluate", "evaluate_run", "generate_text", "load_run",
-           "lr_at", "train"]
+__all__ = ["BudgetRun", "EvalResult", "RunFolder", "WsdFamily", "branch_run", "evaluate",
+           "evaluate_run", "finetune", "generate_text", "load_run", "lr_at",
+           "separate_runs_tokens", "tokens_trained", "train", "train_family",
+           "wsd_budget_family"]

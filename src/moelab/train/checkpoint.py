@@ -10,6 +10,9 @@ A checkpoint is a folder ``checkpoints/step_XXXXXXXX/`` holding
 
 Each file is written atomically, then ``checkpoints/latest.json`` is atomically pointed at the
 new folder and older folders are removed: a crash at any moment leaves a complete checkpoint.
+The steps in ``train.keep_checkpoints_at`` are kept instead (a wsd budget family branches its
+cooldowns from them): ``checkpoints/kept.json`` maps each kept folder to its
+trainer_state.json's sha256, written before latest.json, and rotation spares what it lists.
 
 Integrity: ``trainer_state.json`` records the sha256 of the other three files and
 ``latest.json`` the sha256 of ``trainer_state.json``; loading checks them first, so a changed
@@ -38,6 +41,7 @@ MODEL_FILE = "model.safetensors"
 TENSORS_FILE = "trainer_state.safetensors"
 STATE_FILE = "trainer_state.json"
 LATEST_FILE = "latest.json"
+KEPT_FILE = "kept.json"
 CONFIG_FILE = "config.yaml"
 HASHED_FILES = (MODEL_FILE, TENSORS_FILE, CONFIG_FILE)
 """The files whose sha256 trainer_state.json records (latest.json records trainer_state.json's)."""
@@ -57,12 +61,77 @@ def save_checkpoint(checkpoints_dir: Path, model: torch.nn.Module,
     hashes = {name: file_sha256(folder / name) for name in HASHED_FILES}
     atomic_write_json(folder / STATE_FILE,
                       {**state, "optimizer": optimizer_structure, "sha256": hashes})
-    atomic_write_json(checkpoints_dir / LATEST_FILE, {
-        "step": state["step"], "folder": folder.name,
-        "sha256": file_sha256(folder / STATE_FILE)})
+    kept = _read_kept(checkpoints_dir)
+    if state["step"] in config.train.keep_checkpoints_at:  # recorded before latest.json points here
+        kept[folder.name] = file_sha256(folder / STATE_FILE)
+        atomic_write_json(checkpoints_dir / KEPT_FILE, kept)
+    point_latest_at(folder)
     for old in checkpoints_dir.glob("step_*"):
-        if old.is_dir() and old.name != folder.name:
+        if old.is_dir() and old.name != folder.name and old.name not in kept:
             shutil.rmtree(old, ignore_errors=True)
+    return folder
+
+
+def point_latest_at(folder: Path) -> None:
+    """Make the complete checkpoint ``folder`` the latest of its checkpoints folder."""
+    atomic_write_json(folder.parent / LATEST_FILE, {
+        "step": int(folder.name[5:]), "folder": folder.name,
+        "sha256": file_sha256(folder / STATE_FILE)})
+
+
+def copy_checkpoint(folder: Path, checkpoints_dir: Path) -> Path:
+    """Copy the checkpoint ``folder`` into ``checkpoints_dir`` (not made the latest): every file
+    is checked against its sha256 before and after the copy."""
+    verify_files(folder, read_state(folder))
+    target = checkpoints_dir / folder.name
+    for name in (*HASHED_FILES, STATE_FILE):
+        atomic_write(target / name, lambda tmp, name=name: shutil.copyfile(folder / name, tmp))
+    verify_files(target, read_state(target))
+    if file_sha256(target / STATE_FILE) != file_sha256(folder / STATE_FILE):
+        _corrupt(target / STATE_FILE, OSError("the copy differs from its source"))
+    return target
+
+
+def _read_kept(checkpoints_dir: Path) -> dict[str, str]:
+    """kept.json: {step folder name: sha256 of its trainer_state.json}; {} when absent."""
+    path = checkpoints_dir / KEPT_FILE
+    if not path.is_file():
+        return {}
+    try:
+        kept = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        kept = None
+    if not isinstance(kept, dict) or not all(
+            isinstance(k, str) and CHECKPOINT_NAME.fullmatch(k) and isinstance(v, str)
+            for k, v in kept.items()):
+        raise MoelabError(f"kept-checkpoint record {path} is corrupt: restore it or delete "
+                          f"{checkpoints_dir.parent} to start the run over")
+    return kept
+
+
+def kept_checkpoints(checkpoints_dir: Path) -> list[int]:
+    """The steps whose checkpoint the run keeps (``train.keep_checkpoints_at``), ascending."""
+    return sorted(int(name[5:]) for name in _read_kept(checkpoints_dir))
+
+
+def kept_checkpoint(checkpoints_dir: Path, step: int) -> Path:
+    """The folder of the kept checkpoint at ``step``, its trainer_state.json checked against the
+    sha256 kept.json recorded and the folder confined to ``checkpoints_dir``."""
+    kept, record = _read_kept(checkpoints_dir), checkpoints_dir / KEPT_FILE
+    name = f"step_{step:08d}"
+    if name not in kept:
+        steps = ", ".join(str(s) for s in kept_checkpoints(checkpoints_dir)) or "none"
+        raise MoelabError(f"run {checkpoints_dir.parent} kept no checkpoint at step {step} "
+                          f"(kept: {steps}): train it with train.keep_checkpoints_at including "
+                          f"{step}")
+    folder = checkpoints_dir / name
+    if not is_inside(folder, checkpoints_dir) or not is_inside(checkpoints_dir,
+                                                               checkpoints_dir.parent):
+        raise MoelabError(f"checkpoint {folder} resolves to {folder.resolve()}, outside its "
+                          f"run folder {checkpoints_dir.parent}: refused")
+    if not (folder / STATE_FILE).is_file():
+        raise MoelabError(f"kept checkpoint {folder} named by {record} is incomplete or missing")
+    _check_sha256(folder / STATE_FILE, kept[name], record)
     return folder
 
 
@@ -184,6 +253,22 @@ def load_weights(folder: Path, model: torch.nn.Module,
     """Load model.safetensors into ``model`` after checking its sha256 (``state``: the
     checkpoint's read_state, read here when not given)."""
     verify_files(folder, read_state(folder) if state is None else state, (MODEL_FILE,))
+    _load_model_file(folder, model)
+
+
+def load_initial_weights(folder: Path, expected_sha256: str, model: torch.nn.Module) -> None:
+    """Load a finetune's starting weights (``train.init_from``) after checking that its
+    model.safetensors is the one its config names by sha256."""
+    path = folder / MODEL_FILE
+    try:
+        actual = file_sha256(path)
+    except OSError as exc:
+        raise MoelabError(f"train.init_from={str(folder)!r} is invalid: cannot read {path} "
+                          f"({exc.strerror or exc})") from None
+    if actual != expected_sha256:
+        raise MoelabError(f"train.init_from={str(folder)!r} is invalid: {path} has sha256 "
+                          f"{actual[:12]}..., the config names {expected_sha256[:12]}... "
+                          f"(the source weights changed)")
     _load_model_file(folder, model)
 
 

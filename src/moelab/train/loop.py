@@ -32,7 +32,9 @@ from moelab.config import Config
 from moelab.data import Tokenizer, TrainBatches, prepare_data, validation_windows
 from moelab.errors import MoelabError
 from moelab.model import Transformer
-from moelab.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from moelab.train.checkpoint import (
+    latest_checkpoint, load_checkpoint, load_initial_weights, save_checkpoint,
+)
 from moelab.train.distributed import Distributed, setup_distributed
 from moelab.train.evaluation import EvalResult, evaluate, is_collapsed, scored_bytes
 from moelab.train.generate import sample_text
@@ -82,8 +84,25 @@ class StepPlan:
                 f"train.micro_batch_size={micro_batch_size} is invalid: must divide the "
                 f"per-process batch batch_size / processes = {rank_batch_size}"
             )
-        return cls(total_steps, tokens_per_step, rank_batch_size, micro_batch_size,
+        plan = cls(total_steps, tokens_per_step, rank_batch_size, micro_batch_size,
                    warmup_steps_for(tc, total_steps), decay_steps_for(tc, total_steps))
+        plan.check_steps_fit(tc)
+        return plan
+
+    def check_steps_fit(self, tc) -> None:
+        """Warmup, the wsd decay and the kept checkpoints must lie inside the run's steps."""
+        if tc.warmup_steps is not None and tc.warmup_steps > self.total_steps:
+            raise MoelabError(f"train.warmup_steps={tc.warmup_steps} is invalid: allowed up to "
+                              f"the run's {self.total_steps} steps")
+        decay_start = self.total_steps - max(self.decay_steps, 1)
+        if tc.schedule == "wsd" and tc.warmup_steps is not None and decay_start < tc.warmup_steps:
+            raise MoelabError(f"train.warmup_steps={tc.warmup_steps} is invalid with wsd: the "
+                              f"decay starts at step {decay_start} of {self.total_steps}, inside "
+                              f"the warmup; allowed up to {decay_start}")
+        beyond = [s for s in tc.keep_checkpoints_at if s > self.total_steps]
+        if beyond:
+            raise MoelabError(f"train.keep_checkpoints_at={tc.keep_checkpoints_at} is invalid: "
+                              f"step {beyond[0]} is beyond the run's {self.total_steps} steps")
 
 
 # --------------------------------------------------------------------------------------------
@@ -168,6 +187,8 @@ def _set_up(config: Config, run: RunFolder, resume: bool, dist: Distributed,
     windows_NT = validation_windows(data.valid.tokens, seq_len, tc.eval_windows)
     state = (_resume_state(run, model, optimizer, batches, data.tokenizer, plan.total_steps)
              if resume else _fresh_state())
+    if state["step"] == 0 and tc.init_from is not None:  # a finetune starts from its source
+        load_initial_weights(Path(tc.init_from), tc.init_sha256, model)
     if dist.is_main:
         run.save_tokenizer(data.tokenizer.path)
         run.truncate_metrics(state["step"])  # drop what a killed run logged after its checkpoint
@@ -349,11 +370,13 @@ def _resume_state(run: RunFolder, model, optimizer, batches: TrainBatches,
 
 
 def _due(step: int, total_steps: int, tc) -> tuple[bool, bool, bool]:
-    """(log, eval, checkpoint) at ``step``: on their intervals, and all three after the last."""
+    """(log, eval, checkpoint) at ``step``: on their intervals, and all three after the last;
+    a checkpoint also at every kept step."""
     is_last = step == total_steps
     is_log = step % tc.log_interval == 0 or is_last
     is_eval = step % tc.eval_interval == 0 or is_last
-    is_checkpoint = bool(tc.checkpoint_interval and step % tc.checkpoint_interval == 0) or is_last
+    is_checkpoint = (bool(tc.checkpoint_interval and step % tc.checkpoint_interval == 0)
+                     or step in tc.keep_checkpoints_at or is_last)
     return is_log, is_eval, is_checkpoint
 
 

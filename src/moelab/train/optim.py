@@ -54,7 +54,16 @@ def _wsd_after_warmup(step: int, total_steps: int, decay_steps: int, lr_peak: fl
 
 
 def warmup_steps_for(train_cfg: TrainConfig, total_steps: int) -> int:
+    """train.warmup_steps when set (a budget family's shared warmup), else the fraction."""
+    if train_cfg.warmup_steps is not None:
+        return train_cfg.warmup_steps
     return int(train_cfg.warmup_fraction * total_steps)
+
+
+def decay_start_step(train_cfg: TrainConfig, total_steps: int) -> int:
+    """Steps trained before the wsd decay begins: the lr of every earlier step is the same
+    for every budget that shares the warmup (the first decay step itself is still the peak)."""
+    return total_steps - max(decay_steps_for(train_cfg, total_steps), 1)
 
 
 def decay_steps_for(train_cfg: TrainConfig, total_steps: int) -> int:

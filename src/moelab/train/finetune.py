@@ -1,0 +1,151 @@
+"""Fine-tuning: a finished run's final weights trained on new text, in a run folder of its own.
+
+``finetune(run_dir, data, out_dir, overrides)`` writes a run whose config is the source's with
+
+- ``data.source`` the new text, tokenized with the source run's tokenizer into a token cache
+  inside the new run folder (``data.cache_dir``), validated on that text's held-out split;
+- ``train.init_from`` the source's final checkpoint and ``train.init_sha256`` its weights'
+  sha256: the run starts from those weights (checked) with a fresh optimizer and schedule;
+- ``--set`` overrides of the train and data keys (the model is the source's and stays so).
+
+Before training it scores the source's weights on the same validation windows, the reference
+the fine-tuned val loss is read against (``finetune.json``). Calling it again resumes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from moelab.config import Config, apply_overrides, build_config, to_dict
+from moelab.data import prepare_data, validation_windows
+from moelab.data.cache import TOKENIZER_FILE, cache_folder_name, has_manifest
+from moelab.data.sources import resolve_source
+from moelab.data.tokenizer import file_sha256
+from moelab.errors import MoelabError
+from moelab.fileio import atomic_write, atomic_write_json
+from moelab.train.checkpoint import MODEL_FILE, latest_checkpoint, read_state, verify_files
+from moelab.train.evaluation import evaluate, scored_bytes
+from moelab.train.loop import train
+from moelab.train.run_folder import RunFolder
+from moelab.train.runs import load_run
+
+FINETUNE_FILE = "finetune.json"
+"""In a finetune's run folder: the source run and checkpoint, and the source's val loss on the
+new text (the reference)."""
+CACHE_FOLDER = "data_cache"
+"""The finetune's token cache, inside its run folder: the new text in the source's tokens."""
+SET_BY_FINETUNE = ("train.init_from", "train.init_sha256", "data.cache_dir")
+
+
+def finetune(run_dir: str | Path, data: str | Path, out_dir: str | Path,
+             overrides: list[str] | tuple[str, ...] = ()) -> dict[str, Any]:
+    """Fine-tune the final weights of the finished run ``run_dir`` on ``data`` into ``out_dir``;
+    returns the run's summary with ``source_val_loss`` and ``source_val_bpb`` (the source's
+    weights on the same validation windows) added."""
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        raise MoelabError("moelab finetune runs in one process: it is invalid under torchrun")
+    source, out = RunFolder(run_dir), RunFolder(out_dir)
+    checkpoint = _final_checkpoint(source)
+    config = finetune_config(source.read_config(), data, out.path, checkpoint, list(overrides))
+    if not out.has_progress():
+        out.start(config, resume=True)  # the folder, its writer lock and config.yaml first
+        try:
+            _build_token_cache(source, config)
+            _write_reference(source, checkpoint, config, out)
+        finally:
+            out.writer_lock.release()  # train() takes it again
+    summary = train(config, out.path, resume=True)
+    reference = _read_reference(out)
+    return {**summary, "source_val_loss": reference["source_val_loss"],
+            "source_val_bpb": reference["source_val_bpb"]}
+
+
+def finetune_config(source_config: Config, data: str | Path, out_path: Path, checkpoint: Path,
+                    overrides: list[str]) -> Config:
+    """The source's config on the new data, starting from ``checkpoint``, with ``overrides``."""
+    for item in overrides:
+        key = item.partition("=")[0].strip()
+        if key == "model" or key.startswith("model.") or key in SET_BY_FINETUNE:
+            raise MoelabError(f"--set {item} is invalid in a finetune: the model and "
+                              f"{', '.join(SET_BY_FINETUNE)} are the source run's; allowed "
+                              f"train and data keys")
+    data_path = Path(data).expanduser()
+    raw = to_dict(source_config)
+    raw["data"].update(source=str(data_path.resolve()) if data_path.exists() else str(data),
+                       cache_dir=str((out_path / CACHE_FOLDER).resolve()),
+                       max_train_stories=None)
+    raw["train"].update(init_from=str(checkpoint.resolve()),
+                        init_sha256=file_sha256(checkpoint / MODEL_FILE),
+                        keep_checkpoints_at=[], warmup_steps=None)
+    config = build_config(apply_overrides(raw, overrides))
+    if config.tokenizer_vocab_size != source_config.tokenizer_vocab_size:
+        raise MoelabError(f"data.vocab_size={config.data.vocab_size} is invalid in a finetune: "
+                          f"the tokenizer is the source run's "
+                          f"({source_config.tokenizer_vocab_size} tokens)")
+    return config
+
+
+def _final_checkpoint(source: RunFolder) -> Path:
+    """The finished source run's final checkpoint, its weights checked against their sha256."""
+    if not source.config_path.is_file():
+        raise MoelabError(f"{source.path} is not a run folder: it has no config.yaml")
+    if not source.is_complete():
+        raise MoelabError(f"run {source.path} has not finished (no complete summary.json): a "
+                          f"finetune starts from a finished run's final weights")
+    folder = latest_checkpoint(source.checkpoints_dir)
+    if folder is None:
+        raise MoelabError(f"run {source.path} has no checkpoint: its final weights are gone")
+    verify_files(folder, read_state(folder), (MODEL_FILE,))
+    return folder
+
+
+def _build_token_cache(source: RunFolder, config: Config) -> None:
+    """Encode the new text with the source's tokenizer: placed in the cache folder before the
+    build, it is the tokenizer the build uses (it trains one only when none is there)."""
+    if not source.tokenizer_path.is_file():
+        raise MoelabError(f"cannot fine-tune {source.path}: {source.tokenizer_path} is missing")
+    vocab_size = config.tokenizer_vocab_size
+    cache_dir = Path(config.data.cache_dir) / cache_folder_name(resolve_source(config.data),
+                                                                vocab_size)
+    if not has_manifest(cache_dir):
+        atomic_write(cache_dir / TOKENIZER_FILE,
+                     lambda tmp: shutil.copyfile(source.tokenizer_path, tmp))
+    prepared = prepare_data(config.data, vocab_size, progress=config.train.progress)
+    if prepared.tokenizer.sha256() != file_sha256(source.tokenizer_path):
+        raise MoelabError(f"the token cache {cache_dir} holds another tokenizer than run "
+                          f"{source.path}'s: delete it and fine-tune again")
+
+
+def _write_reference(source: RunFolder, checkpoint: Path, config: Config, out: RunFolder) -> None:
+    """finetune.json: where the run came from, and the source's val loss on the new text,
+    scored on the finetune's own validation windows as the loop will score them."""
+    tc, seq_len = config.train, config.model.max_seq_len
+    prepared = prepare_data(config.data, config.tokenizer_vocab_size, progress=False)
+    model, tokenizer = load_run(source.path, tc.device)
+    device = next(model.parameters()).device
+    windows_NT = validation_windows(prepared.valid.tokens, seq_len, tc.eval_windows)
+    autocast = partial(torch.autocast, device.type, dtype=torch.bfloat16,
+                       enabled=tc.dtype == "bfloat16")
+    result = evaluate(model, windows_NT, scored_bytes(windows_NT, tokenizer),
+                      tc.micro_batch_size or tc.batch_size, device, autocast)
+    atomic_write_json(out.path / FINETUNE_FILE, {
+        "source_run": str(source.path.resolve()), "source_checkpoint": str(checkpoint.resolve()),
+        "source_step": read_state(checkpoint)["step"], "source_model_sha256": tc.init_sha256,
+        "data": config.data.source, "source_val_loss": result.val_loss,
+        "source_val_bpb": result.bits_per_byte, "windows": int(windows_NT.shape[0])})
+
+
+def _read_reference(out: RunFolder) -> dict[str, Any]:
+    path = out.path / FINETUNE_FILE
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        raise MoelabError(f"{path} is missing or corrupt: delete {out.path} and fine-tune "
+                          f"again") from None
