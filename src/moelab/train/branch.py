@@ -21,7 +21,8 @@ from moelab.data.tokenizer import file_sha256
 from moelab.errors import MoelabError
 from moelab.fileio import atomic_write_json, atomic_write_text
 from moelab.train.checkpoint import (
-    CONFIG_FILE, STATE_FILE, copy_checkpoint, kept_checkpoint, point_latest_at,
+    CONFIG_FILE, STATE_FILE, copy_checkpoint, kept_checkpoint, point_latest_at, read_state,
+    verify_files,
 )
 from moelab.train.loop import train
 from moelab.train.optim import decay_steps_for, lr_at, warmup_steps_for
@@ -50,6 +51,7 @@ def branch_run(source_dir: str | Path, step: int, config: Config,
         _check_same_origin(out, source, step)
     else:
         folder = kept_checkpoint(source.checkpoints_dir, step)
+        verify_files(folder, read_state(folder))  # before its config.yaml is read
         check_branchable(_checkpoint_config(folder), config, step, source.path)
         _seed(source, folder, config, out)
     return train(config, out.path, resume=True)

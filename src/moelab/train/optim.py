@@ -62,7 +62,7 @@ def warmup_steps_for(train_cfg: TrainConfig, total_steps: int) -> int:
 
 def decay_start_step(train_cfg: TrainConfig, total_steps: int) -> int:
     """Steps trained before the wsd decay begins: the lr of every earlier step is the same
-    for every budget that shares the warmup (the first decay step itself is still the peak)."""
+    for every budget that shares the warmup."""
     return total_steps - max(decay_steps_for(train_cfg, total_steps), 1)
 
 
