@@ -85,6 +85,7 @@ def finetune_config(source_config: Config, data: str | Path, out_path: Path, che
                         init_sha256=file_sha256(checkpoint / MODEL_FILE),
                         keep_checkpoints_at=[], warmup_steps=None)
     config = build_config(apply_overrides(raw, overrides))
+    resolve_source(config.data)  # a missing path is refused before anything is written
     if config.tokenizer_vocab_size != source_config.tokenizer_vocab_size:
         raise MoelabError(f"data.vocab_size={config.data.vocab_size} is invalid in a finetune: "
                           f"the tokenizer is the source run's "
