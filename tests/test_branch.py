@@ -230,6 +230,9 @@ def test_a_damaged_kept_checkpoint_is_refused(family_runs, branch_config_file, t
     refused_on_one_line(capsys, branch_args(branch_config_file, tmp_path / "out", source, "12",
                                             "train.max_tokens=4096"),
                         f"checkpoint file {weights} is corrupt")
+    (source / "checkpoints" / "kept.json").write_text('{"step_00000012": 5}')
+    refused_on_one_line(capsys, branch_args(branch_config_file, tmp_path / "out", source, "8"),
+                        "kept.json is corrupt")
 
 
 def test_a_kept_checkpoint_outside_its_run_is_refused(family_runs, branch_config_file, tmp_path,

@@ -28,7 +28,7 @@ from tqdm import tqdm
 
 import moelab
 from moelab.accounting import count_params, flops_per_token
-from moelab.config import Config
+from moelab.config import Config, TrainConfig
 from moelab.data import Tokenizer, TrainBatches, prepare_data, validation_windows
 from moelab.errors import MoelabError
 from moelab.model import Transformer
@@ -40,7 +40,9 @@ from moelab.train.evaluation import EvalResult, evaluate, is_collapsed, scored_b
 from moelab.train.generate import sample_text
 from moelab.train.loggers import ExternalLoggers
 from moelab.train.memory import check_training_fits
-from moelab.train.optim import build_optimizer, decay_steps_for, lr_at, warmup_steps_for
+from moelab.train.optim import (
+    build_optimizer, decay_start_step, decay_steps_for, lr_at, warmup_steps_for,
+)
 from moelab.train.run_folder import RunFolder
 
 LOSS_NAMES = ("loss", "ce_loss", "lb_loss", "z_loss")
@@ -89,12 +91,12 @@ class StepPlan:
         plan.check_steps_fit(tc)
         return plan
 
-    def check_steps_fit(self, tc) -> None:
+    def check_steps_fit(self, tc: TrainConfig) -> None:
         """Warmup, the wsd decay and the kept checkpoints must lie inside the run's steps."""
         if tc.warmup_steps is not None and tc.warmup_steps > self.total_steps:
             raise MoelabError(f"train.warmup_steps={tc.warmup_steps} is invalid: allowed up to "
                               f"the run's {self.total_steps} steps")
-        decay_start = self.total_steps - max(self.decay_steps, 1)
+        decay_start = decay_start_step(tc, self.total_steps)
         if tc.schedule == "wsd" and tc.warmup_steps is not None and decay_start < tc.warmup_steps:
             raise MoelabError(f"train.warmup_steps={tc.warmup_steps} is invalid with wsd: the "
                               f"decay starts at step {decay_start} of {self.total_steps}, inside "
