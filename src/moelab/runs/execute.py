@@ -35,7 +35,7 @@ def execute_plan(folder: Path, specs: list[RunSpec], launcher, log: Log = print)
     outcomes: list[RunOutcome] = []
     todo = [spec for spec in specs if not is_complete(folder / spec.run_dir)]
     log(f"{len(specs)} runs planned, {len(specs) - len(todo)} already complete, {len(todo)} to "
-        f"train" + (f" ({launcher.describe()})" if todo else ""))
+        f"train" + (f", {launcher.describe()}" if todo else ""))
     started = time.perf_counter()
 
     def record(outcome: RunOutcome) -> None:
