@@ -46,3 +46,10 @@ def write_run_configs(folder: Path, specs: list[RunSpec]) -> None:
     for spec in specs:
         atomic_write_text(folder / spec.config_path, dump_config(spec.config))
 
+
+
+def branch_record(spec: RunSpec) -> dict:
+    """plan.json's ``branch`` entry of a run that starts from another's checkpoint (or none)."""
+    if spec.branch is None:
+        return {}
+    return {"branch": {"source": spec.branch.source, "step": spec.branch.step}}

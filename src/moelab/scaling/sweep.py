@@ -299,11 +299,18 @@ RESULT_COLUMNS = (
 
 
 def _run_specs(points: list[SweepPoint]):
+    """One run per point; under ``train.schedule: wsd`` the budgets of a size and sparsity are
+    one budget family (``moelab.runs.families``)."""
     from moelab.runs import RunSpec
+    from moelab.runs.families import as_budget_family
 
-    return [RunSpec(f"{point.arm}/seed{point.config.train.seed}", point.config,
-                    {"size": point.size, "sparsity": point.sparsity, "budget": point.budget_label})
-            for point in points]
+    specs = [RunSpec(f"{point.arm}/seed{point.config.train.seed}", point.config,
+                     {"size": point.size, "sparsity": point.sparsity, "budget": point.budget_label})
+             for point in points]
+    shapes = [(point.size, point.sparsity) for point in points]
+    planned = {spec.name: spec for shape in dict.fromkeys(shapes)
+               for spec in as_budget_family([s for s, other in zip(specs, shapes) if other == shape])}
+    return [planned[spec.name] for spec in specs]
 
 
 def plan_sweep_folder(grid: SweepGrid, out_dir: Path, fit_settings: dict | None = None
@@ -373,6 +380,7 @@ def _write_plan(out_dir: Path, grid: SweepGrid, points: list[SweepPoint], specs,
     """grid.json + plan.json; refuse to mix another grid's runs into this folder."""
     from moelab.config import to_dict
     from moelab.runs import write_run_configs
+    from moelab.runs.spec import branch_record
 
     grid_record = {key: getattr(grid, key) for key in GRID_KEYS}
     grid_path = out_dir / "grid.json"
@@ -389,7 +397,7 @@ def _write_plan(out_dir: Path, grid: SweepGrid, points: list[SweepPoint], specs,
         **({"fit": fit_settings} if fit_settings else {}),
         "runs": [{"name": spec.name, "run_dir": str(spec.run_dir), "config": str(spec.config_path),
                   "size": point.size, "sparsity": point.sparsity, "budget": point.budget_label,
-                  "model": to_dict(point.config.model)}
+                  "model": to_dict(point.config.model), **branch_record(spec)}
                  for point, spec in zip(points, specs)],
     })
 

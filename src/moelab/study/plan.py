@@ -24,6 +24,8 @@ from moelab.fileio import (
     atomic_write_json, atomic_write_text, is_bookkeeping, remove_stale_temporaries,
 )
 from moelab.runs import RunSpec, write_run_configs
+from moelab.runs.spec import branch_record
+from moelab.runs.families import as_budget_family
 from moelab.runs.records import check_run_files
 from moelab.study.arms import Arm
 from moelab.study.budgets import format_token_count
@@ -43,7 +45,9 @@ def plan_runs(arms: list[Arm], seeds: list[int], budgets: list[int]) -> list[Run
 
     That order means a study stopped half-way already holds complete, comparable seeds. A run's
     config is its arm's with ``train.seed`` (and the budget) set: it does not depend on where the
-    seed sits in the list, nor on the base ``train.seed`` a count started from.
+    seed sits in the list, nor on the base ``train.seed`` a count started from. Under
+    ``train.schedule: wsd`` the budgets of an arm and seed are one budget family
+    (``moelab.runs.families``): the largest trained in full, the others branching from it.
     """
     specs = []
     for budget in budgets or [None]:
@@ -54,7 +58,10 @@ def plan_runs(arms: list[Arm], seeds: list[int], budgets: list[int]) -> list[Run
                     changes.append(f"train.max_tokens={budget}")
                 specs.append(RunSpec(run_name(arm.name, seed, budget), override(arm.config, changes),
                                      {"arm": arm.name, "seed": seed, "budget": budget}))
-    return specs
+    families = [as_budget_family([s for s in specs if (s.labels["arm"], s.labels["seed"]) == key])
+                for key in dict.fromkeys((s.labels["arm"], s.labels["seed"]) for s in specs)]
+    planned = {spec.name: spec for family in families for spec in family}
+    return [planned[spec.name] for spec in specs]
 
 
 # --------------------------------------------------------------------------------------------
@@ -85,7 +92,7 @@ def write_plan(study_dir: Path, kind: str, base: Config, settings: dict, arms: l
         ],
         "runs": [
             {"name": spec.name, **spec.labels, "run_dir": str(spec.run_dir),
-             "config": str(spec.config_path)}
+             "config": str(spec.config_path), **branch_record(spec)}
             for spec in specs
         ],
     })
