@@ -82,8 +82,8 @@ def register(subparsers) -> None:
         description="Plan and run (resumably) a sparsity sweep, write results.csv, fit the "
                     "sparsity law and write report.md with figures.",
     )
-    # Spelled out rather than read from moelab.scaling.presets, whose import (scipy) would slow
-    # every moelab command; a test checks the list against SWEEP_PRESETS.
+    # Spelled out rather than read from moelab.scaling.grid, whose import (scipy) would slow
+    # every moelab command; a test checks the list against grid_preset_names().
     sweep.add_argument("grid", metavar="PRESET|GRID",
                        help="a preset (demo, cpu, paper, micro) or a grid YAML file")
     sweep.add_argument("--out", metavar="DIR", default=None, help="sweep folder (default sweep_<name>)")
@@ -330,7 +330,8 @@ def why_no_budget(columns: dict) -> str:
 
 def _sweep(args) -> int:
     from moelab.fileio import writer_lock
-    from moelab.scaling.sweep import load_grid, plan_sweep, run_sweep
+    from moelab.scaling.grid import load_grid
+    from moelab.scaling.sweep import plan_sweep, run_sweep
 
     check_grid_file(args.grid)
     grid = load_grid(args.grid)

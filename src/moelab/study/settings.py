@@ -29,11 +29,11 @@ from moelab.config import (
     Config, Parsed, apply_overrides, build_config, from_dict, override, read_with_base,
     to_dict,
 )
-from moelab.errors import ConfigError, MoelabError
+from moelab.errors import ConfigError
 from moelab.study.arms import DEFAULT_CRITERIA, check_criteria
-from moelab.study.budgets import parse_token_count
+from moelab.study.budgets import TokenCount
 
-# Values with their own notation: a seed count or list, and token counts (40.5M).
+# A value with its own notation: a seed count or a list of seeds.
 
 SEEDS_ALLOWED = ("allowed a count N (train.seed, train.seed + 1, ...) or a list of distinct "
                  "seeds >= 0, e.g. 3 or 10,11,12")
@@ -86,15 +86,7 @@ def _parse_seed_text(text: str, refuse) -> int | list[int]:
     return seeds if is_list else seeds[0]
 
 
-def _token_count(value: Any, key: str) -> int:
-    try:
-        return parse_token_count(value)
-    except MoelabError as exc:
-        raise ConfigError(f"{key}: {exc}") from None
-
-
 Seeds = Annotated[Union[int, list[int]], Parsed(check_seeds)]
-TokenCount = Annotated[int, Parsed(_token_count)]
 
 
 @dataclass
