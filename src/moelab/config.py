@@ -587,10 +587,6 @@ def apply_overrides(raw: dict, overrides: list[str]) -> dict:
     return raw
 
 
-SWEEP_PRESETS = "sweeps"
-"""The folder of moelab/presets/ that holds the sparsity-sweep grids (``moelab.scaling.grid``)."""
-
-
 def preset_names(folder: str = "") -> list[str]:
     """The YAML presets in moelab/presets/ (config and study presets) or in one of its folders."""
     return sorted(p.name[: -len(".yaml")] for p in _presets(folder).iterdir()

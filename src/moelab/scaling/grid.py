@@ -28,12 +28,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal, Optional
 
-from moelab.config import (
-    SWEEP_PRESETS, Parsed, apply_overrides, from_dict, preset_names, read_raw, to_dict,
-)
+from moelab.config import Parsed, apply_overrides, from_dict, preset_names, read_raw, to_dict
 from moelab.errors import ConfigError
 from moelab.study.budgets import TokenCount
 
+SWEEP_PRESETS = "sweeps"
+"""The folder of moelab/presets/ that holds the grid presets."""
 Mode = Literal["fixed_total", "fixed_expert"]
 MODES = typing.get_args(Mode)
 # A size's name becomes a folder under --out: one plain path component, nothing that climbs out.
@@ -125,8 +125,8 @@ def _check_size(size: dict, where: str) -> None:
     if not isinstance(size.get("name"), str) or not SIZE_NAME.fullmatch(size["name"]):
         raise ConfigError(f"{where}: size name {size.get('name')!r} is invalid: allowed 1-64 "
                           f"letters, digits and _ . + - (starting with a letter or digit), no / or ..")
-    for key in SIZE_KEYS:
-        value = size.get(key, 1)
+    for key in (key for key in SIZE_KEYS if key in size):
+        value = size[key]
         if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
             raise ConfigError(f"{where}: size {size['name']!r} {key}={value!r} is invalid: "
                               "expected a whole number > 0")

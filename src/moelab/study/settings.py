@@ -33,8 +33,6 @@ from moelab.errors import ConfigError
 from moelab.study.arms import DEFAULT_CRITERIA, check_criteria
 from moelab.study.budgets import TokenCount
 
-# A value with its own notation: a seed count or a list of seeds.
-
 SEEDS_ALLOWED = ("allowed a count N (train.seed, train.seed + 1, ...) or a list of distinct "
                  "seeds >= 0, e.g. 3 or 10,11,12")
 
@@ -87,10 +85,13 @@ def _parse_seed_text(text: str, refuse) -> int | list[int]:
 
 
 Seeds = Annotated[Union[int, list[int]], Parsed(check_seeds)]
+"""A settings field type: a seed count or a list of seeds, as ``check_seeds`` reads them."""
 
 
 @dataclass
 class StudySettings:
+    """The ``study:`` section: what a study runs besides the base config."""
+
     seeds: Seeds = 3
     """A count N (train.seed, train.seed + 1, ..., N seeds) or the seeds themselves."""
     criteria: list[str] = field(default_factory=lambda: list(DEFAULT_CRITERIA))
@@ -142,8 +143,10 @@ def load_study(source: str | Path, overrides: list[str] | None = None) -> tuple[
     """The base config and study settings of a preset or YAML file, after ``--set`` overrides;
     the settings every arm takes (eval_tasks) are applied to the config."""
     raw = apply_overrides(read_with_base(source), list(overrides or []))
-    settings = parse_settings(raw.pop("study", None))
-    return settings.apply_to(build_config(raw)), settings
+    study_raw = raw.pop("study", None)
+    config = build_config(raw)
+    settings = parse_settings(study_raw)
+    return settings.apply_to(config), settings
 
 
 def parse_settings(study_raw: Any) -> StudySettings:
