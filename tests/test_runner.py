@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from moelab.cli import main
-from moelab.study import runner
+from moelab import runs as runner
 from moelab.train.run_folder import RunFolder, first_difference
 
 

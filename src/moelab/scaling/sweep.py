@@ -3,8 +3,8 @@
 The grid (its keys, presets and checks) is ``moelab.scaling.grid.SweepGrid``: a base config, the
 model sizes, the sparsities at a fixed top_k and the FLOPs or token budgets.
 
-Running reuses the study runner (``moelab.study.runner.execute_plan``): finished runs (their
-summary.json says complete) are skipped, torn ones resume from their checkpoint. ``results.csv``
+Running goes through ``moelab.runs`` with any launcher: finished runs (their summary.json says
+complete) are skipped, torn ones resume from their checkpoint. ``results.csv``
 is rebuilt from the run folders alone (each row's numbers from that run's summary.json and
 config.yaml, with its actual compute C next to the nominal C_budget); ``report.md`` from
 results.csv alone.
@@ -143,34 +143,67 @@ RESULT_COLUMNS = (
 
 
 def _run_specs(points: list[SweepPoint]):
-    from moelab.study.runner import RunSpec
+    from moelab.runs import RunSpec
 
-    return [RunSpec(point.arm, point.config.train.seed, None, point.config) for point in points]
+    return [RunSpec(f"{point.arm}/seed{point.config.train.seed}", point.config,
+                    {"size": point.size, "sparsity": point.sparsity, "budget": point.budget_label})
+            for point in points]
+
+
+def plan_sweep_folder(grid: SweepGrid, out_dir: Path, fit_settings: dict | None = None
+                      ) -> tuple[list[SweepPoint], list]:
+    """Plan the grid and write its grid.json, plan.json and run configs into ``out_dir``.
+    ``fit_settings`` (``bootstrap_replicates``, ``max_starts``) are kept in plan.json, so that
+    ``moelab report DIR`` fits as the sweep did."""
+    points = plan_sweep(grid)
+    specs = _run_specs(points)
+    _write_plan(Path(out_dir), grid, points, specs, fit_settings or {})
+    return points, specs
+
+
+def recorded_fit_settings(out_dir: Path) -> dict:
+    """The fit settings a sweep recorded in plan.json (the defaults when it recorded none)."""
+    try:
+        plan = json.loads((Path(out_dir) / "plan.json").read_text("utf-8"))
+    except (OSError, ValueError):
+        return {}
+    settings = plan.get("fit") if isinstance(plan, dict) else None
+    return {key: settings[key] for key in ("bootstrap_replicates", "max_starts")
+            if isinstance(settings, dict) and key in settings}
 
 
 def run_sweep(grid: SweepGrid, out_dir: Path, *, bootstrap_replicates: int = 200,
               max_starts: int | None = None, train_fn: Optional[Callable[..., dict]] = None,
-              log: Callable[[str], None] = print, jobs: int = 1) -> Path:
-    """Plan, train what is missing (``jobs`` at a time), write results.csv, fit, and write
-    report.md; returns its path. ``max_starts`` limits the law fit's start grid (``--starts``)."""
-    from moelab.scaling.sweep_report import write_sweep_report
-    from moelab.study.runner import execute_plan, is_complete
+              log: Callable[[str], None] = print, jobs: int = 1, launcher=None) -> Path:
+    """Plan, train what is missing (with ``launcher``; default: this machine, ``jobs`` at a
+    time), write results.csv, fit, and write report.md; returns its path. ``max_starts``
+    limits the law fit's start grid (``--starts``)."""
+    from moelab.runs import execute_plan, is_complete
+    from moelab.runs.data import prepare_shared_data
+    from moelab.runs.launchers.local import LocalLauncher
 
     # The fit runs after all the training: check its settings first.
     if bootstrap_replicates < 0:
         raise MoelabError(f"--bootstrap {bootstrap_replicates} is invalid: must be >= 0")
     check_num_starts(max_starts)
     out_dir = Path(out_dir)
-    points = plan_sweep(grid)
-    specs = _run_specs(points)
-    _write_plan(out_dir, grid, points, specs)
-    if train_fn is None:
-        from moelab.train import train as train_fn
+    points, specs = plan_sweep_folder(grid, out_dir, {"bootstrap_replicates": bootstrap_replicates,
+                                                      "max_starts": max_starts})
+    if launcher is None:
+        launcher = LocalLauncher(jobs=jobs, train_fn=train_fn)
     if any(not is_complete(out_dir / spec.run_dir) for spec in specs):
-        from moelab.study.commands import prepare_shared_data
-
         prepare_shared_data(points[0].config, log)
-    execute_plan(out_dir, specs, train_fn, log, jobs)
+    execute_plan(out_dir, specs, launcher, log)
+    return write_sweep_outputs(out_dir, grid, points, bootstrap_replicates=bootstrap_replicates,
+                               max_starts=max_starts, log=log)
+
+
+def write_sweep_outputs(out_dir: Path, grid: SweepGrid, points: list[SweepPoint], *,
+                        bootstrap_replicates: int = 200, max_starts: int | None = None,
+                        log: Callable[[str], None] = print) -> Path:
+    """results.csv from the run folders, then the fit and report.md; returns the report's path."""
+    from moelab.scaling.sweep_report import write_sweep_report
+
     rows = collect_results(out_dir, points)
     write_results_csv(out_dir / "results.csv", rows)
     if len(rows) < len(points):
@@ -179,9 +212,11 @@ def run_sweep(grid: SweepGrid, out_dir: Path, *, bootstrap_replicates: int = 200
                               max_starts=max_starts, log=log)
 
 
-def _write_plan(out_dir: Path, grid: SweepGrid, points: list[SweepPoint], specs) -> None:
+def _write_plan(out_dir: Path, grid: SweepGrid, points: list[SweepPoint], specs,
+                fit_settings: dict) -> None:
     """grid.json + plan.json; refuse to mix another grid's runs into this folder."""
-    from moelab.config import dump_config, to_dict
+    from moelab.config import to_dict
+    from moelab.runs import write_run_configs
 
     grid_record = {key: getattr(grid, key) for key in GRID_KEYS}
     grid_path = out_dir / "grid.json"
@@ -192,10 +227,10 @@ def _write_plan(out_dir: Path, grid: SweepGrid, points: list[SweepPoint], specs)
                               "use another --out folder")
     remove_stale_temporaries(out_dir, out_dir / "configs", out_dir / "figures")
     atomic_write_json(grid_path, grid_record)
-    for spec in specs:
-        atomic_write_text(out_dir / spec.config_path, dump_config(spec.config))
+    write_run_configs(out_dir, specs)
     atomic_write_json(out_dir / "plan.json", {
         "kind": "sweep-sparsity",
+        **({"fit": fit_settings} if fit_settings else {}),
         "runs": [{"name": spec.name, "run_dir": str(spec.run_dir), "config": str(spec.config_path),
                   "size": point.size, "sparsity": point.sparsity, "budget": point.budget_label,
                   "model": to_dict(point.config.model)}
@@ -205,7 +240,7 @@ def _write_plan(out_dir: Path, grid: SweepGrid, points: list[SweepPoint], specs)
 
 def collect_results(out_dir: Path, points: list[SweepPoint]) -> list[dict]:
     """One row per complete run, from its summary.json and config.yaml (nothing else)."""
-    from moelab.study.runner import is_complete
+    from moelab.runs import is_complete
     from moelab.train.run_folder import RunFolder
 
     rows = []

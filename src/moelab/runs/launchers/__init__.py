@@ -1,0 +1,33 @@
+"""Launchers: how the unfinished runs of a plan get trained.
+
+Every launcher has ``describe() -> str`` (for the log) and ``launch(folder, specs, record,
+log)``, which trains each spec and calls ``record(RunOutcome)`` once per run, on the calling
+thread, as runs finish. Each trains a run as ``moelab train CONFIG --out RUN --resume`` does
+(``train_planned_run``), from the config file the plan wrote, so launchers differ in where
+runs train, never in what they compute:
+
+    local     this machine: in this process, or N child processes (pinned one per GPU slot),
+              which die with the parent
+    ray       one Ray task per run on a Ray cluster (an existing one, or a local one)
+    slurm     a SLURM job array through submitit, requeued on preemption
+    commands  train nothing: print one resumable command per run (``--list-runs``)
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+LAUNCHERS = ("local", "ray", "slurm", "commands")
+
+
+def train_planned_run(config_path: str, run_dir: str, threads: int | None = None) -> dict:
+    """Train (or continue, or skip if complete) one planned run from its config file, with
+    ``threads`` torch threads; returns its summary. What a remote worker calls."""
+    import torch
+
+    from moelab.config import load_config
+    from moelab.train import train
+
+    if threads is not None:
+        torch.set_num_threads(threads)  # losses depend on the thread count: set it, always
+    return train(load_config(config_path), Path(run_dir), resume=True)
