@@ -369,9 +369,8 @@ def report_sweep(out_dir: Path) -> int:
     the run folders, grid.json and the fit settings plan.json recorded."""
     from moelab.fileio import writer_lock
     from moelab.runs.records import check_run_files
-    from moelab.scaling.sweep import (
-        load_grid, plan_sweep, recorded_fit_settings, write_sweep_outputs,
-    )
+    from moelab.scaling.grid import load_grid
+    from moelab.scaling.sweep import plan_sweep, recorded_fit_settings, write_sweep_outputs
 
     check_grid_file(str(out_dir / "grid.json"))
     grid = load_grid(out_dir / "grid.json")
