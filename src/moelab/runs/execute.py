@@ -35,7 +35,7 @@ def execute_plan(folder: Path, specs: list[RunSpec], launcher, log: Log = print)
     outcomes: list[RunOutcome] = []
     todo = [spec for spec in specs if not is_complete(folder / spec.run_dir)]
     log(f"{len(specs)} runs planned, {len(specs) - len(todo)} already complete, {len(todo)} to "
-        f"train" + (f" ({launcher.describe()})" if todo else ""))
+        f"train" + (f", {launcher.describe()}" if todo else ""))
     started = time.perf_counter()
 
     def record(outcome: RunOutcome) -> None:
@@ -51,10 +51,21 @@ def execute_plan(folder: Path, specs: list[RunSpec], launcher, log: Log = print)
         remaining = elapsed / done * (len(todo) - done)
         log(f"  runs: {done}/{len(todo)} done in {elapsed:.0f} s, about {remaining:.0f} s left")
 
-    if todo:
-        launcher.launch(folder, todo, record, log)
+    # Runs from scratch first, then the branches whose source finished (a wsd budget family).
+    for wave in ([spec for spec in todo if spec.branch is None],
+                 [spec for spec in todo if spec.branch is not None]):
+        ready = [spec for spec in wave if _source_complete(folder, spec)]
+        for spec in (spec for spec in wave if not _source_complete(folder, spec)):
+            record(RunOutcome(spec, "failed", error=f"its source run {spec.branch.source} is "
+                              "not complete: it failed or was not trained"))
+        if ready:
+            launcher.launch(folder, ready, record, log)
     finished = {outcome.spec.name for outcome in outcomes}
     return outcomes + [RunOutcome(spec, "skipped") for spec in specs if spec.name not in finished]
+
+
+def _source_complete(folder: Path, spec: RunSpec) -> bool:
+    return spec.branch is None or is_complete(folder / "runs" / spec.branch.source)
 
 
 def _best_text(summary: Optional[dict]) -> str:

@@ -4,10 +4,20 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 from moelab.config import Config, dump_config
 from moelab.fileio import atomic_write_text
+
+
+@dataclass(frozen=True)
+class Branch:
+    """Where a run starts: another run of the plan's kept checkpoint at ``step`` (a wsd budget
+    family's cooldown, ``moelab.train.branch_run``), instead of from scratch."""
+
+    source: str
+    """The name of the run it branches from."""
+    step: int
 
 
 @dataclass
@@ -19,6 +29,8 @@ class RunSpec:
     config: Config
     labels: dict[str, Any] = field(default_factory=dict)
     """What the planner knows it by (arm, seed, budget; size, sparsity): kept in plan.json."""
+    branch: Optional[Branch] = None
+    """Set for a run that starts from another run's checkpoint: it trains after that run."""
 
     @property
     def run_dir(self) -> Path:
@@ -33,3 +45,4 @@ def write_run_configs(folder: Path, specs: list[RunSpec]) -> None:
     """Each run's resolved config under ``configs/``: what every launcher trains from."""
     for spec in specs:
         atomic_write_text(folder / spec.config_path, dump_config(spec.config))
+

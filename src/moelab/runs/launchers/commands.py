@@ -6,16 +6,17 @@ from __future__ import annotations
 import shlex
 from pathlib import Path
 
+from moelab.runs.launchers import train_arguments
 from moelab.runs.spec import RunSpec
 
 
 def train_commands(folder: Path, specs: list[RunSpec]) -> list[str]:
-    """One ``moelab train ... --resume`` command per run.
+    """One ``moelab train ... --resume`` command per run, the runs others branch from first.
 
     With ``--resume`` a command can simply be rerun: after a preemption it continues its run,
-    after completion it returns at once, and a first start it begins afresh."""
-    return [
-        "moelab train {} --out {} --resume".format(
-            shlex.quote(str(folder / spec.config_path)), shlex.quote(str(folder / spec.run_dir)))
-        for spec in specs
-    ]
+    after completion it returns at once, and a first start it begins afresh. A branch's
+    command (``--branch-from``) needs its source run finished first."""
+    ordered = [spec for spec in specs if spec.branch is None] + [
+        spec for spec in specs if spec.branch is not None]
+    return [" ".join(["moelab", "train", *map(shlex.quote, train_arguments(folder, spec))])
+            for spec in ordered]

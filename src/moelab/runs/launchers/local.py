@@ -22,6 +22,7 @@ from typing import Callable, Optional
 
 from moelab.errors import MoelabError
 from moelab.runs.execute import Log, RunOutcome, one_line_error
+from moelab.runs.launchers import remote_arguments, train_arguments, train_planned_run
 from moelab.runs.records import has_checkpoint, is_complete
 from moelab.runs.spec import RunSpec
 from moelab.train.run_folder import RunFolder
@@ -101,10 +102,13 @@ class LocalLauncher:
         """``resume=True`` always: the engine continues a torn run from its checkpoint, starts
         one without a checkpoint afresh, and refuses a folder of another config."""
         run_dir = folder / spec.run_dir
-        log(f"{counter} {spec.name}: {_how(run_dir)}")
+        log(f"{counter} {spec.name}: {_how(run_dir, spec)}")
         started = time.perf_counter()
         try:
-            summary = self.train_fn(spec.config, run_dir, resume=True)
+            if spec.branch is None:
+                summary = self.train_fn(spec.config, run_dir, resume=True)
+            else:  # a branch trains as the workers do: from its source's kept checkpoint
+                summary = train_planned_run(*remote_arguments(folder, spec, None))
         except Exception as exc:  # noqa: BLE001 -- one failed run must not stop the others
             return RunOutcome(spec, "failed", time.perf_counter() - started, one_line_error(exc))
         return RunOutcome(spec, "complete", time.perf_counter() - started, summary=summary)
@@ -121,7 +125,7 @@ class LocalLauncher:
             while waiting or running:
                 while waiting and free:
                     (slot_index, gpu), (index, spec) = free.pop(0), waiting.pop(0)
-                    log(f"[{index}/{len(specs)}] {spec.name}: {_how(folder / spec.run_dir)} "
+                    log(f"[{index}/{len(specs)}] {spec.name}: {_how(folder / spec.run_dir, spec)} "
                         f"({threads} thread{'s' if threads > 1 else ''}"
                         + (f", GPU {gpu})" if gpu is not None else ")"))
                     running[slot_index] = _Child.start(folder, spec, threads, gpu)
@@ -148,8 +152,7 @@ class _Child:
         env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
         if gpu is not None:
             env["CUDA_VISIBLE_DEVICES"] = gpu
-        command = [sys.executable, "-m", "moelab", "train", str(folder / spec.config_path),
-                   "--out", str(folder / spec.run_dir), "--resume"]
+        command = [sys.executable, "-m", "moelab", "train", *train_arguments(folder, spec)]
         # A file, not a pipe: a chatty child would block on a full pipe nobody reads until the end.
         output = tempfile.TemporaryFile(mode="w+", encoding="utf-8", errors="replace")
         process = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT, env=env,
@@ -178,8 +181,12 @@ class _Child:
         self.output.close()
 
 
-def _how(run_dir: Path) -> str:
-    return "resuming from its checkpoint" if has_checkpoint(run_dir) else "training"
+def _how(run_dir: Path, spec: RunSpec) -> str:
+    if has_checkpoint(run_dir):
+        return "resuming from its checkpoint"
+    if spec.branch is not None:
+        return f"branching from {spec.branch.source} at step {spec.branch.step}"
+    return "training"
 
 
 _PR_SET_PDEATHSIG = 1

@@ -17,7 +17,7 @@ from typing import Callable, Optional
 
 from moelab.errors import MoelabError
 from moelab.runs.execute import Log, RunOutcome, one_line_error
-from moelab.runs.launchers import train_planned_run
+from moelab.runs.launchers import remote_arguments, train_planned_run
 from moelab.runs.spec import RunSpec
 
 
@@ -48,8 +48,7 @@ class RayLauncher:
             pending = {}
             for index, spec in enumerate(specs, start=1):
                 log(f"[{index}/{len(specs)}] {spec.name}: submitted")
-                ref = remote.remote(str(folder / spec.config_path), str(folder / spec.run_dir),
-                                    self.cpus_per_run)
+                ref = remote.remote(*remote_arguments(folder, spec, self.cpus_per_run))
                 pending[ref] = (spec, time.perf_counter())
             while pending:
                 ready, _ = ray.wait(list(pending), num_returns=1)

@@ -16,7 +16,7 @@ from typing import Callable, Optional
 
 from moelab.errors import MoelabError
 from moelab.runs.execute import Log, RunOutcome, one_line_error
-from moelab.runs.launchers import train_planned_run
+from moelab.runs.launchers import remote_arguments, train_planned_run
 from moelab.runs.spec import RunSpec
 
 
@@ -31,8 +31,8 @@ def _import_submitit():
 class RequeueableRun:
     """``train_planned_run`` as a submitit checkpointable: requeued as the same call."""
 
-    def __call__(self, config_path: str, run_dir: str, threads: int) -> dict:
-        return train_planned_run(config_path, run_dir, threads)
+    def __call__(self, *arguments) -> dict:
+        return train_planned_run(*arguments)
 
     def checkpoint(self, *args, **kwargs):
         submitit = _import_submitit()
@@ -59,12 +59,10 @@ class SlurmLauncher:
     def launch(self, folder: Path, specs: list[RunSpec], record: Callable[[RunOutcome], None],
                log: Log) -> None:
         submitit = _import_submitit()
-        executor = submitit.AutoExecutor(folder=folder / "slurm" / "%j", cluster=self.cluster)
+        executor = submitit.AutoExecutor(folder=folder / "slurm", cluster=self.cluster)
         executor.update_parameters(**self._parameters())
-        config_paths = [str(folder / spec.config_path) for spec in specs]
-        run_dirs = [str(folder / spec.run_dir) for spec in specs]
-        jobs = executor.map_array(RequeueableRun(), config_paths, run_dirs,
-                                  [self.cpus_per_run] * len(specs))
+        arguments = [remote_arguments(folder, spec, self.cpus_per_run) for spec in specs]
+        jobs = executor.map_array(RequeueableRun(), *zip(*arguments))
         log(f"submitted {len(jobs)} runs as job {jobs[0].job_id.split('_')[0]}" if jobs else "")
         started = time.perf_counter()
         by_id = {job.job_id: spec for job, spec in zip(jobs, specs)}
