@@ -83,8 +83,8 @@ def register(subparsers) -> None:
         description="Plan and run (resumably) a sparsity sweep, write results.csv, fit the "
                     "sparsity law and write report.md with figures.",
     )
-    # Spelled out rather than read from moelab.scaling.presets, whose import (scipy) would slow
-    # every moelab command; a test checks the list against SWEEP_PRESETS.
+    # Spelled out rather than read from moelab.scaling.grid, whose import (scipy) would slow
+    # every moelab command; a test checks the list against grid_preset_names().
     sweep.add_argument("grid", metavar="PRESET|GRID",
                        help="a preset (demo, cpu, paper, micro) or a grid YAML file")
     sweep.add_argument("--out", metavar="DIR", default=None, help="sweep folder (default sweep_<name>)")
@@ -331,7 +331,8 @@ def why_no_budget(columns: dict) -> str:
 def _sweep(args) -> int:
     from moelab.cli.launch import build_launcher, wants_commands
     from moelab.fileio import writer_lock
-    from moelab.scaling.sweep import load_grid, plan_sweep, run_sweep
+    from moelab.scaling.grid import load_grid
+    from moelab.scaling.sweep import plan_sweep, run_sweep
 
     check_grid_file(args.grid)
     grid = load_grid(args.grid)
@@ -368,9 +369,8 @@ def report_sweep(out_dir: Path) -> int:
     the run folders, grid.json and the fit settings plan.json recorded."""
     from moelab.fileio import writer_lock
     from moelab.runs.records import check_run_files
-    from moelab.scaling.sweep import (
-        load_grid, plan_sweep, recorded_fit_settings, write_sweep_outputs,
-    )
+    from moelab.scaling.grid import load_grid
+    from moelab.scaling.sweep import plan_sweep, recorded_fit_settings, write_sweep_outputs
 
     check_grid_file(str(out_dir / "grid.json"))
     grid = load_grid(out_dir / "grid.json")

@@ -1,19 +1,7 @@
 """Sparsity sweeps: plan model size x sparsity x budget, train each point, tabulate the results.
 
-A grid (a preset from ``moelab.scaling.presets`` or a YAML file with the same keys) names a base
-config and varies three things:
-
-- **size**: model-shape overrides per size (d_model, n_layers, n_heads, n_kv_heads, d_ff);
-- **sparsity** S = (E - k) / E at a fixed top_k k, so E = k / (1 - S); S = 0 is the dense
-  model with FFN width d_ff. How the experts are sized (``mode``):
-  - ``fixed_total``: d_expert = d_ff / E, so every sparsity of a size stores the dense model's
-    FFN parameters (plus a small router) and activates k / E of them: the "fixed total
-    parameters" question of Abnar et al.;
-  - ``fixed_expert``: d_expert = d_ff / k, so the active FFN equals the dense one and the
-    total grows with E (vary E at fixed k and expert size);
-- **budget**: training compute C in FLOPs (``flops_budgets``: D = C / (6 N_active), rounded
-  down to whole optimizer steps, so every point of a budget lies on one IsoFLOP curve, up to
-  one step short of it) or tokens (``token_budgets``).
+The grid (its keys, presets and checks) is ``moelab.scaling.grid.SweepGrid``: a base config, the
+model sizes, the sparsities at a fixed top_k and the FLOPs or token budgets.
 
 Running goes through ``moelab.runs`` with any launcher: finished runs (their summary.json says
 complete) are skipped, torn ones resume from their checkpoint. ``results.csv``
@@ -27,161 +15,17 @@ from __future__ import annotations
 import csv
 import io
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
-
-import yaml
 
 from moelab.accounting import count_params, flops_per_token
 from moelab.config import Config, load_config, override
 from moelab.errors import ConfigError, MoelabError
 from moelab.fileio import atomic_write_json, atomic_write_text, remove_stale_temporaries
 from moelab.scaling.fitting import check_num_starts
+from moelab.scaling.grid import GRID_KEYS, SweepGrid, experts_for
 from moelab.scaling.isoflop import compute_deviation
-
-MODES = ("fixed_total", "fixed_expert")
-SIZE_KEYS = ("d_model", "n_layers", "n_heads", "n_kv_heads", "d_ff")
-GRID_KEYS = ("name", "base", "overrides", "sizes", "sparsities", "top_k", "mode",
-             "flops_budgets", "token_budgets", "seed", "holdout")
-REQUIRED_GRID_KEYS = ("base", "sizes", "sparsities")
-"""Plus one of flops_budgets or token_budgets (``SweepGrid.validate`` says which)."""
-
-
-@dataclass
-class SweepGrid:
-    name: str
-    base: str
-    """A config preset or YAML file all points derive from (data, optimizer, eval, vocab)."""
-    sizes: list[dict]
-    """Each: {"name": ..., and any of SIZE_KEYS}: the dense model of that size."""
-    sparsities: list[float]
-    top_k: int = 1
-    mode: str = "fixed_total"
-    flops_budgets: list[float] = field(default_factory=list)
-    token_budgets: list[int] = field(default_factory=list)
-    overrides: list[str] = field(default_factory=list)
-    """Dotted overrides applied to the base config first (e.g. a shorter eval)."""
-    seed: int = 0
-    holdout: str = "S=max"
-    """Points the held-out check leaves out of the fit."""
-
-    def validate(self) -> "SweepGrid":
-        where = f"sweep grid {self.name!r}"
-        _check_types(self, where)
-        if self.mode not in MODES:
-            raise ConfigError(f"{where}: mode={self.mode!r} is invalid: allowed {', '.join(MODES)}")
-        if not self.sizes or not self.sparsities:
-            raise ConfigError(f"{where}: sizes and sparsities must be non-empty lists")
-        if bool(self.flops_budgets) == bool(self.token_budgets):
-            raise ConfigError(f"{where}: give exactly one of flops_budgets or token_budgets")
-        if self.top_k < 1:
-            raise ConfigError(f"{where}: top_k={self.top_k} is invalid: must be >= 1")
-        for sparsity in self.sparsities:
-            experts_for(sparsity, self.top_k)  # raises on a sparsity with no whole E
-        for budget in list(self.flops_budgets) + list(self.token_budgets):
-            if not budget > 0:
-                raise ConfigError(f"{where}: budget {budget} is invalid: must be > 0")
-        for size in self.sizes:
-            _check_size(size, where)
-        return self
-
-
-def _check_types(grid: SweepGrid, where: str) -> None:
-    """The scalar keys' types, so that a typo in a YAML file is an error, not a TypeError later."""
-    for key in ("name", "base", "mode", "holdout"):
-        value = getattr(grid, key)
-        if not isinstance(value, str):
-            raise ConfigError(f"{where}: {key}={value!r} is invalid: expected a string")
-    for key in ("top_k", "seed"):
-        value = getattr(grid, key)
-        if not _is_whole_number(value):
-            raise ConfigError(f"{where}: {key}={value!r} is invalid: expected a whole number")
-    if not isinstance(grid.overrides, list) or not all(isinstance(o, str) for o in grid.overrides):
-        raise ConfigError(f"{where}: overrides={grid.overrides!r} is invalid: expected a list of "
-                          "KEY=VALUE strings")
-
-
-def _check_size(size: dict, where: str) -> None:
-    if not isinstance(size, dict):
-        raise ConfigError(f"{where}: size {size!r} is invalid: expected a mapping with a name")
-    unknown = [k for k in size if k not in SIZE_KEYS + ("name",)]
-    if not isinstance(size.get("name"), str) or unknown:
-        raise ConfigError(f"{where}: size {size!r} is invalid: needs a name and only keys "
-                          f"{', '.join(SIZE_KEYS)}")
-    import re  # here: this check is the sweep module's only use of it
-
-    # The name becomes a folder under --out: one plain path component, nothing that climbs out.
-    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.+-]{0,63}", size["name"]):
-        raise ConfigError(f"{where}: size name {size['name']!r} is invalid: allowed 1-64 letters, "
-                          f"digits and _ . + - (starting with a letter or digit), no / or ..")
-    for key in SIZE_KEYS:
-        if key in size and not (_is_whole_number(size[key]) and size[key] > 0):
-            raise ConfigError(f"{where}: size {size['name']!r} {key}={size[key]!r} is invalid: "
-                              "expected a whole number > 0")
-
-
-def _is_whole_number(value) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def experts_for(sparsity: float, top_k: int) -> int:
-    """E = k / (1 - S), which must be a whole number (S = 0: the dense model, E = 1)."""
-    if not 0.0 <= sparsity < 1.0:
-        raise ConfigError(f"sparsity {sparsity} is invalid: allowed [0, 1)")
-    experts = top_k / (1.0 - sparsity)
-    if abs(experts - round(experts)) > 1e-6:
-        raise ConfigError(
-            f"sparsity {sparsity} is invalid with top_k={top_k}: E = k / (1 - S) = {experts:.4g} "
-            f"must be a whole number (e.g. S in 0, 0.5, 0.75, 0.875 for k=1)"
-        )
-    return int(round(experts))
-
-
-def load_grid(source: str | Path) -> SweepGrid:
-    """A preset name (demo, cpu, paper, micro) or a YAML file with the keys of SweepGrid."""
-    from moelab.scaling.presets import SWEEP_PRESETS
-
-    path = Path(source)
-    if path.is_file():
-        try:
-            raw = yaml.safe_load(path.read_text("utf-8")) or {}
-        except yaml.YAMLError:
-            raise ConfigError(f"sweep grid {str(source)!r} is not valid YAML") from None
-        if not isinstance(raw, dict):
-            raise ConfigError(f"sweep grid {str(source)!r} is invalid: expected a mapping")
-        raw.setdefault("name", path.stem)
-    elif str(source) in SWEEP_PRESETS:
-        raw = dict(SWEEP_PRESETS[str(source)])
-    else:
-        raise ConfigError(
-            f"sweep grid {str(source)!r} is neither a file nor a preset: presets are "
-            f"{', '.join(SWEEP_PRESETS)}"
-        )
-    unknown = [key for key in raw if key not in GRID_KEYS]
-    if unknown:
-        raise ConfigError(f"sweep grid key {unknown[0]!r} is unknown: allowed {', '.join(GRID_KEYS)}")
-    missing = [key for key in REQUIRED_GRID_KEYS if key not in raw]
-    if missing:
-        raise ConfigError(
-            f"sweep grid {raw['name']!r}: key {missing[0]!r} is missing: a grid needs "
-            f"{', '.join(REQUIRED_GRID_KEYS)} and flops_budgets or token_budgets"
-        )
-    for key in ("sparsities", "flops_budgets", "token_budgets"):
-        raw[key] = _numbers(raw.get(key) or [], key)
-    raw["token_budgets"] = [int(b) for b in raw["token_budgets"]]
-    if not isinstance(raw.get("sizes", []), list) or not all(isinstance(s, dict) for s in raw.get("sizes", [])):
-        raise ConfigError("sweep grid sizes is invalid: expected a list of mappings")
-    return SweepGrid(**raw).validate()
-
-
-def _numbers(values, key: str) -> list[float]:
-    if not isinstance(values, list):
-        raise ConfigError(f"sweep grid {key}={values!r} is invalid: expected a list of numbers")
-    try:
-        return [float(v) for v in values]
-    except (TypeError, ValueError):
-        raise ConfigError(f"sweep grid {key}={values!r} is invalid: expected a list of numbers") from None
 
 
 # --------------------------------------------------------------------------------------------
@@ -462,13 +306,3 @@ def write_results_csv(path: Path, rows: list[dict]) -> Path:
 def fit_columns_map() -> dict[str, str]:
     """How ``moelab fit`` reads a sweep's results.csv: N is the total parameter count."""
     return {"N": "N_total", "loss": "best_val_loss"}
-
-
-def describe_grid(grid: SweepGrid) -> str:
-    budgets = (", ".join(f"{b:.3g} FLOPs" for b in grid.flops_budgets)
-               or ", ".join(f"{b:,} tokens" for b in grid.token_budgets))
-    return (f"{len(grid.sizes)} sizes ({', '.join(s['name'] for s in grid.sizes)}) x "
-            f"{len(grid.sparsities)} sparsities ({', '.join(f'{s:g}' for s in grid.sparsities)}, "
-            f"top-{grid.top_k}, {grid.mode}) x {len(grid.flops_budgets or grid.token_budgets)} "
-            f"budgets ({budgets}), seed {grid.seed}, base config {grid.base!r}")
-
