@@ -32,6 +32,7 @@ def plan(kind: str, config: Config, settings: StudySettings) -> tuple[list[Arm],
 
 def write_study_plan(kind: str, config: Config, settings: StudySettings,
                      study_dir: Path) -> list[RunSpec]:
+    config = settings.apply_to(config)  # what every arm takes from the study (eval_tasks)
     arms, specs = plan(kind, config, settings)
     recorded = settings.to_dict()
     if kind == "ablation":

@@ -12,13 +12,14 @@ Layout of a study folder::
 
 from __future__ import annotations
 
+import copy
 import json
 from pathlib import Path
 from typing import Callable, Optional
 
 import yaml
 
-from moelab.config import Config, override, to_dict
+from moelab.config import Config, build_config, override, to_dict
 from moelab.errors import MoelabError
 from moelab.fileio import (
     atomic_write_json, atomic_write_text, is_bookkeeping, remove_stale_temporaries,
@@ -123,8 +124,7 @@ def check_same_study(study_dir: Path, kind: str, base: Config, specs: list[RunSp
     ]
     for what, path, new in pairs:
         if path.is_file():
-            old = _read_planned(path, yaml.safe_load)
-            old.pop("study", None)
+            old = _with_defaults(_read_planned(path, yaml.safe_load))
             if path == study_path:
                 old = _without_seed(old)
             difference = first_difference(old, new)
@@ -135,6 +135,16 @@ def check_same_study(study_dir: Path, kind: str, base: Config, specs: list[RunSp
                     f"{key}={old_value!r} (now {new_value!r}); use another --out folder or the "
                     "same config"
                 )
+
+
+def _with_defaults(planned: dict) -> dict:
+    """A planned config with the defaults of keys added since it was written (a study planned
+    by an older moelab is the same study); as written when it no longer builds."""
+    planned = {key: value for key, value in planned.items() if key != "study"}
+    try:
+        return to_dict(build_config(copy.deepcopy(planned)))
+    except MoelabError:
+        return planned
 
 
 def _without_seed(config: dict) -> dict:
