@@ -265,3 +265,26 @@ def test_grouped_is_in_the_registry_and_auto_is_an_allowed_name():
     assert EXPERTS_IMPLEMENTATIONS["grouped"] is grouped_experts_forward
     with pytest.raises(MoelabError, match="allowed auto, sorted, reference, grouped"):
         MoEFeedForward(_moe_model_config(), experts_implementation="fast")
+
+
+def test_compiled_model_with_grouped_experts_is_one_graph_and_equals_eager():
+    # The whole model (attention, MoE layers, fused head and loss) as one graph, forward and
+    # backward, over steps whose routings differ: no graph break, no recompile.
+    torch.manual_seed(0)
+    model = Transformer(_moe_model_config(), "grouped")
+    compiled = torch.compile(model, backend="aot_eager", fullgraph=True, dynamic=False)
+    gen = torch.Generator().manual_seed(1)
+    torch._dynamo.reset()
+    with torch._dynamo.config.patch(error_on_recompile=True):
+        for step in range(3):
+            tokens_BT = torch.randint(0, 64, (2, 17), generator=gen)
+            losses = []
+            for run in (compiled, model):
+                with torch.autocast("cpu", dtype=torch.bfloat16):
+                    out = run(tokens_BT[:, :-1], tokens_BT[:, 1:], collect_routing=False)
+                out.loss.backward()
+                losses.append((out.loss.detach(), model.layers[1].feed_forward.w2.grad.clone()))
+                model.zero_grad(set_to_none=True)
+            torch.testing.assert_close(losses[0][0], losses[1][0])
+            torch.testing.assert_close(losses[0][1], losses[1][1])
+    torch._dynamo.reset()
