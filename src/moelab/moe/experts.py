@@ -17,7 +17,7 @@ The layer's default name, ``auto``, is not an entry but a choice made per call f
 and dtype (``auto_experts_implementation``): ``grouped`` on a GPU whose grouped_mm has the fast
 kernel for the dtype, ``sorted`` everywhere else (on a GPU with a one-line warning saying why).
 
-A new implementation (a CUDA grouped GEMM, say) is one function with this signature and one
+A new implementation is one function with this signature and one
 entry in the dict; ``tests/test_moe.py`` runs every entry against ``reference``.
 """
 

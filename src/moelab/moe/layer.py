@@ -65,9 +65,10 @@ class MoEFeedForward(nn.Module):
         self.num_experts, self.top_k = moe.num_experts, moe.top_k
         self.renormalize = moe.renormalizes_weights
         self.experts_implementation = experts_implementation
-        # "auto" decides per call; what it needs to know about the GPUs is asked here, once.
-        self._cuda_grouped_problems = (cuda_grouped_problems((cfg.d_model, moe.d_expert))
-                                       if experts_implementation == AUTO else {})
+        # What "auto" needs to know of the GPUs (``grouped_problem``), asked when the weights
+        # reach one (``_apply``): never in forward, where torch.compile would trace the query.
+        self._feature_sizes = (cfg.d_model, moe.d_expert)
+        self._cuda_grouped_problems: dict[int, str | None] = {}
         self.router = nn.Linear(cfg.d_model, moe.num_experts, bias=False)
         self.w1 = nn.Parameter(torch.empty(moe.num_experts, moe.d_expert, cfg.d_model))
         self.w2 = nn.Parameter(torch.empty(moe.num_experts, cfg.d_model, moe.d_expert))
@@ -82,6 +83,17 @@ class MoEFeedForward(nn.Module):
             self.register_buffer("expert_bias", torch.zeros(moe.num_experts))
         else:
             self.expert_bias = None
+        self._probe_gpus()  # built on a GPU already (under ``torch.device("cuda")``)
+
+    def _apply(self, fn, recurse=True):
+        """``.to()``, ``.cuda()``, ...: after a move onto a GPU, probe the GPUs for "auto"."""
+        moved = super()._apply(fn, recurse)
+        self._probe_gpus()
+        return moved
+
+    def _probe_gpus(self) -> None:
+        if self.experts_implementation == AUTO and self.w1.device.type == "cuda":
+            self._cuda_grouped_problems = cuda_grouped_problems(self._feature_sizes)
 
     @torch.no_grad()
     def init_weights(self, std: float, residual_std: float) -> None:
