@@ -18,8 +18,8 @@ from moelab.moe.experts import (
     cuda_grouped_problems,
     warn_once,
 )
-from moelab.precision import compute_dtype
 from moelab.moe.routing import Routing, RoutingStats, route, router_logits, routing_stats
+from moelab.precision import compute_dtype
 
 
 @dataclass
