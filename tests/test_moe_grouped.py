@@ -171,6 +171,17 @@ def test_whole_moe_layer_with_grouped_experts_runs_on_meta():
     assert layer.w1.grad.shape == layer.w1.shape
 
 
+def test_whole_model_blocks_with_grouped_experts_run_on_meta():
+    # Embedding, attention, norms and every MoE layer, forward and backward: no host read in
+    # the model body either (the fused head opens an autocast region, which meta lacks, so the
+    # loss here is a plain sum of the blocks' output and the aux losses).
+    model = Transformer(_moe_model_config(), "grouped").to(device="meta", dtype=torch.bfloat16)
+    tokens_BT = torch.zeros(2, 16, dtype=torch.long, device="meta")
+    h_BTD, moe_aux = model._blocks(tokens_BT, collect_routing=False)
+    (h_BTD.float().sum() + sum(aux.lb_loss + aux.z_loss for aux in moe_aux)).backward()
+    assert all(p.grad is not None for p in model.layers.parameters())
+
+
 def _moe_model_config(num_experts=8) -> ModelConfig:
     return ModelConfig(vocab_size=64, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2,
                        d_ff=64, max_seq_len=16,
