@@ -14,7 +14,7 @@
 # change them.
 set -u
 cd "$(dirname "$0")/.."
-PY="${PYTHON:-python}"
+PY="${PYTHON:-python3}"
 DIR="${OUT:-benchmarks/results}"
 PARTS="$DIR/gpu_check_parts"
 mkdir -p "$PARTS"
