@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 # The CPU build of torch; installed first so that nothing pulls a multi-GB CUDA build.
 TORCH_SPEC ?= torch==2.13.0
 
-.PHONY: demo test bench clean
+.PHONY: demo test bench clean gpu-check
 
 $(BIN)/moelab: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -27,3 +27,8 @@ bench: $(BIN)/moelab
 
 clean:
 	rm -rf $(VENV) demo_out
+
+# On a GPU machine, with its own torch: the cuda tests and the GPU measurements, about 6 minutes
+# (benchmarks/gpu_check.sh; BENCHMARKS.md, "GPU").
+gpu-check:
+	PYTHON=$(PYTHON) bash benchmarks/gpu_check.sh

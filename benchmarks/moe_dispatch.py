@@ -29,6 +29,12 @@ combine, the routing-weight gradient and their backward (and any page faults the
     .venv/bin/python benchmarks/moe_dispatch.py --threads 1  # adds a 1-thread run to the same file
     .venv/bin/python benchmarks/moe_dispatch.py --label "run 2"  # kept beside the first run
     .venv/bin/python benchmarks/moe_dispatch.py --quick      # 3 repeats, smoke test, writes nothing
+    python benchmarks/moe_dispatch.py --device cuda --dtype bfloat16 --out DIR/moe_dispatch_cuda.json
+
+On a GPU (``--device cuda``, from ``benchmarks/gpu_check.sh``) every entry runs on the device,
+each timing between two synchronisations; ``moelab`` is the layer's default (``auto``: the
+grouped experts on an sm90+ GPU in bf16) and ``moelab_sorted`` the sorted experts beside it. CPU
+time and page faults mean little there. ``hf`` is left out where transformers is not installed.
 """
 
 from __future__ import annotations
@@ -45,9 +51,13 @@ import time
 from pathlib import Path
 
 import torch
-import transformers
-from transformers.models.mixtral.configuration_mixtral import MixtralConfig
-from transformers.models.mixtral.modeling_mixtral import MixtralSparseMoeBlock
+
+try:  # the GPU check's machine may not have it: then no "hf" entry
+    import transformers
+    from transformers.models.mixtral.configuration_mixtral import MixtralConfig
+    from transformers.models.mixtral.modeling_mixtral import MixtralSparseMoeBlock
+except ImportError:
+    transformers = MixtralSparseMoeBlock = None
 
 from moelab.config import ModelConfig, MoEConfig
 from moelab.fileio import atomic_write_json
@@ -70,6 +80,17 @@ def build_layers(num_experts: int, args) -> dict[str, torch.nn.Module]:
     moelab_moe = MoEFeedForward(moe_cfg)
     for param in moelab_moe.parameters():
         torch.nn.init.normal_(param, std=0.02)
+    hf_moe = hf_layer(moelab_moe, num_experts, args) if MixtralSparseMoeBlock else None
+    layers = {"dense": FeedForward(args.d_model, args.top_k * args.d_expert), "moelab": moelab_moe}
+    if hf_moe is not None:
+        layers["hf"] = hf_moe
+    if args.device != "cpu":
+        layers["moelab_sorted"] = MoEFeedForward(moe_cfg, "sorted")
+        layers["moelab_sorted"].load_state_dict(moelab_moe.state_dict())
+    return {name: layer.to(args.device) for name, layer in layers.items()}
+
+
+def hf_layer(moelab_moe: MoEFeedForward, num_experts: int, args) -> torch.nn.Module:
     hf_cfg = MixtralConfig(hidden_size=args.d_model, intermediate_size=args.d_expert,
                            num_local_experts=num_experts, num_experts_per_tok=args.top_k,
                            experts_implementation="eager")
@@ -78,21 +99,21 @@ def build_layers(num_experts: int, args) -> dict[str, torch.nn.Module]:
         hf_moe.gate.weight.copy_(moelab_moe.router.weight)
         hf_moe.experts.gate_up_proj.copy_(torch.cat([moelab_moe.w1, moelab_moe.w3], dim=1))
         hf_moe.experts.down_proj.copy_(moelab_moe.w2)
-    layers = {"dense": FeedForward(args.d_model, args.top_k * args.d_expert), "moelab": moelab_moe,
-              "hf": hf_moe}
-    return layers
+    return hf_moe
 
 
-def gemms_only(rows: int, d_model: int, d_hidden: int, slots_per_expert: torch.Tensor):
+def gemms_only(rows: int, d_model: int, d_hidden: int, slots_per_expert: torch.Tensor,
+               device: str = "cpu"):
     """The nine matrix products of a SwiGLU layer's forward and backward on ``rows`` rows split
     into experts by ``slots_per_expert`` (one expert: the dense layer): up (w1, w3) and down
     (w2) forward; the down product's input and weight gradients; the input gradient through
     w1 and w3 (two products, one sum) and their two weight gradients."""
     num_experts = slots_per_expert.numel()
-    x_RD, grad_y_RD = torch.randn(rows, d_model), torch.randn(rows, d_model)
-    h_RH, g1_RH, g3_RH = (torch.randn(rows, d_hidden) for _ in range(3))
-    w1_EHD, w3_EHD = torch.randn(num_experts, d_hidden, d_model), torch.randn(num_experts, d_hidden, d_model)
-    w2_EDH = torch.randn(num_experts, d_model, d_hidden)
+    x_RD, grad_y_RD = torch.randn(rows, d_model, device=device), torch.randn(rows, d_model, device=device)
+    h_RH, g1_RH, g3_RH = (torch.randn(rows, d_hidden, device=device) for _ in range(3))
+    w1_EHD = torch.randn(num_experts, d_hidden, d_model, device=device)
+    w3_EHD = torch.randn(num_experts, d_hidden, d_model, device=device)
+    w2_EDH = torch.randn(num_experts, d_model, d_hidden, device=device)
 
     def run() -> None:
         segment_matmul(x_RD, w1_EHD.transpose(1, 2), slots_per_expert)
@@ -120,30 +141,36 @@ def routing_only(layer: MoEFeedForward, x_BTD: torch.Tensor, grad_weights_TK: to
     return run
 
 
-def step(layer: torch.nn.Module, x_BTD: torch.Tensor, grad_BTD: torch.Tensor) -> None:
-    if isinstance(layer, MixtralSparseMoeBlock):
-        loss = (layer(x_BTD) * grad_BTD).sum()
-    else:
-        y_BTD, aux = layer(x_BTD, collect_routing=False)  # as training calls it
-        loss = (y_BTD * grad_BTD).sum()
+def step(layer: torch.nn.Module, x_BTD: torch.Tensor, grad_BTD: torch.Tensor,
+         dtype: torch.dtype = torch.float32) -> None:
+    with torch.autocast(x_BTD.device.type, dtype=dtype, enabled=dtype != torch.float32):
+        if MixtralSparseMoeBlock is not None and isinstance(layer, MixtralSparseMoeBlock):
+            loss = (layer(x_BTD) * grad_BTD).sum()
+            aux = None
+        else:
+            y_BTD, aux = layer(x_BTD, collect_routing=False)  # as training calls it
+            loss = (y_BTD * grad_BTD).sum()
         if aux is not None:  # the MoE's aux losses
             loss = loss + 0.01 * aux.lb_loss + 0.001 * aux.z_loss
     loss.backward()
 
 
-def time_step(entry, x_BTD, grad_BTD) -> tuple[float, float, int]:
+def time_step(entry, x_BTD, grad_BTD, dtype=torch.float32) -> tuple[float, float, int]:
     """(wall seconds, CPU seconds of this process, minor page faults) of one forward+backward (or
     of one call of a ``gemms_only`` function). Page faults are fresh memory the C allocator got
     from the OS and the first write paid for (glibc hands large freed blocks back)."""
     if isinstance(entry, torch.nn.Module):
         entry.zero_grad(set_to_none=True)
         x_BTD.grad = None
-        run = functools.partial(step, entry, x_BTD, grad_BTD)
+        run = functools.partial(step, entry, x_BTD, grad_BTD, dtype)
     else:
         run = entry
+    synchronize = torch.cuda.synchronize if x_BTD.device.type == "cuda" else (lambda: None)
+    synchronize()
     faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
     wall, cpu = time.perf_counter(), time.process_time()
     run()
+    synchronize()
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
     return wall, cpu, resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults
 
@@ -153,31 +180,35 @@ def bench_one(num_experts: int, args) -> dict:
     layers = build_layers(num_experts, args)
     x_BTD = torch.randn(args.batch, args.seq_len, args.d_model, requires_grad=True)
     grad_BTD = torch.randn(args.batch, args.seq_len, args.d_model)
+    if args.device != "cpu":
+        x_BTD = x_BTD.detach().to(args.device).requires_grad_()
+        grad_BTD = grad_BTD.to(args.device)
+    dtype = getattr(torch, args.dtype)
     tokens = args.batch * args.seq_len
     with torch.no_grad():
         experts_TK = route(layers["moelab"].router(x_BTD.reshape(-1, args.d_model)), args.top_k).experts_TK
     slot_counts_E = count_slots(experts_TK, num_experts)
     entries = {**layers,  # the layers, then their matrix products alone, then the MoE's parts
                "dense_gemms": gemms_only(tokens, args.d_model, args.top_k * args.d_expert,
-                                         torch.tensor([tokens])),
+                                         torch.tensor([tokens]), args.device),
                "expert_gemms": gemms_only(tokens * args.top_k, args.d_model, args.d_expert,
-                                          slot_counts_E),
+                                          slot_counts_E.cpu(), args.device),
                "routing": routing_only(layers["moelab"], x_BTD,
-                                       torch.randn(tokens, args.top_k)),
+                                       torch.randn(tokens, args.top_k, device=args.device)),
                "layout": functools.partial(expert_layout, experts_TK, num_experts, slot_counts_E)}
     wall = {name: [] for name in entries}
     cpu = {name: [] for name in entries}
     faults = {name: [] for name in entries}
     for _ in range(args.warmup):
         for entry in entries.values():
-            time_step(entry, x_BTD, grad_BTD)
+            time_step(entry, x_BTD, grad_BTD, dtype)
     order = random.Random(num_experts)
     for _ in range(args.repeats):
         # A fresh random order each repeat: a layer that runs right after a different one pays
         # for allocations of new sizes (page faults), so a fixed (or rotated) order would bias
         # the ratios.
         for name in order.sample(list(entries), len(entries)):
-            wall_s, cpu_s, page_faults = time_step(entries[name], x_BTD, grad_BTD)
+            wall_s, cpu_s, page_faults = time_step(entries[name], x_BTD, grad_BTD, dtype)
             wall[name].append(wall_s)
             cpu[name].append(cpu_s)
             faults[name].append(page_faults)
@@ -229,6 +260,9 @@ def main() -> None:
     parser.add_argument("--label", default="",
                         help="results keep one run per (threads, label): repeat runs side by side")
     parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument("--device", default="cpu", help="cpu (default) or cuda")
+    parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"),
+                        help="bfloat16: the layers run under bf16 autocast")
     args = parser.parse_args()
     if args.quick:
         args.repeats, args.warmup = 3, 1
@@ -246,7 +280,10 @@ def main() -> None:
                    "seq_len": args.seq_len, "d_model": args.d_model, "d_expert": args.d_expert,
                    "top_k": args.top_k, "dense_d_ff": args.top_k * args.d_expert},
         "malloc_env": {k: v for k, v in os.environ.items() if k.startswith("MALLOC_")},
-        "torch": torch.__version__, "transformers": transformers.__version__,
+        "torch": torch.__version__,
+        "transformers": transformers.__version__ if transformers else None,
+        "device": args.device, "dtype": args.dtype,
+        "gpu": torch.cuda.get_device_name() if args.device != "cpu" else None,
         "machine": platform.machine(), "cpus": os.cpu_count(), "rows": rows,
     }
     # One entry per (thread count, label): 1- and 2-thread runs and repeats share the file.

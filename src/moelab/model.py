@@ -147,7 +147,7 @@ class FeedForward(nn.Module):
 class TransformerBlock(nn.Module):
     """Pre-norm block: x + attn(norm(x)), then + ffn(norm(.)). The FFN is dense or MoE."""
 
-    def __init__(self, cfg: ModelConfig, experts_implementation: str = "sorted"):
+    def __init__(self, cfg: ModelConfig, experts_implementation: str = "auto"):
         super().__init__()
         self.attention_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
         self.attention = Attention(cfg)
@@ -180,11 +180,11 @@ class Transformer(nn.Module):
     """Token embeddings, n_layers blocks, final RMSNorm, output head (tied or untied).
 
     ``experts_implementation`` chooses how the MoE layers run their experts
-    (``moelab.moe.EXPERTS_IMPLEMENTATIONS``): "sorted" (fast, default) or "reference" (the
-    plain loop, for tests).
+    (``moelab.moe.EXPERTS_IMPLEMENTATIONS``): "auto" (the default: "grouped" on a GPU that runs
+    it fast, else "sorted"), "sorted", "grouped" or "reference" (the plain loop, for tests).
     """
 
-    def __init__(self, cfg: ModelConfig, experts_implementation: str = "sorted"):
+    def __init__(self, cfg: ModelConfig, experts_implementation: str = "auto"):
         super().__init__()
         self.cfg = cfg
         self.tok_embeddings = nn.Embedding(cfg.vocab_size, cfg.d_model)

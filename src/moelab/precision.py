@@ -3,10 +3,13 @@
 Code inside ``torch.autograd.Function.forward`` is still under an enclosing autocast region, and
 its backward runs outside it; so the MoE experts and the fused head read the autocast dtype
 once, cast their inputs to it themselves, and run their maths with autocast off, in forward and
-backward alike.
+backward alike. (The ``meta`` device, on which a test runs the grouped experts to prove they
+never read data on the host, has no autocast at all.)
 """
 
 from __future__ import annotations
+
+import contextlib
 
 import torch
 
@@ -14,6 +17,14 @@ import torch
 def compute_dtype(x: torch.Tensor) -> torch.dtype:
     """The dtype a matmul on ``x`` runs in here: autocast's when it is on, else x's own."""
     device_type = x.device.type
-    if torch.is_autocast_enabled(device_type):
+    if torch.amp.is_autocast_available(device_type) and torch.is_autocast_enabled(device_type):
         return torch.get_autocast_dtype(device_type)
     return x.dtype
+
+
+def autocast_off(x: torch.Tensor) -> contextlib.AbstractContextManager:
+    """A region where ``x``'s device runs without autocast (nothing to do where it has none)."""
+    device_type = x.device.type
+    if torch.amp.is_autocast_available(device_type):
+        return torch.autocast(device_type, enabled=False)
+    return contextlib.nullcontext()

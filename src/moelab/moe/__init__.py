@@ -19,11 +19,14 @@ One MoE layer replaces the dense SwiGLU FFN of a block. Read in this order:
   stashed on the module. The statistics are skipped when the caller does not want them
   (training).
 - ``experts.py``: the experts implementations behind one registry: ``reference`` (the plain
-  loop over experts the tests hold every other one equal to) and ``sorted`` (the default).
+  loop over experts the tests hold every other one equal to), ``sorted`` and ``grouped``; the
+  layer's default ``auto`` runs ``grouped`` on an sm90+ GPU in bf16 and ``sorted`` elsewhere.
 - ``kernels.py``: what ``sorted`` runs on: dropless dispatch (the T*k token-slots stably sorted
   by expert id, every expert on all of its rows, no capacity limit, a deterministic combine),
   one hand-written autograd node, and the per-expert segment products registered as custom ops
   so torch.compile compiles the layer once, whatever the routing.
+- ``grouped.py``: the GPU path: ``torch._grouped_mm`` on a padded expert-major buffer whose
+  layout and group offsets stay on the device (no host sync, static shapes).
 
 Measurements behind the kernels' choices: BENCHMARKS.md ("MoE dispatch", "Train step").
 
@@ -33,6 +36,7 @@ expert-major buffer (the same slots, sorted by expert).
 """
 
 from moelab.moe.experts import EXPERTS_IMPLEMENTATIONS, reference_experts_forward
+from moelab.moe.grouped import grouped_experts_forward
 from moelab.moe.kernels import sorted_experts_forward
 from moelab.moe.layer import MoEAux, MoEFeedForward
 from moelab.moe.routing import (
@@ -47,6 +51,7 @@ from moelab.moe.routing import (
 
 __all__ = [
     "EXPERTS_IMPLEMENTATIONS",
+    "grouped_experts_forward",
     "MoEAux",
     "MoEFeedForward",
     "Routing",

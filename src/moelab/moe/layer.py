@@ -9,8 +9,17 @@ from torch import nn
 
 from moelab.config import ModelConfig
 from moelab.errors import MoelabError
-from moelab.moe.experts import EXPERTS_IMPLEMENTATIONS
+from moelab.moe.experts import (
+    AUTO,
+    EXPERTS_CHOICES,
+    EXPERTS_IMPLEMENTATIONS,
+    ExpertsForward,
+    auto_experts_implementation,
+    cuda_grouped_problems,
+    warn_once,
+)
 from moelab.moe.routing import Routing, RoutingStats, route, router_logits, routing_stats
+from moelab.precision import compute_dtype
 
 
 @dataclass
@@ -35,26 +44,31 @@ class MoEFeedForward(nn.Module):
     (``gate_up_proj = cat([w1, w3], dim=1)``, ``down_proj = w2``).
 
     ``experts_implementation`` names the function that runs the experts
-    (``EXPERTS_IMPLEMENTATIONS``: "sorted", the fast default, or "reference", the plain loop).
+    (``EXPERTS_IMPLEMENTATIONS``: "sorted", "grouped" or "reference", the plain loop), or
+    "auto" (the default): per call, "grouped" on a GPU that runs it fast, else "sorted"
+    (``moelab.moe.experts.auto_experts_implementation``).
     ``shared_experts``, a module with the FFN signature (the model passes its dense SwiGLU of
     hidden size ``moe.shared_hidden`` when ``moe.num_shared_experts`` > 0), runs on every token
     and is added to the routed output: y = shared(x) + sum_k w_k expert_k(x) (DeepSeekMoE).
     None: Mixtral has none.
     """
 
-    def __init__(self, cfg: ModelConfig, experts_implementation: str = "sorted",
+    def __init__(self, cfg: ModelConfig, experts_implementation: str = AUTO,
                  shared_experts: nn.Module | None = None):
         super().__init__()
         if cfg.moe is None:
             raise MoelabError("model.moe=null is invalid for MoEFeedForward: give a moe section")
-        if experts_implementation not in EXPERTS_IMPLEMENTATIONS:
+        if experts_implementation not in EXPERTS_CHOICES:
             raise MoelabError(f"experts_implementation={experts_implementation!r} is invalid: "
-                              f"allowed {', '.join(EXPERTS_IMPLEMENTATIONS)}")
+                              f"allowed {', '.join(EXPERTS_CHOICES)}")
         moe = cfg.moe
         self.num_experts, self.top_k = moe.num_experts, moe.top_k
         self.renormalize = moe.renormalizes_weights
         self.experts_implementation = experts_implementation
-        self.experts_forward = EXPERTS_IMPLEMENTATIONS[experts_implementation]
+        # What "auto" needs to know of the GPUs (``grouped_problem``), asked when the weights
+        # reach one (``_apply``): never in forward, where torch.compile would trace the query.
+        self._feature_sizes = (cfg.d_model, moe.d_expert)
+        self._cuda_grouped_problems: dict[int, str | None] = {}
         self.router = nn.Linear(cfg.d_model, moe.num_experts, bias=False)
         self.w1 = nn.Parameter(torch.empty(moe.num_experts, moe.d_expert, cfg.d_model))
         self.w2 = nn.Parameter(torch.empty(moe.num_experts, cfg.d_model, moe.d_expert))
@@ -69,6 +83,17 @@ class MoEFeedForward(nn.Module):
             self.register_buffer("expert_bias", torch.zeros(moe.num_experts))
         else:
             self.expert_bias = None
+        self._probe_gpus()  # built on a GPU already (under ``torch.device("cuda")``)
+
+    def _apply(self, fn, recurse=True):
+        """``.to()``, ``.cuda()``, ...: after a move onto a GPU, probe the GPUs for "auto"."""
+        moved = super()._apply(fn, recurse)
+        self._probe_gpus()
+        return moved
+
+    def _probe_gpus(self) -> None:
+        if self.experts_implementation == AUTO and self.w1.device.type == "cuda":
+            self._cuda_grouped_problems = cuda_grouped_problems(self._feature_sizes)
 
     @torch.no_grad()
     def init_weights(self, std: float, residual_std: float) -> None:
@@ -89,8 +114,8 @@ class MoEFeedForward(nn.Module):
         the balancing loss uses instead of this batch's (``route``)."""
         x_TD = x_BTD.reshape(-1, x_BTD.shape[-1])
         routing = self.route_tokens(x_TD, lb_slot_counts_E)
-        y_TD = self.experts_forward(x_TD, routing.weights_TK, routing.experts_TK,
-                                    self.w1, self.w2, self.w3, routing.slot_counts_E)
+        y_TD = self.experts_forward_for(x_TD)(x_TD, routing.weights_TK, routing.experts_TK,
+                                              self.w1, self.w2, self.w3, routing.slot_counts_E)
         y_BTD = y_TD.view(x_BTD.shape)
         if self.shared_experts is not None:
             shared_BTD, _ = self.shared_experts(x_BTD)
@@ -98,6 +123,16 @@ class MoEFeedForward(nn.Module):
         stats = (routing_stats(routing.router_logits_TE, routing.experts_TK)
                  if collect_routing else None)
         return y_BTD, MoEAux(routing.lb_loss, routing.z_loss, routing.slot_counts_E, routing=stats)
+
+    def experts_forward_for(self, x_TD: torch.Tensor) -> ExpertsForward:
+        """The experts implementation that runs on ``x_TD`` (its device and compute dtype)."""
+        if self.experts_implementation != AUTO:
+            return EXPERTS_IMPLEMENTATIONS[self.experts_implementation]
+        problem = self._cuda_grouped_problems.get(x_TD.device.index or 0, "no GPU probed")
+        name, warning = auto_experts_implementation(x_TD.device.type, compute_dtype(x_TD), problem)
+        if warning and not torch.compiler.is_compiling():
+            warn_once(warning)
+        return EXPERTS_IMPLEMENTATIONS[name]
 
     def route_tokens(self, x_TD: torch.Tensor,
                      lb_slot_counts_E: torch.Tensor | None = None) -> Routing:

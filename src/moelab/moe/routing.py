@@ -15,6 +15,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from moelab.precision import autocast_off
+
 
 @dataclass
 class Routing:
@@ -39,7 +41,7 @@ class Routing:
 def router_logits(x_TD: torch.Tensor, router_weight_ED: torch.Tensor) -> torch.Tensor:
     """``x_TD @ router.T`` in fp32 whatever the autocast (routing decisions are sensitive to
     rounding)."""
-    with torch.autocast(x_TD.device.type, enabled=False):
+    with autocast_off(x_TD):
         return F.linear(x_TD.float(), router_weight_ED.float())
 
 

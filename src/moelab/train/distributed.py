@@ -15,6 +15,7 @@ import torch
 import torch.distributed as torch_dist
 
 from moelab.errors import MoelabError
+from moelab.train.cuda import configure_cuda
 
 
 @dataclass(frozen=True)
@@ -97,17 +98,21 @@ def check_device_for_ranks(name: str, world_size: int) -> None:
 
 
 def setup_distributed(device_name: str) -> Distributed:
-    """Join the torchrun process group when launched by torchrun, else a single process."""
+    """Join the torchrun process group when launched by torchrun, else a single process. A GPU
+    gets its fast settings (``configure_cuda``)."""
     world_size = _env_int("WORLD_SIZE", 1, minimum=1)
     check_device_for_ranks(device_name, world_size)
     if world_size == 1:
-        return Distributed(rank=0, world_size=1, device=resolve_device(device_name))
+        device = resolve_device(device_name)
+        configure_cuda(device)
+        return Distributed(rank=0, world_size=1, device=device)
     rank = _env_int("RANK", None, minimum=0)
     if rank >= world_size:
         raise MoelabError(f"RANK={rank} is invalid: allowed 0..{world_size - 1} (WORLD_SIZE)")
     device = resolve_device(device_name, _env_int("LOCAL_RANK", 0, minimum=0))
     if device.type == "cuda":
         torch.cuda.set_device(device)
+    configure_cuda(device)
     if not torch_dist.is_initialized():
         torch_dist.init_process_group(backend="nccl" if device.type == "cuda" else "gloo")
     return Distributed(rank=rank, world_size=world_size, device=device)
