@@ -245,6 +245,8 @@ class DataConfig:
 
 
 MAX_TOKENS = 10**15
+EVAL_TASK_NAMES = ("last_word", "ending", "agreement")
+"""The zero-shot tasks of moelab.tasks (named here so a config can be checked without them)."""
 """A sanity cap on train.max_tokens: a budget above it cannot finish on any machine."""
 
 
@@ -304,6 +306,8 @@ class TrainConfig:
     """Also log to TensorBoard in RUN/tensorboard (needs the tensorboard package)."""
     wandb: bool = False
     """Also log to Weights & Biases, offline unless WANDB_MODE says otherwise (needs wandb)."""
+    eval_tasks: list[str] = field(default_factory=list)
+    """Zero-shot tasks scored on the final weights into RUN/tasks.json (docs/training.md)."""
 
     def validate(self, prefix: str = "train") -> None:
         _require_positive(self, prefix, "batch_size", "max_tokens", "lr", "eval_interval",
@@ -350,6 +354,10 @@ class TrainConfig:
             raise ConfigError(
                 f"{prefix}.collapse_threshold={self.collapse_threshold} is invalid: allowed (0, 1]"
             )
+        if (any(name not in EVAL_TASK_NAMES for name in self.eval_tasks)
+                or len(set(self.eval_tasks)) < len(self.eval_tasks)):
+            raise ConfigError(f"{prefix}.eval_tasks={self.eval_tasks!r} is invalid: allowed a "
+                              f"list of distinct names from {', '.join(EVAL_TASK_NAMES)}")
 
     @property
     def effective_data_seed(self) -> int:
@@ -416,6 +424,11 @@ def _coerce(hint: Any, value: Any, key: str) -> Any:
         raise ConfigError(f"{key}=null is invalid: expected {_type_name(inner)}")
     if dataclasses.is_dataclass(inner):
         return from_dict(inner, value, key)
+    if typing.get_origin(inner) is list:  # each item checked as the item type
+        if not isinstance(value, list):
+            raise ConfigError(f"{key}={value!r} is invalid: expected a list, e.g. [a, b]")
+        (item_hint,) = typing.get_args(inner)
+        return [_coerce(item_hint, item, f"{key}[{index}]") for index, item in enumerate(value)]
     if inner in (int, float) and isinstance(value, str):
         value = _parse_number(value)  # YAML 1.1 reads 3e-4 (no dot) as a string
     if inner is bool:

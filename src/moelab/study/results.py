@@ -1,7 +1,8 @@
 """Results of a study folder, computed from its run folders alone.
 
 ``find_runs`` reads every complete run under ``DIR/runs`` (its ``summary.json``, the eval lines
-of ``metrics.jsonl`` and its ``config.yaml``); ``aggregate`` turns them into the per-arm seed
+of ``metrics.jsonl``, its ``config.yaml`` and, when the run scored zero-shot tasks
+(``train.eval_tasks``), its ``tasks.json``); ``aggregate`` turns them into the per-arm seed
 statistics and the per-criterion comparisons (paired and Welch) that ``results.json``,
 ``results.csv`` and the report show.
 Nothing here trains or reads anything but those files (and ``plan.json`` for arm descriptions
@@ -27,7 +28,8 @@ from moelab.errors import MoelabError
 from moelab.study.arms import LADDER_RUNGS, MOE_ARM, dense_arm_name
 from moelab.study.budgets import format_token_count, parse_token_count
 from moelab.study.runner import is_complete, read_failures, run_name
-from moelab.study.stats import compare, summarize
+from moelab.study.stats import compare, decide, mean_interval, paired_difference, summarize
+from moelab.tasks import TASK_NAMES, TRAINING_RESULTS_FILE
 
 # Per-run numbers copied from summary.json into results.json / results.csv.
 RUN_FIELDS = (
@@ -59,6 +61,8 @@ class RunRecord:
     summary: dict
     evals: list[dict] = field(default_factory=list)
     config: dict = field(default_factory=dict)
+    tasks: dict = field(default_factory=dict)
+    """Task name -> its entry in the run's tasks.json; {} when the run scored none."""
 
     @property
     def name(self) -> str:
@@ -96,7 +100,22 @@ def read_run(study_dir: Path, run_dir: Path, arm: str, seed: int, budget: Option
                 evals.append(record)
     config_path = run_dir / "config.yaml"
     config = yaml.safe_load(config_path.read_text("utf-8")) if config_path.is_file() else {}
-    return RunRecord(arm, seed, budget, run_dir.relative_to(study_dir), summary, evals, config or {})
+    return RunRecord(arm, seed, budget, run_dir.relative_to(study_dir), summary, evals,
+                     config or {}, read_run_tasks(run_dir / TRAINING_RESULTS_FILE))
+
+
+def read_run_tasks(path: Path) -> dict:
+    """{task: entry} of a run's tasks.json ({} without one); each entry needs its accuracy."""
+    if not path.is_file():
+        return {}
+    stored = _read_json(path)
+    tasks = stored.get("tasks") if isinstance(stored, dict) else None
+    if not isinstance(tasks, dict) or not all(
+            isinstance(entry, dict) and {"accuracy", "chance"} <= entry.keys()
+            for entry in tasks.values()):
+        raise MoelabError(f"{path} is corrupt (no 'tasks' with an accuracy and chance each): "
+                          f"delete the run to train and score it again")
+    return tasks
 
 
 def _read_json(path: Path) -> Any:
@@ -136,6 +155,8 @@ def aggregate(study_dir: Path, records: list[RunRecord]) -> dict:
         "missing_runs": [run["name"] for run in plan.get("runs", []) if run["name"] not in complete],
         "failed_runs": read_failures(study_dir),
     }
+    if "zero_shot" in groups[-1]:  # only studies whose runs scored tasks: others stay as they were
+        results["zero_shot"] = groups[-1]["zero_shot"]
     return json_safe(results)
 
 
@@ -162,6 +183,9 @@ def _budget_group(arm_names: list[str], records: list[RunRecord], budget: Option
                 _by_seed(arms[MOE_ARM], "best_val_loss"), _by_seed(arms[dense_arm], "best_val_loss"),
             ).to_dict()
     group = {"arms": arms, "gaps": gaps}
+    zero_shot = zero_shot_result(arm_names, records)
+    if zero_shot:
+        group["zero_shot"] = zero_shot
     if budget is not None:
         group = {"tokens": budget, "label": format_token_count(budget), **group}
     return group
@@ -205,6 +229,53 @@ def describe_model(config: dict) -> str:
         return (f"MoE, {moe.get('num_experts')} experts of {moe.get('d_expert')}, "
                 f"top-{moe.get('top_k')}{shared}")
     return f"dense, d_ff={model.get('d_ff')}"
+
+
+def zero_shot_result(arm_names: list[str], records: list[RunRecord]) -> dict:
+    """Per task the runs scored: each arm's accuracy over seeds and, per criterion, the paired
+    MoE - dense accuracy difference (from the runs' tasks.json only); {} when none scored any."""
+    result = {}
+    for task in TASK_NAMES:
+        arms = {}
+        for arm in arm_names:
+            scored = sorted((r for r in records if r.arm == arm and task in r.tasks),
+                            key=lambda r: r.seed)
+            if scored:
+                arms[arm] = task_arm_result(task, scored)
+        if not arms:
+            continue
+        comparisons = {}
+        for criterion in CRITERIA:
+            dense_arm = dense_arm_name(criterion)
+            if MOE_ARM in arms and dense_arm in arms:
+                comparisons[criterion] = accuracy_comparison(
+                    MOE_ARM, dense_arm, arms[MOE_ARM], arms[dense_arm])
+        result[task] = {"arms": arms, "comparisons": comparisons}
+    return result
+
+
+def task_arm_result(task: str, records: list[RunRecord]) -> dict:
+    """One arm on one task: accuracy over seeds with its t interval, and the chance level."""
+    runs = [{"seed": r.seed, "run_dir": r.run_dir.as_posix(),
+             **{key: r.tasks[task].get(key) for key in ("accuracy", "correct", "items", "chance",
+                                                         "step")}}
+            for r in records]
+    accuracies = [run["accuracy"] for run in runs]
+    ci_low, ci_high = mean_interval(accuracies)
+    return {"accuracy": summarize(accuracies).to_dict(), "ci_low": ci_low, "ci_high": ci_high,
+            # Equal over seeds (one tokenizer per study); the mean keeps it exact if not.
+            "chance": float(np.mean([run["chance"] for run in runs])), "runs": runs}
+
+
+def accuracy_comparison(moe_arm: str, dense_arm: str, moe: dict, dense: dict) -> dict:
+    """moe - dense accuracy, paired by seed (positive: the MoE is better), as the loss gaps."""
+    paired = paired_difference(_by_seed(moe, "accuracy"), _by_seed(dense, "accuracy"))
+    outcome = decide(paired.gap, paired.p_value)
+    return {"moe_arm": moe_arm, "dense_arm": dense_arm, "difference": paired.gap,
+            "ci_low": paired.ci_low, "ci_high": paired.ci_high, "p_value": paired.p_value,
+            "n_pairs": paired.n_pairs, "std_diff": paired.std_diff,
+            "differences": paired.differences, "outcome": outcome,
+            "verdict": f"{outcome} (paired t, n={paired.n_pairs})"}
 
 
 def routing_result(records: list[RunRecord]) -> dict:
