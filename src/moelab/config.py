@@ -245,9 +245,9 @@ class DataConfig:
 
 
 MAX_TOKENS = 10**15
+"""A sanity cap on train.max_tokens: a budget above it cannot finish on any machine."""
 EVAL_TASK_NAMES = ("last_word", "ending", "agreement")
 """The zero-shot tasks of moelab.tasks (named here so a config can be checked without them)."""
-"""A sanity cap on train.max_tokens: a budget above it cannot finish on any machine."""
 
 
 @dataclass
@@ -307,7 +307,7 @@ class TrainConfig:
     wandb: bool = False
     """Also log to Weights & Biases, offline unless WANDB_MODE says otherwise (needs wandb)."""
     eval_tasks: list[str] = field(default_factory=list)
-    """Zero-shot tasks scored on the final weights into RUN/tasks.json (docs/training.md)."""
+    """Zero-shot tasks (moelab.tasks) scored at the end of the run; empty: none."""
 
     def validate(self, prefix: str = "train") -> None:
         _require_positive(self, prefix, "batch_size", "max_tokens", "lr", "eval_interval",
@@ -425,8 +425,10 @@ def _coerce(hint: Any, value: Any, key: str) -> Any:
     if dataclasses.is_dataclass(inner):
         return from_dict(inner, value, key)
     if typing.get_origin(inner) is list:  # each item checked as the item type
+        if isinstance(value, str):  # --set key=a,b: YAML reads a,b as one string
+            value = [item.strip() for item in value.split(",") if item.strip()]
         if not isinstance(value, list):
-            raise ConfigError(f"{key}={value!r} is invalid: expected a list, e.g. [a, b]")
+            raise ConfigError(f"{key}={value!r} is invalid: expected a list")
         (item_hint,) = typing.get_args(inner)
         return [_coerce(item_hint, item, f"{key}[{index}]") for index, item in enumerate(value)]
     if inner in (int, float) and isinstance(value, str):
