@@ -32,10 +32,11 @@ from moelab.config import Config
 from moelab.data import Tokenizer, TrainBatches, prepare_data, validation_windows
 from moelab.errors import MoelabError
 from moelab.model import Transformer
-from moelab.tasks import check_tasks_fit, score_run_tasks
 from moelab.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from moelab.train.distributed import Distributed, setup_distributed
-from moelab.train.evaluation import EvalResult, evaluate, is_collapsed, scored_bytes
+from moelab.train.evaluation import (
+    EvalResult, check_tasks_fit, evaluate, is_collapsed, score_run_tasks, scored_bytes,
+)
 from moelab.train.generate import sample_text
 from moelab.train.loggers import ExternalLoggers
 from moelab.train.memory import check_training_fits
