@@ -424,13 +424,10 @@ def _coerce(hint: Any, value: Any, key: str) -> Any:
         raise ConfigError(f"{key}=null is invalid: expected {_type_name(inner)}")
     if dataclasses.is_dataclass(inner):
         return from_dict(inner, value, key)
-    if typing.get_origin(inner) is list:  # each item checked as the item type
-        if isinstance(value, str):  # --set key=a,b: YAML reads a,b as one string
-            value = [item.strip() for item in value.split(",") if item.strip()]
+    if typing.get_origin(inner) is list:
         if not isinstance(value, list):
             raise ConfigError(f"{key}={value!r} is invalid: expected a list")
-        (item_hint,) = typing.get_args(inner)
-        return [_coerce(item_hint, item, f"{key}[{index}]") for index, item in enumerate(value)]
+        return [_coerce(typing.get_args(inner)[0], item, key) for item in value]
     if inner in (int, float) and isinstance(value, str):
         value = _parse_number(value)  # YAML 1.1 reads 3e-4 (no dot) as a string
     if inner is bool:
