@@ -28,8 +28,8 @@ from moelab.errors import MoelabError
 from moelab.study.arms import LADDER_RUNGS, MOE_ARM, dense_arm_name
 from moelab.study.budgets import format_token_count, parse_token_count
 from moelab.study.runner import is_complete, read_failures, run_name
-from moelab.study.stats import compare, decide, mean_interval, paired_difference, summarize
-from moelab.tasks import TASK_NAMES, TRAINING_RESULTS_FILE
+from moelab.study.stats import compare, summarize
+from moelab.study.zero_shot import read_run_tasks, zero_shot_result
 
 # Per-run numbers copied from summary.json into results.json / results.csv.
 RUN_FIELDS = (
@@ -101,21 +101,7 @@ def read_run(study_dir: Path, run_dir: Path, arm: str, seed: int, budget: Option
     config_path = run_dir / "config.yaml"
     config = yaml.safe_load(config_path.read_text("utf-8")) if config_path.is_file() else {}
     return RunRecord(arm, seed, budget, run_dir.relative_to(study_dir), summary, evals,
-                     config or {}, read_run_tasks(run_dir / TRAINING_RESULTS_FILE))
-
-
-def read_run_tasks(path: Path) -> dict:
-    """{task: entry} of a run's tasks.json ({} without one); each entry needs its accuracy."""
-    if not path.is_file():
-        return {}
-    stored = _read_json(path)
-    tasks = stored.get("tasks") if isinstance(stored, dict) else None
-    if not isinstance(tasks, dict) or not all(
-            isinstance(entry, dict) and {"accuracy", "chance"} <= entry.keys()
-            for entry in tasks.values()):
-        raise MoelabError(f"{path} is corrupt (no 'tasks' with an accuracy and chance each): "
-                          f"delete the run to train and score it again")
-    return tasks
+                     config or {}, read_run_tasks(run_dir))
 
 
 def _read_json(path: Path) -> Any:
@@ -229,53 +215,6 @@ def describe_model(config: dict) -> str:
         return (f"MoE, {moe.get('num_experts')} experts of {moe.get('d_expert')}, "
                 f"top-{moe.get('top_k')}{shared}")
     return f"dense, d_ff={model.get('d_ff')}"
-
-
-def zero_shot_result(arm_names: list[str], records: list[RunRecord]) -> dict:
-    """Per task the runs scored: each arm's accuracy over seeds and, per criterion, the paired
-    MoE - dense accuracy difference (from the runs' tasks.json only); {} when none scored any."""
-    result = {}
-    for task in TASK_NAMES:
-        arms = {}
-        for arm in arm_names:
-            scored = sorted((r for r in records if r.arm == arm and task in r.tasks),
-                            key=lambda r: r.seed)
-            if scored:
-                arms[arm] = task_arm_result(task, scored)
-        if not arms:
-            continue
-        comparisons = {}
-        for criterion in CRITERIA:
-            dense_arm = dense_arm_name(criterion)
-            if MOE_ARM in arms and dense_arm in arms:
-                comparisons[criterion] = accuracy_comparison(
-                    MOE_ARM, dense_arm, arms[MOE_ARM], arms[dense_arm])
-        result[task] = {"arms": arms, "comparisons": comparisons}
-    return result
-
-
-def task_arm_result(task: str, records: list[RunRecord]) -> dict:
-    """One arm on one task: accuracy over seeds with its t interval, and the chance level."""
-    runs = [{"seed": r.seed, "run_dir": r.run_dir.as_posix(),
-             **{key: r.tasks[task].get(key) for key in ("accuracy", "correct", "items", "chance",
-                                                         "step")}}
-            for r in records]
-    accuracies = [run["accuracy"] for run in runs]
-    ci_low, ci_high = mean_interval(accuracies)
-    return {"accuracy": summarize(accuracies).to_dict(), "ci_low": ci_low, "ci_high": ci_high,
-            # Equal over seeds (one tokenizer per study); the mean keeps it exact if not.
-            "chance": float(np.mean([run["chance"] for run in runs])), "runs": runs}
-
-
-def accuracy_comparison(moe_arm: str, dense_arm: str, moe: dict, dense: dict) -> dict:
-    """moe - dense accuracy, paired by seed (positive: the MoE is better), as the loss gaps."""
-    paired = paired_difference(_by_seed(moe, "accuracy"), _by_seed(dense, "accuracy"))
-    outcome = decide(paired.gap, paired.p_value)
-    return {"moe_arm": moe_arm, "dense_arm": dense_arm, "difference": paired.gap,
-            "ci_low": paired.ci_low, "ci_high": paired.ci_high, "p_value": paired.p_value,
-            "n_pairs": paired.n_pairs, "std_diff": paired.std_diff,
-            "differences": paired.differences, "outcome": outcome,
-            "verdict": f"{outcome} (paired t, n={paired.n_pairs})"}
 
 
 def routing_result(records: list[RunRecord]) -> dict:
