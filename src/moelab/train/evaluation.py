@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from contextlib import nullcontext
 from dataclasses import dataclass, field
-
 from pathlib import Path
 
 import torch
