@@ -353,7 +353,8 @@ CASES = {
     "temperature nan": Case("generate {run} --prompt x --temperature nan", "nan is invalid"),
     "temperature 1e400": Case("generate {run} --prompt x --temperature 1e400",
                               "1e400 is invalid"),
-    "temperature 1e-300": Case("generate {run} --prompt x --temperature 1e-300",
+    "temperature 1e-300": Case("generate {run} --prompt x --max-new-tokens 2 "
+                               "--temperature 1e-300",
                                "temperature=1e-300 is invalid: allowed 0 (greedy) or 1e-06"),
     "top-k 0": Case("generate {run} --prompt x --top-k 0", "--top-k: 0 is invalid"),
     "seed -1": Case("generate {run} --prompt x --seed -1", "--seed: -1 is invalid"),
