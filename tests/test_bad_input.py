@@ -537,7 +537,7 @@ CASES = {
     "sweep size climbs out": Case("sweep-sparsity {in}/grid_climbs.yaml --dry-run",
                                   "size name '../../x' is invalid"),
     "sweep size a number": Case("sweep-sparsity {in}/grid_size_list.yaml --dry-run",
-                                "sizes is invalid: expected a list of mappings"),
+                                "sizes[0]=3 is invalid: expected a mapping"),
     "sweep name climbs out": Case("sweep-sparsity {in}/grid_name.yaml",
                                   "sweep grid name '../../x'"),
     "sweep bootstrap": Case("sweep-sparsity demo --dry-run --bootstrap -1",

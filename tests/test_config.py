@@ -65,7 +65,7 @@ def test_dotted_overrides():
         (["model.moe.top_k=5"], "model.moe.top_k=5 is invalid: allowed 1..num_experts (4)"),
         (["model.moe.bogus=1"], "model.moe.bogus is not a known key"),
         (["trian.lr=1"], "trian is not a known key"),
-        (["model.d_model=wide"], "model.d_model='wide' is invalid: expected an integer"),
+        (["model.d_model=wide"], "model.d_model='wide' is invalid: expected a whole number"),
         (["model.tie_embeddings=3"], "model.tie_embeddings=3 is invalid: expected true or false"),
         (["train.lr=-1"], "train.lr=-1.0 is invalid: must be > 0"),
         (["train.seed=-3"], "train.seed=-3 is invalid: must be >= 0"),

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from moelab.cli import main
-from moelab.study import runner
+from moelab import runs as runner
 from moelab.train.run_folder import RunFolder, first_difference
 
 
@@ -62,3 +62,18 @@ def test_first_difference_names_the_dotted_key_and_both_values():
     added = {**old, "data": {"source": "sample"}}
     assert first_difference(old, added) == ("data", None, {"source": "sample"})
     assert first_difference({"a": {"b": 1}}, {"a": None}) == ("a", {"b": 1}, None)
+
+
+def test_a_study_planned_before_a_config_key_existed_is_the_same_study(planned_study, capsys):
+    """A key added to the config since (here train.eval_tasks, at its default) is no difference;
+    a changed value still is."""
+    import yaml
+
+    for path in [planned_study / "study.yaml", *sorted((planned_study / "configs").glob("*.yaml"))]:
+        planned = yaml.safe_load(path.read_text())
+        assert planned["train"].pop("eval_tasks") == []
+        path.write_text(yaml.safe_dump(planned, sort_keys=False))
+    assert main(["study", "demo", "--out", "s", "--list-runs"]) == 0
+    capsys.readouterr()
+    assert main(["study", "demo", "--out", "s", "--list-runs", "--set", "train.lr=0.02"]) == 2
+    assert "train.lr=" in capsys.readouterr().err

@@ -13,7 +13,8 @@ from moelab.scaling.forms import (
     identification_problems, select_form,
 )
 from moelab.scaling.laws import CHINCHILLA, SPARSITY, SPARSITY_FORMS, get_law
-from moelab.scaling.sweep import load_grid, write_results_csv
+from moelab.scaling.grid import load_grid
+from moelab.scaling.sweep import write_results_csv
 from moelab.scaling.sweep_report import write_sweep_report
 from sweep_rows import synthetic_results
 

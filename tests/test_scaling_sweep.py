@@ -4,6 +4,7 @@ micro grid end to end through the real training engine."""
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 import re
 from pathlib import Path
@@ -17,15 +18,16 @@ from moelab.config import load_config, override, save_config
 from moelab.errors import ConfigError, MoelabError
 from moelab.scaling.laws import SPARSITY, get_law
 from moelab.scaling.optimal import optimal_sparsity_at_params
-from moelab.scaling.presets import DEMO, SWEEP_PRESETS
+from moelab.scaling.grid import experts_for, grid_preset_names, load_grid
 from moelab.scaling.sweep import (
-    SweepGrid, collect_results, experts_for, load_grid, plan_sweep, run_sweep, tokens_for_flops,
-    write_results_csv,
+    collect_results, plan_sweep, run_sweep, tokens_for_flops, write_results_csv,
 )
 from moelab.scaling.sweep_report import write_sweep_report
 from sweep_rows import synthetic_results
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
+SWEEP_PRESETS = REPO_ROOT / "src" / "moelab" / "presets" / "sweeps"
+DEMO = load_grid("demo")
 
 
 def exit_code(argv: list[str]) -> int:
@@ -79,23 +81,37 @@ def test_tokens_for_flops_spend_the_budget_in_whole_steps():
     ("name: x\nbase: demo\nsizes: [{name: a, d_ff: 64}]\nsparsities: [0.6]\ntoken_budgets: [256]\n",
      "sparsity 0.6 is invalid"),
     ("name: x\nbase: demo\nsizes: [{name: a, d_ff: 64}]\nsparsities: [0]\n", "exactly one of"),
-    ("name: x\nbase: demo\nwidth: 3\n", "key 'width' is unknown"),
+    ("name: x\nbase: demo\nwidth: 3\n", "width is not a known key: allowed name, base,"),
     ("name: x\nbase: demo\nsizes: [{name: a, d_ff: 64}]\nsparsities: [0]\ntoken_budgets: [256]\n"
      "mode: sideways\n", "mode='sideways'"),
     # Missing keys and wrong types: named, not a TypeError from deep inside.
     ("name: x\nsizes: [{name: a, d_ff: 64}]\nsparsities: [0]\ntoken_budgets: [256]\n",
-     "key 'base' is missing"),
-    ("name: x\nbase: demo\nsparsities: [0]\ntoken_budgets: [256]\n", "key 'sizes' is missing"),
+     "base is missing: required keys are name, base, sizes, sparsities"),
+    ("name: x\nbase: demo\nsparsities: [0]\ntoken_budgets: [256]\n", "sweep grid 'x': sizes is missing"),
     ("name: x\nbase: demo\nsizes: [{name: a, d_ff: 64}]\ntoken_budgets: [256]\n",
-     "key 'sparsities' is missing"),
+     "sweep grid 'x': sparsities is missing"),
     ("name: x\nbase: demo\nsizes: [{name: a, d_ff: 64}]\nsparsities: [0]\ntoken_budgets: [256]\n"
      "top_k: two\n", "top_k='two' is invalid: expected a whole number"),
     ("name: x\nbase: demo\nsizes: [{name: a, d_ff: 64}]\nsparsities: [0]\ntoken_budgets: [256]\n"
      "top_k: 1.5\n", "top_k=1.5 is invalid: expected a whole number"),
     ("name: x\nbase: demo\nsizes: [{name: a, d_model: wide, d_ff: 64}]\nsparsities: [0]\n"
-     "token_budgets: [256]\n", "d_model='wide' is invalid: expected a whole number > 0"),
+     "token_budgets: [256]\n", "sizes[0].d_model='wide' is invalid: expected a whole number"),
     ("name: x\nbase: 7\nsizes: [{name: a, d_ff: 64}]\nsparsities: [0]\ntoken_budgets: [256]\n",
-     "base=7 is invalid: expected a string"),
+     "base='7' is invalid: expected a config preset (ablation, "),
+    # Sizes are checked key by key, like a model section.
+    ("name: x\nbase: demo\nsizes: [{name: a, d_ff: 64, width: 2}]\nsparsities: [0]\n"
+     "token_budgets: [256]\n", "sizes[0].width is not a known key: allowed name, d_model,"),
+    ("name: x\nbase: demo\nsizes: [{d_ff: 64}]\nsparsities: [0]\ntoken_budgets: [256]\n",
+     "sizes[0].name is missing"),
+    ("name: x\nbase: demo\nsizes: [{name: a, d_ff: 64}]\nsparsities: 0.5\ntoken_budgets: [256]\n",
+     "sparsities=0.5 is invalid: expected a list of numbers"),
+    ("name: x\nbase: demo\nsizes: [{name: a, d_ff: 64}]\nsparsities: [0, half]\n"
+     "token_budgets: [256]\n", "sparsities[1]='half' is invalid: expected a number"),
+    ("name: x\nbase: demo\nsizes: [{name: a, d_ff: 64}]\nsparsities: [0]\n"
+     "token_budgets: [1K, 2X]\n", "token_budgets[1]: token budget '2X' is invalid"),
+    ("name: x\nbase: demo\nsizes: [{name: a, d_ff: 64}]\nsparsities: [0]\n"
+     "token_budgets: [256]\noverrides: [train.lr]\n",
+     "overrides[0]='train.lr' is invalid: expected KEY=VALUE"),
 ])
 def test_bad_grids_are_one_line_errors(tmp_path, capsys, text, message):
     path = tmp_path / "grid.yaml"
@@ -181,14 +197,14 @@ def test_report_from_synthetic_results_fits_checks_and_plots(tmp_path, capsys):
 INTERIOR_TRUTH = {"a": 744.0, "b": 400.0, "c": 0.5, "d": 1e-3, "e": 1.5, "alpha": 0.3,
                   "beta": 0.3, "lam": 0.5, "delta": 0.5, "gamma": 0.3}
 FIVE_SIZES = [{"name": "s0", "d_model": 32, "n_layers": 2, "n_heads": 2, "n_kv_heads": 2,
-               "d_ff": 128}] + DEMO["sizes"] + [
+               "d_ff": 128}] + DEMO.sizes + [
              {"name": "s4", "d_model": 128, "n_layers": 3, "n_heads": 4, "n_kv_heads": 4,
               "d_ff": 512}]
 
 
-def one_sparsity_grid(sparsity: float) -> SweepGrid:
-    return SweepGrid(**{**DEMO, "name": "one", "sizes": FIVE_SIZES, "sparsities": [sparsity],
-                        "flops_budgets": [1.2e11, 3.6e11, 1.08e12]}).validate()
+def one_sparsity_grid(sparsity: float):
+    return dataclasses.replace(DEMO, name="one", sizes=FIVE_SIZES, sparsities=[sparsity],
+                               flops_budgets=[1.2e11, 3.6e11, 1.08e12]).validate()
 
 
 def true_dense_optimum(truth: dict, flops: float) -> float:
@@ -287,14 +303,14 @@ def test_results_rows_come_from_the_run_folders_not_the_plan(tmp_path):
 
 
 def test_budget_labels_are_lossless_and_folders_never_shared(tmp_path):
-    grid = SweepGrid(**{**DEMO, "sizes": DEMO["sizes"][:1], "sparsities": [0.0],
-                        "flops_budgets": [1.2341e11, 1.2342e11, 4e10]}).validate()
+    grid = dataclasses.replace(DEMO, sizes=DEMO.sizes[:1], sparsities=[0.0],
+                               flops_budgets=[1.2341e11, 1.2342e11, 4e10]).validate()
     points = plan_sweep(grid)
     assert len({p.arm for p in points}) == 3
     # The label reads back as the budget itself; round budgets keep their old short labels.
     assert {float(p.budget_label[1:]) for p in points} == {1.2341e11, 1.2342e11, 4e10}
     assert "C4e+10" in {p.budget_label for p in points}
-    repeated = SweepGrid(**{**DEMO, "flops_budgets": [4e10, 4e10]}).validate()
+    repeated = dataclasses.replace(DEMO, flops_budgets=[4e10, 4e10]).validate()
     with pytest.raises(ConfigError, match="planned twice"):
         plan_sweep(repeated)
 
@@ -305,16 +321,16 @@ def test_paper_grid_sizes_in_docs_are_the_counted_ones():
     docs = (REPO_ROOT / "docs" / "scaling.md").read_text()
     stated = re.search(r"`paper` \(4 sizes\s+of ([\d.]+M)-([\d.]+M) total parameters", docs)
     assert stated and stated.groups() == (low, high)
-    presets_source = (REPO_ROOT / "src" / "moelab" / "scaling" / "presets.py").read_text()
-    assert f"4 sizes ({low} to\n# {high} total parameters" in presets_source
+    preset_text = (SWEEP_PRESETS / "paper.yaml").read_text()
+    assert f"4 sizes ({low} to\n# {high} total parameters" in preset_text
 
 
 def test_cpu_grid_sizes_and_runs_in_docs_are_the_counted_ones():
     points = plan_sweep(load_grid("cpu"))
     totals = [count_params(p.config.model).total for p in points]
     low, high = f"{round(min(totals), -3) / 1e3:.0f}K", f"{round(max(totals), -3) / 1e3:.0f}K"
-    presets_source = (REPO_ROOT / "src" / "moelab" / "scaling" / "presets.py").read_text()
-    assert f"4 sizes ({low} to {high} total" in presets_source
+    preset_text = (SWEEP_PRESETS / "cpu.yaml").read_text()
+    assert f"4 sizes ({low} to {high} total" in preset_text
     docs = (REPO_ROOT / "docs" / "scaling.md").read_text()
     assert f"`cpu` (4 sizes of {low}-{high} total parameters" in docs
     assert len(points) == 48 and "= 48 runs" in docs
@@ -327,7 +343,8 @@ def test_cpu_grid_sizes_and_runs_in_docs_are_the_counted_ones():
 def test_sweep_help_lists_every_preset(capsys):
     assert exit_code(["sweep-sparsity", "--help"]) == 0
     help_text = " ".join(capsys.readouterr().out.split())
-    for name in SWEEP_PRESETS:
+    assert grid_preset_names() == ["cpu", "demo", "micro", "paper"]
+    for name in grid_preset_names():
         assert re.search(rf"\b{name}\b", help_text), name
 
 

@@ -4,6 +4,14 @@ A config has three sections, ``model``, ``data`` and ``train``. A YAML file (or 
 only the keys it changes; everything else keeps the default documented on the field. Overrides
 use dotted paths: ``model.d_model=256``, ``model.moe.top_k=1``, ``model.moe=null`` (dense).
 
+The same parser (``from_dict``) reads the other typed sections of moelab: the ``study:``
+section of a study preset (``moelab.study.settings``) and the sparsity-sweep grids
+(``moelab.scaling.grid``). A field's type says what it takes: ``int``, ``float``, ``bool``,
+``str``, ``Optional[...]`` (null allowed), ``Literal[...]`` (one of the values), ``list[...]``
+(a YAML list, or a comma-separated string from ``--set``), a nested dataclass (a mapping), or
+``Annotated[T, Parsed(fn)]`` for a value with its own notation (a seed list, ``40.5M`` tokens).
+A field without a default is a required key.
+
 Every problem is a ``ConfigError`` whose one-line message names the key, the value and what is
 allowed.
 """
@@ -12,12 +20,13 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 import types
 import typing
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import yaml
 
@@ -244,6 +253,10 @@ class DataConfig:
             )
 
 
+# The train.device names (moelab.train.distributed resolves them to a torch device).
+DEVICE_NAME = re.compile(r"auto|cpu|cuda(:[0-9]+)?")
+DEVICE_CHOICES = "auto, cpu, cuda, cuda:N"
+
 MAX_TOKENS = 10**15
 """A sanity cap on train.max_tokens: a budget above it cannot finish on any machine."""
 EVAL_TASK_NAMES = ("last_word", "ending", "agreement")
@@ -295,7 +308,8 @@ class TrainConfig:
     compile: bool = False
     """Wrap the model in torch.compile."""
     device: str = "auto"
-    """'auto', 'cpu', 'cuda' or 'cuda:N'."""
+    """'auto', 'cpu', 'cuda' or 'cuda:N' (whether that GPU exists is checked when training starts:
+    a run may be planned on a machine without it)."""
     collapse_threshold: float = 0.9
     """Flag routing collapse when one expert takes more than this share of token slots."""
     sample_tokens: int = 32
@@ -350,6 +364,8 @@ class TrainConfig:
             )
         if self.dtype not in ("float32", "bfloat16"):
             raise ConfigError(f"{prefix}.dtype={self.dtype!r} is invalid: allowed float32, bfloat16")
+        if not DEVICE_NAME.fullmatch(self.device):
+            raise ConfigError(f"{prefix}.device={self.device!r} is invalid: allowed {DEVICE_CHOICES}")
         if not 0.0 < self.collapse_threshold <= 1.0:
             raise ConfigError(
                 f"{prefix}.collapse_threshold={self.collapse_threshold} is invalid: allowed (0, 1]"
@@ -391,32 +407,55 @@ class Config:
 # --------------------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class Parsed:
+    """``Annotated[T, Parsed(fn)]``: a value with its own notation (``40.5M`` tokens, a seed
+    count or list). ``fn(value, key)`` gets the raw value, null included, and the dotted key;
+    it returns the value or raises a ConfigError naming the key."""
+
+    fn: Callable[[Any, str], Any]
+
+
 def to_dict(obj: Any) -> Any:
-    """A plain, YAML-safe dict of a config (nested dataclasses become dicts)."""
+    """A plain, YAML-safe dict of a config (nested dataclasses become dicts, lists are copied)."""
     if dataclasses.is_dataclass(obj):
         return {f.name: to_dict(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    if isinstance(obj, list):
+        return [to_dict(item) for item in obj]
     return obj
 
 
 def from_dict(cls: type, data: Any, prefix: str = "") -> Any:
-    """Build dataclass ``cls`` from ``data``, checking keys and types; missing keys keep defaults."""
+    """Build dataclass ``cls`` from ``data``, checking keys and types; missing keys keep defaults
+    (a field without a default is required). ``prefix`` is the dotted path in messages."""
     where = prefix or "config"
     if data is None:
         data = {}
     if not isinstance(data, dict):
         raise ConfigError(f"{where}={data!r} is invalid: expected a mapping of keys")
-    hints = typing.get_type_hints(cls)
+    hints = typing.get_type_hints(cls, include_extras=True)
     names = [f.name for f in dataclasses.fields(cls)]
     unknown = [key for key in data if key not in names]
     if unknown:
         raise ConfigError(
             f"{_join(prefix, str(unknown[0]))} is not a known key: allowed {', '.join(names)}"
         )
+    required = [f.name for f in dataclasses.fields(cls)
+                if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
+    missing = [name for name in required if name not in data]
+    if missing:
+        raise ConfigError(f"{_join(prefix, missing[0])} is missing: required keys are "
+                          f"{', '.join(required)}")
     kwargs = {key: _coerce(hints[key], value, _join(prefix, key)) for key, value in data.items()}
     return cls(**kwargs)
 
 
 def _coerce(hint: Any, value: Any, key: str) -> Any:
+    if typing.get_origin(hint) is typing.Annotated:
+        parsed = [m for m in hint.__metadata__ if isinstance(m, Parsed)]
+        if parsed:
+            return parsed[0].fn(value, key)
+        hint = typing.get_args(hint)[0]
     optional, inner = _unwrap_optional(hint)
     if value is None:
         if optional:
@@ -425,26 +464,45 @@ def _coerce(hint: Any, value: Any, key: str) -> Any:
     if dataclasses.is_dataclass(inner):
         return from_dict(inner, value, key)
     if typing.get_origin(inner) is list:
-        if not isinstance(value, list):
-            raise ConfigError(f"{key}={value!r} is invalid: expected a list")
-        return [_coerce(typing.get_args(inner)[0], item, key) for item in value]
-    if inner in (int, float) and isinstance(value, str):
+        return _coerce_list(typing.get_args(inner)[0], value, key)
+    if typing.get_origin(inner) is typing.Literal:
+        return _coerce_literal(typing.get_args(inner), value, key)
+    return _coerce_scalar(inner, value, key)
+
+
+def _coerce_list(item_hint: Any, value: Any, key: str) -> list:
+    if isinstance(value, str):  # --set key=a,b: YAML reads a,b as one string
+        value = [item.strip() for item in value.split(",") if item.strip()]
+    if not isinstance(value, list):
+        raise ConfigError(f"{key}={value!r} is invalid: expected {_type_name(list[item_hint])}")
+    return [_coerce(item_hint, item, f"{key}[{index}]") for index, item in enumerate(value)]
+
+
+def _coerce_literal(allowed: tuple, value: Any, key: str) -> Any:
+    # Compare types too: YAML's 1 must not pass for a literal True, nor "1" for 1.
+    if any(value == choice and type(value) is type(choice) for choice in allowed):
+        return value
+    raise ConfigError(f"{key}={value!r} is invalid: allowed {', '.join(map(str, allowed))}")
+
+
+def _coerce_scalar(hint: Any, value: Any, key: str) -> Any:
+    if hint in (int, float) and isinstance(value, str):
         value = _parse_number(value)  # YAML 1.1 reads 3e-4 (no dot) as a string
-    if inner is bool:
+    if hint is bool:
         if isinstance(value, bool):
             return value
-    elif inner is int:
+    elif hint is int:
         if isinstance(value, int) and not isinstance(value, bool):
             return value
         if isinstance(value, float) and value.is_integer():  # 1e6 in YAML is a float
             return int(value)
-    elif inner is float:
+    elif hint is float:
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             return float(value)
-    elif inner is str:
+    elif hint is str:
         if isinstance(value, (str, int, float)) and not isinstance(value, bool):
             return str(value)
-    raise ConfigError(f"{key}={value!r} is invalid: expected {_type_name(inner)}")
+    raise ConfigError(f"{key}={value!r} is invalid: expected {_type_name(hint)}")
 
 
 def _parse_number(text: str) -> Any:
@@ -461,12 +519,20 @@ def _unwrap_optional(hint: Any) -> tuple[bool, Any]:
     return False, hint
 
 
+_SCALAR_NAMES = {int: "a whole number", float: "a number", bool: "true or false",
+                 str: "a string"}
+_PLURAL_NAMES = {int: "whole numbers", float: "numbers", bool: "true or false values",
+                 str: "strings"}
+
+
 def _type_name(hint: Any) -> str:
     if dataclasses.is_dataclass(hint):
         return "a mapping"
-    return {int: "an integer", float: "a number", bool: "true or false", str: "a string"}.get(
-        hint, str(hint)
-    )
+    if typing.get_origin(hint) is list:
+        item = typing.get_args(hint)[0]
+        plural = "mappings" if dataclasses.is_dataclass(item) else _PLURAL_NAMES.get(item, "values")
+        return f"a list of {plural}"
+    return _SCALAR_NAMES.get(hint, str(hint))
 
 
 def _join(prefix: str, key: str) -> str:
@@ -527,9 +593,15 @@ def apply_overrides(raw: dict, overrides: list[str]) -> dict:
     return raw
 
 
-def preset_names() -> list[str]:
-    folder = resources.files("moelab.presets")
-    return sorted(p.name[: -len(".yaml")] for p in folder.iterdir() if p.name.endswith(".yaml"))
+def preset_names(folder: str = "") -> list[str]:
+    """The YAML presets in moelab/presets/ (config and study presets) or in one of its folders."""
+    return sorted(p.name[: -len(".yaml")] for p in _presets(folder).iterdir()
+                  if p.name.endswith(".yaml"))
+
+
+def _presets(folder: str):
+    root = resources.files("moelab.presets")
+    return root.joinpath(folder) if folder else root
 
 
 class _StrictLoader(yaml.SafeLoader):
@@ -556,25 +628,24 @@ def load_yaml(text: str):
     return yaml.load(text, Loader=_StrictLoader)  # noqa: S506 -- a SafeLoader subclass
 
 
-def read_raw(source: str | Path) -> dict:
-    """The raw dict of a YAML file, or of a named preset when no such file exists."""
+def read_raw(source: str | Path, what: str = "config", folder: str = "") -> dict:
+    """The raw dict of a YAML file, or of a named preset (in ``folder`` of moelab/presets/) when
+    no such file exists. ``what`` names the file in messages ("config", "sweep grid")."""
     path = Path(source)
+    shown = f"{what} {str(source)!r}"
     if path.is_file():
         try:
             text = path.read_text(encoding="utf-8")
         except UnicodeDecodeError as exc:
-            raise ConfigError(f"config {str(source)!r} is not UTF-8 text (byte {exc.start}: "
+            raise ConfigError(f"{shown} is not UTF-8 text (byte {exc.start}: "
                               f"{exc.object[exc.start:exc.start + 1]!r})") from None
         except OSError as exc:
-            raise ConfigError(f"config {str(source)!r} cannot be read: "
-                              f"{exc.strerror or exc}") from None
-    elif str(source) in preset_names():
-        text = resources.files("moelab.presets").joinpath(f"{source}.yaml").read_text("utf-8")
+            raise ConfigError(f"{shown} cannot be read: {exc.strerror or exc}") from None
+    elif str(source) in preset_names(folder):
+        text = _presets(folder).joinpath(f"{source}.yaml").read_text("utf-8")
     else:
-        raise ConfigError(
-            f"config {str(source)!r} is neither a file nor a preset: presets are "
-            f"{', '.join(preset_names())}"
-        )
+        raise ConfigError(f"{shown} is neither a file nor a preset: presets are "
+                          f"{', '.join(preset_names(folder))}")
     try:
         raw = load_yaml(text)
     except yaml.YAMLError as exc:
@@ -582,13 +653,13 @@ def read_raw(source: str | Path) -> dict:
         where = f" at line {mark.line + 1}" if mark else ""
         problem = getattr(exc, "problem", None)
         why = f": {problem}" if problem and "twice" in problem else ""
-        raise ConfigError(f"config {str(source)!r} is not valid YAML{where}{why}") from None
+        raise ConfigError(f"{shown} is not valid YAML{where}{why}") from None
     except RecursionError:
-        raise ConfigError(f"config {str(source)!r} nests too deeply") from None
+        raise ConfigError(f"{shown} nests too deeply") from None
     if raw is None:
         return {}
     if not isinstance(raw, dict):
-        raise ConfigError(f"config {str(source)!r} is invalid: expected a mapping at the top level")
+        raise ConfigError(f"{shown} is invalid: expected a mapping at the top level")
     return raw
 
 

@@ -19,6 +19,7 @@ MAX_BOOTSTRAP = 100_000
 def register(subparsers) -> None:
     """Add this module's sub-commands."""
     from moelab.cli import bounded_int, positive_int, seed_int
+    from moelab.cli.launch import add_launcher_arguments
 
     fit = subparsers.add_parser(
         "fit", help="fit a scaling law to a CSV of (N, D or C, [S], loss) points",
@@ -82,8 +83,8 @@ def register(subparsers) -> None:
         description="Plan and run (resumably) a sparsity sweep, write results.csv, fit the "
                     "sparsity law and write report.md with figures.",
     )
-    # Spelled out rather than read from moelab.scaling.presets, whose import (scipy) would slow
-    # every moelab command; a test checks the list against SWEEP_PRESETS.
+    # Spelled out rather than read from moelab.scaling.grid, whose import (scipy) would slow
+    # every moelab command; a test checks the list against grid_preset_names().
     sweep.add_argument("grid", metavar="PRESET|GRID",
                        help="a preset (demo, cpu, paper, micro) or a grid YAML file")
     sweep.add_argument("--out", metavar="DIR", default=None, help="sweep folder (default sweep_<name>)")
@@ -93,8 +94,7 @@ def register(subparsers) -> None:
     sweep.add_argument("--starts", type=positive_int, default=None, metavar="K",
                        help="fit the law from a seeded subset of K grid starts (as moelab fit; "
                             "default 4,096 of 1.3 million)")
-    sweep.add_argument("--jobs", type=positive_int, default=1, metavar="N",
-                       help="train N runs at once, each in its own process (as moelab study)")
+    add_launcher_arguments(sweep)
     sweep.set_defaults(func=_sweep)
 
 
@@ -330,8 +330,10 @@ def why_no_budget(columns: dict) -> str:
 
 
 def _sweep(args) -> int:
+    from moelab.cli.launch import build_launcher, wants_commands
     from moelab.fileio import writer_lock
-    from moelab.scaling.sweep import load_grid, plan_sweep, run_sweep
+    from moelab.scaling.grid import load_grid
+    from moelab.scaling.sweep import plan_sweep, run_sweep
 
     check_grid_file(args.grid)
     grid = load_grid(args.grid)
@@ -346,8 +348,36 @@ def _sweep(args) -> int:
             print(point.describe())
         print(f"{len(plan)} runs")
         return 0
+    if wants_commands(args):
+        from moelab.runs import is_complete
+        from moelab.runs.launchers.commands import train_commands
+        from moelab.scaling.sweep import plan_sweep_folder
+
+        _, specs = plan_sweep_folder(grid, out_dir)
+        for command in train_commands(out_dir, [s for s in specs if not is_complete(out_dir / s.run_dir)]):
+            print(command)
+        return 0
+    launcher = build_launcher(args)
     with writer_lock(out_dir):
         report_path = run_sweep(grid, out_dir, bootstrap_replicates=args.bootstrap,
-                                max_starts=args.starts, jobs=args.jobs)
+                                max_starts=args.starts, launcher=launcher)
+    print(f"results: {out_dir / 'results.csv'}\nreport: {report_path}")
+    return 0
+
+
+def report_sweep(out_dir: Path) -> int:
+    """``moelab report DIR`` of a sweep folder: results.csv, the fit and report.md again, from
+    the run folders, grid.json and the fit settings plan.json recorded."""
+    from moelab.fileio import writer_lock
+    from moelab.runs.records import check_run_files
+    from moelab.scaling.grid import load_grid
+    from moelab.scaling.sweep import plan_sweep, recorded_fit_settings, write_sweep_outputs
+
+    check_grid_file(str(out_dir / "grid.json"))
+    grid = load_grid(out_dir / "grid.json")
+    check_run_files(out_dir / "runs")
+    with writer_lock(out_dir):
+        report_path = write_sweep_outputs(out_dir, grid, plan_sweep(grid),
+                                          **recorded_fit_settings(out_dir))
     print(f"results: {out_dir / 'results.csv'}\nreport: {report_path}")
     return 0

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from moelab.cli import add_config_arguments, positive_int
+from moelab.cli import add_config_arguments
+from moelab.cli.launch import add_launcher_arguments, build_launcher, wants_commands
 from moelab.errors import MoelabError
 from moelab.report import (
     format_count, format_mean_std, format_number, format_p_value, markdown_table,
@@ -40,9 +41,10 @@ def register(subparsers) -> None:
     ladder.set_defaults(func=_study, kind="ablation", criteria=None, budgets=None)
 
     report = subparsers.add_parser(
-        "report", help="rebuild results and report of a study folder from its run files",
+        "report", help="rebuild results and report of a study or sweep folder from its run files",
     )
-    report.add_argument("study_dir", metavar="DIR", help="a folder written by study or ablate-routing")
+    report.add_argument("study_dir", metavar="DIR",
+                        help="a folder written by study, ablate-routing or sweep-sparsity")
     report.set_defaults(func=_report)
 
 
@@ -52,12 +54,7 @@ def _add_run_arguments(parser, kind: str) -> None:
                         "seeds themselves, e.g. 10,11,12 (default: the preset's, else 3)")
     parser.add_argument("--out", metavar="DIR",
                         help=f"study folder (default: out/<config name>-{kind})")
-    parser.add_argument("--jobs", type=positive_int, default=1, metavar="N",
-                        help="train N runs at once, each in its own process with the CPUs shared "
-                        "out (OMP_NUM_THREADS, when set, is each run's thread count); default 1")
-    parser.add_argument("--list-runs", action="store_true",
-                        help="write the plan and print one 'moelab train' command per "
-                        "unfinished run instead of training")
+    add_launcher_arguments(parser)
 
 
 def _study(args) -> int:
@@ -81,12 +78,13 @@ def _study(args) -> int:
     check_study_size(settings, "--budgets" if args.budgets is not None else "study.budgets",
                      "--seeds" if args.seeds is not None else "study.seeds")
     out = Path(args.out) if args.out else Path("out") / f"{Path(args.config).stem}-{args.kind}"
-    if args.list_runs:
+    if wants_commands(args):
         for command in list_runs(args.kind, config, settings, out):
             print(command)
         return 0
+    launcher = build_launcher(args)
     with writer_lock(out):
-        results = run_study(args.kind, config, settings, out, jobs=args.jobs)
+        results = run_study(args.kind, config, settings, out, launcher=launcher)
     print_results(results, out)
     return 0
 
@@ -112,9 +110,13 @@ def check_study_size(settings, budgets_key: str, seeds_key: str) -> None:
 
 def _report(args) -> int:
     from moelab.fileio import writer_lock
+    from moelab.study.plan import check_study_files
     from moelab.study.report import write_outputs
-    from moelab.study.runner import check_study_files
 
+    if (Path(args.study_dir) / "grid.json").is_file():
+        from moelab.cli.scaling import report_sweep
+
+        return report_sweep(Path(args.study_dir))
     check_study_files(Path(args.study_dir))
     with writer_lock(args.study_dir):
         results = write_outputs(Path(args.study_dir))

@@ -1,22 +1,10 @@
 """Sparsity sweeps: plan model size x sparsity x budget, train each point, tabulate the results.
 
-A grid (a preset from ``moelab.scaling.presets`` or a YAML file with the same keys) names a base
-config and varies three things:
+The grid (its keys, presets and checks) is ``moelab.scaling.grid.SweepGrid``: a base config, the
+model sizes, the sparsities at a fixed top_k and the FLOPs or token budgets.
 
-- **size**: model-shape overrides per size (d_model, n_layers, n_heads, n_kv_heads, d_ff);
-- **sparsity** S = (E - k) / E at a fixed top_k k, so E = k / (1 - S); S = 0 is the dense
-  model with FFN width d_ff. How the experts are sized (``mode``):
-  - ``fixed_total``: d_expert = d_ff / E, so every sparsity of a size stores the dense model's
-    FFN parameters (plus a small router) and activates k / E of them: the "fixed total
-    parameters" question of Abnar et al.;
-  - ``fixed_expert``: d_expert = d_ff / k, so the active FFN equals the dense one and the
-    total grows with E (vary E at fixed k and expert size);
-- **budget**: training compute C in FLOPs (``flops_budgets``: D = C / (6 N_active), rounded
-  down to whole optimizer steps, so every point of a budget lies on one IsoFLOP curve, up to
-  one step short of it) or tokens (``token_budgets``).
-
-Running reuses the study runner (``moelab.study.runner.execute_plan``): finished runs (their
-summary.json says complete) are skipped, torn ones resume from their checkpoint. ``results.csv``
+Running goes through ``moelab.runs`` with any launcher: finished runs (their summary.json says
+complete) are skipped, torn ones resume from their checkpoint. ``results.csv``
 is rebuilt from the run folders alone (each row's numbers from that run's summary.json and
 config.yaml, with its actual compute C next to the nominal C_budget); ``report.md`` from
 results.csv alone.
@@ -27,161 +15,17 @@ from __future__ import annotations
 import csv
 import io
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
-
-import yaml
 
 from moelab.accounting import count_params, flops_per_token
 from moelab.config import Config, load_config, override
 from moelab.errors import ConfigError, MoelabError
 from moelab.fileio import atomic_write_json, atomic_write_text, remove_stale_temporaries
 from moelab.scaling.fitting import check_num_starts
+from moelab.scaling.grid import GRID_KEYS, SweepGrid, experts_for
 from moelab.scaling.isoflop import compute_deviation
-
-MODES = ("fixed_total", "fixed_expert")
-SIZE_KEYS = ("d_model", "n_layers", "n_heads", "n_kv_heads", "d_ff")
-GRID_KEYS = ("name", "base", "overrides", "sizes", "sparsities", "top_k", "mode",
-             "flops_budgets", "token_budgets", "seed", "holdout")
-REQUIRED_GRID_KEYS = ("base", "sizes", "sparsities")
-"""Plus one of flops_budgets or token_budgets (``SweepGrid.validate`` says which)."""
-
-
-@dataclass
-class SweepGrid:
-    name: str
-    base: str
-    """A config preset or YAML file all points derive from (data, optimizer, eval, vocab)."""
-    sizes: list[dict]
-    """Each: {"name": ..., and any of SIZE_KEYS}: the dense model of that size."""
-    sparsities: list[float]
-    top_k: int = 1
-    mode: str = "fixed_total"
-    flops_budgets: list[float] = field(default_factory=list)
-    token_budgets: list[int] = field(default_factory=list)
-    overrides: list[str] = field(default_factory=list)
-    """Dotted overrides applied to the base config first (e.g. a shorter eval)."""
-    seed: int = 0
-    holdout: str = "S=max"
-    """Points the held-out check leaves out of the fit."""
-
-    def validate(self) -> "SweepGrid":
-        where = f"sweep grid {self.name!r}"
-        _check_types(self, where)
-        if self.mode not in MODES:
-            raise ConfigError(f"{where}: mode={self.mode!r} is invalid: allowed {', '.join(MODES)}")
-        if not self.sizes or not self.sparsities:
-            raise ConfigError(f"{where}: sizes and sparsities must be non-empty lists")
-        if bool(self.flops_budgets) == bool(self.token_budgets):
-            raise ConfigError(f"{where}: give exactly one of flops_budgets or token_budgets")
-        if self.top_k < 1:
-            raise ConfigError(f"{where}: top_k={self.top_k} is invalid: must be >= 1")
-        for sparsity in self.sparsities:
-            experts_for(sparsity, self.top_k)  # raises on a sparsity with no whole E
-        for budget in list(self.flops_budgets) + list(self.token_budgets):
-            if not budget > 0:
-                raise ConfigError(f"{where}: budget {budget} is invalid: must be > 0")
-        for size in self.sizes:
-            _check_size(size, where)
-        return self
-
-
-def _check_types(grid: SweepGrid, where: str) -> None:
-    """The scalar keys' types, so that a typo in a YAML file is an error, not a TypeError later."""
-    for key in ("name", "base", "mode", "holdout"):
-        value = getattr(grid, key)
-        if not isinstance(value, str):
-            raise ConfigError(f"{where}: {key}={value!r} is invalid: expected a string")
-    for key in ("top_k", "seed"):
-        value = getattr(grid, key)
-        if not _is_whole_number(value):
-            raise ConfigError(f"{where}: {key}={value!r} is invalid: expected a whole number")
-    if not isinstance(grid.overrides, list) or not all(isinstance(o, str) for o in grid.overrides):
-        raise ConfigError(f"{where}: overrides={grid.overrides!r} is invalid: expected a list of "
-                          "KEY=VALUE strings")
-
-
-def _check_size(size: dict, where: str) -> None:
-    if not isinstance(size, dict):
-        raise ConfigError(f"{where}: size {size!r} is invalid: expected a mapping with a name")
-    unknown = [k for k in size if k not in SIZE_KEYS + ("name",)]
-    if not isinstance(size.get("name"), str) or unknown:
-        raise ConfigError(f"{where}: size {size!r} is invalid: needs a name and only keys "
-                          f"{', '.join(SIZE_KEYS)}")
-    import re  # here: this check is the sweep module's only use of it
-
-    # The name becomes a folder under --out: one plain path component, nothing that climbs out.
-    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.+-]{0,63}", size["name"]):
-        raise ConfigError(f"{where}: size name {size['name']!r} is invalid: allowed 1-64 letters, "
-                          f"digits and _ . + - (starting with a letter or digit), no / or ..")
-    for key in SIZE_KEYS:
-        if key in size and not (_is_whole_number(size[key]) and size[key] > 0):
-            raise ConfigError(f"{where}: size {size['name']!r} {key}={size[key]!r} is invalid: "
-                              "expected a whole number > 0")
-
-
-def _is_whole_number(value) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def experts_for(sparsity: float, top_k: int) -> int:
-    """E = k / (1 - S), which must be a whole number (S = 0: the dense model, E = 1)."""
-    if not 0.0 <= sparsity < 1.0:
-        raise ConfigError(f"sparsity {sparsity} is invalid: allowed [0, 1)")
-    experts = top_k / (1.0 - sparsity)
-    if abs(experts - round(experts)) > 1e-6:
-        raise ConfigError(
-            f"sparsity {sparsity} is invalid with top_k={top_k}: E = k / (1 - S) = {experts:.4g} "
-            f"must be a whole number (e.g. S in 0, 0.5, 0.75, 0.875 for k=1)"
-        )
-    return int(round(experts))
-
-
-def load_grid(source: str | Path) -> SweepGrid:
-    """A preset name (demo, cpu, paper, micro) or a YAML file with the keys of SweepGrid."""
-    from moelab.scaling.presets import SWEEP_PRESETS
-
-    path = Path(source)
-    if path.is_file():
-        try:
-            raw = yaml.safe_load(path.read_text("utf-8")) or {}
-        except yaml.YAMLError:
-            raise ConfigError(f"sweep grid {str(source)!r} is not valid YAML") from None
-        if not isinstance(raw, dict):
-            raise ConfigError(f"sweep grid {str(source)!r} is invalid: expected a mapping")
-        raw.setdefault("name", path.stem)
-    elif str(source) in SWEEP_PRESETS:
-        raw = dict(SWEEP_PRESETS[str(source)])
-    else:
-        raise ConfigError(
-            f"sweep grid {str(source)!r} is neither a file nor a preset: presets are "
-            f"{', '.join(SWEEP_PRESETS)}"
-        )
-    unknown = [key for key in raw if key not in GRID_KEYS]
-    if unknown:
-        raise ConfigError(f"sweep grid key {unknown[0]!r} is unknown: allowed {', '.join(GRID_KEYS)}")
-    missing = [key for key in REQUIRED_GRID_KEYS if key not in raw]
-    if missing:
-        raise ConfigError(
-            f"sweep grid {raw['name']!r}: key {missing[0]!r} is missing: a grid needs "
-            f"{', '.join(REQUIRED_GRID_KEYS)} and flops_budgets or token_budgets"
-        )
-    for key in ("sparsities", "flops_budgets", "token_budgets"):
-        raw[key] = _numbers(raw.get(key) or [], key)
-    raw["token_budgets"] = [int(b) for b in raw["token_budgets"]]
-    if not isinstance(raw.get("sizes", []), list) or not all(isinstance(s, dict) for s in raw.get("sizes", [])):
-        raise ConfigError("sweep grid sizes is invalid: expected a list of mappings")
-    return SweepGrid(**raw).validate()
-
-
-def _numbers(values, key: str) -> list[float]:
-    if not isinstance(values, list):
-        raise ConfigError(f"sweep grid {key}={values!r} is invalid: expected a list of numbers")
-    try:
-        return [float(v) for v in values]
-    except (TypeError, ValueError):
-        raise ConfigError(f"sweep grid {key}={values!r} is invalid: expected a list of numbers") from None
 
 
 # --------------------------------------------------------------------------------------------
@@ -299,34 +143,74 @@ RESULT_COLUMNS = (
 
 
 def _run_specs(points: list[SweepPoint]):
-    from moelab.study.runner import RunSpec
+    """One run per point; under ``train.schedule: wsd`` the budgets of a size and sparsity are
+    one budget family (``moelab.runs.families``)."""
+    from moelab.runs import RunSpec
+    from moelab.runs.families import as_budget_family
 
-    return [RunSpec(point.arm, point.config.train.seed, None, point.config) for point in points]
+    specs = [RunSpec(f"{point.arm}/seed{point.config.train.seed}", point.config,
+                     {"size": point.size, "sparsity": point.sparsity, "budget": point.budget_label})
+             for point in points]
+    shapes = [(point.size, point.sparsity) for point in points]
+    planned = {spec.name: spec for shape in dict.fromkeys(shapes)
+               for spec in as_budget_family([s for s, other in zip(specs, shapes) if other == shape])}
+    return [planned[spec.name] for spec in specs]
+
+
+def plan_sweep_folder(grid: SweepGrid, out_dir: Path, fit_settings: dict | None = None
+                      ) -> tuple[list[SweepPoint], list]:
+    """Plan the grid and write its grid.json, plan.json and run configs into ``out_dir``.
+    ``fit_settings`` (``bootstrap_replicates``, ``max_starts``) are kept in plan.json, so that
+    ``moelab report DIR`` fits as the sweep did."""
+    points = plan_sweep(grid)
+    specs = _run_specs(points)
+    _write_plan(Path(out_dir), grid, points, specs, fit_settings or {})
+    return points, specs
+
+
+def recorded_fit_settings(out_dir: Path) -> dict:
+    """The fit settings a sweep recorded in plan.json (the defaults when it recorded none)."""
+    try:
+        plan = json.loads((Path(out_dir) / "plan.json").read_text("utf-8"))
+    except (OSError, ValueError):
+        return {}
+    settings = plan.get("fit") if isinstance(plan, dict) else None
+    return {key: settings[key] for key in ("bootstrap_replicates", "max_starts")
+            if isinstance(settings, dict) and key in settings}
 
 
 def run_sweep(grid: SweepGrid, out_dir: Path, *, bootstrap_replicates: int = 200,
               max_starts: int | None = None, train_fn: Optional[Callable[..., dict]] = None,
-              log: Callable[[str], None] = print, jobs: int = 1) -> Path:
-    """Plan, train what is missing (``jobs`` at a time), write results.csv, fit, and write
-    report.md; returns its path. ``max_starts`` limits the law fit's start grid (``--starts``)."""
-    from moelab.scaling.sweep_report import write_sweep_report
-    from moelab.study.runner import execute_plan, is_complete
+              log: Callable[[str], None] = print, jobs: int = 1, launcher=None) -> Path:
+    """Plan, train what is missing (with ``launcher``; default: this machine, ``jobs`` at a
+    time), write results.csv, fit, and write report.md; returns its path. ``max_starts``
+    limits the law fit's start grid (``--starts``)."""
+    from moelab.runs import execute_plan, is_complete
+    from moelab.runs.data import prepare_shared_data
+    from moelab.runs.launchers.local import LocalLauncher
 
     # The fit runs after all the training: check its settings first.
     if bootstrap_replicates < 0:
         raise MoelabError(f"--bootstrap {bootstrap_replicates} is invalid: must be >= 0")
     check_num_starts(max_starts)
     out_dir = Path(out_dir)
-    points = plan_sweep(grid)
-    specs = _run_specs(points)
-    _write_plan(out_dir, grid, points, specs)
-    if train_fn is None:
-        from moelab.train import train as train_fn
+    points, specs = plan_sweep_folder(grid, out_dir, {"bootstrap_replicates": bootstrap_replicates,
+                                                      "max_starts": max_starts})
+    if launcher is None:
+        launcher = LocalLauncher(jobs=jobs, train_fn=train_fn)
     if any(not is_complete(out_dir / spec.run_dir) for spec in specs):
-        from moelab.study.commands import prepare_shared_data
-
         prepare_shared_data(points[0].config, log)
-    execute_plan(out_dir, specs, train_fn, log, jobs)
+    execute_plan(out_dir, specs, launcher, log)
+    return write_sweep_outputs(out_dir, grid, points, bootstrap_replicates=bootstrap_replicates,
+                               max_starts=max_starts, log=log)
+
+
+def write_sweep_outputs(out_dir: Path, grid: SweepGrid, points: list[SweepPoint], *,
+                        bootstrap_replicates: int = 200, max_starts: int | None = None,
+                        log: Callable[[str], None] = print) -> Path:
+    """results.csv from the run folders, then the fit and report.md; returns the report's path."""
+    from moelab.scaling.sweep_report import write_sweep_report
+
     rows = collect_results(out_dir, points)
     write_results_csv(out_dir / "results.csv", rows)
     if len(rows) < len(points):
@@ -335,9 +219,12 @@ def run_sweep(grid: SweepGrid, out_dir: Path, *, bootstrap_replicates: int = 200
                               max_starts=max_starts, log=log)
 
 
-def _write_plan(out_dir: Path, grid: SweepGrid, points: list[SweepPoint], specs) -> None:
+def _write_plan(out_dir: Path, grid: SweepGrid, points: list[SweepPoint], specs,
+                fit_settings: dict) -> None:
     """grid.json + plan.json; refuse to mix another grid's runs into this folder."""
-    from moelab.config import dump_config, to_dict
+    from moelab.config import to_dict
+    from moelab.runs import write_run_configs
+    from moelab.runs.spec import branch_record
 
     grid_record = {key: getattr(grid, key) for key in GRID_KEYS}
     grid_path = out_dir / "grid.json"
@@ -348,20 +235,20 @@ def _write_plan(out_dir: Path, grid: SweepGrid, points: list[SweepPoint], specs)
                               "use another --out folder")
     remove_stale_temporaries(out_dir, out_dir / "configs", out_dir / "figures")
     atomic_write_json(grid_path, grid_record)
-    for spec in specs:
-        atomic_write_text(out_dir / spec.config_path, dump_config(spec.config))
+    write_run_configs(out_dir, specs)
     atomic_write_json(out_dir / "plan.json", {
         "kind": "sweep-sparsity",
+        **({"fit": fit_settings} if fit_settings else {}),
         "runs": [{"name": spec.name, "run_dir": str(spec.run_dir), "config": str(spec.config_path),
                   "size": point.size, "sparsity": point.sparsity, "budget": point.budget_label,
-                  "model": to_dict(point.config.model)}
+                  "model": to_dict(point.config.model), **branch_record(spec)}
                  for point, spec in zip(points, specs)],
     })
 
 
 def collect_results(out_dir: Path, points: list[SweepPoint]) -> list[dict]:
     """One row per complete run, from its summary.json and config.yaml (nothing else)."""
-    from moelab.study.runner import is_complete
+    from moelab.runs import is_complete
     from moelab.train.run_folder import RunFolder
 
     rows = []
@@ -419,13 +306,3 @@ def write_results_csv(path: Path, rows: list[dict]) -> Path:
 def fit_columns_map() -> dict[str, str]:
     """How ``moelab fit`` reads a sweep's results.csv: N is the total parameter count."""
     return {"N": "N_total", "loss": "best_val_loss"}
-
-
-def describe_grid(grid: SweepGrid) -> str:
-    budgets = (", ".join(f"{b:.3g} FLOPs" for b in grid.flops_budgets)
-               or ", ".join(f"{b:,} tokens" for b in grid.token_budgets))
-    return (f"{len(grid.sizes)} sizes ({', '.join(s['name'] for s in grid.sizes)}) x "
-            f"{len(grid.sparsities)} sparsities ({', '.join(f'{s:g}' for s in grid.sparsities)}, "
-            f"top-{grid.top_k}, {grid.mode}) x {len(grid.flops_budgets or grid.token_budgets)} "
-            f"budgets ({budgets}), seed {grid.seed}, base config {grid.base!r}")
-

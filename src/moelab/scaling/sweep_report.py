@@ -29,7 +29,8 @@ from moelab.scaling.optimal import (
     with_intervals,
 )
 from moelab.scaling.summary import fit_columns
-from moelab.scaling.sweep import SweepGrid, describe_grid, fit_columns_map
+from moelab.scaling.grid import SweepGrid, describe_grid
+from moelab.scaling.sweep import fit_columns_map
 from moelab.scaling.table import fit_table_from_rows, read_csv_rows
 
 CURVE_POINTS = 9

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from decimal import Decimal, InvalidOperation
+from typing import Annotated, Any
 
-from moelab.errors import MoelabError
+from moelab.config import Parsed
+from moelab.errors import ConfigError, MoelabError
 
 _SUFFIXES = {"": 1, "K": 10**3, "M": 10**6, "B": 10**9}
 
@@ -25,6 +27,17 @@ def parse_token_count(text: str | int | float) -> int:
             "e.g. 426300000, 40.5M, 1.2B or 500K"
         )
     return int(tokens)
+
+
+def _token_count_setting(value: Any, key: str) -> int:
+    try:
+        return parse_token_count(value)
+    except MoelabError as exc:
+        raise ConfigError(f"{key}: {exc}") from None
+
+
+TokenCount = Annotated[int, Parsed(_token_count_setting)]
+"""A config field type: a token count written as parse_token_count reads it (40.5M, 500K)."""
 
 
 def parse_budget_list(text: str) -> list[int]:

@@ -7,12 +7,13 @@ from typing import Callable, Optional
 
 from moelab.config import Config
 from moelab.errors import MoelabError
+from moelab.runs import RunSpec, execute_plan, is_complete
+from moelab.runs.data import prepare_shared_data
+from moelab.runs.launchers.commands import train_commands
+from moelab.runs.launchers.local import LocalLauncher
 from moelab.study.arms import Arm, ladder_arms, study_arms
+from moelab.study.plan import check_study_files, plan_runs, write_plan
 from moelab.study.report import write_outputs
-from moelab.study.runner import (
-    RunSpec, TrainFn, check_study_files, execute_plan, is_complete, plan_runs, train_commands,
-    write_plan,
-)
 from moelab.study.settings import StudySettings
 
 
@@ -31,6 +32,7 @@ def plan(kind: str, config: Config, settings: StudySettings) -> tuple[list[Arm],
 
 def write_study_plan(kind: str, config: Config, settings: StudySettings,
                      study_dir: Path) -> list[RunSpec]:
+    config = settings.apply_to(config)  # what every arm takes from the study (eval_tasks)
     arms, specs = plan(kind, config, settings)
     recorded = settings.to_dict()
     if kind == "ablation":
@@ -47,17 +49,17 @@ def list_runs(kind: str, config: Config, settings: StudySettings, study_dir: Pat
 
 
 def run_study(kind: str, config: Config, settings: StudySettings, study_dir: Path, *,
-        train_fn: Optional[TrainFn] = None, log: Callable[[str], None] = print,
-        jobs: int = 1) -> dict:
-    """Plan, train every run that is not complete (``jobs`` at a time), then write results and
-    report."""
+              launcher=None, train_fn: Optional[Callable[..., dict]] = None,
+              log: Callable[[str], None] = print, jobs: int = 1) -> dict:
+    """Plan, train every run that is not complete (with ``launcher``; default: this machine,
+    ``jobs`` at a time, ``train_fn`` in this process), then write results and report."""
     study_dir = Path(study_dir)
     specs = write_study_plan(kind, config, settings, study_dir)
-    if train_fn is None:
-        from moelab.train import train as train_fn
+    if launcher is None:
+        launcher = LocalLauncher(jobs=jobs, train_fn=train_fn)
     if any(not is_complete(study_dir / spec.run_dir) for spec in specs):
         prepare_shared_data(config, log)
-    outcomes = execute_plan(study_dir, specs, train_fn, log, jobs)
+    outcomes = execute_plan(study_dir, specs, launcher, log)
     failed = [outcome for outcome in outcomes if outcome.status == "failed"]
     if failed and len(failed) == len(outcomes):  # else the report would say "not a study folder"
         raise MoelabError(f"every run of the study failed ({len(failed)}; the first: "
@@ -65,11 +67,3 @@ def run_study(kind: str, config: Config, settings: StudySettings, study_dir: Pat
                           f"{study_dir / 'failures.json'}")
     check_study_files(study_dir)
     return write_outputs(study_dir)
-
-
-def prepare_shared_data(config: Config, log: Callable[[str], None]) -> None:
-    """Tokenizer and token cache once, up front: every arm then finds them in the cache."""
-    from moelab.data import prepare_data
-
-    log(f"preparing data ({config.data.source}, vocab {config.tokenizer_vocab_size})")
-    prepare_data(config.data, config.tokenizer_vocab_size, progress=config.train.progress)

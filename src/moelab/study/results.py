@@ -27,7 +27,8 @@ from moelab.accounting import CRITERIA
 from moelab.errors import MoelabError
 from moelab.study.arms import LADDER_RUNGS, MOE_ARM, dense_arm_name
 from moelab.study.budgets import format_token_count, parse_token_count
-from moelab.study.runner import is_complete, read_failures, run_name
+from moelab.runs import is_complete, read_failures
+from moelab.study.plan import run_name
 from moelab.study.stats import compare, summarize
 from moelab.study.zero_shot import read_run_tasks, zero_shot_result
 

@@ -1,8 +1,10 @@
 """Study-level settings and the study presets that carry them.
 
-A study preset is an ordinary config YAML plus an optional ``study:`` section, read here; the
-rest is built into a ``Config`` (``moelab.config.load_config`` resolves ``base`` and drops the
-section, so ``moelab train`` and ``moelab params`` take a study preset as its MoE arm)::
+A study preset is an ordinary config YAML plus an optional ``study:`` section, read here into
+``StudySettings`` by the config parser (``moelab.config.from_dict``: the same keys, types and
+one-line errors as ``model`` and ``train``); the rest is built into a ``Config``
+(``moelab.config.load_config`` resolves ``base`` and drops the section, so ``moelab train`` and
+``moelab params`` take a study preset as its MoE arm)::
 
     study:
       base: paper          # inherit every key of another preset or YAML file (optional)
@@ -10,6 +12,7 @@ section, so ``moelab train`` and ``moelab params`` take a study preset as its Mo
       criteria: [active, total]     # dense arms: matched on active / total params
       budgets: [40.5M, 426.3M]      # token budgets (default: just train.max_tokens)
       match_step: 32       # d_ff of a matched dense arm is a multiple of this
+      eval_tasks: [last_word, ending]  # zero-shot tasks every arm scores (train.eval_tasks)
 
 ``--set study.seeds=2`` (or ``=10,11,12``) and the study command's flags override these like
 any other key.
@@ -20,75 +23,15 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Optional, Union
 
-from moelab.config import Config, apply_overrides, build_config, read_with_base
+from moelab.config import (
+    Config, Parsed, apply_overrides, build_config, from_dict, override, read_with_base,
+    to_dict,
+)
 from moelab.errors import ConfigError
 from moelab.study.arms import DEFAULT_CRITERIA, check_criteria
-from moelab.study.budgets import parse_token_count
-
-STUDY_KEYS = ("base", "seeds", "criteria", "budgets", "match_step")
-
-
-@dataclass
-class StudySettings:
-    seeds: int | list[int] = 3
-    """A count N (train.seed, train.seed + 1, ..., N seeds) or the seeds themselves."""
-    criteria: list[str] = field(default_factory=lambda: list(DEFAULT_CRITERIA))
-    """Fairness criteria, one matched dense arm each: active, total."""
-    budgets: list[int] = field(default_factory=list)
-    """Token budgets, each a full run with its own schedule; empty: train.max_tokens only."""
-    match_step: int = 32
-    """The matched dense d_ff is a multiple of this."""
-
-    def seed_list(self, base_seed: int) -> list[int]:
-        """The seeds every arm runs, counted from ``base_seed`` (train.seed) for a count."""
-        if isinstance(self.seeds, int):
-            return list(range(base_seed, base_seed + self.seeds))
-        return list(self.seeds)
-
-    def to_dict(self) -> dict:
-        seeds = self.seeds if isinstance(self.seeds, int) else list(self.seeds)
-        return {"seeds": seeds, "criteria": list(self.criteria),
-                "budgets": list(self.budgets), "match_step": self.match_step}
-
-
-def load_study(source: str | Path, overrides: list[str] | None = None) -> tuple[Config, StudySettings]:
-    """The base config and study settings of a preset or YAML file, after ``--set`` overrides."""
-    raw = apply_overrides(read_with_base(source), list(overrides or []))
-    study_raw = raw.pop("study", None)
-    return build_config(raw), parse_settings({} if study_raw is None else study_raw)
-
-
-def parse_settings(study_raw: Any) -> StudySettings:
-    """Check the study section (after ``--set`` overrides) and turn it into settings."""
-    if not isinstance(study_raw, dict):
-        raise ConfigError(f"study={study_raw!r} is invalid: expected a mapping of study "
-                          f"settings, e.g. --set study.seeds=2")
-    if "base" in study_raw:
-        # read_with_base has already merged (and removed) the file's own base by now, so a
-        # base here came from --set and would otherwise be silently ignored.
-        raise ConfigError(f"study.base={study_raw['base']!r} cannot be set with --set: the base "
-                          f"is read before overrides apply; put it in the YAML file's study: "
-                          f"section, or pass the preset as CONFIG")
-    unknown = [key for key in study_raw if key not in STUDY_KEYS]
-    if unknown:
-        raise ConfigError(f"study.{unknown[0]} is not a known key: allowed {', '.join(STUDY_KEYS)}")
-    settings = StudySettings()
-    if "seeds" in study_raw:
-        settings.seeds = check_seeds(study_raw["seeds"], "study.seeds")
-    if "criteria" in study_raw:
-        settings.criteria = check_criteria(_as_list(study_raw["criteria"], "study.criteria"))
-    if "budgets" in study_raw and study_raw["budgets"] is not None:
-        budgets = _as_list(study_raw["budgets"], "study.budgets")
-        settings.budgets = sorted({parse_token_count(b) for b in budgets})
-    if "match_step" in study_raw:
-        step = study_raw["match_step"]
-        if isinstance(step, bool) or not isinstance(step, int) or step <= 0:
-            raise ConfigError(f"study.match_step={step!r} is invalid: must be a positive integer")
-        settings.match_step = step
-    return settings
-
+from moelab.study.budgets import TokenCount
 
 SEEDS_ALLOWED = ("allowed a count N (train.seed, train.seed + 1, ...) or a list of distinct "
                  "seeds >= 0, e.g. 3 or 10,11,12")
@@ -141,9 +84,80 @@ def _parse_seed_text(text: str, refuse) -> int | list[int]:
     return seeds if is_list else seeds[0]
 
 
-def _as_list(value: Any, key: str) -> list:
-    if isinstance(value, str):
-        return [item.strip() for item in value.split(",") if item.strip()]
-    if isinstance(value, list):
-        return value
-    raise ConfigError(f"{key}={value!r} is invalid: expected a list or a comma-separated string")
+Seeds = Annotated[Union[int, list[int]], Parsed(check_seeds)]
+"""A settings field type: a seed count or a list of seeds, as ``check_seeds`` reads them."""
+
+
+@dataclass
+class StudySettings:
+    """The ``study:`` section: what a study runs besides the base config."""
+
+    seeds: Seeds = 3
+    """A count N (train.seed, train.seed + 1, ..., N seeds) or the seeds themselves."""
+    criteria: list[str] = field(default_factory=lambda: list(DEFAULT_CRITERIA))
+    """Fairness criteria, one matched dense arm each: active, total."""
+    budgets: Optional[list[TokenCount]] = field(default_factory=list)
+    """Token budgets (40.5M, 1.2B, 500K or plain numbers), each a full run with its own
+    schedule; empty or null: train.max_tokens only."""
+    match_step: int = 32
+    """The matched dense d_ff is a multiple of this."""
+    eval_tasks: list[str] = field(default_factory=list)
+    """Zero-shot tasks (moelab.tasks) every arm scores at the end of its runs, as its
+    train.eval_tasks; empty: the base config's train.eval_tasks."""
+
+    def validate(self, prefix: str = "study") -> "StudySettings":
+        """Check the values and normalise them: criteria without repeats, budgets sorted."""
+        self.criteria = check_criteria(self.criteria)
+        self.budgets = sorted(set(self.budgets or []))
+        if self.match_step <= 0:
+            raise ConfigError(f"{prefix}.match_step={self.match_step} is invalid: must be > 0")
+        check_task_names(self.eval_tasks, f"{prefix}.eval_tasks")
+        self.eval_tasks = list(dict.fromkeys(self.eval_tasks))
+        return self
+
+    def seed_list(self, base_seed: int) -> list[int]:
+        """The seeds every arm runs, counted from ``base_seed`` (train.seed) for a count."""
+        if isinstance(self.seeds, int):
+            return list(range(base_seed, base_seed + self.seeds))
+        return list(self.seeds)
+
+    def apply_to(self, config: Config) -> Config:
+        """The base config with the settings every arm takes from the study: eval_tasks."""
+        if not self.eval_tasks:
+            return config
+        return override(config, [f"train.eval_tasks=[{', '.join(self.eval_tasks)}]"])
+
+    def to_dict(self) -> dict:
+        return to_dict(self)
+
+
+def check_task_names(names: list[str], key: str) -> None:
+    from moelab.tasks import TASK_NAMES  # here: it imports torch
+
+    for index, name in enumerate(names):
+        if name not in TASK_NAMES:
+            raise ConfigError(f"{key}[{index}]={name!r} is invalid: allowed {', '.join(TASK_NAMES)}")
+
+
+def load_study(source: str | Path, overrides: list[str] | None = None) -> tuple[Config, StudySettings]:
+    """The base config and study settings of a preset or YAML file, after ``--set`` overrides;
+    the settings every arm takes (eval_tasks) are applied to the config."""
+    raw = apply_overrides(read_with_base(source), list(overrides or []))
+    study_raw = raw.pop("study", None)
+    config = build_config(raw)
+    settings = parse_settings(study_raw)
+    return settings.apply_to(config), settings
+
+
+def parse_settings(study_raw: Any) -> StudySettings:
+    """Check the study section (after ``--set`` overrides) and turn it into settings."""
+    if study_raw is not None and not isinstance(study_raw, dict):
+        raise ConfigError(f"study={study_raw!r} is invalid: expected a mapping of study "
+                          f"settings, e.g. --set study.seeds=2")
+    if study_raw and "base" in study_raw:
+        # read_with_base has already merged (and removed) the file's own base by now, so a
+        # base here came from --set and would otherwise be silently ignored.
+        raise ConfigError(f"study.base={study_raw['base']!r} cannot be set with --set: the base "
+                          f"is read before overrides apply; put it in the YAML file's study: "
+                          f"section, or pass the preset as CONFIG")
+    return from_dict(StudySettings, study_raw, "study").validate()

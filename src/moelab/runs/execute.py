@@ -1,0 +1,79 @@
+"""Train every run of a plan that is not complete, through a launcher, and record each outcome.
+
+A failing run is recorded in failures.json (its one-line error) and the others still run; a
+run that later completes is removed from it. Bookkeeping happens on the calling thread only:
+launchers report each finished run through one callback.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Optional
+
+from moelab.runs.records import is_complete, read_failures, write_failures
+from moelab.runs.spec import RunSpec
+
+Log = Callable[[str], None]
+
+
+@dataclass
+class RunOutcome:
+    spec: RunSpec
+    status: str
+    """'skipped' (already complete), 'complete' (trained now) or 'failed'."""
+    seconds: float = 0.0
+    error: str = ""
+    summary: Optional[dict] = None
+
+
+def execute_plan(folder: Path, specs: list[RunSpec], launcher, log: Log = print) -> list[RunOutcome]:
+    """Train, with ``launcher`` (see ``moelab.runs.launchers``), every run not yet complete;
+    returns one outcome per spec."""
+    failures = read_failures(folder)
+    outcomes: list[RunOutcome] = []
+    todo = [spec for spec in specs if not is_complete(folder / spec.run_dir)]
+    log(f"{len(specs)} runs planned, {len(specs) - len(todo)} already complete, {len(todo)} to "
+        f"train" + (f", {launcher.describe()}" if todo else ""))
+    started = time.perf_counter()
+
+    def record(outcome: RunOutcome) -> None:
+        outcomes.append(outcome)
+        if outcome.status == "failed":
+            failures[outcome.spec.name] = outcome.error
+            log(f"  {outcome.spec.name}: FAILED ({outcome.error})")
+        else:
+            failures.pop(outcome.spec.name, None)
+            log(f"  {outcome.spec.name}: done, {_best_text(outcome.summary)}{outcome.seconds:.0f} s")
+        write_failures(folder, failures)
+        done, elapsed = len(outcomes), time.perf_counter() - started
+        remaining = elapsed / done * (len(todo) - done)
+        log(f"  runs: {done}/{len(todo)} done in {elapsed:.0f} s, about {remaining:.0f} s left")
+
+    # Runs from scratch first, then the branches whose source finished (a wsd budget family).
+    for wave in ([spec for spec in todo if spec.branch is None],
+                 [spec for spec in todo if spec.branch is not None]):
+        ready = [spec for spec in wave if _source_complete(folder, spec)]
+        for spec in (spec for spec in wave if not _source_complete(folder, spec)):
+            record(RunOutcome(spec, "failed", error=f"its source run {spec.branch.source} is "
+                              "not complete: it failed or was not trained"))
+        if ready:
+            launcher.launch(folder, ready, record, log)
+    finished = {outcome.spec.name for outcome in outcomes}
+    return outcomes + [RunOutcome(spec, "skipped") for spec in specs if spec.name not in finished]
+
+
+def _source_complete(folder: Path, spec: RunSpec) -> bool:
+    return spec.branch is None or is_complete(folder / "runs" / spec.branch.source)
+
+
+def _best_text(summary: Optional[dict]) -> str:
+    best = summary.get("best_val_loss") if isinstance(summary, dict) else None
+    return f"best val loss {best:.4f}, " if isinstance(best, (int, float)) else ""
+
+
+def one_line_error(exc: BaseException) -> str:
+    """``Type: message`` on one line: what failures.json records for a run that raised."""
+    text = f"{type(exc).__name__}: {exc}".strip()
+    return (text.splitlines() or [type(exc).__name__])[0]

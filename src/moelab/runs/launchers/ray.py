@@ -1,0 +1,77 @@
+"""The Ray launcher: one Ray task per run, with its CPUs (and GPUs) reserved, on a cluster.
+
+``address`` joins an existing cluster (``ray start --head`` on one machine, ``ray start
+--address ...`` on the others; the run folders must be on storage every node sees); without
+it, and with no Ray already initialised in this process, ``ray.init()`` starts a local one for
+the plan. A task whose worker dies (a lost node, out of memory, kill -9) is retried up to
+``max_retries`` times; the retry resumes the run from its last checkpoint, so it ends
+identical to an uninterrupted run. An error the run raises itself (a bad config) is not retried.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Optional
+
+from moelab.errors import MoelabError
+from moelab.runs.execute import Log, RunOutcome, one_line_error
+from moelab.runs.launchers import remote_arguments, train_planned_run
+from moelab.runs.spec import RunSpec
+
+
+@dataclass
+class RayLauncher:
+    address: Optional[str] = None
+    cpus_per_run: int = 1
+    """CPUs Ray reserves per run, and its torch thread count."""
+    gpus_per_run: float = 0
+    """GPUs per run; fractions (0.25) put several small runs on one GPU."""
+    max_retries: int = 3
+
+    def describe(self) -> str:
+        where = f"Ray cluster at {self.address}" if self.address else "Ray"
+        gpus = f", {self.gpus_per_run:g} GPU" if self.gpus_per_run else ""
+        return f"{where}, {self.cpus_per_run} CPU{gpus} per run"
+
+    def launch(self, folder: Path, specs: list[RunSpec], record: Callable[[RunOutcome], None],
+               log: Log) -> None:
+        ray = _import_ray()
+        started_here = not ray.is_initialized()
+        if started_here:
+            ray.init(address=self.address, include_dashboard=False, log_to_driver=False)
+        try:
+            remote = ray.remote(train_planned_run).options(
+                num_cpus=self.cpus_per_run, num_gpus=self.gpus_per_run,
+                max_retries=self.max_retries, retry_exceptions=False)
+            pending = {}
+            for index, spec in enumerate(specs, start=1):
+                log(f"[{index}/{len(specs)}] {spec.name}: submitted")
+                ref = remote.remote(*remote_arguments(folder, spec, self.cpus_per_run))
+                pending[ref] = (spec, time.perf_counter())
+            while pending:
+                ready, _ = ray.wait(list(pending), num_returns=1)
+                spec, started = pending.pop(ready[0])
+                record(_outcome(ray, ready[0], spec, time.perf_counter() - started))
+        finally:
+            if started_here:
+                ray.shutdown()
+
+
+def _outcome(ray, ref, spec: RunSpec, seconds: float) -> RunOutcome:
+    try:
+        summary = ray.get(ref)
+    except ray.exceptions.RayTaskError as exc:  # the run raised: its own error, one line
+        return RunOutcome(spec, "failed", seconds, one_line_error(exc.cause or exc))
+    except ray.exceptions.RayError as exc:  # the worker died more often than it was retried
+        return RunOutcome(spec, "failed", seconds, one_line_error(exc))
+    return RunOutcome(spec, "complete", seconds, summary=summary)
+
+
+def _import_ray():
+    try:
+        import ray
+    except ImportError:
+        raise MoelabError("--launcher ray needs Ray: pip install 'moelab[ray]'") from None
+    return ray

@@ -1,0 +1,98 @@
+"""The SLURM launcher: the plan's runs as one job array, submitted through submitit.
+
+Each array task trains one run with ``cpus_per_run`` CPUs (and ``gpus_per_run`` GPUs). On
+preemption or when its time limit is reached, submitit requeues the task (``checkpoint`` below
+resubmits the same call) and the rerun resumes the run from its last checkpoint. Job logs go
+to ``<folder>/slurm/``. ``cluster="local"`` runs the same array through submitit's local
+executor: the way to try a setup, and how the tests exercise this launcher.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Optional
+
+from moelab.errors import MoelabError
+from moelab.runs.execute import Log, RunOutcome, one_line_error
+from moelab.runs.launchers import remote_arguments, train_planned_run
+from moelab.runs.spec import RunSpec
+
+
+def _import_submitit():
+    try:
+        import submitit
+    except ImportError:
+        raise MoelabError("--launcher slurm needs submitit: pip install 'moelab[slurm]'") from None
+    return submitit
+
+
+class RequeueableRun:
+    """``train_planned_run`` as a submitit checkpointable: requeued as the same call."""
+
+    def __call__(self, *arguments) -> dict:
+        return train_planned_run(*arguments)
+
+    def checkpoint(self, *args, **kwargs):
+        submitit = _import_submitit()
+        return submitit.helpers.DelayedSubmission(self, *args, **kwargs)
+
+
+@dataclass
+class SlurmLauncher:
+    cluster: str = "slurm"
+    """'slurm', or 'local' for submitit's local executor."""
+    partition: Optional[str] = None
+    time_minutes: int = 24 * 60
+    cpus_per_run: int = 1
+    gpus_per_run: int = 0
+    max_parallel: Optional[int] = None
+    """At most this many array tasks at once (SLURM's %N); None: the scheduler decides."""
+    extra: dict = field(default_factory=dict)
+    """More submitit parameters (``slurm_account``, ``mem_gb``, ...)."""
+
+    def describe(self) -> str:
+        where = "submitit's local executor" if self.cluster == "local" else "a SLURM job array"
+        return f"{where}, {self.cpus_per_run} CPU{'s' if self.cpus_per_run > 1 else ''} per run"
+
+    def launch(self, folder: Path, specs: list[RunSpec], record: Callable[[RunOutcome], None],
+               log: Log) -> None:
+        submitit = _import_submitit()
+        executor = submitit.AutoExecutor(folder=folder / "slurm", cluster=self.cluster)
+        executor.update_parameters(**self._parameters())
+        arguments = [remote_arguments(folder, spec, self.cpus_per_run) for spec in specs]
+        jobs = executor.map_array(RequeueableRun(), *zip(*arguments))
+        log(f"submitted {len(jobs)} runs as job {jobs[0].job_id.split('_')[0]}" if jobs else "")
+        started = time.perf_counter()
+        by_id = {job.job_id: spec for job, spec in zip(jobs, specs)}
+        for job in submitit.helpers.as_completed(jobs):
+            record(_outcome(job, by_id[job.job_id], time.perf_counter() - started))
+
+    def _parameters(self) -> dict:
+        parameters = {"timeout_min": self.time_minutes, "cpus_per_task": self.cpus_per_run,
+                      "tasks_per_node": 1, "nodes": 1, **self.extra}
+        if self.gpus_per_run:
+            parameters["gpus_per_node"] = self.gpus_per_run
+        if self.cluster != "local":
+            parameters["slurm_signal_delay_s"] = 120  # time to requeue before the kill
+            if self.partition:
+                parameters["slurm_partition"] = self.partition
+            if self.max_parallel:
+                parameters["slurm_array_parallelism"] = self.max_parallel
+        return parameters
+
+
+def _outcome(job, spec: RunSpec, seconds: float) -> RunOutcome:
+    try:
+        summary = job.result()
+    except Exception as exc:  # noqa: BLE001 -- submitit re-raises the job's error (or its death)
+        return RunOutcome(spec, "failed", seconds, _job_error(exc))
+    return RunOutcome(spec, "complete", seconds, summary=summary)
+
+
+def _job_error(exc: BaseException) -> str:
+    """submitit's FailedJobError carries the job's traceback; its last line is the error."""
+    lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
+    error_lines = [line for line in lines if "Error" in line.split(":")[0]]
+    return error_lines[-1] if error_lines else one_line_error(exc)

@@ -1,0 +1,55 @@
+"""What one planned run is: a name (its folder under runs/) and its resolved config."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+from moelab.config import Config, dump_config
+from moelab.fileio import atomic_write_text
+
+
+@dataclass(frozen=True)
+class Branch:
+    """Where a run starts: another run of the plan's kept checkpoint at ``step`` (a wsd budget
+    family's cooldown, ``moelab.train.branch_run``), instead of from scratch."""
+
+    source: str
+    """The name of the run it branches from."""
+    step: int
+
+
+@dataclass
+class RunSpec:
+    """One planned training run of a study or sweep folder."""
+
+    name: str
+    """Its path under runs/, e.g. ``moe/seed0`` or ``s1/S0.5/D409600``."""
+    config: Config
+    labels: dict[str, Any] = field(default_factory=dict)
+    """What the planner knows it by (arm, seed, budget; size, sparsity): kept in plan.json."""
+    branch: Optional[Branch] = None
+    """Set for a run that starts from another run's checkpoint: it trains after that run."""
+
+    @property
+    def run_dir(self) -> Path:
+        return Path("runs") / self.name
+
+    @property
+    def config_path(self) -> Path:
+        return Path("configs") / (self.name.replace("/", "-") + ".yaml")
+
+
+def write_run_configs(folder: Path, specs: list[RunSpec]) -> None:
+    """Each run's resolved config under ``configs/``: what every launcher trains from."""
+    for spec in specs:
+        atomic_write_text(folder / spec.config_path, dump_config(spec.config))
+
+
+
+def branch_record(spec: RunSpec) -> dict:
+    """plan.json's ``branch`` entry of a run that starts from another's checkpoint (or none)."""
+    if spec.branch is None:
+        return {}
+    return {"branch": {"source": spec.branch.source, "step": spec.branch.step}}

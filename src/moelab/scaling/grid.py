@@ -1,0 +1,177 @@
+"""Sparsity-sweep grids: the model sizes, sparsities and budgets a sweep trains.
+
+A grid is a YAML file, or a preset by name from ``moelab/presets/sweeps/`` (``moelab
+sweep-sparsity demo``), read into ``SweepGrid`` by the config parser
+(``moelab.config.from_dict``: the keys, types and one-line errors of ``model`` and ``train``).
+It names a base config and varies three things:
+
+- **size**: model-shape overrides per size (d_model, n_layers, n_heads, n_kv_heads, d_ff);
+- **sparsity** S = (E - k) / E at a fixed top_k k, so E = k / (1 - S); S = 0 is the dense
+  model with FFN width d_ff. How the experts are sized (``mode``):
+  - ``fixed_total``: d_expert = d_ff / E, so every sparsity of a size stores the dense model's
+    FFN parameters (plus a small router) and activates k / E of them: the "fixed total
+    parameters" question of Abnar et al.;
+  - ``fixed_expert``: d_expert = d_ff / k, so the active FFN equals the dense one and the
+    total grows with E (vary E at fixed k and expert size);
+- **budget**: training compute C in FLOPs (``flops_budgets``: D = C / (6 N_active), rounded
+  down to whole optimizer steps, so every point of a budget lies on one IsoFLOP curve, up to
+  one step short of it) or tokens (``token_budgets``, plain or as 409.6K, 3.7M).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Annotated, Any, Literal, Optional
+
+from moelab.config import Parsed, apply_overrides, from_dict, preset_names, read_raw, to_dict
+from moelab.errors import ConfigError
+from moelab.study.budgets import TokenCount
+
+SWEEP_PRESETS = "sweeps"
+"""The folder of moelab/presets/ that holds the grid presets."""
+Mode = Literal["fixed_total", "fixed_expert"]
+MODES = typing.get_args(Mode)
+# A size's name becomes a folder under --out: one plain path component, nothing that climbs out.
+SIZE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]{0,63}")
+
+
+@dataclass
+class SizeShape:
+    """One model size of a grid: the dense model's shape; a key not given keeps the base
+    config's value."""
+
+    name: str
+    """The size's name in run folders and the report (letters, digits, _ . + -)."""
+    d_model: Optional[int] = None
+    n_layers: Optional[int] = None
+    n_heads: Optional[int] = None
+    n_kv_heads: Optional[int] = None
+    d_ff: Optional[int] = None
+    """The dense FFN width; the experts of a sparse point split it (``mode``)."""
+
+
+SIZE_KEYS = tuple(f.name for f in dataclasses.fields(SizeShape) if f.name != "name")
+
+
+def _sizes(value: Any, key: str) -> list[dict]:
+    """Each size checked as a SizeShape and kept as a plain mapping of the keys it gives: the
+    grid's record (grid.json) and the model overrides are these mappings."""
+    if not isinstance(value, list):
+        raise ConfigError(f"{key}={value!r} is invalid: expected a list of mappings")
+    shapes = [from_dict(SizeShape, item, f"{key}[{index}]") for index, item in enumerate(value)]
+    return [{k: v for k, v in to_dict(shape).items() if v is not None} for shape in shapes]
+
+
+@dataclass(kw_only=True)
+class SweepGrid:
+    name: str
+    """The grid's name (default: the file's or preset's name); the sweep folder is sweep_<name>."""
+    base: str
+    """A config preset or YAML file all points derive from (data, optimizer, eval, vocab)."""
+    overrides: list[str] = field(default_factory=list)
+    """Dotted overrides applied to the base config first (e.g. a shorter eval)."""
+    sizes: Annotated[list[dict], Parsed(_sizes)]
+    """Each a mapping: a name and any of SIZE_KEYS, the dense model of that size."""
+    sparsities: list[float]
+    """S = (E - k) / E; E = top_k / (1 - S) must be a whole number; 0 is the dense model."""
+    top_k: int = 1
+    """Experts per token k of every sparse point."""
+    mode: Mode = "fixed_total"
+    """How experts are sized: fixed_total (d_expert = d_ff / E) or fixed_expert (d_ff / k)."""
+    flops_budgets: list[float] = field(default_factory=list)
+    """Training compute budgets C in FLOPs (give these or token_budgets)."""
+    token_budgets: list[TokenCount] = field(default_factory=list)
+    """Training budgets D in tokens (give these or flops_budgets)."""
+    seed: int = 0
+    """train.seed of every point."""
+    holdout: str = "S=max"
+    """Points the held-out check leaves out of the fit."""
+
+    def validate(self) -> "SweepGrid":
+        """What the types alone do not say; the parser has checked keys and types."""
+        where = f"sweep grid {self.name!r}"
+        if self.mode not in MODES:
+            raise ConfigError(f"{where}: mode={self.mode!r} is invalid: allowed {', '.join(MODES)}")
+        if not self.sizes or not self.sparsities:
+            raise ConfigError(f"{where}: sizes and sparsities must be non-empty lists")
+        if bool(self.flops_budgets) == bool(self.token_budgets):
+            raise ConfigError(f"{where}: give exactly one of flops_budgets or token_budgets")
+        if self.top_k < 1:
+            raise ConfigError(f"{where}: top_k={self.top_k} is invalid: must be >= 1")
+        for sparsity in self.sparsities:
+            experts_for(sparsity, self.top_k)  # raises on a sparsity with no whole E
+        for budget in list(self.flops_budgets) + list(self.token_budgets):
+            if not (math.isfinite(budget) and budget > 0):
+                raise ConfigError(f"{where}: budget {budget} is invalid: must be a finite number > 0")
+        for index, item in enumerate(self.overrides):
+            if "=" not in item:
+                raise ConfigError(f"{where}: overrides[{index}]={item!r} is invalid: expected "
+                                  "KEY=VALUE, e.g. train.eval_interval=100")
+        for size in self.sizes:
+            _check_size(size, where)
+        _check_base(self.base, where)
+        return self
+
+
+GRID_KEYS = tuple(f.name for f in dataclasses.fields(SweepGrid))
+
+
+def _check_size(size: dict, where: str) -> None:
+    if not isinstance(size.get("name"), str) or not SIZE_NAME.fullmatch(size["name"]):
+        raise ConfigError(f"{where}: size name {size.get('name')!r} is invalid: allowed 1-64 "
+                          f"letters, digits and _ . + - (starting with a letter or digit), no / or ..")
+    for key in (key for key in SIZE_KEYS if key in size):
+        value = size[key]
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            raise ConfigError(f"{where}: size {size['name']!r} {key}={value!r} is invalid: "
+                              "expected a whole number > 0")
+
+
+def _check_base(base: str, where: str) -> None:
+    if not (Path(base).is_file() or base in preset_names()):
+        raise ConfigError(f"{where}: base={base!r} is invalid: expected a config preset "
+                          f"({', '.join(preset_names())}) or a YAML file")
+
+
+def experts_for(sparsity: float, top_k: int) -> int:
+    """E = k / (1 - S), which must be a whole number (S = 0: the dense model, E = 1)."""
+    if not 0.0 <= sparsity < 1.0:
+        raise ConfigError(f"sparsity {sparsity} is invalid: allowed [0, 1)")
+    experts = top_k / (1.0 - sparsity)
+    if abs(experts - round(experts)) > 1e-6:
+        raise ConfigError(
+            f"sparsity {sparsity} is invalid with top_k={top_k}: E = k / (1 - S) = {experts:.4g} "
+            f"must be a whole number (e.g. S in 0, 0.5, 0.75, 0.875 for k=1)"
+        )
+    return int(round(experts))
+
+
+def grid_preset_names() -> list[str]:
+    return preset_names(SWEEP_PRESETS)
+
+
+def load_grid(source: str | Path, overrides: list[str] | None = None) -> SweepGrid:
+    """A preset name (``grid_preset_names()``) or a YAML file with the keys of SweepGrid, after
+    dotted ``key=value`` overrides (as ``--set``)."""
+    raw = read_raw(source, "sweep grid", SWEEP_PRESETS)
+    raw.setdefault("name", Path(source).stem)
+    raw = apply_overrides(raw, list(overrides or []))
+    try:
+        grid = from_dict(SweepGrid, raw)
+    except ConfigError as exc:
+        raise ConfigError(f"sweep grid {raw.get('name')!r}: {exc}") from None
+    return grid.validate()
+
+
+def describe_grid(grid: SweepGrid) -> str:
+    budgets = (", ".join(f"{b:.3g} FLOPs" for b in grid.flops_budgets)
+               or ", ".join(f"{b:,} tokens" for b in grid.token_budgets))
+    return (f"{len(grid.sizes)} sizes ({', '.join(s['name'] for s in grid.sizes)}) x "
+            f"{len(grid.sparsities)} sparsities ({', '.join(f'{s:g}' for s in grid.sparsities)}, "
+            f"top-{grid.top_k}, {grid.mode}) x {len(grid.flops_budgets or grid.token_budgets)} "
+            f"budgets ({budgets}), seed {grid.seed}, base config {grid.base!r}")
