@@ -71,11 +71,14 @@ def _write_inputs(folder: Path) -> None:
         "list.json": b"[1, 2]",
         "latin1.json": b"\xff",
         "empty.json": b"",
+        "empty.txt": b"",
+        "list.jsonl": b"[1]\n",
         "file": b"a file, not a folder\n",
     }
     for name, data in files.items():
         (folder / name).write_bytes(data)
     (folder / "emptydir").mkdir()
+    (folder / "train_a_folder" / "train.txt").mkdir(parents=True)
     grid = {"name": "g", "base": "demo", "sizes": [{"name": "a", "d_ff": 64}],
             "sparsities": [0], "token_budgets": [256]}
     (folder / "grid_twice.yaml").write_text(yaml.safe_dump(grid) + "sparsities: [0.5]\n")
@@ -204,6 +207,13 @@ CASES = {
     "blank cache dir": Case("params demo --set \"data.cache_dir=' '\"", "data.cache_dir=' '"),
     "beta1 of 1": Case("params demo --set train.beta1=1", "train.beta1=1"),
     "float16": Case("params demo --set train.dtype=float16", "train.dtype='float16'"),
+    "eval tasks unknown": Case("params demo --set 'train.eval_tasks=[lambada]'",
+                               "train.eval_tasks=['lambada'] is invalid: allowed a list of "
+                               "distinct names from last_word, ending, agreement"),
+    "eval tasks twice": Case("params demo --set 'train.eval_tasks=[ending, ending]'",
+                             "train.eval_tasks=['ending', 'ending'] is invalid"),
+    "eval tasks a mapping": Case("params demo --set 'train.eval_tasks={{a: 1}}'",
+                                 "train.eval_tasks={{'a': 1}} is invalid: expected a list"),
     "budget above the cap": Case("params demo --set train.max_tokens=1e30",
                                  "train.max_tokens=1000000000000000019884624838656"),
     # -- match
@@ -221,7 +231,8 @@ CASES = {
     "vocab text": Case("prepare-data --out {tmp}/c --vocab-size abc", "invalid int value: 'abc'"),
     "vocab beyond the data": Case("prepare-data --out {tmp}/c --source {in}/tiny.txt "
                                   "--vocab-size 5000 --valid-fraction 0.2 --no-progress",
-                                  "vocab_size=5000 is too large for data source"),
+                                  "vocab_size=5000 is too large for data source 'tiny': "
+                                  "byte-level BPE on its training split can reach at most"),
     "valid fraction nan": Case("prepare-data --out {tmp}/c --valid-fraction nan --no-progress",
                                "data.valid_fraction=nan"),
     "valid fraction 1": Case("prepare-data --out {tmp}/c --valid-fraction 1 --no-progress",
@@ -236,6 +247,13 @@ CASES = {
                                 "emptydir': the folder has no train.txt"),
     "source blank": Case("prepare-data --out {tmp}/c --source '' --no-progress",
                          "data.source=''"),
+    "source an empty file": Case("prepare-data --out {tmp}/c --source {in}/empty.txt --no-progress",
+                                 "empty.txt contains no stories"),
+    "source jsonl of lists": Case("prepare-data --out {tmp}/c --source {in}/list.jsonl "
+                                  "--no-progress", "list.jsonl line 1 has no string field"),
+    "source train.txt a folder": Case("prepare-data --out {tmp}/c --source {in}/train_a_folder "
+                                      "--no-progress", "train_a_folder': the folder has no "
+                                                       "train.txt"),
     "out blank": Case("prepare-data --out '' --no-progress", "data.cache_dir=''"),
     "out under a file": Case("prepare-data --out {in}/file/c --no-progress",
                              "cannot write {in}/file/c"),
@@ -262,6 +280,8 @@ CASES = {
                               "train.micro_batch_size=3"),
     "train device": Case("train demo --out {tmp}/r --set train.device=tpu",
                          "train.device='tpu'"),
+    "train tasks unknown": Case("train demo --out {tmp}/r --set 'train.eval_tasks=[x]'",
+                                "train.eval_tasks=['x'] is invalid"),
     "train negative seed": Case("train demo --out {tmp}/r --set train.seed=-1", "train.seed=-1"),
     "train out is a file": Case("train demo --out {in}/file", "cannot create run folder"),
     "train over a run": Case("train demo --out {run}", "already holds a run"),
@@ -293,6 +313,8 @@ CASES = {
     "eval device": Case("eval {run} --device tpu", "device='tpu'"),
     "eval data not utf-8": Case("eval {run} --data {in}/latin1.txt", "latin1.txt is not UTF-8"),
     "eval data missing": Case("eval {run} --data {tmp}/nope", "nope': no such file or folder"),
+    "eval tasks blank": Case("eval {run} --tasks ' , '", "--tasks ' , ' is invalid"),
+    "eval cache dir a file": Case("eval {run} --cache-dir {in}/file", "cannot write {in}/file/"),
     "eval blank cache dir": Case("eval {run} --cache-dir ''", "--cache-dir ''"),
     "eval cache dir outside": Case("eval {run}", "data.cache_dir=/etc",
                                    _run_config(lambda c: c["data"].update(cache_dir="/etc"))),
@@ -331,6 +353,9 @@ CASES = {
     "temperature nan": Case("generate {run} --prompt x --temperature nan", "nan is invalid"),
     "temperature 1e400": Case("generate {run} --prompt x --temperature 1e400",
                               "1e400 is invalid"),
+    "temperature 1e-300": Case("generate {run} --prompt x --max-new-tokens 2 "
+                               "--temperature 1e-300",
+                               "temperature=1e-300 is invalid: allowed 0 (greedy) or 1e-06"),
     "top-k 0": Case("generate {run} --prompt x --top-k 0", "--top-k: 0 is invalid"),
     "seed -1": Case("generate {run} --prompt x --seed -1", "--seed: -1 is invalid"),
     "seed 1e30": Case("generate {run} --prompt x --seed 1000000000000000000000000000000",
@@ -407,6 +432,8 @@ CASES = {
                               _write("study/plan.json", b"[1]")),
     "study plan not utf-8": Case("study demo --list-runs --out {study}", "plan.json is corrupt",
                                  _write("study/plan.json", b"\xff")),
+    "study eval tasks unknown": Case("study demo --list-runs --out {tmp}/s --set "
+                                     "'train.eval_tasks=[x]'", "train.eval_tasks=['x'] is invalid"),
     "study yaml broken": Case("study demo --list-runs --out {study} " + RUN_SETS + " --seeds 1",
                               "study.yaml is corrupt", _write("study/study.yaml", b"a: [\n")),
     "ladder seeds 0": Case("ablate-routing demo --list-runs --out {tmp}/s --seeds 0", "--seeds=0"),
@@ -432,6 +459,13 @@ CASES = {
                                  _study_summary({"best_val_loss": float("nan")})),
     "report routing a number": Case("report {study}", "routing is not a list of layers",
                                     _study_summary({"routing": 3})),
+    "report tasks.json not json": Case("report {study}", "tasks.json is not valid JSON",
+                                       _write(STUDY_SEED0 + "/tasks.json", b"{")),
+    "report tasks.json not utf-8": Case("report {study}", "tasks.json is not valid JSON",
+                                        _write(STUDY_SEED0 + "/tasks.json", b"\xff")),
+    "report tasks.json no accuracy": Case("report {study}", "tasks.json is corrupt",
+                                          _write(STUDY_SEED0 + "/tasks.json",
+                                                 b'{"tasks": {"ending": {"correct": 3}}}')),
     "report plan a list": Case("report {study}", "plan.json is corrupt",
                                _write("study/plan.json", b"[1]")),
     "report plan arms a number": Case("report {study}", "arms is not a list",
@@ -485,6 +519,8 @@ CASES = {
     "optimal flops 1e400": Case("optimal {in}/good_fit.json --flops 1e400", "--flops=inf"),
     "optimal flops text": Case("optimal {in}/good_fit.json --flops abc",
                                "invalid float value: 'abc'"),
+    "optimal tokens 0": Case("optimal {in}/good_fit.json --params 1e6 --tokens 0",
+                             "--tokens=0.0 is invalid"),
     "optimal flops tiny": Case("optimal {in}/good_fit.json --flops 1e-300", "--flops 1e-300"),
     "optimal params alone": Case("optimal {in}/good_fit.json --params 1e6",
                                  "--params N needs --tokens D or --flops C"),

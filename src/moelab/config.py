@@ -259,6 +259,8 @@ DEVICE_CHOICES = "auto, cpu, cuda, cuda:N"
 
 MAX_TOKENS = 10**15
 """A sanity cap on train.max_tokens: a budget above it cannot finish on any machine."""
+EVAL_TASK_NAMES = ("last_word", "ending", "agreement")
+"""The zero-shot tasks of moelab.tasks (named here so a config can be checked without them)."""
 
 
 @dataclass
@@ -381,6 +383,10 @@ class TrainConfig:
             raise ConfigError(
                 f"{prefix}.collapse_threshold={self.collapse_threshold} is invalid: allowed (0, 1]"
             )
+        if (any(name not in EVAL_TASK_NAMES for name in self.eval_tasks)
+                or len(set(self.eval_tasks)) < len(self.eval_tasks)):
+            raise ConfigError(f"{prefix}.eval_tasks={self.eval_tasks!r} is invalid: allowed a "
+                              f"list of distinct names from {', '.join(EVAL_TASK_NAMES)}")
 
     def _validate_budget_family_fields(self, prefix: str) -> None:
         """warmup_steps, keep_checkpoints_at, init_from/init_sha256 (their bounds against the

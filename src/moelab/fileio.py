@@ -92,8 +92,9 @@ class WriterLock:
     holder dies, however it dies: a lock is never stale. Readers do not take it.
     """
 
-    def __init__(self, folder: str | os.PathLike):
-        """Take the lock, creating the folder if needed; a held one fails at once, naming its pid."""
+    def __init__(self, folder: str | os.PathLike, *, wait: bool = False):
+        """Take the lock, creating the folder if needed; a held one fails at once, naming its
+        pid, or with ``wait`` is waited for (until its holder releases it or dies)."""
         self.folder = Path(folder)
         self._handle: int | None = None
         try:
@@ -102,7 +103,7 @@ class WriterLock:
         except OSError as exc:
             raise MoelabError(f"cannot write {self.folder}: {exc.strerror or exc}") from None
         try:
-            fcntl.flock(self._handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(self._handle, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             holder = os.pread(self._handle, 32, 0).decode("ascii", "replace").strip() or "unknown"
             self.release()
@@ -120,9 +121,9 @@ class WriterLock:
 
 
 @contextlib.contextmanager
-def writer_lock(folder: str | os.PathLike) -> Iterator[None]:
-    """Hold the folder's ``WriterLock`` for the block."""
-    lock = WriterLock(folder)
+def writer_lock(folder: str | os.PathLike, *, wait: bool = False) -> Iterator[None]:
+    """Hold the folder's ``WriterLock`` for the block (``wait``: wait for a held one)."""
+    lock = WriterLock(folder, wait=wait)
     try:
         yield
     finally:

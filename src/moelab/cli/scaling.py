@@ -183,7 +183,8 @@ def _optimal(args) -> int:
                                               flops=args.flops, shared_fraction=shared,
                                               max_sparsity=args.max_sparsity)
         question = f"fixed total parameters N={args.params:.4g}" + (
-            f", tokens D={args.tokens:.4g}" if args.tokens else f", compute C={args.flops:.4g}")
+            f", tokens D={args.tokens:.4g}" if args.tokens is not None
+            else f", compute C={args.flops:.4g}")
     elif args.flops is not None:
         if args.tokens is not None:
             raise MoelabError("--tokens D needs --params N (with --flops alone, D is derived)")

@@ -5,7 +5,8 @@ uint16, or uint32 when the vocabulary needs it: every story's tokens followed by
 ``<|endoftext|>``) and ``manifest.json``, written last. Every file is written atomically, so a
 folder without a manifest is an interrupted build (built again), and a folder whose manifest
 does not match its files is corrupt (a ``MoelabError``, never used). Token files are opened as
-read-only memmaps, so training never holds a second copy in RAM.
+read-only memmaps, so training never holds a second copy in RAM. A build holds the folder's
+writer lock (``.moelab.lock``): a second process needing the same cache waits, then uses it.
 """
 
 from __future__ import annotations
@@ -23,10 +24,10 @@ from tqdm import tqdm
 from moelab.data.encoding import encode_batches
 from moelab.data.sources import Source, StorySplit, split_bytes
 from moelab.data.tokenizer import (
-    TOKENIZER_RECIPE_VERSION, Tokenizer, file_sha256, train_tokenizer,
+    TOKENIZER_RECIPE_VERSION, Tokenizer, check_data_supports_vocab, file_sha256, train_tokenizer,
 )
 from moelab.errors import MoelabError
-from moelab.fileio import atomic_write, atomic_write_json
+from moelab.fileio import atomic_write, atomic_write_json, remove_stale_temporaries, writer_lock
 
 MANIFEST = "manifest.json"
 TOKENIZER_FILE = "tokenizer.json"
@@ -72,8 +73,26 @@ def cache_folder_name(source: Source, vocab_size: int) -> str:
 
 
 def build_cache(source: Source, vocab_size: int, cache_dir: Path, *, progress: bool) -> None:
-    """Parse the source, train (or reuse) the tokenizer, encode both splits, write the manifest."""
+    """Build the cache folder unless another process has: one builder at a time.
+
+    Studies and runs started together may share a cache, so a builder holds the folder's
+    writer lock and the others wait for it, then find its manifest. Only the lock holder
+    removes the temporary files a killed build left: no other write can be in progress then.
+    A vocabulary the data cannot reach is refused first, before anything is written.
+    """
     train, valid = source.load()
+    if not (cache_dir / TOKENIZER_FILE).exists():
+        check_data_supports_vocab(train.read_batches(), vocab_size, source.label)
+    with writer_lock(cache_dir, wait=True):
+        if has_manifest(cache_dir):  # built while this process waited
+            return
+        remove_stale_temporaries(cache_dir)
+        _build(source, train, valid, vocab_size, cache_dir, progress=progress)
+
+
+def _build(source: Source, train: StorySplit, valid: StorySplit, vocab_size: int,
+           cache_dir: Path, *, progress: bool) -> None:
+    """Train (or reuse) the tokenizer, encode both splits, write the manifest last."""
     tokenizer_path = cache_dir / TOKENIZER_FILE
     if tokenizer_path.exists():  # an interrupted build already trained it on the same inputs
         tokenizer = Tokenizer(tokenizer_path)

@@ -89,6 +89,42 @@ def check_vocab_size(vocab_size: int) -> None:
                           f"{MIN_VOCAB_SIZE}..{MAX_VOCAB_SIZE}")
 
 
+def supported_vocab_bound(batches: Iterable[list[str]], enough: int) -> int:
+    """An upper bound on the vocabulary byte-level BPE can reach on these stories; counting
+    stops once it reaches ``enough`` (so a usual request costs a few batches, not a pass).
+
+    BPE never merges across the pre-tokenizer's words, and every merge joins two symbols in
+    at least one distinct word, which shrinks that word by one symbol. A word of n bytes
+    can shrink n - 1 times, so there are at most sum(n - 1) merges over the distinct words,
+    and each adds at most one token to the 256 bytes and ``<|endoftext|>``.
+    """
+    splitter = pre_tokenizers.ByteLevel(add_prefix_space=False)  # as ``train_tokenizer``'s
+    seen: set[str] = set()
+    bound = MIN_VOCAB_SIZE
+    for stories in batches:
+        for story in stories:
+            for word, _ in splitter.pre_tokenize_str(story):  # one character per byte
+                if word not in seen:
+                    seen.add(word)
+                    bound += len(word) - 1
+            if bound >= enough:
+                return bound
+    return bound
+
+
+def check_data_supports_vocab(batches: Iterable[list[str]], vocab_size: int,
+                              source_label: str) -> None:
+    """Refuse, before training, a vocabulary the data cannot reach (``supported_vocab_bound``)."""
+    bound = supported_vocab_bound(batches, vocab_size)
+    if bound < vocab_size:
+        raise MoelabError(
+            f"vocab_size={vocab_size} is too large for data source {source_label!r}: byte-level "
+            f"BPE on its training split can reach at most {bound} tokens (256 bytes, "
+            f"{EOT_TEXT} and one merge per byte after the first of each distinct word); "
+            f"allowed {MIN_VOCAB_SIZE}..{bound}"
+        )
+
+
 def train_tokenizer(batches: Iterable[list[str]], vocab_size: int, path: Path,
                     source_label: str, *, progress: bool = False) -> Tokenizer:
     """Train a byte-level BPE of ``vocab_size`` tokens on ``batches`` of stories, save to ``path``.

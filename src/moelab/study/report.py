@@ -88,11 +88,12 @@ def render_report(results: dict, records: list[RunRecord], figure_paths: dict[st
         if results["budgets"]:
             parts.append(budget_section(results, figure_paths))
     parts += [
+        zero_shot_section(results.get("zero_shot")),
         figure_block("Validation loss", figure_paths, "val_loss"),
         routing_section(results, figure_paths),
         throughput_section(results),
         runs_section(results),
-        notes_section(ablation),
+        notes_section(ablation, "zero_shot" in results),
     ]
     return "\n".join(part for part in parts if part)
 
@@ -256,6 +257,45 @@ def ladder_section(results: dict) -> str:
     )
 
 
+def zero_shot_section(zero_shot: dict | None) -> str:
+    """Accuracy per task and arm over seeds, and the paired MoE - dense differences; '' for a
+    study whose runs scored no tasks."""
+    if not zero_shot:
+        return ""
+    arm_rows, difference_rows = [], []
+    for task, result in zero_shot.items():
+        for arm, r in result["arms"].items():
+            accuracy = r["accuracy"]
+            arm_rows.append([
+                task, arm, f"{format_mean_std(accuracy['mean'], accuracy['std'])} "
+                           f"(n={accuracy['n']})",
+                _interval(r), format_number(r["chance"]),
+            ])
+        for criterion, c in result["comparisons"].items():
+            difference_rows.append([
+                task, CRITERION_TEXT[criterion], f"{c['moe_arm']} vs {c['dense_arm']}",
+                _signed(c["difference"]), _interval(c), _p_value(c), str(c["n_pairs"]),
+                c["verdict"],
+            ])
+    section = (
+        "## Zero-shot tasks\n\nScored by every run on its final weights as training ended "
+        "(`train.eval_tasks`; docs/training.md, 'Zero-shot tasks'). Accuracy is the mean over "
+        "seeds ± std, with the 95 % t interval of that mean over seeds: the spread of seeds, "
+        "not the Wilson interval over the items that each run's tasks.json also holds.\n\n"
+        + markdown_table(["task", "arm", "accuracy (mean ± std)", "95 % CI over seeds",
+                          "chance"], arm_rows, "llrrr")
+    )
+    if difference_rows:
+        section += (
+            "\nDifference = MoE − dense accuracy, per seed, then the paired t-test on those "
+            "differences as for the loss: positive means the MoE is better, and a winner is "
+            "named only when p < 0.05.\n\n"
+            + markdown_table(["task", "criterion", "arms", "difference", "paired 95 % CI",
+                              "paired p", "pairs", "verdict"], difference_rows, "lllrrrrl")
+        )
+    return section
+
+
 def routing_section(results: dict, figure_paths: dict[str, str]) -> str:
     rows = []
     for arm, r in results["arms"].items():
@@ -324,10 +364,11 @@ def runs_section(results: dict) -> str:
     return "## Incomplete runs\n\n" + "\n".join(lines) + "\n" if lines else ""
 
 
-def notes_section(ablation: bool) -> str:
+def notes_section(ablation: bool, has_tasks: bool = False) -> str:
+    files = "`metrics.jsonl`, `config.yaml`" + (", `tasks.json`" if has_tasks else "")
     notes = [
-        "Every number above is read from the run folders (`runs/…/summary.json`, "
-        "`metrics.jsonl`, `config.yaml`); `moelab report DIR` rebuilds this file from them.",
+        f"Every number above is read from the run folders (`runs/…/summary.json`, "
+        f"{files}); `moelab report DIR` rebuilds this file from them.",
         "Standard deviations are over seeds (ddof = 1).",
     ]
     if not ablation:

@@ -1,7 +1,8 @@
 """Results of a study folder, computed from its run folders alone.
 
 ``find_runs`` reads every complete run under ``DIR/runs`` (its ``summary.json``, the eval lines
-of ``metrics.jsonl`` and its ``config.yaml``); ``aggregate`` turns them into the per-arm seed
+of ``metrics.jsonl``, its ``config.yaml`` and, when the run scored zero-shot tasks
+(``train.eval_tasks``), its ``tasks.json``); ``aggregate`` turns them into the per-arm seed
 statistics and the per-criterion comparisons (paired and Welch) that ``results.json``,
 ``results.csv`` and the report show.
 Nothing here trains or reads anything but those files (and ``plan.json`` for arm descriptions
@@ -29,6 +30,7 @@ from moelab.study.budgets import format_token_count, parse_token_count
 from moelab.runs import is_complete, read_failures
 from moelab.study.plan import run_name
 from moelab.study.stats import compare, summarize
+from moelab.study.zero_shot import read_run_tasks, zero_shot_result
 
 # Per-run numbers copied from summary.json into results.json / results.csv.
 RUN_FIELDS = (
@@ -60,6 +62,8 @@ class RunRecord:
     summary: dict
     evals: list[dict] = field(default_factory=list)
     config: dict = field(default_factory=dict)
+    tasks: dict = field(default_factory=dict)
+    """Task name -> its entry in the run's tasks.json; {} when the run scored none."""
 
     @property
     def name(self) -> str:
@@ -97,7 +101,8 @@ def read_run(study_dir: Path, run_dir: Path, arm: str, seed: int, budget: Option
                 evals.append(record)
     config_path = run_dir / "config.yaml"
     config = yaml.safe_load(config_path.read_text("utf-8")) if config_path.is_file() else {}
-    return RunRecord(arm, seed, budget, run_dir.relative_to(study_dir), summary, evals, config or {})
+    return RunRecord(arm, seed, budget, run_dir.relative_to(study_dir), summary, evals,
+                     config or {}, read_run_tasks(run_dir))
 
 
 def _read_json(path: Path) -> Any:
@@ -137,6 +142,8 @@ def aggregate(study_dir: Path, records: list[RunRecord]) -> dict:
         "missing_runs": [run["name"] for run in plan.get("runs", []) if run["name"] not in complete],
         "failed_runs": read_failures(study_dir),
     }
+    if "zero_shot" in groups[-1]:  # only studies whose runs scored tasks: others stay as they were
+        results["zero_shot"] = groups[-1]["zero_shot"]
     return json_safe(results)
 
 
@@ -163,6 +170,9 @@ def _budget_group(arm_names: list[str], records: list[RunRecord], budget: Option
                 _by_seed(arms[MOE_ARM], "best_val_loss"), _by_seed(arms[dense_arm], "best_val_loss"),
             ).to_dict()
     group = {"arms": arms, "gaps": gaps}
+    zero_shot = zero_shot_result(arm_names, records)
+    if zero_shot:
+        group["zero_shot"] = zero_shot
     if budget is not None:
         group = {"tokens": budget, "label": format_token_count(budget), **group}
     return group

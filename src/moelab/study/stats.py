@@ -69,7 +69,8 @@ def _no_spread(std: float, values: Sequence[float]) -> bool:
 
 @dataclass
 class PairedTest:
-    """Paired t on dense - moe of the seeds both arms have."""
+    """Paired t on the per-seed differences of the seeds both arms have (dense - moe for the
+    loss, ``paired_test``; moe - dense for a zero-shot accuracy)."""
 
     gap: float
     ci_low: float
@@ -78,7 +79,7 @@ class PairedTest:
     n_pairs: int
     std_diff: float
     differences: list[dict] = field(default_factory=list)
-    """[{"seed", "diff"}] per paired seed, diff = dense - moe."""
+    """[{"seed", "diff"}] per paired seed."""
 
     @property
     def standard_error(self) -> float:
@@ -87,17 +88,34 @@ class PairedTest:
 
 def paired_test(moe_by_seed: Mapping[int, float], dense_by_seed: Mapping[int, float],
                 alpha: float = ALPHA) -> PairedTest:
-    seeds = sorted(moe_by_seed.keys() & dense_by_seed.keys())
-    dense = [dense_by_seed[s] for s in seeds]
-    moe = [moe_by_seed[s] for s in seeds]
-    diffs = summarize(np.subtract(dense, moe))
-    differences = [{"seed": s, "diff": d - m} for s, d, m in zip(seeds, dense, moe)]
+    """dense - moe (of a loss: positive means the MoE is better)."""
+    return paired_difference(dense_by_seed, moe_by_seed, alpha)
+
+
+def paired_difference(first_by_seed: Mapping[int, float], second_by_seed: Mapping[int, float],
+                      alpha: float = ALPHA) -> PairedTest:
+    """Paired t on ``first[s] - second[s]`` over the seeds both have."""
+    seeds = sorted(first_by_seed.keys() & second_by_seed.keys())
+    first = [first_by_seed[s] for s in seeds]
+    second = [second_by_seed[s] for s in seeds]
+    diffs = summarize(np.subtract(first, second))
+    differences = [{"seed": s, "diff": a - b} for s, a, b in zip(seeds, first, second)]
     result = PairedTest(diffs.mean, math.nan, math.nan, math.nan, diffs.n, diffs.std, differences)
-    if diffs.n >= 2 and not _no_spread(diffs.std, dense + moe):
+    if diffs.n >= 2 and not _no_spread(diffs.std, first + second):
         half_width = stats.t.ppf(1 - alpha / 2, diffs.n - 1) * result.standard_error
         result.ci_low, result.ci_high = diffs.mean - half_width, diffs.mean + half_width
-        result.p_value = float(stats.ttest_rel(dense, moe).pvalue)
+        result.p_value = float(stats.ttest_rel(first, second).pvalue)
     return result
+
+
+def mean_interval(values: Sequence[float], alpha: float = ALPHA) -> tuple[float, float]:
+    """The t interval of the mean over seeds, mean ± t(1 - alpha/2, n-1) sd / sqrt(n); NaN for
+    fewer than 2 values."""
+    summary = summarize(values)
+    if summary.n < 2:
+        return math.nan, math.nan
+    half_width = stats.t.ppf(1 - alpha / 2, summary.n - 1) * summary.std / math.sqrt(summary.n)
+    return summary.mean - half_width, summary.mean + half_width
 
 
 @dataclass

@@ -92,9 +92,7 @@ def score_last_word(model, tokenizer, items: list[dict], batch_size: int = 16) -
 
     Chance: a guesser uniform over the vocabulary, token by token: mean of V^-(target tokens).
     """
-    requests = [([tokenizer.eot_id] + tokenizer.encode(item["context"]),
-                 tokenizer.encode(item["target"])) for item in items]
-    scored = score_continuations(model, requests, batch_size)
+    scored = score_continuations(model, last_word_requests(tokenizer, items), batch_size)
     correct = sum(s.greedy for s in scored)
     chance = sum(tokenizer.vocab_size ** -s.num_tokens for s in scored) / len(scored)
     return {"metric": "greedy exact match of the last word",
@@ -107,15 +105,11 @@ def score_ending(model, tokenizer, items: list[dict], batch_size: int = 16) -> d
     ``accuracy_total_loglik`` ranks by the summed log-likelihood instead (favours short
     endings). Ties count as wrong. Chance: 1 / number of endings.
     """
-    requests, spans = [], []
-    for item in items:
-        context = [tokenizer.eot_id] + tokenizer.encode(item["context"])
-        spans.append((len(requests), len(item["endings"])))
-        requests.extend((context, tokenizer.encode(ending)) for ending in item["endings"])
-    scored = score_continuations(model, requests, batch_size)
-    correct_mean = correct_total = 0
-    for item, (first, count) in zip(items, spans):
-        options = scored[first:first + count]
+    scored = score_continuations(model, ending_requests(tokenizer, items), batch_size)
+    correct_mean = correct_total = first = 0
+    for item in items:  # the requests are each item's endings, item after item
+        options = scored[first:first + len(item["endings"])]
+        first += len(item["endings"])
         correct_mean += _strictly_best(item["label"], [s.loglik / s.num_tokens for s in options])
         correct_total += _strictly_best(item["label"], [s.loglik for s in options])
     chance = sum(1 / len(item["endings"]) for item in items) / len(items)
@@ -130,11 +124,7 @@ def score_agreement(model, tokenizer, items: list[dict], batch_size: int = 16) -
     Each sentence is scored on its own, after ``<|endoftext|>``. Chance: 0.5. Also per
     phenomenon (``by_phenomenon``).
     """
-    requests = []
-    for item in items:
-        requests.append(([tokenizer.eot_id], tokenizer.encode(item["good"])))
-        requests.append(([tokenizer.eot_id], tokenizer.encode(item["bad"])))
-    scored = score_continuations(model, requests, batch_size)
+    scored = score_continuations(model, agreement_requests(tokenizer, items), batch_size)
     wins = [scored[2 * n].loglik > scored[2 * n + 1].loglik for n in range(len(items))]
     by_phenomenon = {}
     for phenomenon in sorted({item["phenomenon"] for item in items}):
@@ -148,4 +138,37 @@ def _strictly_best(label: int, values: list[float]) -> bool:
     return all(values[label] > v for k, v in enumerate(values) if k != label)
 
 
+# --------------------------------------------------------------------------------------------
+# What each task asks the model: (context ids, continuation ids) per request
+# --------------------------------------------------------------------------------------------
+
+Request = tuple[list[int], list[int]]
+
+
+def last_word_requests(tokenizer, items: list[dict]) -> list[Request]:
+    """The story up to its last word, then the word."""
+    return [([tokenizer.eot_id] + tokenizer.encode(item["context"]),
+             tokenizer.encode(item["target"])) for item in items]
+
+
+def ending_requests(tokenizer, items: list[dict]) -> list[Request]:
+    """The story without its last sentence, then each ending, item after item."""
+    requests = []
+    for item in items:
+        context = [tokenizer.eot_id] + tokenizer.encode(item["context"])
+        requests.extend((context, tokenizer.encode(ending)) for ending in item["endings"])
+    return requests
+
+
+def agreement_requests(tokenizer, items: list[dict]) -> list[Request]:
+    """Each pair's grammatical sentence, then its twin, each after ``<|endoftext|>`` alone."""
+    requests = []
+    for item in items:
+        requests.append(([tokenizer.eot_id], tokenizer.encode(item["good"])))
+        requests.append(([tokenizer.eot_id], tokenizer.encode(item["bad"])))
+    return requests
+
+
 SCORERS = {"last_word": score_last_word, "ending": score_ending, "agreement": score_agreement}
+REQUESTS = {"last_word": last_word_requests, "ending": ending_requests,
+            "agreement": agreement_requests}

@@ -1,4 +1,5 @@
-"""Validation loss (nats/token and bits/byte) and routing diagnostics over fixed windows.
+"""Validation loss (nats/token and bits/byte) and routing diagnostics over fixed windows;
+the zero-shot tasks of ``train.eval_tasks`` at the end of a run (``score_run_tasks``).
 
 Bits per byte are exact: the summed loss of the scored target tokens over the UTF-8 bytes those
 very tokens stand for (``scored_bytes``), not over an average bytes/token of the whole split,
@@ -9,12 +10,16 @@ from __future__ import annotations
 
 from contextlib import nullcontext
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
 
 from moelab.data import Tokenizer
 from moelab.data.units import nats_to_bits_per_byte
+from moelab.errors import MoelabError
+from moelab.fileio import atomic_write_json
 from moelab.moe import RoutingStats
+from moelab.tasks import TRAINING_RESULTS_FILE, longest_continuation, score_tasks
 
 
 @dataclass
@@ -69,3 +74,27 @@ def evaluate(model: torch.nn.Module, windows_NT: torch.Tensor, target_bytes: int
 def is_collapsed(routing: list[dict[str, float]], threshold: float) -> bool:
     """True when, in any layer, one expert takes more than ``threshold`` of the token-slots."""
     return any(layer["busiest_fraction"] > threshold for layer in routing)
+
+
+def check_tasks_fit(names: list[str], max_seq_len: int, tokenizer: Tokenizer) -> None:
+    """Refuse, before a run trains, a task whose longest continuation exceeds the context:
+    scoring it at the end would fail after all the training."""
+    for name in names:
+        longest = longest_continuation(name, tokenizer)
+        if longest > max_seq_len:
+            raise MoelabError(f"train.eval_tasks: task {name!r} needs model.max_seq_len >= "
+                              f"{longest} (its longest continuation in tokens of this "
+                              f"tokenizer), the run has {max_seq_len}")
+
+
+def score_run_tasks(run_dir: str | Path, model: torch.nn.Module, tokenizer: Tokenizer,
+                    names: list[str], step: int) -> dict:
+    """Score the in-memory model (a run's final weights, at ``step``) on ``names`` and write
+    ``RUN/tasks.json`` atomically, in the layout of ``moelab eval --tasks``'s zero_shot.json."""
+    was_training = model.training
+    model.eval()
+    scored = score_tasks(model, tokenizer, names)
+    model.train(was_training)
+    results = {"tasks": {name: {"step": step, **result} for name, result in scored.items()}}
+    atomic_write_json(Path(run_dir) / TRAINING_RESULTS_FILE, results)
+    return results

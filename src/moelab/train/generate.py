@@ -12,6 +12,11 @@ from moelab.errors import MoelabError
 SAMPLE_PROMPTS = ("Once upon a time", "One day, a little girl named Lily", "The big dog")
 
 
+MIN_TEMPERATURE = 1e-6
+"""Below it, logits / temperature can overflow fp32 to inf and the softmax gives nan; 0 asks
+for greedy decoding."""
+
+
 @torch.no_grad()
 def generate_tokens(model: torch.nn.Module, prompt_ids: list[int], max_new_tokens: int,
                     temperature: float = 1.0, top_k: int | None = None,
@@ -25,6 +30,9 @@ def generate_tokens(model: torch.nn.Module, prompt_ids: list[int], max_new_token
     if not math.isfinite(temperature) or temperature < 0:  # nan or inf break the sampler
         raise MoelabError(f"temperature={temperature} is invalid: must be a finite number >= 0 "
                           f"(0 = greedy)")
+    if 0 < temperature < MIN_TEMPERATURE:  # logits / temperature would overflow to inf - inf
+        raise MoelabError(f"temperature={temperature} is invalid: allowed 0 (greedy) or "
+                          f"{MIN_TEMPERATURE:g} and above")
     if top_k is not None and top_k <= 0:
         raise MoelabError(f"top_k={top_k} is invalid: must be > 0")
     if not prompt_ids:

@@ -36,7 +36,9 @@ from moelab.train.checkpoint import (
     latest_checkpoint, load_checkpoint, load_initial_weights, save_checkpoint,
 )
 from moelab.train.distributed import Distributed, setup_distributed
-from moelab.train.evaluation import EvalResult, evaluate, is_collapsed, scored_bytes
+from moelab.train.evaluation import (
+    EvalResult, check_tasks_fit, evaluate, is_collapsed, score_run_tasks, scored_bytes,
+)
 from moelab.train.generate import sample_text
 from moelab.train.loggers import ExternalLoggers
 from moelab.train.memory import check_training_fits
@@ -181,6 +183,7 @@ def _set_up(config: Config, run: RunFolder, resume: bool, dist: Distributed,
     """Data, model, optimizer and the state to start from (the latest checkpoint on resume)."""
     tc, seq_len = config.train, config.model.max_seq_len
     data = _prepare_data_once(config, dist)
+    check_tasks_fit(tc.eval_tasks, seq_len, data.tokenizer)  # refused now, not after training
     torch.manual_seed(tc.seed)
     model = Transformer(config.model).to(dist.device)
     optimizer = build_optimizer(model, tc)
@@ -325,6 +328,10 @@ def _write_up(config: Config, run: RunFolder, dist: Distributed, plan: StepPlan,
         with session.clock.paused():
             run.write_samples(sample_text(session.model, session.tokenizer, tc.sample_tokens,
                                           seed=tc.seed))
+    if tc.eval_tasks:  # before the summary: a run killed before it is complete scores them again
+        with session.clock.paused():
+            score_run_tasks(run.path, session.model, session.tokenizer, tc.eval_tasks,
+                            session.state["step"])
     summary = _summary(config, session.state, plan, session.clock, dist)
     run.write_summary(summary)
     return summary
