@@ -39,7 +39,7 @@ from moelab.train.distributed import Distributed, setup_distributed
 from moelab.train.evaluation import EvalResult, evaluate, is_collapsed, scored_bytes
 from moelab.train.generate import sample_text
 from moelab.train.loggers import ExternalLoggers
-from moelab.train.memory import check_training_fits
+from moelab.train.memory import check_training_fits, peak_memory_bytes
 from moelab.train.optim import (
     build_optimizer, decay_start_step, decay_steps_for, lr_at, warmup_steps_for,
 )
@@ -437,6 +437,8 @@ def _summary(config: Config, state: dict[str, Any], plan: StepPlan, clock: "Cloc
         "train_time_s": clock.train_s,
         "tokens_per_s": tokens_per_s,
         "flops_per_s": tokens_per_s * flops.full,
+        "step_time_s": clock.train_s / max(state["step"], 1),
+        "peak_memory_bytes": peak_memory_bytes(dist.device),
         "seed": config.train.seed,
         "data_seed": config.train.effective_data_seed,
         "world_size": dist.world_size,
