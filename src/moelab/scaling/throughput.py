@@ -148,9 +148,10 @@ def check_identifiable(rows: list[dict[str, float]], source: str) -> None:
         kind = "dense (S = 0)" if not (sparsities == 0).any() else "sparse (S > 0)"
         raise MoelabError(f"{source}: no {kind} row: the throughput model compares MoE and dense "
                           f"steps, so the table needs both")
-    if len({row["N_total"] for row in rows}) < 2:
-        raise MoelabError(f"{source}: every row has N_total = {rows[0]['N_total']:g}: time the "
-                          "model at 2 or more sizes")
+    sparse_experts = {row["E"] for row in rows if row["S"] > 0}
+    if len(sparse_experts) < 2:
+        raise MoelabError(f"{source}: every sparse row has E = {sparse_experts.pop():g}: the "
+                          "per-expert cost needs 2 or more sparse sparsities (E values)")
     steps = {row.get("tokens_per_step") for row in rows}
     if len(steps) > 1:
         raise MoelabError(f"{source}: rows were timed at different tokens per step "
