@@ -23,7 +23,7 @@ from moelab.scaling.sweep import (
     collect_results, plan_sweep, run_sweep, tokens_for_flops, write_results_csv,
 )
 from moelab.scaling.sweep_report import write_sweep_report
-from sweep_rows import synthetic_results
+from sweep_rows import synthetic_results, write_grid_json
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SWEEP_PRESETS = REPO_ROOT / "src" / "moelab" / "presets" / "sweeps"
@@ -133,7 +133,7 @@ def test_report_from_synthetic_results_fits_checks_and_plots(tmp_path, capsys):
     rows = synthetic_results(grid, EFFECTIVE_TRUTH, EFFECTIVE_SIZE)
     write_results_csv(tmp_path / "results.csv", rows)
     (tmp_path / "optima.json").write_text("{}")  # stale: rewritten from these results
-    report = write_sweep_report(tmp_path, grid, bootstrap_replicates=4, max_starts=200,
+    report = write_sweep_report(write_grid_json(tmp_path, grid), bootstrap_replicates=4, max_starts=200,
                                 log=lambda _: None)
     text = report.read_text()
     for heading in ("## Runs", "## Law form", "## Law fit (`sparsity-effective-size`",
@@ -217,7 +217,7 @@ def true_dense_optimum(truth: dict, flops: float) -> float:
 def test_report_of_dense_only_sweep_uses_parabolas_and_skips_optima(tmp_path):
     grid = one_sparsity_grid(0.0)
     write_results_csv(tmp_path / "results.csv", synthetic_results(grid, INTERIOR_TRUTH))
-    text = write_sweep_report(tmp_path, grid, bootstrap_replicates=2, max_starts=50,
+    text = write_sweep_report(write_grid_json(tmp_path, grid), bootstrap_replicates=2, max_starts=50,
                               log=lambda _: None).read_text()
     optima = text[text.index("## Optimal sparsity"):text.index("## Reproduce")]
     assert "Skipped: every run has S = 0" in optima
@@ -247,7 +247,7 @@ def test_report_of_one_sparse_sparsity_skips_optima(tmp_path):
     grid = one_sparsity_grid(0.5)
     rows = synthetic_results(grid, INTERIOR_TRUTH)
     write_results_csv(tmp_path / "results.csv", rows)
-    text = write_sweep_report(tmp_path, grid, bootstrap_replicates=0, max_starts=50,
+    text = write_sweep_report(write_grid_json(tmp_path, grid), bootstrap_replicates=0, max_starts=50,
                               log=lambda _: None).read_text()
     assert "Skipped: every run has S = 0.5" in text and "## IsoFLOP analysis" in text
     # With a sparse sparsity the family's share is still measured: N_active / N = phi + (1-phi)/2.

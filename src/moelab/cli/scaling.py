@@ -490,6 +490,9 @@ def _register_throughput(subparsers) -> None:
                             help="time steps of each shape for about X seconds (default 3)")
     throughput.add_argument("--warmup-steps", type=non_negative_int, default=2, metavar="N",
                             help="untimed steps first (default 2)")
+    throughput.add_argument("--rounds", type=positive_int, default=1, metavar="R",
+                            help="time every shape R times, X / R seconds each, and keep its "
+                                 "fastest round (a shared machine's load bursts; default 1)")
     throughput.add_argument("--out", metavar="FILE", required=True,
                             help="the table: .json (with a header) or .csv")
     throughput.set_defaults(func=_throughput)
@@ -513,9 +516,10 @@ def _throughput(args) -> int:
     else:
         shapes = config_shapes(args.config, args.overrides, _sparsity_list(args.sparsities),
                                args.top_k)
-    rows = time_shapes(shapes, args.seconds_per_shape, args.warmup_steps)
+    rows = time_shapes(shapes, args.seconds_per_shape, args.warmup_steps, args.rounds)
     header = {"source": args.grid or args.config, "overrides": args.overrides,
               "seconds_per_shape": args.seconds_per_shape, "warmup_steps": args.warmup_steps,
+              "rounds": args.rounds,
               "device": rows[0]["device"], "device_name": rows[0]["device_name"],
               "threads": rows[0]["threads"]}
     path = write_table(args.out, rows, header)

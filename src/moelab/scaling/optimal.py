@@ -238,9 +238,9 @@ def seconds_optimal(law: Law, params: dict[str, float], seconds: float, tokens_p
     active = float(active_params(total, sparsity, shared_fraction))
     throughput = float(tokens_per_s_fn(np.array([total]), np.array([sparsity]))[0])
     tokens = seconds * throughput
+    # As in compute_optimal, S* = 0 under a law with an S term is the search's lower edge.
     at_boundary = _on_edge(log_n, *log_n_range, tol=1e-3) or (
-        sparsity > 0 and _on_edge(sparsity, s_low, max_sparsity)) or (
-        sparsity == 0 and has_sparsity and sparse[2] - loss < 1e-12)
+        has_sparsity and (sparsity == 0 or _on_edge(sparsity, s_low, max_sparsity)))
     return SecondsOptimum(sparsity=float(sparsity), params_total=total, params_active=active,
                           tokens=tokens, loss=float(loss), at_boundary=bool(at_boundary),
                           tokens_per_s=throughput, flops=6.0 * active * tokens)

@@ -218,7 +218,7 @@ def write_sweep_outputs(out_dir: Path, grid: SweepGrid, points: list[SweepPoint]
     write_results_csv(out_dir / "results.csv", rows)
     if len(rows) < len(points):
         log(f"{len(points) - len(rows)} of {len(points)} runs are not complete: see failures.json")
-    return write_sweep_report(out_dir, grid, bootstrap_replicates=bootstrap_replicates,
+    return write_sweep_report(out_dir, bootstrap_replicates=bootstrap_replicates,
                               max_starts=max_starts, log=log)
 
 
@@ -322,4 +322,6 @@ def write_results_csv(path: Path, rows: list[dict]) -> Path:
 
 def fit_columns_map() -> dict[str, str]:
     """How ``moelab fit`` reads a sweep's results.csv: N is the total parameter count."""
-    return {"N": "N_total", "loss": "best_val_loss"}
+    from moelab.scaling.sweep_folder import SWEEP_FIT_COLUMNS
+
+    return dict(SWEEP_FIT_COLUMNS)

@@ -246,14 +246,20 @@ def load_throughput_model(path: str | Path, *, bootstrap_replicates: int = DEFAU
 
 
 def per_shape_means(rows: list[dict[str, float]]) -> list[dict[str, float]]:
-    """One row per (N_total, S): the median tokens/s of its runs (a sweep has one per budget)."""
+    """One row per (N_total, S): the median tokens/s and step time of its runs (a sweep has one
+    per budget) and the largest peak memory."""
     groups: dict[tuple, list[dict]] = {}
     for row in rows:
         groups.setdefault((row["N_total"], row["S"]), []).append(row)
     shapes = []
-    for (_, _), group in sorted(groups.items()):
-        shapes.append({**group[0], "tokens_per_s": float(np.median([r["tokens_per_s"] for r in group])),
-                       "runs": len(group)})
+    for _, group in sorted(groups.items()):
+        shape = {**group[0], "runs": len(group),
+                 "tokens_per_s": float(np.median([r["tokens_per_s"] for r in group]))}
+        if all(r.get("step_time_s") for r in group):
+            shape["step_time_s"] = float(np.median([r["step_time_s"] for r in group]))
+        if all(r.get("peak_memory_bytes") for r in group):
+            shape["peak_memory_bytes"] = max(r["peak_memory_bytes"] for r in group)
+        shapes.append(shape)
     return shapes
 
 

@@ -28,7 +28,8 @@ from moelab.fileio import atomic_write_json, atomic_write_text
 
 TABLE_COLUMNS = ("shape", "N_total", "N_active", "S", "E", "k", "d_expert", "tokens_per_step",
                  "steps_timed", "step_time_s", "tokens_per_s", "flops_per_token_6n",
-                 "peak_memory_bytes", "memory_kind", "device", "device_name", "threads")
+                 "peak_memory_bytes", "memory_kind", "device", "device_name", "threads",
+                 "rounds", "round_step_times_s")
 MIN_TIMED_STEPS = 3
 
 
@@ -67,15 +68,24 @@ def config_shapes(config_source: str, overrides: list[str], sparsities: list[flo
 
 
 def time_shapes(shapes: list[Shape], seconds_per_shape: float, warmup_steps: int,
-                log: Callable[[str], None] = print) -> list[dict]:
+                rounds: int = 1, log: Callable[[str], None] = print) -> list[dict]:
     """One table row per shape, the smallest models first (see ``peak_memory_bytes``: a CPU
-    process's peak cannot be reset, so in this order it is close to each shape's own)."""
+    process's peak cannot be reset, so in this order it is close to each shape's own).
+
+    With ``rounds`` > 1 every shape is timed once per round, ``seconds_per_shape / rounds`` at a
+    time, and keeps its fastest round's median: on a machine shared with other work, a burst of
+    load then slows one round of a shape rather than the whole of it.
+    """
     from moelab.accounting import count_params
 
     shapes = sorted(shapes, key=lambda s: (count_params(s.config.model).total, s.sparsity))
+    by_round = [[time_shape(shape, seconds_per_shape / rounds, warmup_steps) for shape in shapes]
+                for _ in range(rounds)]
     rows = []
-    for shape in shapes:
-        row = time_shape(shape, seconds_per_shape, warmup_steps)
+    for timings in zip(*by_round):
+        row = dict(min(timings, key=lambda r: r["step_time_s"]))
+        row.update(rounds=rounds, round_step_times_s=[r["step_time_s"] for r in timings],
+                   peak_memory_bytes=max(r["peak_memory_bytes"] for r in timings))
         log(f"{row['shape']} S={row['S']:g} E={row['E']}: N_total={row['N_total']:,} "
             f"N_active={row['N_active']:,}: {row['step_time_s'] * 1e3:.1f} ms/step, "
             f"{row['tokens_per_s']:,.0f} tokens/s ({row['steps_timed']} steps)")
