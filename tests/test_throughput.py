@@ -253,8 +253,8 @@ def test_optimal_seconds_bad_input_is_one_line(tmp_path, capsys, argv_tail, mess
 
 def test_throughput_command_times_the_micro_grid(tmp_path, capsys):
     out = tmp_path / "tp.csv"
-    assert main(["throughput", "--grid", "micro", "--seconds-per-shape", "0.05",
-                 "--warmup-steps", "1", "--out", str(out)]) == 0
+    assert main(["throughput", "--grid", "micro", "--seconds-per-shape", "0.1", "--rounds", "2",
+                 "--clock", "process", "--warmup-steps", "1", "--out", str(out)]) == 0
     rows, _ = read_throughput_table(out)
     shapes = grid_shapes("micro", [])
     expected = sorted((count_params(s.config.model).total, count_params(s.config.model).active,
@@ -267,6 +267,9 @@ def test_throughput_command_times_the_micro_grid(tmp_path, capsys):
     with open(out) as f:
         for row in csv.DictReader(f):
             assert int(row["steps_timed"]) >= 3 and row["device"] == "cpu"
+            assert row["clock"] == "process" and row["rounds"] == "2"
+            # The fastest of the two rounds is the shape's.
+            assert float(row["step_time_s"]) == min(json.loads(row["round_step_times_s"]))
             assert float(row["tokens_per_s"]) * float(row["step_time_s"]) == pytest.approx(128)
             assert int(row["peak_memory_bytes"]) > 0
 
@@ -286,3 +289,10 @@ def test_throughput_bad_input_is_one_line(tmp_path, capsys, argv, message):
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1, err
+
+
+def test_the_documented_synthetic_fit_is_this_truth():
+    from pathlib import Path
+
+    fixture = Path(__file__).parent / "fixtures" / "synthetic_sparsity_fit.json"
+    assert json.loads(fixture.read_text())["params"] == SPARSITY_TRUTH

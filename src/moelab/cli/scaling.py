@@ -493,6 +493,9 @@ def _register_throughput(subparsers) -> None:
     throughput.add_argument("--rounds", type=positive_int, default=1, metavar="R",
                             help="time every shape R times, X / R seconds each, and keep its "
                                  "fastest round (a shared machine's load bursts; default 1)")
+    throughput.add_argument("--clock", choices=("wall", "process"), default="wall",
+                            help="wall time (default), or on a CPU the process's own CPU time "
+                                 "(leaves out time the scheduler gave to other work)")
     throughput.add_argument("--out", metavar="FILE", required=True,
                             help="the table: .json (with a header) or .csv")
     throughput.set_defaults(func=_throughput)
@@ -516,10 +519,10 @@ def _throughput(args) -> int:
     else:
         shapes = config_shapes(args.config, args.overrides, _sparsity_list(args.sparsities),
                                args.top_k)
-    rows = time_shapes(shapes, args.seconds_per_shape, args.warmup_steps, args.rounds)
+    rows = time_shapes(shapes, args.seconds_per_shape, args.warmup_steps, args.rounds, args.clock)
     header = {"source": args.grid or args.config, "overrides": args.overrides,
               "seconds_per_shape": args.seconds_per_shape, "warmup_steps": args.warmup_steps,
-              "rounds": args.rounds,
+              "rounds": args.rounds, "clock": args.clock,
               "device": rows[0]["device"], "device_name": rows[0]["device_name"],
               "threads": rows[0]["threads"]}
     path = write_table(args.out, rows, header)

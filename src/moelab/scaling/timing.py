@@ -29,7 +29,7 @@ from moelab.fileio import atomic_write_json, atomic_write_text
 TABLE_COLUMNS = ("shape", "N_total", "N_active", "S", "E", "k", "d_expert", "tokens_per_step",
                  "steps_timed", "step_time_s", "tokens_per_s", "flops_per_token_6n",
                  "peak_memory_bytes", "memory_kind", "device", "device_name", "threads",
-                 "rounds", "round_step_times_s")
+                 "clock", "rounds", "round_step_times_s")
 MIN_TIMED_STEPS = 3
 
 
@@ -67,19 +67,29 @@ def config_shapes(config_source: str, overrides: list[str], sparsities: list[flo
             for s in sparsities]
 
 
+CLOCKS = ("wall", "process")
+
+
 def time_shapes(shapes: list[Shape], seconds_per_shape: float, warmup_steps: int,
-                rounds: int = 1, log: Callable[[str], None] = print) -> list[dict]:
+                rounds: int = 1, clock: str = "wall",
+                log: Callable[[str], None] = print) -> list[dict]:
     """One table row per shape, the smallest models first (see ``peak_memory_bytes``: a CPU
     process's peak cannot be reset, so in this order it is close to each shape's own).
 
     With ``rounds`` > 1 every shape is timed once per round, ``seconds_per_shape / rounds`` at a
     time, and keeps its fastest round's median: on a machine shared with other work, a burst of
     load then slows one round of a shape rather than the whole of it.
+
+    ``clock="process"`` times steps in the CPU time this process ran (``time.process_time``)
+    instead of wall time: on a CPU shared with other work, the time the scheduler gave to other
+    processes is then not counted (caches and memory bandwidth are still shared). A GPU's work
+    is not host CPU time, so a CUDA device needs the wall clock.
     """
     from moelab.accounting import count_params
 
     shapes = sorted(shapes, key=lambda s: (count_params(s.config.model).total, s.sparsity))
-    by_round = [[time_shape(shape, seconds_per_shape / rounds, warmup_steps) for shape in shapes]
+    by_round = [[time_shape(shape, seconds_per_shape / rounds, warmup_steps, clock)
+                 for shape in shapes]
                 for _ in range(rounds)]
     rows = []
     for timings in zip(*by_round):
@@ -110,7 +120,8 @@ class RandomBatches:
         return tokens[:, :-1], tokens[:, 1:]
 
 
-def time_shape(shape: Shape, seconds_per_shape: float, warmup_steps: int) -> dict:
+def time_shape(shape: Shape, seconds_per_shape: float, warmup_steps: int,
+               clock: str = "wall") -> dict:
     import torch
 
     from moelab.accounting import count_params, flops_per_token
@@ -127,6 +138,9 @@ def time_shape(shape: Shape, seconds_per_shape: float, warmup_steps: int) -> dic
     dist = setup_distributed(tc.device)
     if dist.is_ddp:
         raise MoelabError("moelab throughput times one process: run it without torchrun")
+    if clock not in CLOCKS or (clock == "process" and dist.device.type != "cpu"):
+        raise MoelabError(f"--clock {clock} is invalid on {dist.device}: allowed "
+                          f"{'wall, process' if dist.device.type == 'cpu' else 'wall'}")
     plan = StepPlan.from_config(config, 1)
     check_training_fits(config, plan.micro_batch_size, dist.device)
     torch.manual_seed(tc.seed)
@@ -141,7 +155,8 @@ def time_shape(shape: Shape, seconds_per_shape: float, warmup_steps: int) -> dic
     if dist.device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(dist.device)
     step_times = _timed_steps(lambda: optimizer_step(session, plan, tc.lr, tc.grad_clip),
-                              dist.device, seconds_per_shape)
+                              dist.device, seconds_per_shape,
+                              time.process_time if clock == "process" else time.perf_counter)
     counts, moe = count_params(config.model), config.model.moe
     step_time = statistics.median(step_times)
     return {
@@ -154,17 +169,19 @@ def time_shape(shape: Shape, seconds_per_shape: float, warmup_steps: int) -> dic
         "peak_memory_bytes": peak_memory_bytes(dist.device),
         "memory_kind": "cuda_max_allocated" if dist.device.type == "cuda" else "process_max_rss",
         "device": str(dist.device), "device_name": device_name(dist.device),
-        "threads": torch.get_num_threads(),
+        "threads": torch.get_num_threads(), "clock": clock,
     }
 
 
-def _timed_steps(step: Callable[[], object], device, seconds: float) -> list[float]:
+def _timed_steps(step: Callable[[], object], device, seconds: float,
+                 clock: Callable[[], float]) -> list[float]:
+    """Step times on ``clock``, for about ``seconds`` of wall time (at least 3 steps)."""
     times, start = [], time.perf_counter()
     while len(times) < MIN_TIMED_STEPS or time.perf_counter() - start < seconds:
-        before = time.perf_counter()
+        before = clock()
         step()
         _synchronize(device)
-        times.append(time.perf_counter() - before)
+        times.append(clock() - before)
     return times
 
 
