@@ -296,3 +296,18 @@ def test_the_documented_synthetic_fit_is_this_truth():
 
     fixture = Path(__file__).parent / "fixtures" / "synthetic_sparsity_fit.json"
     assert json.loads(fixture.read_text())["params"] == SPARSITY_TRUTH
+
+
+def test_moe_versus_dense_ratios_by_hand():
+    from moelab.scaling.throughput import moe_versus_dense
+
+    dense = [{"N_total": 1e5, "N_active": 1e5, "S": 0.0, "E": 1, "tokens_per_s": 1e5},
+             {"N_total": 4e5, "N_active": 4e5, "S": 0.0, "E": 1, "tokens_per_s": 2.5e4}]
+    # Dense seconds per token grow as N_active (1e-5 s at 1e5, 4e-5 s at 4e5): 2e-5 s at 2e5.
+    sparse = {"N_total": 4.004e5, "N_active": 2e5, "S": 0.75, "E": 4, "tokens_per_s": 1 / 3e-5}
+    tiny = {"N_total": 1e5, "N_active": 5e4, "S": 0.875, "E": 8, "tokens_per_s": 1e5}
+    first, second = moe_versus_dense(dense + [sparse, tiny])
+    assert first["step_time_vs_equal_flops_dense"] == pytest.approx(1.5, rel=1e-12)
+    assert first["tokens_per_s_vs_same_size_dense"] == pytest.approx(4 / 3, rel=1e-12)
+    assert second["step_time_vs_equal_flops_dense"] is None  # below the smallest dense model
+    assert second["tokens_per_s_vs_same_size_dense"] == pytest.approx(1.0)

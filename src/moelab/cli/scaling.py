@@ -248,6 +248,7 @@ def _optimal_seconds(args, law, params, replicas, shared) -> int:
     result = three_optima(law, params, replicas, args.seconds, model, shared_fraction=shared,
                           top_k=top_k, max_sparsity=args.max_sparsity)
     result.update(law=law.name, throughput_table=str(table), device=header.get("device_name"),
+                  has_sparsity_term="log_U" in law.features,
                   throughput_model=model.to_dict())
     if args.json:
         print(json.dumps(result, indent=2))
@@ -273,6 +274,10 @@ def format_three_optima(result: dict) -> str:
                      f"{optimum['params_total']:>10.4g} {optimum['params_active']:>10.4g} "
                      f"{optimum['tokens']:>10.4g} {optimum['loss']:>8.4f}{edge}")
     lines.append(_dense_comparison(result["by_seconds"]))
+    if not result["has_sparsity_term"]:
+        lines.append("  note: this law has no sparsity term, so only the hardware prices S here; "
+                     "under FLOPs a law without S fixes S* = 0 by convention, and at fixed N the "
+                     "sparsest model wins (more tokens for the same loss terms)")
     return "\n".join(lines)
 
 
@@ -504,6 +509,7 @@ def _register_throughput(subparsers) -> None:
 def _throughput(args) -> int:
     import math
 
+    from moelab.scaling.throughput import moe_versus_dense
     from moelab.scaling.timing import config_shapes, grid_shapes, time_shapes, write_table
 
     if (args.config is None) == (args.grid is None):
@@ -525,7 +531,15 @@ def _throughput(args) -> int:
               "rounds": args.rounds, "clock": args.clock,
               "device": rows[0]["device"], "device_name": rows[0]["device_name"],
               "threads": rows[0]["threads"]}
+    ratios = moe_versus_dense(rows) if any(r["S"] == 0 for r in rows) else []
+    if args.out.endswith(".json"):
+        header["moe_vs_dense"] = ratios
     path = write_table(args.out, rows, header)
+    for ratio in ratios:
+        same, flops = ratio["tokens_per_s_vs_same_size_dense"], ratio["step_time_vs_equal_flops_dense"]
+        print(f"N_total={ratio['N_total']:,} S={ratio['S']:g}: tokens/s vs the dense model of "
+              f"its size {'–' if same is None else f'{same:.2f}'}; step time vs a dense step "
+              f"of equal FLOPs {'– (outside the dense sizes)' if flops is None else f'{flops:.2f}'}")
     print(f"throughput table: {path} ({len(rows)} shapes)")
     return 0
 

@@ -38,7 +38,7 @@ from moelab.scaling.summary import fit_columns
 from moelab.scaling.sweep_folder import SWEEP_FIT_COLUMNS, read_grid_record, read_results
 from moelab.scaling.table import fit_table_from_rows
 from moelab.scaling.throughput import (
-    REQUIRED_COLUMNS, family_throughput, fit_throughput, per_shape_means,
+    REQUIRED_COLUMNS, family_throughput, fit_throughput, moe_versus_dense, per_shape_means,
 )
 
 CURVE_POINTS = 9
@@ -193,10 +193,11 @@ def _throughput_record(out_dir: Path, header: list[str], rows: list[dict[str, st
         return None
     runs = [_throughput_row(row) for row in rows]
     shapes = per_shape_means(runs)
-    dense_speed = {shape["N_total"]: shape["tokens_per_s"] for shape in shapes if shape["S"] == 0}
-    for shape in shapes:  # against the dense model the sparse one was cut from (same size)
-        dense = _dense_of_size(shape, dense_speed)
-        shape["tokens_per_s_vs_dense"] = shape["tokens_per_s"] / dense if dense else None
+    ratios = {(r["N_total"], r["S"]): r for r in moe_versus_dense(shapes)}
+    for shape in shapes:  # measured against dense models, no throughput model involved
+        ratio = ratios.get((shape["N_total"], shape["S"]), {})
+        shape["tokens_per_s_vs_dense"] = ratio.get("tokens_per_s_vs_same_size_dense")
+        shape["step_time_vs_equal_flops_dense"] = ratio.get("step_time_vs_equal_flops_dense")
     model, problem = None, None
     try:
         model = fit_throughput(runs, bootstrap_replicates=CURVE_REPLICATES,
@@ -217,15 +218,6 @@ def _throughput_row(row: dict[str, str]) -> dict:
     if row.get("tokens_per_step"):
         values["tokens_per_step"] = float(row["tokens_per_step"])
     return values
-
-
-def _dense_of_size(shape: dict, dense_speed: dict[float, float]) -> float | None:
-    """The dense model's tokens/s of this size: the dense N_total nearest (a router adds a few
-    parameters per expert, so a sparse model of a size is a little larger than its dense one)."""
-    if not dense_speed:
-        return None
-    nearest = min(dense_speed, key=lambda n: abs(np.log(n / shape["N_total"])))
-    return dense_speed[nearest] if abs(np.log(nearest / shape["N_total"])) < 0.05 else None
 
 
 def model_from_record(throughput: dict | None):

@@ -310,17 +310,22 @@ def _throughput_section(throughput: dict | None, analysis: dict) -> str:
              f"{r['step_time_s'] * 1e3:.1f}" if r.get("step_time_s") else "–",
              f"{r['peak_memory_bytes'] / 2**20:,.0f}" if r.get("peak_memory_bytes") else "–",
              f"{r['tokens_per_s_vs_dense']:.2f}" if r.get("tokens_per_s_vs_dense") else "–",
+             f"{r['step_time_vs_equal_flops_dense']:.2f}"
+             if r.get("step_time_vs_equal_flops_dense") else "–",
              str(r["runs"])] for r in throughput["rows"]]
     text = ("## Throughput\n\n"
             "Training tokens/s each run measured on the machine that ran it (training time "
             "only, eval and checkpoints excluded; median over the runs of a shape, "
             f"`throughput.json`; device {', '.join(throughput['devices'])}). 'vs dense': "
-            "against the dense model of the same size. Peak memory is the training process's "
+            "tokens/s against the dense model of the same total size; 'vs equal FLOPs': step "
+            "time against a dense step of the same FLOPs (the dense runs' time per token "
+            "interpolated log-log at this N_active; '–' outside the dense sizes). Peak memory is the training process's "
             "peak resident set on a CPU (a process that trained several runs reports the "
             "largest so far), allocated tensors on a GPU. Runs trained side by side (`--jobs`) "
             "share the machine, so these are speeds under that load.\n\n"
             + markdown_table(["N total", "N active", "S", "E", "tokens/s", "ms/step",
-                              "peak MiB", "vs dense", "runs"], rows, "rrrrrrrrr"))
+                              "peak MiB", "vs dense", "vs equal FLOPs", "runs"], rows,
+                             "rrrrrrrrrr"))
     model = throughput.get("model")
     if model is None:
         return text + f"\nNo throughput model: {throughput['model_problem']}\n"

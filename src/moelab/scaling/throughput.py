@@ -285,3 +285,29 @@ def table_top_k(rows: list[dict[str, float]], source: str) -> int:
         raise MoelabError(f"{source}: rows have several top_k ({', '.join(map(str, sorted(values)))}):"
                           " pass --top-k K for the family to read off")
     return values.pop() if values else 1
+
+
+def moe_versus_dense(rows: list[dict[str, float]]) -> list[dict]:
+    """Per sparse row, two measured ratios (no model): its tokens/s over the dense model of the
+    same total size (nearest dense N_total within 5 %), and its step time over a dense step of
+    equal FLOPs (the dense rows' seconds per token interpolated log-log at its N_active; None
+    outside the dense rows' range)."""
+    dense = sorted((row for row in rows if row["S"] == 0), key=lambda r: r["N_active"])
+    log_active = np.log([row["N_active"] for row in dense])
+    log_seconds = np.log([1.0 / row["tokens_per_s"] for row in dense])
+    ratios = []
+    for row in rows:
+        if row["S"] == 0:
+            continue
+        same_size = min(dense, key=lambda d: abs(math.log(d["N_total"] / row["N_total"])),
+                        default=None)
+        vs_size = (row["tokens_per_s"] / same_size["tokens_per_s"] if same_size and
+                   abs(math.log(same_size["N_total"] / row["N_total"])) < 0.05 else None)
+        inside = len(dense) >= 2 and log_active[0] <= math.log(row["N_active"]) <= log_active[-1]
+        equal_flops = (float(np.exp(np.interp(math.log(row["N_active"]), log_active, log_seconds)))
+                       if inside else None)
+        ratios.append({"N_total": row["N_total"], "N_active": row["N_active"], "S": row["S"],
+                       "E": row["E"], "tokens_per_s_vs_same_size_dense": vs_size,
+                       "step_time_vs_equal_flops_dense":
+                           (1.0 / row["tokens_per_s"]) / equal_flops if equal_flops else None})
+    return ratios
