@@ -1,4 +1,5 @@
-"""Sub-commands: ``fit`` (a law to a CSV), ``optimal`` (S* from a fit), ``isoflop``, ``sweep-sparsity``."""
+"""Sub-commands: ``fit`` (a law to a CSV), ``optimal`` (S* from a fit), ``isoflop``,
+``sweep-sparsity``, ``throughput`` (a tokens/s table of model shapes)."""
 
 from __future__ import annotations
 
@@ -20,8 +21,6 @@ def register(subparsers) -> None:
     """Add this module's sub-commands."""
     from moelab.cli import bounded_int, positive_int, seed_int
     from moelab.cli.launch import add_launcher_arguments
-
-    _register_throughput(subparsers)
 
     fit = subparsers.add_parser(
         "fit", help="fit a scaling law to a CSV of (N, D or C, [S], loss) points",
@@ -107,6 +106,7 @@ def register(subparsers) -> None:
                             "default 4,096 of 1.3 million)")
     add_launcher_arguments(sweep)
     sweep.set_defaults(func=_sweep)
+    _register_throughput(subparsers)
 
 
 def _fit(args) -> int:
