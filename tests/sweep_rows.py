@@ -35,7 +35,7 @@ def write_grid_json(folder, grid):
     import json
     from pathlib import Path
 
-    from moelab.scaling.sweep import GRID_KEYS
+    from moelab.scaling.grid import GRID_KEYS
 
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)

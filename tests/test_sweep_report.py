@@ -15,7 +15,8 @@ import pytest
 from moelab.errors import MoelabError
 from moelab.scaling.laws import get_law
 from moelab.scaling.optimal import seconds_optimal
-from moelab.scaling.sweep import load_grid, write_results_csv
+from moelab.scaling.grid import load_grid
+from moelab.scaling.sweep import write_results_csv
 from moelab.scaling.sweep_report import render_sweep_report, write_sweep_report
 from moelab.scaling.throughput import ThroughputModel, family_throughput
 from sweep_rows import synthetic_results, write_grid_json

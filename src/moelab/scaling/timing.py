@@ -43,7 +43,8 @@ class Shape:
 def grid_shapes(grid_source: str, overrides: list[str]) -> list[Shape]:
     """Every size x sparsity of a sweep grid (its budgets do not matter here), over the grid's
     base config, its overrides, then ``overrides``."""
-    from moelab.scaling.sweep import load_grid, model_overrides
+    from moelab.scaling.grid import load_grid
+    from moelab.scaling.sweep import model_overrides
 
     grid = load_grid(grid_source)
     base = load_config(grid.base, list(grid.overrides) + list(overrides))
