@@ -368,6 +368,17 @@ def test_micro_sweep_end_to_end_then_rerun_skips_and_jobs_agree(tmp_path, monkey
         assert int(row["flops_per_token_6n"]) == summary["flops_per_token_6n"]
         assert int(row["C"]) == summary["flops_per_token_6n"] * summary["tokens"]
         assert (float(row["S"]) == 0.0) == (int(row["E"]) == 1)
+        # How fast it trained: tokens over training time, per step, as the run measured it (the
+        # summary reads its clock once per field, microseconds apart: 1 %).
+        assert float(row["tokens_per_s"]) == pytest.approx(summary["tokens"] / summary["train_time_s"],
+                                                           rel=0.01)
+        assert float(row["step_time_s"]) == pytest.approx(summary["train_time_s"] / summary["steps"],
+                                                          rel=0.01)
+        assert int(row["tokens_per_step"]) == 4 * 32 and int(row["peak_memory_bytes"]) > 0
+    # Four runs are too few for the throughput model's five terms: the report tabulates the
+    # runs' speed and says why there is no model.
+    text = report.read_text()
+    assert "## Throughput" in text and "4 rows are too few for the throughput model" in text
 
     def must_not_train(*args, **kwargs):
         raise AssertionError("a finished run was trained again")
