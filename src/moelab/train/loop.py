@@ -39,7 +39,7 @@ from moelab.train.distributed import Distributed, setup_distributed
 from moelab.train.evaluation import EvalResult, evaluate, is_collapsed, scored_bytes
 from moelab.train.generate import sample_text
 from moelab.train.loggers import ExternalLoggers
-from moelab.train.memory import check_training_fits, peak_memory_bytes
+from moelab.train.memory import check_training_fits
 from moelab.train.optim import (
     build_optimizer, decay_start_step, decay_steps_for, lr_at, warmup_steps_for,
 )
@@ -415,6 +415,8 @@ def _log_nothing(event: dict[str, Any]) -> None:
 
 def _summary(config: Config, state: dict[str, Any], plan: StepPlan, clock: "Clock",
              dist: Distributed) -> dict[str, Any]:
+    from moelab.train.memory import peak_memory_bytes
+
     counts, flops = count_params(config.model), flops_per_token(config.model)
     final = state["last_eval"]
     tokens_per_s = state["tokens"] / max(clock.train_s, 1e-9)
