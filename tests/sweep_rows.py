@@ -27,3 +27,17 @@ def synthetic_results(grid, truth: dict, law=SPARSITY) -> list[dict]:
             "collapse": False,
         })
     return rows
+
+
+def write_grid_json(folder, grid):
+    """grid.json as ``moelab sweep-sparsity`` writes it (the report reads the grid from it);
+    returns the folder."""
+    import json
+    from pathlib import Path
+
+    from moelab.scaling.grid import GRID_KEYS
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "grid.json").write_text(json.dumps({key: getattr(grid, key) for key in GRID_KEYS}))
+    return folder

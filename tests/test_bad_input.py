@@ -527,6 +527,19 @@ CASES = {
     "optimal tokens without params": Case("optimal {in}/good_fit.json --flops 1e20 --tokens 1e9",
                                           "--tokens D needs --params N"),
     "optimal no budget": Case("optimal {in}/good_fit.json", "give --params N"),
+    "optimal seconds zero": Case("optimal {in}/good_fit.json --seconds 0",
+                                 "--seconds 0.0 is invalid"),
+    "optimal seconds nan": Case("optimal {in}/good_fit.json --seconds nan",
+                                "--seconds nan is invalid"),
+    "optimal seconds no table": Case("optimal {in}/good_fit.json --seconds 60 --throughput "
+                                     "{tmp}/nope.json", "cannot read throughput table {tmp}/nope.json"),
+    "optimal seconds bad table": Case("optimal {in}/good_fit.json --seconds 60 --throughput "
+                                      "{in}/empty.json", "throughput table {in}/empty.json is not JSON"),
+    # -- throughput
+    "throughput no source": Case("throughput --out {tmp}/t.json",
+                                 "give exactly one of CONFIG or --grid"),
+    "throughput seconds": Case("throughput --grid micro --seconds-per-shape -1 --out {tmp}/t.json",
+                               "--seconds-per-shape -1.0 is invalid"),
     "optimal params nan": Case("optimal {in}/good_fit.json --params nan --tokens 1e9",
                                "--params=nan"),
     "optimal shared 2": Case("optimal {in}/good_fit.json --flops 1e20 --shared-fraction 2",

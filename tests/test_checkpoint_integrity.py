@@ -23,7 +23,8 @@ from tiny_overrides import TINY_MOE_RUN
 # 6 steps of 256 tokens, a checkpoint every 2 steps.
 SIX_STEPS = TINY_MOE_RUN + ["train.max_tokens=1536", "train.checkpoint_interval=2",
                             "train.eval_interval=2", "train.sample_tokens=4"]
-TIMING_KEYS = ("tokens_per_s", "flops_per_s", "wall_time_s", "train_time_s")
+TIMING_KEYS = ("tokens_per_s", "flops_per_s", "wall_time_s", "train_time_s", "step_time_s",
+               "peak_memory_bytes")
 
 
 class _Stop(Exception):

@@ -16,7 +16,7 @@ from moelab.scaling.laws import CHINCHILLA, SPARSITY, SPARSITY_FORMS, get_law
 from moelab.scaling.grid import load_grid
 from moelab.scaling.sweep import write_results_csv
 from moelab.scaling.sweep_report import write_sweep_report
-from sweep_rows import synthetic_results
+from sweep_rows import synthetic_results, write_grid_json
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 EFFECTIVE_SIZE = get_law("sparsity-effective-size")
@@ -126,11 +126,12 @@ def test_report_without_an_identified_form_shows_the_checks_and_no_law(tmp_path)
     write_results_csv(tmp_path / "results.csv", rows)
     for stale in ("fit.json", "fit_holdout.json", "optima.json"):
         (tmp_path / stale).write_text("{}")
-    text = write_sweep_report(tmp_path, grid, bootstrap_replicates=4, max_starts=100,
+    text = write_sweep_report(write_grid_json(tmp_path, grid), bootstrap_replicates=4, max_starts=100,
                               log=lambda _: None).read_text()
     assert "No form of the law passes both checks" in text
-    assert "## Law fit" not in text and "## Optimal sparsity" not in text
-    assert "moelab optimal" not in text
+    assert "## Law fit" not in text and "moelab optimal" not in text
+    optima = text[text.index("## Optimal sparsity"):text.index("## Reproduce")]
+    assert "Not computed" in optima and "identify none" in optima and "![" not in optima
     for stale in ("fit.json", "fit_holdout.json", "optima.json"):
         assert not (tmp_path / stale).exists(), stale
     forms = json.loads((tmp_path / "forms.json").read_text())
@@ -162,7 +163,7 @@ def test_sweep_without_an_effect_of_sparsity_chooses_chinchilla(tmp_path):
     truth = {"A": 30.0, "B": 40.0, "E": 1.2, "alpha": 0.3, "beta": 0.3}
     write_results_csv(tmp_path / "results.csv", synthetic_results(grid, truth, CHINCHILLA))
     (tmp_path / "optima.json").write_text("{}")
-    text = write_sweep_report(tmp_path, grid, bootstrap_replicates=8, max_starts=300,
+    text = write_sweep_report(write_grid_json(tmp_path, grid), bootstrap_replicates=8, max_starts=300,
                               log=lambda _: None).read_text()
     forms = json.loads((tmp_path / "forms.json").read_text())
     assert forms["chosen"] == "chinchilla", [(f["law"], f["problems"]) for f in forms["forms"]]

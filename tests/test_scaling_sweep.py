@@ -23,7 +23,7 @@ from moelab.scaling.sweep import (
     collect_results, plan_sweep, run_sweep, tokens_for_flops, write_results_csv,
 )
 from moelab.scaling.sweep_report import write_sweep_report
-from sweep_rows import synthetic_results
+from sweep_rows import synthetic_results, write_grid_json
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SWEEP_PRESETS = REPO_ROOT / "src" / "moelab" / "presets" / "sweeps"
@@ -133,7 +133,7 @@ def test_report_from_synthetic_results_fits_checks_and_plots(tmp_path, capsys):
     rows = synthetic_results(grid, EFFECTIVE_TRUTH, EFFECTIVE_SIZE)
     write_results_csv(tmp_path / "results.csv", rows)
     (tmp_path / "optima.json").write_text("{}")  # stale: rewritten from these results
-    report = write_sweep_report(tmp_path, grid, bootstrap_replicates=4, max_starts=200,
+    report = write_sweep_report(write_grid_json(tmp_path, grid), bootstrap_replicates=4, max_starts=200,
                                 log=lambda _: None)
     text = report.read_text()
     for heading in ("## Runs", "## Law form", "## Law fit (`sparsity-effective-size`",
@@ -217,7 +217,7 @@ def true_dense_optimum(truth: dict, flops: float) -> float:
 def test_report_of_dense_only_sweep_uses_parabolas_and_skips_optima(tmp_path):
     grid = one_sparsity_grid(0.0)
     write_results_csv(tmp_path / "results.csv", synthetic_results(grid, INTERIOR_TRUTH))
-    text = write_sweep_report(tmp_path, grid, bootstrap_replicates=2, max_starts=50,
+    text = write_sweep_report(write_grid_json(tmp_path, grid), bootstrap_replicates=2, max_starts=50,
                               log=lambda _: None).read_text()
     optima = text[text.index("## Optimal sparsity"):text.index("## Reproduce")]
     assert "Skipped: every run has S = 0" in optima
@@ -247,7 +247,7 @@ def test_report_of_one_sparse_sparsity_skips_optima(tmp_path):
     grid = one_sparsity_grid(0.5)
     rows = synthetic_results(grid, INTERIOR_TRUTH)
     write_results_csv(tmp_path / "results.csv", rows)
-    text = write_sweep_report(tmp_path, grid, bootstrap_replicates=0, max_starts=50,
+    text = write_sweep_report(write_grid_json(tmp_path, grid), bootstrap_replicates=0, max_starts=50,
                               log=lambda _: None).read_text()
     assert "Skipped: every run has S = 0.5" in text and "## IsoFLOP analysis" in text
     # With a sparse sparsity the family's share is still measured: N_active / N = phi + (1-phi)/2.
@@ -368,6 +368,17 @@ def test_micro_sweep_end_to_end_then_rerun_skips_and_jobs_agree(tmp_path, monkey
         assert int(row["flops_per_token_6n"]) == summary["flops_per_token_6n"]
         assert int(row["C"]) == summary["flops_per_token_6n"] * summary["tokens"]
         assert (float(row["S"]) == 0.0) == (int(row["E"]) == 1)
+        # How fast it trained: tokens over training time, per step, as the run measured it (the
+        # summary reads its clock once per field, microseconds apart: 1 %).
+        assert float(row["tokens_per_s"]) == pytest.approx(summary["tokens"] / summary["train_time_s"],
+                                                           rel=0.01)
+        assert float(row["step_time_s"]) == pytest.approx(summary["train_time_s"] / summary["steps"],
+                                                          rel=0.01)
+        assert int(row["tokens_per_step"]) == 4 * 32 and int(row["peak_memory_bytes"]) > 0
+    # Four runs are too few for the throughput model's five terms: the report tabulates the
+    # runs' speed and says why there is no model.
+    text = report.read_text()
+    assert "## Throughput" in text and "4 rows are too few for the throughput model" in text
 
     def must_not_train(*args, **kwargs):
         raise AssertionError("a finished run was trained again")

@@ -1,4 +1,5 @@
-"""Sub-commands: ``fit`` (a law to a CSV), ``optimal`` (S* from a fit), ``isoflop``, ``sweep-sparsity``."""
+"""Sub-commands: ``fit`` (a law to a CSV), ``optimal`` (S* from a fit), ``isoflop``,
+``sweep-sparsity``, ``throughput`` (a tokens/s table of model shapes)."""
 
 from __future__ import annotations
 
@@ -60,6 +61,15 @@ def register(subparsers) -> None:
     optimal.add_argument("--shared-fraction", type=float, default=None, metavar="PHI",
                          help="share of parameters outside the experts: N_active = N (PHI + "
                               "(1-PHI)(1-S)); default: the fit's own estimate, else 0")
+    optimal.add_argument("--seconds", type=float, metavar="T",
+                         help="wall-clock training budget on the timed hardware: S* there, beside "
+                              "S* under the FLOPs it spends and at its size")
+    optimal.add_argument("--throughput", metavar="FILE",
+                         help="with --seconds: a moelab throughput table (CSV/JSON) or a sweep's "
+                              "results.csv; default: throughput.json next to FIT.json")
+    optimal.add_argument("--top-k", type=positive_int, default=None, metavar="K",
+                         help="with --seconds: experts per token of the family (default: the "
+                              "throughput table's)")
     optimal.add_argument("--max-sparsity", type=float, default=0.98, metavar="S",
                          help="upper end of the search (default 0.98)")
     optimal.add_argument("--json", action="store_true", help="print the result as JSON")
@@ -96,6 +106,7 @@ def register(subparsers) -> None:
                             "default 4,096 of 1.3 million)")
     add_launcher_arguments(sweep)
     sweep.set_defaults(func=_sweep)
+    _register_throughput(subparsers)
 
 
 def _fit(args) -> int:
@@ -174,6 +185,10 @@ def _optimal(args) -> int:
     shared = args.shared_fraction
     if shared is None:  # a sweep of dense runs only stores null: nothing to estimate it from
         shared = float(record.get("shared_fraction") or 0.0)
+    if args.seconds is not None:
+        return _optimal_seconds(args, law, params, replicas, shared)
+    if args.throughput or args.top_k:
+        raise MoelabError("--throughput and --top-k go with --seconds T")
     if args.params is not None:
         if args.tokens is None and args.flops is None:
             raise MoelabError("--params N needs --tokens D or --flops C")
@@ -208,6 +223,80 @@ def _optimal(args) -> int:
     if result["optimum"]["at_boundary"]:
         print("  note: the optimum lies on the edge of the search range (no interior optimum)")
     return 0
+
+
+def _optimal_seconds(args, law, params, replicas, shared) -> int:
+    """S* under a wall-clock budget, printed beside S* under FLOPs and under parameters."""
+    import math
+
+    from moelab.scaling.optimal import three_optima
+    from moelab.scaling.throughput import fit_throughput, read_throughput_table, table_top_k
+
+    if not (math.isfinite(args.seconds) and args.seconds > 0):
+        raise MoelabError(f"--seconds {args.seconds} is invalid: must be a finite number of "
+                          "seconds > 0")
+    if args.params is not None or args.tokens is not None or args.flops is not None:
+        raise MoelabError("--seconds T goes alone: the FLOPs and the size it is compared at "
+                          "are the seconds optimum's own")
+    table = Path(args.throughput) if args.throughput else Path(args.fit).parent / "throughput.json"
+    if not args.throughput and not table.is_file():
+        raise MoelabError(f"--seconds needs a throughput table: pass --throughput FILE (moelab "
+                          f"throughput --out FILE), or keep {table} next to the fit")
+    rows, header = read_throughput_table(table)
+    source = f"throughput table {table}"
+    model = fit_throughput(rows, source=source)
+    top_k = args.top_k or table_top_k(rows, source)
+    result = three_optima(law, params, replicas, args.seconds, model, shared_fraction=shared,
+                          top_k=top_k, max_sparsity=args.max_sparsity)
+    result.update(law=law.name, throughput_table=str(table), device=header.get("device_name"),
+                  has_sparsity_term="log_U" in law.features,
+                  throughput_model=model.to_dict())
+    if args.json:
+        print(json.dumps(result, indent=2))
+    else:
+        print(format_three_optima(result))
+    return 0
+
+
+def format_three_optima(result: dict) -> str:
+    device = f" on {result['device']}" if result.get("device") else ""
+    lines = [f"{result['law']} law, shared fraction {result['shared_fraction']:.3f}, top-"
+             f"{result['top_k']}; throughput from {result['throughput_table']}{device}",
+             f"  {'budget':<38} {'S*':>24} {'N total':>10} {'N active':>10} {'tokens':>10} "
+             f"{'loss':>8}"]
+    questions = (("by_seconds", f"wall clock T={result['seconds']:.4g} s"),
+                 ("by_flops", f"FLOPs C={result['flops']:.4g} (what T buys)"),
+                 ("by_params", f"parameters N={result['params']:.4g}, C={result['flops']:.3g}"))
+    for key, label in questions:
+        optimum, ci = result[key]["optimum"], result[key]["ci"]
+        interval = f" [{ci['sparsity'][0]:.3f}, {ci['sparsity'][1]:.3f}]" if ci else ""
+        edge = "  (edge of search)" if optimum["at_boundary"] else ""
+        lines.append(f"  {label:<38} {optimum['sparsity']:>7.3f}{interval:<17} "
+                     f"{optimum['params_total']:>10.4g} {optimum['params_active']:>10.4g} "
+                     f"{optimum['tokens']:>10.4g} {optimum['loss']:>8.4f}{edge}")
+    lines.append(_dense_comparison(result["by_seconds"]))
+    if not result["has_sparsity_term"]:
+        lines.append("  note: this law has no sparsity term, so only the hardware prices S here; "
+                     "under FLOPs a law without S fixes S* = 0 by convention, and at fixed N the "
+                     "sparsest model wins (more tokens for the same loss terms)")
+    return "\n".join(lines)
+
+
+def _dense_comparison(by_seconds: dict) -> str:
+    import math
+
+    optimum, ci = by_seconds["optimum"], by_seconds["ci"]
+    if math.isnan(optimum["dense_seconds"]):
+        return ("  no dense model reaches the optimum's loss within 10^6 x T on this hardware")
+
+    def interval(key):
+        return f" [{ci[key][0]:.3g}, {ci[key][1]:.3g}]" if ci else ""
+
+    return (f"  at S*: {optimum['tokens_per_s']:.4g} tokens/s; the dense model reaching the same "
+            f"loss soonest (N={optimum['dense_params']:.4g}) trains {optimum['dense_tokens_per_s']:.4g}"
+            f" tokens/s and needs {optimum['dense_seconds']:.4g} s: throughput ratio "
+            f"{optimum['throughput_ratio']:.3g}{interval('throughput_ratio')}, time ratio "
+            f"{optimum['seconds_ratio']:.3g}{interval('seconds_ratio')}")
 
 
 def check_fit_file(path_text: str) -> None:
@@ -381,3 +470,89 @@ def report_sweep(out_dir: Path) -> int:
                                           **recorded_fit_settings(out_dir))
     print(f"results: {out_dir / 'results.csv'}\nreport: {report_path}")
     return 0
+
+
+def _register_throughput(subparsers) -> None:
+    from moelab.cli import non_negative_int, positive_int
+
+    throughput = subparsers.add_parser(
+        "throughput", help="time training steps of a grid of model shapes: a tokens/s table",
+        description="Build each shape's model, time a few warm training steps (forward, "
+                    "backward, optimizer) on random tokens, and write a throughput table for "
+                    "moelab optimal --seconds. Seconds per shape, no training to the end.",
+    )
+    throughput.add_argument("config", metavar="CONFIG", nargs="?",
+                            help="a config (YAML or preset) whose model is timed; or use --grid")
+    throughput.add_argument("--set", dest="overrides", action="append", default=[],
+                            metavar="KEY=VALUE", help="override a config key (repeatable)")
+    throughput.add_argument("--grid", metavar="PRESET|GRID",
+                            help="time every size x sparsity of a sweep grid (e.g. cpu, paper)")
+    throughput.add_argument("--sparsities", metavar="S,S,...",
+                            help="with CONFIG: time its model at these sparsities (fixed total "
+                                 "FFN, E = k / (1 - S)), e.g. 0,0.5,0.75")
+    throughput.add_argument("--top-k", type=positive_int, default=1, metavar="K",
+                            help="with --sparsities: experts per token (default 1)")
+    throughput.add_argument("--seconds-per-shape", type=float, default=3.0, metavar="X",
+                            help="time steps of each shape for about X seconds (default 3)")
+    throughput.add_argument("--warmup-steps", type=non_negative_int, default=2, metavar="N",
+                            help="untimed steps first (default 2)")
+    throughput.add_argument("--rounds", type=positive_int, default=1, metavar="R",
+                            help="time every shape R times, X / R seconds each, and keep its "
+                                 "fastest round (a shared machine's load bursts; default 1)")
+    throughput.add_argument("--clock", choices=("wall", "process"), default="wall",
+                            help="wall time (default), or on a CPU the process's own CPU time "
+                                 "(leaves out time the scheduler gave to other work)")
+    throughput.add_argument("--out", metavar="FILE", required=True,
+                            help="the table: .json (with a header) or .csv")
+    throughput.set_defaults(func=_throughput)
+
+
+def _throughput(args) -> int:
+    import math
+
+    from moelab.scaling.throughput import moe_versus_dense
+    from moelab.scaling.timing import config_shapes, grid_shapes, time_shapes, write_table
+
+    if (args.config is None) == (args.grid is None):
+        raise MoelabError("give exactly one of CONFIG or --grid PRESET|GRID")
+    if not (math.isfinite(args.seconds_per_shape) and 0 < args.seconds_per_shape <= 600):
+        raise MoelabError(f"--seconds-per-shape {args.seconds_per_shape} is invalid: allowed "
+                          "(0, 600] seconds")
+    if args.grid and args.sparsities:
+        raise MoelabError("--sparsities goes with CONFIG: a --grid has its own")
+    if args.grid:
+        check_grid_file(args.grid)
+        shapes = grid_shapes(args.grid, args.overrides)
+    else:
+        shapes = config_shapes(args.config, args.overrides, _sparsity_list(args.sparsities),
+                               args.top_k)
+    rows = time_shapes(shapes, args.seconds_per_shape, args.warmup_steps, args.rounds, args.clock)
+    header = {"source": args.grid or args.config, "overrides": args.overrides,
+              "seconds_per_shape": args.seconds_per_shape, "warmup_steps": args.warmup_steps,
+              "rounds": args.rounds, "clock": args.clock,
+              "device": rows[0]["device"], "device_name": rows[0]["device_name"],
+              "threads": rows[0]["threads"]}
+    ratios = moe_versus_dense(rows) if any(r["S"] == 0 for r in rows) else []
+    if args.out.endswith(".json"):
+        header["moe_vs_dense"] = ratios
+    path = write_table(args.out, rows, header)
+    for ratio in ratios:
+        same, flops = ratio["tokens_per_s_vs_same_size_dense"], ratio["step_time_vs_equal_flops_dense"]
+        print(f"N_total={ratio['N_total']:,} S={ratio['S']:g}: tokens/s vs the dense model of "
+              f"its size {'–' if same is None else f'{same:.2f}'}; step time vs a dense step "
+              f"of equal FLOPs {'– (outside the dense sizes)' if flops is None else f'{flops:.2f}'}")
+    print(f"throughput table: {path} ({len(rows)} shapes)")
+    return 0
+
+
+def _sparsity_list(text: str | None) -> list[float] | None:
+    if text is None:
+        return None
+    try:
+        values = [float(item) for item in text.split(",") if item.strip()]
+    except ValueError:
+        raise MoelabError(f"--sparsities {text!r} is invalid: expected numbers like "
+                          "0,0.5,0.75") from None
+    if not values:
+        raise MoelabError(f"--sparsities {text!r} is invalid: expected numbers like 0,0.5,0.75")
+    return values

@@ -145,14 +145,20 @@ def compute_optimal(
                    at_boundary=bool(at_boundary))
 
 
-def with_intervals(optimum_fn, params: dict[str, float], bootstrap_params: list[dict[str, float]],
-                   level: float = 0.95) -> dict:
-    """The optimum of the best fit plus percentile intervals over the bootstrap fits."""
+INTERVAL_KEYS = ("sparsity", "params_total", "params_active", "tokens", "loss")
+
+
+def with_intervals(optimum_fn, params, bootstrap_params: list, level: float = 0.95,
+                   keys: tuple[str, ...] = INTERVAL_KEYS) -> dict:
+    """The optimum of the best fit plus percentile intervals over the bootstrap fits.
+
+    ``params`` and each of ``bootstrap_params`` are whatever ``optimum_fn`` takes (a law's
+    parameters, or a pair of them and a throughput model's coefficients)."""
     point = optimum_fn(params).to_dict()
     out = {"optimum": point, "ci": {}}
     if bootstrap_params:
         replicas = [optimum_fn(p).to_dict() for p in bootstrap_params]
-        for key in ("sparsity", "params_total", "params_active", "tokens", "loss"):
+        for key in keys:
             out["ci"][key] = list(percentile_interval([r[key] for r in replicas], level))
         out["bootstrap_at_boundary"] = float(np.mean([r["at_boundary"] for r in replicas]))
     return out
@@ -183,3 +189,184 @@ def _check_family(shared_fraction: float, max_sparsity: float) -> None:
         raise MoelabError(f"--shared-fraction {shared_fraction} is invalid: allowed [0, 1)")
     if not 0.0 < max_sparsity < 1.0:
         raise MoelabError(f"--max-sparsity {max_sparsity} is invalid: allowed (0, 1)")
+
+
+# --------------------------------------------------------------------------------------------
+# Under a wall-clock budget
+# --------------------------------------------------------------------------------------------
+
+MAX_PARAMS = 1e13
+"""Upper end of the size search under a seconds budget (no FLOPs budget bounds it there)."""
+
+
+@dataclass
+class SecondsOptimum(Optimum):
+    tokens_per_s: float = 0.0
+    """Training throughput of the optimal shape, from the throughput model."""
+    flops: float = 0.0
+    """The compute it spends, 6 N_active D: the FLOPs budget to compare it with."""
+
+
+def seconds_optimal(law: Law, params: dict[str, float], seconds: float, tokens_per_s_fn, *,
+                    max_sparsity: float = DEFAULT_MAX_SPARSITY, shared_fraction: float = 0.0,
+                    min_params: float = 1e3, max_params: float = MAX_PARAMS) -> SecondsOptimum:
+    """(S*, N*) minimising L(N, D, S) when D = seconds x tokens/s(N, S) on the measured hardware.
+
+    ``tokens_per_s_fn(total_params, sparsity)`` is the hardware's throughput (a
+    ``ThroughputModel`` over the architecture family). The MoE terms of a throughput model jump
+    at S = 0 (a dense step has no routing), so the dense line and the sparse region are searched
+    apart and the lower optimum wins.
+    """
+    _check(seconds, "--seconds")
+    _check_family(shared_fraction, max_sparsity)
+    has_sparsity = "log_U" in law.features
+    log_n_range = (math.log(min_params), math.log(max_params))
+
+    def loss_at(log_n, sparsity):
+        total = np.exp(log_n)
+        return _loss(law, params, total, seconds * tokens_per_s_fn(total, sparsity), sparsity)
+
+    log_n_grid = np.linspace(*log_n_range, 241)
+    dense = _polished(loss_at, log_n_grid, np.zeros(1), log_n_range, (0.0, 0.0))
+    # Even a law without an S term sees S through the hardware: a sparser model of a size
+    # trains more tokens per second (or fewer, when routing costs more than it saves).
+    s_low = max_sparsity / 490
+    sparse = _polished(loss_at, log_n_grid, np.linspace(s_low, max_sparsity, 49), log_n_range,
+                       (s_low, max_sparsity))
+    log_n, sparsity, loss = min(dense, sparse, key=lambda x: x[2])
+    total = float(math.exp(log_n))
+    active = float(active_params(total, sparsity, shared_fraction))
+    throughput = float(tokens_per_s_fn(np.array([total]), np.array([sparsity]))[0])
+    tokens = seconds * throughput
+    # As in compute_optimal, S* = 0 under a law with an S term is the search's lower edge.
+    at_boundary = _on_edge(log_n, *log_n_range, tol=1e-3) or (
+        has_sparsity and (sparsity == 0 or _on_edge(sparsity, s_low, max_sparsity)))
+    return SecondsOptimum(sparsity=float(sparsity), params_total=total, params_active=active,
+                          tokens=tokens, loss=float(loss), at_boundary=bool(at_boundary),
+                          tokens_per_s=throughput, flops=6.0 * active * tokens)
+
+
+def _polished(loss_at, log_n_grid, s_grid, log_n_range, s_range) -> tuple[float, float, float]:
+    """(log N, S, loss): the best grid point, refined by L-BFGS-B inside the box."""
+    log_n_G, s_G = (a.ravel() for a in np.meshgrid(log_n_grid, s_grid))
+    grid_loss = loss_at(log_n_G, s_G)
+    grid_loss = np.where(np.isfinite(grid_loss), grid_loss, np.inf)
+    start = int(np.argmin(grid_loss))
+    best = (float(log_n_G[start]), float(s_G[start]), float(grid_loss[start]))
+    if not np.isfinite(best[2]):  # a degenerate (bootstrap) fit: nothing to refine
+        return best
+    result = scipy.optimize.minimize(lambda x: float(loss_at(x[:1], x[1:])[0]), best[:2],
+                                     method="L-BFGS-B", bounds=[log_n_range, s_range],
+                                     options={"ftol": 1e-15, "gtol": 1e-12})
+    if result.fun <= best[2]:
+        best = (float(result.x[0]), float(result.x[1]), float(result.fun))
+    return best
+
+
+def dense_seconds_to_loss(law: Law, params: dict[str, float], target_loss: float,
+                          tokens_per_s_fn, reference_seconds: float) -> SecondsOptimum | None:
+    """The dense model that reaches ``target_loss`` soonest on the hardware: the smallest
+    budget T whose dense seconds-optimum has that loss (bisection in log T; the best dense
+    loss falls as T grows). None when no budget within 10^6 x the reference reaches it."""
+    def best_dense(seconds):
+        return seconds_optimal_dense(law, params, seconds, tokens_per_s_fn)
+
+    low, high = math.log(reference_seconds) - 6 * math.log(10), math.log(reference_seconds) + 6 * math.log(10)
+    if best_dense(math.exp(high)).loss > target_loss:
+        return None
+    if best_dense(math.exp(low)).loss <= target_loss:
+        return best_dense(math.exp(low))
+    for _ in range(60):
+        middle = (low + high) / 2
+        if best_dense(math.exp(middle)).loss > target_loss:
+            low = middle
+        else:
+            high = middle
+    return best_dense(math.exp(high))
+
+
+def seconds_optimal_dense(law: Law, params: dict[str, float], seconds: float, tokens_per_s_fn,
+                          min_params: float = 1e3, max_params: float = MAX_PARAMS) -> SecondsOptimum:
+    """The best dense model (S = 0) for a seconds budget: a fine grid in log N, then Brent."""
+    def loss_at(log_n):
+        total = np.exp(np.atleast_1d(log_n))
+        return _loss(law, params, total, seconds * tokens_per_s_fn(total, np.zeros_like(total)),
+                     np.zeros_like(total))
+
+    grid = np.linspace(math.log(min_params), math.log(max_params), 481)
+    losses = np.where(np.isfinite(g := loss_at(grid)), g, np.inf)
+    index = int(np.argmin(losses))
+    bracket = (grid[max(index - 1, 0)], grid[min(index + 1, len(grid) - 1)])
+    result = scipy.optimize.minimize_scalar(lambda x: float(loss_at(x)[0]), bounds=bracket,
+                                            method="bounded", options={"xatol": 1e-10})
+    log_n = float(result.x) if result.fun <= losses[index] else float(grid[index])
+    total = math.exp(log_n)
+    throughput = float(tokens_per_s_fn(np.array([total]), np.zeros(1))[0])
+    tokens = seconds * throughput
+    return SecondsOptimum(sparsity=0.0, params_total=total, params_active=total, tokens=tokens,
+                          loss=float(loss_at(log_n)[0]), at_boundary=False,
+                          tokens_per_s=throughput, flops=6.0 * total * tokens)
+
+
+@dataclass
+class SecondsVersusDense(SecondsOptimum):
+    """A seconds optimum beside the dense model that reaches its loss soonest."""
+
+    dense_params: float = math.nan
+    dense_tokens_per_s: float = math.nan
+    dense_seconds: float = math.nan
+    """Wall-clock time the best dense model needs for the same loss (nan: none within range)."""
+    throughput_ratio: float = math.nan
+    """tokens/s of the optimum over the equal-loss dense model's."""
+    seconds_ratio: float = math.nan
+    """dense_seconds / the budget: how much sooner the optimum reaches its loss."""
+
+
+SECONDS_KEYS = INTERVAL_KEYS + ("tokens_per_s", "flops", "dense_params", "dense_tokens_per_s",
+                                "dense_seconds", "throughput_ratio", "seconds_ratio")
+
+
+def seconds_versus_dense(law: Law, params: dict[str, float], seconds: float, tokens_per_s_fn,
+                         **search) -> SecondsVersusDense:
+    optimum = seconds_optimal(law, params, seconds, tokens_per_s_fn, **search)
+    dense = dense_seconds_to_loss(law, params, optimum.loss, tokens_per_s_fn, seconds)
+    result = SecondsVersusDense(**optimum.to_dict())
+    if dense is not None:
+        seconds_needed = dense.tokens / dense.tokens_per_s
+        result.dense_params, result.dense_tokens_per_s = dense.params_total, dense.tokens_per_s
+        result.dense_seconds, result.seconds_ratio = seconds_needed, seconds_needed / seconds
+        result.throughput_ratio = optimum.tokens_per_s / dense.tokens_per_s
+    return result
+
+
+def three_optima(law: Law, params: dict[str, float], replicas: list[dict[str, float]],
+                 seconds: float, throughput, *, shared_fraction: float, top_k: int,
+                 max_sparsity: float = DEFAULT_MAX_SPARSITY) -> dict:
+    """S* under a wall-clock budget on the measured hardware, and beside it S* under the FLOPs
+    that optimum spends (compute-optimal over N and S) and S* at its total size N with those
+    FLOPs (fixed parameters), each with bootstrap intervals.
+
+    The seconds optimum's intervals pair the law's replicate i with the throughput model's
+    replicate i (cycled): both the fit and the timings are uncertain.
+    """
+    from moelab.scaling.throughput import family_throughput
+
+    def solve_seconds(pair):
+        law_params, coefficients = pair
+        rate = family_throughput(throughput, shared_fraction, top_k, coefficients)
+        return seconds_versus_dense(law, law_params, seconds, rate, max_sparsity=max_sparsity,
+                                    shared_fraction=shared_fraction)
+
+    timings = throughput.replicates or [throughput.coefficients]
+    pairs = [(p, timings[i % len(timings)]) for i, p in enumerate(replicas)]
+    by_seconds = with_intervals(solve_seconds, (params, throughput.coefficients), pairs,
+                                keys=SECONDS_KEYS)
+    flops, total = by_seconds["optimum"]["flops"], by_seconds["optimum"]["params_total"]
+    by_flops = with_intervals(lambda p: compute_optimal(
+        law, p, flops, shared_fraction=shared_fraction, max_sparsity=max_sparsity), params, replicas)
+    by_params = with_intervals(lambda p: optimal_sparsity_at_params(
+        law, p, total, flops=flops, shared_fraction=shared_fraction, max_sparsity=max_sparsity),
+        params, replicas)
+    return {"seconds": seconds, "flops": flops, "params": total, "by_seconds": by_seconds,
+            "by_flops": by_flops, "by_params": by_params, "shared_fraction": shared_fraction,
+            "top_k": top_k}

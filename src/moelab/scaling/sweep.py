@@ -138,8 +138,11 @@ def _check_distinct_folders(points: list[SweepPoint]) -> None:
 RESULT_COLUMNS = (
     "run", "size", "budget", "C_budget", "N_total", "N_active", "N_non_embedding", "D", "C", "S",
     "E", "k", "d_expert", "flops_per_token_6n", "flops_per_token_full", "best_val_loss",
-    "final_val_loss", "collapse",
+    "final_val_loss", "collapse", "tokens_per_s", "step_time_s", "tokens_per_step",
+    "peak_memory_bytes", "device",
 )
+"""The last five: how fast the run trained on the machine that ran it (training time only,
+eval and checkpoints excluded), its peak memory and its device; empty for older runs."""
 
 
 def _run_specs(points: list[SweepPoint]):
@@ -215,7 +218,7 @@ def write_sweep_outputs(out_dir: Path, grid: SweepGrid, points: list[SweepPoint]
     write_results_csv(out_dir / "results.csv", rows)
     if len(rows) < len(points):
         log(f"{len(points) - len(rows)} of {len(points)} runs are not complete: see failures.json")
-    return write_sweep_report(out_dir, grid, bootstrap_replicates=bootstrap_replicates,
+    return write_sweep_report(out_dir, bootstrap_replicates=bootstrap_replicates,
                               max_starts=max_starts, log=log)
 
 
@@ -292,7 +295,21 @@ def result_row(point: SweepPoint, run_dir: str, summary: dict, config: Config) -
         "flops_per_token_full": summary["flops_per_token_full"],
         "best_val_loss": summary["best_val_loss"], "final_val_loss": summary["final_val_loss"],
         "collapse": bool(summary.get("collapse", False)),
+        **_throughput_fields(summary),
     }
+
+
+def _throughput_fields(summary: dict) -> dict:
+    """tokens/s, step time, peak memory and device; runs written before step_time_s and
+    peak_memory_bytes existed still give their step time from train_time_s / steps."""
+    step_time = summary.get("step_time_s")
+    if step_time is None and summary.get("train_time_s") and summary.get("steps"):
+        step_time = summary["train_time_s"] / summary["steps"]
+    fields = {"tokens_per_s": summary.get("tokens_per_s"), "step_time_s": step_time,
+              "tokens_per_step": summary.get("tokens_per_step"),
+              "peak_memory_bytes": summary.get("peak_memory_bytes"),
+              "device": summary.get("device")}
+    return {key: "" if value is None else value for key, value in fields.items()}
 
 
 def write_results_csv(path: Path, rows: list[dict]) -> Path:
@@ -305,4 +322,6 @@ def write_results_csv(path: Path, rows: list[dict]) -> Path:
 
 def fit_columns_map() -> dict[str, str]:
     """How ``moelab fit`` reads a sweep's results.csv: N is the total parameter count."""
-    return {"N": "N_total", "loss": "best_val_loss"}
+    from moelab.scaling.sweep_folder import SWEEP_FIT_COLUMNS
+
+    return dict(SWEEP_FIT_COLUMNS)

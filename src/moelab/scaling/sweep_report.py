@@ -1,130 +1,79 @@
-"""The sweep report, rebuilt from ``results.csv`` alone: the form of the law the points identify,
-its fit and held-out check, IsoFLOP curves per sparsity, and the optimal sparsity against N and
-against C, with bootstrap intervals.
+"""The sweep report: ``report.md`` and its figures, rendered from the sweep folder alone.
 
-Files written next to results.csv: ``forms.json`` (every form's checks, ``moelab.scaling.forms``),
-``fit.json`` (the chosen form on every point, with bootstrap replicates and the family's shared
-fraction, readable by ``moelab optimal``), ``fit_holdout.json`` (the same form without the
-held-out points), ``isoflop.json``, ``optima.json``, ``figures/*.png`` and ``report.md``. A file
-the current results no longer support (no form chosen) is removed rather than left stale.
+It reads ``grid.json`` (as a dict), ``results.csv`` and the files ``sweep_analysis`` wrote
+(``analysis.json``, ``forms.json``, ``fit.json``, ``fit_holdout.json``, ``isoflop.json``,
+``throughput.json``, ``optima.json``), so every number it prints is in one of them; it computes
+nothing but the fitted law's curves in the figures. ``write_sweep_report`` runs the analysis
+first; ``render_sweep_report`` redraws a folder already analysed.
 """
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Callable
 
 import numpy as np
 
-from moelab.errors import MoelabError
-from moelab.fileio import atomic_write_json, atomic_write_text
+from moelab.fileio import atomic_write_text
 from moelab.report import format_count, format_number, markdown_table, new_figure, save_figure
-from moelab.scaling.isoflop import (
-    COMPUTE_TOLERANCE, compute_deviation, isoflop_analysis, uses_surface,
-)
-from moelab.scaling.forms import select_form
 from moelab.scaling.laws import SPARSITY, get_law
-from moelab.scaling.optimal import (
-    active_params, compute_optimal, estimate_shared_fraction, optimal_sparsity_at_params,
-    with_intervals,
+from moelab.scaling.optimal import active_params
+from moelab.scaling.sweep_folder import (
+    describe_grid, read_grid_record, read_json, read_optional_json, read_results,
 )
-from moelab.scaling.summary import fit_columns
-from moelab.scaling.grid import SweepGrid, describe_grid
-from moelab.scaling.sweep import fit_columns_map
-from moelab.scaling.table import fit_table_from_rows, read_csv_rows
-
-CURVE_POINTS = 9
-"""Points per S*(N) and S*(C) curve (each solved for every bootstrap replicate)."""
-CURVE_REPLICATES = 100
-"""Bootstrap replicates used for the curves' bands (the fit's CIs use all of them)."""
+from moelab.scaling.table import fit_table_from_rows
 
 
-def write_sweep_report(out_dir: Path, grid: SweepGrid, *, bootstrap_replicates: int = 200,
+def write_sweep_report(out_dir: Path, *, bootstrap_replicates: int = 200,
                        max_starts: int | None = None, log: Callable[[str], None] = print) -> Path:
-    """Fit, analyse and write report.md from ``out_dir/results.csv``; returns the report's path.
+    """Analyse ``out_dir`` (grid.json, results.csv) and write report.md; returns its path.
 
     ``max_starts`` limits the sparsity law's start grid (None: its default seeded subset).
     """
+    from moelab.scaling.sweep_analysis import analyse_sweep
+
+    analyse_sweep(out_dir, bootstrap_replicates=bootstrap_replicates, max_starts=max_starts,
+                  log=log)
+    return render_sweep_report(out_dir)
+
+
+def render_sweep_report(out_dir: Path) -> Path:
+    """report.md and figures/*.png from the folder's files; returns the report's path."""
     out_dir = Path(out_dir)
-    csv_path = out_dir / "results.csv"
-    sections = [f"# Sparsity sweep `{grid.name}`\n", _setup(grid)]
-    try:
-        header, rows = read_csv_rows(csv_path)
-        columns = fit_table_from_rows(csv_path, header, rows, True, fit_columns_map())
-    except MoelabError as exc:
-        sections.append(f"No results to analyse yet ({exc}).\n")
+    grid = read_grid_record(out_dir)
+    analysis = read_json(out_dir / "analysis.json")
+    sections = [f"# Sparsity sweep `{grid['name']}`\n", _setup(grid)]
+    results = read_results(out_dir)
+    if results is None:
+        sections.append("No results to analyse yet (results.csv has no complete runs).\n")
         return atomic_write_text(out_dir / "report.md", "\n".join(sections))
-    # None when every run is dense: the runs then say nothing about the expert share.
-    shared = estimate_shared_fraction(columns["N"], columns["N_active"], columns["S"])
+    header, rows = results
+    columns = fit_table_from_rows(out_dir / "results.csv", header, rows, True, analysis["columns"])
+    fit = read_optional_json(out_dir / "fit.json")
+    shared = analysis.get("shared_fraction")
+    selection = read_optional_json(out_dir / "forms.json")
+    holdout = read_optional_json(out_dir / "fit_holdout.json")
+    throughput = read_optional_json(out_dir / "throughput.json")
+    optima = read_optional_json(out_dir / "optima.json")
     sections.append(_results_table(rows))
-    fit, holdout, selection = _law_fits(columns, grid.holdout, bootstrap_replicates, max_starts, log)
-    _write_or_remove(out_dir / "fit_holdout.json", holdout)
-    _write_or_remove(out_dir / "forms.json", selection and _forms_record(selection))
     if selection is not None:
         sections.append(_forms_section(selection))
-    if fit is None and selection is None:
-        sections.append(f"## Law fit\n\nNot enough points ({len(columns['loss'])}) for the "
+    if analysis["status"].get("law") == "too_few_points":
+        sections.append(f"## Law fit\n\nNot enough points ({len(rows)}) for the "
                         f"{SPARSITY.num_params}-parameter sparsity law: at least "
                         f"{SPARSITY.num_params + 1} complete runs are needed.\n")
     if fit is not None:
-        fit.update(shared_fraction=shared, source="results.csv", columns=fit_columns_map())
-        sections.append(_fit_section(fit, shared, bootstrap_replicates))
+        sections.append(_fit_section(fit, shared, analysis["bootstrap_replicates"]))
     if holdout is not None:
         sections.append(_holdout_section(holdout))
-    _write_or_remove(out_dir / "fit.json", fit)
-    sections.append(_isoflop_section(out_dir, rows, columns, fit, shared))
-    if fit is not None:
-        sections.append(_optima_section(out_dir, columns, fit, shared))
-    else:
-        _write_or_remove(out_dir / "optima.json", None)
-    sections.append(_reproduce_section(grid, bootstrap_replicates, max_starts, fit))
+    isoflop = read_optional_json(out_dir / "isoflop.json")
+    if isoflop is not None:
+        sections.append(_isoflop_section(out_dir, rows, columns, isoflop, fit, shared))
+    sections.append(_throughput_section(throughput, analysis))
+    sections.append(_optima_section(out_dir, analysis, fit, optima, throughput))
+    sections.append(_reproduce_section(grid, analysis, fit))
     return atomic_write_text(out_dir / "report.md", "\n".join(s for s in sections if s))
-
-
-def _law_fits(columns, holdout, replicates, max_starts, log) -> tuple[dict | None, dict | None, dict | None]:
-    """(fit, held-out fit, form selection) of the law the report uses.
-
-    With two or more sparsities every form of the law is checked and the chosen one's fits are
-    returned (None, None when no form passes). With one sparsity the S terms are not measured,
-    so the forms cannot be told apart: the full law is fitted as it is, without a selection.
-    """
-    if len(np.unique(columns["S"])) < 2:
-        return (_fit_or_none(columns, replicates, None, max_starts, log),
-                _fit_or_none(columns, 0, holdout, max_starts, log), None)
-    selection = select_form(columns, holdout, bootstrap_replicates=replicates,
-                            max_starts=max_starts, log=log)
-    chosen = next((c for c in selection["forms"] if c["law"] == selection["chosen"]), None)
-    if chosen is None:
-        return None, None, selection
-    return chosen["fit"], chosen["fit_holdout"], selection
-
-
-def _write_or_remove(path: Path, record: dict | None) -> None:
-    """Write a derived record, or remove a stale one that the current results no longer support."""
-    if record is not None:
-        atomic_write_json(path, record)
-    elif path.exists():
-        path.unlink()
-
-
-def _fit_or_none(columns, replicates, holdout, max_starts, log) -> dict | None:
-    try:
-        return fit_columns("sparsity", columns, bootstrap_replicates=replicates, holdout=holdout,
-                           max_starts=max_starts)
-    except MoelabError as exc:  # too few points, or a holdout that leaves nothing to fit
-        log(f"sparsity-law fit skipped: {exc}")
-        return None
-
-
-def _forms_record(selection: dict) -> dict:
-    """forms.json: the checks of every form, without the bulky bootstrap replicates."""
-    forms = []
-    for check in selection["forms"]:
-        summary = {k: v for k, v in check.items() if k not in ("fit", "fit_holdout")}
-        if "fit" in check:
-            summary.update(params=check["fit"]["params"], ci=check["fit"]["ci"])
-        forms.append(summary)
-    return {**selection, "forms": forms}
 
 
 def _forms_section(selection: dict) -> str:
@@ -168,7 +117,7 @@ def _forms_section(selection: dict) -> str:
             + f"\n{verdict}\n")
 
 
-def _setup(grid: SweepGrid) -> str:
+def _setup(grid: dict) -> str:
     return ("## Setup\n\n"
             f"- Grid: {describe_grid(grid)}.\n"
             "- S = (E - k) / E; S = 0 is the dense model. N is the *total* parameter count, "
@@ -176,7 +125,8 @@ def _setup(grid: SweepGrid) -> str:
             "is the compute a run actually spent, C_budget the budget it was planned for.\n"
             "- Loss: best validation loss (nats/token) over training, on the same validation "
             "windows for every run. Every number below comes from `results.csv`, whose rows come "
-            "from the runs' `summary.json` and `config.yaml`.\n")
+            "from the runs' `summary.json` and `config.yaml`, or from the analysis files next to "
+            "it (`analysis.json` lists what was computed).\n")
 
 
 def _results_table(rows: list[dict[str, str]]) -> str:
@@ -229,27 +179,16 @@ def _holdout_section(holdout_fit: dict) -> str:
 # --------------------------------------------------------------------------------------------
 
 
-def _isoflop_section(out_dir: Path, rows: list[dict[str, str]], columns: dict,
+def _isoflop_section(out_dir: Path, rows: list[dict[str, str]], columns: dict, isoflop: dict,
                      fit: dict | None, shared: float | None) -> str:
-    budgets = _budget_column(rows)
-    if budgets is None:
-        return ""
-    iso_columns = {"N": columns["N"], "C": budgets, "S": columns["S"],
-                   "N_active": columns["N_active"], "loss": columns["loss"]}
-    analysis = isoflop_analysis(iso_columns)
-    # Actual compute (results.csv's C) against the budget each run was grouped under.
-    deviation = compute_deviation([float(row["C"]) for row in rows], budgets)
-    off_budget = {rows[i]["run"]: float(deviation[i])
-                  for i in np.flatnonzero(np.abs(deviation) > COMPUTE_TOLERANCE)}
-    atomic_write_json(out_dir / "isoflop.json", {
-        "all_points": analysis, "per_sparsity": _per_sparsity(iso_columns),
-        "compute_deviation": {"tolerance": COMPUTE_TOLERANCE,
-                              "max_abs": float(np.max(np.abs(deviation))),
-                              "off_budget_runs": off_budget}})
+    budgets = np.array([float(row["C_budget"]) for row in rows])
+    iso_columns = {"N": columns["N"], "C": budgets, "S": columns["S"], "loss": columns["loss"]}
+    deviation = np.array([isoflop["compute_deviation"]["per_run"][row["run"]] for row in rows])
+    off_budget = isoflop["compute_deviation"]["off_budget_runs"]
+    analysis, surface = isoflop["all_points"], isoflop["surface"]
     # The lines need N_active(N, S); with only dense runs it is N whatever the shared fraction.
     figure = _isoflop_figure(out_dir / "figures" / "isoflop.png", iso_columns, fit,
                              0.0 if shared is None else shared)
-    surface = uses_surface(iso_columns)
     text = "## IsoFLOP analysis\n\n" + (
         "Per compute budget, the loss is fitted as a quadratic surface in (log N, -log(1 - S)) "
         "and minimised inside the observed box (Abnar et al.); `isoflop.json` also holds a "
@@ -259,21 +198,12 @@ def _isoflop_section(out_dir: Path, rows: list[dict[str, str]], columns: dict,
         "log N (Hoffmann et al.'s approach 2); its vertex is N*.\n\n")
     text += _budget_table(analysis["budgets"], budgets, deviation, surface)
     text += _exponent_sentence(analysis)
-    text += _compute_deviation_sentence(deviation, off_budget)
+    text += _compute_deviation_sentence(deviation, off_budget,
+                                        isoflop["compute_deviation"]["tolerance"])
     if figure:
         text += ("\n![IsoFLOP curves per sparsity](figures/isoflop.png)\n\n"
                  "Points: runs; lines: the fitted law along each budget (D = C / (6 N_active)).\n")
     return text
-
-
-def _per_sparsity(iso_columns: dict[str, np.ndarray]) -> dict[float, dict]:
-    """A parabola analysis of each sparsity's runs on their own."""
-    analyses = {}
-    for sparsity in np.unique(iso_columns["S"]):
-        mask = iso_columns["S"] == sparsity
-        one_sparsity = {k: v[mask] for k, v in iso_columns.items() if k != "S"}
-        analyses[float(sparsity)] = isoflop_analysis(one_sparsity)
-    return analyses
 
 
 def _budget_table(analysis_rows: list[dict], budgets: np.ndarray, deviation: np.ndarray,
@@ -320,23 +250,16 @@ def _exponent_sentence(analysis: dict) -> str:
     return ""
 
 
-def _compute_deviation_sentence(deviation: np.ndarray, off_budget: dict[str, float]) -> str:
+def _compute_deviation_sentence(deviation: np.ndarray, off_budget: dict[str, float],
+                                tolerance: float) -> str:
     text = ("\nRuns are grouped by their planned budget C_budget, but D is rounded down to whole "
             "optimizer steps, so a run's actual compute C = 6 N_active D is off its budget by up "
             f"to {np.max(np.abs(deviation)):.1%} here (`isoflop.json`, compute_deviation). ")
     if not off_budget:
-        return text + f"No run is more than {COMPUTE_TOLERANCE:.0%} off.\n"
+        return text + f"No run is more than {tolerance:.0%} off.\n"
     runs = ", ".join(f"`{run}` ({value:+.1%})" for run, value in off_budget.items())
-    return (text + f"Runs more than {COMPUTE_TOLERANCE:.0%} off (kept in the fits, but not quite "
+    return (text + f"Runs more than {tolerance:.0%} off (kept in the fits, but not quite "
             f"on their budget's curve): {runs}.\n")
-
-
-def _budget_column(rows: list[dict[str, str]]) -> np.ndarray | None:
-    """The planned FLOP budget per run; None for a token-budget sweep (no IsoFLOP curves)."""
-    values = [row.get("C_budget", "") for row in rows]
-    if not values or any(v in ("", None) for v in values):
-        return None
-    return np.array([float(v) for v in values])
 
 
 def _isoflop_figure(path: Path, columns: dict, fit: dict | None, shared: float) -> Path | None:
@@ -374,56 +297,142 @@ def _palette(count: int) -> list:
 
 
 # --------------------------------------------------------------------------------------------
+# Throughput
+# --------------------------------------------------------------------------------------------
+
+
+def _throughput_section(throughput: dict | None, analysis: dict) -> str:
+    if throughput is None:
+        return ("## Throughput\n\n"
+                f"Not measured: {analysis['status'].get('throughput', 'no throughput.json')}.\n")
+    rows = [[format_count(r["N_total"]), format_count(r["N_active"]), f"{r['S']:g}",
+             f"{r['E']:g}", f"{r['tokens_per_s']:,.0f}",
+             f"{r['step_time_s'] * 1e3:.1f}" if r.get("step_time_s") else "–",
+             f"{r['peak_memory_bytes'] / 2**20:,.0f}" if r.get("peak_memory_bytes") else "–",
+             f"{r['tokens_per_s_vs_dense']:.2f}" if r.get("tokens_per_s_vs_dense") else "–",
+             f"{r['step_time_vs_equal_flops_dense']:.2f}"
+             if r.get("step_time_vs_equal_flops_dense") else "–",
+             str(r["runs"])] for r in throughput["rows"]]
+    text = ("## Throughput\n\n"
+            "Training tokens/s each run measured on the machine that ran it (training time "
+            "only, eval and checkpoints excluded; median over the runs of a shape, "
+            f"`throughput.json`; device {', '.join(throughput['devices'])}). 'vs dense': "
+            "tokens/s against the dense model of the same total size; 'vs equal FLOPs': step "
+            "time against a dense step of the same FLOPs (the dense runs' time per token "
+            "interpolated log-log at this N_active; '–' outside the dense sizes). Peak memory is the training process's "
+            "peak resident set on a CPU (a process that trained several runs reports the "
+            "largest so far), allocated tensors on a GPU. Runs trained side by side (`--jobs`) "
+            "share the machine, so these are speeds under that load.\n\n"
+            + markdown_table(["N total", "N active", "S", "E", "tokens/s", "ms/step",
+                              "peak MiB", "vs dense", "vs equal FLOPs", "runs"], rows,
+                             "rrrrrrrrrr"))
+    model = throughput.get("model")
+    if model is None:
+        return text + f"\nNo throughput model: {throughput['model_problem']}\n"
+    coefficients, ci = model["coefficients"], model["ci"]
+    terms = [[name, f"{coefficients[name]:.3g}",
+              f"[{ci[name][0]:.3g}, {ci[name][1]:.3g}]" if ci else "–"] for name in coefficients]
+    overhead = (coefficients["a"] + coefficients["m"]) / coefficients["a"] if coefficients["a"] else math.nan
+    return (text + f"\nThroughput model (`moelab.scaling.throughput`), fitted to all "
+            f"{model['n_rows']} runs: {model['form']}, with 95 % intervals from "
+            f"{model['bootstrap']['replicates']} resamples of the runs. The MoE's price per FLOP "
+            f"is (a + m) / a = {overhead:.2f} x the dense model's.\n\n"
+            + markdown_table(["term", "seconds per token per unit", "95 % CI"], terms, "lrr"))
+
+
+# --------------------------------------------------------------------------------------------
 # Optimal sparsity
 # --------------------------------------------------------------------------------------------
 
 
-def _optima_section(out_dir: Path, columns: dict, fit: dict, shared: float | None) -> str:
-    sparsities = np.unique(columns["S"])
-    if len(sparsities) < 2:
-        return ("## Optimal sparsity\n\n"
-                f"Skipped: every run has S = {sparsities[0]:g}, so the fit cannot tell how the "
-                "loss changes with S, and an optimal sparsity read off it would not be measured. "
-                "Sweep at least two sparsities.\n")
-    law = get_law(fit["law"])
-    if "log_U" not in law.features:
-        _write_or_remove(out_dir / "optima.json", None)
-        return ("## Optimal sparsity\n\n"
-                f"The chosen form (`{law.name}`) has no sparsity term: at fixed total parameters "
-                "and tokens these runs measure no effect of S. Sparsity then pays only through "
-                "compute (a sparser model of the same total size spends fewer FLOPs per token, "
-                "so a FLOPs budget buys it more tokens), and under a FLOPs budget the sparsest "
-                "model the architecture allows is best: S* is the edge of any search, a "
-                "consequence of the accounting rather than a measured optimum. No curves are "
-                "drawn.\n")
-    replicas = fit["bootstrap"]["params"][:CURVE_REPLICATES] if fit.get("bootstrap") else []
-    observed_c = 6 * columns["N_active"] * columns["D"]
-    c_grid = np.geomspace(observed_c.min(), observed_c.max() * 100, CURVE_POINTS)
-    n_grid = np.geomspace(columns["N"].min(), columns["N"].max() * 100, CURVE_POINTS)
-    flops_reference = float(np.median(observed_c))
-    vs_c = [with_intervals(lambda p, c=c: compute_optimal(law, p, c, shared_fraction=shared),
-                           fit["params"], replicas) | {"flops": float(c)} for c in c_grid]
-    vs_n = [with_intervals(lambda p, n=n: optimal_sparsity_at_params(
-                law, p, n, flops=flops_reference, shared_fraction=shared),
-            fit["params"], replicas) | {"params": float(n)} for n in n_grid]
-    atomic_write_json(out_dir / "optima.json", {"shared_fraction": shared,
-                                                "flops_for_fixed_params": flops_reference,
-                                                "vs_flops": vs_c, "vs_params": vs_n})
-    _optima_figure(out_dir / "figures" / "optimal_sparsity.png", vs_n, vs_c, flops_reference)
+def _optima_section(out_dir: Path, analysis: dict, fit: dict | None, optima: dict | None,
+                    throughput: dict | None) -> str:
+    status = analysis["status"].get("optima")
+    head = "## Optimal sparsity\n\n"
+    if status == "no_law":
+        return head + ("Not computed: the optima (under parameters, FLOPs and wall-clock seconds) "
+                       "are read off a fitted law, and these points identify none (see 'Law "
+                       "form'). The measured throughput above stands on its own.\n")
+    if status == "one_sparsity":
+        return head + (f"Skipped: every run has S = {_only_sparsity(out_dir):g}, so the fit cannot "
+                       "tell how the loss changes with S, and an optimal sparsity read off it "
+                       "would not be measured. Sweep at least two sparsities.\n")
+    if status == "no_sparsity_term":
+        return head + (f"The chosen form (`{fit['law']}`) has no sparsity term: at fixed total "
+                       "parameters and tokens these runs measure no effect of S. Sparsity then "
+                       "pays only through compute (a sparser model of the same total size spends "
+                       "fewer FLOPs per token, so a FLOPs budget buys it more tokens), and under a "
+                       "FLOPs budget the sparsest model the architecture allows is best: S* is "
+                       "the edge of any search, a consequence of the accounting rather than a "
+                       "measured optimum. No curves are drawn.\n")
+    vs_n, vs_c, vs_t = optima["vs_params"], optima["vs_flops"], optima.get("vs_seconds")
+    _optima_figure(out_dir / "figures" / "optimal_sparsity.png", vs_n, vs_c, vs_t,
+                   optima["flops_for_fixed_params"])
+    bands = ("with 95 % bands over the bootstrap fits" if vs_c[0]["ci"]
+             else "without bands (no bootstrap fits)")
     rows = [[f"{r['flops']:.3g}", _with_ci(r, "sparsity", "{:.3f}"),
              _with_ci(r, "params_total", None), _with_ci(r, "params_active", None),
              "yes" if r["optimum"]["at_boundary"] else ""] for r in vs_c]
-    bands = (f"with 95 % bands over {len(replicas)} bootstrap fits" if replicas
-             else "without bands (no bootstrap fits)")
-    return ("## Optimal sparsity\n\n"
-            f"From the fitted law (`optima.json`), {bands}. Left: S* at a fixed total parameter "
-            "count N, trained with the median compute of "
-            f"the sweep (C = {flops_reference:.3g}; D = C / (6 N_active) grows with S). Right: the "
-            "compute-optimal S* at each budget C, minimising over N as well. Values at the edge "
-            "of the search (S in [0, 0.98]) mean the law has no interior optimum there; beyond "
-            "the sweep's range they are extrapolations.\n\n"
+    text = (head + f"From the fitted law (`optima.json`), {bands}. Left: S* at a fixed total "
+            "parameter count N, trained with the median compute of the sweep (C = "
+            f"{optima['flops_for_fixed_params']:.3g}; D = C / (6 N_active) grows with S). Middle: "
+            "the compute-optimal S* at each budget C, minimising over N as well. Right: S* under "
+            "a wall-clock budget T on the machine that ran the sweep (D = T x its measured "
+            "tokens/s, from the throughput model). Values at the edge of the search (S in "
+            "[0, 0.98]) mean the law has no interior optimum there; beyond the sweep's range "
+            "they are extrapolations.\n\n"
             "![Optimal sparsity](figures/optimal_sparsity.png)\n\n"
             + markdown_table(["C", "S*", "N*", "N_active*", "at edge"], rows, "rrrrl"))
+    return text + _three_optima_text(optima, analysis)
+
+
+def _only_sparsity(out_dir: Path) -> float:
+    header, rows = read_results(out_dir)
+    return float(rows[0]["S"])
+
+
+def _three_optima_text(optima: dict, analysis: dict) -> str:
+    three = optima.get("three")
+    if three is None:
+        return ("\nNo optimum under wall-clock seconds: "
+                f"{analysis['status'].get('seconds', 'no throughput model')}.\n")
+    rows = []
+    for key, label in (("by_params", f"parameters N = {format_count(three['params'])}, "
+                                      f"C = {three['flops']:.3g}"),
+                       ("by_flops", f"FLOPs C = {three['flops']:.3g}"),
+                       ("by_seconds", f"wall clock T = {three['seconds']:.3g} s")):
+        r = three[key]
+        rows.append([label, _with_ci(r, "sparsity", "{:.3f}"), _with_ci(r, "params_total", None),
+                     _with_ci(r, "params_active", None), format_count(r["optimum"]["tokens"]),
+                     format_number(r["optimum"]["loss"]),
+                     "yes" if r["optimum"]["at_boundary"] else ""])
+    by_seconds = three["by_seconds"]
+    return ("\n### The three optima at the sweep's median training time\n\n"
+            f"T = {three['seconds']:.3g} s is the median training time of the sweep's runs "
+            "(D / tokens/s). The FLOPs question is asked at the compute the seconds optimum "
+            "spends, the parameters question at its total size with that compute "
+            "(`optima.json`, three).\n\n"
+            + markdown_table(["budget", "S*", "N*", "N_active*", "D*", "loss", "at edge"], rows,
+                             "lrrrrrl")
+            + "\n" + _ratio_sentence(by_seconds))
+
+
+def _ratio_sentence(by_seconds: dict) -> str:
+    optimum, ci = by_seconds["optimum"], by_seconds["ci"]
+    if optimum["dense_seconds"] is None or math.isnan(optimum["dense_seconds"]):
+        return "No dense model reaches the optimum's loss within 10^6 x T on this hardware.\n"
+
+    def interval(key):
+        return f" [{ci[key][0]:.2f}, {ci[key][1]:.2f}]" if ci.get(key) else ""
+
+    return (f"At S* the model trains {optimum['tokens_per_s']:,.0f} tokens/s. The dense model "
+            f"that reaches the same loss soonest ({format_count(optimum['dense_params'])} "
+            f"parameters) trains {optimum['dense_tokens_per_s']:,.0f} tokens/s and needs "
+            f"{optimum['dense_seconds']:.3g} s: **throughput ratio "
+            f"{optimum['throughput_ratio']:.2f}{interval('throughput_ratio')}** at equal loss, "
+            f"and the optimum gets there {optimum['seconds_ratio']:.2f}"
+            f"{interval('seconds_ratio')} x sooner (Abnar et al. report 1.3-1.8 x higher "
+            "training throughput at the optimal sparsity).\n")
 
 
 def _with_ci(result: dict, key: str, fmt: str | None) -> str:
@@ -435,10 +444,14 @@ def _with_ci(result: dict, key: str, fmt: str | None) -> str:
     return f"{value} [{show(ci[0])}, {show(ci[1])}]" if ci else value
 
 
-def _optima_figure(path: Path, vs_n: list[dict], vs_c: list[dict], flops_reference: float) -> Path:
-    fig, (ax_n, ax_c) = new_figure(ncols=2, width_in=5.0)
-    for ax, rows, key, label in ((ax_n, vs_n, "params", "total parameters N"),
-                                 (ax_c, vs_c, "flops", "training compute C (FLOPs)")):
+def _optima_figure(path: Path, vs_n: list[dict], vs_c: list[dict], vs_t: list[dict] | None,
+                   flops_reference: float) -> Path:
+    panels = [(vs_n, "params", "total parameters N", f"fixed N, C = {flops_reference:.3g}"),
+              (vs_c, "flops", "training compute C (FLOPs)", "compute-optimal")]
+    if vs_t:
+        panels.append((vs_t, "seconds", "wall-clock budget T (s, this hardware)", "time-optimal"))
+    fig, axes = new_figure(ncols=len(panels), width_in=5.0)
+    for ax, (rows, key, label, title) in zip(axes, panels):
         x = [r[key] for r in rows]
         ax.plot(x, [r["optimum"]["sparsity"] for r in rows], marker="o", label="best fit")
         if rows[0]["ci"]:
@@ -448,23 +461,23 @@ def _optima_figure(path: Path, vs_n: list[dict], vs_c: list[dict], flops_referen
         ax.set_ylim(-0.02, 1.0)
         ax.set_xlabel(label)
         ax.set_ylabel("optimal sparsity S*")
+        ax.set_title(title)
         ax.legend(fontsize=8)
-    ax_n.set_title(f"fixed N, C = {flops_reference:.3g}")
-    ax_c.set_title("compute-optimal")
     return save_figure(fig, path)
 
 
-def _reproduce_section(grid: SweepGrid, replicates: int, max_starts: int | None,
-                       fit: dict | None) -> str:
-    columns = ",".join(f"{k}={v}" for k, v in fit_columns_map().items())
+def _reproduce_section(grid: dict, analysis: dict, fit: dict | None) -> str:
+    columns = ",".join(f"{k}={v}" for k, v in analysis["columns"].items())
+    max_starts, replicates = analysis["max_starts"], analysis["bootstrap_replicates"]
     starts = "" if max_starts is None else f" --starts {max_starts}"
     law = fit["law"] if fit else SPARSITY.name
     text = ("## Reproduce\n\n"
-            f"    moelab sweep-sparsity {grid.name} --out DIR{starts}   # skips finished runs\n"
+            f"    moelab sweep-sparsity {grid['name']} --out DIR{starts}   # skips finished runs\n"
             f"    moelab fit DIR/results.csv --law {law} --columns {columns} "
             f"--bootstrap {replicates}{starts}\n"
             f"    moelab fit DIR/results.csv --law {law} --columns {columns} "
-            f"--holdout '{grid.holdout}'{starts}\n")
+            f"--holdout '{grid['holdout']}'{starts}\n")
     if fit:
-        text += "    moelab optimal DIR/fit.json --flops C        # or --params N --flops C\n"
+        text += ("    moelab optimal DIR/fit.json --flops C        # or --params N --flops C\n"
+                 "    moelab optimal DIR/fit.json --seconds T      # reads DIR/throughput.json\n")
     return text

@@ -422,6 +422,8 @@ def _log_nothing(event: dict[str, Any]) -> None:
 
 def _summary(config: Config, state: dict[str, Any], plan: StepPlan, clock: "Clock",
              dist: Distributed) -> dict[str, Any]:
+    from moelab.train.memory import peak_memory_bytes
+
     counts, flops = count_params(config.model), flops_per_token(config.model)
     final = state["last_eval"]
     tokens_per_s = state["tokens"] / max(clock.train_s, 1e-9)
@@ -444,6 +446,8 @@ def _summary(config: Config, state: dict[str, Any], plan: StepPlan, clock: "Cloc
         "train_time_s": clock.train_s,
         "tokens_per_s": tokens_per_s,
         "flops_per_s": tokens_per_s * flops.full,
+        "step_time_s": clock.train_s / max(state["step"], 1),
+        "peak_memory_bytes": peak_memory_bytes(dist.device),
         "seed": config.train.seed,
         "data_seed": config.train.effective_data_seed,
         "world_size": dist.world_size,

@@ -84,3 +84,19 @@ def format_bytes(count: int) -> str:
         if count >= size:
             return f"{count / size:,.1f} {unit}" if count < (1 << 60) else f"~2^{count.bit_length()} bytes"
     return f"{count:,} bytes"
+
+
+def peak_memory_bytes(device: torch.device) -> int:
+    """The peak memory this process has used: on CUDA the tensors' peak on ``device`` (since the
+    last ``torch.cuda.reset_peak_memory_stats``), on a CPU the process's peak resident set.
+
+    The CPU figure cannot be reset, so runs trained one after another in one process (a sweep
+    with ``--jobs 1``) each report the largest peak so far.
+    """
+    if device.type == "cuda":
+        return int(torch.cuda.max_memory_allocated(device))
+    import resource
+    import sys
+
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return int(peak if sys.platform == "darwin" else peak * 1024)  # bytes on macOS, KiB on Linux

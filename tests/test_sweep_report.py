@@ -1,0 +1,148 @@
+"""The sweep report split: analysis files from grid.json and results.csv, a report rendered
+from the folder alone, the runs' measured throughput and the three optima, malformed sweep
+files as one-line errors."""
+
+from __future__ import annotations
+
+import ast
+import csv
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from moelab.errors import MoelabError
+from moelab.scaling.laws import get_law
+from moelab.scaling.optimal import seconds_optimal
+from moelab.scaling.grid import load_grid
+from moelab.scaling.sweep import write_results_csv
+from moelab.scaling.sweep_report import render_sweep_report, write_sweep_report
+from moelab.scaling.throughput import ThroughputModel, family_throughput
+from sweep_rows import synthetic_results, write_grid_json
+
+SCALING = Path(__file__).resolve().parents[1] / "src" / "moelab" / "scaling"
+EFFECTIVE_SIZE = get_law("sparsity-effective-size")
+EFFECTIVE_TRUTH = {"b": 40.0, "d": 20.0, "e": 1.2, "beta": 0.3, "delta": 0.3, "gamma": 0.35}
+# CPU-like prices (seconds per token per unit): see moelab.scaling.throughput.
+PRICES = {"c": 2e-6, "a": 3e-11, "m": 6e-12, "p": 1e-11, "e": 3e-7}
+
+
+def timed_rows(grid, law=EFFECTIVE_SIZE, truth=EFFECTIVE_TRUTH) -> list[dict]:
+    """Synthetic results whose runs also recorded their speed, by the known prices."""
+    rows = synthetic_results(grid, truth, law)
+    for row in rows:
+        sparse = row["S"] > 0
+        flops = 6 * row["N_active"]
+        seconds = (PRICES["c"] + PRICES["a"] * flops + PRICES["m"] * flops * sparse
+                   + PRICES["p"] * row["N_total"] + PRICES["e"] * row["E"] * sparse)
+        row.update(tokens_per_s=1 / seconds, step_time_s=1024 * seconds, tokens_per_step=1024,
+                   peak_memory_bytes=2**28, device="cpu")
+    return rows
+
+
+def imported_modules(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text())
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            names.add(node.module)
+        elif isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+    return names
+
+
+def test_report_and_analysis_do_not_import_the_sweep_runner():
+    for module in ("sweep_report.py", "sweep_analysis.py", "sweep_folder.py"):
+        assert "moelab.scaling.sweep" not in imported_modules(SCALING / module), module
+
+
+def test_report_shows_measured_throughput_and_the_three_optima(tmp_path):
+    grid = load_grid("demo")
+    rows = timed_rows(grid)
+    write_results_csv(tmp_path / "results.csv", rows)
+    text = write_sweep_report(write_grid_json(tmp_path, grid), bootstrap_replicates=4,
+                              max_starts=200, log=lambda _: None).read_text()
+    throughput = json.loads((tmp_path / "throughput.json").read_text())
+    # One row per (N, S) of the grid, tokens/s the runs' own (each shape's runs agree here).
+    shapes = {(r["N_total"], r["S"]): r["tokens_per_s"] for r in rows}
+    assert len(throughput["rows"]) == len(shapes) == 12
+    for shape in throughput["rows"]:
+        assert shape["tokens_per_s"] == pytest.approx(shapes[(shape["N_total"], shape["S"])])
+        assert f"{shape['tokens_per_s']:,.0f}" in text
+    # The model fitted to the runs gives the prices back (noise-free timings).
+    for name, price in PRICES.items():
+        assert throughput["model"]["coefficients"][name] == pytest.approx(price, rel=1e-4), name
+    assert "## Throughput" in text and "(a + m) / a = 1.20" in text
+    # The three optima, the seconds one at the runs' median training time.
+    optima = json.loads((tmp_path / "optima.json").read_text())
+    median_seconds = float(np.median([r["D"] / r["tokens_per_s"] for r in rows]))
+    three = optima["three"]
+    assert three["seconds"] == pytest.approx(median_seconds, rel=1e-9)
+    fit = json.loads((tmp_path / "fit.json").read_text())
+    rate = family_throughput(ThroughputModel(PRICES), fit["shared_fraction"], 1)
+    expected = seconds_optimal(EFFECTIVE_SIZE, fit["params"], median_seconds, rate,
+                               shared_fraction=fit["shared_fraction"])
+    assert three["by_seconds"]["optimum"]["sparsity"] == pytest.approx(expected.sparsity, abs=2e-3)
+    assert "### The three optima" in text and "wall clock T =" in text
+    assert "throughput ratio" in text and len(optima["vs_seconds"]) == 9
+    assert (tmp_path / "figures" / "optimal_sparsity.png").stat().st_size > 1000
+    # The report is the folder's: rendering it again from the files gives the same text.
+    assert render_sweep_report(tmp_path).read_text() == text
+
+
+def test_report_without_a_law_still_tabulates_throughput(tmp_path):
+    grid = load_grid("demo")
+    rows = timed_rows(grid)
+    rng = np.random.default_rng(1)
+    for row in rows:
+        row["best_val_loss"] = 3.0 + float(rng.normal(0, 0.3))  # noise: no form identified
+    write_results_csv(tmp_path / "results.csv", rows)
+    text = write_sweep_report(write_grid_json(tmp_path, grid), bootstrap_replicates=4,
+                              max_starts=100, log=lambda _: None).read_text()
+    assert "No form of the law passes both checks" in text
+    assert "## Throughput" in text and (tmp_path / "throughput.json").exists()
+    assert "optima (under parameters, FLOPs and wall-clock seconds) are read off a fitted law" in text
+    assert not (tmp_path / "optima.json").exists()
+
+
+def test_results_without_timings_say_throughput_was_not_measured(tmp_path):
+    grid = load_grid("demo")
+    write_results_csv(tmp_path / "results.csv", synthetic_results(grid, EFFECTIVE_TRUTH,
+                                                                   EFFECTIVE_SIZE))
+    (tmp_path / "throughput.json").write_text("{}")  # stale
+    text = write_sweep_report(write_grid_json(tmp_path, grid), bootstrap_replicates=0,
+                              max_starts=100, log=lambda _: None).read_text()
+    assert "## Throughput\n\nNot measured" in text
+    assert not (tmp_path / "throughput.json").exists()
+    assert "No optimum under wall-clock seconds" in text
+
+
+def corrupt_results(path: Path) -> None:
+    with open(path, newline="") as f:
+        rows = list(csv.DictReader(f))
+    rows[0]["N_total"] = "many"
+    with open(path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+@pytest.mark.parametrize("damage, message", [
+    (lambda d: corrupt_results(d / "results.csv"), "results.csv line 2: N_total='many' is not a number"),
+    (lambda d: (d / "results.csv").write_bytes(b"run,N_total\n\xff\xfe,1\n"), "results.csv"),
+    (lambda d: (d / "grid.json").write_text("{\"name\": "), "grid.json is not JSON"),
+    (lambda d: (d / "grid.json").write_text("[1, 2]"), "grid.json is invalid: expected a JSON object"),
+    (lambda d: (d / "grid.json").write_text(json.dumps(
+        {**json.loads((d / "grid.json").read_text()), "top_k": "one"})), "grid.json: top_k='one'"),
+    (lambda d: (d / "grid.json").unlink(), "cannot read"),
+])
+def test_malformed_sweep_files_are_one_line_errors_naming_the_file(tmp_path, damage, message):
+    grid = load_grid("demo")
+    write_results_csv(tmp_path / "results.csv", synthetic_results(grid, EFFECTIVE_TRUTH,
+                                                                   EFFECTIVE_SIZE))
+    write_grid_json(tmp_path, grid)
+    damage(tmp_path)
+    with pytest.raises(MoelabError, match=message) as error:
+        write_sweep_report(tmp_path, bootstrap_replicates=0, max_starts=50, log=lambda _: None)
+    assert "\n" not in str(error.value) and str(tmp_path) in str(error.value)
