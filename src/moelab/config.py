@@ -259,6 +259,10 @@ DEVICE_CHOICES = "auto, cpu, cuda, cuda:N"
 
 MAX_TOKENS = 10**15
 """A sanity cap on train.max_tokens: a budget above it cannot finish on any machine."""
+MAX_SEED = 2**63 - 1
+"""torch.manual_seed's range."""
+MAX_SAMPLE_TOKENS = 100_000
+"""A sanity cap on train.sample_tokens: the end-of-run sample is generated token by token."""
 EVAL_TASK_NAMES = ("last_word", "ending", "agreement")
 """The zero-shot tasks of moelab.tasks (named here so a config can be checked without them)."""
 
@@ -404,6 +408,14 @@ class TrainConfig:
         if self.init_sha256 is not None and not _is_sha256(self.init_sha256):
             raise ConfigError(f"{prefix}.init_sha256={self.init_sha256!r} is invalid: expected "
                               f"64 lowercase hex digits")
+        for name in ("seed", "data_seed"):
+            value = getattr(self, name)
+            if value is not None and value > MAX_SEED:  # torch.manual_seed takes 64 bits
+                raise ConfigError(f"{prefix}.{name}={value} is invalid: allowed 0..2^63-1")
+        if self.sample_tokens > MAX_SAMPLE_TOKENS:
+            raise ConfigError(f"{prefix}.sample_tokens={self.sample_tokens} is invalid: allowed "
+                              f"0..{MAX_SAMPLE_TOKENS:,} (the end-of-run sample, generated "
+                              f"token by token)")
 
     @property
     def effective_data_seed(self) -> int:

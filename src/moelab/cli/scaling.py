@@ -329,6 +329,7 @@ def check_fit_file(path_text: str) -> None:
 
     if "params" in record:
         check(record["params"], "params")
+        check_scale_exponents(record["params"], path)
     bootstrap = record.get("bootstrap")
     if bootstrap is not None and not isinstance(bootstrap, dict):
         raise MoelabError(f"{path}: bootstrap is invalid: expected a mapping or null")
@@ -342,6 +343,19 @@ def check_fit_file(path_text: str) -> None:
     if shared is not None and (isinstance(shared, bool) or not isinstance(shared, (int, float))
                                or not 0 <= shared <= 1):
         raise MoelabError(f"{path}: shared_fraction={shared!r} is invalid: allowed [0, 1] or null")
+
+
+SCALE_EXPONENTS = ("alpha", "beta", "gamma")
+"""The exponents of N and D in every law: at or below 0 the loss would not fall with size or
+data, and every optimum would sit at the edge of the search."""
+
+
+def check_scale_exponents(params: dict, path: Path) -> None:
+    for name in SCALE_EXPONENTS:
+        value = params.get(name)
+        if value is not None and value <= 0:
+            raise MoelabError(f"{path}: params.{name}={value!r} is invalid: allowed > 0 (the "
+                              "loss must fall with parameters and tokens for an optimum to exist)")
 
 
 def _isoflop(args) -> int:

@@ -113,6 +113,8 @@ def _report(args) -> int:
     from moelab.study.plan import check_study_files
     from moelab.study.report import write_outputs
 
+    if Path(args.study_dir).exists() and not Path(args.study_dir).is_dir():
+        raise MoelabError(f"{args.study_dir} is a file, not a study folder (nor a sweep folder)")
     if (Path(args.study_dir) / "grid.json").is_file():
         from moelab.cli.scaling import report_sweep
 

@@ -166,12 +166,3 @@ def load_grid(source: str | Path, overrides: list[str] | None = None) -> SweepGr
     except ConfigError as exc:
         raise ConfigError(f"sweep grid {raw.get('name')!r}: {exc}") from None
     return grid.validate()
-
-
-def describe_grid(grid: SweepGrid) -> str:
-    budgets = (", ".join(f"{b:.3g} FLOPs" for b in grid.flops_budgets)
-               or ", ".join(f"{b:,} tokens" for b in grid.token_budgets))
-    return (f"{len(grid.sizes)} sizes ({', '.join(s['name'] for s in grid.sizes)}) x "
-            f"{len(grid.sparsities)} sparsities ({', '.join(f'{s:g}' for s in grid.sparsities)}, "
-            f"top-{grid.top_k}, {grid.mode}) x {len(grid.flops_budgets or grid.token_budgets)} "
-            f"budgets ({budgets}), seed {grid.seed}, base config {grid.base!r}")

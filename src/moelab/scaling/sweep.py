@@ -318,10 +318,3 @@ def write_results_csv(path: Path, rows: list[dict]) -> Path:
     writer.writeheader()
     writer.writerows(rows)
     return atomic_write_text(path, buffer.getvalue())
-
-
-def fit_columns_map() -> dict[str, str]:
-    """How ``moelab fit`` reads a sweep's results.csv: N is the total parameter count."""
-    from moelab.scaling.sweep_folder import SWEEP_FIT_COLUMNS
-
-    return dict(SWEEP_FIT_COLUMNS)

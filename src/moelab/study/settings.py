@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Annotated, Any, Optional, Union
 
 from moelab.config import (
-    Config, Parsed, apply_overrides, build_config, from_dict, override, read_with_base,
+    EVAL_TASK_NAMES, Config, Parsed, apply_overrides, build_config, from_dict, override, read_with_base,
     to_dict,
 )
 from moelab.errors import ConfigError
@@ -132,11 +132,10 @@ class StudySettings:
 
 
 def check_task_names(names: list[str], key: str) -> None:
-    from moelab.tasks import TASK_NAMES  # here: it imports torch
-
     for index, name in enumerate(names):
-        if name not in TASK_NAMES:
-            raise ConfigError(f"{key}[{index}]={name!r} is invalid: allowed {', '.join(TASK_NAMES)}")
+        if name not in EVAL_TASK_NAMES:
+            raise ConfigError(f"{key}[{index}]={name!r} is invalid: allowed "
+                              f"{', '.join(EVAL_TASK_NAMES)}")
 
 
 def load_study(source: str | Path, overrides: list[str] | None = None) -> tuple[Config, StudySettings]:
