@@ -4,7 +4,6 @@ whether the files a report is built from can be read."""
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 
 import yaml
@@ -13,6 +12,7 @@ from moelab.errors import MoelabError
 from moelab.fileio import atomic_write_json
 from moelab.train.checkpoint import latest_checkpoint
 from moelab.train.run_folder import RunFolder
+from moelab.train.summary import is_finite_number
 
 
 def is_complete(run_dir: Path) -> bool:
@@ -44,12 +44,6 @@ def write_failures(folder: Path, failures: dict[str, str]) -> None:
 # The files a report is built from
 # --------------------------------------------------------------------------------------------
 
-_REPORTED_NUMBERS = ("best_val_loss", "best_val_bpb", "final_val_loss", "final_val_bpb",
-                     "tokens_per_s", "wall_time_s", "tokens", "steps", "best_val_step",
-                     "active_params", "total_params", "non_embedding_params",
-                     "flops_per_token_6n", "flops_per_token_full")
-
-
 def check_run_files(runs_root: Path) -> None:
     """Refuse, on one line naming the file, what a report would choke on: in every complete run
     under ``runs_root`` a summary number that is not a finite number, a metrics.jsonl without
@@ -70,15 +64,10 @@ def check_run_files(runs_root: Path) -> None:
 
 
 def _summary_problem(run: RunFolder) -> str:
-    summary = run.read_summary()
-    for key in _REPORTED_NUMBERS:
-        value = summary.get(key)
-        if value is not None and not is_finite_number(value):
-            return f"{run.summary_path} is corrupt ({key}={value!r} is not a finite number)"
-    routing = summary.get("routing")
-    if routing is not None and not (isinstance(routing, list)
-                                    and all(isinstance(layer, dict) for layer in routing)):
-        return f"{run.summary_path} is corrupt (routing is not a list of layers)"
+    try:
+        run.summary()
+    except MoelabError as exc:
+        return str(exc)
     return ""
 
 
@@ -120,8 +109,3 @@ def _metrics_problem(run: RunFolder) -> str:
     if not eval_steps:
         return f"{path} of a complete run has no eval events"
     return ""
-
-
-def is_finite_number(value) -> bool:
-    return (isinstance(value, (int, float)) and not isinstance(value, bool)
-            and math.isfinite(value))

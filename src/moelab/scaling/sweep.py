@@ -26,6 +26,7 @@ from moelab.fileio import atomic_write_json, atomic_write_text, remove_stale_tem
 from moelab.scaling.fitting import check_num_starts
 from moelab.scaling.grid import GRID_KEYS, SweepGrid, experts_for
 from moelab.scaling.isoflop import compute_deviation
+from moelab.train.summary import RunSummary
 
 
 # --------------------------------------------------------------------------------------------
@@ -266,20 +267,11 @@ SUMMARY_KEYS = ("total_params", "active_params", "non_embedding_params", "tokens
                 "flops_per_token_6n", "flops_per_token_full", "best_val_loss", "final_val_loss")
 
 
-def _run_summary(run) -> dict:
-    summary = run.read_summary()
-    if "flops_per_token_6n" not in summary and "flops_per_token" in summary:
-        # Runs trained before the rename: the same 6 N_active number under its old name, so
-        # a resumed sweep keeps its finished runs.
-        summary["flops_per_token_6n"] = summary["flops_per_token"]
-    missing = [key for key in SUMMARY_KEYS if key not in summary]
-    if missing:
-        raise MoelabError(f"{run.summary_path} lacks {', '.join(missing)}: it was written by an "
-                          "older moelab; delete the run folder to retrain it")
-    return summary
+def _run_summary(run) -> RunSummary:
+    return run.summary().require(SUMMARY_KEYS, run.summary_path)
 
 
-def result_row(point: SweepPoint, run_dir: str, summary: dict, config: Config) -> dict:
+def result_row(point: SweepPoint, run_dir: str, summary: RunSummary, config: Config) -> dict:
     """A results.csv row. Counts, tokens and FLOPs come from the run's summary.json; experts and
     sparsity from its config.yaml; the plan gives only the names and the nominal budget."""
     moe = config.model.moe
@@ -287,28 +279,23 @@ def result_row(point: SweepPoint, run_dir: str, summary: dict, config: Config) -
     return {
         "run": run_dir, "size": point.size, "budget": point.budget_label,
         "C_budget": "" if point.flops_budget is None else exact_text(point.flops_budget),
-        "N_total": summary["total_params"], "N_active": summary["active_params"],
-        "N_non_embedding": summary["non_embedding_params"], "D": summary["tokens"],
-        "C": summary["flops_per_token_6n"] * summary["tokens"], "S": (experts - top_k) / experts,
+        "N_total": summary.total_params, "N_active": summary.active_params,
+        "N_non_embedding": summary.non_embedding_params, "D": summary.tokens,
+        "C": summary.flops_per_token_6n * summary.tokens, "S": (experts - top_k) / experts,
         "E": experts, "k": top_k, "d_expert": moe.d_expert if moe else "",
-        "flops_per_token_6n": summary["flops_per_token_6n"],
-        "flops_per_token_full": summary["flops_per_token_full"],
-        "best_val_loss": summary["best_val_loss"], "final_val_loss": summary["final_val_loss"],
-        "collapse": bool(summary.get("collapse", False)),
+        "flops_per_token_6n": summary.flops_per_token_6n,
+        "flops_per_token_full": summary.flops_per_token_full,
+        "best_val_loss": summary.best_val_loss, "final_val_loss": summary.final_val_loss,
+        "collapse": bool(summary.collapse),
         **_throughput_fields(summary),
     }
 
 
-def _throughput_fields(summary: dict) -> dict:
-    """tokens/s, step time, peak memory and device; runs written before step_time_s and
-    peak_memory_bytes existed still give their step time from train_time_s / steps."""
-    step_time = summary.get("step_time_s")
-    if step_time is None and summary.get("train_time_s") and summary.get("steps"):
-        step_time = summary["train_time_s"] / summary["steps"]
-    fields = {"tokens_per_s": summary.get("tokens_per_s"), "step_time_s": step_time,
-              "tokens_per_step": summary.get("tokens_per_step"),
-              "peak_memory_bytes": summary.get("peak_memory_bytes"),
-              "device": summary.get("device")}
+def _throughput_fields(summary: RunSummary) -> dict:
+    """tokens/s, step time, peak memory and device ('' where an older run lacks them)."""
+    fields = {"tokens_per_s": summary.tokens_per_s, "step_time_s": summary.step_time_s,
+              "tokens_per_step": summary.tokens_per_step,
+              "peak_memory_bytes": summary.peak_memory_bytes, "device": summary.device}
     return {key: "" if value is None else value for key, value in fields.items()}
 
 

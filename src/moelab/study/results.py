@@ -28,6 +28,8 @@ from moelab.errors import MoelabError
 from moelab.study.arms import LADDER_RUNGS, MOE_ARM, dense_arm_name
 from moelab.study.budgets import format_token_count, parse_token_count
 from moelab.runs import is_complete, read_failures
+from moelab.train.run_folder import RunFolder
+from moelab.train.summary import RunSummary
 from moelab.study.plan import run_name
 from moelab.study.stats import compare, summarize
 from moelab.study.zero_shot import read_run_tasks, zero_shot_result
@@ -59,7 +61,7 @@ class RunRecord:
     budget: Optional[int]
     run_dir: Path
     """Relative to the study folder, so a moved folder reports the same."""
-    summary: dict
+    summary: RunSummary
     evals: list[dict] = field(default_factory=list)
     config: dict = field(default_factory=dict)
     tasks: dict = field(default_factory=dict)
@@ -86,7 +88,7 @@ def find_runs(study_dir: Path) -> list[RunRecord]:
 
 
 def read_run(study_dir: Path, run_dir: Path, arm: str, seed: int, budget: Optional[int]) -> RunRecord:
-    summary = _read_json(run_dir / "summary.json")
+    summary = RunFolder(run_dir).summary()
     evals = []
     metrics_path = run_dir / "metrics.jsonl"
     if metrics_path.is_file():
@@ -186,19 +188,20 @@ def arm_result(arm: str, records: list[RunRecord]) -> dict:
     """Seed statistics, sizes, routing and the per-run numbers of one arm (run files only)."""
     first = records[0].summary
     runs = [
-        {"seed": r.seed, "run_dir": r.run_dir.as_posix(), **{k: r.summary.get(k) for k in RUN_FIELDS}}
+        {"seed": r.seed, "run_dir": r.run_dir.as_posix(),
+         **{k: getattr(r.summary, k) for k in RUN_FIELDS}}
         for r in records
     ]
     result = {
         "description": describe_model(records[0].config),
         "criterion": _criterion_of(arm),
-        **{key: first.get(key) for key in SIZE_FIELDS},
+        **{key: getattr(first, key) for key in SIZE_FIELDS},
         "model": (records[0].config.get("model") or {}),
     }
     for key in SEED_STATISTICS:
         result[key] = summarize([run[key] for run in runs if run.get(key) is not None]).to_dict()
     result["routing"] = routing_result(records)
-    result["collapsed_runs"] = sum(bool(r.summary.get("collapse")) for r in records)
+    result["collapsed_runs"] = sum(bool(r.summary.collapse) for r in records)
     result["runs"] = runs
     return result
 
@@ -220,7 +223,7 @@ def describe_model(config: dict) -> str:
 
 def routing_result(records: list[RunRecord]) -> dict:
     """Final routing diagnostics: mean over layers, then mean over seeds; the worst layer too."""
-    per_run = [r.summary.get("routing") or [] for r in records]
+    per_run = [r.summary.routing for r in records]
     if not any(per_run):
         return {}
     result = {}

@@ -46,6 +46,7 @@ from moelab.train.optim import (
     build_optimizer, decay_start_step, decay_steps_for, lr_at, warmup_steps_for,
 )
 from moelab.train.run_folder import RunFolder
+from moelab.train.summary import RunSummary
 
 LOSS_NAMES = ("loss", "ce_loss", "lb_loss", "z_loss")
 
@@ -422,41 +423,43 @@ def _log_nothing(event: dict[str, Any]) -> None:
 
 def _summary(config: Config, state: dict[str, Any], plan: StepPlan, clock: "Clock",
              dist: Distributed) -> dict[str, Any]:
+    """summary.json's content: a ``RunSummary``, as a dict."""
     from moelab.train.memory import peak_memory_bytes
 
     counts, flops = count_params(config.model), flops_per_token(config.model)
     final = state["last_eval"]
-    tokens_per_s = state["tokens"] / max(clock.train_s, 1e-9)
-    return {
-        "status": "complete",
-        "best_val_loss": state["best_val_loss"],
-        "best_val_step": state["best_val_step"],
-        "best_val_bpb": state["best_val_bpb"],
-        "final_val_loss": final["val_loss"],
-        "final_val_bpb": final["bits_per_byte"],
-        "total_params": counts.total,
-        "active_params": counts.active,
-        "non_embedding_params": counts.non_embedding,
-        "flops_per_token_6n": flops.six_n,
-        "flops_per_token_full": flops.full,
-        "tokens": state["tokens"],
-        "steps": state["step"],
-        "tokens_per_step": plan.tokens_per_step,
-        "wall_time_s": clock.wall_s,
-        "train_time_s": clock.train_s,
-        "tokens_per_s": tokens_per_s,
-        "flops_per_s": tokens_per_s * flops.full,
-        "step_time_s": clock.train_s / max(state["step"], 1),
-        "peak_memory_bytes": peak_memory_bytes(dist.device),
-        "seed": config.train.seed,
-        "data_seed": config.train.effective_data_seed,
-        "world_size": dist.world_size,
-        "device": str(dist.device),
-        "versions": {"moelab": moelab.__version__, "torch": torch.__version__,
-                     "numpy": np.__version__, "python": platform.python_version()},
-        "routing": final["routing"],
-        "collapse": is_collapsed(final["routing"], config.train.collapse_threshold),
-    }
+    train_s = clock.train_s  # the clock runs: read it once, so the numbers below agree
+    tokens_per_s = state["tokens"] / max(train_s, 1e-9)
+    return RunSummary(
+        status="complete",
+        best_val_loss=state["best_val_loss"],
+        best_val_step=state["best_val_step"],
+        best_val_bpb=state["best_val_bpb"],
+        final_val_loss=final["val_loss"],
+        final_val_bpb=final["bits_per_byte"],
+        total_params=counts.total,
+        active_params=counts.active,
+        non_embedding_params=counts.non_embedding,
+        flops_per_token_6n=flops.six_n,
+        flops_per_token_full=flops.full,
+        tokens=state["tokens"],
+        steps=state["step"],
+        tokens_per_step=plan.tokens_per_step,
+        wall_time_s=clock.wall_s,
+        train_time_s=train_s,
+        tokens_per_s=tokens_per_s,
+        flops_per_s=tokens_per_s * flops.full,
+        step_time_s=train_s / max(state["step"], 1),
+        peak_memory_bytes=peak_memory_bytes(dist.device),
+        seed=config.train.seed,
+        data_seed=config.train.effective_data_seed,
+        world_size=dist.world_size,
+        device=str(dist.device),
+        versions={"moelab": moelab.__version__, "torch": torch.__version__,
+                  "numpy": np.__version__, "python": platform.python_version()},
+        routing=final["routing"],
+        collapse=is_collapsed(final["routing"], config.train.collapse_threshold),
+    ).to_dict()
 
 
 class Throughput:

@@ -24,6 +24,7 @@ from moelab.fileio import (
     WriterLock, atomic_write, atomic_write_json, atomic_write_text, is_bookkeeping,
     remove_stale_temporaries,
 )
+from moelab.train.summary import RunSummary
 
 # Keys that may differ between a run and its resumption: they change how a run is shown,
 # never what it computes.
@@ -164,6 +165,12 @@ class RunFolder:
             raise MoelabError(f"{self.summary_path} is corrupt (not a JSON object): resume the "
                               f"run (--resume) to write it again from its last checkpoint")
         return summary
+
+    def summary(self) -> RunSummary | None:
+        """The typed summary (``moelab.train.summary``), or None when the run has not finished;
+        a damaged one is a one-line error naming the file."""
+        record = self.read_summary()
+        return None if record is None else RunSummary.from_dict(record, self.summary_path)
 
     def is_complete(self) -> bool:
         """Whether the run finished: its summary says so. An unreadable summary is not

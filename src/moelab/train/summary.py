@@ -1,0 +1,109 @@
+"""summary.json: a finished run's numbers, typed. The loop writes it once (its presence with
+``"status": "complete"`` marks the run finished); the runs layer, the study and the sweep read
+it through ``RunSummary.from_dict``, never by key strings of their own.
+
+``schema_version`` counts changes of meaning. A summary without one was written before it
+existed: ``from_dict`` upgrades it (``flops_per_token`` was ``flops_per_token_6n``; its step
+time follows from train time and steps), so older run folders stay readable.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any, Optional
+
+from moelab.errors import MoelabError
+
+SCHEMA_VERSION = 1
+
+
+@dataclass
+class RunSummary:
+    status: str = "complete"
+    best_val_loss: Optional[float] = None
+    best_val_step: Optional[int] = None
+    best_val_bpb: Optional[float] = None
+    final_val_loss: Optional[float] = None
+    final_val_bpb: Optional[float] = None
+    total_params: Optional[int] = None
+    active_params: Optional[int] = None
+    non_embedding_params: Optional[int] = None
+    flops_per_token_6n: Optional[int] = None
+    """6 N_active: the FLOPs per token scaling laws count (``moelab.accounting``)."""
+    flops_per_token_full: Optional[int] = None
+    """Every matmul and attention FLOP per token, forward and backward."""
+    tokens: Optional[int] = None
+    steps: Optional[int] = None
+    tokens_per_step: Optional[int] = None
+    wall_time_s: Optional[float] = None
+    train_time_s: Optional[float] = None
+    """Wall time less evaluation and checkpoint pauses, across resumes."""
+    tokens_per_s: Optional[float] = None
+    flops_per_s: Optional[float] = None
+    step_time_s: Optional[float] = None
+    peak_memory_bytes: Optional[int] = None
+    """Peak allocated GPU memory, or the process's peak resident memory on a CPU."""
+    seed: Optional[int] = None
+    data_seed: Optional[int] = None
+    world_size: Optional[int] = None
+    device: Optional[str] = None
+    versions: dict[str, str] = field(default_factory=dict)
+    routing: list[dict[str, Any]] = field(default_factory=list)
+    """Per MoE layer, the final evaluation's routing diagnostics; [] for a dense model."""
+    collapse: bool = False
+    schema_version: int = SCHEMA_VERSION
+
+    def to_dict(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    @classmethod
+    def from_dict(cls, record: dict[str, Any], path: Path | str = "summary.json") -> "RunSummary":
+        """The summary a summary.json holds; a number that is not a finite number, or routing
+        that is not a list of layers, is a one-line error naming the file."""
+        record = _upgraded(record)
+        values = {f.name: record[f.name] for f in fields(cls) if f.name in record}
+        for name in _NUMBERS:
+            value = values.get(name)
+            if value is not None and not is_finite_number(value):
+                raise MoelabError(f"{path} is corrupt ({name}={value!r} is not a finite number)")
+        routing = values.get("routing")
+        if routing is None:
+            values.pop("routing", None)
+        elif not (isinstance(routing, list) and all(isinstance(layer, dict) for layer in routing)):
+            raise MoelabError(f"{path} is corrupt (routing is not a list of layers)")
+        return cls(**values)
+
+    def require(self, names: tuple[str, ...], path: Path | str) -> "RunSummary":
+        """Refuse, naming them, the fields a reader needs that this summary lacks."""
+        missing = [name for name in names if getattr(self, name) is None]
+        if missing:
+            raise MoelabError(f"{path} lacks {', '.join(missing)}: it was written by an older "
+                              "moelab; delete the run folder to retrain it")
+        return self
+
+
+_NUMBERS = tuple(f.name for f in fields(RunSummary)
+                 if f.name not in ("status", "device", "versions", "routing", "collapse",
+                                   "schema_version"))
+
+
+def _upgraded(record: dict[str, Any]) -> dict[str, Any]:
+    """A summary written before schema_version 1, in today's names."""
+    if "schema_version" in record:
+        return record
+    record = dict(record)
+    if "flops_per_token_6n" not in record and "flops_per_token" in record:
+        record["flops_per_token_6n"] = record["flops_per_token"]  # the same 6 N_active number
+    train_s, steps = record.get("train_time_s"), record.get("steps")
+    if record.get("step_time_s") is None and is_finite_number(train_s) and \
+            is_finite_number(steps) and steps:
+        record["step_time_s"] = train_s / steps
+    record["schema_version"] = 0
+    return record
+
+
+def is_finite_number(value: Any) -> bool:
+    return (isinstance(value, (int, float)) and not isinstance(value, bool)
+            and math.isfinite(value))
