@@ -194,3 +194,28 @@ def test_a_context_too_short_for_a_task_is_refused_before_training(tmp_path, cap
     assert ("train.eval_tasks: task 'agreement' needs model.max_seq_len >= " in err
             and "the run has 16" in err and err.count("\n") == 1)
     assert not (run / "checkpoints").exists() and not (run / "metrics.jsonl").exists()
+
+
+@pytest.mark.slow
+def test_a_sweep_tabulates_the_tasks_its_runs_scored(tmp_path):
+    """results.csv carries each run's accuracy from its tasks.json; the report a table of them."""
+    import csv
+    from dataclasses import replace
+
+    from moelab.scaling.grid import load_grid
+    from moelab.scaling.sweep import run_sweep
+
+    micro = load_grid("micro")
+    grid = replace(micro, overrides=[*micro.overrides, "model.max_seq_len=64",
+                                     "train.eval_tasks=[agreement]"])
+    run_sweep(grid, tmp_path, bootstrap_replicates=0, log=lambda _: None)
+    with open(tmp_path / "results.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == 4
+    for row in rows:
+        scored = json.loads((tmp_path / row["run"] / "tasks.json").read_text())["tasks"]
+        assert set(scored) == {"agreement"}
+        assert float(row["zero_shot_agreement"]) == scored["agreement"]["accuracy"]
+        assert "zero_shot_ending" not in row  # a column only for the tasks the runs scored
+    report = (tmp_path / "report.md").read_text()
+    assert "## Zero-shot tasks" in report and "agreement (chance 0.5000)" in report

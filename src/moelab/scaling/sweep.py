@@ -259,8 +259,21 @@ def collect_results(out_dir: Path, points: list[SweepPoint]) -> list[dict]:
     for point, spec in zip(points, _run_specs(points)):
         run = RunFolder(out_dir / spec.run_dir)
         if is_complete(run.path):
-            rows.append(result_row(point, str(spec.run_dir), _run_summary(run), run.read_config()))
+            row = result_row(point, str(spec.run_dir), _run_summary(run), run.read_config())
+            rows.append({**row, **_task_fields(run.path)})
     return rows
+
+
+def task_column(task: str) -> str:
+    """results.csv's column of a zero-shot task's accuracy (runs with ``train.eval_tasks``)."""
+    return f"zero_shot_{task}"
+
+
+def _task_fields(run_dir: Path) -> dict:
+    """The accuracy of each task the run scored into its tasks.json as it ended."""
+    from moelab.tasks import read_run_tasks
+
+    return {task_column(task): entry["accuracy"] for task, entry in read_run_tasks(run_dir).items()}
 
 
 SUMMARY_KEYS = ("total_params", "active_params", "non_embedding_params", "tokens",
@@ -300,8 +313,13 @@ def _throughput_fields(summary: RunSummary) -> dict:
 
 
 def write_results_csv(path: Path, rows: list[dict]) -> Path:
+    """RESULT_COLUMNS, then a zero-shot column per task some run scored (none otherwise)."""
+    from moelab.tasks import TASK_NAMES
+
+    scored = {key for row in rows for key in row if key not in RESULT_COLUMNS}
+    columns = RESULT_COLUMNS + tuple(task_column(t) for t in TASK_NAMES if task_column(t) in scored)
     buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=RESULT_COLUMNS, lineterminator="\n")
+    writer = csv.DictWriter(buffer, fieldnames=columns, lineterminator="\n")
     writer.writeheader()
     writer.writerows(rows)
     return atomic_write_text(path, buffer.getvalue())

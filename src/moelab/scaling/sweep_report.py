@@ -57,6 +57,7 @@ def render_sweep_report(out_dir: Path) -> Path:
     throughput = read_optional_json(out_dir / "throughput.json")
     optima = read_optional_json(out_dir / "optima.json")
     sections.append(_results_table(rows))
+    sections.append(_zero_shot_section(out_dir, header, rows))
     if selection is not None:
         sections.append(_forms_section(selection))
     if analysis["status"].get("law") == "too_few_points":
@@ -136,6 +137,28 @@ def _results_table(rows: list[dict[str, str]]) -> str:
     return "## Runs\n\n" + markdown_table(
         ["size", "budget", "S", "E", "N total", "N active", "D", "C", "best val loss"], body,
         "llrrrrrrr")
+
+
+def _zero_shot_section(out_dir: Path, header: list[str], rows: list[dict[str, str]]) -> str:
+    """Each run's zero-shot accuracies (results.csv's zero_shot_* columns, from the runs'
+    tasks.json) beside each task's chance level; nothing when no run scored tasks."""
+    from moelab.tasks import TASK_NAMES, read_run_tasks
+
+    tasks = [task for task in TASK_NAMES if f"zero_shot_{task}" in header]
+    if not tasks:
+        return ""
+    chance = {}
+    for row in rows:
+        for task, entry in read_run_tasks(out_dir / row["run"]).items():
+            chance.setdefault(task, entry["chance"])
+    body = [[r["size"], r["budget"], r["S"]] + [
+        format_number(float(r[f"zero_shot_{t}"])) if r[f"zero_shot_{t}"] else "" for t in tasks]
+        for r in rows]
+    names = [f"{task} (chance {format_number(chance[task])})" if task in chance else task
+             for task in tasks]
+    return ("## Zero-shot tasks\n\nAccuracy of each run's final weights on the tasks it scored "
+            "(`train.eval_tasks`; each run's `tasks.json`, docs/training.md \"Zero-shot tasks\").\n\n"
+            + markdown_table(["size", "budget", "S", *names], body, "llr" + "r" * len(tasks)))
 
 
 def _fit_section(fit: dict, shared: float | None, replicates: int) -> str:

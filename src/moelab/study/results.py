@@ -32,7 +32,8 @@ from moelab.train.run_folder import RunFolder
 from moelab.train.summary import RunSummary
 from moelab.study.plan import run_name
 from moelab.study.stats import compare, summarize
-from moelab.study.zero_shot import read_run_tasks, zero_shot_result
+from moelab.study.zero_shot import zero_shot_result
+from moelab.tasks import read_run_tasks
 
 # Per-run numbers copied from summary.json into results.json / results.csv.
 RUN_FIELDS = (

@@ -10,37 +10,15 @@ t-test on the per-seed differences moe - dense, the statistic the val-loss gaps 
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import numpy as np
 
 from moelab.accounting import CRITERIA
-from moelab.errors import MoelabError
 from moelab.study.arms import MOE_ARM, dense_arm_name
 from moelab.study.stats import decide, mean_interval, paired_difference, summarize
-from moelab.tasks import TASK_NAMES, TRAINING_RESULTS_FILE
+from moelab.tasks import TASK_NAMES
 
 # Copied per run from its tasks.json entry.
 RUN_TASK_FIELDS = ("accuracy", "correct", "items", "chance", "step")
-
-
-def read_run_tasks(run_dir: Path) -> dict:
-    """{task: entry} of a run's tasks.json ({} without one); each entry needs its accuracy."""
-    path = run_dir / TRAINING_RESULTS_FILE
-    if not path.is_file():
-        return {}
-    try:
-        stored = json.loads(path.read_text("utf-8"))
-    except ValueError:
-        raise MoelabError(f"{path} is not valid JSON") from None
-    tasks = stored.get("tasks") if isinstance(stored, dict) else None
-    if not isinstance(tasks, dict) or not all(
-            isinstance(entry, dict) and {"accuracy", "chance"} <= entry.keys()
-            for entry in tasks.values()):
-        raise MoelabError(f"{path} is corrupt (no 'tasks' with an accuracy and chance each): "
-                          f"delete the run to train and score it again")
-    return tasks
 
 
 def zero_shot_result(arm_names: list[str], records: list) -> dict:

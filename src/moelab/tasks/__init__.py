@@ -111,3 +111,21 @@ def _read_results(path: Path) -> dict:
         raise MoelabError(f"{path} is corrupt (no 'tasks' object): delete it and score the "
                           f"tasks again")
     return results
+
+
+def read_run_tasks(run_dir: Path) -> dict:
+    """{task: entry} of a run's tasks.json ({} without one); each entry needs its accuracy."""
+    path = run_dir / TRAINING_RESULTS_FILE
+    if not path.is_file():
+        return {}
+    try:
+        stored = json.loads(path.read_text("utf-8"))
+    except ValueError:
+        raise MoelabError(f"{path} is not valid JSON") from None
+    tasks = stored.get("tasks") if isinstance(stored, dict) else None
+    if not isinstance(tasks, dict) or not all(
+            isinstance(entry, dict) and {"accuracy", "chance"} <= entry.keys()
+            for entry in tasks.values()):
+        raise MoelabError(f"{path} is corrupt (no 'tasks' with an accuracy and chance each): "
+                          f"delete the run to train and score it again")
+    return tasks
