@@ -10,6 +10,7 @@ identical to an uninterrupted run. An error the run raises itself (a bad config)
 
 from __future__ import annotations
 
+import socket
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +31,9 @@ class RayLauncher:
     """GPUs per run; fractions (0.25) put several small runs on one GPU."""
     max_retries: int = 3
 
+    def __post_init__(self) -> None:
+        _check_reachable(self.address)  # before anything is planned or prepared
+
     def describe(self) -> str:
         where = f"Ray cluster at {self.address}" if self.address else "Ray"
         gpus = f", {self.gpus_per_run:g} GPU" if self.gpus_per_run else ""
@@ -40,7 +44,11 @@ class RayLauncher:
         ray = _import_ray()
         started_here = not ray.is_initialized()
         if started_here:
-            ray.init(address=self.address, include_dashboard=False, log_to_driver=False)
+            try:
+                ray.init(address=self.address, include_dashboard=False, log_to_driver=False)
+            except (ConnectionError, RuntimeError, ValueError) as exc:
+                raise MoelabError(f"--ray-address {self.address}: cannot join the Ray cluster "
+                                  f"({one_line_error(exc)})") from None
         try:
             remote = ray.remote(train_planned_run).options(
                 num_cpus=self.cpus_per_run, num_gpus=self.gpus_per_run,
@@ -67,6 +75,30 @@ def _outcome(ray, ref, spec: RunSpec, seconds: float) -> RunOutcome:
     except ray.exceptions.RayError as exc:  # the worker died more often than it was retried
         return RunOutcome(spec, "failed", seconds, one_line_error(exc))
     return RunOutcome(spec, "complete", seconds, summary=summary)
+
+
+def _host_and_port(address: Optional[str]) -> Optional[tuple[str, str]]:
+    """(host, port) of a HOST:PORT or ray://HOST:PORT address; None for auto, local or none."""
+    if not address or address in ("auto", "local"):
+        return None
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    if not host or not port.isdigit():
+        raise MoelabError(f"--ray-address {address!r} is invalid: expected HOST:PORT, "
+                          "ray://HOST:PORT or auto")
+    return host, port
+
+
+def _check_reachable(address: Optional[str], timeout_s: float = 5.0) -> None:
+    """A HOST:PORT address that nothing answers on is a one-line error within seconds (Ray
+    itself retries for minutes); ``auto``, ``local`` and no address are left to Ray."""
+    if _host_and_port(address) is None:
+        return
+    host, port = _host_and_port(address)
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout_s).close()
+    except OSError as exc:
+        raise MoelabError(f"--ray-address {address}: no Ray cluster answers there "
+                          f"({exc.strerror or exc}); start one with 'ray start --head'") from None
 
 
 def _import_ray():
