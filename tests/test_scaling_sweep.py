@@ -397,3 +397,17 @@ def test_micro_sweep_end_to_end_then_rerun_skips_and_jobs_agree(tmp_path, monkey
     assert "--starts 50" in (parallel / "report.md").read_text()
     with open(parallel / "results.csv", newline="") as f:
         assert [r["best_val_loss"] for r in csv.DictReader(f)] == [r["best_val_loss"] for r in rows]
+
+
+def test_sweep_set_overrides_grid_keys_and_adds_config_keys_to_the_grids_overrides(tmp_path, capsys):
+    out = tmp_path / "sweep"
+    assert main(["sweep-sparsity", "micro", "--out", str(out), "--list-runs",
+                 "--set", "token_budgets=[1280,2560]", "--set", "train.schedule=wsd"]) == 0
+    grid = json.loads((out / "grid.json").read_text())
+    assert grid["token_budgets"] == [1280, 2560]
+    assert grid["overrides"] == [*load_grid("micro").overrides, "train.schedule=wsd"]
+    commands = capsys.readouterr().out.strip().splitlines()
+    assert len(commands) == 8 and sum("--branch-from" in c for c in commands) == 4  # a wsd family
+    assert main(["sweep-sparsity", "micro", "--dry-run", "--set", "seed=x"]) == 2
+    err = capsys.readouterr().err
+    assert "seed='x' is invalid: expected a whole number" in err and len(err.strip().splitlines()) == 1

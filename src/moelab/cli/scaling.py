@@ -97,6 +97,10 @@ def register(subparsers) -> None:
     # every moelab command; a test checks the list against grid_preset_names().
     sweep.add_argument("grid", metavar="PRESET|GRID",
                        help="a preset (demo, cpu, paper, micro) or a grid YAML file")
+    sweep.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                       help="override a grid key (--set token_budgets=[409.6K,1.2M], --set "
+                       "seed=1) or, for a model./data./train. key, add it to the grid's config "
+                       "overrides (--set train.schedule=wsd); repeatable")
     sweep.add_argument("--out", metavar="DIR", default=None, help="sweep folder (default sweep_<name>)")
     sweep.add_argument("--dry-run", action="store_true", help="print the planned runs only")
     sweep.add_argument("--bootstrap", type=bounded_int(MAX_BOOTSTRAP), default=200, metavar="R",
@@ -439,7 +443,7 @@ def _sweep(args) -> int:
     from moelab.scaling.sweep import plan_sweep, run_sweep
 
     check_grid_file(args.grid)
-    grid = load_grid(args.grid)
+    grid = load_grid(args.grid, grid_overrides(args.grid, args.overrides))
     if args.out is None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.+-]{0,63}", grid.name):
         # The name would become the folder sweep_<name>: nothing that climbs out of it.
         raise MoelabError(f"sweep grid name {grid.name!r} is invalid as a folder name (allowed "
@@ -466,6 +470,23 @@ def _sweep(args) -> int:
                                 max_starts=args.starts, launcher=launcher)
     print(f"results: {out_dir / 'results.csv'}\nreport: {report_path}")
     return 0
+
+
+CONFIG_SECTIONS = ("model.", "data.", "train.")
+
+
+def grid_overrides(source: str, overrides: list[str]) -> list[str]:
+    """``--set`` pairs as grid overrides: grid keys as given, config keys (model./data./train.)
+    appended to the grid's own ``overrides`` list, after the ones it has."""
+    from moelab.scaling.grid import load_grid
+
+    config_pairs = [pair for pair in overrides if pair.startswith(CONFIG_SECTIONS)]
+    grid_pairs = [pair for pair in overrides if not pair.startswith(CONFIG_SECTIONS)]
+    if not config_pairs:
+        return grid_pairs
+    existing = load_grid(source, grid_pairs).overrides
+    listed = ", ".join(json.dumps(pair) for pair in [*existing, *config_pairs])
+    return [*grid_pairs, f"overrides=[{listed}]"]
 
 
 def report_sweep(out_dir: Path) -> int:
