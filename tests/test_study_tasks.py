@@ -219,3 +219,19 @@ def test_a_sweep_tabulates_the_tasks_its_runs_scored(tmp_path):
         assert "zero_shot_ending" not in row  # a column only for the tasks the runs scored
     report = (tmp_path / "report.md").read_text()
     assert "## Zero-shot tasks" in report and "agreement (chance 0.5000)" in report
+
+
+def test_the_terminal_summary_prints_each_task_beside_the_loss_table(study, tmp_path, capsys):
+    folder = tmp_path / study.name
+    shutil.copytree(study, folder)
+    capsys.readouterr()
+    assert main(["report", str(folder)]) == 0
+    out = capsys.readouterr().out
+    results = json.loads((folder / "results.json").read_text())["zero_shot"]
+    for task, result in results.items():
+        moe = result["arms"]["moe"]["accuracy"]
+        line = next(l for l in out.splitlines() if l.startswith(f"zero-shot {task} "))
+        assert f"(chance {result['arms']['moe']['chance']:.4f})" in line
+        assert f"moe {moe['mean']:.4f} ± {moe['std']:.4f}" in line
+        for criterion, c in result["comparisons"].items():
+            assert f"    matched {criterion}: moe - {c['dense_arm']} {c['difference']:+.4f}" in out

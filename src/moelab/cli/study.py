@@ -149,9 +149,24 @@ def print_results(results: dict, study_dir: Path) -> None:
         if g["min_detectable_gap"] is not None:
             print(f"    min detectable gap {format_number(g['min_detectable_gap'])} "
                   f"(power {POWER:g}, two-sided alpha {ALPHA:.2g})")
+    _print_zero_shot(results.get("zero_shot") or {})
     for name, error in results["failed_runs"].items():
         print(f"FAILED {name}: {error}")
     print(f"\nreport: {study_dir / 'report.md'}")
+
+
+def _print_zero_shot(zero_shot: dict) -> None:
+    """Each task the runs scored: accuracy per arm, then each paired MoE - dense difference."""
+    for task, result in zero_shot.items():
+        chance = next(iter(result["arms"].values()))["chance"]
+        arms = ", ".join(f"{arm} {format_mean_std(r['accuracy']['mean'], r['accuracy']['std'])}"
+                         for arm, r in result["arms"].items())
+        print(f"zero-shot {task} (chance {chance:.4f}): {arms}")
+        for criterion, c in result["comparisons"].items():
+            interval = ("no CI" if c["ci_low"] is None else
+                        f"95% CI [{c['ci_low']:.4f}, {c['ci_high']:.4f}], p={format_p_value(c['p_value'])}")
+            print(f"    matched {criterion}: moe - {c['dense_arm']} {c['difference']:+.4f}, "
+                  f"{interval}: {c['verdict']}")
 
 
 def _interval(test: dict) -> str:
