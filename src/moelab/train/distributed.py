@@ -8,12 +8,12 @@ its own shard of each global batch, and only rank 0 evaluates and writes files.
 from __future__ import annotations
 
 import os
-import re
 from dataclasses import dataclass
 
 import torch
 import torch.distributed as torch_dist
 
+from moelab.config import DEVICE_CHOICES, DEVICE_NAME  # what train.device and eval --device accept
 from moelab.errors import MoelabError
 from moelab.train.cuda import configure_cuda
 
@@ -57,9 +57,6 @@ class Distributed:
             torch_dist.destroy_process_group()
 
 
-# What train.device (and ``moelab eval --device``) accept.
-DEVICE_NAME = re.compile(r"auto|cpu|cuda(:[0-9]+)?")
-DEVICE_CHOICES = "auto, cpu, cuda, cuda:N"
 
 
 def resolve_device(name: str, local_rank: int = 0, key: str = "train.device") -> torch.device:
