@@ -417,6 +417,8 @@ CASES = {
     "ray address unreachable": Case("study demo --out {tmp}/s --launcher ray --ray-address 127.0.0.1:1 "
                                     "--set train.max_tokens=2048",
                                     "--ray-address 127.0.0.1:1: no Ray cluster answers there"),
+    "slurm without slurm": Case("study demo --out {tmp}/s --launcher slurm",
+                                "--launcher slurm needs SLURM on this machine (no sbatch found)"),
     "launcher unknown": Case("study demo --out {tmp}/s --launcher kube", "--launcher: invalid choice"),
     "gpus per run nan": Case("study demo --out {tmp}/s --launcher ray --gpus-per-run nan",
                              "'nan' is invalid: allowed a number of GPUs in 0..64"),

@@ -272,3 +272,10 @@ def test_an_option_of_another_launcher_is_refused_on_one_line(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "--ray-address is invalid with --launcher local: it applies to --launcher ray" in err
     assert len(err.strip().splitlines()) == 1 and not (tmp_path / "s").exists()
+
+
+def test_the_cli_offers_every_launcher_the_runs_layer_has():
+    from moelab.cli.launch import LAUNCHERS as OFFERED
+    from moelab.runs.launchers import LAUNCHERS
+
+    assert OFFERED == LAUNCHERS

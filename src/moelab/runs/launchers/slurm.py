@@ -9,6 +9,7 @@ executor: the way to try a setup, and how the tests exercise this launcher.
 
 from __future__ import annotations
 
+import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -52,6 +53,13 @@ class SlurmLauncher:
     extra: dict = field(default_factory=dict)
     """More submitit parameters (``slurm_account``, ``mem_gb``, ...)."""
 
+    def __post_init__(self) -> None:
+        if self.cluster not in ("slurm", "local"):
+            raise MoelabError(f"cluster={self.cluster!r} is invalid: allowed slurm, local")
+        if self.cluster == "slurm" and shutil.which("sbatch") is None:  # before anything is planned
+            raise MoelabError("--launcher slurm needs SLURM on this machine (no sbatch found): "
+                              "run it on a login node, or try the array here with --slurm-local")
+
     def describe(self) -> str:
         where = "submitit's local executor" if self.cluster == "local" else "a SLURM job array"
         return f"{where}, {self.cpus_per_run} CPU{'s' if self.cpus_per_run > 1 else ''} per run"
@@ -59,7 +67,10 @@ class SlurmLauncher:
     def launch(self, folder: Path, specs: list[RunSpec], record: Callable[[RunOutcome], None],
                log: Log) -> None:
         submitit = _import_submitit()
-        executor = submitit.AutoExecutor(folder=folder / "slurm", cluster=self.cluster)
+        try:
+            executor = submitit.AutoExecutor(folder=folder / "slurm", cluster=self.cluster)
+        except RuntimeError as exc:  # submitit found no srun, say
+            raise MoelabError(f"--launcher slurm: {one_line_error(exc)}") from None
         executor.update_parameters(**self._parameters())
         arguments = [remote_arguments(folder, spec, self.cpus_per_run) for spec in specs]
         jobs = executor.map_array(RequeueableRun(), *zip(*arguments))
