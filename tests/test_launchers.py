@@ -279,3 +279,15 @@ def test_the_cli_offers_every_launcher_the_runs_layer_has():
     from moelab.runs.launchers import LAUNCHERS
 
     assert OFFERED == LAUNCHERS
+
+
+def test_a_run_asking_more_than_the_ray_cluster_has_is_refused(tmp_path, ray_cluster):
+    from moelab.runs.launchers.ray import RayLauncher
+
+    config = tiny_study_config(256 * 2)
+    with pytest.raises(MoelabError, match=r"--gpus-per-run 1 is invalid: the Ray cluster has 0 GPUs"):
+        run_study("study", config, StudySettings(seeds=1), tmp_path / "s", log=lambda _: None,
+                  launcher=RayLauncher(gpus_per_run=1))
+    with pytest.raises(MoelabError, match=r"--cpus-per-run 64 is invalid: the Ray cluster has 2 CPUs"):
+        run_study("study", config, StudySettings(seeds=1), tmp_path / "s", log=lambda _: None,
+                  launcher=RayLauncher(cpus_per_run=64))

@@ -50,6 +50,7 @@ class RayLauncher:
                 raise MoelabError(f"--ray-address {self.address}: cannot join the Ray cluster "
                                   f"({one_line_error(exc)})") from None
         try:
+            self._check_feasible(ray.cluster_resources())
             remote = ray.remote(train_planned_run).options(
                 num_cpus=self.cpus_per_run, num_gpus=self.gpus_per_run,
                 max_retries=self.max_retries, retry_exceptions=False)
@@ -65,6 +66,17 @@ class RayLauncher:
         finally:
             if started_here:
                 ray.shutdown()
+
+
+    def _check_feasible(self, resources: dict) -> None:
+        """A run asking for more than the whole cluster has would wait forever: refuse it (an
+        autoscaling cluster reports what it has now)."""
+        for option, asked, name in (("--cpus-per-run", self.cpus_per_run, "CPU"),
+                                    ("--gpus-per-run", self.gpus_per_run, "GPU")):
+            available = resources.get(name, 0)
+            if asked > available:
+                raise MoelabError(f"{option} {asked:g} is invalid: the Ray cluster has "
+                                  f"{available:g} {name}s in all")
 
 
 def _outcome(ray, ref, spec: RunSpec, seconds: float) -> RunOutcome:
