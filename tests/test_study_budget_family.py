@@ -77,7 +77,11 @@ def test_a_wsd_budget_study_equals_separate_runs_bit_for_bit(tmp_path, monkeypat
         assert curves(study / run["run_dir"]) == curves(separate)
         assert json.loads((study / run["run_dir"] / "summary.json").read_text())["best_val_loss"] \
             == summary["best_val_loss"]
-    assert (study / "report.md").is_file()
+    # 2 arms, each 16 steps in full plus cooldowns of 8 - 6 = 2 and 12 - 9 = 3 steps.
+    family = json.loads((study / "results.json").read_text())["budget_family"]
+    assert family == {"branches": 4, "tokens_trained": 2 * (16 + 2 + 3) * STEP,
+                      "tokens_one_run_per_budget": 2 * (8 + 12 + 16) * STEP}
+    assert f"trained {2 * 21 * STEP:,} tokens against {2 * 36 * STEP:,}" in (study / "report.md").read_text()
 
 
 def test_a_wsd_sweep_branches_the_smaller_budgets_of_each_size_and_sparsity(tmp_path):

@@ -226,9 +226,21 @@ def budget_section(results: dict, figure_paths: dict[str, str]) -> str:
                        f"{format_number(g['min_detectable_gap'])}" if g else "–")
         rows.append(row)
     table = markdown_table(["tokens", *(CRITERION_TEXT[c] for c in criteria)], rows)
-    return ("## Budget sweep\n\nEach budget is a separate set of runs with its own full schedule. "
+    return ("## Budget sweep\n\n" + _budget_runs_text(results.get("budget_family")) +
             "Gap = dense − MoE best val loss; seeds are paired within each budget.\n\n" + table + "\n"
             + figure_block("Gap against the token budget", figure_paths, "gaps_vs_tokens", level=3))
+
+
+def _budget_runs_text(family: dict | None) -> str:
+    if not family:
+        return "Each budget is a separate set of runs with its own full schedule. "
+    saved = 1 - family["tokens_trained"] / family["tokens_one_run_per_budget"]
+    return ("Under `train.schedule: wsd` each arm and seed is one budget family: its largest "
+            "budget's run is trained in full and each smaller budget's run is a cooldown branch "
+            f"from it ({family['branches']} branches, plan.json), the same run as a separate wsd "
+            f"run of that budget. The complete runs trained {family['tokens_trained']:,} tokens "
+            f"against {family['tokens_one_run_per_budget']:,} for one run per budget "
+            f"({saved:.0%} fewer). ")
 
 
 def ladder_section(results: dict) -> str:

@@ -147,7 +147,27 @@ def aggregate(study_dir: Path, records: list[RunRecord]) -> dict:
     }
     if "zero_shot" in groups[-1]:  # only studies whose runs scored tasks: others stay as they were
         results["zero_shot"] = groups[-1]["zero_shot"]
+    family = budget_family_tokens(plan, records)
+    if family:  # only wsd budget families: other studies stay as they were
+        results["budget_family"] = family
     return json_safe(results)
+
+
+def budget_family_tokens(plan: dict, records: list[RunRecord]) -> dict:
+    """Under a wsd budget family (plan.json names each branch's source and step): the tokens
+    the complete runs trained, against one run per budget from scratch; {} without branches."""
+    branch_step = {run["name"]: run["branch"]["step"] for run in plan.get("runs", [])
+                   if isinstance(run.get("branch"), dict)}
+    if not branch_step:
+        return {}
+    trained = separate = 0
+    for record in records:
+        tokens, steps = record.summary.tokens or 0, record.summary.steps or 1
+        tokens_per_step = record.summary.tokens_per_step or tokens // steps
+        separate += tokens
+        trained += tokens - branch_step.get(record.name, 0) * tokens_per_step
+    return {"branches": len(branch_step), "tokens_trained": trained,
+            "tokens_one_run_per_budget": separate}
 
 
 def _arm_order(planned: list[str], present: set[str]) -> list[str]:
