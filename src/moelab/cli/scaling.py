@@ -387,33 +387,6 @@ def _isoflop(args) -> int:
     return 0
 
 
-def check_grid_file(path_text: str) -> None:
-    """A grid file that is not UTF-8 text or gives a key twice (YAML would keep the last one
-    silently), named on one line; a preset name passes, other YAML errors load_grid names."""
-    import yaml
-
-    from moelab.config import load_yaml
-
-    path = Path(path_text)
-    if not path.is_file():
-        return
-    try:
-        text = path.read_bytes().decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise MoelabError(f"sweep grid {path_text!r} is not UTF-8 text (byte {exc.start})") from None
-    except OSError as exc:
-        raise MoelabError(f"cannot read sweep grid {path_text!r}: {exc.strerror or exc}") from None
-    try:
-        load_yaml(text)
-    except yaml.YAMLError as exc:
-        problem, mark = getattr(exc, "problem", None) or "", getattr(exc, "problem_mark", None)
-        if "given twice" in problem:
-            where = f" at line {mark.line + 1}" if mark else ""
-            raise MoelabError(f"sweep grid {path_text!r} is not valid YAML{where}: {problem}") from None
-    except RecursionError:
-        raise MoelabError(f"sweep grid {path_text!r} nests too deeply") from None
-
-
 def why_no_budget(columns: dict) -> str:
     """Why ``isoflop_analysis`` found no budget, for the one-line error."""
     import numpy as np
@@ -439,11 +412,9 @@ def why_no_budget(columns: dict) -> str:
 def _sweep(args) -> int:
     from moelab.cli.launch import build_launcher, wants_commands
     from moelab.fileio import writer_lock
-    from moelab.scaling.grid import load_grid
     from moelab.scaling.sweep import plan_sweep, run_sweep
 
-    check_grid_file(args.grid)
-    grid = load_grid(args.grid, grid_overrides(args.grid, args.overrides))
+    grid = load_sweep_grid(args.grid, args.overrides)
     if args.out is None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.+-]{0,63}", grid.name):
         # The name would become the folder sweep_<name>: nothing that climbs out of it.
         raise MoelabError(f"sweep grid name {grid.name!r} is invalid as a folder name (allowed "
@@ -475,18 +446,16 @@ def _sweep(args) -> int:
 CONFIG_SECTIONS = ("model.", "data.", "train.")
 
 
-def grid_overrides(source: str, overrides: list[str]) -> list[str]:
-    """``--set`` pairs as grid overrides: grid keys as given, config keys (model./data./train.)
+def load_sweep_grid(source: str, overrides: list[str]):
+    """The grid after ``--set`` pairs: grid keys as given, config keys (model./data./train.)
     appended to the grid's own ``overrides`` list, after the ones it has."""
+    from dataclasses import replace
+
     from moelab.scaling.grid import load_grid
 
     config_pairs = [pair for pair in overrides if pair.startswith(CONFIG_SECTIONS)]
-    grid_pairs = [pair for pair in overrides if not pair.startswith(CONFIG_SECTIONS)]
-    if not config_pairs:
-        return grid_pairs
-    existing = load_grid(source, grid_pairs).overrides
-    listed = ", ".join(json.dumps(pair) for pair in [*existing, *config_pairs])
-    return [*grid_pairs, f"overrides=[{listed}]"]
+    grid = load_grid(source, [pair for pair in overrides if pair not in config_pairs])
+    return replace(grid, overrides=[*grid.overrides, *config_pairs]) if config_pairs else grid
 
 
 def report_sweep(out_dir: Path) -> int:
@@ -497,7 +466,6 @@ def report_sweep(out_dir: Path) -> int:
     from moelab.scaling.grid import load_grid
     from moelab.scaling.sweep import plan_sweep, recorded_fit_settings, write_sweep_outputs
 
-    check_grid_file(str(out_dir / "grid.json"))
     grid = load_grid(out_dir / "grid.json")
     check_run_files(out_dir / "runs")
     with writer_lock(out_dir):
@@ -556,7 +524,6 @@ def _throughput(args) -> int:
     if args.grid and args.sparsities:
         raise MoelabError("--sparsities goes with CONFIG: a --grid has its own")
     if args.grid:
-        check_grid_file(args.grid)
         shapes = grid_shapes(args.grid, args.overrides)
     else:
         shapes = config_shapes(args.config, args.overrides, _sparsity_list(args.sparsities),

@@ -54,8 +54,10 @@ def execute_plan(folder: Path, specs: list[RunSpec], launcher, log: Log = print)
     # Runs from scratch first, then the branches whose source finished (a wsd budget family).
     for wave in ([spec for spec in todo if spec.branch is None],
                  [spec for spec in todo if spec.branch is not None]):
-        ready = [spec for spec in wave if _source_complete(folder, spec)]
-        for spec in (spec for spec in wave if not _source_complete(folder, spec)):
+        ready, orphaned = [], []
+        for spec in wave:
+            (ready if _source_complete(folder, spec) else orphaned).append(spec)
+        for spec in orphaned:
             record(RunOutcome(spec, "failed", error=f"its source run {spec.branch.source} is "
                               "not complete: it failed or was not trained"))
         if ready:

@@ -84,12 +84,11 @@ class LocalLauncher:
     def launch(self, folder: Path, specs: list[RunSpec], record: Callable[[RunOutcome], None],
                log: Log) -> None:
         if self._in_process():
-            if self.train_fn is None:
-                from moelab.train import train as train_fn
+            from moelab.train import train
 
-                self.train_fn = train_fn
+            train_fn = self.train_fn or train
             for index, spec in enumerate(specs, start=1):
-                record(self._train_here(folder, spec, f"[{index}/{len(specs)}]", log))
+                record(_train_here(train_fn, folder, spec, f"[{index}/{len(specs)}]", log))
             return
         gpus = self._gpus()
         slots: list[Optional[str]] = gpu_slots(gpus, self.runs_per_gpu) if gpus else [None] * self.jobs
@@ -97,21 +96,6 @@ class LocalLauncher:
             raise MoelabError(f"--jobs {self.jobs} is invalid with {len(gpus)} GPU(s) x "
                               f"--runs-per-gpu {self.runs_per_gpu}: allowed up to {len(slots)}")
         self._train_in_children(folder, specs, slots[:self.jobs], record, log)
-
-    def _train_here(self, folder: Path, spec: RunSpec, counter: str, log: Log) -> RunOutcome:
-        """``resume=True`` always: the engine continues a torn run from its checkpoint, starts
-        one without a checkpoint afresh, and refuses a folder of another config."""
-        run_dir = folder / spec.run_dir
-        log(f"{counter} {spec.name}: {_how(run_dir, spec)}")
-        started = time.perf_counter()
-        try:
-            if spec.branch is None:
-                summary = self.train_fn(spec.config, run_dir, resume=True)
-            else:  # a branch trains as the workers do: from its source's kept checkpoint
-                summary = train_planned_run(*remote_arguments(folder, spec, None))
-        except Exception as exc:  # noqa: BLE001 -- one failed run must not stop the others
-            return RunOutcome(spec, "failed", time.perf_counter() - started, one_line_error(exc))
-        return RunOutcome(spec, "complete", time.perf_counter() - started, summary=summary)
 
     def _train_in_children(self, folder: Path, specs: list[RunSpec], slots: list[Optional[str]],
                            record: Callable[[RunOutcome], None], log: Log) -> None:
@@ -138,6 +122,23 @@ class LocalLauncher:
         finally:
             for child in running.values():  # stopped by an exception or Ctrl-C: no orphans
                 child.stop()
+
+
+def _train_here(train_fn: Callable[..., dict], folder: Path, spec: RunSpec, counter: str,
+                log: Log) -> RunOutcome:
+    """``resume=True`` always: the engine continues a torn run from its checkpoint, starts
+    one without a checkpoint afresh, and refuses a folder of another config."""
+    run_dir = folder / spec.run_dir
+    log(f"{counter} {spec.name}: {_how(run_dir, spec)}")
+    started = time.perf_counter()
+    try:
+        if spec.branch is None:
+            summary = train_fn(spec.config, run_dir, resume=True)
+        else:  # a branch trains as the workers do: from its source's kept checkpoint
+            summary = train_planned_run(*remote_arguments(folder, spec, None))
+    except Exception as exc:  # noqa: BLE001 -- one failed run must not stop the others
+        return RunOutcome(spec, "failed", time.perf_counter() - started, one_line_error(exc))
+    return RunOutcome(spec, "complete", time.perf_counter() - started, summary=summary)
 
 
 @dataclass
