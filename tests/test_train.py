@@ -309,6 +309,30 @@ def test_eval_cli_reproduces_the_final_val_loss(tiny_run, capsys):
     assert result["bits_per_byte"] == pytest.approx(summary["final_val_bpb"], rel=1e-6)
 
 
+def test_eval_cli_windows_scores_that_many_evenly_spaced_windows(tiny_run, capsys):
+    """``--windows 11`` against the model's mean cross-entropy on 11 windows cut by hand."""
+    import numpy as np
+    import torch.nn.functional as F
+
+    from moelab.data import prepare_data
+
+    assert main(["eval", str(tiny_run), "--windows", "11", "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    config = RunFolder(tiny_run).read_config()
+    valid = prepare_data(config.data, config.tokenizer_vocab_size, progress=False).valid.tokens
+    stride, width = len(valid) // 11, config.model.max_seq_len + 1
+    windows_NW = torch.from_numpy(
+        np.stack([valid[i * stride : i * stride + width] for i in range(11)]).astype(np.int64))
+    model, _ = load_run(tiny_run)
+    with torch.no_grad():
+        logits_NTV = model(windows_NW[:, :-1]).logits
+    expected = F.cross_entropy(logits_NTV.flatten(0, 1).float(), windows_NW[:, 1:].flatten())
+    assert result["windows"] == 11
+    assert result["val_loss"] == pytest.approx(float(expected), rel=1e-5)
+    assert result["val_loss"] != pytest.approx(RunFolder(tiny_run).read_summary()["final_val_loss"],
+                                               rel=1e-6)
+
+
 def test_eval_cli_refuses_a_malformed_device_on_one_line(tiny_run, capsys):
     assert main(["eval", str(tiny_run), "--device", "cuda:x"]) == 2
     err = capsys.readouterr().err

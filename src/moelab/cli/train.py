@@ -51,6 +51,9 @@ def register(subparsers) -> None:
                                "the run's data.cache_dir, used only inside the run folder or "
                                "the cache root $MOELAB_CACHE)")
     evaluate.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
+    evaluate.add_argument("--windows", type=positive_int, metavar="N",
+                          help="score N validation windows instead of the run's "
+                               "train.eval_windows (the whole split allows len // (context + 1))")
     evaluate.add_argument("--tasks", metavar="NAMES",
                           help="score zero-shot tasks instead: a comma-separated list of "
                                "last_word, ending, agreement, or all; writes RUN/zero_shot.json")
@@ -120,7 +123,7 @@ def _eval(args) -> int:
     if args.cache_dir is not None and not args.cache_dir.strip():
         raise MoelabError("--cache-dir '' is invalid: expected a folder")
     result = evaluate_run(args.run, data=args.data, device=args.device,
-                          cache_dir=args.cache_dir)
+                          cache_dir=args.cache_dir, windows=args.windows)
     if args.json:
         print(json.dumps(result))
     else:

@@ -44,7 +44,8 @@ def load_run(run_dir: str | Path, device: str = "cpu") -> tuple[Transformer, Tok
 
 
 def evaluate_run(run_dir: str | Path, data: str | Path | None = None,
-                 device: str = "auto", cache_dir: str | Path | None = None) -> dict:
+                 device: str = "auto", cache_dir: str | Path | None = None,
+                 windows: int | None = None) -> dict:
     """Val loss (nats/token) and bits/byte of the run's final weights.
 
     ``data=None`` scores the run's own validation windows (as during training); a path scores
@@ -52,7 +53,8 @@ def evaluate_run(run_dir: str | Path, data: str | Path | None = None,
     valid.txt, or the held-out stories of one file), tokenized with the run's tokenizer.
     Bits/byte divide by the bytes of the scored target tokens, exactly as in training.
     ``cache_dir`` replaces the run's data.cache_dir (which must otherwise lie inside the run
-    folder or the configured cache root, ``trusted_cache_dir``).
+    folder or the configured cache root, ``trusted_cache_dir``). ``windows`` replaces the run's
+    train.eval_windows: more windows measure the weights with less sampling noise.
     """
     run = RunFolder(run_dir)
     config = run.read_config()
@@ -61,7 +63,11 @@ def evaluate_run(run_dir: str | Path, data: str | Path | None = None,
         tokens = _own_validation_split(config, run, cache_dir)
     else:
         tokens = _encode_validation_split(config, tokenizer, data)
-    windows_NT = validation_windows(tokens, config.model.max_seq_len, config.train.eval_windows)
+    seq_len = config.model.max_seq_len
+    if windows is not None and windows > len(tokens) // (seq_len + 1):
+        raise MoelabError(f"windows={windows} is invalid: the validation split holds at most "
+                          f"{len(tokens) // (seq_len + 1)} windows of {seq_len + 1} tokens")
+    windows_NT = validation_windows(tokens, seq_len, windows or config.train.eval_windows)
     device = next(model.parameters()).device
     autocast = partial(torch.autocast, device.type, dtype=torch.bfloat16,
                        enabled=config.train.dtype == "bfloat16")  # as in training
