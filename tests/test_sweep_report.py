@@ -146,3 +146,25 @@ def test_malformed_sweep_files_are_one_line_errors_naming_the_file(tmp_path, dam
     with pytest.raises(MoelabError, match=message) as error:
         write_sweep_report(tmp_path, bootstrap_replicates=0, max_starts=50, log=lambda _: None)
     assert "\n" not in str(error.value) and str(tmp_path) in str(error.value)
+
+
+def test_a_wsd_family_sweep_says_its_smaller_budgets_are_branches_and_counts_their_tokens(
+        tmp_path):
+    grid = load_grid("demo")
+    rows = timed_rows(grid)  # 1,024 tokens per step
+    write_results_csv(tmp_path / "results.csv", rows)
+    write_grid_json(tmp_path, grid)
+    write_sweep_report(tmp_path, bootstrap_replicates=0, max_starts=50, log=lambda _: None)
+    assert "budget family" not in (tmp_path / "report.md").read_text()  # no plan: no branches
+
+    branches = {rows[0]["run"]: 3, rows[1]["run"]: 5}
+    plan = {"kind": "sweep", "runs": [
+        {"run_dir": row["run"], **({"branch": {"source": "elsewhere", "step": branches[row["run"]]}}
+                                   if row["run"] in branches else {})} for row in rows]}
+    (tmp_path / "plan.json").write_text(json.dumps(plan))
+    text = render_sweep_report(tmp_path).read_text()
+    separate = sum(int(row["D"]) for row in rows)
+    trained = separate - (3 + 5) * 1024  # a branch trains only the steps after its source step
+    assert f"(2 branches, plan.json)" in text
+    assert f"trained {trained:,} tokens against {separate:,} for one run per budget" in text
+    assert "its points are not independent draws" in text

@@ -49,6 +49,7 @@ def render_sweep_report(out_dir: Path) -> Path:
         sections.append("No results to analyse yet (results.csv has no complete runs).\n")
         return atomic_write_text(out_dir / "report.md", "\n".join(sections))
     header, rows = results
+    sections.append(_budget_family_text(out_dir, rows))
     columns = fit_table_from_rows(out_dir / "results.csv", header, rows, True, analysis["columns"])
     fit = read_optional_json(out_dir / "fit.json")
     shared = analysis.get("shared_fraction")
@@ -128,6 +129,30 @@ def _setup(grid: dict) -> str:
             "windows for every run. Every number below comes from `results.csv`, whose rows come "
             "from the runs' `summary.json` and `config.yaml`, or from the analysis files next to "
             "it (`analysis.json` lists what was computed).\n")
+
+
+def _budget_family_text(out_dir: Path, rows: list[dict[str, str]]) -> str:
+    """Under a wsd budget family (plan.json names each branch's source and step): what the
+    smaller budgets are, the tokens trained against one run per budget, and what sharing a run
+    means for the points' noise; empty without branches."""
+    plan = read_optional_json(out_dir / "plan.json") or {}
+    branch_step = {run.get("run_dir"): run["branch"]["step"] for run in plan.get("runs", [])
+                   if isinstance(run.get("branch"), dict)}
+    if not branch_step:
+        return ""
+    text = ("Under `train.schedule: wsd` each size and sparsity is one budget family: its largest "
+            "budget's run is trained in full and each smaller budget's run is a cooldown branch "
+            f"from it ({len(branch_step)} branches, plan.json), the same run as a separate wsd run "
+            "of that budget. ")
+    if rows and all(row.get("tokens_per_step") for row in rows):
+        separate = sum(int(float(row["D"])) for row in rows)
+        trained = separate - sum(branch_step.get(row["run"], 0) * int(float(row["tokens_per_step"]))
+                                 for row in rows)
+        text += (f"The runs in results.csv trained {trained:,} tokens against {separate:,} for one "
+                 f"run per budget ({1 - trained / separate:.0%} fewer). ")
+    return text + ("The budgets of one family share its run up to each decay, and so its seed "
+                   "noise: its points are not independent draws, and the bootstrap, which "
+                   "resamples points, treats them as if they were.\n")
 
 
 def _results_table(rows: list[dict[str, str]]) -> str:
