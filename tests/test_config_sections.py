@@ -210,7 +210,7 @@ def test_grid_presets_are_the_yaml_files_and_keep_their_numbers():
     demo, cpu, paper = load_grid("demo"), load_grid("cpu"), load_grid("paper")
     assert (demo.name, demo.base, demo.flops_budgets, demo.token_budgets) == (
         "demo", "demo", [4e10, 1.2e11], [])
-    assert cpu.token_budgets == [409_600, 1_228_800, 3_686_400]
+    assert cpu.token_budgets == [1_228_800, 2_457_600, 3_686_400]
     assert all(type(tokens) is int for tokens in cpu.token_budgets)
     assert paper.flops_budgets == [1e16, 1e17, 3e17, 1e18]
     assert paper.sparsities == [0.0, 0.5, 0.75, 0.875, 0.9375] and paper.top_k == 2

@@ -74,6 +74,7 @@ def test_report_shows_measured_throughput_and_the_three_optima(tmp_path):
     for name, price in PRICES.items():
         assert throughput["model"]["coefficients"][name] == pytest.approx(price, rel=1e-4), name
     assert "## Throughput" in text and "(a + m) / a = 1.20" in text
+    assert throughput["model"]["source"] == "results.csv"  # the folder's file, not its path
     # The three optima, the seconds one at the runs' median training time.
     optima = json.loads((tmp_path / "optima.json").read_text())
     median_seconds = float(np.median([r["D"] / r["tokens_per_s"] for r in rows]))

@@ -74,7 +74,7 @@ def analyse_sweep(out_dir: Path, *, bootstrap_replicates: int = 200, max_starts:
         fit.update(shared_fraction=shared, source="results.csv", columns=SWEEP_FIT_COLUMNS)
     _write_or_remove(out_dir / "fit.json", fit)
     _write_or_remove(out_dir / "isoflop.json", _isoflop_record(rows, columns))
-    throughput = _throughput_record(out_dir, header, rows, record)
+    throughput = _throughput_record(header, rows, record)
     _write_or_remove(out_dir / "throughput.json", throughput)
     _write_or_remove(out_dir / "optima.json",
                      _optima_record(columns, fit, shared, throughput, grid, record))
@@ -184,7 +184,7 @@ def _per_sparsity(iso_columns: dict[str, np.ndarray]) -> dict[float, dict]:
 # --------------------------------------------------------------------------------------------
 
 
-def _throughput_record(out_dir: Path, header: list[str], rows: list[dict[str, str]],
+def _throughput_record(header: list[str], rows: list[dict[str, str]],
                        record: dict) -> dict | None:
     """Per (N, S): the median tokens/s of its runs; and the throughput model fitted to every
     run (None when the runs did not record their speed: synthetic or older results)."""
@@ -200,8 +200,8 @@ def _throughput_record(out_dir: Path, header: list[str], rows: list[dict[str, st
         shape["step_time_vs_equal_flops_dense"] = ratio.get("step_time_vs_equal_flops_dense")
     model, problem = None, None
     try:
-        model = fit_throughput(runs, bootstrap_replicates=CURVE_REPLICATES,
-                               source=str(out_dir / "results.csv"))
+        # The folder's own file, not its path: a copied or moved sweep folder stays the same.
+        model = fit_throughput(runs, bootstrap_replicates=CURVE_REPLICATES, source="results.csv")
     except MoelabError as exc:
         problem = str(exc)
     record["status"]["throughput"] = "model fitted" if model else f"no model: {problem}"

@@ -1,0 +1,100 @@
+"""Would more seeds per point identify a sparsity law? The form checks on several seeds of a sweep.
+
+    OMP_NUM_THREADS=1 moelab sweep-sparsity cpu --jobs 2 --out sweep_cpu            # seed 0
+    OMP_NUM_THREADS=1 moelab sweep-sparsity cpu --jobs 2 --set seed=1 --out sweep_cpu_seed1
+    .venv/bin/python experiments/sweep_seeds.py sweep_cpu sweep_cpu_seed1 [--bootstrap 200]
+
+Every folder must be the same grid with another seed. The form selection of the sweep report
+(``moelab.scaling.forms.select_form``: identified and predictive on the grid's held-out points)
+runs on each seed alone, on every seed's points together (repeated (N, D, S) points), and on
+the per-point mean over seeds (half the seed variance with two seeds). The per-point spread
+between seeds is recorded as well: it is the noise a fit to one seed cannot get under.
+Results go to experiments/results/sweep_seeds.json (atomically written).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import time
+from pathlib import Path
+
+import numpy as np
+
+from moelab.fileio import atomic_write_json
+from moelab.scaling.forms import select_form
+from moelab.scaling.sweep_folder import SWEEP_FIT_COLUMNS, read_grid_record, read_results
+from moelab.scaling.table import fit_table_from_rows
+
+RESULTS = Path(__file__).parent / "results" / "sweep_seeds.json"
+POINT = ("size", "budget", "S")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("folders", nargs="+", type=Path, help="sweep folders, one seed each")
+    parser.add_argument("--bootstrap", type=int, default=200)
+    parser.add_argument("--starts", type=int, default=None)
+    args = parser.parse_args()
+    grids = [read_grid_record(folder) for folder in args.folders]
+    if any({**g, "seed": 0} != {**grids[0], "seed": 0} for g in grids):
+        parser.error("the folders are not one grid with different seeds")
+    holdout = grids[0]["holdout"]
+    per_seed = [read_results(folder)[1] for folder in args.folders]
+    tables = {f"seed {g['seed']}": rows for g, rows in zip(grids, per_seed)}
+    tables["every seed's points"] = [row for rows in per_seed for row in rows]
+    tables["mean over seeds"] = mean_rows(per_seed)
+    checks = {}
+    for name, rows in tables.items():
+        columns = fit_table_from_rows(Path(name), list(rows[0]), rows, True, SWEEP_FIT_COLUMNS)
+        selection = select_form(columns, holdout, bootstrap_replicates=args.bootstrap,
+                                max_starts=args.starts, log=lambda _: None)
+        checks[name] = {"n_points": len(rows), "chosen": selection["chosen"],
+                        "forms": [{key: form.get(key) for key in
+                                   ("law", "num_params", "holdout_mae", "identified", "problems")}
+                                  for form in selection["forms"]]}
+        print_check(name, checks[name])
+    entry = {"folders": [f.name for f in args.folders], "seeds": [g["seed"] for g in grids],
+             "grid": grids[0]["name"], "holdout": holdout, "bootstrap": args.bootstrap,
+             "seed_spread": seed_spread(per_seed), "checks": checks,
+             "machine": {"platform": platform.platform(),
+                         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}}
+    print(f"per-point spread between seeds: {entry['seed_spread']}")
+    atomic_write_json(RESULTS, entry)
+
+
+def by_point(rows: list[dict[str, str]]) -> dict[tuple, dict[str, str]]:
+    return {tuple(row[key] for key in POINT): row for row in rows}
+
+
+def mean_rows(per_seed: list[list[dict[str, str]]]) -> list[dict[str, str]]:
+    """One row per point every seed has, its loss the mean over seeds (D, N as in the first)."""
+    maps = [by_point(rows) for rows in per_seed]
+    shared = [key for key in maps[0] if all(key in m for m in maps)]
+    return [{**maps[0][key], "best_val_loss": str(np.mean([float(m[key]["best_val_loss"])
+                                                           for m in maps]))} for key in shared]
+
+
+def seed_spread(per_seed: list[list[dict[str, str]]]) -> dict:
+    """Std over seeds of each point's loss: the median and largest over points, and the
+    implied noise of one point (root mean variance)."""
+    maps = [by_point(rows) for rows in per_seed]
+    shared = [key for key in maps[0] if all(key in m for m in maps)]
+    stds = np.array([np.std([float(m[key]["best_val_loss"]) for m in maps], ddof=1)
+                     for key in shared])
+    return {"points": len(shared), "median_std": float(np.median(stds)),
+            "max_std": float(stds.max()), "rms_std": float(np.sqrt(np.mean(stds ** 2)))}
+
+
+def print_check(name: str, check: dict) -> None:
+    print(f"{name} ({check['n_points']} points): chosen {check['chosen']}")
+    for form in check["forms"]:
+        if form["holdout_mae"] is None:
+            continue
+        print(f"  {form['law']}: held-out MAE {form['holdout_mae']:.4f}, "
+              f"{'identified' if form['identified'] else '; '.join(form['problems'])}")
+
+
+if __name__ == "__main__":
+    main()
