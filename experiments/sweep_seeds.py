@@ -64,26 +64,24 @@ def main() -> None:
     atomic_write_json(RESULTS, entry)
 
 
-def by_point(rows: list[dict[str, str]]) -> dict[tuple, dict[str, str]]:
-    return {tuple(row[key] for key in POINT): row for row in rows}
+def shared_points(per_seed: list[list[dict[str, str]]]) -> list[tuple[dict, list[float]]]:
+    """Per point every seed has: its first seed's row and the losses of every seed."""
+    maps = [{tuple(row[key] for key in POINT): row for row in rows} for rows in per_seed]
+    return [(maps[0][point], [float(m[point]["best_val_loss"]) for m in maps])
+            for point in maps[0] if all(point in m for m in maps)]
 
 
 def mean_rows(per_seed: list[list[dict[str, str]]]) -> list[dict[str, str]]:
     """One row per point every seed has, its loss the mean over seeds (D, N as in the first)."""
-    maps = [by_point(rows) for rows in per_seed]
-    shared = [key for key in maps[0] if all(key in m for m in maps)]
-    return [{**maps[0][key], "best_val_loss": str(np.mean([float(m[key]["best_val_loss"])
-                                                           for m in maps]))} for key in shared]
+    return [{**row, "best_val_loss": str(np.mean(losses))}
+            for row, losses in shared_points(per_seed)]
 
 
 def seed_spread(per_seed: list[list[dict[str, str]]]) -> dict:
     """Std over seeds of each point's loss: the median and largest over points, and the
     implied noise of one point (root mean variance)."""
-    maps = [by_point(rows) for rows in per_seed]
-    shared = [key for key in maps[0] if all(key in m for m in maps)]
-    stds = np.array([np.std([float(m[key]["best_val_loss"]) for m in maps], ddof=1)
-                     for key in shared])
-    return {"points": len(shared), "median_std": float(np.median(stds)),
+    stds = np.array([np.std(losses, ddof=1) for _, losses in shared_points(per_seed)])
+    return {"points": len(stds), "median_std": float(np.median(stds)),
             "max_std": float(stds.max()), "rms_std": float(np.sqrt(np.mean(stds ** 2)))}
 
 

@@ -326,7 +326,7 @@ CASES = {
     "eval tasks blank": Case("eval {run} --tasks ' , '", "--tasks ' , ' is invalid"),
     "eval windows zero": Case("eval {run} --windows 0", "0 is invalid: must be a whole number > 0"),
     "eval windows too many": Case("eval {run} --windows 100000000",
-                                  "windows=100000000 is invalid: the validation split holds at most"),
+                                  "too few for 100000000 windows of seq_len + 1"),
     "eval cache dir a file": Case("eval {run} --cache-dir {in}/file", "cannot write {in}/file/"),
     "eval blank cache dir": Case("eval {run} --cache-dir ''", "--cache-dir ''"),
     "eval cache dir outside": Case("eval {run}", "data.cache_dir=/etc",

@@ -333,6 +333,13 @@ def test_eval_cli_windows_scores_that_many_evenly_spaced_windows(tiny_run, capsy
                                                rel=1e-6)
 
 
+def test_eval_cli_refuses_more_windows_than_the_split_holds_naming_the_flag(tiny_run, capsys):
+    assert main(["eval", str(tiny_run), "--windows", "100000000"]) == 2
+    err = capsys.readouterr().err
+    assert "too few for 100000000 windows" in err and "windows (--windows)" in err
+    assert len(err.strip().splitlines()) == 1
+
+
 def test_eval_cli_refuses_a_malformed_device_on_one_line(tiny_run, capsys):
     assert main(["eval", str(tiny_run), "--device", "cuda:x"]) == 2
     err = capsys.readouterr().err

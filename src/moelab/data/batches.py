@@ -108,10 +108,12 @@ class TrainBatches:
         self.step = state["step"]
 
 
-def validation_windows(tokens: np.ndarray, seq_len: int, num_windows: int) -> torch.Tensor:
+def validation_windows(tokens: np.ndarray, seq_len: int, num_windows: int,
+                       setting: str = "train.eval_windows") -> torch.Tensor:
     """(num_windows, seq_len + 1) LongTensor of evenly spaced, non-overlapping windows.
 
     Window i starts at i * (len(tokens) // num_windows): a function of the stream only.
+    ``setting`` names where num_windows came from, in the error for too many.
     """
     if num_windows <= 0 or seq_len <= 0:
         raise MoelabError(f"num_windows={num_windows} and seq_len={seq_len} must be > 0")
@@ -120,7 +122,7 @@ def validation_windows(tokens: np.ndarray, seq_len: int, num_windows: int) -> to
         raise MoelabError(
             f"the validation split has {len(tokens)} tokens, too few for {num_windows} windows "
             f"of seq_len + 1 = {seq_len + 1}: allowed at most {len(tokens) // (seq_len + 1)} "
-            "windows (train.eval_windows)"
+            f"windows ({setting})"
         )
     starts_N = np.arange(num_windows) * stride
     windows_NW = np.asarray(tokens[starts_N[:, None] + np.arange(seq_len + 1)], dtype=np.int64)

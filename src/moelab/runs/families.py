@@ -12,6 +12,7 @@ from scratch.
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Iterable
 
 from moelab.config import to_dict
 from moelab.errors import MoelabError
@@ -39,15 +40,30 @@ def as_budget_family(group: list[RunSpec]) -> list[RunSpec]:
 
 
 def family_tokens(specs: list[RunSpec]) -> tuple[int, int]:
-    """(tokens the plan trains, tokens one run per budget from scratch would): a branch trains
-    only the steps after its branch step."""
-    planned = separate = 0
+    """(tokens the plan trains, tokens one run per budget from scratch would)."""
+    runs = []
     for spec in specs:
         tokens_per_step = spec.config.train.batch_size * spec.config.model.max_seq_len
         steps = spec.config.train.max_tokens // tokens_per_step
-        separate += steps * tokens_per_step
-        planned += (steps - (spec.branch.step if spec.branch else 0)) * tokens_per_step
-    return planned, separate
+        runs.append((spec.name, steps * tokens_per_step, tokens_per_step))
+    return count_family_tokens({s.name: s.branch.step for s in specs if s.branch}, runs)
+
+
+def planned_branch_steps(plan: dict, key: str = "name") -> dict[str, int]:
+    """The branch step of each branch in a plan.json record, by the runs' ``key``."""
+    return {run[key]: run["branch"]["step"] for run in plan.get("runs", [])
+            if isinstance(run.get("branch"), dict)}
+
+
+def count_family_tokens(branch_steps: dict[str, int],
+                        runs: Iterable[tuple[str, int, int]]) -> tuple[int, int]:
+    """(tokens trained, tokens one run per budget from scratch would) of ``runs``, each (name,
+    its tokens, its tokens per step): a branch trains only the steps after its branch step."""
+    trained = separate = 0
+    for name, tokens, tokens_per_step in runs:
+        separate += tokens
+        trained += tokens - branch_steps.get(name, 0) * tokens_per_step
+    return trained, separate
 
 
 def _check_only_budgets_differ(group: list[RunSpec]) -> None:
@@ -61,3 +77,4 @@ def _check_only_budgets_differ(group: list[RunSpec]) -> None:
         if without_budget(spec) != first:  # a planner's bug, never a user's input
             raise MoelabError(f"runs {group[0].name} and {spec.name} differ in more than "
                               "train.max_tokens: they cannot share a budget family")
+

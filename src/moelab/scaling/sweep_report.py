@@ -17,6 +17,7 @@ import numpy as np
 
 from moelab.fileio import atomic_write_text
 from moelab.report import format_count, format_number, markdown_table, new_figure, save_figure
+from moelab.runs.families import count_family_tokens, planned_branch_steps
 from moelab.scaling.laws import SPARSITY, get_law
 from moelab.scaling.optimal import active_params
 from moelab.scaling.sweep_folder import (
@@ -135,19 +136,18 @@ def _budget_family_text(out_dir: Path, rows: list[dict[str, str]]) -> str:
     """Under a wsd budget family (plan.json names each branch's source and step): what the
     smaller budgets are, the tokens trained against one run per budget, and what sharing a run
     means for the points' noise; empty without branches."""
-    plan = read_optional_json(out_dir / "plan.json") or {}
-    branch_step = {run.get("run_dir"): run["branch"]["step"] for run in plan.get("runs", [])
-                   if isinstance(run.get("branch"), dict)}
-    if not branch_step:
+    branch_steps = planned_branch_steps(read_optional_json(out_dir / "plan.json") or {},
+                                        key="run_dir")
+    if not branch_steps:
         return ""
     text = ("Under `train.schedule: wsd` each size and sparsity is one budget family: its largest "
             "budget's run is trained in full and each smaller budget's run is a cooldown branch "
-            f"from it ({len(branch_step)} branches, plan.json), the same run as a separate wsd run "
-            "of that budget. ")
-    if rows and all(row.get("tokens_per_step") for row in rows):
-        separate = sum(int(float(row["D"])) for row in rows)
-        trained = separate - sum(branch_step.get(row["run"], 0) * int(float(row["tokens_per_step"]))
-                                 for row in rows)
+            f"from it ({len(branch_steps)} branches, plan.json), the same run as a separate wsd "
+            "run of that budget. ")
+    if rows and all(row.get("tokens_per_step") for row in rows):  # older files lack the column
+        trained, separate = count_family_tokens(
+            branch_steps, [(row["run"], int(float(row["D"])), int(float(row["tokens_per_step"])))
+                           for row in rows])
         text += (f"The runs in results.csv trained {trained:,} tokens against {separate:,} for one "
                  f"run per budget ({1 - trained / separate:.0%} fewer). ")
     return text + ("The budgets of one family share its run up to each decay, and so its seed "

@@ -28,6 +28,7 @@ from moelab.errors import MoelabError
 from moelab.study.arms import LADDER_RUNGS, MOE_ARM, dense_arm_name
 from moelab.study.budgets import format_token_count, parse_token_count
 from moelab.runs import is_complete, read_failures
+from moelab.runs.families import count_family_tokens, planned_branch_steps
 from moelab.train.run_folder import RunFolder
 from moelab.train.summary import RunSummary
 from moelab.study.plan import run_name
@@ -156,17 +157,16 @@ def aggregate(study_dir: Path, records: list[RunRecord]) -> dict:
 def budget_family_tokens(plan: dict, records: list[RunRecord]) -> dict:
     """Under a wsd budget family (plan.json names each branch's source and step): the tokens
     the complete runs trained, against one run per budget from scratch; {} without branches."""
-    branch_step = {run["name"]: run["branch"]["step"] for run in plan.get("runs", [])
-                   if isinstance(run.get("branch"), dict)}
-    if not branch_step:
+    branch_steps = planned_branch_steps(plan)
+    if not branch_steps:
         return {}
-    trained = separate = 0
-    for record in records:
-        tokens, steps = record.summary.tokens or 0, record.summary.steps or 1
-        tokens_per_step = record.summary.tokens_per_step or tokens // steps
-        separate += tokens
-        trained += tokens - branch_step.get(record.name, 0) * tokens_per_step
-    return {"branches": len(branch_step), "tokens_trained": trained,
+
+    def tokens(record: RunRecord) -> tuple[str, int, int]:
+        total, steps = record.summary.tokens or 0, record.summary.steps or 1
+        return record.name, total, record.summary.tokens_per_step or total // steps
+
+    trained, separate = count_family_tokens(branch_steps, map(tokens, records))
+    return {"branches": len(branch_steps), "tokens_trained": trained,
             "tokens_one_run_per_budget": separate}
 
 

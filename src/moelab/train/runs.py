@@ -63,11 +63,9 @@ def evaluate_run(run_dir: str | Path, data: str | Path | None = None,
         tokens = _own_validation_split(config, run, cache_dir)
     else:
         tokens = _encode_validation_split(config, tokenizer, data)
-    seq_len = config.model.max_seq_len
-    if windows is not None and windows > len(tokens) // (seq_len + 1):
-        raise MoelabError(f"windows={windows} is invalid: the validation split holds at most "
-                          f"{len(tokens) // (seq_len + 1)} windows of {seq_len + 1} tokens")
-    windows_NT = validation_windows(tokens, seq_len, windows or config.train.eval_windows)
+    windows_NT = (validation_windows(tokens, config.model.max_seq_len, config.train.eval_windows)
+                  if windows is None else
+                  validation_windows(tokens, config.model.max_seq_len, windows, setting="--windows"))
     device = next(model.parameters()).device
     autocast = partial(torch.autocast, device.type, dtype=torch.bfloat16,
                        enabled=config.train.dtype == "bfloat16")  # as in training
