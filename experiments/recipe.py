@@ -114,6 +114,9 @@ GRIDS: dict[str, dict] = {
             "recipe_lr0.003": ["train.lr=0.003"],
             "recipe_lr0.006": ["train.lr=0.006"],
             "recipe_lr0.01": ["train.lr=0.01"],
+            # Decay to zero (Bergsma et al. 2025, "Straight to Zero"): the final weights then
+            # average more updates, which lowers the iterate noise a 10 % floor leaves.
+            "recipe_d2z": ["train.lr=0.01", "train.min_lr_ratio=0.0"],
         },
     },
 }

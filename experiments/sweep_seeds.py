@@ -1,15 +1,15 @@
-"""Would more seeds per point identify a sparsity law? The form checks on several seeds of a sweep.
+"""Would fewer or more seeds per point identify a sparsity law? The form checks per seed of a sweep.
 
-    OMP_NUM_THREADS=1 moelab sweep-sparsity cpu --jobs 2 --out sweep_cpu            # seed 0
-    OMP_NUM_THREADS=1 moelab sweep-sparsity cpu --jobs 2 --set seed=1 --out sweep_cpu_seed1
-    .venv/bin/python experiments/sweep_seeds.py sweep_cpu sweep_cpu_seed1 [--bootstrap 200]
+    OMP_NUM_THREADS=1 moelab sweep-sparsity cpu --jobs 2 --out sweep_cpu     # seeds 0 and 1
+    .venv/bin/python experiments/sweep_seeds.py sweep_cpu [--bootstrap 200]
 
-Every folder must be the same grid with another seed. The form selection of the sweep report
-(``moelab.scaling.forms.select_form``: identified and predictive on the grid's held-out points)
-runs on each seed alone, on every seed's points together (repeated (N, D, S) points), and on
-the per-point mean over seeds (half the seed variance with two seeds). The per-point spread
-between seeds is recorded as well: it is the noise a fit to one seed cannot get under.
-Results go to experiments/results/sweep_seeds.json (atomically written).
+The folders (one sweep of several seeds, or one folder per seed of the same grid) give each
+run's seed (results.csv's seed column, or the run folder's name in older files). The form
+selection of the sweep report (``moelab.scaling.forms.select_form``: identified and predictive
+on the grid's held-out points) runs on each seed alone, on every seed's points together (what
+the sweep report fits), and on the per-point mean over seeds (half the seed variance with two
+seeds). The per-point spread between seeds is recorded as well: it is the noise a fit to one
+seed cannot get under. Results go to experiments/results/sweep_seeds.json (atomically written).
 """
 
 from __future__ import annotations
@@ -33,16 +33,20 @@ POINT = ("size", "budget", "S")
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("folders", nargs="+", type=Path, help="sweep folders, one seed each")
+    parser.add_argument("folders", nargs="+", type=Path, help="sweep folders of one grid")
     parser.add_argument("--bootstrap", type=int, default=200)
     parser.add_argument("--starts", type=int, default=None)
     args = parser.parse_args()
     grids = [read_grid_record(folder) for folder in args.folders]
-    if any({**g, "seed": 0} != {**grids[0], "seed": 0} for g in grids):
+    if any({**g, "seeds": []} != {**grids[0], "seeds": []} for g in grids):
         parser.error("the folders are not one grid with different seeds")
     holdout = grids[0]["holdout"]
-    per_seed = [read_results(folder)[1] for folder in args.folders]
-    tables = {f"seed {g['seed']}": rows for g, rows in zip(grids, per_seed)}
+    by_seed: dict[str, list[dict[str, str]]] = {}
+    for folder in args.folders:
+        for row in read_results(folder)[1]:
+            by_seed.setdefault(row.get("seed") or row["run"].rsplit("/seed", 1)[-1], []).append(row)
+    per_seed = [by_seed[seed] for seed in sorted(by_seed, key=int)]
+    tables = {f"seed {seed}": by_seed[seed] for seed in sorted(by_seed, key=int)}
     tables["every seed's points"] = [row for rows in per_seed for row in rows]
     tables["mean over seeds"] = mean_rows(per_seed)
     checks = {}
@@ -55,7 +59,7 @@ def main() -> None:
                                    ("law", "num_params", "holdout_mae", "identified", "problems")}
                                   for form in selection["forms"]]}
         print_check(name, checks[name])
-    entry = {"folders": [f.name for f in args.folders], "seeds": [g["seed"] for g in grids],
+    entry = {"folders": [f.name for f in args.folders], "seeds": sorted(map(int, by_seed)),
              "grid": grids[0]["name"], "holdout": holdout, "bootstrap": args.bootstrap,
              "seed_spread": seed_spread(per_seed), "checks": checks,
              "machine": {"platform": platform.platform(),

@@ -18,7 +18,8 @@ def synthetic_results(grid, truth: dict, law=SPARSITY) -> list[dict]:
         tokens = point.config.train.max_tokens
         loss = float(law.predict_loss(truth, N=counts.total, D=tokens, S=point.sparsity)[0])
         rows.append({
-            "run": f"runs/{point.arm}/seed0", "size": point.size, "budget": point.budget_label,
+            "run": f"runs/{point.run_name}", "size": point.size, "budget": point.budget_label,
+            "seed": point.seed,
             "C_budget": f"{point.flops_budget:.6g}", "N_total": counts.total,
             "N_active": counts.active, "N_non_embedding": counts.non_embedding, "D": tokens,
             "C": flops.six_n * tokens, "S": point.sparsity, "E": point.num_experts, "k": 1,

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from moelab.scaling.forms import (
-    FORMS, MAX_EXPONENT_CI_WIDTH, MAX_HOLDOUT_MAE, MIN_EXPONENT_EFFECT, exponent_effects,
-    identification_problems, select_form,
+    FORMS, MAX_EXPONENT_CI_WIDTH, MAX_HOLDOUT_MAE, MIN_EXPONENT_EFFECT, MIN_TERM_SIZE,
+    exponent_effects, identification_problems, select_form, term_sizes,
 )
 from moelab.scaling.laws import CHINCHILLA, SPARSITY, SPARSITY_FORMS, get_law
 from moelab.scaling.grid import load_grid
@@ -64,6 +64,24 @@ def test_exponent_effects_are_hand_counts():
                                      "delta": d_max * (1 - 2 ** -0.3)}, rel=1e-12)
 
 
+def test_a_constant_that_ran_to_zero_is_not_identified_whatever_its_interval():
+    # e has no exponent, so only its size can show it describes nothing: the sweep report's
+    # additive fit had e ~ 9e-6 beside c / (1 - S)^lam with lam ~ 0.006 (only e + c measured).
+    truth = {**EFFECTIVE_TRUTH, "e": 5e-3}
+    record = {"theta": dict(zip(EFFECTIVE_SIZE.param_names, EFFECTIVE_SIZE.theta_from_natural(truth))),
+              "ci": {name: [0.5 * v, 1.5 * v] for name, v in truth.items()}}
+    columns = grid_columns(EFFECTIVE_SIZE, truth, 0.0)
+    sizes = term_sizes(EFFECTIVE_SIZE, record, columns)
+    n, d, s = columns["N"], columns["D"], columns["S"]
+    assert sizes == pytest.approx({"b": max(40.0 / d ** 0.3), "e": 5e-3,
+                                   "d": max(20.0 / ((1 - s) ** 0.3 * n ** 0.35))}, rel=1e-12)
+    assert identification_problems(EFFECTIVE_SIZE, record, columns) == [
+        "e has run to 0: its term adds at most 0.005 nats"]
+    truth["e"] = 2 * MIN_TERM_SIZE
+    record["theta"] = dict(zip(EFFECTIVE_SIZE.param_names, EFFECTIVE_SIZE.theta_from_natural(truth)))
+    assert identification_problems(EFFECTIVE_SIZE, record, columns) == []
+
+
 @pytest.mark.parametrize("ci, problem", [
     ({"d": [1.0, np.inf]}, "d interval [1, inf] reaches 0 or infinity"),
     ({"b": [0.0, 3.0]}, "b interval [0, 3] reaches 0 or infinity"),
@@ -90,6 +108,7 @@ def test_identification_problems_name_each_failed_check(ci, problem):
         assert tuple(found) == flagged, found
     # The documented thresholds are the ones the code applies.
     docs = " ".join((REPO_ROOT / "docs" / "scaling.md").read_text().split())
+    assert f"every term adds at least {MIN_TERM_SIZE:g} nats" in docs
     assert f"moves its term by at least {MIN_EXPONENT_EFFECT:g} nats" in docs
     assert f"or is wider than {MAX_EXPONENT_CI_WIDTH:g}" in docs
     assert f"at most {MAX_HOLDOUT_MAE:g} nats" in docs

@@ -20,8 +20,10 @@ from moelab.scaling.laws import SPARSITY, get_law
 from moelab.scaling.optimal import optimal_sparsity_at_params
 from moelab.scaling.grid import experts_for, grid_preset_names, load_grid
 from moelab.scaling.sweep import (
-    collect_results, plan_sweep, run_sweep, tokens_for_flops, write_results_csv,
+    collect_results, plan_sweep, plan_sweep_folder, run_sweep, tokens_for_flops,
+    write_results_csv,
 )
+from moelab.scaling.sweep_folder import read_grid_record
 from moelab.scaling.sweep_report import write_sweep_report
 from sweep_rows import synthetic_results, write_grid_json
 
@@ -315,6 +317,52 @@ def test_budget_labels_are_lossless_and_folders_never_shared(tmp_path):
         plan_sweep(repeated)
 
 
+def test_seeds_plan_the_whole_grid_once_per_seed_with_one_wsd_family_per_seed(tmp_path):
+    grid = load_grid("micro", ["token_budgets=[1280,2560]", "seeds=[3,0]"])
+    grid = dataclasses.replace(grid, overrides=[*grid.overrides, "train.schedule=wsd"])
+    points, specs = plan_sweep_folder(grid, tmp_path)
+    # 2 sizes x 2 sparsities x 2 budgets, once per seed, the first seed's grid first.
+    assert len(points) == len(specs) == 16
+    assert [p.seed for p in points] == [3] * 8 + [0] * 8
+    for point, spec in zip(points, specs):
+        assert spec.name == point.run_name == f"{point.arm}/seed{point.seed}"
+        assert spec.config.train.seed == point.seed
+    # Each size, sparsity and seed is one family: the 2,560-token run and a branch from it,
+    # never from another seed's run.
+    branches = [spec for spec in specs if spec.branch]
+    assert len(branches) == 8
+    for spec in branches:
+        assert spec.branch.source == spec.name.replace("D1280", "D2560")
+    plan = json.loads((tmp_path / "plan.json").read_text())
+    assert sorted({run["seed"] for run in plan["runs"]}) == [0, 3]
+    assert json.loads((tmp_path / "grid.json").read_text())["seeds"] == [3, 0]
+
+
+def test_a_grid_with_the_older_single_seed_key_still_plans_and_reruns(tmp_path):
+    old = tmp_path / "old.yaml"
+    old.write_text((SWEEP_PRESETS / "micro.yaml").read_text().replace("seeds: [0]", "seed: 5"))
+    assert load_grid(old).seeds == [5]
+    with pytest.raises(ConfigError, match=r"seed=5 and seeds=\[0, 1\] are both given"):
+        load_grid(old, ["seeds=[0,1]"])
+    # A sweep folder written when grid.json held `seed` is the same grid, not another one.
+    grid = load_grid("micro")
+    out = write_grid_json(tmp_path / "sweep", grid)
+    record = json.loads((out / "grid.json").read_text())
+    record["seed"] = record.pop("seeds")[0]
+    (out / "grid.json").write_text(json.dumps(record))
+    assert read_grid_record(out)["seeds"] == [0]
+    plan_sweep_folder(grid, out)
+    assert json.loads((out / "grid.json").read_text())["seeds"] == [0]
+    # Seeds may be added to a folder (its runs stay valid); dropping one, or any other change
+    # of the grid, is another sweep.
+    plan_sweep_folder(dataclasses.replace(grid, seeds=[0, 2]), out)
+    assert json.loads((out / "grid.json").read_text())["seeds"] == [0, 2]
+    for other in (dataclasses.replace(grid, seeds=[2]), dataclasses.replace(grid, sparsities=[0.0])):
+        with pytest.raises(MoelabError, match="already holds another sweep grid"):
+            plan_sweep_folder(other, out)
+    assert json.loads((out / "grid.json").read_text())["seeds"] == [0, 2]
+
+
 def test_paper_grid_sizes_in_docs_are_the_counted_ones():
     totals = [count_params(p.config.model).total for p in plan_sweep(load_grid("paper"))]
     low, high = f"{min(totals) / 1e6:.1f}M", f"{max(totals) / 1e6:.1f}M"
@@ -333,11 +381,12 @@ def test_cpu_grid_sizes_and_runs_in_docs_are_the_counted_ones():
     assert f"4 sizes ({low} to {high} total" in preset_text
     docs = (REPO_ROOT / "docs" / "scaling.md").read_text()
     assert f"`cpu` (4 sizes of {low}-{high} total parameters" in docs
-    assert len(points) == 48 and "= 48 runs" in docs
-    # The documented results are this grid's: one row per planned point.
+    assert len(points) == 96 and len({p.arm for p in points}) == 48 and "= 96 runs" in docs
+    assert "= 48 points, each trained with 2 seeds = 96 runs" in preset_text
+    # The documented results are this grid's: one row per planned run.
     with open(REPO_ROOT / "experiments" / "results" / "sweeps" / "cpu" / "results.csv") as f:
         documented = {row["run"] for row in csv.DictReader(f)}
-    assert documented == {f"runs/{p.arm}/seed0" for p in points}
+    assert documented == {f"runs/{p.run_name}" for p in points}
 
 
 def test_sweep_help_lists_every_preset(capsys):
@@ -398,6 +447,19 @@ def test_micro_sweep_end_to_end_then_rerun_skips_and_jobs_agree(tmp_path, monkey
     with open(parallel / "results.csv", newline="") as f:
         assert [r["best_val_loss"] for r in csv.DictReader(f)] == [r["best_val_loss"] for r in rows]
 
+    # Two seeds: seed 0's runs are the one-seed sweep's, run for run (a run depends on its
+    # config and seed, not on the sweep it is in); seed 1's differ.
+    two_seeds = tmp_path / "two_seeds"
+    assert main(["sweep-sparsity", "micro", "--out", str(two_seeds), "--set", "seeds=[1,0]",
+                 "--bootstrap", "0", "--starts", "50"]) == 0
+    with open(two_seeds / "results.csv", newline="") as f:
+        by_run = {r["run"]: r for r in csv.DictReader(f)}
+    assert len(by_run) == 8 and {r["seed"] for r in by_run.values()} == {"0", "1"}
+    for row in rows:
+        assert by_run[row["run"]]["best_val_loss"] == row["best_val_loss"]
+        assert by_run[row["run"].replace("/seed0", "/seed1")]["best_val_loss"] != row["best_val_loss"]
+    assert "Each of 4 points has runs of several seeds" in (two_seeds / "report.md").read_text()
+
 
 def test_sweep_set_overrides_grid_keys_and_adds_config_keys_to_the_grids_overrides(tmp_path, capsys):
     out = tmp_path / "sweep"
@@ -408,6 +470,7 @@ def test_sweep_set_overrides_grid_keys_and_adds_config_keys_to_the_grids_overrid
     assert grid["overrides"] == [*load_grid("micro").overrides, "train.schedule=wsd"]
     commands = capsys.readouterr().out.strip().splitlines()
     assert len(commands) == 8 and sum("--branch-from" in c for c in commands) == 4  # a wsd family
-    assert main(["sweep-sparsity", "micro", "--dry-run", "--set", "seed=x"]) == 2
+    assert main(["sweep-sparsity", "micro", "--dry-run", "--set", "seeds=x"]) == 2
     err = capsys.readouterr().err
-    assert "seed='x' is invalid: expected a whole number" in err and len(err.strip().splitlines()) == 1
+    assert "seeds[0]='x' is invalid: expected a whole number" in err
+    assert len(err.strip().splitlines()) == 1

@@ -169,3 +169,28 @@ def test_a_wsd_family_sweep_says_its_smaller_budgets_are_branches_and_counts_the
     assert f"(2 branches, plan.json)" in text
     assert f"trained {trained:,} tokens against {separate:,} for one run per budget" in text
     assert "its points are not independent draws" in text
+
+
+def test_a_sweep_of_several_seeds_tabulates_each_runs_seed_and_the_spread_between_seeds(tmp_path):
+    grid = load_grid("demo", ["seeds=[0,1]"])
+    rows = synthetic_results(grid, EFFECTIVE_TRUTH, EFFECTIVE_SIZE)
+    assert len(rows) == 2 * len(synthetic_results(load_grid("demo"), EFFECTIVE_TRUTH,
+                                                  EFFECTIVE_SIZE))
+    # Seed 1 of every point 0.01 nats above seed 0, one point 0.05 above: per-point stds of
+    # 0.01 / sqrt(2) and 0.05 / sqrt(2), by hand.
+    for row in rows[len(rows) // 2:]:
+        row["best_val_loss"] = rows[rows.index(row) - len(rows) // 2]["best_val_loss"] + 0.01
+    rows[-1]["best_val_loss"] += 0.04
+    write_results_csv(tmp_path / "results.csv", rows)
+    write_grid_json(tmp_path, grid)
+    text = write_sweep_report(tmp_path, bootstrap_replicates=0, max_starts=50,
+                              log=lambda _: None).read_text()
+    points = len(rows) // 2
+    small, large = 0.01 / np.sqrt(2), 0.05 / np.sqrt(2)
+    rms = np.sqrt(((points - 1) * small ** 2 + large ** 2) / points)
+    assert (f"Each of {points} points has runs of several seeds. Their seed std, over those "
+            f"points: median {small:.4f}, root mean square {rms:.4f}, largest {large:.4f}") in text
+    assert "seeds 0, 1" in text  # the setup names them
+    table = text.split("## Runs")[1].split("\n\n")[2].splitlines()
+    assert "| seed |" in table[0]
+    assert sorted(line.split("|")[5].strip() for line in table[2:]) == ["0"] * points + ["1"] * points

@@ -99,7 +99,7 @@ def register(subparsers) -> None:
                        help="a preset (demo, cpu, paper, micro) or a grid YAML file")
     sweep.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                        help="override a grid key (--set token_budgets=[409.6K,1.2M], --set "
-                       "seed=1) or, for a model./data./train. key, add it to the grid's config "
+                       "seeds=[0,1]) or, for a model./data./train. key, add it to the grid's config "
                        "overrides (--set train.schedule=wsd); repeatable")
     sweep.add_argument("--out", metavar="DIR", default=None, help="sweep folder (default sweep_<name>)")
     sweep.add_argument("--dry-run", action="store_true", help="print the planned runs only")

@@ -7,7 +7,10 @@ with terms removed, and last Chinchilla's law in the total parameter count, the 
 that measures no effect of S at fixed N and D) is fitted, bootstrapped and checked on held-out
 points, and the richest form that passes both checks is the one a report uses:
 
-- **identified**: every exponent moves its term by at least ``MIN_EXPONENT_EFFECT`` nats over
+- **identified**: every term adds at least ``MIN_TERM_SIZE`` nats to some point's loss (a
+  coefficient that ran to 0 describes nothing, and an exponent check cannot see it in a
+  constant term: e ~ 0 beside c / (1 - S)^lam with lam ~ 0 leaves only e + c measured), every
+  exponent moves its term by at least ``MIN_EXPONENT_EFFECT`` nats over
   the sweep's range of its variable (an exponent that moves its term less, or whose term has
   been switched off, describes nothing the points show: a / N^alpha with alpha ~ 0 is a constant
   beside e, an S exponent ~ 0 is no effect of S, which a smaller form states directly; and as
@@ -39,6 +42,7 @@ FORMS = (*SPARSITY_FORMS, CHINCHILLA)
 """Richest first. In Chinchilla's law S enters only through compute: D = C / (6 N_active)."""
 MIN_EXPONENT_EFFECT = 0.01
 """Nats: about the seed noise of one CPU sweep point."""
+MIN_TERM_SIZE = MIN_EXPONENT_EFFECT
 MAX_EXPONENT_CI_WIDTH = 1.0
 MAX_HOLDOUT_MAE = 0.02
 """Nats: the accuracy a sweep's law must reach on points it never saw."""
@@ -62,11 +66,21 @@ def exponent_effects(law: Law, record: dict, columns: dict[str, np.ndarray]) -> 
     return effects
 
 
+def term_sizes(law: Law, record: dict, columns: dict[str, np.ndarray]) -> dict[str, float]:
+    """Nats: each term's largest value over the points, by its coefficient's name."""
+    theta = np.array([record["theta"][name] for name in law.param_names])
+    values = np.exp(law.log_terms(theta, log_features(law, columns)))
+    return {law.log_coef_names[log_coef]: float(value.max())
+            for (log_coef, _), value in zip(law.terms, values)}
+
+
 def identification_problems(law: Law, record: dict, columns: dict[str, np.ndarray]) -> list[str]:
     """Why a fit record (bootstrapped, fitted to ``columns``) does not identify its parameters
     (empty: it does)."""
-    problems = [f"{name} moves its term by only {effect:.2g} nats" for name, effect
-                in exponent_effects(law, record, columns).items() if effect < MIN_EXPONENT_EFFECT]
+    problems = [f"{name} has run to 0: its term adds at most {size:.2g} nats" for name, size
+                in term_sizes(law, record, columns).items() if size < MIN_TERM_SIZE]
+    problems += [f"{name} moves its term by only {effect:.2g} nats" for name, effect
+                 in exponent_effects(law, record, columns).items() if effect < MIN_EXPONENT_EFFECT]
     fitted = law.natural_params(np.zeros(law.num_params))  # not the derived quantities
     for name, (low, high) in ((name, record["ci"][name]) for name in fitted if name in record["ci"]):
         is_coefficient = name in law.log_coef_names.values()
@@ -123,6 +137,7 @@ def select_form(columns: dict[str, np.ndarray], holdout: str, *, bootstrap_repli
     return {
         "chosen": chosen["law"] if chosen else None,
         "criteria": {"holdout": holdout, "max_holdout_mae": MAX_HOLDOUT_MAE,
+                     "min_term_size": MIN_TERM_SIZE,
                      "min_exponent_effect": MIN_EXPONENT_EFFECT,
                      "max_exponent_ci_width": MAX_EXPONENT_CI_WIDTH,
                      "bootstrap_replicates": bootstrap_replicates},

@@ -87,8 +87,9 @@ class SweepGrid:
     """Training compute budgets C in FLOPs (give these or token_budgets)."""
     token_budgets: list[TokenCount] = field(default_factory=list)
     """Training budgets D in tokens (give these or flops_budgets)."""
-    seed: int = 0
-    """train.seed of every point."""
+    seeds: list[int] = field(default_factory=lambda: [0])
+    """The train.seed values: every point is trained once per seed, and the fit pools them
+    (two seeds halve the variance of a point's mean, which short CPU runs need)."""
     holdout: str = "S=max"
     """Points the held-out check leaves out of the fit."""
 
@@ -105,6 +106,9 @@ class SweepGrid:
             raise ConfigError(f"{where}: top_k={self.top_k} is invalid: must be >= 1")
         for sparsity in self.sparsities:
             experts_for(sparsity, self.top_k)  # raises on a sparsity with no whole E
+        if not self.seeds or len(set(self.seeds)) < len(self.seeds) or min(self.seeds) < 0:
+            raise ConfigError(f"{where}: seeds={self.seeds!r} is invalid: expected a non-empty "
+                              "list of distinct whole numbers >= 0")
         for budget in list(self.flops_budgets) + list(self.token_budgets):
             if not (math.isfinite(budget) and budget > 0):
                 raise ConfigError(f"{where}: budget {budget} is invalid: must be a finite number > 0")
@@ -151,6 +155,21 @@ def experts_for(sparsity: float, top_k: int) -> int:
     return int(round(experts))
 
 
+def with_seeds_key(record: dict) -> dict:
+    """Grids (and grid.json files) written before ``seeds`` named one ``seed``: read it as a
+    list of one. Both at once is ambiguous."""
+    if "seed" not in record:
+        return record
+    if "seeds" in record:
+        raise ConfigError(f"seed={record['seed']!r} and seeds={record['seeds']!r} are both given: "
+                          "give seeds alone (a list, e.g. seeds=[0,1])")
+    record = dict(record)
+    seed = record.pop("seed")
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise ConfigError(f"seed={seed!r} is invalid: expected a whole number")
+    return {**record, "seeds": [seed]}
+
+
 def grid_preset_names() -> list[str]:
     return preset_names(SWEEP_PRESETS)
 
@@ -162,7 +181,7 @@ def load_grid(source: str | Path, overrides: list[str] | None = None) -> SweepGr
     raw.setdefault("name", Path(source).stem)
     raw = apply_overrides(raw, list(overrides or []))
     try:
-        grid = from_dict(SweepGrid, raw)
+        grid = from_dict(SweepGrid, with_seeds_key(raw))
     except ConfigError as exc:
         raise ConfigError(f"sweep grid {raw.get('name')!r}: {exc}") from None
     return grid.validate()

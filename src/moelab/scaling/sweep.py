@@ -24,7 +24,7 @@ from moelab.config import Config, load_config, override
 from moelab.errors import ConfigError, MoelabError
 from moelab.fileio import atomic_write_json, atomic_write_text, remove_stale_temporaries
 from moelab.scaling.fitting import check_num_starts
-from moelab.scaling.grid import GRID_KEYS, SweepGrid, experts_for
+from moelab.scaling.grid import GRID_KEYS, SweepGrid, experts_for, with_seeds_key
 from moelab.scaling.isoflop import compute_deviation
 from moelab.train.summary import RunSummary
 
@@ -46,13 +46,22 @@ class SweepPoint:
 
     @property
     def arm(self) -> str:
-        """Folder-friendly name: ``C3e+13/s1/S0.750-E4k1`` (seed folder added by the runner)."""
+        """The point's name without its seed: ``C3e+13/s1/S0.750-E4k1``."""
         return f"{self.budget_label}/{self.size}/S{self.sparsity:.3f}-E{self.num_experts}k{self.top_k}"
+
+    @property
+    def seed(self) -> int:
+        return self.config.train.seed
+
+    @property
+    def run_name(self) -> str:
+        """The point's run: ``C3e+13/s1/S0.750-E4k1/seed0`` (its folder under runs/)."""
+        return f"{self.arm}/seed{self.seed}"
 
     def describe(self) -> str:
         counts = count_params(self.config.model)
         tokens = self.config.train.max_tokens
-        text = f"{self.arm}: N_total={counts.total:,} N_active={counts.active:,} D={tokens:,}"
+        text = f"{self.run_name}: N_total={counts.total:,} N_active={counts.active:,} D={tokens:,}"
         if self.flops_budget is not None:
             flops = flops_per_token(self.config.model).six_n * tokens
             text += f" C={flops:.4g} ({compute_deviation(flops, self.flops_budget):+.1%} vs budget)"
@@ -90,25 +99,32 @@ def tokens_for_flops(config: Config, flops: float) -> int:
 
 
 def plan_sweep(grid: SweepGrid) -> list[SweepPoint]:
-    """Every size x sparsity x budget, smallest budget first (a stopped sweep is already useful)."""
-    base = load_config(grid.base, list(grid.overrides) + [f"train.seed={grid.seed}"])
+    """Every seed x budget x size x sparsity: the first seed's whole grid first, each grid
+    smallest budget first (a stopped sweep is already useful)."""
     points = []
     budgets = [("flops", b) for b in sorted(grid.flops_budgets)] + [
         ("tokens", b) for b in sorted(grid.token_budgets)]
-    for kind, budget in budgets:
-        for size in grid.sizes:
-            for sparsity in grid.sparsities:
-                config = override(base, model_overrides(size, sparsity, grid.top_k, grid.mode))
-                if kind == "flops":
-                    tokens, label = tokens_for_flops(config, budget), f"C{exact_text(budget)}"
-                else:
-                    tokens, label = int(budget), f"D{int(budget)}"
-                config = override(config, [f"train.max_tokens={tokens}"])
-                experts = config.model.moe.num_experts if config.model.moe else 1
-                points.append(SweepPoint(size["name"], float(sparsity), experts, grid.top_k, label,
-                                         float(budget) if kind == "flops" else None, config))
+    for seed in grid.seeds:
+        base = load_config(grid.base, list(grid.overrides) + [f"train.seed={seed}"])
+        for kind, budget in budgets:
+            for size in grid.sizes:
+                for sparsity in grid.sparsities:
+                    points.append(_plan_point(base, grid, size, float(sparsity), kind, budget))
     _check_distinct_folders(points)
     return points
+
+
+def _plan_point(base: Config, grid: SweepGrid, size: dict, sparsity: float, kind: str,
+                budget: float) -> SweepPoint:
+    config = override(base, model_overrides(size, sparsity, grid.top_k, grid.mode))
+    if kind == "flops":
+        tokens, label = tokens_for_flops(config, budget), f"C{exact_text(budget)}"
+    else:
+        tokens, label = int(budget), f"D{int(budget)}"
+    config = override(config, [f"train.max_tokens={tokens}"])
+    experts = config.model.moe.num_experts if config.model.moe else 1
+    return SweepPoint(size["name"], sparsity, experts, grid.top_k, label,
+                      float(budget) if kind == "flops" else None, config)
 
 
 def exact_text(value: float) -> str:
@@ -124,12 +140,12 @@ def exact_text(value: float) -> str:
 def _check_distinct_folders(points: list[SweepPoint]) -> None:
     seen = set()
     for point in points:
-        if point.arm in seen:
+        if point.run_name in seen:
             raise ConfigError(
-                f"sweep point {point.arm} is planned twice: size names must be distinct and "
+                f"sweep point {point.run_name} is planned twice: size names must be distinct and "
                 f"sparsities and budgets must not repeat"
             )
-        seen.add(point.arm)
+        seen.add(point.run_name)
 
 
 # --------------------------------------------------------------------------------------------
@@ -137,8 +153,8 @@ def _check_distinct_folders(points: list[SweepPoint]) -> None:
 # --------------------------------------------------------------------------------------------
 
 RESULT_COLUMNS = (
-    "run", "size", "budget", "C_budget", "N_total", "N_active", "N_non_embedding", "D", "C", "S",
-    "E", "k", "d_expert", "flops_per_token_6n", "flops_per_token_full", "best_val_loss",
+    "run", "size", "budget", "seed", "C_budget", "N_total", "N_active", "N_non_embedding", "D",
+    "C", "S", "E", "k", "d_expert", "flops_per_token_6n", "flops_per_token_full", "best_val_loss",
     "final_val_loss", "collapse", "tokens_per_s", "step_time_s", "tokens_per_step",
     "peak_memory_bytes", "device",
 )
@@ -147,15 +163,16 @@ eval and checkpoints excluded), its peak memory and its device; empty for older 
 
 
 def _run_specs(points: list[SweepPoint]):
-    """One run per point; under ``train.schedule: wsd`` the budgets of a size and sparsity are
-    one budget family (``moelab.runs.families``)."""
+    """One run per point; under ``train.schedule: wsd`` the budgets of a size, sparsity and
+    seed are one budget family (``moelab.runs.families``)."""
     from moelab.runs import RunSpec
     from moelab.runs.families import as_budget_family
 
-    specs = [RunSpec(f"{point.arm}/seed{point.config.train.seed}", point.config,
-                     {"size": point.size, "sparsity": point.sparsity, "budget": point.budget_label})
+    specs = [RunSpec(point.run_name, point.config,
+                     {"size": point.size, "sparsity": point.sparsity, "budget": point.budget_label,
+                      "seed": point.seed})
              for point in points]
-    shapes = [(point.size, point.sparsity) for point in points]
+    shapes = [(point.size, point.sparsity, point.seed) for point in points]
     planned = {spec.name: spec for shape in dict.fromkeys(shapes)
                for spec in as_budget_family([s for s, other in zip(specs, shapes) if other == shape])}
     return [planned[spec.name] for spec in specs]
@@ -233,8 +250,8 @@ def _write_plan(out_dir: Path, grid: SweepGrid, points: list[SweepPoint], specs,
     grid_record = {key: getattr(grid, key) for key in GRID_KEYS}
     grid_path = out_dir / "grid.json"
     if grid_path.is_file():
-        old = json.loads(grid_path.read_text("utf-8"))
-        if old != json.loads(json.dumps(grid_record)):
+        old = with_seeds_key(json.loads(grid_path.read_text("utf-8")))
+        if not _same_grid_or_more_seeds(old, json.loads(json.dumps(grid_record))):
             raise MoelabError(f"{out_dir} already holds another sweep grid ({old.get('name')!r}): "
                               "use another --out folder")
     remove_stale_temporaries(out_dir, out_dir / "configs", out_dir / "figures")
@@ -245,9 +262,17 @@ def _write_plan(out_dir: Path, grid: SweepGrid, points: list[SweepPoint], specs,
         **({"fit": fit_settings} if fit_settings else {}),
         "runs": [{"name": spec.name, "run_dir": str(spec.run_dir), "config": str(spec.config_path),
                   "size": point.size, "sparsity": point.sparsity, "budget": point.budget_label,
+                  "seed": point.seed,
                   "model": to_dict(point.config.model), **branch_record(spec)}
                  for point, spec in zip(points, specs)],
     })
+
+
+def _same_grid_or_more_seeds(old: dict, new: dict) -> bool:
+    """A folder's runs stay valid for its grid with seeds added: a run depends only on its
+    config and seed."""
+    return ({**old, "seeds": None} == {**new, "seeds": None}
+            and set(old.get("seeds", [])) <= set(new["seeds"]))
 
 
 def collect_results(out_dir: Path, points: list[SweepPoint]) -> list[dict]:
@@ -291,7 +316,7 @@ def result_row(point: SweepPoint, run_dir: str, summary: RunSummary, config: Con
     experts, top_k = (moe.num_experts, moe.top_k) if moe else (1, 1)
     return {
         "run": run_dir, "size": point.size, "budget": point.budget_label,
-        "C_budget": "" if point.flops_budget is None else exact_text(point.flops_budget),
+        "seed": config.train.seed, "C_budget": "" if point.flops_budget is None else exact_text(point.flops_budget),
         "N_total": summary.total_params, "N_active": summary.active_params,
         "N_non_embedding": summary.non_embedding_params, "D": summary.tokens,
         "C": summary.flops_per_token_6n * summary.tokens, "S": (experts - top_k) / experts,

@@ -17,7 +17,7 @@ SWEEP_FIT_COLUMNS = {"N": "N_total", "loss": "best_val_loss"}
 """How results.csv's columns map to the law's: N is the total parameter count."""
 
 GRID_FIELDS = {"name": str, "base": str, "sizes": list, "sparsities": list, "top_k": int,
-               "mode": str, "flops_budgets": list, "token_budgets": list, "seed": int,
+               "mode": str, "flops_budgets": list, "token_budgets": list, "seeds": list,
                "holdout": str}
 """The grid.json keys the analysis and the report read, with their types."""
 
@@ -45,6 +45,8 @@ def read_grid_record(out_dir: Path) -> dict:
     """grid.json as a dict, its fields checked (a hand-edited or torn file is named)."""
     path = Path(out_dir) / "grid.json"
     record = read_json(path)
+    if "seed" in record and "seeds" not in record:  # written before grids took a list of seeds
+        record["seeds"] = [record.pop("seed")]
     for key, kind in GRID_FIELDS.items():
         value = record.get(key)
         if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
@@ -52,7 +54,7 @@ def read_grid_record(out_dir: Path) -> dict:
                               "(the grid moelab sweep-sparsity wrote)")
     if not all(isinstance(s, dict) and isinstance(s.get("name"), str) for s in record["sizes"]):
         raise MoelabError(f"{path}: sizes is invalid: expected a list of mappings with a name")
-    for key in ("sparsities", "flops_budgets", "token_budgets"):
+    for key in ("sparsities", "flops_budgets", "token_budgets", "seeds"):
         if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in record[key]):
             raise MoelabError(f"{path}: {key}={record[key]!r} is invalid: expected numbers")
     return record
@@ -76,7 +78,8 @@ def describe_grid(grid: dict) -> str:
     budgets = (", ".join(f"{b:.3g} FLOPs" for b in grid["flops_budgets"])
                or ", ".join(f"{int(b):,} tokens" for b in grid["token_budgets"]))
     sparsities = ", ".join(f"{s:g}" for s in grid["sparsities"])
+    seeds = ("seed " if len(grid["seeds"]) == 1 else "seeds ") + ", ".join(map(str, grid["seeds"]))
     return (f"{len(grid['sizes'])} sizes ({', '.join(s['name'] for s in grid['sizes'])}) x "
             f"{len(grid['sparsities'])} sparsities ({sparsities}, top-{grid['top_k']}, "
             f"{grid['mode']}) x {len(grid['flops_budgets'] or grid['token_budgets'])} budgets "
-            f"({budgets}), seed {grid['seed']}, base config {grid['base']!r}")
+            f"({budgets}), {seeds}, base config {grid['base']!r}")

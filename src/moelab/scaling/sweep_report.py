@@ -107,8 +107,11 @@ def _forms_section(selection: dict) -> str:
             f"{formulas}\n\n"
             "Each is fitted to every point with bootstrap intervals "
             f"({criteria['bootstrap_replicates']} resamples) and refitted without the held-out "
-            f"points ({criteria['holdout']}). A form is identified when each exponent moves its "
-            f"term by at least {criteria['min_exponent_effect']:g} nats over the points' range, "
+            f"points ({criteria['holdout']}). A form is identified when "
+            + (f"every term adds at least {criteria['min_term_size']:g} nats to some point's "
+               "loss, " if "min_term_size" in criteria else "")  # older forms.json lack it
+            + f"each exponent moves its term by at least {criteria['min_exponent_effect']:g} "
+            "nats over the points' range, "
             "every 95 % interval is finite (no coefficient reaching 0 or infinity) and no "
             "exponent's interval contains 0 or is wider than "
             f"{criteria['max_exponent_ci_width']:g}"
@@ -140,10 +143,10 @@ def _budget_family_text(out_dir: Path, rows: list[dict[str, str]]) -> str:
                                         key="run_dir")
     if not branch_steps:
         return ""
-    text = ("Under `train.schedule: wsd` each size and sparsity is one budget family: its largest "
-            "budget's run is trained in full and each smaller budget's run is a cooldown branch "
-            f"from it ({len(branch_steps)} branches, plan.json), the same run as a separate wsd "
-            "run of that budget. ")
+    text = ("Under `train.schedule: wsd` each size and sparsity of a seed is one budget family: "
+            "its largest budget's run is trained in full and each smaller budget's run is a "
+            f"cooldown branch from it ({len(branch_steps)} branches, plan.json), the same run as "
+            "a separate wsd run of that budget. ")
     if rows and all(row.get("tokens_per_step") for row in rows):  # older files lack the column
         trained, separate = count_family_tokens(
             branch_steps, [(row["run"], int(float(row["D"])), int(float(row["tokens_per_step"])))
@@ -156,12 +159,34 @@ def _budget_family_text(out_dir: Path, rows: list[dict[str, str]]) -> str:
 
 
 def _results_table(rows: list[dict[str, str]]) -> str:
-    body = [[r["size"], r["budget"], r["S"], r["E"], format_count(float(r["N_total"])),
+    body = [[r["size"], r["budget"], r["S"], r["E"], _seed(r), format_count(float(r["N_total"])),
              format_count(float(r["N_active"])), format_count(float(r["D"])),
              f"{float(r['C']):.3g}", format_number(float(r["best_val_loss"]))] for r in rows]
-    return "## Runs\n\n" + markdown_table(
-        ["size", "budget", "S", "E", "N total", "N active", "D", "C", "best val loss"], body,
-        "llrrrrrrr")
+    return "## Runs\n\n" + _seed_spread_text(rows) + markdown_table(
+        ["size", "budget", "S", "E", "seed", "N total", "N active", "D", "C", "best val loss"],
+        body, "llrrrrrrrr")
+
+
+def _seed(row: dict[str, str]) -> str:
+    """The run's seed: results.csv's column, or the run folder's name in older files."""
+    return row.get("seed") or row["run"].rsplit("/seed", 1)[-1]
+
+
+def _seed_spread_text(rows: list[dict[str, str]]) -> str:
+    """With several seeds per point: how far a point's seeds disagree, the noise under any fit's
+    error on single runs; empty with one seed."""
+    losses: dict[tuple, list[float]] = {}
+    for row in rows:
+        losses.setdefault((row["size"], row["budget"], row["S"]), []).append(
+            float(row["best_val_loss"]))
+    stds = np.array([np.std(values, ddof=1) for values in losses.values() if len(values) > 1])
+    if not len(stds):
+        return ""
+    return (f"Each of {len(stds)} points has runs of several seeds. Their seed std, over those "
+            f"points: median {format_number(float(np.median(stds)))}, root mean square "
+            f"{format_number(float(np.sqrt(np.mean(stds ** 2))))}, largest "
+            f"{format_number(float(stds.max()))} nats. The fit pools every run, and a law's error "
+            "on single runs cannot fall far below this spread.\n\n")
 
 
 def _zero_shot_section(out_dir: Path, header: list[str], rows: list[dict[str, str]]) -> str:
@@ -176,14 +201,15 @@ def _zero_shot_section(out_dir: Path, header: list[str], rows: list[dict[str, st
     for row in rows:
         for task, entry in read_run_tasks(out_dir / row["run"]).items():
             chance.setdefault(task, entry["chance"])
-    body = [[r["size"], r["budget"], r["S"]] + [
+    body = [[r["size"], r["budget"], r["S"], _seed(r)] + [
         format_number(float(r[f"zero_shot_{t}"])) if r[f"zero_shot_{t}"] else "" for t in tasks]
         for r in rows]
     names = [f"{task} (chance {format_number(chance[task])})" if task in chance else task
              for task in tasks]
     return ("## Zero-shot tasks\n\nAccuracy of each run's final weights on the tasks it scored "
             "(`train.eval_tasks`; each run's `tasks.json`, docs/training.md \"Zero-shot tasks\").\n\n"
-            + markdown_table(["size", "budget", "S", *names], body, "llr" + "r" * len(tasks)))
+            + markdown_table(["size", "budget", "S", "seed", *names], body,
+                             "llrr" + "r" * len(tasks)))
 
 
 def _fit_section(fit: dict, shared: float | None, replicates: int) -> str:
