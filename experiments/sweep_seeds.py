@@ -24,7 +24,8 @@ import numpy as np
 
 from moelab.fileio import atomic_write_json
 from moelab.scaling.forms import select_form
-from moelab.scaling.sweep_folder import SWEEP_FIT_COLUMNS, read_grid_record, read_results
+from moelab.scaling.sweep_folder import SWEEP_FIT_COLUMNS, read_grid_record, read_results, row_seed
+from moelab.scaling.sweep_report import seed_spread
 from moelab.scaling.table import fit_table_from_rows
 
 RESULTS = Path(__file__).parent / "results" / "sweep_seeds.json"
@@ -44,7 +45,7 @@ def main() -> None:
     by_seed: dict[str, list[dict[str, str]]] = {}
     for folder in args.folders:
         for row in read_results(folder)[1]:
-            by_seed.setdefault(row.get("seed") or row["run"].rsplit("/seed", 1)[-1], []).append(row)
+            by_seed.setdefault(row_seed(row), []).append(row)
     per_seed = [by_seed[seed] for seed in sorted(by_seed, key=int)]
     tables = {f"seed {seed}": by_seed[seed] for seed in sorted(by_seed, key=int)}
     tables["every seed's points"] = [row for rows in per_seed for row in rows]
@@ -61,7 +62,7 @@ def main() -> None:
         print_check(name, checks[name])
     entry = {"folders": [f.name for f in args.folders], "seeds": sorted(map(int, by_seed)),
              "grid": grids[0]["name"], "holdout": holdout, "bootstrap": args.bootstrap,
-             "seed_spread": seed_spread(per_seed), "checks": checks,
+             "seed_spread": seed_spread(tables["every seed's points"]), "checks": checks,
              "machine": {"platform": platform.platform(),
                          "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}}
     print(f"per-point spread between seeds: {entry['seed_spread']}")
@@ -79,14 +80,6 @@ def mean_rows(per_seed: list[list[dict[str, str]]]) -> list[dict[str, str]]:
     """One row per point every seed has, its loss the mean over seeds (D, N as in the first)."""
     return [{**row, "best_val_loss": str(np.mean(losses))}
             for row, losses in shared_points(per_seed)]
-
-
-def seed_spread(per_seed: list[list[dict[str, str]]]) -> dict:
-    """Std over seeds of each point's loss: the median and largest over points, and the
-    implied noise of one point (root mean variance)."""
-    stds = np.array([np.std(losses, ddof=1) for _, losses in shared_points(per_seed)])
-    return {"points": len(stds), "median_std": float(np.median(stds)),
-            "max_std": float(stds.max()), "rms_std": float(np.sqrt(np.mean(stds ** 2)))}
 
 
 def print_check(name: str, check: dict) -> None:

@@ -10,7 +10,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from moelab.errors import MoelabError
+from moelab.errors import ConfigError, MoelabError
+from moelab.scaling.grid import with_seeds_key
 from moelab.scaling.table import read_csv_rows
 
 SWEEP_FIT_COLUMNS = {"N": "N_total", "loss": "best_val_loss"}
@@ -44,9 +45,10 @@ def read_optional_json(path: Path) -> dict | None:
 def read_grid_record(out_dir: Path) -> dict:
     """grid.json as a dict, its fields checked (a hand-edited or torn file is named)."""
     path = Path(out_dir) / "grid.json"
-    record = read_json(path)
-    if "seed" in record and "seeds" not in record:  # written before grids took a list of seeds
-        record["seeds"] = [record.pop("seed")]
+    try:
+        record = with_seeds_key(read_json(path))  # older files name one seed
+    except ConfigError as exc:
+        raise MoelabError(f"{path}: {exc}") from None
     for key, kind in GRID_FIELDS.items():
         value = record.get(key)
         if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
@@ -72,6 +74,11 @@ def read_results(out_dir: Path) -> tuple[list[str], list[dict[str, str]]] | None
         if "has no data rows" in str(exc):
             return None
         raise
+
+
+def row_seed(row: dict[str, str]) -> str:
+    """A results.csv row's seed: its seed column, or its run folder's name in older files."""
+    return row.get("seed") or row["run"].rsplit("/seed", 1)[-1]
 
 
 def describe_grid(grid: dict) -> str:

@@ -21,7 +21,7 @@ from moelab.runs.families import count_family_tokens, planned_branch_steps
 from moelab.scaling.laws import SPARSITY, get_law
 from moelab.scaling.optimal import active_params
 from moelab.scaling.sweep_folder import (
-    describe_grid, read_grid_record, read_json, read_optional_json, read_results,
+    describe_grid, read_grid_record, read_json, read_optional_json, read_results, row_seed,
 )
 from moelab.scaling.table import fit_table_from_rows
 
@@ -159,7 +159,7 @@ def _budget_family_text(out_dir: Path, rows: list[dict[str, str]]) -> str:
 
 
 def _results_table(rows: list[dict[str, str]]) -> str:
-    body = [[r["size"], r["budget"], r["S"], r["E"], _seed(r), format_count(float(r["N_total"])),
+    body = [[r["size"], r["budget"], r["S"], r["E"], row_seed(r), format_count(float(r["N_total"])),
              format_count(float(r["N_active"])), format_count(float(r["D"])),
              f"{float(r['C']):.3g}", format_number(float(r["best_val_loss"]))] for r in rows]
     return "## Runs\n\n" + _seed_spread_text(rows) + markdown_table(
@@ -167,26 +167,30 @@ def _results_table(rows: list[dict[str, str]]) -> str:
         body, "llrrrrrrrr")
 
 
-def _seed(row: dict[str, str]) -> str:
-    """The run's seed: results.csv's column, or the run folder's name in older files."""
-    return row.get("seed") or row["run"].rsplit("/seed", 1)[-1]
-
-
-def _seed_spread_text(rows: list[dict[str, str]]) -> str:
-    """With several seeds per point: how far a point's seeds disagree, the noise under any fit's
-    error on single runs; empty with one seed."""
+def seed_spread(rows: list[dict[str, str]]) -> dict | None:
+    """Std over seeds of each point's loss (points with several runs): the median, root mean
+    square and largest over points; None with one seed per point."""
     losses: dict[tuple, list[float]] = {}
     for row in rows:
         losses.setdefault((row["size"], row["budget"], row["S"]), []).append(
             float(row["best_val_loss"]))
     stds = np.array([np.std(values, ddof=1) for values in losses.values() if len(values) > 1])
     if not len(stds):
+        return None
+    return {"points": len(stds), "median_std": float(np.median(stds)),
+            "rms_std": float(np.sqrt(np.mean(stds ** 2))), "max_std": float(stds.max())}
+
+
+def _seed_spread_text(rows: list[dict[str, str]]) -> str:
+    """How far a point's seeds disagree, the noise under any fit's error on single runs."""
+    spread = seed_spread(rows)
+    if spread is None:
         return ""
-    return (f"Each of {len(stds)} points has runs of several seeds. Their seed std, over those "
-            f"points: median {format_number(float(np.median(stds)))}, root mean square "
-            f"{format_number(float(np.sqrt(np.mean(stds ** 2))))}, largest "
-            f"{format_number(float(stds.max()))} nats. The fit pools every run, and a law's error "
-            "on single runs cannot fall far below this spread.\n\n")
+    return (f"Each of {spread['points']} points has runs of several seeds. Their seed std, over "
+            f"those points: median {format_number(spread['median_std'])}, root mean square "
+            f"{format_number(spread['rms_std'])}, largest {format_number(spread['max_std'])} "
+            "nats. The fit pools every run, and a law's error on single runs cannot fall far "
+            "below this spread.\n\n")
 
 
 def _zero_shot_section(out_dir: Path, header: list[str], rows: list[dict[str, str]]) -> str:
@@ -201,7 +205,7 @@ def _zero_shot_section(out_dir: Path, header: list[str], rows: list[dict[str, st
     for row in rows:
         for task, entry in read_run_tasks(out_dir / row["run"]).items():
             chance.setdefault(task, entry["chance"])
-    body = [[r["size"], r["budget"], r["S"], _seed(r)] + [
+    body = [[r["size"], r["budget"], r["S"], row_seed(r)] + [
         format_number(float(r[f"zero_shot_{t}"])) if r[f"zero_shot_{t}"] else "" for t in tasks]
         for r in rows]
     names = [f"{task} (chance {format_number(chance[task])})" if task in chance else task
