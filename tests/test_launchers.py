@@ -101,6 +101,18 @@ def test_children_pinned_to_gpu_slots_and_submitit_local_match_an_in_process_swe
     assert any((slurm / "slurm").rglob("*_log.out"))  # the job array's logs stay in the folder
 
 
+@pytest.mark.parametrize("threads", ["1", "2"])
+def test_children_train_with_the_threads_they_are_given(tmp_path, monkeypatch, threads):
+    # Children are forked from a server that read OMP_NUM_THREADS once, when it started (in
+    # this test process, maybe with the other count): each child must set its own.
+    monkeypatch.setenv("OMP_NUM_THREADS", threads)
+    config = tiny_study_config(256 * 4)
+    run_study("study", config, StudySettings(seeds=1, criteria=["active"]), tmp_path,
+              log=lambda _: None, launcher=LocalLauncher(jobs=2))
+    summaries = [json.loads(p.read_text()) for p in tmp_path.glob("runs/**/summary.json")]
+    assert len(summaries) == 2 and {s["torch_threads"] for s in summaries} == {int(threads)}
+
+
 def _alive(pid: int) -> bool:
     """A process that exists and is not a zombie (an orphan's reaper may be slow to collect)."""
     try:
@@ -132,7 +144,32 @@ def _child_pids(out: Path, count: int, parent: subprocess.Popen, timeout: float 
     raise AssertionError("the study's runs did not start")
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the parent-death signal is Linux's")
+def test_a_child_that_fails_before_it_trains_is_a_recorded_failure_that_says_so(tmp_path):
+    # A script without a __main__ guard: each child re-imports it, so its runs fail in the
+    # fork server's set-up, before `moelab train` prints anything of its own.
+    script = tmp_path / "unguarded.py"
+    script.write_text(
+        "import sys\n"
+        "sys.path.insert(0, %r)\n"
+        "from test_launchers import tiny_study_config\n"
+        "from moelab.runs.launchers.local import LocalLauncher\n"
+        "from moelab.study.commands import run_study\n"
+        "from moelab.study.settings import StudySettings\n"
+        "run_study('study', tiny_study_config(256 * 4), StudySettings(seeds=1, criteria=['active']),\n"
+        "          %r, log=lambda _: None, launcher=LocalLauncher(jobs=2))\n"
+        % (str(Path(__file__).parent), str(tmp_path / "study")))
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"}, timeout=300)
+    # Every run failed, which the study reports as its error; the children's own errors (here
+    # multiprocessing's, asking for the guard) went to the script's stderr.
+    assert done.returncode == 1 and "every run of the study failed" in done.stderr
+    assert "if __name__ == '__main__'" in done.stderr
+    failures = json.loads((tmp_path / "study" / "failures.json").read_text())
+    assert sorted(failures) == ["dense_active/seed0", "moe/seed0"]
+    assert all("before it started" in error for error in failures.values())
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads process states in /proc")
 def test_kill_9_of_a_study_parent_leaves_no_child_alive(tmp_path):
     out = tmp_path / "study"
     env = {**os.environ, "OMP_NUM_THREADS": "1"}

@@ -454,6 +454,7 @@ def _summary(config: Config, state: dict[str, Any], plan: StepPlan, clock: "Cloc
         seed=config.train.seed,
         data_seed=config.train.effective_data_seed,
         world_size=dist.world_size,
+        torch_threads=torch.get_num_threads(),
         device=str(dist.device),
         versions={"moelab": moelab.__version__, "torch": torch.__version__,
                   "numpy": np.__version__, "python": platform.python_version()},

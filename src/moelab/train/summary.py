@@ -48,6 +48,8 @@ class RunSummary:
     seed: Optional[int] = None
     data_seed: Optional[int] = None
     world_size: Optional[int] = None
+    torch_threads: Optional[int] = None
+    """torch's intra-op threads: on a CPU a run's losses depend on them."""
     device: Optional[str] = None
     versions: dict[str, str] = field(default_factory=dict)
     routing: list[dict[str, Any]] = field(default_factory=list)

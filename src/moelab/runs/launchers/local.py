@@ -1,25 +1,33 @@
 """The local launcher: runs train on this machine, in this process or in child processes.
 
 With ``jobs=1`` (and no GPU pinning) each run trains in this process through ``train_fn``;
-otherwise each is a ``moelab train CONFIG --out RUN --resume`` child, ``jobs`` at a time, with
-the CPUs shared out as torch threads and, on a machine with GPUs, its own GPU slot
+otherwise each is a ``moelab train CONFIG --out RUN --resume`` child process, ``jobs`` at a time,
+with the CPUs shared out as torch threads and, on a machine with GPUs, its own GPU slot
 (``CUDA_VISIBLE_DEVICES``; ``runs_per_gpu`` slots per GPU). A child dies with its parent, even
-a parent killed with SIGKILL (Linux's parent-death signal), so a rerun never races orphans.
+a parent killed with SIGKILL (it watches a pipe only the parent holds open), so a rerun never
+races orphans.
+
+On Linux the children are forked from a server process that has imported torch and moelab once
+(multiprocessing's forkserver), so a run does not pay those imports: seconds each, which add up
+over a sweep of many small runs. Each child is still a fresh process (a crash or a kill ends
+that run only); where there is no forkserver, children are spawned and import for themselves.
 """
 
 from __future__ import annotations
 
-import ctypes
+import contextlib
+import multiprocessing
+import multiprocessing.connection
 import os
-import signal
-import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
 
+from moelab.cli import COMMAND_MODULES
 from moelab.errors import MoelabError
 from moelab.runs.execute import Log, RunOutcome, one_line_error
 from moelab.runs.launchers import remote_arguments, train_arguments, train_planned_run
@@ -28,6 +36,10 @@ from moelab.runs.spec import RunSpec
 from moelab.train.run_folder import RunFolder
 
 POLL_SECONDS = 0.1
+PRELOAD = ("moelab.train", "torch._dynamo", *(f"moelab.cli.{name}" for name in COMMAND_MODULES))
+"""What every ``moelab train`` child imports, imported once by the fork server: the command
+line's parser imports every command's module, and torch's optimizers import ``torch._dynamo``
+when they are built."""
 
 
 def visible_gpus() -> list[str]:
@@ -99,8 +111,8 @@ class LocalLauncher:
 
     def _train_in_children(self, folder: Path, specs: list[RunSpec], slots: list[Optional[str]],
                            record: Callable[[RunOutcome], None], log: Log) -> None:
-        """Keep one child per free slot; poll (children only, no threads: a parent-death
-        signal follows the thread that forked, so the main thread forks them all)."""
+        """Keep one child per free slot; poll their exit codes (no threads: bookkeeping stays
+        on the calling thread)."""
         threads = threads_per_job(self.jobs)
         waiting = list(enumerate(specs, start=1))
         running: dict[int, _Child] = {}
@@ -114,7 +126,7 @@ class LocalLauncher:
                         + (f", GPU {gpu})" if gpu is not None else ")"))
                     running[slot_index] = _Child.start(folder, spec, threads, gpu)
                 for slot_index, child in list(running.items()):
-                    if child.process.poll() is not None:
+                    if child.finished():
                         del running[slot_index]
                         free.append((slot_index, slots[slot_index]))
                         record(child.outcome(folder))
@@ -144,42 +156,94 @@ def _train_here(train_fn: Callable[..., dict], folder: Path, spec: RunSpec, coun
 @dataclass
 class _Child:
     spec: RunSpec
-    process: subprocess.Popen
-    output: object
+    process: multiprocessing.process.BaseProcess
+    output_path: str
+    lifeline: multiprocessing.connection.Connection
+    """Held open while we live: the child dies when it closes."""
     started: float
 
     @classmethod
     def start(cls, folder: Path, spec: RunSpec, threads: int, gpu: Optional[str]) -> "_Child":
-        env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
-        if gpu is not None:
-            env["CUDA_VISIBLE_DEVICES"] = gpu
-        command = [sys.executable, "-m", "moelab", "train", *train_arguments(folder, spec)]
         # A file, not a pipe: a chatty child would block on a full pipe nobody reads until the end.
-        output = tempfile.TemporaryFile(mode="w+", encoding="utf-8", errors="replace")
-        process = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT, env=env,
-                                   preexec_fn=_die_with_parent(os.getpid()))
-        return cls(spec, process, output, time.perf_counter())
+        handle, output_path = tempfile.mkstemp(prefix="moelab-train-", suffix=".log")
+        os.close(handle)
+        context = _child_context()
+        lifeline, our_end = context.Pipe(duplex=False)  # we only hold our end, never write
+        process = context.Process(
+            target=_train_child, name=f"moelab train {spec.name}",
+            args=(train_arguments(folder, spec), threads, gpu, output_path, lifeline))
+        process.start()
+        lifeline.close()
+        return cls(spec, process, output_path, our_end, time.perf_counter())
+
+    def finished(self) -> bool:
+        return self.process.exitcode is not None
 
     def outcome(self, folder: Path) -> RunOutcome:
         """A finished child's outcome: its one-line error (the CLI's last line) on failure."""
         seconds = time.perf_counter() - self.started
-        self.output.seek(0)
-        lines = self.output.read().strip().splitlines()
-        self.output.close()
+        self.lifeline.close()
+        lines = self._read_output().strip().splitlines()
         run_dir = folder / self.spec.run_dir
-        code = self.process.returncode
+        code = self.process.exitcode
         if code == 0 and is_complete(run_dir):
             return RunOutcome(self.spec, "complete", seconds, summary=RunFolder(run_dir).read_summary())
         if code < 0:  # killed (out of memory, a signal): its output ends anywhere
             error = f"moelab train was killed by signal {-code}"
-        else:
-            error = lines[-1] if lines else f"moelab train exited with code {code}"
+        elif lines:
+            error = lines[-1]
+        else:  # it failed while the fork server set it up: its error went to our stderr
+            error = (f"moelab train exited with code {code} before it started (its error is in "
+                     "this process's output)")
         return RunOutcome(self.spec, "failed", seconds, error)
 
     def stop(self) -> None:
         self.process.kill()
-        self.process.wait()
-        self.output.close()
+        self.process.join()
+        self.lifeline.close()
+        self._read_output()
+
+    def _read_output(self) -> str:
+        """The child's output, once: the file is removed as it is read."""
+        try:
+            with open(self.output_path, encoding="utf-8", errors="replace") as output:
+                return output.read()
+        except FileNotFoundError:
+            return ""
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.output_path)
+
+
+def _child_context():
+    """The forkserver (preloaded with ``PRELOAD``) on Linux, else spawn: never a plain fork of
+    this process, whose threads and torch state a child must not inherit."""
+    if not sys.platform.startswith("linux"):
+        return multiprocessing.get_context("spawn")
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(list(PRELOAD))  # used when the server starts: once a process
+    return context
+
+
+def _train_child(arguments: list[str], threads: int, gpu: Optional[str], output_path: str,
+                 lifeline) -> None:
+    """A child's body: ``moelab train ARGUMENTS`` with its output in ``output_path``, ``threads``
+    torch threads and, if given, one GPU; exits with the CLI's code, or dies with the launcher."""
+    _die_with_parent(lifeline)
+    output = os.open(output_path, os.O_WRONLY | os.O_APPEND)
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
+        os.dup2(output, stream.fileno())
+    os.close(output)
+    os.environ["OMP_NUM_THREADS"] = str(threads)  # for anything this run starts in turn
+    if gpu is not None:
+        os.environ["CUDA_VISIBLE_DEVICES"] = gpu  # before CUDA starts: the server never starts it
+    import torch
+
+    from moelab.cli import main
+
+    torch.set_num_threads(threads)  # the server read OMP_NUM_THREADS at its own start, not ours
+    sys.exit(main(["train", *arguments]))
 
 
 def _how(run_dir: Path, spec: RunSpec) -> str:
@@ -190,19 +254,16 @@ def _how(run_dir: Path, spec: RunSpec) -> str:
     return "training"
 
 
-_PR_SET_PDEATHSIG = 1
+def _die_with_parent(lifeline) -> None:
+    """End this process at once when the launcher dies, even by SIGKILL: its end of
+    ``lifeline`` closes then, and a thread waiting on ours sees the end of the pipe. (Linux's
+    parent-death signal would not do: a forked child's parent is the fork server, which the
+    children themselves keep alive.)"""
 
+    def wait_for_the_end() -> None:
+        with contextlib.suppress(EOFError, OSError):
+            while True:
+                lifeline.recv_bytes()
+        os._exit(1)  # no cleanup: the run's files are written atomically, a rerun resumes it
 
-def _die_with_parent(parent_pid: int) -> Optional[Callable[[], None]]:
-    """A preexec function asking Linux to SIGKILL the child when its parent dies; None where
-    there is no such signal (the launcher's ``finally`` then covers exceptions and Ctrl-C)."""
-    if not sys.platform.startswith("linux"):
-        return None
-
-    def ask() -> None:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-        if os.getppid() != parent_pid:  # the parent died before the request took effect
-            os._exit(1)
-
-    return ask
+    threading.Thread(target=wait_for_the_end, name="lifeline", daemon=True).start()

@@ -1,0 +1,103 @@
+"""What starting a run costs the local launcher: a fresh interpreter against a forked child.
+
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/run_start.py [--repeats 8] [--steps 10]
+
+A sweep or study with ``--jobs N`` trains each run in a child process. A child that is a fresh
+``python -m moelab train`` imports torch, moelab and (through torch's optimizers)
+``torch._dynamo`` before its first step; one forked from the launcher's preloaded server
+(``moelab.runs.launchers.local``) does not. Both train the same tiny run (the ``cpu`` sweep
+grid's smallest model, ``--steps`` steps and its evaluation) into a new
+folder each time, alternating, one at a time; ``in process`` (``--jobs 1``) is the floor: the
+same run with everything already imported. The first forked child also starts the server, so
+it is reported apart. Raw times go to benchmarks/results/run_start.json under ``--label``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from moelab.config import load_config
+from moelab.fileio import atomic_write_json
+from moelab.runs.launchers.local import LocalLauncher
+from moelab.runs.spec import RunSpec, write_run_configs
+from moelab.scaling.grid import load_grid
+
+RESULTS = Path(__file__).parent / "results" / "run_start.json"
+
+
+def tiny_run_config(steps: int):
+    """The cpu grid's smallest dense model (s0) trained for ``steps`` steps."""
+    grid = load_grid("cpu")
+    size = grid.sizes[0]
+    batch = 8 * 128
+    sets = [*grid.overrides, f"train.max_tokens={steps * batch}", f"train.eval_interval={steps}",
+            *[f"model.{key}={value}" for key, value in size.items() if key != "name"]]
+    return load_config(grid.base, sets)
+
+
+def fresh_interpreter(folder: Path, spec: RunSpec) -> None:
+    command = [sys.executable, "-m", "moelab", "train", str(folder / spec.config_path), "--out",
+               str(folder / spec.run_dir)]
+    subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
+
+
+def forked_child(folder: Path, spec: RunSpec) -> None:
+    outcomes = []
+    LocalLauncher(jobs=2).launch(folder, [spec], outcomes.append, lambda _: None)
+    assert outcomes[0].status == "complete", outcomes[0].error
+
+
+def in_process(folder: Path, spec: RunSpec) -> None:
+    outcomes = []
+    LocalLauncher(jobs=1).launch(folder, [spec], outcomes.append, lambda _: None)
+    assert outcomes[0].status == "complete", outcomes[0].error
+
+
+def timed_run(how, root: Path, config, index: int) -> float:
+    folder = root / f"{how.__name__}-{index}"
+    spec = RunSpec(name="run", config=config)
+    write_run_configs(folder, [spec])
+    started = time.perf_counter()
+    how(folder, spec)
+    return time.perf_counter() - started
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=8)
+    parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument("--label", default="run start")
+    args = parser.parse_args()
+    config = tiny_run_config(args.steps)
+    ways = (fresh_interpreter, forked_child, in_process)
+    seconds = {how.__name__: [] for how in ways}
+    with tempfile.TemporaryDirectory() as root:
+        first_fork = timed_run(forked_child, Path(root), config, -1)  # starts the server
+        for index in range(args.repeats):
+            for how in ways:
+                seconds[how.__name__].append(timed_run(how, Path(root), config, index))
+    medians = {name: statistics.median(times) for name, times in seconds.items()}
+    entry = {"steps": args.steps, "repeats": args.repeats, "first_forked_child_s": first_fork,
+             "seconds": seconds, "median_s": medians,
+             "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
+             "load_average": os.getloadavg(), "time": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+    results = json.loads(RESULTS.read_text()) if RESULTS.is_file() else {}
+    results[args.label] = entry
+    atomic_write_json(RESULTS, results)
+    floor = medians["in_process"]
+    print(f"{args.steps}-step run, medians of {args.repeats} (first forked child, which starts "
+          f"the server: {first_fork:.2f} s)")
+    for name, median in medians.items():
+        print(f"  {name:18s} {median:6.2f} s   start cost above in-process {median - floor:+.2f} s")
+
+
+if __name__ == "__main__":
+    main()
