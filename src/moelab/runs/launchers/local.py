@@ -182,10 +182,11 @@ class _Child:
     def outcome(self, folder: Path) -> RunOutcome:
         """A finished child's outcome: its one-line error (the CLI's last line) on failure."""
         seconds = time.perf_counter() - self.started
+        code = self.process.exitcode
+        self.process.close()  # its pipes and sentinel now, not when it is garbage-collected
         self.lifeline.close()
         lines = self._read_output().strip().splitlines()
         run_dir = folder / self.spec.run_dir
-        code = self.process.exitcode
         if code == 0 and is_complete(run_dir):
             return RunOutcome(self.spec, "complete", seconds, summary=RunFolder(run_dir).read_summary())
         if code < 0:  # killed (out of memory, a signal): its output ends anywhere
