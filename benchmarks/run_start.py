@@ -24,7 +24,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from moelab.config import load_config
+from moelab.config import load_config, override
 from moelab.fileio import atomic_write_json
 from moelab.runs.launchers.local import LocalLauncher
 from moelab.runs.spec import RunSpec, write_run_configs
@@ -36,11 +36,10 @@ RESULTS = Path(__file__).parent / "results" / "run_start.json"
 def tiny_run_config(steps: int):
     """The cpu grid's smallest dense model (s0) trained for ``steps`` steps."""
     grid = load_grid("cpu")
-    size = grid.sizes[0]
-    batch = 8 * 128
-    sets = [*grid.overrides, f"train.max_tokens={steps * batch}", f"train.eval_interval={steps}",
-            *[f"model.{key}={value}" for key, value in size.items() if key != "name"]]
-    return load_config(grid.base, sets)
+    shape = [f"model.{key}={value}" for key, value in grid.sizes[0].items() if key != "name"]
+    config = load_config(grid.base, [*grid.overrides, *shape])
+    tokens = steps * config.train.batch_size * config.model.max_seq_len
+    return override(config, [f"train.max_tokens={tokens}", f"train.eval_interval={steps}"])
 
 
 def fresh_interpreter(folder: Path, spec: RunSpec) -> None:
@@ -49,24 +48,27 @@ def fresh_interpreter(folder: Path, spec: RunSpec) -> None:
     subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
 
 
-def forked_child(folder: Path, spec: RunSpec) -> None:
-    outcomes = []
-    LocalLauncher(jobs=2).launch(folder, [spec], outcomes.append, lambda _: None)
-    assert outcomes[0].status == "complete", outcomes[0].error
+def through_launcher(jobs: int):
+    """Train one run with ``LocalLauncher(jobs)``: a forked child for 2, this process for 1."""
+
+    def train(folder: Path, spec: RunSpec) -> None:
+        outcomes = []
+        LocalLauncher(jobs=jobs).launch(folder, [spec], outcomes.append, lambda _: None)
+        assert outcomes[0].status == "complete", outcomes[0].error
+
+    return train
 
 
-def in_process(folder: Path, spec: RunSpec) -> None:
-    outcomes = []
-    LocalLauncher(jobs=1).launch(folder, [spec], outcomes.append, lambda _: None)
-    assert outcomes[0].status == "complete", outcomes[0].error
+WAYS = {"fresh_interpreter": fresh_interpreter, "forked_child": through_launcher(2),
+        "in_process": through_launcher(1)}
 
 
-def timed_run(how, root: Path, config, index: int) -> float:
-    folder = root / f"{how.__name__}-{index}"
+def timed_run(way: str, root: Path, config, index: int) -> float:
+    folder = root / f"{way}-{index}"
     spec = RunSpec(name="run", config=config)
     write_run_configs(folder, [spec])
     started = time.perf_counter()
-    how(folder, spec)
+    WAYS[way](folder, spec)
     return time.perf_counter() - started
 
 
@@ -77,13 +79,12 @@ def main() -> None:
     parser.add_argument("--label", default="run start")
     args = parser.parse_args()
     config = tiny_run_config(args.steps)
-    ways = (fresh_interpreter, forked_child, in_process)
-    seconds = {how.__name__: [] for how in ways}
+    seconds = {way: [] for way in WAYS}
     with tempfile.TemporaryDirectory() as root:
-        first_fork = timed_run(forked_child, Path(root), config, -1)  # starts the server
+        first_fork = timed_run("forked_child", Path(root), config, -1)  # starts the server
         for index in range(args.repeats):
-            for how in ways:
-                seconds[how.__name__].append(timed_run(how, Path(root), config, index))
+            for way in WAYS:
+                seconds[way].append(timed_run(way, Path(root), config, index))
     medians = {name: statistics.median(times) for name, times in seconds.items()}
     entry = {"steps": args.steps, "repeats": args.repeats, "first_forked_child_s": first_fork,
              "seconds": seconds, "median_s": medians,
