@@ -1,8 +1,9 @@
 """Train-step throughput of the demo arms, moelab vs Hugging Face, side by side in one run.
 
     .venv/bin/python benchmarks/train_step.py [--reps 5] [--modes eager,bf16,compile]
+    .venv/bin/python benchmarks/train_step.py --arms cpu-grid --impls moelab --modes eager,compile
 
-Arms come from the ``demo`` preset: ``moe`` (the preset), ``dense_active`` and ``dense_total``
+Arms come from the ``demo`` preset (or, with ``--arms cpu-grid``, the cpu sweep's 16 shapes): ``moe`` (the preset), ``dense_active`` and ``dense_total``
 (``moelab.accounting.match_dense``). Each arm is timed as a moelab ``Transformer`` and as the
 equivalent ``LlamaForCausalLM`` / ``MixtralForCausalLM`` (router logits on, so its load-balancing
 loss is part of the objective) with the same shapes, batch, precision and optimizer. One step
@@ -35,6 +36,7 @@ from moelab.accounting import flops_per_token, match_dense
 from moelab.config import load_config
 from moelab.fileio import atomic_write_json
 from moelab.model import Transformer
+from moelab.scaling.timing import grid_shapes
 from moelab.train.export import hf_config
 from moelab.train.loop import StepPlan, forward_backward
 from moelab.train.optim import build_optimizer
@@ -54,6 +56,21 @@ def demo_arms():
         "moe": config.model,
         "dense_total": match_dense(config.model, "total").config,
     }
+
+
+def cpu_grid_arms():
+    """The 16 shapes of the cpu sweep preset (size x sparsity, top-1 Switch-weighted), in the
+    batch its runs train with; moelab only (Mixtral has no Switch-weighted top-1 router)."""
+    shapes = grid_shapes("cpu", [])
+    return shapes[0].config, {f"{shape.name} E{_experts(shape.config.model)}": shape.config.model
+                              for shape in shapes}
+
+
+def _experts(cfg) -> int:
+    return cfg.moe.num_experts if cfg.moe else 1
+
+
+ARMS = {"demo": demo_arms, "cpu-grid": cpu_grid_arms}
 
 
 def hf_model(cfg):
@@ -120,6 +137,8 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--modes", default="eager,bf16", help="any of eager, bf16, compile")
     parser.add_argument("--impls", default="moelab,hf")
+    parser.add_argument("--arms", choices=sorted(ARMS), default="demo",
+                        help="the demo's three arms, or the cpu sweep grid's 16 shapes")
     parser.add_argument("--label", default=None,
                         help="key of this run in the results file (default: the --modes text); "
                              "a new label keeps earlier runs beside it")
@@ -130,11 +149,14 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
 
-    config, arms = demo_arms()
+    config, arms = ARMS[args.arms]()
     batch_size = args.batch_size or config.train.batch_size
     tokens_per_step = batch_size * config.model.max_seq_len
     configs = [(impl, arm, mode) for mode in args.modes.split(",")
                for impl in args.impls.split(",") for arm in arms]
+    # Every compiled configuration stays live for the round-robin, so none may be the one past
+    # dynamo's recompile limit (it would run eager without a word).
+    torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, len(configs))
     steps, errors = {}, {}
     for key in configs:
         impl, arm, mode = key
@@ -198,6 +220,13 @@ def print_table(rows: list[dict]) -> None:
         hf_text = f"{hf['tokens_per_s']:,.0f}" if hf else "-"
         print(f"| {mode} | {arm} | {row['tokens_per_s']:,.0f} | {hf_text} | {ratio} | {ratio_eager} | "
               f"{100 * row['fraction_of_matmul_peak']:.1f} % |")
+    if {"eager", "compile"} <= {r["mode"] for r in rows}:
+        print("\ncompiled / eager speed (fastest steps; medians):")
+        for (impl, arm, mode), row in by_key.items():
+            eager = by_key.get((impl, arm, "eager"))
+            if mode == "compile" and eager:
+                print(f"  {impl:6s} {arm:12s} {eager['best_step_s'] / row['best_step_s']:.2f} "
+                      f"({eager['median_step_s'] / row['median_step_s']:.2f})")
     print("\nMoE / dense_active step time:")
     for impl in ("moelab", "hf"):
         for mode in sorted({r["mode"] for r in rows}):

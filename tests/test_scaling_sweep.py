@@ -18,7 +18,7 @@ from moelab.config import load_config, override, save_config
 from moelab.errors import ConfigError, MoelabError
 from moelab.scaling.laws import SPARSITY, get_law
 from moelab.scaling.optimal import optimal_sparsity_at_params
-from moelab.scaling.grid import experts_for, grid_preset_names, load_grid
+from moelab.scaling.grid import GRID_KEYS, experts_for, grid_preset_names, load_grid
 from moelab.scaling.sweep import (
     collect_results, plan_sweep, plan_sweep_folder, run_sweep, tokens_for_flops,
     write_results_csv,
@@ -383,10 +383,14 @@ def test_cpu_grid_sizes_and_runs_in_docs_are_the_counted_ones():
     assert f"`cpu` (4 sizes of {low}-{high} total parameters" in docs
     assert len(points) == 96 and len({p.arm for p in points}) == 48 and "= 96 runs" in docs
     assert "= 48 points, each trained with 2 seeds = 96 runs" in preset_text
-    # The documented results are this grid's: one row per planned run.
-    with open(REPO_ROOT / "experiments" / "results" / "sweeps" / "cpu" / "results.csv") as f:
+    # The documented results are this grid's, overrides and all: one row per planned run.
+    results = REPO_ROOT / "experiments" / "results" / "sweeps" / "cpu"
+    with open(results / "results.csv") as f:
         documented = {row["run"] for row in csv.DictReader(f)}
     assert documented == {f"runs/{p.run_name}" for p in points}
+    grid = load_grid("cpu")
+    assert read_grid_record(results) == json.loads(json.dumps(
+        {key: getattr(grid, key) for key in GRID_KEYS}))
 
 
 def test_sweep_help_lists_every_preset(capsys):

@@ -40,6 +40,7 @@ TINY = TINY_MOE_RUN + [f"train.max_tokens={STEPS * 8 * 32}", "train.eval_interva
 # (0.001 * z) or the lb term (0.01 * lb) moves the loss by more than 3e-4 relative.
 REL = 1e-4
 COMPARED = ("loss", "ce_loss", "lb_loss", "z_loss", "grad_norm")
+TIMINGS = ("tokens_per_s", "flops_per_s")
 
 
 def tiny_config(*overrides: str):
@@ -127,3 +128,34 @@ def test_compiled_moe_trains_like_eager_without_recompiling_as_routing_changes(
     assert per_step == [per_step[0]] * STEPS, f"recompiled: (frames, graphs) per step {per_step}"
     assert not counters["graph_break"]  # the expert loops are custom ops: one graph
     _assert_same_metrics(tmp_path / "eager", tmp_path / "compiled")
+
+
+def test_a_compiled_run_repeats_its_losses_bit_for_bit(tmp_path):
+    """The same config and seed give the same losses compiled too: the second run compiles
+    afresh in dynamo and takes inductor's code from its on-disk cache, the first may have
+    generated it (the cpu sweep preset compiles, and its runs must not depend on the cache)."""
+    config = tiny_config("train.compile=true", f"train.max_tokens={6 * 8 * 32}")
+    train(config, tmp_path / "first")
+    torch._dynamo.reset()
+    train(config, tmp_path / "second")
+    first, second = ([{key: value for key, value in event.items() if key not in TIMINGS}
+                      for event in RunFolder(tmp_path / name).read_metrics()]
+                     for name in ("first", "second"))
+    assert sum(event["kind"] == "train" for event in first) == 6
+    assert first == second
+
+
+def test_each_run_of_a_process_compiles_afresh(tmp_path, monkeypatch):
+    """A --jobs 1 study trains its runs in one process. Had the second shape counted against
+    dynamo's recompile limit (here 1 instead of 8, so two shapes reach it), dynamo would have
+    trained that run eager without a word, and its losses would depend on the runs before it."""
+    monkeypatch.setattr(torch._dynamo.config, "recompile_limit", 1)
+    dense = ["model.moe=null", "model.n_layers=1", "train.compile=true",
+             f"train.max_tokens={4 * 8 * 32}"]
+    train(tiny_config(*dense), tmp_path / "first")
+    graphs_after_first = counters["stats"]["unique_graphs"]
+    _, per_step, _ = _train_watching_dynamo(tiny_config(*dense, "model.d_model=48"),
+                                            tmp_path / "second", monkeypatch)
+    # (frames, graphs) after the second run's first step: a new graph, not a refused frame.
+    assert graphs_after_first >= 1 and per_step[0][1] > graphs_after_first
+    assert counters["frames"]["total"] == counters["frames"]["ok"]

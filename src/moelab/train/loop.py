@@ -140,6 +140,8 @@ def _train(config: Config, run: RunFolder, resume: bool, dist: Distributed) -> d
     # Before anything is allocated or written: a config that cannot fit is refused here.
     check_training_fits(config, plan.micro_batch_size, dist.device,
                         processes_on_device=dist.world_size if dist.device.type == "cpu" else 1)
+    if config.train.compile and dist.device.type == "cpu":
+        check_cpp_compiler()
     if dist.is_main:
         run.start(config, resume)
     loggers = ExternalLoggers(config, run.path) if dist.is_main else None  # fails fast if missing
@@ -151,6 +153,21 @@ def _train(config: Config, run: RunFolder, resume: bool, dist: Distributed) -> d
     finally:
         if loggers:
             loggers.close()
+
+
+def check_cpp_compiler() -> None:
+    """Inductor compiles a CPU model to C++: without a compiler step 1 would fail with a
+    traceback deep in torch, so the run is refused before its folder is written."""
+    from torch._inductor import config as inductor_config, cpp_builder, exc
+
+    try:
+        cpp_builder.get_cpp_compiler()
+    except exc.InvalidCxxCompiler:
+        searched = [name for name in inductor_config.cpp.cxx if name] if isinstance(
+            inductor_config.cpp.cxx, (list, tuple)) else [inductor_config.cpp.cxx]
+        raise MoelabError(f"train.compile=true is invalid here: compiling for a CPU needs a C++ "
+                          f"compiler and none of {', '.join(map(str, searched))} runs; install "
+                          f"one (or name it in $CXX) or set train.compile=false") from None
 
 
 # --------------------------------------------------------------------------------------------
@@ -202,6 +219,9 @@ def _set_up(config: Config, run: RunFolder, resume: bool, dist: Distributed,
     ddp_model = DistributedDataParallel(model) if dist.is_ddp else None
     train_model = ddp_model or model
     if tc.compile:
+        # Afresh for each run: a process that trains several (a --jobs 1 study) would otherwise
+        # count their shapes against dynamo's recompile limit and train later runs eager.
+        torch._dynamo.reset()
         train_model = torch.compile(train_model)
     autocast = partial(torch.autocast, dist.device.type, dtype=torch.bfloat16,
                        enabled=tc.dtype == "bfloat16")
