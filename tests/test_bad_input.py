@@ -722,19 +722,18 @@ def test_malformed_torchrun_variables_are_one_line(tmp_path, capsys, monkeypatch
     assert not (tmp_path / "run").exists()
 
 
-def test_compiling_for_a_cpu_without_a_cpp_compiler_is_refused_before_writing(
-        tmp_path, capsys, monkeypatch):
+def test_compiling_for_a_cpu_without_a_cpp_compiler_is_refused_before_writing(tmp_path, capsys):
     """Inductor turns a CPU model into C++; with no compiler on the machine the run is refused
     on one line, not with inductor's traceback at step 1 (the cpu sweep preset compiles)."""
     from torch._inductor import config as inductor_config, cpp_builder
 
-    monkeypatch.setattr(inductor_config.cpp, "cxx", (None, "no-such-c++"))
-    cpp_builder.cpp_compiler_search.cache_clear()  # it remembers the compiler it found
     sets = [arg for item in TWO_STEPS for arg in ("--set", item)]
+    cpp_builder.cpp_compiler_search.cache_clear()  # it remembers the compiler it found
     try:
-        capsys.readouterr()
-        assert main(["train", "demo", "--out", str(tmp_path / "run"), *sets,
-                     "--set", "train.compile=true", "--set", "train.device=cpu"]) == 2
+        with inductor_config.patch({"cpp.cxx": (None, "no-such-c++")}):
+            capsys.readouterr()
+            assert main(["train", "demo", "--out", str(tmp_path / "run"), *sets,
+                         "--set", "train.compile=true", "--set", "train.device=cpu"]) == 2
     finally:
         cpp_builder.cpp_compiler_search.cache_clear()
     err = capsys.readouterr().err

@@ -149,13 +149,35 @@ def test_each_run_of_a_process_compiles_afresh(tmp_path, monkeypatch):
     """A --jobs 1 study trains its runs in one process. Had the second shape counted against
     dynamo's recompile limit (here 1 instead of 8, so two shapes reach it), dynamo would have
     trained that run eager without a word, and its losses would depend on the runs before it."""
-    monkeypatch.setattr(torch._dynamo.config, "recompile_limit", 1)
     dense = ["model.moe=null", "model.n_layers=1", "train.compile=true",
              f"train.max_tokens={4 * 8 * 32}"]
-    train(tiny_config(*dense), tmp_path / "first")
-    graphs_after_first = counters["stats"]["unique_graphs"]
-    _, per_step, _ = _train_watching_dynamo(tiny_config(*dense, "model.d_model=48"),
-                                            tmp_path / "second", monkeypatch)
+    # torch's own patch: pytest's monkeypatch, undone, leaves a torch config key hidden.
+    with torch._dynamo.config.patch(recompile_limit=1):
+        train(tiny_config(*dense), tmp_path / "first")
+        graphs_after_first = counters["stats"]["unique_graphs"]
+        _, per_step, _ = _train_watching_dynamo(tiny_config(*dense, "model.d_model=48"),
+                                                tmp_path / "second", monkeypatch)
     # (frames, graphs) after the second run's first step: a new graph, not a refused frame.
     assert graphs_after_first >= 1 and per_step[0][1] > graphs_after_first
     assert counters["frames"]["total"] == counters["frames"]["ok"]
+
+
+def test_throughput_times_a_compiled_config_compiled(monkeypatch):
+    """``moelab throughput`` of a compiled grid (the cpu preset) times the steps its runs take:
+    the warm-up step compiles, and the timed steps run the compiled graph."""
+    from moelab.scaling.timing import config_shapes, time_shape
+
+    compiled_steps = []
+    forward_backward = moelab.train.loop.forward_backward
+
+    def watched(*args, **kwargs):
+        compiled_steps.append(counters["stats"]["unique_graphs"])
+        return forward_backward(*args, **kwargs)
+
+    monkeypatch.setattr(moelab.train.loop, "forward_backward", watched)
+    shape, = config_shapes(None, TINY + ["model.moe=null", "model.n_layers=1",
+                                         "train.compile=true"], None, 1)
+    row = time_shape(shape, seconds_per_shape=0.2, warmup_steps=1)
+    assert row["steps_timed"] >= 1 and len(compiled_steps) == 1 + row["steps_timed"]
+    assert compiled_steps[0] == 0 and counters["stats"]["unique_graphs"] == 1  # compiled once
+    assert counters["frames"]["total"] == counters["frames"]["ok"] == 1
