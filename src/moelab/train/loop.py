@@ -163,8 +163,8 @@ def check_cpp_compiler() -> None:
     try:
         cpp_builder.get_cpp_compiler()
     except exc.InvalidCxxCompiler:
-        searched = [name for name in inductor_config.cpp.cxx if name] if isinstance(
-            inductor_config.cpp.cxx, (list, tuple)) else [inductor_config.cpp.cxx]
+        cxx = inductor_config.cpp.cxx  # a name, or names to try (None: a conda download)
+        searched = [name for name in (cxx if isinstance(cxx, (list, tuple)) else [cxx]) if name]
         raise MoelabError(f"train.compile=true is invalid here: compiling for a CPU needs a C++ "
                           f"compiler and none of {', '.join(map(str, searched))} runs; install "
                           f"one (or name it in $CXX) or set train.compile=false") from None
