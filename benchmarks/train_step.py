@@ -3,10 +3,11 @@
     .venv/bin/python benchmarks/train_step.py [--reps 5] [--modes eager,bf16,compile]
     .venv/bin/python benchmarks/train_step.py --arms cpu-grid --impls moelab --modes eager,compile
 
-Arms come from the ``demo`` preset (or, with ``--arms cpu-grid``, the cpu sweep's 16 shapes): ``moe`` (the preset), ``dense_active`` and ``dense_total``
-(``moelab.accounting.match_dense``). Each arm is timed as a moelab ``Transformer`` and as the
-equivalent ``LlamaForCausalLM`` / ``MixtralForCausalLM`` (router logits on, so its load-balancing
-loss is part of the objective) with the same shapes, batch, precision and optimizer. One step
+Arms come from the ``demo`` preset: ``moe`` (the preset), ``dense_active`` and ``dense_total``
+(``moelab.accounting.match_dense``); with ``--arms cpu-grid`` they are the cpu sweep's 16
+shapes. Each arm is timed as a moelab ``Transformer`` and as the equivalent
+``LlamaForCausalLM`` / ``MixtralForCausalLM`` (router logits on, so its load-balancing loss is
+part of the objective) with the same shapes, batch, precision and optimizer. One step
 is what the training loop does: forward + backward (``moelab.train.loop.forward_backward``),
 gradient clipping, fused AdamW, ``zero_grad(set_to_none=True)``.
 

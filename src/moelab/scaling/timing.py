@@ -128,7 +128,9 @@ def time_shape(shape: Shape, seconds_per_shape: float, warmup_steps: int,
     from moelab.accounting import count_params, flops_per_token
     from moelab.model import Transformer
     from moelab.train.distributed import setup_distributed
-    from moelab.train.loop import Session, StepPlan, check_cpp_compiler, optimizer_step
+    from moelab.train.loop import (
+        Session, StepPlan, check_cpp_compiler, compile_afresh, optimizer_step,
+    )
     from moelab.train.memory import check_training_fits, peak_memory_bytes
     from moelab.train.optim import build_optimizer
 
@@ -150,9 +152,7 @@ def time_shape(shape: Shape, seconds_per_shape: float, warmup_steps: int,
     model = Transformer(config.model).to(dist.device)
     autocast = _autocast(dist.device, tc.dtype)
     # Timed as the grid's runs train: compiled where they are (the warmup steps compile).
-    if tc.compile:
-        torch._dynamo.reset()  # each shape compiles afresh, as each run of the grid does
-    train_model = torch.compile(model) if tc.compile else model
+    train_model = compile_afresh(model) if tc.compile else model
     session = Session(model, train_model, None, build_optimizer(model, tc),
                       RandomBatches(tc.batch_size, config.model.max_seq_len, config.model.vocab_size),
                       dist.device, autocast, None, None, {}, None, dist)

@@ -170,6 +170,14 @@ def check_cpp_compiler() -> None:
                           f"one (or name it in $CXX) or set train.compile=false") from None
 
 
+def compile_afresh(module: torch.nn.Module) -> torch.nn.Module:
+    """``torch.compile`` with dynamo's caches cleared first: a process that trains several runs
+    (a --jobs 1 study) or times several shapes would otherwise count their shapes against
+    dynamo's recompile limit and, past it, run the rest eager without a word."""
+    torch._dynamo.reset()
+    return torch.compile(module)
+
+
 # --------------------------------------------------------------------------------------------
 # Set-up, the loop, the write-up
 # --------------------------------------------------------------------------------------------
@@ -219,10 +227,7 @@ def _set_up(config: Config, run: RunFolder, resume: bool, dist: Distributed,
     ddp_model = DistributedDataParallel(model) if dist.is_ddp else None
     train_model = ddp_model or model
     if tc.compile:
-        # Afresh for each run: a process that trains several (a --jobs 1 study) would otherwise
-        # count their shapes against dynamo's recompile limit and train later runs eager.
-        torch._dynamo.reset()
-        train_model = torch.compile(train_model)
+        train_model = compile_afresh(train_model)
     autocast = partial(torch.autocast, dist.device.type, dtype=torch.bfloat16,
                        enabled=tc.dtype == "bfloat16")
     run_eval = partial(evaluate, model, windows_NT, scored_bytes(windows_NT, data.tokenizer),
