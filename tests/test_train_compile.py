@@ -132,8 +132,11 @@ def test_compiled_moe_trains_like_eager_without_recompiling_as_routing_changes(
 
 def test_a_compiled_run_repeats_its_losses_bit_for_bit(tmp_path):
     """The same config and seed give the same losses compiled too: the second run compiles
-    afresh in dynamo and takes inductor's code from its on-disk cache, the first may have
-    generated it (the cpu sweep preset compiles, and its runs must not depend on the cache)."""
+    afresh in dynamo and takes AOTAutograd's and inductor's code from their on-disk caches,
+    the first may have generated it (the cpu sweep preset compiles, and its runs must not
+    depend on the cache). Neither run bypasses AOTAutograd's cache: a graph holding an
+    autocast region or, without ``compile_afresh``'s flag, an autograd.Function is refused
+    by it, and every warm start re-traces the joint graph (checked: both made this fail)."""
     config = tiny_config("train.compile=true", f"train.max_tokens={6 * 8 * 32}")
     train(config, tmp_path / "first")
     torch._dynamo.reset()
@@ -143,6 +146,8 @@ def test_a_compiled_run_repeats_its_losses_bit_for_bit(tmp_path):
                      for name in ("first", "second"))
     assert sum(event["kind"] == "train" for event in first) == 6
     assert first == second
+    assert counters["aot_autograd"]["autograd_cache_bypass"] == 0
+    assert counters["aot_autograd"]["autograd_cache_hit"] >= 1
 
 
 def test_each_run_of_a_process_compiles_afresh(tmp_path, monkeypatch):

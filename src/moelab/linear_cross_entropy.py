@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import torch
 
-from moelab.precision import compute_dtype
+from moelab.precision import autocast_off, compute_dtype
 
 CHUNK_LOGITS = 2**20
 """Logits per chunk on a CPU: 4 MB in fp32, of the order of a core's L2 cache (2 MB on the
@@ -47,7 +47,7 @@ def linear_cross_entropy(h_ND: torch.Tensor, weight_VD: torch.Tensor,
 def _chunked(h_ND, weight_VD, targets_N, with_grads: bool):
     """(summed loss, d loss_sum / d h or None, d loss_sum / d W in fp32 or None)."""
     dtype = compute_dtype(h_ND)  # the head is a linear layer: autocast's dtype when it is on
-    with torch.autocast(h_ND.device.type, enabled=False):
+    with autocast_off(h_ND):
         h_ND, weight_VD = h_ND.to(dtype), weight_VD.to(dtype)
         chunk = rows_per_chunk(weight_VD.shape[0], h_ND.device.type)
         loss_sum = h_ND.new_zeros((), dtype=torch.float32)

@@ -23,8 +23,13 @@ def compute_dtype(x: torch.Tensor) -> torch.dtype:
 
 
 def autocast_off(x: torch.Tensor) -> contextlib.AbstractContextManager:
-    """A region where ``x``'s device runs without autocast (nothing to do where it has none)."""
+    """A region where ``x``'s device runs without autocast.
+
+    Where autocast is off already (or the device has none) this is a null context rather than
+    a second ``torch.autocast``: a compiled fp32 graph then holds no autocast nodes, which
+    AOTAutograd's on-disk cache refuses, so a warm-cache compile skips re-tracing the joint
+    graph."""
     device_type = x.device.type
-    if torch.amp.is_autocast_available(device_type):
+    if torch.amp.is_autocast_available(device_type) and torch.is_autocast_enabled(device_type):
         return torch.autocast(device_type, enabled=False)
     return contextlib.nullcontext()

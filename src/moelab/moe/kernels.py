@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 
 from moelab.moe.routing import count_slots
-from moelab.precision import compute_dtype
+from moelab.precision import autocast_off, compute_dtype
 
 
 def sorted_experts_forward(
@@ -103,7 +103,7 @@ class _SortedSwiGLUExperts(torch.autograd.Function):
                 slot_of_row_R, row_of_slot_S, token_of_row_R, slots_per_expert):
         ctx.input_dtypes = (x_TD.dtype, weights_TK.dtype, w1_EHD.dtype, w2_EDH.dtype, w3_EHD.dtype)
         dtype = compute_dtype(x_TD)  # honour autocast explicitly, then do the maths without it
-        with torch.autocast(x_TD.device.type, enabled=False):
+        with autocast_off(x_TD):
             x, weights, w1, w2, w3 = (t.to(dtype) for t in (x_TD, weights_TK, w1_EHD, w2_EDH, w3_EHD))
             x_RD = x.index_select(0, token_of_row_R)
             h1_RH = segment_matmul(x_RD, w1.transpose(1, 2), slots_per_expert)
@@ -120,7 +120,7 @@ class _SortedSwiGLUExperts(torch.autograd.Function):
     def backward(ctx, grad_out_TD):
         (x_RD, h1_RH, h3_RH, silu_h1_RH, act_RH, y_RD, weights_TK, w1, w2, w3,
          slot_of_row_R, row_of_slot_S, token_of_row_R, counts) = ctx.saved_tensors
-        with torch.autocast(grad_out_TD.device.type, enabled=False):
+        with autocast_off(grad_out_TD):
             # d out_t / d weight_tj = y_tj; d out_t / d y_tj = weight_tj (per buffer row r)
             grad_out_RD = grad_out_TD.to(x_RD.dtype).index_select(0, token_of_row_R)
             grad_weight_R = torch.linalg.vecdot(y_RD, grad_out_RD)

@@ -173,8 +173,15 @@ def check_cpp_compiler() -> None:
 def compile_afresh(module: torch.nn.Module) -> torch.nn.Module:
     """``torch.compile`` with dynamo's caches cleared first: a process that trains several runs
     (a --jobs 1 study) or times several shapes would otherwise count their shapes against
-    dynamo's recompile limit and, past it, run the rest eager without a word."""
+    dynamo's recompile limit and, past it, run the rest eager without a word.
+
+    The fused head and the eager MoE experts are ``torch.autograd.Function``s, which
+    AOTAutograd's on-disk cache admits only behind a flag (their traced forward and backward
+    are part of the graph it hashes, so a changed Function misses the cache rather than reusing
+    stale code). With it a warm-cache compile skips re-tracing the joint graph, which saves a
+    few seconds at the start of every compiled run (BENCHMARKS.md, "Compile start-up")."""
     torch._dynamo.reset()
+    torch._functorch.config.autograd_cache_allow_custom_autograd_functions = True
     return torch.compile(module)
 
 
