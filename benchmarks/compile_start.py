@@ -1,0 +1,117 @@
+"""What a compiled run's start costs with a warm cache: AOTAutograd's cache admitting the graph
+(what ``moelab.train.loop.compile_afresh`` does) against refusing it (torch's default).
+
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/compile_start.py [--repeats 3] [--label L]
+
+Each sample is a fresh interpreter that trains one ``demo`` arm compiled for ``--steps`` steps
+(no evaluation, no text sample) and reports the time of its first optimizer step, where dynamo
+traces, AOTAutograd builds the joint graph (or loads it) and inductor loads its code, and the
+median of the rest. Refusing is torch's default for a graph holding an autograd.Function (the
+fused head, the MoE experts); the script sets the flag back to that in the child. One warm-up
+child per arm and setting fills the on-disk caches first, then the children alternate. Raw
+times go to benchmarks/results/compile_start.json under ``--label``.
+Within each repeat the order alternates.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+from moelab.config import load_config
+from moelab.fileio import atomic_write_json
+from moelab.study.arms import study_arms
+
+RESULTS = Path(__file__).parent / "results" / "compile_start.json"
+
+CHILD = r"""
+import json, statistics, sys, time
+import torch
+import moelab.train.loop as loop
+from moelab.config import load_config, override
+from moelab.train.optim import build_optimizer
+from moelab.model import Transformer
+
+config = load_config(None, json.loads(sys.argv[1]))
+admit = sys.argv[2] == "admit"
+torch.manual_seed(0)
+model = Transformer(config.model)
+optimizer = build_optimizer(model, config.train)
+compiled = loop.compile_afresh(model)
+torch._functorch.config.autograd_cache_allow_custom_autograd_functions = admit
+B, T = config.train.batch_size, config.model.max_seq_len
+tokens = torch.randint(0, config.model.vocab_size, (B, T + 1))
+times = []
+for _ in range(int(sys.argv[3])):
+    start = time.perf_counter()
+    out = compiled(tokens[:, :-1], tokens[:, 1:], collect_routing=False)
+    out.loss.backward()
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    times.append(time.perf_counter() - start)
+from torch._dynamo.utils import counters
+print(json.dumps({"first_step_s": times[0], "step_s": statistics.median(times[1:]),
+                  "aot_cache": dict(counters["aot_autograd"])}))
+"""
+
+
+def arm_overrides() -> dict[str, list[str]]:
+    """Each demo arm as the overrides that rebuild it from defaults (model and batch only)."""
+    arms = {}
+    for arm in study_arms(load_config("demo"), ["active", "total"]):
+        m, t = arm.config.model, arm.config.train
+        keys = [f"model.{k}={getattr(m, k)}" for k in
+                ("vocab_size", "d_model", "n_layers", "n_heads", "n_kv_heads", "d_ff",
+                 "max_seq_len", "tie_embeddings")]
+        if m.moe is None:
+            keys.append("model.moe=null")
+        else:
+            keys += [f"model.moe.{k}={getattr(m.moe, k)}" for k in
+                     ("num_experts", "top_k", "d_expert")]
+        arms[arm.name] = keys + [f"train.batch_size={t.batch_size}"]
+    return arms
+
+
+def sample(overrides: list[str], setting: str, steps: int) -> dict:
+    out = subprocess.run([sys.executable, "-c", CHILD, json.dumps(overrides), setting, str(steps)],
+                         check=True, capture_output=True, text=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--label", default="")
+    args = parser.parse_args()
+    settings = ("admit", "refuse")
+    rows = []
+    for name, overrides in arm_overrides().items():
+        for setting in settings:  # warm-up: fill the on-disk caches
+            sample(overrides, setting, 2)
+        samples = {setting: [] for setting in settings}
+        for repeat in range(args.repeats):  # alternate which goes first
+            for setting in settings[::-1] if repeat % 2 else settings:
+                samples[setting].append(sample(overrides, setting, args.steps))
+        row = {"arm": name, "samples": samples}
+        for setting in settings:
+            row[f"{setting}_first_step_s"] = statistics.median(
+                s["first_step_s"] for s in samples[setting])
+            row[f"{setting}_step_s"] = statistics.median(s["step_s"] for s in samples[setting])
+        rows.append(row)
+        print(f"{name:13s} first step: admitted {row['admit_first_step_s']:.2f} s, refused "
+              f"{row['refuse_first_step_s']:.2f} s; later steps {1000 * row['admit_step_s']:.1f}"
+              f" / {1000 * row['refuse_step_s']:.1f} ms; cache "
+              f"{samples['admit'][-1]['aot_cache']} / {samples['refuse'][-1]['aot_cache']}")
+    results = json.loads(RESULTS.read_text()) if RESULTS.exists() else []
+    results.append({"label": args.label, "repeats": args.repeats, "steps": args.steps,
+                    "rows": rows})
+    atomic_write_json(RESULTS, results)
+
+
+if __name__ == "__main__":
+    main()
