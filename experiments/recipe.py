@@ -340,6 +340,14 @@ def print_rescore(entry: dict) -> None:
         for n, losses in a["val_loss"].items():
             print(f"  {arm} {n} windows: {', '.join(f'{v:.4f}' for v in losses)} "
                   f"(std {a['std'][n]:.4f})")
+    moe = entry["arms"]["moe"]
+    for arm, a in entry["arms"].items():
+        if arm == "moe" or a["seeds"] != moe["seeds"] or len(a["seeds"]) < 2:
+            continue
+        spreads = {n: np.std(np.subtract(losses, moe["val_loss"][n]), ddof=1)
+                   for n, losses in a["val_loss"].items()}
+        print(f"  paired spread {arm} - moe: "
+              + ", ".join(f"{n} windows {sd:.4f}" for n, sd in spreads.items()))
 
 
 # --------------------------------------------------------------------------------------------
