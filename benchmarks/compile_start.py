@@ -22,7 +22,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from moelab.config import load_config
+from moelab.config import load_config, to_dict
 from moelab.fileio import atomic_write_json
 from moelab.study.arms import study_arms
 
@@ -32,11 +32,11 @@ CHILD = r"""
 import json, statistics, sys, time
 import torch
 import moelab.train.loop as loop
-from moelab.config import load_config, override
+from moelab.config import build_config
 from moelab.train.optim import build_optimizer
 from moelab.model import Transformer
 
-config = load_config(None, json.loads(sys.argv[1]))
+config = build_config(json.loads(sys.argv[1]))
 admit = sys.argv[2] == "admit"
 torch.manual_seed(0)
 model = Transformer(config.model)
@@ -59,25 +59,14 @@ print(json.dumps({"first_step_s": times[0], "step_s": statistics.median(times[1:
 """
 
 
-def arm_overrides() -> dict[str, list[str]]:
-    """Each demo arm as the overrides that rebuild it from defaults (model and batch only)."""
-    arms = {}
-    for arm in study_arms(load_config("demo"), ["active", "total"]):
-        m, t = arm.config.model, arm.config.train
-        keys = [f"model.{k}={getattr(m, k)}" for k in
-                ("vocab_size", "d_model", "n_layers", "n_heads", "n_kv_heads", "d_ff",
-                 "max_seq_len", "tie_embeddings")]
-        if m.moe is None:
-            keys.append("model.moe=null")
-        else:
-            keys += [f"model.moe.{k}={getattr(m.moe, k)}" for k in
-                     ("num_experts", "top_k", "d_expert")]
-        arms[arm.name] = keys + [f"train.batch_size={t.batch_size}"]
-    return arms
+def arm_configs() -> dict[str, dict]:
+    """Each demo arm's config, as the plain dict a child rebuilds it from."""
+    return {arm.name: to_dict(arm.config)
+            for arm in study_arms(load_config("demo"), ["active", "total"])}
 
 
-def sample(overrides: list[str], setting: str, steps: int) -> dict:
-    out = subprocess.run([sys.executable, "-c", CHILD, json.dumps(overrides), setting, str(steps)],
+def sample(config: dict, setting: str, steps: int) -> dict:
+    out = subprocess.run([sys.executable, "-c", CHILD, json.dumps(config), setting, str(steps)],
                          check=True, capture_output=True, text=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -90,13 +79,13 @@ def main() -> None:
     args = parser.parse_args()
     settings = ("admit", "refuse")
     rows = []
-    for name, overrides in arm_overrides().items():
+    for name, config in arm_configs().items():
         for setting in settings:  # warm-up: fill the on-disk caches
-            sample(overrides, setting, 2)
+            sample(config, setting, 2)
         samples = {setting: [] for setting in settings}
         for repeat in range(args.repeats):  # alternate which goes first
             for setting in settings[::-1] if repeat % 2 else settings:
-                samples[setting].append(sample(overrides, setting, args.steps))
+                samples[setting].append(sample(config, setting, args.steps))
         row = {"arm": name, "samples": samples}
         for setting in settings:
             row[f"{setting}_first_step_s"] = statistics.median(
