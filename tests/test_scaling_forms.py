@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from moelab.scaling.forms import (
-    FORMS, MAX_EXPONENT_CI_WIDTH, MAX_HOLDOUT_MAE, MIN_EXPONENT_EFFECT, MIN_TERM_SIZE,
-    exponent_effects, identification_problems, select_form, term_sizes,
+    FORMS, MAX_EXPONENT_CI_WIDTH, MAX_HOLDOUT_MAE, MIN_EXPONENT_EFFECT, MIN_STEADY_REPLICATES,
+    MIN_TERM_SIZE, exponent_effects, identification_problems, select_form, term_sizes,
 )
 from moelab.scaling.laws import CHINCHILLA, SPARSITY, SPARSITY_FORMS, get_law
 from moelab.scaling.grid import load_grid
@@ -21,6 +21,7 @@ from sweep_rows import synthetic_results, write_grid_json
 REPO_ROOT = Path(__file__).resolve().parents[1]
 EFFECTIVE_SIZE = get_law("sparsity-effective-size")
 EFFECTIVE_TRUTH = {"b": 40.0, "d": 20.0, "e": 1.2, "beta": 0.3, "delta": 0.3, "gamma": 0.35}
+BOOTSTRAP_REPLICATES = 64  # enough for the choice of form not to hang on the CPU's rounding
 
 
 def grid_columns(law, truth, noise: float, seed: int = 0) -> dict[str, np.ndarray]:
@@ -116,8 +117,10 @@ def test_identification_problems_name_each_failed_check(ci, problem):
 
 def test_selection_recovers_the_generating_reduced_form():
     columns = grid_columns(EFFECTIVE_SIZE, EFFECTIVE_TRUTH, 0.001)
-    selection = select_form(columns, "S=max", bootstrap_replicates=8, max_starts=300,
-                            log=lambda _: None)
+    # The checks read bootstrap intervals, so they need enough resamples for an interval's ends
+    # to hold still: with 8, one CPU's rounding let the interaction form's alpha interval pass.
+    selection = select_form(columns, "S=max", bootstrap_replicates=BOOTSTRAP_REPLICATES,
+                            max_starts=300, log=lambda _: None)
     assert selection["chosen"] == "sparsity-effective-size"
     checks = {c["law"]: c for c in selection["forms"]}
     # The richer forms nest the truth but carry terms it lacks: the fit switches them off, or
@@ -148,6 +151,8 @@ def test_report_without_an_identified_form_shows_the_checks_and_no_law(tmp_path)
     text = write_sweep_report(write_grid_json(tmp_path, grid), bootstrap_replicates=4, max_starts=100,
                               log=lambda _: None).read_text()
     assert "No form of the law passes both checks" in text
+    # Four resamples are too few for the intervals the identification check reads: it says so.
+    assert f"with fewer than {MIN_STEADY_REPLICATES} resamples these intervals" in " ".join(text.split())
     assert "## Law fit" not in text and "moelab optimal" not in text
     optima = text[text.index("## Optimal sparsity"):text.index("## Reproduce")]
     assert "Not computed" in optima and "identify none" in optima and "![" not in optima
@@ -182,13 +187,15 @@ def test_sweep_without_an_effect_of_sparsity_chooses_chinchilla(tmp_path):
     truth = {"A": 30.0, "B": 40.0, "E": 1.2, "alpha": 0.3, "beta": 0.3}
     write_results_csv(tmp_path / "results.csv", synthetic_results(grid, truth, CHINCHILLA))
     (tmp_path / "optima.json").write_text("{}")
-    text = write_sweep_report(write_grid_json(tmp_path, grid), bootstrap_replicates=8, max_starts=300,
+    text = write_sweep_report(write_grid_json(tmp_path, grid),
+                              bootstrap_replicates=BOOTSTRAP_REPLICATES, max_starts=300,
                               log=lambda _: None).read_text()
     forms = json.loads((tmp_path / "forms.json").read_text())
     assert forms["chosen"] == "chinchilla", [(f["law"], f["problems"]) for f in forms["forms"]]
     for check in forms["forms"][:-1]:
         assert not (check["identified"] and check["predictive"]), check["law"]
     assert "## Law fit (`chinchilla`" in text and "has no sparsity term" in text
+    assert f"fewer than {MIN_STEADY_REPLICATES} resamples" not in text
     assert not (tmp_path / "optima.json").exists()
     # The demo's three small sizes trade A against E; the exponents are measured.
     params = json.loads((tmp_path / "fit.json").read_text())["params"]

@@ -18,6 +18,7 @@ import numpy as np
 from moelab.fileio import atomic_write_text
 from moelab.report import format_count, format_number, markdown_table, new_figure, save_figure
 from moelab.runs.families import count_family_tokens, planned_branch_steps
+from moelab.scaling.forms import MIN_STEADY_REPLICATES
 from moelab.scaling.laws import SPARSITY, get_law
 from moelab.scaling.optimal import active_params
 from moelab.scaling.sweep_folder import (
@@ -115,12 +116,21 @@ def _forms_section(selection: dict) -> str:
             "every 95 % interval is finite (no coefficient reaching 0 or infinity) and no "
             "exponent's interval contains 0 or is wider than "
             f"{criteria['max_exponent_ci_width']:g}"
-            + ("" if criteria["bootstrap_replicates"] else " (intervals not checked: no resamples)")
+            + _resamples_caveat(criteria["bootstrap_replicates"])
             + "; it is predictive when its held-out "
             f"mean absolute error is at most {criteria['max_holdout_mae']:g} nats (`forms.json`)."
             f"\n\n" + markdown_table(["form", "parameters", "objective", "held-out MAE",
                                       "identified", ""], rows, "lrrrll")
             + f"\n{verdict}\n")
+
+
+def _resamples_caveat(replicates: int) -> str:
+    if not replicates:
+        return " (intervals not checked: no resamples)"
+    if replicates < MIN_STEADY_REPLICATES:
+        return (f" (with fewer than {MIN_STEADY_REPLICATES} resamples these intervals, and so "
+                "the choice of form, can turn on float rounding)")
+    return ""
 
 
 def _setup(grid: dict) -> str:
