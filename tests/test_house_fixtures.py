@@ -1,0 +1,136 @@
+"""Behaviour pinned across refactors: run folders trained and reported by an earlier moelab
+(tests/fixtures/house, see its README) are reported byte for byte the same today, and the same
+config and seed train to the same losses and the same tensors.
+
+The reference files were written by the code before a redesign, so these tests compare today's
+code with yesterday's, never with itself.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import platform
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors import safe_open
+
+from moelab.cli import main
+
+pytestmark = pytest.mark.slow
+
+HOUSE = Path(__file__).parent / "fixtures" / "house"
+FOLDERS = ("study", "sweep-flops", "sweep-tokens")
+REPORT_FILES = ("report.md", "results.json", "results.csv", "analysis.json", "forms.json",
+                "isoflop.json", "throughput.json")
+"""What ``moelab report`` writes (each folder has the ones of its kind), and its figures/."""
+
+TRAIN_RUN = [
+    "model.vocab_size=512", "model.d_model=32", "model.n_layers=2", "model.n_heads=2",
+    "model.n_kv_heads=2", "model.d_ff=64", "model.max_seq_len=32", "data.source=sample",
+    "data.max_train_stories=300", "train.batch_size=8", "train.lr=0.01", "train.eval_windows=8",
+    "train.log_interval=1", "train.progress=false", "train.max_tokens=5120",
+    "train.eval_interval=5",
+]
+ARMS = {"moe": "model.moe={num_experts: 4, top_k: 2, d_expert: 32}", "dense": "model.moe=null"}
+
+
+def cpu_model() -> str:
+    """The CPU's vendor, family, model and widest vector unit: float rounding (and so a run's
+    last bits) depends on the kernels these select."""
+    try:
+        info = dict(line.split(":", 1) for line in Path("/proc/cpuinfo").read_text().splitlines()
+                    if ":" in line)
+    except OSError:
+        return platform.processor() or platform.machine()
+    info = {key.strip(): value.strip() for key, value in info.items()}
+    flags = info.get("flags", "").split()
+    vector = next((flag for flag in ("avx512f", "avx2", "avx") if flag in flags), "none")
+    return " / ".join([info.get("model name", "?"), f"family {info.get('cpu family', '?')}",
+                       f"model {info.get('model', '?')}", vector])
+
+
+def report_inputs(folder: Path, into: Path) -> Path:
+    """A copy of a fixture folder without what ``moelab report`` writes."""
+    copy = into / folder.name
+    shutil.copytree(folder, copy, ignore=shutil.ignore_patterns(*REPORT_FILES, "figures"))
+    return copy
+
+
+def written_files(folder: Path) -> dict[str, bytes]:
+    names = [name for name in REPORT_FILES if (folder / name).is_file()]
+    names += [f"figures/{path.name}" for path in sorted((folder / "figures").glob("*.png"))]
+    return {name: (folder / name).read_bytes() for name in names}
+
+
+@pytest.mark.parametrize("name", FOLDERS)
+def test_report_is_byte_identical_to_the_recorded_one(name, tmp_path, capsys):
+    recorded = written_files(HOUSE / name)
+    assert "report.md" in recorded and len(recorded) >= 4  # the fixture holds a whole report
+    folder = report_inputs(HOUSE / name, tmp_path)
+    assert main(["report", str(folder)]) == 0
+    rebuilt = written_files(folder)
+    assert sorted(rebuilt) == sorted(recorded)
+    for file_name, content in recorded.items():
+        if file_name.endswith(".png"):  # rendering may move with matplotlib's version: same size
+            assert abs(len(rebuilt[file_name]) - len(content)) < 0.2 * len(content), file_name
+        else:
+            assert rebuilt[file_name] == content, f"{name}/{file_name} differs"
+
+
+def train_record(run_dir: Path) -> dict:
+    """A run's logged losses and the SHA-256 of every tensor of its final checkpoint."""
+    events = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    checkpoint = json.loads((run_dir / "checkpoints" / "latest.json").read_text())
+    folder = run_dir / "checkpoints" / checkpoint["folder"]
+    tensors = {}
+    for file_name in ("model.safetensors", "trainer_state.safetensors"):
+        with safe_open(folder / file_name, framework="pt") as handle:
+            for key in sorted(handle.keys()):
+                tensor = handle.get_tensor(key).contiguous()
+                digest = hashlib.sha256(tensor.view(-1).view(torch.uint8).numpy().tobytes()).hexdigest()
+                tensors[f"{file_name}:{key}"] = digest
+    return {"train_loss": [e["loss"] for e in events if e["kind"] == "train"],
+            "val_loss": [e["val_loss"] for e in events if e["kind"] == "eval"],
+            "tensors": tensors}
+
+
+def train_arm(arm: str, out: Path) -> Path:
+    argv = ["train", "demo", "--out", str(out), "--set", ARMS[arm]]
+    for item in TRAIN_RUN:
+        argv += ["--set", item]
+    assert main(argv) == 0
+    return out
+
+
+@pytest.mark.parametrize("arm", sorted(ARMS))
+def test_training_matches_the_recorded_losses_and_tensors(arm, tmp_path):
+    recorded = json.loads((HOUSE / "training.json").read_text())
+    expected = recorded["runs"][arm]
+    got = train_record(train_arm(arm, tmp_path / arm))
+    assert len(got["train_loss"]) == len(expected["train_loss"]) == 20
+    if cpu_model() == recorded["cpu"]:  # the recording's CPU: bit for bit
+        assert got["train_loss"] == expected["train_loss"]
+        assert got["val_loss"] == expected["val_loss"]
+        assert got["tensors"] == expected["tensors"]
+    else:  # another CPU's kernels round differently: the same curve, not the same bits
+        assert got["train_loss"] == pytest.approx(expected["train_loss"], abs=2e-3)
+        assert got["val_loss"] == pytest.approx(expected["val_loss"], abs=2e-3)
+        assert sorted(got["tensors"]) == sorted(expected["tensors"])
+
+
+def record_training(out: Path) -> None:
+    """Write training.json (run once, by the code whose behaviour is to be kept)."""
+    runs = {arm: train_record(train_arm(arm, out / arm)) for arm in sorted(ARMS)}
+    (HOUSE / "training.json").write_text(json.dumps({"cpu": cpu_model(), "runs": runs},
+                                                    indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        record_training(Path(tmp))
