@@ -17,7 +17,8 @@ from moelab.train import Schedule
 def reference_lrs(tc: TrainConfig, total_steps: int) -> list[float]:
     """Every step's lr, built as the list of the run's phases: warmup, then cosine, or stable
     then the final decay (wsd)."""
-    warmup = tc.warmup_steps if tc.warmup_steps is not None else int(tc.warmup_fraction * total_steps)
+    warmup = (tc.warmup_steps if tc.warmup_steps is not None
+              else int(tc.warmup_fraction * total_steps))
     peak, floor = tc.lr, tc.min_lr_ratio * tc.lr
     lrs = [peak * (step + 1) / warmup for step in range(min(warmup, total_steps))]
     after_warmup = range(len(lrs), total_steps)

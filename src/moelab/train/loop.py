@@ -96,14 +96,8 @@ class StepPlan:
 
     def check_steps_fit(self, tc: TrainConfig) -> None:
         """Warmup, the wsd decay and the kept checkpoints must lie inside the run's steps."""
-        if tc.warmup_steps is not None and tc.warmup_steps > self.total_steps:
-            raise MoelabError(f"train.warmup_steps={tc.warmup_steps} is invalid: allowed up to "
-                              f"the run's {self.total_steps} steps")
-        decay_start = Schedule.from_config(tc, self.total_steps).decay_start_step
-        if tc.schedule == "wsd" and tc.warmup_steps is not None and decay_start < tc.warmup_steps:
-            raise MoelabError(f"train.warmup_steps={tc.warmup_steps} is invalid with wsd: the "
-                              f"decay starts at step {decay_start} of {self.total_steps}, inside "
-                              f"the warmup; allowed up to {decay_start}")
+        if tc.warmup_steps is not None:
+            Schedule.from_config(tc, self.total_steps).check_warmup_steps_fit()
         beyond = [s for s in tc.keep_checkpoints_at if s > self.total_steps]
         if beyond:
             raise MoelabError(f"train.keep_checkpoints_at={tc.keep_checkpoints_at} is invalid: "

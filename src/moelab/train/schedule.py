@@ -15,6 +15,7 @@ import math
 from dataclasses import dataclass
 
 from moelab.config import TrainConfig
+from moelab.errors import MoelabError
 
 
 @dataclass(frozen=True)
@@ -54,6 +55,18 @@ class Schedule:
         """Steps trained before the wsd decay begins: the lr of every earlier step is the same
         for every budget that shares the warmup (the last step always sits on the floor)."""
         return self.total_steps - max(self.decay_steps, 1)
+
+    def check_warmup_steps_fit(self) -> None:
+        """An absolute warmup (train.warmup_steps) must end inside the run, and under wsd before
+        the decay starts; a warmup_fraction below 1 always does (the config checks it)."""
+        if self.warmup_steps > self.total_steps:
+            raise MoelabError(f"train.warmup_steps={self.warmup_steps} is invalid: allowed up "
+                              f"to the run's {self.total_steps} steps")
+        if self.kind == "wsd" and self.decay_start_step < self.warmup_steps:
+            raise MoelabError(f"train.warmup_steps={self.warmup_steps} is invalid with wsd: the "
+                              f"decay starts at step {self.decay_start_step} of "
+                              f"{self.total_steps}, inside the warmup; allowed up to "
+                              f"{self.decay_start_step}")
 
     @property
     def lr_floor(self) -> float:
