@@ -280,7 +280,8 @@ def trace_run(config, seed: int) -> dict:
 
     from moelab.data import TrainBatches, prepare_data
     from moelab.model import Transformer
-    from moelab.train.optim import build_optimizer, lr_at, warmup_steps_for
+    from moelab.train.optim import build_optimizer
+    from moelab.train.schedule import Schedule
 
     tc = config.train
     data = prepare_data(config.data, config.tokenizer_vocab_size, progress=False)
@@ -289,11 +290,11 @@ def trace_run(config, seed: int) -> dict:
     optimizer = build_optimizer(model, tc)
     batches = TrainBatches(data.train.tokens, config.model.max_seq_len, tc.batch_size, seed, 0, 1)
     total_steps = tc.max_tokens // (tc.batch_size * config.model.max_seq_len)
-    warmup = warmup_steps_for(tc, total_steps)
+    schedule = Schedule.from_config(tc, total_steps)
     head_weight = model.tok_embeddings.weight if model.output is None else model.output.weight
     rows = {"ce_loss": [], "grad_norm": [], "embedding_rms": [], "logit_rms": [], "lr": []}
     for step in range(total_steps):
-        lr = lr_at(step, total_steps, warmup, tc.lr, tc.min_lr_ratio)
+        lr = schedule.lr_at(step)
         for group in optimizer.param_groups:
             group["lr"] = lr
         x_BT, y_BT = batches.next()

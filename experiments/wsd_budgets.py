@@ -36,7 +36,7 @@ import numpy as np
 from moelab.config import load_config, save_config
 from moelab.fileio import atomic_write_json
 from moelab.study.stats import paired_test
-from moelab.train import separate_runs_tokens, tokens_trained, wsd_budget_family
+from moelab.train import wsd_budget_family
 
 RESULTS = Path(__file__).parent / "results"
 BUDGETS = [204_800, 409_600, 819_200]
@@ -103,7 +103,8 @@ def results(out: Path, families: dict, seeds: list[int]) -> dict:
     entry = {"preset": "demo", "overrides": DATA, "wsd": WSD, "budgets": BUDGETS, "seeds": seeds,
              "warmup_steps": family.warmup_steps,
              "decay_start_steps": {str(m.budget): m.decay_start_step for m in family.runs},
-             "planned_tokens": {"wsd": tokens_trained(family), "cosine": separate_runs_tokens(family)},
+             "planned_tokens": {"wsd": sum(m.own_tokens for m in family.runs),
+                                "cosine": sum(m.tokens for m in family.runs)},
              "by_budget": {}, "measured": {"wsd": {"tokens": 0, "train_time_s": 0.0},
                                            "cosine": {"tokens": 0, "train_time_s": 0.0}}}
     for budget in BUDGETS:

@@ -24,7 +24,7 @@ import torch
 
 import moelab.train.loop as loop
 from moelab.config import load_config, save_config
-from moelab.train import branch_run, load_run, train, train_family, wsd_budget_family
+from moelab.train import branch_run, load_run, train, wsd_budget_family
 from moelab.train.run_folder import RunFolder
 from one_line_errors import refused_on_one_line
 from tiny_overrides import TINY_MOE_RUN
@@ -75,7 +75,11 @@ def family_runs(tmp_path_factory):
     with pytest.MonkeyPatch.context() as patch:  # the session's cache, as conftest sets it
         patch.setenv("MOELAB_CACHE", str(tmp_path_factory.getbasetemp() / "moelab-cache"))
         patch.setattr(loop, "optimizer_step", counted)
-        train_family(family, {b: root / f"family{b}" for b in BUDGETS})
+        full_dir = root / f"family{family.full.budget}"
+        train(family.full.config, full_dir)
+        for member in family.branches:
+            branch_run(full_dir, member.decay_start_step, member.config,
+                       root / f"family{member.budget}")
         family_steps = len(steps_taken)
         for budget in BUDGETS[:2]:
             train(separate_wsd_run_config(budget), root / f"separate{budget}")

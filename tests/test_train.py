@@ -16,7 +16,7 @@ import torch
 from moelab.cli import main
 from moelab.config import load_config
 from moelab.errors import MoelabError
-from moelab.train import generate_text, load_run, lr_at, train
+from moelab.train import Schedule, generate_text, load_run, train
 from moelab.train.checkpoint import _flatten_optimizer, _unflatten_optimizer
 from moelab.train.loop import StepPlan
 from moelab.train.run_folder import RunFolder
@@ -36,24 +36,24 @@ def tiny_config(*overrides: str):
 
 def test_lr_schedule_matches_hand_values():
     # 10 steps, 2 warmup steps, peak 1.0, floor 0.1: warmup 0.5, 1.0; then cosine over 7 steps.
-    lrs = [lr_at(step, 10, 2, 1.0, 0.1) for step in range(10)]
+    lrs = [Schedule(10, 2, 1.0, 0.1).lr_at(step) for step in range(10)]
     assert lrs[0] == pytest.approx(0.5) and lrs[1] == pytest.approx(1.0)
     assert lrs[2] == pytest.approx(1.0)  # cosine starts at the peak
     assert lrs[9] == pytest.approx(0.1)  # and ends at the floor on the last step
     midpoint = 2 + 3.5  # half way through the 7 decay intervals: cos(pi/2) = 0
-    assert lr_at(midpoint, 10, 2, 1.0, 0.1) == pytest.approx(0.55)
+    assert Schedule(10, 2, 1.0, 0.1).lr_at(midpoint) == pytest.approx(0.55)
     assert all(a >= b for a, b in zip(lrs[1:], lrs[2:]))
-    assert lr_at(0, 10, 0, 2.0, 0.0) == pytest.approx(2.0)  # no warmup
+    assert Schedule(10, 0, 2.0, 0.0).lr_at(0) == pytest.approx(2.0)  # no warmup
     # Warmup over all steps but the last: the last one is still the floor, not the peak.
-    assert [lr_at(step, 2, 1, 1.0, 0.1) for step in range(2)] == pytest.approx([1.0, 0.1])
-    assert lr_at(0, 1, 0, 1.0, 0.1) == pytest.approx(0.1)  # a one-step run: its last step
+    assert [Schedule(2, 1, 1.0, 0.1).lr_at(step) for step in range(2)] == pytest.approx([1.0, 0.1])
+    assert Schedule(1, 0, 1.0, 0.1).lr_at(0) == pytest.approx(0.1)  # a one-step run: its last step
 
 
 def test_wsd_lr_matches_hand_values_for_both_decay_shapes():
     # 11 steps, 2 warmup, the last 5 in the decay (steps 6-10, t = 0, 1/4, 1/2, 3/4, 1),
     # peak 1.0, floor 0.1: lr = 0.1 + 0.9 * (1 - t) or 0.1 + 0.9 * (1 - sqrt(t)).
     def wsd(step, shape):
-        return lr_at(step, 11, 2, 1.0, 0.1, schedule="wsd", decay_steps=5, decay_shape=shape)
+        return Schedule(11, 2, 1.0, 0.1, "wsd", decay_steps=5, decay_shape=shape).lr_at(step)
 
     for shape in ("linear", "sqrt"):
         assert wsd(0, shape) == pytest.approx(0.5)  # warmup as with cosine
@@ -66,12 +66,13 @@ def test_wsd_lr_matches_hand_values_for_both_decay_shapes():
     assert [wsd(s, "sqrt") for s in (7, 8, 9)] == pytest.approx([0.55, 0.363604, 0.220577],
                                                                 abs=1e-6)
     # A decay shorter than two steps leaves only the last step on the floor.
-    assert [lr_at(s, 4, 1, 1.0, 0.1, schedule="wsd", decay_steps=0) for s in range(4)] == \
+    assert [Schedule(4, 1, 1.0, 0.1, "wsd", decay_steps=0).lr_at(s) for s in range(4)] == \
         pytest.approx([1.0, 1.0, 1.0, 0.1])
 
 
 def test_cosine_is_unchanged_by_the_wsd_options():
-    """The old cosine, written out here, equals lr_at bit for bit whatever the wsd arguments."""
+    """The old cosine, written out here, equals the Schedule bit for bit whatever the wsd
+    arguments."""
     def old_cosine(step, total, warmup, peak, ratio):
         if step < warmup:
             return peak * (step + 1) / warmup
@@ -81,9 +82,9 @@ def test_cosine_is_unchanged_by_the_wsd_options():
 
     for step in range(50):
         expected = old_cosine(step, 50, 5, 3e-3, 0.1)
-        assert lr_at(step, 50, 5, 3e-3, 0.1) == expected
-        assert lr_at(step, 50, 5, 3e-3, 0.1, schedule="cosine", decay_steps=10,
-                     decay_shape="linear") == expected
+        assert Schedule(50, 5, 3e-3, 0.1).lr_at(step) == expected
+        assert Schedule(50, 5, 3e-3, 0.1, "cosine", decay_steps=10,
+                        decay_shape="linear").lr_at(step) == expected
     assert StepPlan.from_config(tiny_config(), 1).decay_steps == 0  # cosine is the default
     wsd_plan = StepPlan.from_config(tiny_config("train.schedule=wsd"), 1)
     assert wsd_plan.decay_steps == int(0.2 * wsd_plan.total_steps)

@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from moelab.config import load_config
+from moelab.config import dump_config, load_config, override
 from moelab.errors import ConfigError, MoelabError
-from moelab.train import lr_at, separate_runs_tokens, tokens_trained, wsd_budget_family
+from moelab.runs.families import count_family_tokens
+from moelab.train import Schedule, wsd_budget_family
 from moelab.train.loop import StepPlan
 from tiny_overrides import TINY_MOE_RUN
 
@@ -24,9 +25,9 @@ def run_lrs(config) -> list[float]:
     """Every step's lr of a run, from the loop's own plan of it."""
     plan = StepPlan.from_config(config, world_size=1)
     tc = config.train
-    return [lr_at(s, plan.total_steps, plan.warmup_steps, tc.lr, tc.min_lr_ratio,
-                  schedule="wsd", decay_steps=plan.decay_steps, decay_shape=tc.decay_shape)
-            for s in range(plan.total_steps)]
+    schedule = Schedule(plan.total_steps, plan.warmup_steps, tc.lr, tc.min_lr_ratio, "wsd",
+                        plan.decay_steps, tc.decay_shape)
+    return [schedule.lr_at(s) for s in range(plan.total_steps)]
 
 
 def test_the_family_by_hand():
@@ -46,8 +47,11 @@ def test_the_family_by_hand():
 def test_the_plan_costs_the_largest_budget_plus_the_cooldowns():
     family = wsd_budget_family(wsd_config("train.warmup_steps=4"), [10 * STEP, 16 * STEP, 24 * STEP])
     # Hand count: the full run's 24 steps, then the branches' 10 - 8 = 2 and 16 - 12 = 4.
-    assert tokens_trained(family) == (24 + 2 + 4) * STEP
-    assert separate_runs_tokens(family) == (10 + 16 + 24) * STEP  # one run per budget
+    branch_steps = {str(run.budget): run.decay_start_step for run in family.branches}
+    runs = [(str(run.budget), run.tokens, run.tokens_per_step) for run in family.runs]
+    trained, separate = count_family_tokens(branch_steps, runs)
+    assert trained == (24 + 2 + 4) * STEP
+    assert separate == (10 + 16 + 24) * STEP  # one run per budget
 
 
 def test_every_budget_has_the_full_runs_lr_before_its_decay_start():
@@ -118,3 +122,21 @@ def test_steps_that_do_not_fit_the_run_are_refused(overrides, message):
     with pytest.raises(MoelabError) as error:
         StepPlan.from_config(wsd_config(*overrides), 1)
     assert message in str(error.value)
+
+
+@pytest.mark.parametrize("overrides, budgets", [
+    (["train.warmup_steps=4"], [24 * STEP, 10 * STEP, 16 * STEP]),
+    (["train.warmup_fraction=0.2", "train.decay_shape=linear"], [10 * STEP, 40 * STEP]),
+])
+def test_the_members_are_the_config_with_the_family_keys_set(overrides, budgets):
+    """Each member's config is the base config with exactly the family's four train keys set,
+    as the dotted overrides of the CLI would set them: equal, and dumped to the same YAML."""
+    config = wsd_config(*overrides)
+    family = wsd_budget_family(config, budgets)
+    for run in family.runs:
+        kept = run.config.train.keep_checkpoints_at
+        expected = override(config, [f"train.max_tokens={run.budget}", "train.schedule=wsd",
+                                     f"train.warmup_steps={family.warmup_steps}",
+                                     f"train.keep_checkpoints_at={kept}"])
+        assert run.config == expected
+        assert dump_config(run.config) == dump_config(expected)

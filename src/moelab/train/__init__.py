@@ -10,18 +10,15 @@ See docs/training.md.
 """
 
 from moelab.train.branch import branch_run
-from moelab.train.budgets import (
-    BudgetRun, WsdFamily, separate_runs_tokens, tokens_trained, train_family, wsd_budget_family,
-)
+from moelab.train.budgets import BudgetRun, WsdFamily, wsd_budget_family
 from moelab.train.evaluation import EvalResult, evaluate
 from moelab.train.finetune import finetune
 from moelab.train.generate import generate_text
 from moelab.train.loop import train
-from moelab.train.optim import lr_at
 from moelab.train.run_folder import RunFolder
 from moelab.train.runs import evaluate_run, load_run
+from moelab.train.schedule import Schedule
 
-__all__ = ["BudgetRun", "EvalResult", "RunFolder", "WsdFamily", "branch_run", "evaluate",
-           "evaluate_run", "finetune", "generate_text", "load_run", "lr_at",
-           "separate_runs_tokens", "tokens_trained", "train", "train_family",
+__all__ = ["BudgetRun", "EvalResult", "RunFolder", "Schedule", "WsdFamily", "branch_run",
+           "evaluate", "evaluate_run", "finetune", "generate_text", "load_run", "train",
            "wsd_budget_family"]

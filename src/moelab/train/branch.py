@@ -25,8 +25,8 @@ from moelab.train.checkpoint import (
     verify_files,
 )
 from moelab.train.loop import train
-from moelab.train.optim import decay_steps_for, lr_at, warmup_steps_for
 from moelab.train.run_folder import RunFolder, first_difference
+from moelab.train.schedule import Schedule
 
 BRANCH_FILE = "branch.json"
 """In a branch's run folder: the source run, the step and the checkpoint it started from."""
@@ -89,10 +89,7 @@ def _total_steps(config: Config) -> int:
 
 
 def _lr(config: Config, index: int) -> float:
-    tc, total_steps = config.train, _total_steps(config)
-    return lr_at(index, total_steps, warmup_steps_for(tc, total_steps), tc.lr, tc.min_lr_ratio,
-                 schedule=tc.schedule, decay_steps=decay_steps_for(tc, total_steps),
-                 decay_shape=tc.decay_shape)
+    return Schedule.from_config(config.train, _total_steps(config)).lr_at(index)
 
 
 def _checkpoint_config(folder: Path) -> Config:

@@ -12,18 +12,16 @@ separate run, for the tokens of the largest budget plus the cooldowns.
     train(family.full.config, "runs/819.2K")
     for member in family.branches:
         branch_run("runs/819.2K", member.decay_start_step, member.config, f"runs/{member.budget}")
-    tokens_trained(family), separate_runs_tokens(family)   # the plan's cost against one run each
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, Mapping
+from dataclasses import dataclass, replace
+from typing import Any
 
-from moelab.config import Config, override
+from moelab.config import Config
 from moelab.errors import MoelabError
-from moelab.train.optim import decay_start_step, warmup_steps_for
+from moelab.train.schedule import Schedule
 
 
 @dataclass(frozen=True)
@@ -88,8 +86,9 @@ def wsd_budget_family(config: Config, budgets: list[int]) -> WsdFamily:
     steps_of = {budget: _steps(budget, tokens_per_step) for budget in sorted(budgets)}
     _refuse_same_steps(sorted(budgets), steps_of, tokens_per_step)
     smallest, largest = min(budgets), max(budgets)
-    warmup = warmup_steps_for(tc, steps_of[smallest])
-    decay_starts = {b: decay_start_step(tc, steps) for b, steps in steps_of.items()}
+    warmup = Schedule.from_config(tc, steps_of[smallest]).warmup_steps
+    decay_starts = {b: Schedule.from_config(tc, steps).decay_start_step
+                    for b, steps in steps_of.items()}
     for budget, start in decay_starts.items():
         if start < warmup:
             raise MoelabError(
@@ -101,9 +100,9 @@ def wsd_budget_family(config: Config, budgets: list[int]) -> WsdFamily:
     runs = []
     for budget, steps in steps_of.items():
         kept = sorted({decay_starts[b] for b in steps_of if b != largest}) if budget == largest else []
-        run_config = override(config, [
-            f"train.max_tokens={budget}", "train.schedule=wsd", f"train.warmup_steps={warmup}",
-            f"train.keep_checkpoints_at={kept}"])
+        run_train = replace(tc, max_tokens=budget, schedule="wsd", warmup_steps=warmup,
+                            keep_checkpoints_at=kept)
+        run_config = replace(config, train=run_train).validate()
         runs.append(BudgetRun(budget, run_config, steps, decay_starts[budget],
                               None if budget == largest else largest, tokens_per_step))
     return WsdFamily(tuple(runs), warmup)
@@ -125,27 +124,3 @@ def _refuse_same_steps(budgets: list[int], steps_of: dict[int, int], tokens_per_
             raise MoelabError(
                 f"budgets {smaller} and {larger} are invalid together: both are "
                 f"{steps_of[smaller]} steps of {tokens_per_step} tokens; give distinct budgets")
-
-
-def tokens_trained(family: WsdFamily) -> int:
-    """Tokens the family's plan trains: the largest budget's run plus every branch's cooldown."""
-    return sum(run.own_tokens for run in family.runs)
-
-
-def separate_runs_tokens(family: WsdFamily) -> int:
-    """Tokens one separate run per budget would train (the cosine plan): the sum of the runs."""
-    return sum(run.tokens for run in family.runs)
-
-
-def train_family(family: WsdFamily, run_dirs: Mapping[int, str | Path]) -> dict[int, dict]:
-    """Train the full run, then every branch, into ``run_dirs[budget]``; resumes whatever a
-    previous call left unfinished. Returns each budget's summary."""
-    from moelab.train.branch import branch_run
-    from moelab.train.loop import train
-
-    full_dir = run_dirs[family.full.budget]
-    summaries = {family.full.budget: train(family.full.config, full_dir, resume=True)}
-    for member in family.branches:
-        summaries[member.budget] = branch_run(full_dir, member.decay_start_step, member.config,
-                                              run_dirs[member.budget])
-    return summaries

@@ -42,10 +42,9 @@ from moelab.train.evaluation import (
 from moelab.train.generate import sample_text
 from moelab.train.loggers import ExternalLoggers
 from moelab.train.memory import check_training_fits
-from moelab.train.optim import (
-    build_optimizer, decay_start_step, decay_steps_for, lr_at, warmup_steps_for,
-)
+from moelab.train.optim import build_optimizer
 from moelab.train.run_folder import RunFolder
+from moelab.train.schedule import Schedule
 from moelab.train.summary import RunSummary
 
 LOSS_NAMES = ("loss", "ce_loss", "lb_loss", "z_loss")
@@ -89,21 +88,16 @@ class StepPlan:
                 f"train.micro_batch_size={micro_batch_size} is invalid: must divide the "
                 f"per-process batch batch_size / processes = {rank_batch_size}"
             )
+        schedule = Schedule.from_config(tc, total_steps)
         plan = cls(total_steps, tokens_per_step, rank_batch_size, micro_batch_size,
-                   warmup_steps_for(tc, total_steps), decay_steps_for(tc, total_steps))
+                   schedule.warmup_steps, schedule.decay_steps)
         plan.check_steps_fit(tc)
         return plan
 
     def check_steps_fit(self, tc: TrainConfig) -> None:
         """Warmup, the wsd decay and the kept checkpoints must lie inside the run's steps."""
-        if tc.warmup_steps is not None and tc.warmup_steps > self.total_steps:
-            raise MoelabError(f"train.warmup_steps={tc.warmup_steps} is invalid: allowed up to "
-                              f"the run's {self.total_steps} steps")
-        decay_start = decay_start_step(tc, self.total_steps)
-        if tc.schedule == "wsd" and tc.warmup_steps is not None and decay_start < tc.warmup_steps:
-            raise MoelabError(f"train.warmup_steps={tc.warmup_steps} is invalid with wsd: the "
-                              f"decay starts at step {decay_start} of {self.total_steps}, inside "
-                              f"the warmup; allowed up to {decay_start}")
+        if tc.warmup_steps is not None:
+            Schedule.from_config(tc, self.total_steps).check_warmup_steps_fit()
         beyond = [s for s in tc.keep_checkpoints_at if s > self.total_steps]
         if beyond:
             raise MoelabError(f"train.keep_checkpoints_at={tc.keep_checkpoints_at} is invalid: "
@@ -253,10 +247,9 @@ def _train_steps(config: Config, run: RunFolder, dist: Distributed, plan: StepPl
     flops_full = flops_per_token(config.model).full
     bar = tqdm(total=plan.total_steps, initial=state["step"], unit="step", dynamic_ncols=True,
                disable=not (tc.progress and dist.is_main))
+    schedule = Schedule.from_config(tc, plan.total_steps)
     for step in range(state["step"] + 1, plan.total_steps + 1):
-        lr = lr_at(step - 1, plan.total_steps, plan.warmup_steps, tc.lr, tc.min_lr_ratio,
-                   schedule=tc.schedule, decay_steps=plan.decay_steps,
-                   decay_shape=tc.decay_shape)
+        lr = schedule.lr_at(step - 1)
         losses_4, grad_norm = optimizer_step(session, plan, lr, tc.grad_clip)
         nonfinite.note(step, losses_4[0], grad_norm)
         state.update(step=step, tokens=step * plan.tokens_per_step)

@@ -1,40 +1,16 @@
-"""Typed configuration: dataclasses with defaults, YAML in and out, dotted overrides, validation.
-
-A config has three sections, ``model``, ``data`` and ``train``. A YAML file (or a preset) gives
-only the keys it changes; everything else keeps the default documented on the field. Overrides
-use dotted paths: ``model.d_model=256``, ``model.moe.top_k=1``, ``model.moe=null`` (dense).
-
-The same parser (``from_dict``) reads the other typed sections of moelab: the ``study:``
-section of a study preset (``moelab.study.settings``) and the sparsity-sweep grids
-(``moelab.scaling.grid``). A field's type says what it takes: ``int``, ``float``, ``bool``,
-``str``, ``Optional[...]`` (null allowed), ``Literal[...]`` (one of the values), ``list[...]``
-(a YAML list, or a comma-separated string from ``--set``), a nested dataclass (a mapping), or
-``Annotated[T, Parsed(fn)]`` for a value with its own notation (a seed list, ``40.5M`` tokens).
-A field without a default is a required key.
-
-Every problem is a ``ConfigError`` whose one-line message names the key, the value and what is
-allowed.
+"""The typed config sections: ``model`` (with ``model.moe``), ``data`` and ``train``, each
+field documented where it is defined, and each section's ``validate`` (one-line ConfigErrors).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import math
 import re
-import types
-import typing
 from dataclasses import dataclass, field
-from importlib import resources
-from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Optional
 
-import yaml
-
+from moelab.config.checks import is_sha256, require_non_negative, require_positive
 from moelab.errors import ConfigError
-
-# --------------------------------------------------------------------------------------------
-# Sections
-# --------------------------------------------------------------------------------------------
 
 
 LB_SCOPES = ("micro_batch", "global_batch")
@@ -78,11 +54,11 @@ class MoEConfig:
     of hidden size num_shared_experts * d_shared (the same function)."""
 
     def validate(self, prefix: str = "model.moe") -> None:
-        _require_positive(self, prefix, "num_experts", "top_k", "d_expert")
-        _require_non_negative(self, prefix, "lb_coef", "z_coef", "bias_update_rate",
+        require_positive(self, prefix, "num_experts", "top_k", "d_expert")
+        require_non_negative(self, prefix, "lb_coef", "z_coef", "bias_update_rate",
                               "num_shared_experts")
         if self.d_shared is not None:
-            _require_positive(self, prefix, "d_shared")
+            require_positive(self, prefix, "d_shared")
         if self.balance not in BALANCE_MODES:
             raise ConfigError(f"{prefix}.balance={self.balance!r} is invalid: allowed "
                               f"{', '.join(BALANCE_MODES)}")
@@ -131,15 +107,6 @@ class MoEConfig:
             d_shared=self.d_expert if self.d_shared is None and self.num_shared_experts
             else self.d_shared)
 
-    def fine_grained_overrides(self, granularity: int, prefix: str = "model.moe") -> list[str]:
-        """``fine_grained(granularity)`` as dotted overrides, for presets and sweep grids."""
-        split = self.fine_grained(granularity)
-        overrides = [f"{prefix}.num_experts={split.num_experts}", f"{prefix}.top_k={split.top_k}",
-                     f"{prefix}.d_expert={split.d_expert}"]
-        if split.d_shared != self.d_shared:
-            overrides.append(f"{prefix}.d_shared={split.d_shared}")
-        return overrides
-
     @property
     def renormalizes_weights(self) -> bool:
         """Whether routing renormalises the k weights (``norm_topk_prob`` resolved)."""
@@ -181,7 +148,7 @@ class ModelConfig:
     """Routed experts; null for a dense model."""
 
     def validate(self, prefix: str = "model") -> None:
-        _require_positive(
+        require_positive(
             self, prefix, "vocab_size", "d_model", "n_layers", "n_heads", "n_kv_heads",
             "d_ff", "max_seq_len", "rope_theta", "norm_eps", "init_std", "logit_scale",
         )
@@ -209,10 +176,6 @@ class ModelConfig:
     @property
     def head_dim(self) -> int:
         return self.d_model // self.n_heads
-
-    @property
-    def is_moe(self) -> bool:
-        return self.moe is not None
 
 
 @dataclass
@@ -265,6 +228,10 @@ MAX_SAMPLE_TOKENS = 100_000
 """A sanity cap on train.sample_tokens: the end-of-run sample is generated token by token."""
 EVAL_TASK_NAMES = ("last_word", "ending", "agreement")
 """The zero-shot tasks of moelab.tasks (named here so a config can be checked without them)."""
+SCHEDULES = ("cosine", "wsd")
+"""The train.schedule names (moelab.train.schedule computes their lr)."""
+DECAY_SHAPES = ("linear", "sqrt")
+"""The train.decay_shape names of the wsd final decay."""
 
 
 @dataclass
@@ -339,12 +306,12 @@ class TrainConfig:
     """Zero-shot tasks (moelab.tasks) scored at the end of the run; empty: none."""
 
     def validate(self, prefix: str = "train") -> None:
-        _require_positive(self, prefix, "batch_size", "max_tokens", "lr", "eval_interval",
+        require_positive(self, prefix, "batch_size", "max_tokens", "lr", "eval_interval",
                           "eval_windows", "log_interval")
         if self.max_tokens > MAX_TOKENS:
             raise ConfigError(f"{prefix}.max_tokens={self.max_tokens} is invalid: allowed up to "
                               f"{MAX_TOKENS:.0e} (a sanity cap, 50x the largest training runs)")
-        _require_non_negative(self, prefix, "weight_decay", "grad_clip", "checkpoint_interval",
+        require_non_negative(self, prefix, "weight_decay", "grad_clip", "checkpoint_interval",
                               "min_lr_ratio", "warmup_fraction", "sample_tokens", "seed")
         if self.data_seed is not None and self.data_seed < 0:
             raise ConfigError(f"{prefix}.data_seed={self.data_seed} is invalid: must be >= 0")
@@ -362,12 +329,12 @@ class TrainConfig:
                 f"{prefix}.min_lr_ratio/warmup_fraction = {self.min_lr_ratio}/"
                 f"{self.warmup_fraction} is invalid: allowed [0, 1] and [0, 1)"
             )
-        if self.schedule not in ("cosine", "wsd"):
-            raise ConfigError(f"{prefix}.schedule={self.schedule!r} is invalid: allowed cosine, wsd")
-        if self.decay_shape not in ("linear", "sqrt"):
-            raise ConfigError(
-                f"{prefix}.decay_shape={self.decay_shape!r} is invalid: allowed linear, sqrt"
-            )
+        if self.schedule not in SCHEDULES:
+            raise ConfigError(f"{prefix}.schedule={self.schedule!r} is invalid: allowed "
+                              f"{', '.join(SCHEDULES)}")
+        if self.decay_shape not in DECAY_SHAPES:
+            raise ConfigError(f"{prefix}.decay_shape={self.decay_shape!r} is invalid: allowed "
+                              f"{', '.join(DECAY_SHAPES)}")
         if not 0.0 < self.decay_fraction <= 1.0:
             raise ConfigError(
                 f"{prefix}.decay_fraction={self.decay_fraction} is invalid: allowed (0, 1]"
@@ -405,7 +372,7 @@ class TrainConfig:
         if (self.init_from is None) != (self.init_sha256 is None):
             raise ConfigError(f"{prefix}.init_from={self.init_from!r} with init_sha256="
                               f"{self.init_sha256!r} is invalid: set both or neither")
-        if self.init_sha256 is not None and not _is_sha256(self.init_sha256):
+        if self.init_sha256 is not None and not is_sha256(self.init_sha256):
             raise ConfigError(f"{prefix}.init_sha256={self.init_sha256!r} is invalid: expected "
                               f"64 lowercase hex digits")
         for name in ("seed", "data_seed"):
@@ -442,330 +409,3 @@ class Config:
     @property
     def tokenizer_vocab_size(self) -> int:
         return self.data.vocab_size or self.model.vocab_size
-
-
-# --------------------------------------------------------------------------------------------
-# Dicts <-> dataclasses
-# --------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Parsed:
-    """``Annotated[T, Parsed(fn)]``: a value with its own notation (``40.5M`` tokens, a seed
-    count or list). ``fn(value, key)`` gets the raw value, null included, and the dotted key;
-    it returns the value or raises a ConfigError naming the key."""
-
-    fn: Callable[[Any, str], Any]
-
-
-def to_dict(obj: Any) -> Any:
-    """A plain, YAML-safe dict of a config (nested dataclasses become dicts, lists are copied)."""
-    if dataclasses.is_dataclass(obj):
-        return {f.name: to_dict(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
-    if isinstance(obj, list):
-        return [to_dict(item) for item in obj]
-    return obj
-
-
-def from_dict(cls: type, data: Any, prefix: str = "") -> Any:
-    """Build dataclass ``cls`` from ``data``, checking keys and types; missing keys keep defaults
-    (a field without a default is required). ``prefix`` is the dotted path in messages."""
-    where = prefix or "config"
-    if data is None:
-        data = {}
-    if not isinstance(data, dict):
-        raise ConfigError(f"{where}={data!r} is invalid: expected a mapping of keys")
-    hints = typing.get_type_hints(cls, include_extras=True)
-    names = [f.name for f in dataclasses.fields(cls)]
-    unknown = [key for key in data if key not in names]
-    if unknown:
-        raise ConfigError(
-            f"{_join(prefix, str(unknown[0]))} is not a known key: allowed {', '.join(names)}"
-        )
-    required = [f.name for f in dataclasses.fields(cls)
-                if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
-    missing = [name for name in required if name not in data]
-    if missing:
-        raise ConfigError(f"{_join(prefix, missing[0])} is missing: required keys are "
-                          f"{', '.join(required)}")
-    kwargs = {key: _coerce(hints[key], value, _join(prefix, key)) for key, value in data.items()}
-    return cls(**kwargs)
-
-
-def _coerce(hint: Any, value: Any, key: str) -> Any:
-    if typing.get_origin(hint) is typing.Annotated:
-        parsed = [m for m in hint.__metadata__ if isinstance(m, Parsed)]
-        if parsed:
-            return parsed[0].fn(value, key)
-        hint = typing.get_args(hint)[0]
-    optional, inner = _unwrap_optional(hint)
-    if value is None:
-        if optional:
-            return None
-        raise ConfigError(f"{key}=null is invalid: expected {_type_name(inner)}")
-    if dataclasses.is_dataclass(inner):
-        return from_dict(inner, value, key)
-    if typing.get_origin(inner) is list:
-        return _coerce_list(typing.get_args(inner)[0], value, key)
-    if typing.get_origin(inner) is typing.Literal:
-        return _coerce_literal(typing.get_args(inner), value, key)
-    return _coerce_scalar(inner, value, key)
-
-
-def _coerce_list(item_hint: Any, value: Any, key: str) -> list:
-    if isinstance(value, str):  # --set key=a,b: YAML reads a,b as one string
-        value = [item.strip() for item in value.split(",") if item.strip()]
-    if not isinstance(value, list):
-        raise ConfigError(f"{key}={value!r} is invalid: expected {_type_name(list[item_hint])}")
-    return [_coerce(item_hint, item, f"{key}[{index}]") for index, item in enumerate(value)]
-
-
-def _coerce_literal(allowed: tuple, value: Any, key: str) -> Any:
-    # Compare types too: YAML's 1 must not pass for a literal True, nor "1" for 1.
-    if any(value == choice and type(value) is type(choice) for choice in allowed):
-        return value
-    raise ConfigError(f"{key}={value!r} is invalid: allowed {', '.join(map(str, allowed))}")
-
-
-def _coerce_scalar(hint: Any, value: Any, key: str) -> Any:
-    if hint in (int, float) and isinstance(value, str):
-        value = _parse_number(value)  # YAML 1.1 reads 3e-4 (no dot) as a string
-    if hint is bool:
-        if isinstance(value, bool):
-            return value
-    elif hint is int:
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-        if isinstance(value, float) and value.is_integer():  # 1e6 in YAML is a float
-            return int(value)
-    elif hint is float:
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
-    elif hint is str:
-        if isinstance(value, (str, int, float)) and not isinstance(value, bool):
-            return str(value)
-    raise ConfigError(f"{key}={value!r} is invalid: expected {_type_name(hint)}")
-
-
-def _parse_number(text: str) -> Any:
-    try:
-        return float(text.replace("_", ""))
-    except ValueError:
-        return text
-
-
-def _unwrap_optional(hint: Any) -> tuple[bool, Any]:
-    if typing.get_origin(hint) in (typing.Union, types.UnionType):
-        args = [a for a in typing.get_args(hint) if a is not type(None)]
-        return True, args[0]
-    return False, hint
-
-
-_SCALAR_NAMES = {int: "a whole number", float: "a number", bool: "true or false",
-                 str: "a string"}
-_PLURAL_NAMES = {int: "whole numbers", float: "numbers", bool: "true or false values",
-                 str: "strings"}
-
-
-def _type_name(hint: Any) -> str:
-    if dataclasses.is_dataclass(hint):
-        return "a mapping"
-    if typing.get_origin(hint) is list:
-        item = typing.get_args(hint)[0]
-        plural = "mappings" if dataclasses.is_dataclass(item) else _PLURAL_NAMES.get(item, "values")
-        return f"a list of {plural}"
-    return _SCALAR_NAMES.get(hint, str(hint))
-
-
-def _join(prefix: str, key: str) -> str:
-    return f"{prefix}.{key}" if prefix else key
-
-
-def _require_positive(obj: Any, prefix: str, *names: str) -> None:
-    for name in names:
-        value = getattr(obj, name)
-        _require(f"{prefix}.{name}", value, _is_finite(value) and value > 0, "> 0")
-
-
-def _require_non_negative(obj: Any, prefix: str, *names: str) -> None:
-    for name in names:
-        value = getattr(obj, name)
-        _require(f"{prefix}.{name}", value, _is_finite(value) and value >= 0, ">= 0")
-
-
-def _require(key: str, value: Any, holds: bool, allowed: str) -> None:
-    if not holds:  # nan fails both comparisons; inf would pass "> 0" without the finite check
-        finite = "" if _is_finite(value) else "a finite number "
-        raise ConfigError(f"{key}={value} is invalid: must be {finite}{allowed}")
-
-
-def _is_sha256(text: str) -> bool:
-    return len(text) == 64 and all(c in "0123456789abcdef" for c in text)
-
-
-def _is_finite(value: Any) -> bool:
-    return not isinstance(value, float) or math.isfinite(value)
-
-
-# --------------------------------------------------------------------------------------------
-# Overrides, files and presets
-# --------------------------------------------------------------------------------------------
-
-
-def apply_overrides(raw: dict, overrides: list[str]) -> dict:
-    """Apply ``key.path=value`` strings to a raw config dict (values parsed as YAML).
-
-    Walking through a missing or null section creates it, so ``model.moe.top_k=1`` on a dense
-    config gives an MoE with default settings and top_k=1.
-    """
-    for item in overrides:
-        key, sep, text = item.partition("=")
-        key = key.strip()
-        if not sep or not key:
-            raise ConfigError(f"override {item!r} is invalid: expected KEY=VALUE, e.g. model.d_model=256")
-        try:
-            value = load_yaml(text) if text.strip() else None
-        except yaml.YAMLError:
-            value = text
-        except RecursionError:
-            raise ConfigError(f"override {item!r} is invalid: it nests too deeply") from None
-        node = raw
-        parts = key.split(".")
-        for part in parts[:-1]:
-            if not isinstance(node.get(part), dict):
-                node[part] = {}
-            node = node[part]
-        node[parts[-1]] = value
-    return raw
-
-
-def preset_names(folder: str = "") -> list[str]:
-    """The YAML presets in moelab/presets/ (config and study presets) or in one of its folders."""
-    return sorted(p.name[: -len(".yaml")] for p in _presets(folder).iterdir()
-                  if p.name.endswith(".yaml"))
-
-
-def _presets(folder: str):
-    root = resources.files("moelab.presets")
-    return root.joinpath(folder) if folder else root
-
-
-class _StrictLoader(yaml.SafeLoader):
-    """``yaml.SafeLoader`` that refuses a key given twice in one mapping (PyYAML keeps the
-    last one silently, so a typo'd copy of a key would override the intended value)."""
-
-    def construct_mapping(self, node, deep=False):
-        seen = set()
-        for key_node, _ in node.value:
-            key = self.construct_object(key_node, deep=deep)
-            try:
-                duplicate = key in seen
-                seen.add(key)
-            except TypeError:  # an unhashable key: the base class reports it
-                break
-            if duplicate:
-                raise yaml.constructor.ConstructorError(
-                    None, None, f"key {key!r} is given twice", key_node.start_mark)
-        return super().construct_mapping(node, deep=deep)
-
-
-def load_yaml(text: str):
-    """``yaml.safe_load`` that refuses duplicate keys (``yaml.YAMLError``)."""
-    return yaml.load(text, Loader=_StrictLoader)  # noqa: S506 -- a SafeLoader subclass
-
-
-def read_raw(source: str | Path, what: str = "config", folder: str = "") -> dict:
-    """The raw dict of a YAML file, or of a named preset (in ``folder`` of moelab/presets/) when
-    no such file exists. ``what`` names the file in messages ("config", "sweep grid")."""
-    path = Path(source)
-    shown = f"{what} {str(source)!r}"
-    if path.is_file():
-        try:
-            text = path.read_text(encoding="utf-8")
-        except UnicodeDecodeError as exc:
-            raise ConfigError(f"{shown} is not UTF-8 text (byte {exc.start}: "
-                              f"{exc.object[exc.start:exc.start + 1]!r})") from None
-        except OSError as exc:
-            raise ConfigError(f"{shown} cannot be read: {exc.strerror or exc}") from None
-    elif str(source) in preset_names(folder):
-        text = _presets(folder).joinpath(f"{source}.yaml").read_text("utf-8")
-    else:
-        raise ConfigError(f"{shown} is neither a file nor a preset: presets are "
-                          f"{', '.join(preset_names(folder))}")
-    try:
-        raw = load_yaml(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark else ""
-        problem = getattr(exc, "problem", None)
-        why = f": {problem}" if problem and "twice" in problem else ""
-        raise ConfigError(f"{shown} is not valid YAML{where}{why}") from None
-    except RecursionError:
-        raise ConfigError(f"{shown} nests too deeply") from None
-    if raw is None:
-        return {}
-    if not isinstance(raw, dict):
-        raise ConfigError(f"{shown} is invalid: expected a mapping at the top level")
-    return raw
-
-
-MAX_BASE_DEPTH = 8
-
-
-def read_with_base(source: str | Path, depth: int = 0) -> dict:
-    """The raw dict of ``source`` merged over the preset or file named by its ``study.base``.
-
-    A study preset extends another config through its ``study:`` section (the study layer
-    reads the rest of that section); the merged dict keeps the section, without ``base``.
-    """
-    raw = read_raw(source)
-    study = raw.get("study") or {}
-    if not isinstance(study, dict):
-        raise ConfigError(f"study={study!r} is invalid: expected a mapping of study settings")
-    base = study.pop("base", None)
-    if base is None:
-        return raw
-    if depth >= MAX_BASE_DEPTH:
-        raise ConfigError(f"study.base={base!r} is invalid: bases nest too deep (a cycle?)")
-    return deep_merge(read_with_base(base, depth + 1), raw)
-
-
-def deep_merge(base: dict, top: dict) -> dict:
-    """``top`` over ``base``, merging nested mappings key by key."""
-    merged = dict(base)
-    for key, value in top.items():
-        if isinstance(value, dict) and isinstance(merged.get(key), dict):
-            merged[key] = deep_merge(merged[key], value)
-        else:
-            merged[key] = value
-    return merged
-
-
-def build_config(raw: dict) -> Config:
-    return from_dict(Config, raw).validate()
-
-
-def load_config(source: str | Path | None = None, overrides: list[str] | None = None) -> Config:
-    """Load a YAML file or preset (None: all defaults), apply overrides, validate.
-
-    A study preset loads as its MoE arm: its ``study.base`` is merged in and its ``study:``
-    section (read only by the study commands) is dropped.
-    """
-    raw = read_with_base(source) if source is not None else {}
-    raw.pop("study", None)
-    return build_config(apply_overrides(raw, list(overrides or [])))
-
-
-def dump_config(config: Config) -> str:
-    return yaml.safe_dump(to_dict(config), sort_keys=False)
-
-
-def save_config(config: Config, path: str | Path) -> Path:
-    from moelab.fileio import atomic_write_text
-
-    return atomic_write_text(path, dump_config(config))
-
-
-def override(config: Config, overrides: list[str]) -> Config:
-    """A validated copy of ``config`` with dotted ``key=value`` overrides applied."""
-    return build_config(apply_overrides(to_dict(config), overrides))

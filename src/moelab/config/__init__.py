@@ -1,0 +1,43 @@
+"""Typed configuration: dataclasses with defaults, YAML in and out, dotted overrides, validation.
+
+A config has three sections, ``model``, ``data`` and ``train``. A YAML file (or a preset) gives
+only the keys it changes; everything else keeps the default documented on the field. Overrides
+use dotted paths: ``model.d_model=256``, ``model.moe.top_k=1``, ``model.moe=null`` (dense).
+
+The same parser (``from_dict``) reads the other typed sections of moelab: the ``study:``
+section of a study preset (``moelab.study.settings``) and the sparsity-sweep grids
+(``moelab.scaling.grid``). A field's type says what it takes: ``int``, ``float``, ``bool``,
+``str``, ``Optional[...]`` (null allowed), ``Literal[...]`` (one of the values), ``list[...]``
+(a YAML list, or a comma-separated string from ``--set``), a nested dataclass (a mapping), or
+``Annotated[T, Parsed(fn)]`` for a value with its own notation (a seed list, ``40.5M`` tokens).
+A field without a default is a required key.
+
+Every problem is a ``ConfigError`` whose one-line message names the key, the value and what is
+allowed.
+
+The package, by concern: ``schema`` (the typed sections and their checks), ``parsing`` (dicts
+and dotted overrides into sections), ``files`` (YAML files, presets, ``load_config``);
+``checks`` holds the field checks the sections share.
+"""
+
+from moelab.config.files import (
+    MAX_BASE_DEPTH, deep_merge, dump_config, load_config, preset_names, read_raw, read_with_base,
+    save_config,
+)
+from moelab.config.parsing import (
+    Parsed, apply_overrides, build_config, from_dict, load_yaml, override, to_dict,
+)
+from moelab.config.schema import (
+    BALANCE_MODES, DECAY_SHAPES, DEVICE_CHOICES, DEVICE_NAME, EVAL_TASK_NAMES, LB_SCOPES,
+    MAX_SAMPLE_TOKENS, MAX_SEED, MAX_TOKENS, SCHEDULES, Config, DataConfig, ModelConfig,
+    MoEConfig, TrainConfig,
+)
+
+__all__ = [
+    "BALANCE_MODES", "Config", "DECAY_SHAPES", "DEVICE_CHOICES", "DEVICE_NAME", "DataConfig",
+    "EVAL_TASK_NAMES", "LB_SCOPES", "MAX_BASE_DEPTH", "MAX_SAMPLE_TOKENS", "MAX_SEED",
+    "MAX_TOKENS", "ModelConfig", "MoEConfig", "Parsed", "SCHEDULES", "TrainConfig",
+    "apply_overrides", "build_config", "deep_merge", "dump_config", "from_dict", "load_config",
+    "load_yaml", "override", "preset_names", "read_raw", "read_with_base", "save_config",
+    "to_dict",
+]

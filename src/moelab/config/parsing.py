@@ -1,0 +1,212 @@
+"""Dicts and dotted overrides into typed configs: ``from_dict`` (keys, types, one-line errors),
+``Parsed`` for a value with its own notation, ``apply_overrides`` and ``override``.
+
+The same parser reads the other typed sections of moelab (a study preset's ``study:``, the
+sparsity-sweep grids); the rules a field's type sets are in the package docstring.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import yaml
+
+from moelab.config.schema import Config
+from moelab.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class Parsed:
+    """``Annotated[T, Parsed(fn)]``: a value with its own notation (``40.5M`` tokens, a seed
+    count or list). ``fn(value, key)`` gets the raw value, null included, and the dotted key;
+    it returns the value or raises a ConfigError naming the key."""
+
+    fn: Callable[[Any, str], Any]
+
+
+def to_dict(obj: Any) -> Any:
+    """A plain, YAML-safe dict of a config (nested dataclasses become dicts, lists are copied)."""
+    if dataclasses.is_dataclass(obj):
+        return {f.name: to_dict(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    if isinstance(obj, list):
+        return [to_dict(item) for item in obj]
+    return obj
+
+
+def from_dict(cls: type, data: Any, prefix: str = "") -> Any:
+    """Build dataclass ``cls`` from ``data``, checking keys and types; missing keys keep defaults
+    (a field without a default is required). ``prefix`` is the dotted path in messages."""
+    where = prefix or "config"
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{where}={data!r} is invalid: expected a mapping of keys")
+    hints = typing.get_type_hints(cls, include_extras=True)
+    names = [f.name for f in dataclasses.fields(cls)]
+    unknown = [key for key in data if key not in names]
+    if unknown:
+        raise ConfigError(
+            f"{_join(prefix, str(unknown[0]))} is not a known key: allowed {', '.join(names)}"
+        )
+    required = [f.name for f in dataclasses.fields(cls)
+                if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
+    missing = [name for name in required if name not in data]
+    if missing:
+        raise ConfigError(f"{_join(prefix, missing[0])} is missing: required keys are "
+                          f"{', '.join(required)}")
+    kwargs = {key: _coerce(hints[key], value, _join(prefix, key)) for key, value in data.items()}
+    return cls(**kwargs)
+
+
+def _coerce(hint: Any, value: Any, key: str) -> Any:
+    if typing.get_origin(hint) is typing.Annotated:
+        parsed = [m for m in hint.__metadata__ if isinstance(m, Parsed)]
+        if parsed:
+            return parsed[0].fn(value, key)
+        hint = typing.get_args(hint)[0]
+    optional, inner = _unwrap_optional(hint)
+    if value is None:
+        if optional:
+            return None
+        raise ConfigError(f"{key}=null is invalid: expected {_type_name(inner)}")
+    if dataclasses.is_dataclass(inner):
+        return from_dict(inner, value, key)
+    if typing.get_origin(inner) is list:
+        return _coerce_list(typing.get_args(inner)[0], value, key)
+    if typing.get_origin(inner) is typing.Literal:
+        return _coerce_literal(typing.get_args(inner), value, key)
+    return _coerce_scalar(inner, value, key)
+
+
+def _coerce_list(item_hint: Any, value: Any, key: str) -> list:
+    if isinstance(value, str):  # --set key=a,b: YAML reads a,b as one string
+        value = [item.strip() for item in value.split(",") if item.strip()]
+    if not isinstance(value, list):
+        raise ConfigError(f"{key}={value!r} is invalid: expected {_type_name(list[item_hint])}")
+    return [_coerce(item_hint, item, f"{key}[{index}]") for index, item in enumerate(value)]
+
+
+def _coerce_literal(allowed: tuple, value: Any, key: str) -> Any:
+    # Compare types too: YAML's 1 must not pass for a literal True, nor "1" for 1.
+    if any(value == choice and type(value) is type(choice) for choice in allowed):
+        return value
+    raise ConfigError(f"{key}={value!r} is invalid: allowed {', '.join(map(str, allowed))}")
+
+
+def _coerce_scalar(hint: Any, value: Any, key: str) -> Any:
+    if hint in (int, float) and isinstance(value, str):
+        value = _parse_number(value)  # YAML 1.1 reads 3e-4 (no dot) as a string
+    if hint is bool:
+        if isinstance(value, bool):
+            return value
+    elif hint is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        if isinstance(value, float) and value.is_integer():  # 1e6 in YAML is a float
+            return int(value)
+    elif hint is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+    elif hint is str:
+        if isinstance(value, (str, int, float)) and not isinstance(value, bool):
+            return str(value)
+    raise ConfigError(f"{key}={value!r} is invalid: expected {_type_name(hint)}")
+
+
+def _parse_number(text: str) -> Any:
+    try:
+        return float(text.replace("_", ""))
+    except ValueError:
+        return text
+
+
+def _unwrap_optional(hint: Any) -> tuple[bool, Any]:
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(hint) if a is not type(None)]
+        return True, args[0]
+    return False, hint
+
+
+_SCALAR_NAMES = {int: "a whole number", float: "a number", bool: "true or false",
+                 str: "a string"}
+_PLURAL_NAMES = {int: "whole numbers", float: "numbers", bool: "true or false values",
+                 str: "strings"}
+
+
+def _type_name(hint: Any) -> str:
+    if dataclasses.is_dataclass(hint):
+        return "a mapping"
+    if typing.get_origin(hint) is list:
+        item = typing.get_args(hint)[0]
+        plural = "mappings" if dataclasses.is_dataclass(item) else _PLURAL_NAMES.get(item, "values")
+        return f"a list of {plural}"
+    return _SCALAR_NAMES.get(hint, str(hint))
+
+
+def _join(prefix: str, key: str) -> str:
+    return f"{prefix}.{key}" if prefix else key
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` that refuses a key given twice in one mapping (PyYAML keeps the
+    last one silently, so a typo'd copy of a key would override the intended value)."""
+
+    def construct_mapping(self, node, deep=False):
+        seen = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            try:
+                duplicate = key in seen
+                seen.add(key)
+            except TypeError:  # an unhashable key: the base class reports it
+                break
+            if duplicate:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"key {key!r} is given twice", key_node.start_mark)
+        return super().construct_mapping(node, deep=deep)
+
+
+def load_yaml(text: str):
+    """``yaml.safe_load`` that refuses duplicate keys (``yaml.YAMLError``)."""
+    return yaml.load(text, Loader=_StrictLoader)  # noqa: S506 -- a SafeLoader subclass
+
+
+def apply_overrides(raw: dict, overrides: list[str]) -> dict:
+    """Apply ``key.path=value`` strings to a raw config dict (values parsed as YAML).
+
+    Walking through a missing or null section creates it, so ``model.moe.top_k=1`` on a dense
+    config gives an MoE with default settings and top_k=1.
+    """
+    for item in overrides:
+        key, sep, text = item.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise ConfigError(f"override {item!r} is invalid: expected KEY=VALUE, e.g. model.d_model=256")
+        try:
+            value = load_yaml(text) if text.strip() else None
+        except yaml.YAMLError:
+            value = text
+        except RecursionError:
+            raise ConfigError(f"override {item!r} is invalid: it nests too deeply") from None
+        node = raw
+        parts = key.split(".")
+        for part in parts[:-1]:
+            if not isinstance(node.get(part), dict):
+                node[part] = {}
+            node = node[part]
+        node[parts[-1]] = value
+    return raw
+
+
+def build_config(raw: dict) -> Config:
+    """A validated Config from a raw dict (a YAML file's, after overrides)."""
+    return from_dict(Config, raw).validate()
+
+
+def override(config: Config, overrides: list[str]) -> Config:
+    """A validated copy of ``config`` with dotted ``key=value`` overrides applied."""
+    return build_config(apply_overrides(to_dict(config), overrides))
