@@ -114,7 +114,9 @@ def arm_result(arm: str, records: list[RunRecord]) -> ArmResult:
 
 
 def _criterion_of(arm: str) -> Optional[str]:
-    return arm[len("dense_"):] if arm.startswith("dense_") and arm[len("dense_"):] in CRITERIA else None
+    """The criterion a ``dense_<criterion>`` arm is matched on; None for any other arm."""
+    criterion = arm.removeprefix("dense_")
+    return criterion if arm.startswith("dense_") and criterion in CRITERIA else None
 
 
 def describe_model(model: ModelConfig) -> str:

@@ -55,7 +55,8 @@ def plan_runs(arms: list[Arm], seeds: list[int], budgets: list[int]) -> list[Run
     for budget in budgets or [None]:
         for seed in seeds:
             for arm in arms:
-                specs.append(RunSpec(run_name(arm.name, seed, budget), run_config(arm.config, seed, budget),
+                specs.append(RunSpec(run_name(arm.name, seed, budget),
+                                     run_config(arm.config, seed, budget),
                                      {"arm": arm.name, "seed": seed, "budget": budget}))
     families = [as_budget_family([s for s in specs if (s.labels["arm"], s.labels["seed"]) == key])
                 for key in dict.fromkeys((s.labels["arm"], s.labels["seed"]) for s in specs)]

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from moelab.config import Config
-from moelab.errors import MoelabError
+from moelab.errors import ConfigError, MoelabError
 from moelab.runs import is_complete
 from moelab.study.budgets import parse_token_count
 from moelab.study.plan import run_name
@@ -63,10 +63,23 @@ def find_runs(study_dir: Path) -> list[RunRecord]:
     return records
 
 
-def read_run(study_dir: Path, run_dir: Path, arm: str, seed: int, budget: Optional[int]) -> RunRecord:
+def read_run(study_dir: Path, run_dir: Path, arm: str, seed: int,
+             budget: Optional[int]) -> RunRecord:
+    """The run folder ``run_dir`` of ``arm``'s ``seed`` (at ``budget``), read back."""
     folder = RunFolder(run_dir)
     return RunRecord(arm, seed, budget, run_dir.relative_to(study_dir), folder.summary(),
-                     read_evals(folder.metrics_path), folder.read_config(), read_run_tasks(run_dir))
+                     read_evals(folder.metrics_path), read_run_config(folder),
+                     read_run_tasks(run_dir))
+
+
+def read_run_config(folder: RunFolder) -> Config:
+    """The run's config.yaml as a ``Config``; one that no longer loads (hand-edited, or written
+    by a moelab with other keys) is a one-line error naming the file."""
+    try:
+        return folder.read_config()
+    except ConfigError as exc:
+        raise MoelabError(f"{folder.config_path} does not load as a config ({exc}): delete "
+                          f"{folder.path} to train the run again") from None
 
 
 def read_evals(metrics_path: Path) -> list[dict]:

@@ -68,7 +68,8 @@ class RoutingResult:
     mean_z_sq: Optional[float] = None
     max_busiest_fraction: Optional[float] = None
     dead_experts_per_layer: Optional[list[float]] = None
-    """Experts whose load is under 1 % of the mean, per layer (first layer first), mean over seeds."""
+    """Experts whose load is under 1 % of the mean, per layer (first layer first), mean over
+    seeds."""
     dead_experts: Optional[float] = None
     """Their sum over layers."""
     expert_load: Optional[list[list[float]]] = None
@@ -203,7 +204,8 @@ def json_record(value: Any) -> Any:
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         if hasattr(value, "to_dict"):
             return value.to_dict()
-        return {name: json_record(item) for name, item in zip(_field_names(value), _field_values(value))}
+        return {name: json_record(item)
+                for name, item in zip(_field_names(value), _field_values(value))}
     if isinstance(value, dict):
         return {key: json_record(item) for key, item in value.items()}
     if isinstance(value, (list, tuple)):

@@ -127,12 +127,14 @@ class StudySettings:
         """The base config with the settings every arm takes from the study: eval_tasks."""
         if not self.eval_tasks:
             return config
-        return replace(config, train=replace(config.train, eval_tasks=list(self.eval_tasks))).validate()
+        train = replace(config.train, eval_tasks=list(self.eval_tasks))
+        return replace(config, train=train).validate()
 
     def to_dict(self) -> dict:
         return to_dict(self)
 
-    def check_size(self, budgets_key: str = "study.budgets", seeds_key: str = "study.seeds") -> None:
+    def check_size(self, budgets_key: str = "study.budgets",
+                   seeds_key: str = "study.seeds") -> None:
         """Budgets within train.max_tokens' sanity cap and a seed count that is a study, checked
         before any plan is written (a budget of 1e400 tokens is a whole number too); the keys
         name where the values came from (``--budgets`` or the preset)."""
