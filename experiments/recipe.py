@@ -38,6 +38,11 @@ from pathlib import Path
 import numpy as np
 
 from moelab.fileio import atomic_write_json
+from moelab.study.commands import run_study
+from moelab.study.results import json_safe
+from moelab.study.settings import load_study
+from moelab.study.stats import min_detectable_gap, paired_test
+from moelab.train.run_folder import RunFolder
 
 RESULTS = Path(__file__).parent / "results" / "recipe.json"
 ARMS = ("moe", "dense_active", "dense_total")
@@ -174,9 +179,6 @@ def main() -> None:
 
 def run_setting(grid_name: str, grid: dict, name: str, overrides: list[str], seeds: list[int],
                 out: Path, jobs: int) -> dict:
-    from moelab.study.commands import run_study
-    from moelab.study.settings import load_study
-
     config, settings = load_study(grid["preset"], overrides)
     settings.seeds = list(seeds)
     settings.criteria = list(CRITERIA)
@@ -213,7 +215,7 @@ def arm_entry(study_dir: Path, arm: str, seeds: list[int], unigram: float, confi
 
 
 def read_run(run_dir: Path, unigram: float, config) -> dict:
-    summary = json.loads((run_dir / "summary.json").read_text("utf-8"))
+    summary = RunFolder(run_dir).summary()
     events = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text("utf-8").splitlines()]
     train = [e for e in events if e["kind"] == "train"]
     ce = [e["ce_loss"] for e in train]
@@ -222,11 +224,11 @@ def read_run(run_dir: Path, unigram: float, config) -> dict:
     exit_step = next((e["step"] for e in train if e["ce_loss"] < unigram - PLATEAU_MARGIN), None)
     jumps = [later - earlier for earlier, later in zip(ce[warmup_end:], ce[warmup_end + 1:])]
     return {
-        "best_val_loss": summary["best_val_loss"],
-        "tokens_per_s": summary["tokens_per_s"],
-        "wall_time_s": summary["wall_time_s"],  # from the run's files, so a rerun that trains
+        "best_val_loss": summary.best_val_loss,
+        "tokens_per_s": summary.tokens_per_s,
+        "wall_time_s": summary.wall_time_s,  # from the run's files, so a rerun that trains
         # nothing records the same time
-        "active_params": summary.get("active_params"),
+        "active_params": summary.active_params,
         "plateau_exit_step": exit_step,
         "max_loss_jump": max(jumps) if jumps else None,
         "max_grad_norm": max(e["grad_norm"] for e in train),
@@ -235,9 +237,6 @@ def read_run(run_dir: Path, unigram: float, config) -> dict:
 
 def paired_gap(seeds: list[int], moe: list[float], dense: list[float]) -> dict:
     """dense - moe per seed (positive: MoE better) with moelab's paired t (study statistics)."""
-    from moelab.study.results import json_safe
-    from moelab.study.stats import min_detectable_gap, paired_test
-
     test = paired_test(dict(zip(seeds, moe)), dict(zip(seeds, dense)))
     return json_safe({
         "gap": test.gap, "per_seed": [d["diff"] for d in test.differences],
@@ -264,8 +263,6 @@ def unigram_entropy(config) -> float:
 
 def trace_setting(grid_name: str, grid: dict, name: str, overrides: list[str],
                   seeds: list[int]) -> dict:
-    from moelab.study.settings import load_study
-
     config, _ = load_study(grid["preset"], overrides)
     traces = {str(seed): trace_run(config, seed) for seed in seeds}
     return {"kind": "trace", "grid": grid_name, "setting": name, "overrides": overrides,

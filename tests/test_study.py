@@ -197,7 +197,7 @@ def _study(tmp_path, demo, train=None, seeds=2, **settings):
     config, _ = demo
     train = train or FakeTrain()
     results = study_commands.run_study("study", config, StudySettings(seeds=seeds, **settings),
-                            tmp_path / "s", train_fn=train, log=lambda line: None)
+                            tmp_path / "s", train_fn=train, log=lambda line: None).to_dict()
     return results, train
 
 
@@ -362,7 +362,7 @@ def test_budget_sweep_groups_and_plots(tmp_path, demo):
 def test_ablation_ladder_report(tmp_path, demo):
     config, _ = demo
     results = study_commands.run_study("ablation", config, StudySettings(seeds=2), tmp_path / "a",
-                            train_fn=FakeTrain(), log=lambda line: None)
+                            train_fn=FakeTrain(), log=lambda line: None).to_dict()
     assert list(results["arms"]) == ["naive_top1", "top1_lb", "top2_lb", "top2_lb_z",
                                      "top2_global_lb_z", "top2_bias_z"]
     assert results["arms"]["naive_top1"]["best_val_loss"]["mean"] == pytest.approx(
@@ -443,7 +443,7 @@ def test_results_json_holds_both_tests_and_the_power(tmp_path, demo):
 def test_ablation_takes_a_seed_list(tmp_path, demo):
     config, _ = demo
     results = study_commands.run_study("ablation", config, StudySettings(seeds=[5, 7]), tmp_path / "a",
-                                       train_fn=FakeTrain(), log=lambda line: None)
+                                       train_fn=FakeTrain(), log=lambda line: None).to_dict()
     assert results["seeds"] == [5, 7]
     assert results["arms"]["top2_lb"]["best_val_loss"]["mean"] == pytest.approx(
         statistics.mean(_losses("top2_lb", [5, 7])))

@@ -9,7 +9,8 @@ import pytest
 
 from moelab.report import format_tick_count, format_token_axis, new_figure
 from moelab.study import figures
-from moelab.study.results import RunRecord
+from moelab.study.records import RunRecord
+from moelab.study.stats import Gap, PairedTest, WelchTest
 
 
 @pytest.mark.parametrize("value, label", [
@@ -55,15 +56,21 @@ def test_the_routing_figure_labels_tokens_in_k_and_m(tmp_path, monkeypatch):
         assert "2M" in labels or "2.5M" in labels
 
 
+def _gap(test: str, outcome: str, differences: list[dict]) -> Gap:
+    """A gap of 0.02 [0.01, 0.03] decided by ``test``, with these per-seed differences."""
+    paired = PairedTest(0.02, 0.01, 0.03, 0.01, len(differences), 0.01, differences)
+    welch = WelchTest(0.02, 0.01, 0.03, 0.01, 4.0, 3, 3)
+    return Gap("active", "moe", "dense_active", test, 0.02, 0.01, 0.03, 0.01, 3, 3, outcome,
+               outcome, 0.01, [], paired, welch)
+
+
 def test_the_paired_differences_figure_draws_one_point_per_seed(tmp_path, monkeypatch):
     drawn = []
     monkeypatch.setattr(figures, "save_figure", lambda fig, path: drawn.append(fig) or Path(path))
-    paired = {"gap": 0.02, "ci_low": 0.01, "ci_high": 0.03,
-              "differences": [{"seed": 10, "diff": 0.01}, {"seed": 11, "diff": 0.02},
-                              {"seed": 12, "diff": 0.03}]}
-    gaps = {"active": {"test": "paired", "outcome": "MoE better", "paired": paired},
-            "total": {"test": "welch", "outcome": "not significant",
-                      "paired": {**paired, "differences": []}}}
+    differences = [{"seed": 10, "diff": 0.01}, {"seed": 11, "diff": 0.02},
+                   {"seed": 12, "diff": 0.03}]
+    gaps = {"active": _gap("paired", "MoE better", differences),
+            "total": _gap("welch", "not significant", [])}
     assert figures.paired_differences_figure(gaps, tmp_path / "d.png")
     ax = drawn[0].axes[0]
     points = ax.collections[0].get_offsets()

@@ -55,7 +55,7 @@ def demo():
 def _run(kind, demo, folder, train, **settings):
     config, _ = demo
     return study_commands.run_study(kind, config, StudySettings(**settings), folder,
-                                    train_fn=train, log=lambda line: None)
+                                    train_fn=train, log=lambda line: None).to_dict()
 
 
 def test_each_budget_has_its_section_and_the_last_is_the_studys(tmp_path, demo):

@@ -3,13 +3,27 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from moelab.cli import add_config_arguments
 from moelab.cli.launch import add_launcher_arguments, build_launcher, wants_commands
+from moelab.cli.scaling import report_sweep
 from moelab.errors import MoelabError
+from moelab.fileio import writer_lock
 from moelab.report import (
     format_count, format_mean_std, format_number, format_p_value, markdown_table,
 )
+from moelab.study.arms import parse_criteria
+from moelab.study.budgets import parse_budget_list
+from moelab.study.settings import check_seeds, load_study
+
+if TYPE_CHECKING:
+    from moelab.study.results import StudyResults
+    from moelab.study.zero_shot import TaskResult
+
+# The study machinery below (training, statistics, figures) imports torch and scipy, seconds
+# of start-up: the commands import it when they run, so that every other command and
+# ``moelab --help`` start at once.
 
 
 def register(subparsers) -> None:
@@ -58,25 +72,17 @@ def _add_run_arguments(parser, kind: str) -> None:
 
 
 def _study(args) -> int:
-    from moelab.study.arms import check_criteria
-    from moelab.study.budgets import parse_budget_list
-    from moelab.fileio import writer_lock
     from moelab.study.commands import list_runs, run_study
-    from moelab.study.settings import check_seeds, load_study
 
     config, settings = load_study(args.config, args.overrides)
     if args.seeds is not None:
         settings.seeds = check_seeds(args.seeds, "--seeds")
     if args.criteria is not None:
-        criteria = [c.strip() for c in args.criteria.split(",") if c.strip()]
-        if not criteria:
-            raise MoelabError(f"--criteria {args.criteria!r} is invalid: expected a "
-                              f"comma-separated list from active,total")
-        settings.criteria = check_criteria(criteria)
+        settings.criteria = parse_criteria(args.criteria)
     if args.budgets is not None:
         settings.budgets = parse_budget_list(args.budgets)
-    check_study_size(settings, "--budgets" if args.budgets is not None else "study.budgets",
-                     "--seeds" if args.seeds is not None else "study.seeds")
+    settings.check_size("--budgets" if args.budgets is not None else "study.budgets",
+                        "--seeds" if args.seeds is not None else "study.seeds")
     out = Path(args.out) if args.out else Path("out") / f"{Path(args.config).stem}-{args.kind}"
     if wants_commands(args):
         for command in list_runs(args.kind, config, settings, out):
@@ -89,89 +95,69 @@ def _study(args) -> int:
     return 0
 
 
-MAX_SEEDS = 1000
-"""Seeds per arm: more is a typo (a count where a list was meant), not a study."""
-
-
-def check_study_size(settings, budgets_key: str, seeds_key: str) -> None:
-    """Budgets within train.max_tokens' sanity cap and a seed count that is a study, checked
-    before any plan is written (a budget of 1e400 tokens is a whole number too)."""
-    from moelab.config import MAX_TOKENS
-
-    for budget in settings.budgets:
-        if budget > MAX_TOKENS:
-            shown = budget if budget < 10**20 else f"~1e{len(str(budget)) - 1}"  # no float cast
-            raise MoelabError(f"{budgets_key}: token budget {shown} is invalid: allowed up "
-                              f"to {MAX_TOKENS:.0e} (train.max_tokens' sanity cap)")
-    count = settings.seeds if isinstance(settings.seeds, int) else len(settings.seeds)
-    if count > MAX_SEEDS:
-        raise MoelabError(f"{seeds_key}={count} seeds is invalid: allowed 1..{MAX_SEEDS} per arm")
-
-
 def _report(args) -> int:
-    from moelab.fileio import writer_lock
     from moelab.study.plan import check_study_files
     from moelab.study.report import write_outputs
 
-    if Path(args.study_dir).exists() and not Path(args.study_dir).is_dir():
+    study_dir = Path(args.study_dir)
+    if study_dir.exists() and not study_dir.is_dir():
         raise MoelabError(f"{args.study_dir} is a file, not a study folder (nor a sweep folder)")
-    if (Path(args.study_dir) / "grid.json").is_file():
-        from moelab.cli.scaling import report_sweep
-
-        return report_sweep(Path(args.study_dir))
-    check_study_files(Path(args.study_dir))
+    if (study_dir / "grid.json").is_file():
+        return report_sweep(study_dir)
+    check_study_files(study_dir)
     with writer_lock(args.study_dir):
-        results = write_outputs(Path(args.study_dir))
-    print_results(results, Path(args.study_dir))
+        results = write_outputs(study_dir)
+    print_results(results, study_dir)
     return 0
 
 
-def print_results(results: dict, study_dir: Path) -> None:
+def print_results(results: StudyResults, study_dir: Path) -> None:
     """The study table on the terminal: arms, then each comparison with its tests."""
     from moelab.study.stats import ALPHA, POWER
 
     rows = []
-    for arm, r in results["arms"].items():
-        loss, bpb = r["best_val_loss"], r["best_val_bpb"]
-        collapsed = f"{r['collapsed_runs']}/{loss['n']}" if r["routing"] else "–"
-        rows.append([arm, format_count(r["active_params"]), format_count(r["total_params"]),
-                     format_mean_std(loss["mean"], loss["std"]), str(loss["n"]),
-                     format_mean_std(bpb["mean"], bpb["std"]), collapsed])
+    for arm, r in results.arms.items():
+        loss, bpb = r.best_val_loss, r.best_val_bpb
+        collapsed = f"{r.collapsed_runs}/{loss.n}" if r.routing.recorded else "–"
+        rows.append([arm, format_count(r.active_params), format_count(r.total_params),
+                     format_mean_std(loss.mean, loss.std), str(loss.n),
+                     format_mean_std(bpb.mean, bpb.std), collapsed])
     print()
     print(markdown_table(["arm", "active", "total", "best val loss", "n", "bits/byte", "collapsed"],
                          rows, "lrrrrrr"))
-    for criterion, g in results["gaps"].items():
-        print(f"matched {criterion:<6} {g['moe_arm']} vs {g['dense_arm']}: gap (dense - moe) "
-              f"{g['gap']:+.4f}: {g['verdict']}")
-        if g["test"] == "paired":
-            print(f"    paired t: {_interval(g['paired'])}, n={g['paired']['n_pairs']} pairs")
-        print(f"    Welch t:  {_interval(g['welch'])}")
-        if g["min_detectable_gap"] is not None:
-            print(f"    min detectable gap {format_number(g['min_detectable_gap'])} "
+    for criterion, g in results.gaps.items():
+        print(f"matched {criterion:<6} {g.moe_arm} vs {g.dense_arm}: gap (dense - moe) "
+              f"{g.gap:+.4f}: {g.verdict}")
+        if g.test == "paired":
+            print(f"    paired t: {_interval(g.paired)}, n={g.paired.n_pairs} pairs")
+        print(f"    Welch t:  {_interval(g.welch)}")
+        if g.min_detectable_gap is not None:
+            print(f"    min detectable gap {format_number(g.min_detectable_gap)} "
                   f"(power {POWER:g}, two-sided alpha {ALPHA:.2g})")
-    _print_zero_shot(results.get("zero_shot") or {})
-    for name, error in results["failed_runs"].items():
+    _print_zero_shot(results.zero_shot)
+    for name, error in results.failed_runs.items():
         print(f"FAILED {name}: {error}")
     print(f"\nreport: {study_dir / 'report.md'}")
 
 
-def _print_zero_shot(zero_shot: dict) -> None:
+def _print_zero_shot(zero_shot: dict[str, TaskResult]) -> None:
     """Each task the runs scored: accuracy per arm, then each paired MoE - dense difference."""
     for task, result in zero_shot.items():
-        chance = next(iter(result["arms"].values()))["chance"]
-        arms = ", ".join(f"{arm} {format_mean_std(r['accuracy']['mean'], r['accuracy']['std'])}"
-                         for arm, r in result["arms"].items())
+        chance = next(iter(result.arms.values())).chance
+        arms = ", ".join(f"{arm} {format_mean_std(r.accuracy.mean, r.accuracy.std)}"
+                         for arm, r in result.arms.items())
         print(f"zero-shot {task} (chance {chance:.4f}): {arms}")
-        for criterion, c in result["comparisons"].items():
-            interval = ("no CI" if c["ci_low"] is None else
-                        f"95% CI [{c['ci_low']:.4f}, {c['ci_high']:.4f}], p={format_p_value(c['p_value'])}")
-            print(f"    matched {criterion}: moe - {c['dense_arm']} {c['difference']:+.4f}, "
-                  f"{interval}: {c['verdict']}")
+        for criterion, c in result.comparisons.items():
+            interval = ("no CI" if c.ci_low is None else
+                        f"95% CI [{c.ci_low:.4f}, {c.ci_high:.4f}], p={format_p_value(c.p_value)}")
+            print(f"    matched {criterion}: moe - {c.dense_arm} {c.difference:+.4f}, "
+                  f"{interval}: {c.verdict}")
 
 
-def _interval(test: dict) -> str:
-    if test["ci_low"] is None:
+def _interval(test) -> str:
+    """A test's 95 % interval and p-value on one line (a PairedTest or a WelchTest)."""
+    if test.ci_low is None:
         return "no CI (not testable)"
-    p_text = format_p_value(test["p_value"])
+    p_text = format_p_value(test.p_value)
     p_text = f"p{p_text.replace(' ', '')}" if p_text.startswith("<") else f"p={p_text}"
-    return f"95% CI [{format_number(test['ci_low'])}, {format_number(test['ci_high'])}], {p_text}"
+    return f"95% CI [{format_number(test.ci_low)}, {format_number(test.ci_high)}], {p_text}"

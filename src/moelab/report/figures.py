@@ -36,6 +36,11 @@ def save_figure(fig, path: str | Path) -> Path:
         plt.close(fig)
 
 
+def discard_figure(fig) -> None:
+    """Close ``fig`` unsaved (nothing was drawn on it); returns None, as a figure not drawn."""
+    plt.close(fig)
+
+
 def format_token_axis(axis, max_ticks: int = 5) -> None:
     """Token counts on a linear ``axis`` (``ax.xaxis``) as 100K / 1M / 2.5M, with at most
     ``max_ticks`` ticks: full numbers like 1500000 run into each other on narrow panels."""

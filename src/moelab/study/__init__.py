@@ -4,9 +4,10 @@
     results = run_study("study", config, settings, "out/demo")  # moelab.study.commands; or "ablation"
     write_outputs("out/demo")                                   # moelab.study.report: rebuild from runs
 
-Modules: ``commands`` (the study commands as functions), ``arms`` (derive the arms), ``budgets``
-(40.5M-style token counts), ``runner`` (plan and resumable execution), ``results`` (read run
-folders, aggregate), ``stats`` (paired and Welch t-tests, power), ``figures`` and ``report``
-(outputs), ``settings`` (the ``study:`` section of presets).
+Modules: ``commands`` (the study commands as functions), ``settings`` (the ``study:`` section
+of presets), ``arms`` (derive the arms), ``plan`` (every run and the folder's plan files),
+``records`` (read run folders back), ``aggregate`` (their statistics), ``results`` (what
+results.json holds, as dataclasses), ``stats`` (paired and Welch t-tests, power),
+``zero_shot`` (task accuracies), ``figures`` and ``report`` (outputs).
 See docs/study.md.
 """

@@ -1,4 +1,4 @@
-"""The arms of a study, each an ``override`` of one base MoE config.
+"""The arms of a study, each a copy of one base MoE config with its FFN or routing replaced.
 
 Dense-vs-MoE arms (``moe``, ``dense_active``, ``dense_total``) differ only in the FFN: a dense arm
 drops ``model.moe`` and takes the ``d_ff`` the matcher chose. (A study has no FLOP-matched arm:
@@ -10,12 +10,12 @@ scope and mode). Everything else
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Optional
 
 from moelab.accounting import match_dense
-from moelab.config import Config, override
-from moelab.errors import ConfigError
+from moelab.config import Config, ModelConfig
+from moelab.errors import ConfigError, MoelabError
 
 MOE_ARM = "moe"
 STUDY_CRITERIA = ("active", "total")
@@ -67,6 +67,15 @@ def check_criteria(criteria: list[str]) -> list[str]:
     return list(dict.fromkeys(criteria))  # keep order, drop repeats
 
 
+def parse_criteria(text: str, key: str = "--criteria") -> list[str]:
+    """``active,total`` -> the checked criteria; an empty list is refused naming ``key``."""
+    criteria = [c.strip() for c in text.split(",") if c.strip()]
+    if not criteria:
+        raise MoelabError(f"{key} {text!r} is invalid: expected a comma-separated list from "
+                          f"{','.join(STUDY_CRITERIA)}")
+    return check_criteria(criteria)
+
+
 def require_moe(config: Config) -> None:
     if config.model.moe is None:
         raise ConfigError(
@@ -84,7 +93,7 @@ def study_arms(config: Config, criteria: list[str], match_step: int = 32) -> lis
                 description=f"MoE, {moe.num_experts} experts, top-{moe.top_k}{shared}")]
     for criterion in check_criteria(criteria):
         matched = match_dense(config.model, criterion, match_step)
-        dense_config = override(config, ["model.moe=null", f"model.d_ff={matched.config.d_ff}"])
+        dense_config = with_model(config, replace(config.model, moe=None, d_ff=matched.config.d_ff))
         arms.append(
             Arm(
                 dense_arm_name(criterion), dense_config, criterion, matched.mismatch,
@@ -120,11 +129,13 @@ def ladder_arms(config: Config) -> list[Arm]:
     arms = []
     for name in LADDER_RUNGS:
         top_k, lb_coef, z_coef, lb_scope, balance = settings[name]
-        rung_config = override(
-            config,
-            [f"model.moe.top_k={top_k}", f"model.moe.lb_coef={lb_coef}",
-             f"model.moe.z_coef={z_coef}", f"model.moe.lb_scope={lb_scope}",
-             f"model.moe.balance={balance}"],
-        )
+        moe = replace(config.model.moe, top_k=top_k, lb_coef=lb_coef, z_coef=z_coef,
+                      lb_scope=lb_scope, balance=balance)
+        rung_config = with_model(config, replace(config.model, moe=moe))
         arms.append(Arm(name, rung_config, description=LADDER_DESCRIPTIONS[name]))
     return arms
+
+
+def with_model(config: Config, model: ModelConfig) -> Config:
+    """``config`` with another model, checked as a loaded config is (the arm must train)."""
+    return replace(config, model=model).validate()

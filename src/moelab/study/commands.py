@@ -14,6 +14,7 @@ from moelab.runs.launchers.local import LocalLauncher
 from moelab.study.arms import Arm, ladder_arms, study_arms
 from moelab.study.plan import check_study_files, plan_runs, write_plan
 from moelab.study.report import write_outputs
+from moelab.study.results import StudyResults
 from moelab.study.settings import StudySettings
 
 
@@ -50,7 +51,7 @@ def list_runs(kind: str, config: Config, settings: StudySettings, study_dir: Pat
 
 def run_study(kind: str, config: Config, settings: StudySettings, study_dir: Path, *,
               launcher=None, train_fn: Optional[Callable[..., dict]] = None,
-              log: Callable[[str], None] = print, jobs: int = 1) -> dict:
+              log: Callable[[str], None] = print, jobs: int = 1) -> StudyResults:
     """Plan, train every run that is not complete (with ``launcher``; default: this machine,
     ``jobs`` at a time, ``train_fn`` in this process), then write results and report."""
     study_dir = Path(study_dir)

@@ -8,10 +8,13 @@ from typing import Optional
 
 import numpy as np
 
-from moelab.report import format_token_axis, label_ticks_at, new_figure, save_figure
+from moelab.report import (
+    discard_figure, format_token_axis, label_ticks_at, new_figure, save_figure,
+)
 from moelab.study.budgets import format_token_count
-from moelab.study.results import RunRecord
-from moelab.study.stats import TEST_NAMES
+from moelab.study.records import RunRecord
+from moelab.study.results import BudgetResults
+from moelab.study.stats import TEST_NAMES, Gap
 
 CURVE_DIAGNOSTICS = (
     ("busiest_fraction", "busiest-expert fraction"),
@@ -62,7 +65,7 @@ def val_loss_figure(records_by_arm: dict[str, list[RunRecord]], path: Path) -> O
     ax.grid(alpha=0.3)
     if drew:
         ax.legend()
-    return save_figure(fig, path) if drew else _discard(fig)
+    return save_figure(fig, path) if drew else discard_figure(fig)
 
 
 def _layer_mean(row: dict, key: str) -> Optional[float]:
@@ -88,7 +91,7 @@ def routing_figure(records_by_arm: dict[str, list[RunRecord]], path: Path) -> Op
         ax.grid(alpha=0.3)
     if drew:
         axes[0].legend()
-    return save_figure(fig, path) if drew else _discard(fig)
+    return save_figure(fig, path) if drew else discard_figure(fig)
 
 
 def expert_load_figure(loads_by_arm: dict[str, list[list[float]]], path: Path) -> Optional[Path]:
@@ -110,19 +113,19 @@ def expert_load_figure(loads_by_arm: dict[str, list[list[float]]], path: Path) -
     return save_figure(fig, path)
 
 
-def gap_bar_figure(gaps: dict, path: Path) -> Optional[Path]:
+def gap_bar_figure(gaps: dict[str, Gap], path: Path) -> Optional[Path]:
     """One bar per criterion: dense - MoE best val loss with its 95 % CI."""
     if not gaps:
         return None
     fig, ax = new_figure(width_in=5.0)
     names = list(gaps)
-    values = [gaps[c]["gap"] for c in names]
+    values = [gaps[c].gap for c in names]
     errors = np.array([
-        [g["gap"] - g["ci_low"], g["ci_high"] - g["gap"]] if g["ci_low"] is not None else [0, 0]
+        [g.gap - g.ci_low, g.ci_high - g.gap] if g.ci_low is not None else [0, 0]
         for g in gaps.values()
     ]).T
     ax.bar([CRITERION_LABELS.get(c, c) for c in names], values, yerr=errors, capsize=6,
-           color=[OUTCOME_COLOURS.get(g["outcome"], "tab:gray") for g in gaps.values()])
+           color=[OUTCOME_COLOURS.get(g.outcome, "tab:gray") for g in gaps.values()])
     ax.axhline(0.0, color="black", linewidth=0.8)
     ax.set_ylabel("dense − MoE best val loss (>0: MoE better)")
     ax.set_title(f"Gap per fairness criterion (95 % CI, {_tests_used(gaps.values())})")
@@ -130,21 +133,21 @@ def gap_bar_figure(gaps: dict, path: Path) -> Optional[Path]:
     return save_figure(fig, path)
 
 
-def _tests_used(comparisons) -> str:
+def _tests_used(gaps) -> str:
     """'paired t', 'Welch t' or both: the tests behind the plotted intervals."""
-    used = dict.fromkeys(g["test"] for g in comparisons)
+    used = dict.fromkeys(g.test for g in gaps)
     return " / ".join(TEST_NAMES[test] for test in used)
 
 
-def paired_differences_figure(gaps: dict, path: Path) -> Optional[Path]:
+def paired_differences_figure(gaps: dict[str, Gap], path: Path) -> Optional[Path]:
     """Per criterion: one point per seed (dense - MoE of that seed), and beside them the paired
     mean with its 95 % CI; the zero line is 'no difference'."""
-    paired = {c: g for c, g in gaps.items() if g["paired"]["differences"]}
+    paired = {c: g for c, g in gaps.items() if g.paired.differences}
     if not paired:
         return None
     fig, ax = new_figure(width_in=max(4.0, 2.5 * len(paired)))
     for position, (criterion, g) in enumerate(paired.items()):
-        differences = g["paired"]["differences"]
+        differences = g.paired.differences
         # Spread the seeds a little sideways so equal differences stay visible.
         offsets = np.linspace(-0.12, 0.12, len(differences)) if len(differences) > 1 else [0.0]
         x = position - 0.15 + np.asarray(offsets)
@@ -153,10 +156,10 @@ def paired_differences_figure(gaps: dict, path: Path) -> Optional[Path]:
         for x_seed, y_seed, d in zip(x, y, differences):
             ax.annotate(str(d["seed"]), (x_seed, y_seed), textcoords="offset points",
                         xytext=(4, 2), fontsize=7, color="tab:blue")
-        mean, low, high = g["paired"]["gap"], g["paired"]["ci_low"], g["paired"]["ci_high"]
+        mean, low, high = g.paired.gap, g.paired.ci_low, g.paired.ci_high
         error = [[mean - low], [high - mean]] if low is not None else None
         # Coloured by the verdict only when the verdict came from this (the paired) test.
-        colour = OUTCOME_COLOURS.get(g["outcome"], "black") if g["test"] == "paired" else "black"
+        colour = OUTCOME_COLOURS.get(g.outcome, "black") if g.test == "paired" else "black"
         ax.errorbar([position + 0.25], [mean], yerr=error, fmt="s", capsize=6, zorder=3,
                     color=colour, label="paired mean, 95 % CI" if position == 0 else None)
     ax.axhline(0.0, color="black", linewidth=0.8)
@@ -169,38 +172,31 @@ def paired_differences_figure(gaps: dict, path: Path) -> Optional[Path]:
     return save_figure(fig, path)
 
 
-def gap_vs_tokens_figure(budget_groups: list[dict], path: Path) -> Optional[Path]:
+def gap_vs_tokens_figure(budget_groups: list[BudgetResults], path: Path) -> Optional[Path]:
     """Gap per criterion against the token budget, with 95 % CI bands."""
-    criteria = sorted({c for group in budget_groups for c in group["gaps"]})
+    criteria = sorted({c for group in budget_groups for c in group.gaps})
     if not criteria:
         return None
     fig, ax = new_figure()
     for criterion in criteria:
-        rows = [(g["tokens"], g["gaps"][criterion]) for g in budget_groups if criterion in g["gaps"]]
+        rows = [(g.tokens, g.gaps[criterion]) for g in budget_groups if criterion in g.gaps]
         tokens = np.array([t for t, _ in rows], dtype=float)
-        gap = np.array([r["gap"] for _, r in rows])
+        gap = np.array([r.gap for _, r in rows])
         line, = ax.plot(tokens, gap, marker="o", label=CRITERION_LABELS.get(criterion, criterion))
-        low = np.array([r["ci_low"] if r["ci_low"] is not None else r["gap"] for _, r in rows])
-        high = np.array([r["ci_high"] if r["ci_high"] is not None else r["gap"] for _, r in rows])
+        low = np.array([r.ci_low if r.ci_low is not None else r.gap for _, r in rows])
+        high = np.array([r.ci_high if r.ci_high is not None else r.gap for _, r in rows])
         ax.fill_between(tokens, low, high, color=line.get_color(), alpha=0.2)
     ax.axhline(0.0, color="black", linewidth=0.8)
     ax.set_xscale("log")
-    budgets = [group["tokens"] for group in budget_groups]
+    budgets = [group.tokens for group in budget_groups]
     label_ticks_at(ax.xaxis, budgets, [format_token_count(t) for t in budgets])
     ax.set_xlabel("training tokens (budget of each run)")
     ax.set_ylabel("dense − MoE best val loss (>0: MoE better)")
-    tests_used = _tests_used(g for group in budget_groups for g in group["gaps"].values())
+    tests_used = _tests_used(g for group in budget_groups for g in group.gaps.values())
     ax.set_title(f"Gap against the token budget (95 % CI, {tests_used})")
     ax.grid(alpha=0.3)
     ax.legend()
     return save_figure(fig, path)
-
-
-def _discard(fig) -> None:
-    import matplotlib.pyplot as plt
-
-    plt.close(fig)
-    return None
 
 
 def layer_load_over_training_figure(records_by_arm: dict[str, list[RunRecord]],

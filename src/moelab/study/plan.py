@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import copy
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Callable, Optional
 
 import yaml
 
-from moelab.config import Config, build_config, override, to_dict
+from moelab.config import Config, build_config, to_dict
 from moelab.errors import MoelabError
 from moelab.fileio import (
     atomic_write_json, atomic_write_text, is_bookkeeping, remove_stale_temporaries,
@@ -54,15 +55,22 @@ def plan_runs(arms: list[Arm], seeds: list[int], budgets: list[int]) -> list[Run
     for budget in budgets or [None]:
         for seed in seeds:
             for arm in arms:
-                changes = [f"train.seed={seed}"]
-                if budget is not None:
-                    changes.append(f"train.max_tokens={budget}")
-                specs.append(RunSpec(run_name(arm.name, seed, budget), override(arm.config, changes),
+                specs.append(RunSpec(run_name(arm.name, seed, budget),
+                                     run_config(arm.config, seed, budget),
                                      {"arm": arm.name, "seed": seed, "budget": budget}))
     families = [as_budget_family([s for s in specs if (s.labels["arm"], s.labels["seed"]) == key])
                 for key in dict.fromkeys((s.labels["arm"], s.labels["seed"]) for s in specs)]
     planned = {spec.name: spec for family in families for spec in family}
     return [planned[spec.name] for spec in specs]
+
+
+def run_config(arm_config: Config, seed: int, budget: Optional[int]) -> Config:
+    """An arm's config with the run's ``train.seed`` and, in a budget sweep, its
+    ``train.max_tokens``."""
+    train = replace(arm_config.train, seed=seed)
+    if budget is not None:
+        train = replace(train, max_tokens=budget)
+    return replace(arm_config, train=train).validate()
 
 
 # --------------------------------------------------------------------------------------------

@@ -17,8 +17,13 @@ from moelab.report import (
 )
 from moelab.study import figures
 from moelab.study.arms import LADDER_DESCRIPTIONS
-from moelab.study.results import RunRecord, aggregate, find_runs, results_csv
-from moelab.study.stats import ALPHA, MAX_SEEDS, POWER, REFERENCE_GAP, TEST_NAMES
+from moelab.study.aggregate import aggregate
+from moelab.study.records import RunRecord, find_runs
+from moelab.study.results import (
+    ArmResult, BudgetFamilyTokens, RoutingResult, StudyResults, results_csv,
+)
+from moelab.study.stats import ALPHA, MAX_SEEDS, POWER, REFERENCE_GAP, TEST_NAMES, Gap
+from moelab.study.zero_shot import TaskResult
 
 CRITERION_TEXT = {
     "active": "matched on active parameters per token",
@@ -27,7 +32,7 @@ CRITERION_TEXT = {
 }
 
 
-def write_outputs(study_dir: Path) -> dict:
+def write_outputs(study_dir: Path) -> StudyResults:
     """Aggregate the complete runs of ``study_dir`` and write every output file; return results."""
     study_dir = Path(study_dir)
     if not (study_dir / "runs").is_dir():
@@ -36,33 +41,35 @@ def write_outputs(study_dir: Path) -> dict:
     if not records:
         raise MoelabError(f"{study_dir} has no complete runs yet: nothing to report")
     results = aggregate(study_dir, records)
-    atomic_write_json(study_dir / "results.json", results)
+    atomic_write_json(study_dir / "results.json", results.to_dict())
     atomic_write_text(study_dir / "results.csv", results_csv(results))
     figure_paths = draw_figures(study_dir, results, records)
     atomic_write_text(study_dir / "report.md", render_report(results, records, figure_paths))
     return results
 
 
-def final_budget_records(results: dict, records: list[RunRecord]) -> dict[str, list[RunRecord]]:
-    budget = results["budgets"][-1]["tokens"] if results["budgets"] else None
-    return {arm: [r for r in records if r.arm == arm and r.budget == budget]
-            for arm in results["arms"]}
+def final_budget_records(results: StudyResults,
+                         records: list[RunRecord]) -> dict[str, list[RunRecord]]:
+    """The runs of each arm at the budget the report leads with (the largest of a sweep)."""
+    return {arm: [r for r in records if r.arm == arm and r.budget == results.final.tokens]
+            for arm in results.arms}
 
 
-def draw_figures(study_dir: Path, results: dict, records: list[RunRecord]) -> dict[str, str]:
+def draw_figures(study_dir: Path, results: StudyResults,
+                 records: list[RunRecord]) -> dict[str, str]:
     """Every figure the data allows; returns {figure key: path relative to the study folder}."""
     folder = study_dir / "figures"
     by_arm = final_budget_records(results, records)
-    moe_arms = {arm: runs for arm, runs in by_arm.items() if results["arms"][arm]["routing"]}
-    loads = {arm: results["arms"][arm]["routing"]["expert_load"] for arm in moe_arms
-             if "expert_load" in results["arms"][arm]["routing"]}
+    moe_arms = {arm: runs for arm, runs in by_arm.items() if results.arms[arm].routing.recorded}
+    loads = {arm: results.arms[arm].routing.expert_load for arm in moe_arms
+             if results.arms[arm].routing.expert_load is not None}
     drawn = {
         "val_loss": figures.val_loss_figure(by_arm, folder / "val_loss.png"),
-        "gaps": figures.gap_bar_figure(results["gaps"], folder / "gaps.png"),
+        "gaps": figures.gap_bar_figure(results.gaps, folder / "gaps.png"),
         "paired_differences": figures.paired_differences_figure(
-            results["gaps"], folder / "paired_differences.png"),
-        "gaps_vs_tokens": (figures.gap_vs_tokens_figure(results["budgets"], folder / "gaps_vs_tokens.png")
-                           if len(results["budgets"]) > 1 else None),
+            results.gaps, folder / "paired_differences.png"),
+        "gaps_vs_tokens": (figures.gap_vs_tokens_figure(results.budgets, folder / "gaps_vs_tokens.png")
+                           if len(results.budgets) > 1 else None),
         "routing": figures.routing_figure(moe_arms, folder / "routing.png"),
         "expert_load": figures.expert_load_figure(loads, folder / "expert_load.png") if loads else None,
         "layer_load": figures.layer_load_over_training_figure(moe_arms, folder / "layer_load.png"),
@@ -75,77 +82,78 @@ def draw_figures(study_dir: Path, results: dict, records: list[RunRecord]) -> di
 # --------------------------------------------------------------------------------------------
 
 
-def render_report(results: dict, records: list[RunRecord], figure_paths: dict[str, str]) -> str:
-    ablation = results["kind"] == "ablation"
+def render_report(results: StudyResults, records: list[RunRecord],
+                  figure_paths: dict[str, str]) -> str:
+    ablation = results.is_ablation
     title = "Routing-stability ladder" if ablation else "Dense vs MoE study"
-    parts = [f"# {title}: {results['study_dir']}\n", setup_section(results, records)]
+    parts = [f"# {title}: {results.study_dir}\n", setup_section(results, records)]
     if ablation:
-        parts.append(ladder_section(results))
+        parts.append(ladder_section(results.arms))
     else:
-        parts += [arms_section(results), comparison_section(results["gaps"]),
+        parts += [arms_section(results.arms), comparison_section(results.gaps),
                   figure_block("Gap per criterion", figure_paths, "gaps"),
                   figure_block("Per-seed differences", figure_paths, "paired_differences")]
-        if results["budgets"]:
+        if results.budgets:
             parts.append(budget_section(results, figure_paths))
     parts += [
-        zero_shot_section(results.get("zero_shot")),
+        zero_shot_section(results.zero_shot),
         figure_block("Validation loss", figure_paths, "val_loss"),
-        routing_section(results, figure_paths),
-        throughput_section(results),
+        routing_section(results.arms, figure_paths),
+        throughput_section(results.arms),
         runs_section(results),
-        notes_section(ablation, "zero_shot" in results),
+        notes_section(ablation, bool(results.zero_shot)),
     ]
     return "\n".join(part for part in parts if part)
 
 
-def setup_section(results: dict, records: list[RunRecord]) -> str:
+def setup_section(results: StudyResults, records: list[RunRecord]) -> str:
     config = records[0].config
-    model, data, train = config.get("model", {}), config.get("data", {}), config.get("train", {})
-    seeds = ", ".join(str(s) for s in results["seeds"])
-    budgets = ", ".join(g["label"] for g in results["budgets"]) or format_count(train.get("max_tokens"))
+    model, data, train = config.model, config.data, config.train
+    seeds = ", ".join(str(s) for s in results.seeds)
+    budgets = ", ".join(g.label for g in results.budgets) or format_count(train.max_tokens)
     return (
         "## Setup\n\n"
-        f"- Shared by every arm: d_model {model.get('d_model')}, {model.get('n_layers')} layers, "
-        f"{model.get('n_heads')} heads, context {model.get('max_seq_len')}, vocab "
-        f"{model.get('vocab_size')}; data `{data.get('source')}`; batch {train.get('batch_size')} "
-        f"sequences; peak lr {train.get('lr')}; token budget per run {budgets}.\n"
-        f"- Seeds: {seeds} (n = {len(results['seeds'])}); a seed sets the weight init and the "
+        f"- Shared by every arm: d_model {model.d_model}, {model.n_layers} layers, "
+        f"{model.n_heads} heads, context {model.max_seq_len}, vocab "
+        f"{model.vocab_size}; data `{data.source}`; batch {train.batch_size} "
+        f"sequences; peak lr {train.lr}; token budget per run {budgets}.\n"
+        f"- Seeds: {seeds} (n = {len(results.seeds)}); a seed sets the weight init and the "
         "data order; the validation windows are the same for every run.\n"
         "- Loss: best validation loss over training, nats/token (bits/byte alongside).\n"
     )
 
 
-def arms_section(results: dict) -> str:
+def arms_section(arms: dict[str, ArmResult]) -> str:
     rows = []
-    for arm, r in results["arms"].items():
-        loss = r["best_val_loss"]
+    for arm, r in arms.items():
+        loss = r.best_val_loss
         rows.append([
-            arm, CRITERION_TEXT.get(r["criterion"], "–") if r["criterion"] else "(the MoE)",
-            r["description"], format_count(r["active_params"]), format_count(r["total_params"]),
-            format_count(r["flops_per_token_6n"]),
-            f"{format_mean_std(loss['mean'], loss['std'])} (n={loss['n']})",
-            format_mean_std(r["best_val_bpb"]["mean"], r["best_val_bpb"]["std"]),
+            arm, CRITERION_TEXT.get(r.criterion, "–") if r.criterion else "(the MoE)",
+            r.description, format_count(r.active_params), format_count(r.total_params),
+            format_count(r.flops_per_token_6n),
+            f"{format_mean_std(loss.mean, loss.std)} (n={loss.n})",
+            format_mean_std(r.best_val_bpb.mean, r.best_val_bpb.std),
         ])
     return "## Arms\n\n" + markdown_table(
         ["arm", "criterion", "FFN", "active params", "total params", "FLOPs/token (6N)",
          "best val loss (mean ± std)", "bits/byte"], rows, "lllrrrrr")
 
 
-def comparison_section(gaps: dict, heading: str = "## Comparisons") -> str:
+def comparison_section(gaps: dict[str, Gap], heading: str = "## Comparisons") -> str:
     if not gaps:
         return f"{heading}\n\nNo comparison: the MoE arm or every dense arm lacks complete runs.\n"
     test_rows, power_rows = [], []
     for criterion, g in gaps.items():
-        paired, welch = g["paired"], g["welch"]
+        paired, welch = g.paired, g.welch
         test_rows.append([
-            CRITERION_TEXT[criterion], f"{g['moe_arm']} vs {g['dense_arm']}",
-            _signed(paired["gap"]), _interval(paired), _p_value(paired), str(paired["n_pairs"]),
-            format_number(paired["std_diff"]), _signed(welch["gap"]), _interval(welch),
-            _p_value(welch), format_number(welch["df"], 1), g["verdict"],
+            CRITERION_TEXT[criterion], f"{g.moe_arm} vs {g.dense_arm}",
+            _signed(paired.gap), _interval(paired), _p_value(paired), str(paired.n_pairs),
+            format_number(paired.std_diff), _signed(welch.gap), _interval(welch),
+            _p_value(welch), format_number(welch.df, 1), g.verdict,
         ])
-        observed, reference = g["seeds_needed"]
+        observed, reference = g.seeds_needed
         power_rows.append([
-            CRITERION_TEXT[criterion], TEST_NAMES[g["test"]], format_number(g["min_detectable_gap"]),
+            CRITERION_TEXT[criterion], TEST_NAMES[g.test], format_number(g.min_detectable_gap),
             f"{_seeds_text(g, observed)} (for {observed['gap']:.4f})", _seeds_text(g, reference),
         ])
     sentences = "\n".join(f"- {comparison_sentence(g)}" for g in gaps.values())
@@ -171,89 +179,90 @@ def comparison_section(gaps: dict, heading: str = "## Comparisons") -> str:
     )
 
 
-def _interval(test: dict) -> str:
-    if test["ci_low"] is None:
+def _interval(test) -> str:
+    """The 95 % interval of a test (or of a mean over seeds); '–' when it has none."""
+    if test.ci_low is None:
         return "–"
-    return f"[{format_number(test['ci_low'])}, {format_number(test['ci_high'])}]"
+    return f"[{format_number(test.ci_low)}, {format_number(test.ci_high)}]"
 
 
-def _p_value(test: dict) -> str:
-    return format_p_value(test["p_value"])
+def _p_value(test) -> str:
+    return format_p_value(test.p_value)
 
 
 def _signed(gap) -> str:
     return f"{gap:+.4f}" if gap is not None else "–"
 
 
-def _seeds_text(g: dict, needed: dict) -> str:
+def _seeds_text(g: Gap, needed: dict) -> str:
     if needed["seeds"] is not None:
         return str(needed["seeds"])
-    if g["outcome"] == "not testable" or not needed["gap"]:
+    if g.outcome == "not testable" or not needed["gap"]:
         return "–"
     return f"more than {MAX_SEEDS:,}"
 
 
-def comparison_sentence(g: dict) -> str:
+def comparison_sentence(g: Gap) -> str:
     """One sentence per criterion that says no more than the test supports."""
-    n = f"n={g['n_moe']}" if g["n_moe"] == g["n_dense"] else f"n={g['n_moe']}/{g['n_dense']}"
-    criterion = CRITERION_TEXT[g["criterion"]].capitalize()
-    what = f"{criterion} ({g['moe_arm']} vs {g['dense_arm']}, {n} seeds)"
-    test, size = TEST_NAMES[g["test"]], abs(g["gap"])
-    interval = f"{g['ci_low']:.4f} to {g['ci_high']:.4f}" if g["ci_low"] is not None else ""
-    if g["outcome"] == "MoE better":
+    n = f"n={g.n_moe}" if g.n_moe == g.n_dense else f"n={g.n_moe}/{g.n_dense}"
+    criterion = CRITERION_TEXT[g.criterion].capitalize()
+    what = f"{criterion} ({g.moe_arm} vs {g.dense_arm}, {n} seeds)"
+    test, size = TEST_NAMES[g.test], abs(g.gap)
+    interval = f"{g.ci_low:.4f} to {g.ci_high:.4f}" if g.ci_low is not None else ""
+    if g.outcome == "MoE better":
         return (f"{what}: the MoE is better by {size:.4f} nats/token ({test}: "
-                f"95 % CI {interval}, p = {g['p_value']:.2g}).")
-    if g["outcome"] == "dense better":
+                f"95 % CI {interval}, p = {g.p_value:.2g}).")
+    if g.outcome == "dense better":
         return (f"{what}: the dense model is better by {size:.4f} nats/token ({test}: "
-                f"95 % CI of dense − MoE {interval}, p = {g['p_value']:.2g}).")
-    if g["outcome"] == "not significant":
-        return (f"{what}: {g['verdict']}; the observed gap {g['gap']:+.4f} is not distinguishable "
+                f"95 % CI of dense − MoE {interval}, p = {g.p_value:.2g}).")
+    if g.outcome == "not significant":
+        return (f"{what}: {g.verdict}; the observed gap {g.gap:+.4f} is not distinguishable "
                 f"from seed noise, so no winner is claimed (gaps from "
-                f"{format_number(g['min_detectable_gap'])} up would be detected with power "
+                f"{format_number(g.min_detectable_gap)} up would be detected with power "
                 f"{POWER:g}).")
-    return (f"{what}: {g['verdict']}; the observed gap {g['gap']:+.4f} cannot be tested, so no "
+    return (f"{what}: {g.verdict}; the observed gap {g.gap:+.4f} cannot be tested, so no "
             "winner is claimed.")
 
 
-def budget_section(results: dict, figure_paths: dict[str, str]) -> str:
-    criteria = results["criteria"]
+def budget_section(results: StudyResults, figure_paths: dict[str, str]) -> str:
+    criteria = results.criteria
     rows = []
-    for group in results["budgets"]:
-        row = [group["label"]]
+    for group in results.budgets:
+        row = [group.label]
         for criterion in criteria:
-            g = group["gaps"].get(criterion)
-            row.append(f"{g['gap']:+.4f}: {g['verdict']}; min detectable "
-                       f"{format_number(g['min_detectable_gap'])}" if g else "–")
+            g = group.gaps.get(criterion)
+            row.append(f"{g.gap:+.4f}: {g.verdict}; min detectable "
+                       f"{format_number(g.min_detectable_gap)}" if g else "–")
         rows.append(row)
     table = markdown_table(["tokens", *(CRITERION_TEXT[c] for c in criteria)], rows)
-    return ("## Budget sweep\n\n" + _budget_runs_text(results.get("budget_family")) +
+    return ("## Budget sweep\n\n" + _budget_runs_text(results.budget_family) +
             "Gap = dense − MoE best val loss; seeds are paired within each budget.\n\n" + table + "\n"
             + figure_block("Gap against the token budget", figure_paths, "gaps_vs_tokens", level=3))
 
 
-def _budget_runs_text(family: dict | None) -> str:
-    if not family:
+def _budget_runs_text(family: BudgetFamilyTokens | None) -> str:
+    if family is None:
         return "Each budget is a separate set of runs with its own full schedule. "
-    saved = 1 - family["tokens_trained"] / family["tokens_one_run_per_budget"]
+    saved = 1 - family.tokens_trained / family.tokens_one_run_per_budget
     return ("Under `train.schedule: wsd` each arm and seed is one budget family: its largest "
             "budget's run is trained in full and each smaller budget's run is a cooldown branch "
-            f"from it ({family['branches']} branches, plan.json), the same run as a separate wsd "
-            f"run of that budget. The complete runs trained {family['tokens_trained']:,} tokens "
-            f"against {family['tokens_one_run_per_budget']:,} for one run per budget "
+            f"from it ({family.branches} branches, plan.json), the same run as a separate wsd "
+            f"run of that budget. The complete runs trained {family.tokens_trained:,} tokens "
+            f"against {family.tokens_one_run_per_budget:,} for one run per budget "
             f"({saved:.0%} fewer). ")
 
 
-def ladder_section(results: dict) -> str:
+def ladder_section(arms: dict[str, ArmResult]) -> str:
     rows = []
-    for rung, r in results["arms"].items():
-        routing, loss = r["routing"], r["best_val_loss"]
+    for rung, r in arms.items():
+        routing, loss = r.routing, r.best_val_loss
         rows.append([
-            rung, LADDER_DESCRIPTIONS.get(rung, r["description"]), format_count(r["active_params"]),
-            f"{format_mean_std(loss['mean'], loss['std'])} (n={loss['n']})",
-            f"{r['collapsed_runs']}/{loss['n']}",
-            format_number(routing.get("max_busiest_fraction"), 3),
-            format_number(routing.get("routing_entropy"), 3),
-            format_number(routing.get("mean_log_z"), 3),
+            rung, LADDER_DESCRIPTIONS.get(rung, r.description), format_count(r.active_params),
+            f"{format_mean_std(loss.mean, loss.std)} (n={loss.n})",
+            f"{r.collapsed_runs}/{loss.n}",
+            format_number(routing.max_busiest_fraction, 3),
+            format_number(routing.routing_entropy, 3),
+            format_number(routing.mean_log_z, 3),
             format_dead_experts(routing),
         ])
     return (
@@ -269,25 +278,25 @@ def ladder_section(results: dict) -> str:
     )
 
 
-def zero_shot_section(zero_shot: dict | None) -> str:
+def zero_shot_section(zero_shot: dict[str, TaskResult]) -> str:
     """Accuracy per task and arm over seeds, and the paired MoE - dense differences; '' for a
     study whose runs scored no tasks."""
     if not zero_shot:
         return ""
     arm_rows, difference_rows = [], []
     for task, result in zero_shot.items():
-        for arm, r in result["arms"].items():
-            accuracy = r["accuracy"]
+        for arm, r in result.arms.items():
+            accuracy = r.accuracy
             arm_rows.append([
-                task, arm, f"{format_mean_std(accuracy['mean'], accuracy['std'])} "
-                           f"(n={accuracy['n']})",
-                _interval(r), format_number(r["chance"]),
+                task, arm, f"{format_mean_std(accuracy.mean, accuracy.std)} "
+                           f"(n={accuracy.n})",
+                _interval(r), format_number(r.chance),
             ])
-        for criterion, c in result["comparisons"].items():
+        for criterion, c in result.comparisons.items():
             difference_rows.append([
-                task, CRITERION_TEXT[criterion], f"{c['moe_arm']} vs {c['dense_arm']}",
-                _signed(c["difference"]), _interval(c), _p_value(c), str(c["n_pairs"]),
-                c["verdict"],
+                task, CRITERION_TEXT[criterion], f"{c.moe_arm} vs {c.dense_arm}",
+                _signed(c.difference), _interval(c), _p_value(c), str(c.n_pairs),
+                c.verdict,
             ])
     section = (
         "## Zero-shot tasks\n\nScored by every run on its final weights as training ended "
@@ -308,21 +317,21 @@ def zero_shot_section(zero_shot: dict | None) -> str:
     return section
 
 
-def routing_section(results: dict, figure_paths: dict[str, str]) -> str:
+def routing_section(arms: dict[str, ArmResult], figure_paths: dict[str, str]) -> str:
     rows = []
-    for arm, r in results["arms"].items():
-        routing = r["routing"]
-        if not routing:
+    for arm, r in arms.items():
+        routing = r.routing
+        if not routing.recorded:
             continue
         rows.append([
-            arm, format_number(routing.get("busiest_fraction"), 3),
-            format_number(routing.get("max_busiest_fraction"), 3),
-            format_number(routing.get("usage_variance_scaled"), 4),
-            format_number(routing.get("routing_entropy"), 3),
-            format_number(routing.get("effective_experts"), 2),
-            format_number(routing.get("mean_log_z"), 3),
+            arm, format_number(routing.busiest_fraction, 3),
+            format_number(routing.max_busiest_fraction, 3),
+            format_number(routing.usage_variance_scaled, 4),
+            format_number(routing.routing_entropy, 3),
+            format_number(routing.effective_experts, 2),
+            format_number(routing.mean_log_z, 3),
             format_dead_experts(routing),
-            f"{r['collapsed_runs']}/{len(r['runs'])}",
+            f"{r.collapsed_runs}/{len(r.runs)}",
         ])
     if not rows:
         return ""
@@ -339,26 +348,25 @@ def routing_section(results: dict, figure_paths: dict[str, str]) -> str:
     )
 
 
-def format_dead_experts(routing: dict) -> str:
+def format_dead_experts(routing: RoutingResult) -> str:
     """Dead experts of each layer (mean over seeds), e.g. ``0 / 1 / 0.33 / 0``; '–' when the
     runs did not record them."""
-    per_layer = routing.get("dead_experts_per_layer")
+    per_layer = routing.dead_experts_per_layer
     if per_layer is None:
         return "–"
     return " / ".join(f"{value:.2f}".rstrip("0").rstrip(".") for value in per_layer)
 
 
-def throughput_section(results: dict) -> str:
-    arms = results["arms"]
+def throughput_section(arms: dict[str, ArmResult]) -> str:
     reference = next((a for a in ("dense_active", *arms) if a in arms), None)
-    reference_speed = arms[reference]["tokens_per_s"]["mean"] if reference else None
+    reference_speed = arms[reference].tokens_per_s.mean if reference else None
     rows = []
     for arm, r in arms.items():
-        speed = r["tokens_per_s"]["mean"]
+        speed = r.tokens_per_s.mean
         ratio = speed / reference_speed if speed and reference_speed else None
-        rows.append([arm, format_mean_std(speed, r["tokens_per_s"]["std"], 0),
-                     format_number(ratio, 2), format_mean_std(r["wall_time_s"]["mean"],
-                                                              r["wall_time_s"]["std"], 1)])
+        rows.append([arm, format_mean_std(speed, r.tokens_per_s.std, 0),
+                     format_number(ratio, 2), format_mean_std(r.wall_time_s.mean,
+                                                              r.wall_time_s.std, 1)])
     return (
         "## Throughput\n\nSecondary context, not a claim: training tokens/s as measured on the "
         f"machine that ran each arm (shared machines are noisy). Relative to `{reference}`.\n\n"
@@ -366,12 +374,12 @@ def throughput_section(results: dict) -> str:
     )
 
 
-def runs_section(results: dict) -> str:
+def runs_section(results: StudyResults) -> str:
     lines = []
-    if results["missing_runs"]:
+    if results.missing_runs:
         lines.append("Planned runs without a complete result (not in any statistic): "
-                     + ", ".join(f"`{name}`" for name in results["missing_runs"]) + ".")
-    for name, error in results["failed_runs"].items():
+                     + ", ".join(f"`{name}`" for name in results.missing_runs) + ".")
+    for name, error in results.failed_runs.items():
         lines.append(f"- `{name}` failed: {error}")
     return "## Incomplete runs\n\n" + "\n".join(lines) + "\n" if lines else ""
 

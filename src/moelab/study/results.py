@@ -1,40 +1,23 @@
-"""Results of a study folder, computed from its run folders alone.
+"""What a study's results.json holds, as dataclasses; and results.csv.
 
-``find_runs`` reads every complete run under ``DIR/runs`` (its ``summary.json``, the eval lines
-of ``metrics.jsonl``, its ``config.yaml`` and, when the run scored zero-shot tasks
-(``train.eval_tasks``), its ``tasks.json``); ``aggregate`` turns them into the per-arm seed
-statistics and the per-criterion comparisons (paired and Welch) that ``results.json``,
-``results.csv`` and the report show.
-Nothing here trains or reads anything but those files (and ``plan.json`` for arm descriptions
-and runs that are missing).
+``moelab.study.aggregate`` builds a ``StudyResults`` from the run folders; the report, the
+figures and the terminal table read it by attribute. It becomes a dict only at the JSON
+boundary (``StudyResults.to_dict``), with the keys in the order results.json has always had
+them, and NaN already turned into None (``json_safe``: JSON has no NaN) so that what the
+report reads is what results.json says.
 """
 
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
-import json
 import math
-import re
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Optional
 
-import numpy as np
-import yaml
-
-from moelab.accounting import CRITERIA
-from moelab.errors import MoelabError
-from moelab.study.arms import LADDER_RUNGS, MOE_ARM, dense_arm_name
-from moelab.study.budgets import format_token_count, parse_token_count
-from moelab.runs import is_complete, read_failures
-from moelab.runs.families import count_family_tokens, planned_branch_steps
-from moelab.train.run_folder import RunFolder
-from moelab.train.summary import RunSummary
-from moelab.study.plan import run_name
-from moelab.study.stats import compare, summarize
-from moelab.study.zero_shot import zero_shot_result
-from moelab.tasks import read_run_tasks
+from moelab.study.stats import Gap, Summary
+from moelab.study.zero_shot import TaskResult
 
 # Per-run numbers copied from summary.json into results.json / results.csv.
 RUN_FIELDS = (
@@ -51,246 +34,213 @@ ROUTING_KEYS = (
     "busiest_fraction", "usage_variance_scaled", "routing_entropy", "load_entropy",
     "effective_experts", "mean_log_z", "mean_z_sq",
 )
-_SEED_FOLDER = re.compile(r"^seed(\d+)$")
 
 
 @dataclass
-class RunRecord:
-    """One complete run folder, read back."""
+class RunResult:
+    """One run of an arm: the numbers of its summary.json that results.json repeats."""
 
-    arm: str
     seed: int
-    budget: Optional[int]
-    run_dir: Path
-    """Relative to the study folder, so a moved folder reports the same."""
-    summary: RunSummary
-    evals: list[dict] = field(default_factory=list)
-    config: dict = field(default_factory=dict)
-    tasks: dict = field(default_factory=dict)
-    """Task name -> its entry in the run's tasks.json; {} when the run scored none."""
+    run_dir: str
+    best_val_loss: Optional[float]
+    best_val_bpb: Optional[float]
+    best_val_step: Optional[int]
+    final_val_loss: Optional[float]
+    final_val_bpb: Optional[float]
+    tokens: Optional[int]
+    steps: Optional[int]
+    tokens_per_s: Optional[float]
+    wall_time_s: Optional[float]
+    collapse: bool
+
+
+@dataclass
+class RoutingResult:
+    """An arm's final routing diagnostics: mean over layers, then over seeds (``ROUTING_KEYS``),
+    and the worst layer. None: the runs did not record it (every field, for a dense arm)."""
+
+    busiest_fraction: Optional[float] = None
+    usage_variance_scaled: Optional[float] = None
+    routing_entropy: Optional[float] = None
+    load_entropy: Optional[float] = None
+    effective_experts: Optional[float] = None
+    mean_log_z: Optional[float] = None
+    mean_z_sq: Optional[float] = None
+    max_busiest_fraction: Optional[float] = None
+    dead_experts_per_layer: Optional[list[float]] = None
+    """Experts whose load is under 1 % of the mean, per layer (first layer first), mean over
+    seeds."""
+    dead_experts: Optional[float] = None
+    """Their sum over layers."""
+    expert_load: Optional[list[list[float]]] = None
+    """(layers, experts): each expert's share c_i / sum c of the token-slots, mean over seeds."""
 
     @property
-    def name(self) -> str:
-        return run_name(self.arm, self.seed, self.budget)
+    def recorded(self) -> bool:
+        """Whether the runs recorded any routing (MoE runs do; dense runs have none)."""
+        return any(value is not None for value in _field_values(self))
+
+    def to_dict(self) -> dict:
+        """Only what was recorded: {} for a dense arm."""
+        return {name: value for name, value in zip(_field_names(self), _field_values(self))
+                if value is not None}
 
 
-def find_runs(study_dir: Path) -> list[RunRecord]:
-    """Every complete run under ``DIR/runs/[<budget>/]<arm>/seed<k>/``."""
-    records = []
-    runs_root = study_dir / "runs"
-    for summary_path in sorted(runs_root.rglob("summary.json")):
-        run_dir = summary_path.parent
-        parts = run_dir.relative_to(runs_root).parts
-        match = _SEED_FOLDER.match(parts[-1])
-        if len(parts) not in (2, 3) or not match or not is_complete(run_dir):
-            continue
-        budget = parse_token_count(parts[0]) if len(parts) == 3 else None
-        records.append(read_run(study_dir, run_dir, parts[-2], int(match.group(1)), budget))
-    return records
+@dataclass
+class ArmResult:
+    """One arm: seed statistics, sizes, routing and the per-run numbers (run files only)."""
+
+    description: str
+    criterion: Optional[str]
+    """The fairness criterion a dense arm is matched on; None for the MoE and ladder rungs."""
+    active_params: Optional[int]
+    total_params: Optional[int]
+    non_embedding_params: Optional[int]
+    flops_per_token_6n: Optional[int]
+    flops_per_token_full: Optional[int]
+    model: dict
+    """The ``model`` section of the arm's config, as its config.yaml holds it."""
+    best_val_loss: Summary
+    best_val_bpb: Summary
+    final_val_loss: Summary
+    tokens_per_s: Summary
+    wall_time_s: Summary
+    routing: RoutingResult
+    collapsed_runs: int
+    runs: list[RunResult]
+
+    def by_seed(self, key: str) -> dict[int, float]:
+        """{seed: the run's ``key``} over the runs that have it."""
+        return {run.seed: getattr(run, key) for run in self.runs if getattr(run, key) is not None}
 
 
-def read_run(study_dir: Path, run_dir: Path, arm: str, seed: int, budget: Optional[int]) -> RunRecord:
-    summary = RunFolder(run_dir).summary()
-    evals = []
-    metrics_path = run_dir / "metrics.jsonl"
-    if metrics_path.is_file():
-        for number, line in enumerate(metrics_path.read_text("utf-8").splitlines(), start=1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except ValueError:
-                raise MoelabError(f"{metrics_path} line {number} is not valid JSON") from None
-            if record.get("kind") == "eval":
-                evals.append(record)
-    config_path = run_dir / "config.yaml"
-    config = yaml.safe_load(config_path.read_text("utf-8")) if config_path.is_file() else {}
-    return RunRecord(arm, seed, budget, run_dir.relative_to(study_dir), summary, evals,
-                     config or {}, read_run_tasks(run_dir))
+@dataclass
+class BudgetResults:
+    """The arms, gaps and zero-shot results of one token budget (the only one outside a sweep)."""
+
+    tokens: Optional[int]
+    """The budget; None in a study without ``--budgets``."""
+    label: Optional[str]
+    arms: dict[str, ArmResult]
+    gaps: dict[str, Gap]
+    """Criterion -> the MoE against that criterion's dense arm, paired by seed."""
+    zero_shot: dict[str, TaskResult] = field(default_factory=dict)
+    """Task -> its result; {} when the runs scored no tasks."""
+
+    def to_dict(self) -> dict:
+        record = {"tokens": self.tokens, "label": self.label} if self.tokens is not None else {}
+        record.update(arms=json_record(self.arms), gaps=json_record(self.gaps))
+        if self.zero_shot:  # only studies whose runs scored tasks: others stay as they were
+            record["zero_shot"] = json_record(self.zero_shot)
+        return record
 
 
-def _read_json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text("utf-8"))
-    except ValueError:
-        raise MoelabError(f"{path} is not valid JSON") from None
+@dataclass
+class BudgetFamilyTokens:
+    """Under a wsd budget family: the tokens the complete runs trained, against one run per
+    budget from scratch."""
+
+    branches: int
+    tokens_trained: int
+    tokens_one_run_per_budget: int
 
 
-def read_plan(study_dir: Path) -> dict:
-    path = study_dir / "plan.json"
-    return _read_json(path) if path.is_file() else {}
+@dataclass
+class StudyResults:
+    """results.json: a study's (or the routing ladder's) statistics, from its run folders."""
+
+    kind: str
+    """'study' or 'ablation'."""
+    study_dir: str
+    """The study folder's name."""
+    seeds: list[int]
+    criteria: list[str]
+    """The criteria that have a dense arm, in ``moelab.accounting.CRITERIA`` order."""
+    final: BudgetResults
+    """The largest budget of a sweep, the only one otherwise: what the report leads with."""
+    budgets: list[BudgetResults]
+    """Every budget, smallest first; [] in a study without ``--budgets``."""
+    missing_runs: list[str]
+    """Planned runs without a complete result."""
+    failed_runs: dict[str, str]
+    """Run name -> the error its last attempt raised (failures.json)."""
+    budget_family: Optional[BudgetFamilyTokens] = None
+    """Under a wsd budget family only."""
+
+    @property
+    def arms(self) -> dict[str, ArmResult]:
+        return self.final.arms
+
+    @property
+    def gaps(self) -> dict[str, Gap]:
+        return self.final.gaps
+
+    @property
+    def zero_shot(self) -> dict[str, TaskResult]:
+        return self.final.zero_shot
+
+    @property
+    def is_ablation(self) -> bool:
+        return self.kind == "ablation"
+
+    def to_dict(self) -> dict:
+        """The content of results.json."""
+        record = {
+            "kind": self.kind, "study_dir": self.study_dir, "seeds": list(self.seeds),
+            "criteria": list(self.criteria), "arms": json_record(self.arms),
+            "gaps": json_record(self.gaps), "budgets": json_record(self.budgets),
+            "missing_runs": list(self.missing_runs), "failed_runs": dict(self.failed_runs),
+        }
+        if self.zero_shot:
+            record["zero_shot"] = json_record(self.zero_shot)
+        if self.budget_family is not None:  # only wsd budget families: others stay as they were
+            record["budget_family"] = json_record(self.budget_family)
+        return record
 
 
-# --------------------------------------------------------------------------------------------
-# Aggregation
-# --------------------------------------------------------------------------------------------
-
-
-def aggregate(study_dir: Path, records: list[RunRecord]) -> dict:
-    """The content of results.json: per-arm statistics and gaps (per budget in a sweep)."""
-    plan = read_plan(study_dir)
-    arm_names = _arm_order([arm["name"] for arm in plan.get("arms", [])], {r.arm for r in records})
-    kind = plan.get("kind") or ("ablation" if set(arm_names) <= set(LADDER_RUNGS) else "study")
-    budgets = sorted({r.budget for r in records if r.budget is not None})
-    groups = [_budget_group(arm_names, [r for r in records if r.budget == b], b)
-              for b in budgets] or [_budget_group(arm_names, records, None)]
-    complete = {r.name for r in records}
-    results = {
-        "kind": kind,
-        "study_dir": study_dir.resolve().name,
-        "seeds": sorted({r.seed for r in records}),
-        "criteria": [c for c in CRITERIA if dense_arm_name(c) in arm_names],
-        "arms": groups[-1]["arms"],  # the largest budget of a sweep
-        "gaps": groups[-1]["gaps"],
-        "budgets": groups if budgets else [],
-        "missing_runs": [run["name"] for run in plan.get("runs", []) if run["name"] not in complete],
-        "failed_runs": read_failures(study_dir),
-    }
-    if "zero_shot" in groups[-1]:  # only studies whose runs scored tasks: others stay as they were
-        results["zero_shot"] = groups[-1]["zero_shot"]
-    family = budget_family_tokens(plan, records)
-    if family:  # only wsd budget families: other studies stay as they were
-        results["budget_family"] = family
-    return json_safe(results)
-
-
-def budget_family_tokens(plan: dict, records: list[RunRecord]) -> dict:
-    """Under a wsd budget family (plan.json names each branch's source and step): the tokens
-    the complete runs trained, against one run per budget from scratch; {} without branches."""
-    branch_steps = planned_branch_steps(plan)
-    if not branch_steps:
-        return {}
-
-    def tokens(record: RunRecord) -> tuple[str, int, int]:
-        total, steps = record.summary.tokens or 0, record.summary.steps or 1
-        return record.name, total, record.summary.tokens_per_step or total // steps
-
-    trained, separate = count_family_tokens(branch_steps, map(tokens, records))
-    return {"branches": len(branch_steps), "tokens_trained": trained,
-            "tokens_one_run_per_budget": separate}
-
-
-def _arm_order(planned: list[str], present: set[str]) -> list[str]:
-    """The plan's order, then the usual one (moe, dense arms, ladder rungs), then the rest."""
-    preferred = [*planned, MOE_ARM, *(dense_arm_name(c) for c in CRITERIA), *LADDER_RUNGS]
-    ordered = [arm for arm in dict.fromkeys(preferred) if arm in present]
-    return ordered + sorted(present - set(ordered))
-
-
-def _budget_group(arm_names: list[str], records: list[RunRecord], budget: Optional[int]) -> dict:
-    arms = {}
-    for arm in arm_names:
-        arm_records = sorted((r for r in records if r.arm == arm), key=lambda r: r.seed)
-        if arm_records:
-            arms[arm] = arm_result(arm, arm_records)
-    gaps = {}
-    for criterion in CRITERIA:
-        dense_arm = dense_arm_name(criterion)
-        if MOE_ARM in arms and dense_arm in arms:
-            # Paired by seed number within this budget: the same seed, the same data order.
-            gaps[criterion] = compare(
-                criterion, MOE_ARM, dense_arm,
-                _by_seed(arms[MOE_ARM], "best_val_loss"), _by_seed(arms[dense_arm], "best_val_loss"),
-            ).to_dict()
-    group = {"arms": arms, "gaps": gaps}
-    zero_shot = zero_shot_result(arm_names, records)
-    if zero_shot:
-        group["zero_shot"] = zero_shot
-    if budget is not None:
-        group = {"tokens": budget, "label": format_token_count(budget), **group}
-    return group
-
-
-def _by_seed(arm: dict, key: str) -> dict[int, float]:
-    return {run["seed"]: run[key] for run in arm["runs"] if run.get(key) is not None}
-
-
-def arm_result(arm: str, records: list[RunRecord]) -> dict:
-    """Seed statistics, sizes, routing and the per-run numbers of one arm (run files only)."""
-    first = records[0].summary
-    runs = [
-        {"seed": r.seed, "run_dir": r.run_dir.as_posix(),
-         **{k: getattr(r.summary, k) for k in RUN_FIELDS}}
-        for r in records
-    ]
-    result = {
-        "description": describe_model(records[0].config),
-        "criterion": _criterion_of(arm),
-        **{key: getattr(first, key) for key in SIZE_FIELDS},
-        "model": (records[0].config.get("model") or {}),
-    }
-    for key in SEED_STATISTICS:
-        result[key] = summarize([run[key] for run in runs if run.get(key) is not None]).to_dict()
-    result["routing"] = routing_result(records)
-    result["collapsed_runs"] = sum(bool(r.summary.collapse) for r in records)
-    result["runs"] = runs
-    return result
-
-
-def _criterion_of(arm: str) -> Optional[str]:
-    return arm[len("dense_"):] if arm.startswith("dense_") and arm[len("dense_"):] in CRITERIA else None
-
-
-def describe_model(config: dict) -> str:
-    model = config.get("model") or {}
-    moe = model.get("moe")
-    if moe:
-        shared = (f" + {moe['num_shared_experts']} shared" if moe.get("num_shared_experts")
-                  else "")
-        return (f"MoE, {moe.get('num_experts')} experts of {moe.get('d_expert')}, "
-                f"top-{moe.get('top_k')}{shared}")
-    return f"dense, d_ff={model.get('d_ff')}"
-
-
-def routing_result(records: list[RunRecord]) -> dict:
-    """Final routing diagnostics: mean over layers, then mean over seeds; the worst layer too."""
-    per_run = [r.summary.routing for r in records]
-    if not any(per_run):
-        return {}
-    result = {}
-    for key in ROUTING_KEYS:
-        layer_means = [np.mean([layer[key] for layer in layers]) for layers in per_run
-                       if layers and all(key in layer for layer in layers)]
-        if layer_means:
-            result[key] = float(np.mean(layer_means))
-    busiest = [max(layer["busiest_fraction"] for layer in layers) for layers in per_run
-               if layers and all("busiest_fraction" in layer for layer in layers)]
-    if busiest:
-        result["max_busiest_fraction"] = float(max(busiest))
-    dead = [[layer["dead_experts"] for layer in layers] for layers in per_run
-            if layers and all("dead_experts" in layer for layer in layers)]
-    if dead and len({len(layers) for layers in dead}) == 1:
-        # Dead experts (load < 1 % of the mean, ``RoutingStats.summary``) of each layer, mean
-        # over seeds, and their sum over layers.
-        result["dead_experts_per_layer"] = np.mean(dead, axis=0).tolist()
-        result["dead_experts"] = float(sum(result["dead_experts_per_layer"]))
-    loads = [layer_loads(layers) for layers in per_run]
-    if all(load is not None for load in loads):
-        result["expert_load"] = np.mean(loads, axis=0).tolist()  # (layers, experts)
-    return result
-
-
-def layer_loads(layers: list[dict]) -> Optional[list[list[float]]]:
-    """Per-layer expert load shares c_i / sum c, when the run recorded them."""
-    rows = []
-    for layer in layers:
-        counts = layer.get("expert_load")
-        if not counts:
-            return None
-        total = float(sum(counts))
-        rows.append([c / total if total else 0.0 for c in counts])
-    return rows
+def json_record(value: Any) -> Any:
+    """A results value as JSON data: a dataclass by its ``to_dict`` (when it has one) or its
+    fields in order; dicts and lists item by item."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        if hasattr(value, "to_dict"):
+            return value.to_dict()
+        return {name: json_record(item)
+                for name, item in zip(_field_names(value), _field_values(value))}
+    if isinstance(value, dict):
+        return {key: json_record(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_record(item) for item in value]
+    return value
 
 
 def json_safe(value: Any) -> Any:
-    """NaN and infinities become null (JSON has no NaN)."""
+    """NaN and infinities become None (JSON has no NaN), in dicts, lists and dataclasses alike;
+    a dataclass comes back as a copy of its own type (itself when nothing changed)."""
     if isinstance(value, float) and not math.isfinite(value):
         return None
     if isinstance(value, dict):
         return {k: json_safe(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [json_safe(v) for v in value]
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        changed = {}
+        for f in dataclasses.fields(value):
+            if not f.init:
+                continue
+            old = getattr(value, f.name)
+            new = json_safe(old)
+            if new is not old:
+                changed[f.name] = new
+        return dataclasses.replace(value, **changed) if changed else value
     return value
+
+
+def _field_names(obj: Any) -> list[str]:
+    return [f.name for f in dataclasses.fields(obj)]
+
+
+def _field_values(obj: Any) -> list[Any]:
+    return [getattr(obj, f.name) for f in dataclasses.fields(obj)]
 
 
 # --------------------------------------------------------------------------------------------
@@ -300,19 +250,19 @@ def json_safe(value: Any) -> Any:
 CSV_COLUMNS = ("budget_tokens", "arm", "criterion", "seed", *RUN_FIELDS, *SIZE_FIELDS, "run_dir")
 
 
-def results_csv(results: dict) -> str:
+def results_csv(results: StudyResults) -> str:
     """One row per run, every budget. ``budget_tokens`` is the ``--budgets`` value a run belongs
     to (empty in a single-budget study); ``tokens`` is what the run trained."""
     out = io.StringIO()
     writer = csv.DictWriter(out, fieldnames=CSV_COLUMNS, lineterminator="\n")
     writer.writeheader()
-    for group in results["budgets"] or [{"tokens": None, "arms": results["arms"]}]:
-        for arm, result in group["arms"].items():
-            for run in result["runs"]:
+    for group in results.budgets or [results.final]:
+        for arm, result in group.arms.items():
+            for run in result.runs:
                 writer.writerow({
-                    "budget_tokens": group["tokens"],
-                    "arm": arm, "criterion": result["criterion"] or "",
-                    **{k: result.get(k) for k in SIZE_FIELDS},
-                    **{k: run.get(k) for k in CSV_COLUMNS if k in run},
+                    "budget_tokens": group.tokens,
+                    "arm": arm, "criterion": result.criterion or "",
+                    **{key: getattr(result, key) for key in SIZE_FIELDS},
+                    **{key: getattr(run, key) for key in CSV_COLUMNS if hasattr(run, key)},
                 })
     return out.getvalue()

@@ -21,18 +21,20 @@ any other key.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Annotated, Any, Optional, Union
 
 from moelab.config import (
-    EVAL_TASK_NAMES, Config, Parsed, apply_overrides, build_config, from_dict, override, read_with_base,
-    to_dict,
+    EVAL_TASK_NAMES, MAX_TOKENS, Config, Parsed, apply_overrides, build_config, from_dict,
+    read_with_base, to_dict,
 )
-from moelab.errors import ConfigError
+from moelab.errors import ConfigError, MoelabError
 from moelab.study.arms import DEFAULT_CRITERIA, check_criteria
 from moelab.study.budgets import TokenCount
 
+MAX_SEEDS = 1000
+"""Seeds per arm: more is a typo (a count where a list was meant), not a study."""
 SEEDS_ALLOWED = ("allowed a count N (train.seed, train.seed + 1, ...) or a list of distinct "
                  "seeds >= 0, e.g. 3 or 10,11,12")
 
@@ -125,10 +127,26 @@ class StudySettings:
         """The base config with the settings every arm takes from the study: eval_tasks."""
         if not self.eval_tasks:
             return config
-        return override(config, [f"train.eval_tasks=[{', '.join(self.eval_tasks)}]"])
+        train = replace(config.train, eval_tasks=list(self.eval_tasks))
+        return replace(config, train=train).validate()
 
     def to_dict(self) -> dict:
         return to_dict(self)
+
+    def check_size(self, budgets_key: str = "study.budgets",
+                   seeds_key: str = "study.seeds") -> None:
+        """Budgets within train.max_tokens' sanity cap and a seed count that is a study, checked
+        before any plan is written (a budget of 1e400 tokens is a whole number too); the keys
+        name where the values came from (``--budgets`` or the preset)."""
+        for budget in self.budgets:
+            if budget > MAX_TOKENS:
+                shown = budget if budget < 10**20 else f"~1e{len(str(budget)) - 1}"  # no float cast
+                raise MoelabError(f"{budgets_key}: token budget {shown} is invalid: allowed up "
+                                  f"to {MAX_TOKENS:.0e} (train.max_tokens' sanity cap)")
+        count = self.seeds if isinstance(self.seeds, int) else len(self.seeds)
+        if count > MAX_SEEDS:
+            raise MoelabError(f"{seeds_key}={count} seeds is invalid: allowed 1..{MAX_SEEDS} "
+                              "per arm")
 
 
 def check_task_names(names: list[str], key: str) -> None:

@@ -217,11 +217,12 @@ def seeds_needed(gap: float, std_diff: float, power: float = POWER,
 
 
 @dataclass
-class Comparison:
+class Gap:
     """dense - moe best val loss for one criterion (positive: MoE better), both tests, power.
 
     ``gap``, ``ci_low``, ``ci_high`` and ``p_value`` are those of ``test``, the one the verdict
-    used.
+    used. A statistic that cannot be computed is NaN here, and None in a study's results
+    (``moelab.study.results.json_safe``), as in results.json.
     """
 
     criterion: str
@@ -251,7 +252,7 @@ class Comparison:
 
 
 def compare(criterion: str, moe_arm: str, dense_arm: str, moe_by_seed: Mapping[int, float],
-            dense_by_seed: Mapping[int, float], alpha: float = ALPHA) -> Comparison:
+            dense_by_seed: Mapping[int, float], alpha: float = ALPHA) -> Gap:
     """Both tests on {seed: best val loss} of the two arms; paired when the seeds match."""
     paired = paired_test(moe_by_seed, dense_by_seed, alpha)
     welch = welch_test(list(moe_by_seed.values()), list(dense_by_seed.values()), alpha)
@@ -277,7 +278,7 @@ def compare(criterion: str, moe_arm: str, dense_arm: str, moe_by_seed: Mapping[i
         detail, mde, spread = f"{detail}: {untestable}", math.nan, math.nan
     needed = [{"gap": gap, "seeds": seeds_needed(gap, spread, alpha=alpha)}
               for gap in (abs(chosen.gap), REFERENCE_GAP)]
-    return Comparison(
+    return Gap(
         criterion, moe_arm, dense_arm, test, chosen.gap, chosen.ci_low, chosen.ci_high,
         chosen.p_value, welch.n_moe, welch.n_dense, outcome, f"{outcome} ({detail})", mde,
         needed, paired, welch,

@@ -10,18 +10,76 @@ t-test on the per-seed differences moe - dense, the statistic the val-loss gaps 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Optional
+
 import numpy as np
 
 from moelab.accounting import CRITERIA
 from moelab.study.arms import MOE_ARM, dense_arm_name
-from moelab.study.stats import decide, mean_interval, paired_difference, summarize
+from moelab.study.records import RunRecord
+from moelab.study.stats import Summary, decide, mean_interval, paired_difference, summarize
 from moelab.tasks import TASK_NAMES
+
+
+@dataclass
+class TaskRunResult:
+    """One run's score on one task, copied from its tasks.json entry."""
+
+    seed: int
+    run_dir: str
+    accuracy: Optional[float]
+    correct: Optional[int]
+    items: Optional[int]
+    chance: Optional[float]
+    step: Optional[int]
+
 
 # Copied per run from its tasks.json entry.
 RUN_TASK_FIELDS = ("accuracy", "correct", "items", "chance", "step")
 
 
-def zero_shot_result(arm_names: list[str], records: list) -> dict:
+@dataclass
+class TaskArmResult:
+    """One arm on one task: accuracy over seeds with its t interval, and the chance level."""
+
+    accuracy: Summary
+    ci_low: Optional[float]
+    ci_high: Optional[float]
+    chance: float
+    runs: list[TaskRunResult]
+
+    def accuracy_by_seed(self) -> dict[int, float]:
+        return {run.seed: run.accuracy for run in self.runs}
+
+
+@dataclass
+class AccuracyComparison:
+    """moe - dense accuracy on one task, paired by seed (positive: the MoE is better)."""
+
+    moe_arm: str
+    dense_arm: str
+    difference: float
+    ci_low: Optional[float]
+    ci_high: Optional[float]
+    p_value: Optional[float]
+    n_pairs: int
+    std_diff: Optional[float]
+    differences: list[dict]
+    """[{"seed", "diff"}] per paired seed."""
+    outcome: str
+    verdict: str
+
+
+@dataclass
+class TaskResult:
+    """One task: each arm's accuracy and, per criterion, the MoE against its dense arm."""
+
+    arms: dict[str, TaskArmResult]
+    comparisons: dict[str, AccuracyComparison]
+
+
+def zero_shot_result(arm_names: list[str], records: list[RunRecord]) -> dict[str, TaskResult]:
     """Per task the runs scored: each arm's accuracy over seeds and, per criterion, the paired
     MoE - dense accuracy difference (from the runs' tasks.json only); {} when none scored any."""
     result = {}
@@ -40,32 +98,28 @@ def zero_shot_result(arm_names: list[str], records: list) -> dict:
             if MOE_ARM in arms and dense_arm in arms:
                 comparisons[criterion] = accuracy_comparison(
                     MOE_ARM, dense_arm, arms[MOE_ARM], arms[dense_arm])
-        result[task] = {"arms": arms, "comparisons": comparisons}
+        result[task] = TaskResult(arms, comparisons)
     return result
 
 
-def task_arm_result(task: str, records: list) -> dict:
+def task_arm_result(task: str, records: list[RunRecord]) -> TaskArmResult:
     """One arm on one task: accuracy over seeds with its t interval, and the chance level."""
-    runs = [{"seed": r.seed, "run_dir": r.run_dir.as_posix(),
-             **{key: r.tasks[task].get(key) for key in RUN_TASK_FIELDS}}
+    runs = [TaskRunResult(r.seed, r.run_dir.as_posix(),
+                          *(r.tasks[task].get(key) for key in RUN_TASK_FIELDS))
             for r in records]
-    accuracies = [run["accuracy"] for run in runs]
+    accuracies = [run.accuracy for run in runs]
     ci_low, ci_high = mean_interval(accuracies)
-    return {"accuracy": summarize(accuracies).to_dict(), "ci_low": ci_low, "ci_high": ci_high,
-            # Equal over seeds (one tokenizer per study); the mean keeps it exact if not.
-            "chance": float(np.mean([run["chance"] for run in runs])), "runs": runs}
+    # Equal over seeds (one tokenizer per study); the mean keeps it exact if not.
+    chance = float(np.mean([run.chance for run in runs]))
+    return TaskArmResult(summarize(accuracies), ci_low, ci_high, chance, runs)
 
 
-def accuracy_comparison(moe_arm: str, dense_arm: str, moe: dict, dense: dict) -> dict:
+def accuracy_comparison(moe_arm: str, dense_arm: str, moe: TaskArmResult,
+                        dense: TaskArmResult) -> AccuracyComparison:
     """moe - dense accuracy, paired by seed (positive: the MoE is better), as the loss gaps."""
-    paired = paired_difference(_accuracy_by_seed(moe), _accuracy_by_seed(dense))
+    paired = paired_difference(moe.accuracy_by_seed(), dense.accuracy_by_seed())
     outcome = decide(paired.gap, paired.p_value)
-    return {"moe_arm": moe_arm, "dense_arm": dense_arm, "difference": paired.gap,
-            "ci_low": paired.ci_low, "ci_high": paired.ci_high, "p_value": paired.p_value,
-            "n_pairs": paired.n_pairs, "std_diff": paired.std_diff,
-            "differences": paired.differences, "outcome": outcome,
-            "verdict": f"{outcome} (paired t, n={paired.n_pairs})"}
-
-
-def _accuracy_by_seed(arm: dict) -> dict[int, float]:
-    return {run["seed"]: run["accuracy"] for run in arm["runs"]}
+    return AccuracyComparison(
+        moe_arm, dense_arm, paired.gap, paired.ci_low, paired.ci_high, paired.p_value,
+        paired.n_pairs, paired.std_diff, paired.differences, outcome,
+        f"{outcome} (paired t, n={paired.n_pairs})")
