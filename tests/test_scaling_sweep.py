@@ -18,13 +18,12 @@ from moelab.config import load_config, override, save_config
 from moelab.errors import ConfigError, MoelabError
 from moelab.scaling.laws import SPARSITY, get_law
 from moelab.scaling.optimal import optimal_sparsity_at_params
-from moelab.scaling.grid import GRID_KEYS, experts_for, grid_preset_names, load_grid
-from moelab.scaling.sweep import (
-    collect_results, plan_sweep, plan_sweep_folder, run_sweep, tokens_for_flops,
-    write_results_csv,
-)
-from moelab.scaling.sweep_folder import read_grid_record
-from moelab.scaling.sweep_report import write_sweep_report
+from moelab.sweep.commands import run_sweep
+from moelab.sweep.folder import read_grid_record
+from moelab.sweep.grid import GRID_KEYS, experts_for, grid_preset_names, load_grid
+from moelab.sweep.plan import plan_sweep, plan_sweep_folder, tokens_for_flops
+from moelab.sweep.report import write_sweep_report
+from moelab.sweep.results import collect_results, write_results_csv
 from sweep_rows import synthetic_results, write_grid_json
 
 REPO_ROOT = Path(__file__).resolve().parents[1]

@@ -59,7 +59,7 @@ def _add_run_arguments(parser, kind: str) -> None:
 
 def _study(args) -> int:
     from moelab.study.arms import check_criteria
-    from moelab.study.budgets import parse_budget_list
+    from moelab.runs.tokens import parse_budget_list
     from moelab.fileio import writer_lock
     from moelab.study.commands import list_runs, run_study
     from moelab.study.settings import check_seeds, load_study
@@ -116,7 +116,7 @@ def _report(args) -> int:
     if Path(args.study_dir).exists() and not Path(args.study_dir).is_dir():
         raise MoelabError(f"{args.study_dir} is a file, not a study folder (nor a sweep folder)")
     if (Path(args.study_dir) / "grid.json").is_file():
-        from moelab.cli.scaling import report_sweep
+        from moelab.cli.sweep import report_sweep
 
         return report_sweep(Path(args.study_dir))
     check_study_files(Path(args.study_dir))

@@ -4,9 +4,9 @@
     results = run_study("study", config, settings, "out/demo")  # moelab.study.commands; or "ablation"
     write_outputs("out/demo")                                   # moelab.study.report: rebuild from runs
 
-Modules: ``commands`` (the study commands as functions), ``arms`` (derive the arms), ``budgets``
-(40.5M-style token counts), ``runner`` (plan and resumable execution), ``results`` (read run
-folders, aggregate), ``stats`` (paired and Welch t-tests, power), ``figures`` and ``report``
-(outputs), ``settings`` (the ``study:`` section of presets).
+Modules: ``commands`` (the study commands as functions), ``arms`` (derive the arms), ``runner``
+(plan and resumable execution), ``results`` (read run folders, aggregate), ``stats`` (paired
+and Welch t-tests, power), ``figures`` and ``report`` (outputs), ``settings`` (the ``study:``
+section of presets). Token counts (40.5M) are ``moelab.runs.tokens``.
 See docs/study.md.
 """

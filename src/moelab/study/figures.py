@@ -9,7 +9,7 @@ from typing import Optional
 import numpy as np
 
 from moelab.report import format_token_axis, label_ticks_at, new_figure, save_figure
-from moelab.study.budgets import format_token_count
+from moelab.runs.tokens import format_token_count
 from moelab.study.results import RunRecord
 from moelab.study.stats import TEST_NAMES
 

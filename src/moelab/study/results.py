@@ -26,7 +26,7 @@ import yaml
 from moelab.accounting import CRITERIA
 from moelab.errors import MoelabError
 from moelab.study.arms import LADDER_RUNGS, MOE_ARM, dense_arm_name
-from moelab.study.budgets import format_token_count, parse_token_count
+from moelab.runs.tokens import format_token_count, parse_token_count
 from moelab.runs import is_complete, read_failures
 from moelab.runs.families import count_family_tokens, planned_branch_steps
 from moelab.train.run_folder import RunFolder

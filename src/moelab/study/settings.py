@@ -31,7 +31,7 @@ from moelab.config import (
 )
 from moelab.errors import ConfigError
 from moelab.study.arms import DEFAULT_CRITERIA, check_criteria
-from moelab.study.budgets import TokenCount
+from moelab.runs.tokens import TokenCount
 
 SEEDS_ALLOWED = ("allowed a count N (train.seed, train.seed + 1, ...) or a list of distinct "
                  "seeds >= 0, e.g. 3 or 10,11,12")

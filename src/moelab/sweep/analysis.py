@@ -27,18 +27,20 @@ import numpy as np
 
 from moelab.errors import MoelabError
 from moelab.fileio import atomic_write_json
+from moelab.scaling.family import estimate_shared_fraction
 from moelab.scaling.forms import select_form
 from moelab.scaling.isoflop import COMPUTE_TOLERANCE, compute_deviation, isoflop_analysis, uses_surface
 from moelab.scaling.laws import SPARSITY, get_law
 from moelab.scaling.optimal import (
-    INTERVAL_KEYS, compute_optimal, estimate_shared_fraction, optimal_sparsity_at_params,
+    INTERVAL_KEYS, compute_optimal, optimal_sparsity_at_params,
     seconds_optimal, three_optima, with_intervals,
 )
 from moelab.scaling.summary import fit_columns
-from moelab.scaling.sweep_folder import SWEEP_FIT_COLUMNS, read_grid_record, read_results
+from moelab.sweep.folder import SWEEP_FIT_COLUMNS, read_grid_record, read_results
 from moelab.scaling.table import fit_table_from_rows
 from moelab.scaling.throughput import (
-    REQUIRED_COLUMNS, family_throughput, fit_throughput, moe_versus_dense, per_shape_means,
+    REQUIRED_COLUMNS, ThroughputModel, family_throughput, fit_throughput, moe_versus_dense,
+    per_shape_means,
 )
 
 CURVE_POINTS = 9
@@ -222,8 +224,6 @@ def _throughput_row(row: dict[str, str]) -> dict:
 
 def model_from_record(throughput: dict | None):
     """The ThroughputModel stored in throughput.json, or None."""
-    from moelab.scaling.throughput import ThroughputModel
-
     if not throughput or not throughput.get("model"):
         return None
     stored = throughput["model"]

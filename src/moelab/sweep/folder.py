@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 
 from moelab.errors import ConfigError, MoelabError
-from moelab.scaling.grid import with_seeds_key
+from moelab.sweep.grid import with_seeds_key
 from moelab.scaling.table import read_csv_rows
 
 SWEEP_FIT_COLUMNS = {"N": "N_total", "loss": "best_val_loss"}

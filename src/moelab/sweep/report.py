@@ -13,6 +13,7 @@ import math
 from pathlib import Path
 from typing import Callable
 
+import matplotlib
 import numpy as np
 
 from moelab.fileio import atomic_write_text
@@ -20,11 +21,13 @@ from moelab.report import format_count, format_number, markdown_table, new_figur
 from moelab.runs.families import count_family_tokens, planned_branch_steps
 from moelab.scaling.forms import MIN_STEADY_REPLICATES
 from moelab.scaling.laws import SPARSITY, get_law
-from moelab.scaling.optimal import active_params
-from moelab.scaling.sweep_folder import (
+from moelab.scaling.family import active_params
+from moelab.sweep.analysis import analyse_sweep
+from moelab.sweep.folder import (
     describe_grid, read_grid_record, read_json, read_optional_json, read_results, row_seed,
 )
 from moelab.scaling.table import fit_table_from_rows
+from moelab.tasks import TASK_NAMES, read_run_tasks
 
 
 def write_sweep_report(out_dir: Path, *, bootstrap_replicates: int = 200,
@@ -33,8 +36,6 @@ def write_sweep_report(out_dir: Path, *, bootstrap_replicates: int = 200,
 
     ``max_starts`` limits the sparsity law's start grid (None: its default seeded subset).
     """
-    from moelab.scaling.sweep_analysis import analyse_sweep
-
     analyse_sweep(out_dir, bootstrap_replicates=bootstrap_replicates, max_starts=max_starts,
                   log=log)
     return render_sweep_report(out_dir)
@@ -206,8 +207,6 @@ def _seed_spread_text(rows: list[dict[str, str]]) -> str:
 def _zero_shot_section(out_dir: Path, header: list[str], rows: list[dict[str, str]]) -> str:
     """Each run's zero-shot accuracies (results.csv's zero_shot_* columns, from the runs'
     tasks.json) beside each task's chance level; nothing when no run scored tasks."""
-    from moelab.tasks import TASK_NAMES, read_run_tasks
-
     tasks = [task for task in TASK_NAMES if f"zero_shot_{task}" in header]
     if not tasks:
         return ""
@@ -378,8 +377,6 @@ def _isoflop_figure(path: Path, columns: dict, fit: dict | None, shared: float) 
 
 
 def _palette(count: int) -> list:
-    import matplotlib
-
     cmap = matplotlib.colormaps["viridis"]
     return [cmap(x) for x in np.linspace(0.0, 0.9, count)]
 
