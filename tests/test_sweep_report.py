@@ -15,10 +15,10 @@ import pytest
 from moelab.errors import MoelabError
 from moelab.scaling.laws import get_law
 from moelab.scaling.optimal import seconds_optimal
+from moelab.scaling.throughput import ThroughputModel, family_throughput
 from moelab.sweep.grid import load_grid
 from moelab.sweep.report import render_sweep_report, write_sweep_report
 from moelab.sweep.results import write_results_csv
-from moelab.scaling.throughput import ThroughputModel, family_throughput
 from sweep_rows import synthetic_results, write_grid_json
 
 SWEEP = Path(__file__).resolve().parents[1] / "src" / "moelab" / "sweep"

@@ -1,5 +1,8 @@
 """Sub-commands of the law maths: ``fit`` (a law to a CSV), ``optimal`` (S* from a fit),
-``isoflop``. The maths and its checks are ``moelab.scaling``; this module parses and prints."""
+``isoflop``. The maths and its checks are ``moelab.scaling``; this module parses and prints.
+
+Each handler imports the maths it runs (scipy) when it runs: every ``moelab`` command builds
+every parser, and would otherwise pay for imports it does not use."""
 
 from __future__ import annotations
 

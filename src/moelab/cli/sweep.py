@@ -1,6 +1,9 @@
 """Sub-commands of the sparsity sweep: ``sweep-sparsity`` (train a size x sparsity x budget
 grid, fit and report) and ``throughput`` (a tokens/s table of model shapes). The sweep itself
-is ``moelab.sweep``; this module parses and prints."""
+is ``moelab.sweep``; this module parses and prints.
+
+Each handler imports the sweep when it runs (torch, scipy): every ``moelab`` command builds
+every parser, and would otherwise pay for imports it does not use."""
 
 from __future__ import annotations
 

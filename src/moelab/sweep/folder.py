@@ -1,18 +1,25 @@
-"""Reading a sweep folder's files, each problem a one-line error naming the file.
+"""A sweep folder's files, each problem a one-line error naming the file.
 
-The analysis (``sweep_analysis``) and the report (``sweep_report``) read a sweep through these
-alone: ``grid.json`` as a plain dict (what ``moelab sweep-sparsity`` wrote), ``results.csv`` and
-the analysis's JSON files. Neither imports the sweep runner.
+The analysis (``moelab.sweep.analysis``) and the report (``moelab.sweep.report``) read a sweep
+through these alone: ``grid.json`` (as moelab sweep-sparsity wrote it, or as a GridRecord),
+``results.csv`` and the analysis's JSON files, which are written and read back here as a
+``SweepAnalysis``. Neither imports the sweep runner.
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 from moelab.errors import ConfigError, MoelabError
-from moelab.sweep.grid import with_seeds_key
+from moelab.fileio import atomic_write_json
 from moelab.scaling.table import read_csv_rows
+from moelab.sweep.grid import with_seeds_key
+from moelab.sweep.records import (
+    AnalysisStatus, FormsRecord, GridRecord, IsoflopRecord, LawFit, OptimaRecord, SweepAnalysis,
+    ThroughputRecord,
+)
 
 SWEEP_FIT_COLUMNS = {"N": "N_total", "loss": "best_val_loss"}
 """How results.csv's columns map to the law's: N is the total parameter count."""
@@ -62,6 +69,11 @@ def read_grid_record(out_dir: Path) -> dict:
     return record
 
 
+def read_grid(out_dir: Path) -> GridRecord:
+    """grid.json, its fields checked, as a GridRecord."""
+    return GridRecord.from_dict(read_grid_record(out_dir))
+
+
 def read_results(out_dir: Path) -> tuple[list[str], list[dict[str, str]]] | None:
     """(header, rows) of results.csv; None when there are no results yet (no file, or a header
     alone: every run failed or none finished). A malformed file is an error naming it."""
@@ -81,12 +93,52 @@ def row_seed(row: dict[str, str]) -> str:
     return row.get("seed") or row["run"].rsplit("/seed", 1)[-1]
 
 
-def describe_grid(grid: dict) -> str:
-    budgets = (", ".join(f"{b:.3g} FLOPs" for b in grid["flops_budgets"])
-               or ", ".join(f"{int(b):,} tokens" for b in grid["token_budgets"]))
-    sparsities = ", ".join(f"{s:g}" for s in grid["sparsities"])
-    seeds = ("seed " if len(grid["seeds"]) == 1 else "seeds ") + ", ".join(map(str, grid["seeds"]))
-    return (f"{len(grid['sizes'])} sizes ({', '.join(s['name'] for s in grid['sizes'])}) x "
-            f"{len(grid['sparsities'])} sparsities ({sparsities}, top-{grid['top_k']}, "
-            f"{grid['mode']}) x {len(grid['flops_budgets'] or grid['token_budgets'])} budgets "
-            f"({budgets}), {seeds}, base config {grid['base']!r}")
+ANALYSIS_FILES = ("analysis.json", "forms.json", "fit.json", "fit_holdout.json", "isoflop.json",
+                  "throughput.json", "optima.json")
+
+
+def write_analysis(out_dir: Path, analysis: SweepAnalysis) -> None:
+    """analysis.json and the files beside it; a file the analysis no longer supports (its record
+    is None) is removed rather than left stale."""
+    records = {
+        "forms.json": analysis.forms and analysis.forms.to_dict(),
+        "fit.json": analysis.fit and analysis.fit.to_dict(),
+        "fit_holdout.json": analysis.holdout_fit and analysis.holdout_fit.to_dict(),
+        "isoflop.json": analysis.isoflop and analysis.isoflop.to_dict(),
+        "throughput.json": analysis.throughput and analysis.throughput.to_dict(),
+        "optima.json": analysis.optima and analysis.optima.to_dict(),
+    }
+    for name, record in records.items():
+        path = Path(out_dir) / name
+        if record is not None:
+            atomic_write_json(path, record)
+        elif path.exists():
+            path.unlink()
+    atomic_write_json(Path(out_dir) / "analysis.json", analysis.settings_dict())
+
+
+def read_analysis(out_dir: Path) -> SweepAnalysis:
+    """analysis.json's settings and status (``with_derived_files`` adds the files beside it)."""
+    settings = read_json(Path(out_dir) / "analysis.json")
+    return SweepAnalysis(
+        bootstrap_replicates=settings["bootstrap_replicates"], max_starts=settings["max_starts"],
+        columns=settings["columns"], status=AnalysisStatus.from_dict(settings["status"]),
+        n_points=settings.get("n_points"), shared_fraction=settings.get("shared_fraction"))
+
+
+def with_derived_files(out_dir: Path, analysis: SweepAnalysis) -> SweepAnalysis:
+    """``analysis`` with the records of the files ``write_analysis`` wrote beside analysis.json
+    (None for a file that is not there)."""
+    out_dir = Path(out_dir)
+
+    def optional(name: str, parse):
+        record = read_optional_json(out_dir / name)
+        return None if record is None else parse(record)
+
+    return replace(
+        analysis, fit=optional("fit.json", LawFit.from_dict),
+        forms=optional("forms.json", FormsRecord.from_dict),
+        holdout_fit=optional("fit_holdout.json", LawFit.from_dict),
+        throughput=optional("throughput.json", ThroughputRecord.from_dict),
+        optima=optional("optima.json", OptimaRecord.from_dict),
+        isoflop=optional("isoflop.json", IsoflopRecord.from_dict))
