@@ -66,4 +66,5 @@ def rewrite_sweep_outputs(out_dir: Path) -> Path:
     grid = load_grid(out_dir / "grid.json")
     check_run_files(out_dir / "runs")
     with writer_lock(out_dir):
-        return write_sweep_outputs(out_dir, grid, plan_sweep(grid), **recorded_fit_settings(out_dir))
+        return write_sweep_outputs(out_dir, grid, plan_sweep(grid),
+                                   **recorded_fit_settings(out_dir))

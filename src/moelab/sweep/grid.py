@@ -182,7 +182,9 @@ def load_sweep_grid(source: str | Path, overrides: list[str]) -> SweepGrid:
     appended to the grid's own ``overrides`` list, after the ones it has."""
     config_pairs = [pair for pair in overrides if pair.startswith(CONFIG_SECTIONS)]
     grid = load_grid(source, [pair for pair in overrides if pair not in config_pairs])
-    return dataclasses.replace(grid, overrides=[*grid.overrides, *config_pairs]) if config_pairs else grid
+    if not config_pairs:
+        return grid
+    return dataclasses.replace(grid, overrides=[*grid.overrides, *config_pairs])
 
 
 def load_grid(source: str | Path, overrides: list[str] | None = None) -> SweepGrid:
