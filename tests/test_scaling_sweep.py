@@ -66,6 +66,32 @@ def test_fixed_total_plan_keeps_stored_ffn_and_shrinks_active_by_hand_count():
         assert counts.active == counts.total - skipped
 
 
+def dotted_point_overrides(size: dict, sparsity: float, top_k: int, mode: str) -> list[str]:
+    """The point's model as dotted overrides, written out by hand: the reference the typed
+    point configs are checked against."""
+    changes = [f"model.{key}={value}" for key, value in size.items() if key != "name"]
+    if sparsity == 0.0:
+        return changes + ["model.moe=null"]
+    experts = experts_for(sparsity, top_k)
+    d_expert = size["d_ff"] // (experts if mode == "fixed_total" else top_k)
+    return changes + [f"model.moe.num_experts={experts}", f"model.moe.top_k={top_k}",
+                      f"model.moe.d_expert={d_expert}"]
+
+
+@pytest.mark.parametrize("preset", ["demo", "cpu", "micro", "paper"])
+@pytest.mark.parametrize("mode", ["fixed_total", "fixed_expert"])
+def test_point_configs_equal_the_base_config_with_the_points_dotted_overrides(preset, mode):
+    grid = dataclasses.replace(load_grid(preset), mode=mode)
+    base = load_config(grid.base, grid.overrides)
+    points = {(p.seed, p.budget_label, p.size, p.sparsity): p for p in plan_sweep(grid)}
+    for point in points.values():
+        size = next(s for s in grid.sizes if s["name"] == point.size)
+        expected = override(base, [*dotted_point_overrides(size, point.sparsity, grid.top_k, mode),
+                                   f"train.seed={point.seed}",
+                                   f"train.max_tokens={point.config.train.max_tokens}"])
+        assert point.config == expected, point.run_name
+
+
 def test_tokens_for_flops_spend_the_budget_in_whole_steps():
     grid = load_grid("demo")
     for point in plan_sweep(grid):
