@@ -62,7 +62,7 @@ def render_sweep_report(out_dir: Path) -> Path:
     if analysis.isoflop is not None:
         sections.append(_isoflop_section(out_dir, rows, columns, analysis))
     sections.append(_throughput_section(analysis))
-    sections.append(_optima_section(out_dir, analysis))
+    sections.append(_optima_section(out_dir, analysis, float(rows[0]["S"])))
     sections.append(_reproduce_section(grid, analysis))
     return atomic_write_text(out_dir / "report.md", "\n".join(s for s in sections if s))
 
@@ -402,7 +402,9 @@ def _throughput_section(analysis: SweepAnalysis) -> str:
 # --------------------------------------------------------------------------------------------
 
 
-def _optima_section(out_dir: Path, analysis: SweepAnalysis) -> str:
+def _optima_section(out_dir: Path, analysis: SweepAnalysis, first_sparsity: float) -> str:
+    """The optima curves and the three optima; ``first_sparsity`` is the first run's S (the
+    only one when every run has the same)."""
     status, fit, optima = analysis.status.optima, analysis.fit, analysis.optima
     head = "## Optimal sparsity\n\n"
     if status == "no_law":
@@ -410,7 +412,7 @@ def _optima_section(out_dir: Path, analysis: SweepAnalysis) -> str:
                        "are read off a fitted law, and these points identify none (see 'Law "
                        "form'). The measured throughput above stands on its own.\n")
     if status == "one_sparsity":
-        return head + (f"Skipped: every run has S = {_only_sparsity(out_dir):g}, so the fit cannot "
+        return head + (f"Skipped: every run has S = {first_sparsity:g}, so the fit cannot "
                        "tell how the loss changes with S, and an optimal sparsity read off it "
                        "would not be measured. Sweep at least two sparsities.\n")
     if status == "no_sparsity_term":
@@ -440,11 +442,6 @@ def _optima_section(out_dir: Path, analysis: SweepAnalysis) -> str:
             "![Optimal sparsity](figures/optimal_sparsity.png)\n\n"
             + markdown_table(["C", "S*", "N*", "N_active*", "at edge"], rows, "rrrrl"))
     return text + _three_optima_text(optima, analysis)
-
-
-def _only_sparsity(out_dir: Path) -> float:
-    header, rows = read_results(out_dir)
-    return float(rows[0]["S"])
 
 
 def _three_optima_text(optima: OptimaRecord, analysis: SweepAnalysis) -> str:
