@@ -28,7 +28,7 @@ from moelab.config import load_config, override
 from moelab.fileio import atomic_write_json
 from moelab.runs.launchers.local import LocalLauncher
 from moelab.runs.spec import RunSpec, write_run_configs
-from moelab.scaling.grid import load_grid
+from moelab.sweep.grid import load_grid
 
 RESULTS = Path(__file__).parent / "results" / "run_start.json"
 

@@ -37,7 +37,7 @@ from moelab.accounting import flops_per_token, match_dense
 from moelab.config import load_config
 from moelab.fileio import atomic_write_json
 from moelab.model import Transformer
-from moelab.scaling.timing import grid_shapes
+from moelab.sweep.timing import grid_shapes
 from moelab.train.export import hf_config
 from moelab.train.loop import StepPlan, forward_backward
 from moelab.train.optim import build_optimizer

@@ -24,8 +24,8 @@ import numpy as np
 
 from moelab.fileio import atomic_write_json
 from moelab.scaling.forms import select_form
-from moelab.scaling.sweep_folder import SWEEP_FIT_COLUMNS, read_grid_record, read_results, row_seed
-from moelab.scaling.sweep_report import seed_spread
+from moelab.sweep.folder import SWEEP_FIT_COLUMNS, read_grid_record, read_results, row_seed
+from moelab.sweep.report import seed_spread
 from moelab.scaling.table import fit_table_from_rows
 
 RESULTS = Path(__file__).parent / "results" / "sweep_seeds.json"

@@ -6,7 +6,7 @@ import numpy as np
 
 from moelab.accounting import count_params, flops_per_token
 from moelab.scaling.laws import SPARSITY
-from moelab.scaling.sweep import plan_sweep
+from moelab.sweep.plan import plan_sweep
 
 
 def synthetic_results(grid, truth: dict, law=SPARSITY) -> list[dict]:
@@ -36,7 +36,7 @@ def write_grid_json(folder, grid):
     import json
     from pathlib import Path
 
-    from moelab.scaling.grid import GRID_KEYS
+    from moelab.sweep.grid import GRID_KEYS
 
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)

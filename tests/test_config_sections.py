@@ -20,7 +20,7 @@ import yaml
 from moelab.cli import main
 from moelab.config import Parsed, from_dict, load_config
 from moelab.errors import ConfigError
-from moelab.scaling.grid import grid_preset_names, load_grid
+from moelab.sweep.grid import grid_preset_names, load_grid
 from moelab.study.settings import StudySettings, load_study
 
 REPO_ROOT = Path(__file__).resolve().parents[1]

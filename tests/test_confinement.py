@@ -121,7 +121,7 @@ def test_eval_uses_a_cache_dir_inside_the_run_or_given_explicitly(victim, capsys
 
 @pytest.mark.parametrize("name", ["../../x", "a/b", "..", ".hidden", "", "x" * 65, "/abs"])
 def test_sweep_size_names_that_are_not_one_plain_folder_name_are_refused(tmp_path, name):
-    from moelab.scaling.grid import load_grid
+    from moelab.sweep.grid import load_grid
 
     grid = tmp_path / "grid.yaml"
     grid.write_text(yaml.safe_dump({

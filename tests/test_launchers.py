@@ -21,10 +21,10 @@ from moelab.config import load_config, override
 from moelab.errors import MoelabError
 from moelab.fileio import LOCK_NAME
 from moelab.runs.launchers.local import LocalLauncher, gpu_slots
-from moelab.scaling.grid import load_grid
-from moelab.scaling.sweep import run_sweep
 from moelab.study.commands import run_study
 from moelab.study.settings import StudySettings
+from moelab.sweep.commands import run_sweep
+from moelab.sweep.grid import load_grid
 from tiny_overrides import TINY_MOE_RUN
 
 

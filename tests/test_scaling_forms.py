@@ -13,9 +13,9 @@ from moelab.scaling.forms import (
     MIN_TERM_SIZE, exponent_effects, identification_problems, select_form, term_sizes,
 )
 from moelab.scaling.laws import CHINCHILLA, SPARSITY, SPARSITY_FORMS, get_law
-from moelab.scaling.grid import load_grid
-from moelab.scaling.sweep import write_results_csv
-from moelab.scaling.sweep_report import write_sweep_report
+from moelab.sweep.grid import load_grid
+from moelab.sweep.report import write_sweep_report
+from moelab.sweep.results import write_results_csv
 from sweep_rows import synthetic_results, write_grid_json
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -166,7 +166,7 @@ def test_report_without_an_identified_form_shows_the_checks_and_no_law(tmp_path)
 
 def test_fit_cli_knows_every_form_and_fits_one(tmp_path, capsys):
     from moelab.cli import main
-    from moelab.cli.scaling import LAW_NAMES
+    from moelab.cli.fit import LAW_NAMES
     from moelab.scaling.laws import LAWS
 
     assert LAW_NAMES == tuple(LAWS)

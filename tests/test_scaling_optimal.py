@@ -16,7 +16,7 @@ from moelab.cli import main
 from moelab.config import load_config
 from moelab.scaling import CHINCHILLA, SPARSITY, compute_optimal, optimal_sparsity_at_params
 from moelab.scaling.isoflop import fit_surface, isoflop_analysis, read_isoflop_table
-from moelab.scaling.optimal import active_params, estimate_shared_fraction
+from moelab.scaling.family import active_params, estimate_shared_fraction
 
 FIXTURES = Path(__file__).parent / "fixtures"
 SPARSITY_TRUTH = {"a": 30.0, "b": 400.0, "c": 0.3, "d": 200.0, "e": 1.2, "alpha": 0.25,

@@ -11,7 +11,7 @@ from scipy import stats as scipy_stats
 
 from moelab.errors import MoelabError
 from moelab.report import format_mean_std, markdown_table
-from moelab.study.budgets import format_token_count, parse_budget_list, parse_token_count
+from moelab.runs.tokens import format_token_count, parse_budget_list, parse_token_count
 import numpy as np
 
 from moelab.study.stats import (

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from moelab.config import load_config, override
-from moelab.runs.families import family_tokens
+from moelab.runs.families import count_family_tokens
 from moelab.runs.launchers.local import LocalLauncher
 from moelab.study.commands import run_study, write_study_plan
 from moelab.study.settings import StudySettings
@@ -44,7 +44,9 @@ def test_the_plan_branches_the_smaller_budgets_of_each_arm_and_seed(tmp_path):
             assert branches[full] is None
             assert (branches[f"2.048K/{arm}/seed{seed}"].source, branches[f"2.048K/{arm}/seed{seed}"].step) == (full, 6)
             assert (branches[f"3.072K/{arm}/seed{seed}"].source, branches[f"3.072K/{arm}/seed{seed}"].step) == (full, 9)
-    planned, separate = family_tokens(specs)
+    planned, separate = count_family_tokens(
+        {spec.name: spec.branch.step for spec in specs if spec.branch},
+        [(spec.name, spec.config.train.max_tokens, STEP) for spec in specs])
     assert planned == 4 * (16 + (8 - 6) + (12 - 9)) * STEP  # 4 arm x seeds: full + cooldowns
     assert separate == 4 * (8 + 12 + 16) * STEP
     plan = json.loads((tmp_path / "plan.json").read_text())
@@ -87,8 +89,8 @@ def test_a_wsd_budget_study_equals_separate_runs_bit_for_bit(tmp_path, monkeypat
 def test_a_wsd_sweep_branches_the_smaller_budgets_of_each_size_and_sparsity(tmp_path):
     from dataclasses import replace
 
-    from moelab.scaling.grid import load_grid
-    from moelab.scaling.sweep import plan_sweep_folder
+    from moelab.sweep.grid import load_grid
+    from moelab.sweep.plan import plan_sweep_folder
 
     micro = load_grid("micro")  # batch 4 x context 32 = 128 tokens a step
     grid = replace(micro, overrides=[*micro.overrides, "train.schedule=wsd"],

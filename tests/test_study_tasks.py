@@ -202,8 +202,8 @@ def test_a_sweep_tabulates_the_tasks_its_runs_scored(tmp_path):
     import csv
     from dataclasses import replace
 
-    from moelab.scaling.grid import load_grid
-    from moelab.scaling.sweep import run_sweep
+    from moelab.sweep.grid import load_grid
+    from moelab.sweep.commands import run_sweep
 
     micro = load_grid("micro")
     grid = replace(micro, overrides=[*micro.overrides, "model.max_seq_len=64",

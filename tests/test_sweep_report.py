@@ -15,13 +15,13 @@ import pytest
 from moelab.errors import MoelabError
 from moelab.scaling.laws import get_law
 from moelab.scaling.optimal import seconds_optimal
-from moelab.scaling.grid import load_grid
-from moelab.scaling.sweep import write_results_csv
-from moelab.scaling.sweep_report import render_sweep_report, write_sweep_report
 from moelab.scaling.throughput import ThroughputModel, family_throughput
+from moelab.sweep.grid import load_grid
+from moelab.sweep.report import render_sweep_report, write_sweep_report
+from moelab.sweep.results import write_results_csv
 from sweep_rows import synthetic_results, write_grid_json
 
-SCALING = Path(__file__).resolve().parents[1] / "src" / "moelab" / "scaling"
+SWEEP = Path(__file__).resolve().parents[1] / "src" / "moelab" / "sweep"
 EFFECTIVE_SIZE = get_law("sparsity-effective-size")
 EFFECTIVE_TRUTH = {"b": 40.0, "d": 20.0, "e": 1.2, "beta": 0.3, "delta": 0.3, "gamma": 0.35}
 # CPU-like prices (seconds per token per unit): see moelab.scaling.throughput.
@@ -53,8 +53,9 @@ def imported_modules(path: Path) -> set[str]:
 
 
 def test_report_and_analysis_do_not_import_the_sweep_runner():
-    for module in ("sweep_report.py", "sweep_analysis.py", "sweep_folder.py"):
-        assert "moelab.scaling.sweep" not in imported_modules(SCALING / module), module
+    for module in ("report.py", "analysis.py", "folder.py"):
+        for runner in ("moelab.sweep.plan", "moelab.sweep.commands"):
+            assert runner not in imported_modules(SWEEP / module), module
 
 
 def test_report_shows_measured_throughput_and_the_three_optima(tmp_path):

@@ -21,7 +21,7 @@ from moelab.scaling.optimal import (
 from moelab.scaling.throughput import (
     COEFFICIENTS, ThroughputModel, family_throughput, fit_throughput, read_throughput_table,
 )
-from moelab.scaling.timing import grid_shapes
+from moelab.sweep.timing import grid_shapes
 
 # Prices of the right order for a CPU: 30 ps per dense FLOP, 20 % more inside experts,
 # 10 ps per stored parameter per token (AdamW over a 1K-token step), 0.3 us per expert.

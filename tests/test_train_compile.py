@@ -170,7 +170,7 @@ def test_each_run_of_a_process_compiles_afresh(tmp_path, monkeypatch):
 def test_throughput_times_a_compiled_config_compiled(monkeypatch):
     """``moelab throughput`` of a compiled grid (the cpu preset) times the steps its runs take:
     the warm-up step compiles, and the timed steps run the compiled graph."""
-    from moelab.scaling.timing import config_shapes, time_shape
+    from moelab.sweep.timing import config_shapes, time_shape
 
     compiled_steps = []
     forward_backward = moelab.train.loop.forward_backward

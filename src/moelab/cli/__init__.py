@@ -18,7 +18,7 @@ import sys
 from moelab.errors import MoelabError
 
 # Modules with a register(subparsers) function, in the order their commands are listed.
-COMMAND_MODULES = ("model", "data", "train", "study", "scaling")
+COMMAND_MODULES = ("model", "data", "train", "study", "fit", "sweep")
 
 
 class _Parser(argparse.ArgumentParser):

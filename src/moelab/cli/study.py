@@ -7,14 +7,14 @@ from typing import TYPE_CHECKING
 
 from moelab.cli import add_config_arguments
 from moelab.cli.launch import add_launcher_arguments, build_launcher, wants_commands
-from moelab.cli.scaling import report_sweep
+from moelab.cli.sweep import report_sweep
 from moelab.errors import MoelabError
 from moelab.fileio import writer_lock
 from moelab.report import (
     format_count, format_mean_std, format_number, format_p_value, markdown_table,
 )
 from moelab.study.arms import parse_criteria
-from moelab.study.budgets import parse_budget_list
+from moelab.runs.tokens import parse_budget_list
 from moelab.study.settings import check_seeds, load_study
 
 if TYPE_CHECKING:

@@ -6,7 +6,7 @@ use dotted paths: ``model.d_model=256``, ``model.moe.top_k=1``, ``model.moe=null
 
 The same parser (``from_dict``) reads the other typed sections of moelab: the ``study:``
 section of a study preset (``moelab.study.settings``) and the sparsity-sweep grids
-(``moelab.scaling.grid``). A field's type says what it takes: ``int``, ``float``, ``bool``,
+(``moelab.sweep.grid``). A field's type says what it takes: ``int``, ``float``, ``bool``,
 ``str``, ``Optional[...]`` (null allowed), ``Literal[...]`` (one of the values), ``list[...]``
 (a YAML list, or a comma-separated string from ``--set``), a nested dataclass (a mapping), or
 ``Annotated[T, Parsed(fn)]`` for a value with its own notation (a seed list, ``40.5M`` tokens).

@@ -17,6 +17,7 @@ from typing import Iterable
 from moelab.config import to_dict
 from moelab.errors import MoelabError
 from moelab.runs.spec import Branch, RunSpec
+from moelab.train.budgets import wsd_budget_family
 
 
 def as_budget_family(group: list[RunSpec]) -> list[RunSpec]:
@@ -24,8 +25,6 @@ def as_budget_family(group: list[RunSpec]) -> list[RunSpec]:
     unchanged under cosine or for a single run."""
     if len(group) < 2 or group[0].config.train.schedule != "wsd":
         return group
-    from moelab.train.budgets import wsd_budget_family
-
     _check_only_budgets_differ(group)
     family = wsd_budget_family(group[0].config, [spec.config.train.max_tokens for spec in group])
     member_of = {member.budget: member for member in family.runs}
@@ -37,16 +36,6 @@ def as_budget_family(group: list[RunSpec]) -> list[RunSpec]:
         branch = None if member.branches_from is None else Branch(full_name, member.decay_start_step)
         specs.append(replace(spec, config=member.config, branch=branch))
     return specs
-
-
-def family_tokens(specs: list[RunSpec]) -> tuple[int, int]:
-    """(tokens the plan trains, tokens one run per budget from scratch would)."""
-    runs = []
-    for spec in specs:
-        tokens_per_step = spec.config.train.batch_size * spec.config.model.max_seq_len
-        steps = spec.config.train.max_tokens // tokens_per_step
-        runs.append((spec.name, steps * tokens_per_step, tokens_per_step))
-    return count_family_tokens({s.name: s.branch.step for s in specs if s.branch}, runs)
 
 
 def planned_branch_steps(plan: dict, key: str = "name") -> dict[str, int]:

@@ -27,7 +27,7 @@ import numpy as np
 import scipy.optimize
 
 from moelab.errors import MoelabError
-from moelab.scaling.optimal import active_params, estimate_shared_fraction
+from moelab.scaling.family import active_params, estimate_shared_fraction
 from moelab.scaling.table import numeric_column, read_csv_rows, require_column, validate_columns
 
 MIN_POINTS_PARABOLA = 3
@@ -189,3 +189,20 @@ def _power_law(flops: list[float], params: list[float]) -> dict | None:
     exponent, log_coefficient = np.polyfit(np.log(flops), np.log(params), 1)
     return {"exponent": float(exponent), "coefficient": float(math.exp(log_coefficient)),
             "n_budgets": len(flops)}
+
+
+def why_no_budget(columns: dict) -> str:
+    """Why ``isoflop_analysis`` found no budget, for the one-line error."""
+    counts = []
+    for flops in np.unique(columns["C"]):
+        at_budget = np.isclose(columns["C"], flops, rtol=1e-6)
+        sizes = len(np.unique(columns["N"][at_budget]))
+        counts.append(f"C={flops:.3g}: {int(at_budget.sum())} points, {sizes} sizes")
+    shown = "; ".join(counts[:4]) + ("; ..." if len(counts) > 4 else "")
+    if uses_surface(columns):
+        need = (f"a surface in (log N, S) needs {MIN_POINTS_SURFACE} points with 2 or more sizes "
+                f"and sparsities per budget")
+    else:
+        need = (f"a parabola in log N needs {MIN_POINTS_PARABOLA} distinct sizes per budget "
+                f"and a minimum")
+    return f"{need} ({shown})"

@@ -14,7 +14,8 @@ N in the law is the total parameter count. The architecture family maps it to th
 
 where ``shared_fraction`` is the share of parameters outside the experts (attention, embeddings,
 norms, router). shared_fraction = 0 is the "all parameters are experts" idealisation,
-N_active = (1 - S) N; the sweep estimates the fraction of its own models (``estimate_shared_fraction``).
+N_active = (1 - S) N; the sweep estimates the fraction of its own models
+(``moelab.scaling.family``).
 
 Minimisation: a dense grid over S in [0, max_sparsity] (and log N), then a bounded L-BFGS-B
 polish from the best grid point. Results at the edge of the search box are flagged.
@@ -29,8 +30,10 @@ import numpy as np
 import scipy.optimize
 
 from moelab.errors import MoelabError
+from moelab.scaling.family import active_params
 from moelab.scaling.fitting import percentile_interval
 from moelab.scaling.laws import Law
+from moelab.scaling.throughput import family_throughput
 
 DEFAULT_MAX_SPARSITY = 0.98
 """Upper end of the sparsity search (S = 1 - 1/50; the law diverges or is meaningless at 1)."""
@@ -48,11 +51,6 @@ class Optimum:
 
     def to_dict(self) -> dict:
         return asdict(self)
-
-
-def active_params(total_params, sparsity, shared_fraction: float):
-    """N_active of the architecture family (see the module docstring)."""
-    return total_params * (shared_fraction + (1.0 - shared_fraction) * (1.0 - sparsity))
 
 
 def _loss(law: Law, params: dict[str, float], total_params, tokens, sparsity) -> np.ndarray:
@@ -162,22 +160,6 @@ def with_intervals(optimum_fn, params, bootstrap_params: list, level: float = 0.
             out["ci"][key] = list(percentile_interval([r[key] for r in replicas], level))
         out["bootstrap_at_boundary"] = float(np.mean([r["at_boundary"] for r in replicas]))
     return out
-
-
-def estimate_shared_fraction(total_params: np.ndarray, active: np.ndarray,
-                             sparsity: np.ndarray) -> float | None:
-    """Least-squares shared_fraction phi from points of one family: N_act/N = phi + (1-phi)(1-S).
-
-    None when no point is sparse: at S = 0 every phi fits, so the points say nothing about it.
-    """
-    ratio = np.asarray(active, dtype=np.float64) / np.asarray(total_params, dtype=np.float64)
-    sparse = np.asarray(sparsity) > 0
-    if not sparse.any():
-        return None
-    # ratio - (1 - S) = phi * S
-    s = np.asarray(sparsity, dtype=np.float64)[sparse]
-    phi = float(np.sum((ratio[sparse] - (1.0 - s)) * s) / np.sum(s * s))
-    return min(max(phi, 0.0), 1.0)
 
 
 def _on_edge(value: float, low: float, high: float, tol: float = 1e-4) -> bool:
@@ -349,8 +331,6 @@ def three_optima(law: Law, params: dict[str, float], replicas: list[dict[str, fl
     The seconds optimum's intervals pair the law's replicate i with the throughput model's
     replicate i (cycled): both the fit and the timings are uncertain.
     """
-    from moelab.scaling.throughput import family_throughput
-
     def solve_seconds(pair):
         law_params, coefficients = pair
         rate = family_throughput(throughput, shared_fraction, top_k, coefficients)

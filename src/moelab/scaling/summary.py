@@ -1,7 +1,8 @@
 """A fit as a JSON-able record: parameters, objective, intervals, held-out error, and back again.
 
-``fit_columns`` is what ``moelab fit`` runs; its dict is the ``--json`` output and the FIT.json
-that ``moelab optimal`` reads:
+``fit_columns`` is what ``moelab fit`` runs (after ``check_identifiable``); its dict is the
+``--json`` output and the FIT.json that ``moelab optimal`` reads back, checked, as a ``FitFile``
+(``load_fit``):
 
     {"law", "params": {...}, "objective", "n_points", "ci": {name: [low, high]},
      "derived": {...}, "holdout": {...} | null, "bootstrap": {"replicates", "seed", "params": [...]},
@@ -11,6 +12,8 @@ that ``moelab optimal`` reads:
 from __future__ import annotations
 
 import json
+import math
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -89,16 +92,34 @@ def heldout_error(law: Law, params: dict[str, float], points: dict[str, np.ndarr
     }
 
 
-def load_fit(path: str | Path) -> tuple[Law, dict[str, float], list[dict[str, float]], dict]:
-    """(law, params, bootstrap params, whole record) from a FIT.json written by ``moelab fit --json``."""
+@dataclass
+class FitFile:
+    """A FIT.json as ``moelab optimal`` uses it, read and checked once (``load_fit``)."""
+
+    law: Law
+    params: dict[str, float]
+    replicas: list[dict[str, float]]
+    """The bootstrap fits' parameters (empty without resamples)."""
+    shared_fraction: float | None
+    """The fit's own estimate of the share of parameters outside the experts; None when it
+    stores none (a sweep of dense runs only has nothing to estimate it from)."""
+
+
+SCALE_EXPONENTS = ("alpha", "beta", "gamma")
+"""The exponents of N and D in every law: at or below 0 the loss would not fall with size or
+data, and every optimum would sit at the edge of the search."""
+
+
+def load_fit(path: str | Path) -> FitFile:
+    """A FIT.json written by ``moelab fit --json`` (or a sweep), checked before use: UTF-8 JSON
+    whose parameters, and bootstrap replicas, are finite numbers (a NaN exponent would print
+    ``loss = nan``), with every parameter of its law."""
     path = Path(path)
-    try:
-        record = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise MoelabError(f"cannot read {path}: {exc.strerror or exc}") from None
-    except json.JSONDecodeError:
-        raise MoelabError(f"{path} is not JSON: expected the output of moelab fit --json") from None
-    if not isinstance(record, dict) or "law" not in record or "params" not in record:
+    record = _read_fit_record(path)
+    if not isinstance(record, dict):
+        raise MoelabError(f"{path} is not a fit: expected keys 'law' and 'params' (moelab fit --json)")
+    _check_fit_numbers(record, path)
+    if "law" not in record or "params" not in record:
         raise MoelabError(f"{path} is not a fit: expected keys 'law' and 'params' (moelab fit --json)")
     law = get_law(record["law"])
     params = record["params"]
@@ -106,4 +127,81 @@ def load_fit(path: str | Path) -> tuple[Law, dict[str, float], list[dict[str, fl
     if missing:
         raise MoelabError(f"{path}: params lack {', '.join(missing)} for the {law.name} law")
     replicas = (record.get("bootstrap") or {}).get("params") or []
-    return law, params, replicas, record
+    return FitFile(law, params, replicas, record.get("shared_fraction"))
+
+
+def _read_fit_record(path: Path):
+    try:
+        return json.loads(path.read_bytes().decode("utf-8"))
+    except OSError as exc:
+        raise MoelabError(f"cannot read {path}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise MoelabError(f"{path} is not UTF-8 text (byte {exc.start}): expected the output "
+                          f"of moelab fit --json") from None
+    except (ValueError, RecursionError):
+        raise MoelabError(f"{path} is not JSON: expected the output of moelab fit --json") from None
+
+
+def _check_fit_numbers(record: dict, path: Path) -> None:
+    """The parameters, the bootstrap replicas and the shared fraction of a fit record."""
+    if "params" in record:
+        _check_params(record["params"], "params", path)
+        check_scale_exponents(record["params"], path)
+    bootstrap = record.get("bootstrap")
+    if bootstrap is not None and not isinstance(bootstrap, dict):
+        raise MoelabError(f"{path}: bootstrap is invalid: expected a mapping or null")
+    replicas = (bootstrap or {}).get("params")
+    if replicas is not None:
+        if not isinstance(replicas, list):
+            raise MoelabError(f"{path}: bootstrap.params is invalid: expected a list of fits")
+        for index, replica in enumerate(replicas):
+            _check_params(replica, f"bootstrap.params[{index}]", path)
+    shared = record.get("shared_fraction")
+    if shared is not None and (isinstance(shared, bool) or not isinstance(shared, (int, float))
+                               or not 0 <= shared <= 1):
+        raise MoelabError(f"{path}: shared_fraction={shared!r} is invalid: allowed [0, 1] or null")
+
+
+def _check_params(params, where: str, path: Path) -> None:
+    if not isinstance(params, dict):
+        raise MoelabError(f"{path}: {where}={params!r} is invalid: expected a mapping of "
+                          f"parameter names to numbers")
+    for name, value in params.items():
+        if isinstance(value, bool) or not isinstance(value, (int, float)) \
+                or not math.isfinite(value):
+            raise MoelabError(f"{path}: {where}.{name}={value!r} is invalid: expected a "
+                              f"finite number")
+
+
+def check_scale_exponents(params: dict, path: Path) -> None:
+    for name in SCALE_EXPONENTS:
+        value = params.get(name)
+        if value is not None and value <= 0:
+            raise MoelabError(f"{path}: params.{name}={value!r} is invalid: allowed > 0 (the "
+                              "loss must fall with parameters and tokens for an optimum to exist)")
+
+
+def check_identifiable(law_name: str, columns: dict, holdout: str | None, csv_path: str) -> None:
+    """Refuse a table the law cannot be identified from (the fit would report a perfect
+    objective and meaningless parameters): the loss must vary, every variable of the law must
+    take at least two values, and there must be more distinct points than parameters."""
+    law = get_law(law_name)
+    if holdout:
+        columns = select(columns, ~holdout_mask(columns, holdout))
+    variables = {"log_N": "N", "log_D": "D", "log_U": "S"}
+    used = [variables[feature] for feature in law.features]
+    where = f"{csv_path}" + (f" (without --holdout {holdout})" if holdout else "")
+    loss = np.asarray(columns["loss"], dtype=float)
+    if np.ptp(loss) == 0:
+        raise MoelabError(f"{where}: every loss is {loss[0]:g}: a table without loss variation "
+                          f"cannot identify the {law.name} law")
+    for name in used:
+        distinct = np.unique(columns[name])
+        if len(distinct) < 2:
+            raise MoelabError(f"{where}: {name} takes one value ({distinct[0]:g}): the {law.name} "
+                              f"law's {name} term cannot be identified; vary {name} across runs")
+    points = len({tuple(row) for row in np.column_stack([columns[name] for name in used])})
+    if points <= law.num_params:
+        raise MoelabError(f"{where}: too few distinct ({', '.join(used)}) points for the "
+                          f"{law.name} law: {points} for {law.num_params} parameters; allowed "
+                          f"{law.num_params + 1} or more (more points than parameters)")

@@ -41,8 +41,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+import scipy.optimize
 
 from moelab.errors import MoelabError
+from moelab.scaling.family import active_params
 from moelab.scaling.fitting import percentile_interval
 
 COEFFICIENTS = ("c", "a", "m", "p", "e")
@@ -129,8 +131,6 @@ def _design(rows: list[dict[str, float]]) -> tuple[np.ndarray, np.ndarray]:
 def _nnls_relative(X: np.ndarray, seconds: np.ndarray) -> dict[str, float]:
     """min sum ((X beta - t) / t)^2 over beta >= 0, with the columns scaled to comparable size
     (F is ~1e6 times E) so that the solver's tolerances mean the same for every term."""
-    import scipy.optimize
-
     weighted = X / seconds[:, None]
     scale = np.max(np.abs(weighted), axis=0)
     scale[scale == 0] = 1.0
@@ -237,14 +237,6 @@ def _checked_row(path: Path, index: int, row) -> dict[str, float]:
     return checked
 
 
-def load_throughput_model(path: str | Path, *, bootstrap_replicates: int = DEFAULT_BOOTSTRAP,
-                          seed: int = 0) -> tuple[ThroughputModel, dict]:
-    """A table read, checked and fitted; returns the model and the table's header fields."""
-    rows, header = read_throughput_table(path)
-    return fit_throughput(rows, bootstrap_replicates=bootstrap_replicates, seed=seed,
-                          source=f"throughput table {path}"), header
-
-
 def per_shape_means(rows: list[dict[str, float]]) -> list[dict[str, float]]:
     """One row per (N_total, S): the median tokens/s and step time of its runs (a sweep has one
     per budget) and the largest peak memory."""
@@ -265,10 +257,8 @@ def per_shape_means(rows: list[dict[str, float]]) -> list[dict[str, float]]:
 
 def family_throughput(model: ThroughputModel, shared_fraction: float, top_k: int,
                       coefficients: dict[str, float] | None = None):
-    """tokens/s(N, S) over the architecture family of ``moelab.scaling.optimal``: N_active from
+    """tokens/s(N, S) over the architecture family of ``moelab.scaling.family``: N_active from
     the shared fraction, E = k / (1 - S)."""
-    from moelab.scaling.optimal import active_params
-
     def tokens_per_s(total_params, sparsity):
         total, sparsity = np.broadcast_arrays(np.asarray(total_params, dtype=np.float64),
                                               np.asarray(sparsity, dtype=np.float64))

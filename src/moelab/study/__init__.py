@@ -8,6 +8,7 @@ Modules: ``commands`` (the study commands as functions), ``settings`` (the ``stu
 of presets), ``arms`` (derive the arms), ``plan`` (every run and the folder's plan files),
 ``records`` (read run folders back), ``aggregate`` (their statistics), ``results`` (what
 results.json holds, as dataclasses), ``stats`` (paired and Welch t-tests, power),
-``zero_shot`` (task accuracies), ``figures`` and ``report`` (outputs).
+``zero_shot`` (task accuracies), ``figures`` and ``report`` (outputs). Token counts (40.5M)
+are ``moelab.runs.tokens``.
 See docs/study.md.
 """

@@ -11,7 +11,7 @@ import numpy as np
 from moelab.report import (
     discard_figure, format_token_axis, label_ticks_at, new_figure, save_figure,
 )
-from moelab.study.budgets import format_token_count
+from moelab.runs.tokens import format_token_count
 from moelab.study.records import RunRecord
 from moelab.study.results import BudgetResults
 from moelab.study.stats import TEST_NAMES, Gap

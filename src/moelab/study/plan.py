@@ -30,7 +30,7 @@ from moelab.runs.spec import branch_record
 from moelab.runs.families import as_budget_family
 from moelab.runs.records import check_run_files
 from moelab.study.arms import Arm
-from moelab.study.budgets import format_token_count
+from moelab.runs.tokens import format_token_count
 from moelab.train.run_folder import first_difference
 
 

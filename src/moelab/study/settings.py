@@ -31,7 +31,7 @@ from moelab.config import (
 )
 from moelab.errors import ConfigError, MoelabError
 from moelab.study.arms import DEFAULT_CRITERIA, check_criteria
-from moelab.study.budgets import TokenCount
+from moelab.runs.tokens import TokenCount
 
 MAX_SEEDS = 1000
 """Seeds per arm: more is a typo (a count where a list was meant), not a study."""

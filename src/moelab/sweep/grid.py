@@ -30,7 +30,7 @@ from typing import Annotated, Any, Literal, Optional
 
 from moelab.config import Parsed, apply_overrides, from_dict, preset_names, read_raw, to_dict
 from moelab.errors import ConfigError
-from moelab.study.budgets import TokenCount
+from moelab.runs.tokens import TokenCount
 
 SWEEP_PRESETS = "sweeps"
 """The folder of moelab/presets/ that holds the grid presets."""
@@ -172,6 +172,19 @@ def with_seeds_key(record: dict) -> dict:
 
 def grid_preset_names() -> list[str]:
     return preset_names(SWEEP_PRESETS)
+
+
+CONFIG_SECTIONS = ("model.", "data.", "train.")
+
+
+def load_sweep_grid(source: str | Path, overrides: list[str]) -> SweepGrid:
+    """The grid after ``--set`` pairs: grid keys as given, config keys (model./data./train.)
+    appended to the grid's own ``overrides`` list, after the ones it has."""
+    config_pairs = [pair for pair in overrides if pair.startswith(CONFIG_SECTIONS)]
+    grid = load_grid(source, [pair for pair in overrides if pair not in config_pairs])
+    if not config_pairs:
+        return grid
+    return dataclasses.replace(grid, overrides=[*grid.overrides, *config_pairs])
 
 
 def load_grid(source: str | Path, overrides: list[str] | None = None) -> SweepGrid:

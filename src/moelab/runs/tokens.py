@@ -1,4 +1,7 @@
-"""Token budgets written the way people say them: ``40.5M``, ``426.3M``, ``1B``, ``500K``."""
+"""Token budgets written the way people say them: ``40.5M``, ``426.3M``, ``1B``, ``500K``.
+
+Kept here, below the study and the sweep, so both read and label budgets the same way.
+"""
 
 from __future__ import annotations
 

@@ -1,10 +1,11 @@
 """The sweep report: ``report.md`` and its figures, rendered from the sweep folder alone.
 
-It reads ``grid.json`` (as a dict), ``results.csv`` and the files ``sweep_analysis`` wrote
+It reads ``grid.json``, ``results.csv`` and the files ``moelab.sweep.analysis`` wrote
 (``analysis.json``, ``forms.json``, ``fit.json``, ``fit_holdout.json``, ``isoflop.json``,
-``throughput.json``, ``optima.json``), so every number it prints is in one of them; it computes
-nothing but the fitted law's curves in the figures. ``write_sweep_report`` runs the analysis
-first; ``render_sweep_report`` redraws a folder already analysed.
+``throughput.json``, ``optima.json``; read back as one ``SweepAnalysis``), so every number it
+prints is in one of them; it computes nothing but the fitted law's curves in the figures
+(``moelab.sweep.figures``). ``write_sweep_report`` runs the analysis first;
+``render_sweep_report`` redraws a folder already analysed.
 """
 
 from __future__ import annotations
@@ -16,15 +17,18 @@ from typing import Callable
 import numpy as np
 
 from moelab.fileio import atomic_write_text
-from moelab.report import format_count, format_number, markdown_table, new_figure, save_figure
+from moelab.report import format_count, format_number, markdown_table
 from moelab.runs.families import count_family_tokens, planned_branch_steps
 from moelab.scaling.forms import MIN_STEADY_REPLICATES
 from moelab.scaling.laws import SPARSITY, get_law
-from moelab.scaling.optimal import active_params
-from moelab.scaling.sweep_folder import (
-    describe_grid, read_grid_record, read_json, read_optional_json, read_results, row_seed,
-)
 from moelab.scaling.table import fit_table_from_rows
+from moelab.sweep.analysis import analyse_sweep
+from moelab.sweep.figures import isoflop_figure, optima_figure
+from moelab.sweep.folder import (
+    read_analysis, read_grid, read_optional_json, read_results, row_seed, with_derived_files,
+)
+from moelab.sweep.records import FormsRecord, GridRecord, LawFit, OptimaRecord, SweepAnalysis
+from moelab.tasks import TASK_NAMES, read_run_tasks
 
 
 def write_sweep_report(out_dir: Path, *, bootstrap_replicates: int = 200,
@@ -33,8 +37,6 @@ def write_sweep_report(out_dir: Path, *, bootstrap_replicates: int = 200,
 
     ``max_starts`` limits the sparsity law's start grid (None: its default seeded subset).
     """
-    from moelab.scaling.sweep_analysis import analyse_sweep
-
     analyse_sweep(out_dir, bootstrap_replicates=bootstrap_replicates, max_starts=max_starts,
                   log=log)
     return render_sweep_report(out_dir)
@@ -43,47 +45,49 @@ def write_sweep_report(out_dir: Path, *, bootstrap_replicates: int = 200,
 def render_sweep_report(out_dir: Path) -> Path:
     """report.md and figures/*.png from the folder's files; returns the report's path."""
     out_dir = Path(out_dir)
-    grid = read_grid_record(out_dir)
-    analysis = read_json(out_dir / "analysis.json")
-    sections = [f"# Sparsity sweep `{grid['name']}`\n", _setup(grid)]
+    grid = read_grid(out_dir)
+    analysis = read_analysis(out_dir)
+    sections = [f"# Sparsity sweep `{grid.name}`\n", _setup(grid)]
     results = read_results(out_dir)
     if results is None:
         sections.append("No results to analyse yet (results.csv has no complete runs).\n")
         return atomic_write_text(out_dir / "report.md", "\n".join(sections))
     header, rows = results
     sections.append(_budget_family_text(out_dir, rows))
-    columns = fit_table_from_rows(out_dir / "results.csv", header, rows, True, analysis["columns"])
-    fit = read_optional_json(out_dir / "fit.json")
-    shared = analysis.get("shared_fraction")
-    selection = read_optional_json(out_dir / "forms.json")
-    holdout = read_optional_json(out_dir / "fit_holdout.json")
-    throughput = read_optional_json(out_dir / "throughput.json")
-    optima = read_optional_json(out_dir / "optima.json")
+    columns = fit_table_from_rows(out_dir / "results.csv", header, rows, True, analysis.columns)
+    analysis = with_derived_files(out_dir, analysis)
     sections.append(_results_table(rows))
     sections.append(_zero_shot_section(out_dir, header, rows))
-    if selection is not None:
-        sections.append(_forms_section(selection))
-    if analysis["status"].get("law") == "too_few_points":
-        sections.append(f"## Law fit\n\nNot enough points ({len(rows)}) for the "
-                        f"{SPARSITY.num_params}-parameter sparsity law: at least "
-                        f"{SPARSITY.num_params + 1} complete runs are needed.\n")
-    if fit is not None:
-        sections.append(_fit_section(fit, shared, analysis["bootstrap_replicates"]))
-    if holdout is not None:
-        sections.append(_holdout_section(holdout))
-    isoflop = read_optional_json(out_dir / "isoflop.json")
-    if isoflop is not None:
-        sections.append(_isoflop_section(out_dir, rows, columns, isoflop, fit, shared))
-    sections.append(_throughput_section(throughput, analysis))
-    sections.append(_optima_section(out_dir, analysis, fit, optima, throughput))
-    sections.append(_reproduce_section(grid, analysis, fit))
+    sections.extend(_law_sections(analysis, len(rows)))
+    if analysis.isoflop is not None:
+        sections.append(_isoflop_section(out_dir, rows, columns, analysis))
+    sections.append(_throughput_section(analysis))
+    sections.append(_optima_section(out_dir, analysis, float(rows[0]["S"])))
+    sections.append(_reproduce_section(grid, analysis))
     return atomic_write_text(out_dir / "report.md", "\n".join(s for s in sections if s))
 
 
-def _forms_section(selection: dict) -> str:
-    criteria = selection["criteria"]
+def _law_sections(analysis: SweepAnalysis, n_rows: int) -> list[str]:
+    """The forms checked, the chosen fit and its held-out check (whichever there are)."""
+    sections = []
+    if analysis.forms is not None:
+        sections.append(_forms_section(analysis.forms))
+    if analysis.status.law == "too_few_points":
+        sections.append(f"## Law fit\n\nNot enough points ({n_rows}) for the "
+                        f"{SPARSITY.num_params}-parameter sparsity law: at least "
+                        f"{SPARSITY.num_params + 1} complete runs are needed.\n")
+    if analysis.fit is not None:
+        sections.append(_fit_section(analysis.fit, analysis.shared_fraction,
+                                     analysis.bootstrap_replicates))
+    if analysis.holdout_fit is not None:
+        sections.append(_holdout_section(analysis.holdout_fit))
+    return sections
+
+
+def _forms_section(selection: FormsRecord) -> str:
+    criteria = selection.criteria
     rows = []
-    for check in selection["forms"]:
+    for check in selection.forms:
         law = get_law(check["law"])
         if "skipped" in check:
             rows.append([f"`{law.name}`", str(law.num_params), "–", "–", "skipped: too few points", ""])
@@ -91,11 +95,11 @@ def _forms_section(selection: dict) -> str:
         identified = "yes" if check["identified"] else "no: " + "; ".join(check["problems"])
         rows.append([f"`{law.name}`", str(law.num_params), f"{check['objective']:.3e}",
                      f"{check['holdout_mae']:.4f}", identified,
-                     "**chosen**" if check["law"] == selection["chosen"] else ""])
+                     "**chosen**" if check["law"] == selection.chosen else ""])
     formulas = "\n".join(f"- `{name}`: {get_law(name).formula}"
-                          for name in (c["law"] for c in selection["forms"]))
-    if selection["chosen"]:
-        verdict = (f"The richest form that passes both checks is `{selection['chosen']}`; the fit, "
+                          for name in (c["law"] for c in selection.forms))
+    if selection.chosen:
+        verdict = (f"The richest form that passes both checks is `{selection.chosen}`; the fit, "
                    "the held-out check and the optima below use it (`fit.json`).")
     else:
         verdict = ("**No form of the law passes both checks**, so these points identify no law: "
@@ -133,9 +137,9 @@ def _resamples_caveat(replicates: int) -> str:
     return ""
 
 
-def _setup(grid: dict) -> str:
+def _setup(grid: GridRecord) -> str:
     return ("## Setup\n\n"
-            f"- Grid: {describe_grid(grid)}.\n"
+            f"- Grid: {grid.describe()}.\n"
             "- S = (E - k) / E; S = 0 is the dense model. N is the *total* parameter count, "
             "N_active the parameters one token uses; D is the tokens trained; C = 6 N_active D "
             "is the compute a run actually spent, C_budget the budget it was planned for.\n"
@@ -206,8 +210,6 @@ def _seed_spread_text(rows: list[dict[str, str]]) -> str:
 def _zero_shot_section(out_dir: Path, header: list[str], rows: list[dict[str, str]]) -> str:
     """Each run's zero-shot accuracies (results.csv's zero_shot_* columns, from the runs'
     tasks.json) beside each task's chance level; nothing when no run scored tasks."""
-    from moelab.tasks import TASK_NAMES, read_run_tasks
-
     tasks = [task for task in TASK_NAMES if f"zero_shot_{task}" in header]
     if not tasks:
         return ""
@@ -226,10 +228,10 @@ def _zero_shot_section(out_dir: Path, header: list[str], rows: list[dict[str, st
                              "llrr" + "r" * len(tasks)))
 
 
-def _fit_section(fit: dict, shared: float | None, replicates: int) -> str:
+def _fit_section(fit: LawFit, shared: float | None, replicates: int) -> str:
     rows = []
-    for name, value in fit["params"].items():
-        ci = fit["ci"].get(name)
+    for name, value in fit.params.items():
+        ci = fit.ci.get(name)
         rows.append([name, f"{value:.5g}", f"[{ci[0]:.4g}, {ci[1]:.4g}]" if ci else "–"])
     intervals = (f"95 % intervals from {replicates} bootstrap resamples (`fit.json`)."
                  if replicates else "No bootstrap resamples (`--bootstrap 0`), so no intervals.")
@@ -239,18 +241,18 @@ def _fit_section(fit: dict, shared: float | None, replicates: int) -> str:
     else:
         family = (f"Shared (non-expert) fraction of the parameters, fitted to the runs' own "
                   f"N_active / N: {shared:.3f} (N_active = N (phi + (1 - phi)(1 - S))).\n")
-    law = get_law(fit["law"])
+    law = get_law(fit.law)
     return (f"## Law fit (`{law.name}`, N = total parameters)\n\n"
             f"{law.formula}, "
-            f"fitted to all {fit['n_points']} points by summed Huber loss (delta = 1e-3) of log "
-            f"residuals from {fit['num_starts']} grid starts; objective {fit['objective']:.4e}. "
+            f"fitted to all {fit.n_points} points by summed Huber loss (delta = 1e-3) of log "
+            f"residuals from {fit.num_starts} grid starts; objective {fit.objective:.4e}. "
             f"{intervals}\n\n"
             + markdown_table(["parameter", "value", "95 % CI"], rows, "lrr")
             + "\n" + family)
 
 
-def _holdout_section(holdout_fit: dict) -> str:
-    held = holdout_fit["holdout"]
+def _holdout_section(holdout_fit: LawFit) -> str:
+    held = holdout_fit.holdout
     rows = [[f"{p['S']:g}", format_count(p["N"]), format_count(p["D"]), format_number(p["loss"]),
              format_number(p["predicted"]), f"{(p['predicted'] - p['loss']) / p['loss']:+.2%}"]
             for p in held["points"]]
@@ -267,16 +269,16 @@ def _holdout_section(holdout_fit: dict) -> str:
 # --------------------------------------------------------------------------------------------
 
 
-def _isoflop_section(out_dir: Path, rows: list[dict[str, str]], columns: dict, isoflop: dict,
-                     fit: dict | None, shared: float | None) -> str:
+def _isoflop_section(out_dir: Path, rows: list[dict[str, str]], columns: dict,
+                     sweep: SweepAnalysis) -> str:
+    isoflop, shared = sweep.isoflop, sweep.shared_fraction
     budgets = np.array([float(row["C_budget"]) for row in rows])
     iso_columns = {"N": columns["N"], "C": budgets, "S": columns["S"], "loss": columns["loss"]}
-    deviation = np.array([isoflop["compute_deviation"]["per_run"][row["run"]] for row in rows])
-    off_budget = isoflop["compute_deviation"]["off_budget_runs"]
-    analysis, surface = isoflop["all_points"], isoflop["surface"]
+    deviation = np.array([isoflop.compute_deviation.per_run[row["run"]] for row in rows])
+    analysis, surface = isoflop.all_points, isoflop.surface
     # The lines need N_active(N, S); with only dense runs it is N whatever the shared fraction.
-    figure = _isoflop_figure(out_dir / "figures" / "isoflop.png", iso_columns, fit,
-                             0.0 if shared is None else shared)
+    figure = isoflop_figure(out_dir / "figures" / "isoflop.png", iso_columns, sweep.fit,
+                            0.0 if shared is None else shared)
     text = "## IsoFLOP analysis\n\n" + (
         "Per compute budget, the loss is fitted as a quadratic surface in (log N, -log(1 - S)) "
         "and minimised inside the observed box (Abnar et al.); `isoflop.json` also holds a "
@@ -286,8 +288,8 @@ def _isoflop_section(out_dir: Path, rows: list[dict[str, str]], columns: dict, i
         "log N (Hoffmann et al.'s approach 2); its vertex is N*.\n\n")
     text += _budget_table(analysis["budgets"], budgets, deviation, surface)
     text += _exponent_sentence(analysis)
-    text += _compute_deviation_sentence(deviation, off_budget,
-                                        isoflop["compute_deviation"]["tolerance"])
+    text += _compute_deviation_sentence(deviation, isoflop.compute_deviation.off_budget_runs,
+                                        isoflop.compute_deviation.tolerance)
     if figure:
         text += ("\n![IsoFLOP curves per sparsity](figures/isoflop.png)\n\n"
                  "Points: runs; lines: the fitted law along each budget (D = C / (6 N_active)).\n")
@@ -350,49 +352,16 @@ def _compute_deviation_sentence(deviation: np.ndarray, off_budget: dict[str, flo
             f"on their budget's curve): {runs}.\n")
 
 
-def _isoflop_figure(path: Path, columns: dict, fit: dict | None, shared: float) -> Path | None:
-    budgets = np.unique(columns["C"])
-    fig, axes = new_figure(ncols=len(budgets), width_in=5.0)
-    axes = axes if isinstance(axes, list) else [axes]
-    sparsities = np.unique(columns["S"])
-    colours = dict(zip(sparsities, _palette(len(sparsities))))
-    for ax, flops in zip(axes, budgets):
-        at_budget = columns["C"] == flops
-        for sparsity in sparsities:
-            mask = at_budget & (columns["S"] == sparsity)
-            ax.scatter(columns["N"][mask], columns["loss"][mask], color=colours[sparsity],
-                       label=f"S={sparsity:g}")
-            if fit is not None and mask.any():
-                n_grid = np.geomspace(columns["N"][at_budget].min() / 1.5,
-                                      columns["N"][at_budget].max() * 1.5, 60)
-                tokens = flops / (6 * active_params(n_grid, sparsity, shared))
-                ax.plot(n_grid, get_law(fit["law"]).predict_loss(fit["params"], N=n_grid, D=tokens,
-                                                      S=np.full_like(n_grid, sparsity)),
-                        color=colours[sparsity], lw=1)
-        ax.set_xscale("log")
-        ax.set_xlabel("total parameters N")
-        ax.set_ylabel("best validation loss")
-        ax.set_title(f"C = {flops:.3g} FLOPs")
-        ax.legend(fontsize=8)
-    return save_figure(fig, path)
-
-
-def _palette(count: int) -> list:
-    import matplotlib
-
-    cmap = matplotlib.colormaps["viridis"]
-    return [cmap(x) for x in np.linspace(0.0, 0.9, count)]
-
-
 # --------------------------------------------------------------------------------------------
 # Throughput
 # --------------------------------------------------------------------------------------------
 
 
-def _throughput_section(throughput: dict | None, analysis: dict) -> str:
+def _throughput_section(analysis: SweepAnalysis) -> str:
+    throughput = analysis.throughput
     if throughput is None:
         return ("## Throughput\n\n"
-                f"Not measured: {analysis['status'].get('throughput', 'no throughput.json')}.\n")
+                f"Not measured: {analysis.status.throughput or 'no throughput.json'}.\n")
     rows = [[format_count(r["N_total"]), format_count(r["N_active"]), f"{r['S']:g}",
              f"{r['E']:g}", f"{r['tokens_per_s']:,.0f}",
              f"{r['step_time_s'] * 1e3:.1f}" if r.get("step_time_s") else "–",
@@ -400,11 +369,11 @@ def _throughput_section(throughput: dict | None, analysis: dict) -> str:
              f"{r['tokens_per_s_vs_dense']:.2f}" if r.get("tokens_per_s_vs_dense") else "–",
              f"{r['step_time_vs_equal_flops_dense']:.2f}"
              if r.get("step_time_vs_equal_flops_dense") else "–",
-             str(r["runs"])] for r in throughput["rows"]]
+             str(r["runs"])] for r in throughput.rows]
     text = ("## Throughput\n\n"
             "Training tokens/s each run measured on the machine that ran it (training time "
             "only, eval and checkpoints excluded; median over the runs of a shape, "
-            f"`throughput.json`; device {', '.join(throughput['devices'])}). 'vs dense': "
+            f"`throughput.json`; device {', '.join(throughput.devices)}). 'vs dense': "
             "tokens/s against the dense model of the same total size; 'vs equal FLOPs': step "
             "time against a dense step of the same FLOPs (the dense runs' time per token "
             "interpolated log-log at this N_active; '–' outside the dense sizes). Peak memory is the training process's "
@@ -414,9 +383,9 @@ def _throughput_section(throughput: dict | None, analysis: dict) -> str:
             + markdown_table(["N total", "N active", "S", "E", "tokens/s", "ms/step",
                               "peak MiB", "vs dense", "vs equal FLOPs", "runs"], rows,
                              "rrrrrrrrrr"))
-    model = throughput.get("model")
+    model = throughput.model
     if model is None:
-        return text + f"\nNo throughput model: {throughput['model_problem']}\n"
+        return text + f"\nNo throughput model: {throughput.model_problem}\n"
     coefficients, ci = model["coefficients"], model["ci"]
     terms = [[name, f"{coefficients[name]:.3g}",
               f"[{ci[name][0]:.3g}, {ci[name][1]:.3g}]" if ci else "–"] for name in coefficients]
@@ -433,29 +402,30 @@ def _throughput_section(throughput: dict | None, analysis: dict) -> str:
 # --------------------------------------------------------------------------------------------
 
 
-def _optima_section(out_dir: Path, analysis: dict, fit: dict | None, optima: dict | None,
-                    throughput: dict | None) -> str:
-    status = analysis["status"].get("optima")
+def _optima_section(out_dir: Path, analysis: SweepAnalysis, first_sparsity: float) -> str:
+    """The optima curves and the three optima; ``first_sparsity`` is the first run's S (the
+    only one when every run has the same)."""
+    status, fit, optima = analysis.status.optima, analysis.fit, analysis.optima
     head = "## Optimal sparsity\n\n"
     if status == "no_law":
         return head + ("Not computed: the optima (under parameters, FLOPs and wall-clock seconds) "
                        "are read off a fitted law, and these points identify none (see 'Law "
                        "form'). The measured throughput above stands on its own.\n")
     if status == "one_sparsity":
-        return head + (f"Skipped: every run has S = {_only_sparsity(out_dir):g}, so the fit cannot "
+        return head + (f"Skipped: every run has S = {first_sparsity:g}, so the fit cannot "
                        "tell how the loss changes with S, and an optimal sparsity read off it "
                        "would not be measured. Sweep at least two sparsities.\n")
     if status == "no_sparsity_term":
-        return head + (f"The chosen form (`{fit['law']}`) has no sparsity term: at fixed total "
+        return head + (f"The chosen form (`{fit.law}`) has no sparsity term: at fixed total "
                        "parameters and tokens these runs measure no effect of S. Sparsity then "
                        "pays only through compute (a sparser model of the same total size spends "
                        "fewer FLOPs per token, so a FLOPs budget buys it more tokens), and under a "
                        "FLOPs budget the sparsest model the architecture allows is best: S* is "
                        "the edge of any search, a consequence of the accounting rather than a "
                        "measured optimum. No curves are drawn.\n")
-    vs_n, vs_c, vs_t = optima["vs_params"], optima["vs_flops"], optima.get("vs_seconds")
-    _optima_figure(out_dir / "figures" / "optimal_sparsity.png", vs_n, vs_c, vs_t,
-                   optima["flops_for_fixed_params"])
+    vs_n, vs_c, vs_t = optima.vs_params, optima.vs_flops, optima.vs_seconds
+    optima_figure(out_dir / "figures" / "optimal_sparsity.png", vs_n, vs_c, vs_t,
+                  optima.flops_for_fixed_params)
     bands = ("with 95 % bands over the bootstrap fits" if vs_c[0]["ci"]
              else "without bands (no bootstrap fits)")
     rows = [[f"{r['flops']:.3g}", _with_ci(r, "sparsity", "{:.3f}"),
@@ -463,7 +433,7 @@ def _optima_section(out_dir: Path, analysis: dict, fit: dict | None, optima: dic
              "yes" if r["optimum"]["at_boundary"] else ""] for r in vs_c]
     text = (head + f"From the fitted law (`optima.json`), {bands}. Left: S* at a fixed total "
             "parameter count N, trained with the median compute of the sweep (C = "
-            f"{optima['flops_for_fixed_params']:.3g}; D = C / (6 N_active) grows with S). Middle: "
+            f"{optima.flops_for_fixed_params:.3g}; D = C / (6 N_active) grows with S). Middle: "
             "the compute-optimal S* at each budget C, minimising over N as well. Right: S* under "
             "a wall-clock budget T on the machine that ran the sweep (D = T x its measured "
             "tokens/s, from the throughput model). Values at the edge of the search (S in "
@@ -474,16 +444,11 @@ def _optima_section(out_dir: Path, analysis: dict, fit: dict | None, optima: dic
     return text + _three_optima_text(optima, analysis)
 
 
-def _only_sparsity(out_dir: Path) -> float:
-    header, rows = read_results(out_dir)
-    return float(rows[0]["S"])
-
-
-def _three_optima_text(optima: dict, analysis: dict) -> str:
-    three = optima.get("three")
+def _three_optima_text(optima: OptimaRecord, analysis: SweepAnalysis) -> str:
+    three = optima.three
     if three is None:
         return ("\nNo optimum under wall-clock seconds: "
-                f"{analysis['status'].get('seconds', 'no throughput model')}.\n")
+                f"{analysis.status.seconds or 'no throughput model'}.\n")
     rows = []
     for key, label in (("by_params", f"parameters N = {format_count(three['params'])}, "
                                       f"C = {three['flops']:.3g}"),
@@ -532,39 +497,18 @@ def _with_ci(result: dict, key: str, fmt: str | None) -> str:
     return f"{value} [{show(ci[0])}, {show(ci[1])}]" if ci else value
 
 
-def _optima_figure(path: Path, vs_n: list[dict], vs_c: list[dict], vs_t: list[dict] | None,
-                   flops_reference: float) -> Path:
-    panels = [(vs_n, "params", "total parameters N", f"fixed N, C = {flops_reference:.3g}"),
-              (vs_c, "flops", "training compute C (FLOPs)", "compute-optimal")]
-    if vs_t:
-        panels.append((vs_t, "seconds", "wall-clock budget T (s, this hardware)", "time-optimal"))
-    fig, axes = new_figure(ncols=len(panels), width_in=5.0)
-    for ax, (rows, key, label, title) in zip(axes, panels):
-        x = [r[key] for r in rows]
-        ax.plot(x, [r["optimum"]["sparsity"] for r in rows], marker="o", label="best fit")
-        if rows[0]["ci"]:
-            ax.fill_between(x, [r["ci"]["sparsity"][0] for r in rows],
-                            [r["ci"]["sparsity"][1] for r in rows], alpha=0.25, label="95 % band")
-        ax.set_xscale("log")
-        ax.set_ylim(-0.02, 1.0)
-        ax.set_xlabel(label)
-        ax.set_ylabel("optimal sparsity S*")
-        ax.set_title(title)
-        ax.legend(fontsize=8)
-    return save_figure(fig, path)
-
-
-def _reproduce_section(grid: dict, analysis: dict, fit: dict | None) -> str:
-    columns = ",".join(f"{k}={v}" for k, v in analysis["columns"].items())
-    max_starts, replicates = analysis["max_starts"], analysis["bootstrap_replicates"]
+def _reproduce_section(grid: GridRecord, analysis: SweepAnalysis) -> str:
+    fit = analysis.fit
+    columns = ",".join(f"{k}={v}" for k, v in analysis.columns.items())
+    max_starts, replicates = analysis.max_starts, analysis.bootstrap_replicates
     starts = "" if max_starts is None else f" --starts {max_starts}"
-    law = fit["law"] if fit else SPARSITY.name
+    law = fit.law if fit else SPARSITY.name
     text = ("## Reproduce\n\n"
-            f"    moelab sweep-sparsity {grid['name']} --out DIR{starts}   # skips finished runs\n"
+            f"    moelab sweep-sparsity {grid.name} --out DIR{starts}   # skips finished runs\n"
             f"    moelab fit DIR/results.csv --law {law} --columns {columns} "
             f"--bootstrap {replicates}{starts}\n"
             f"    moelab fit DIR/results.csv --law {law} --columns {columns} "
-            f"--holdout '{grid['holdout']}'{starts}\n")
+            f"--holdout '{grid.holdout}'{starts}\n")
     if fit:
         text += ("    moelab optimal DIR/fit.json --flops C        # or --params N --flops C\n"
                  "    moelab optimal DIR/fit.json --seconds T      # reads DIR/throughput.json\n")

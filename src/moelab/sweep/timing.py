@@ -19,12 +19,23 @@ import platform
 import statistics
 import time
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Callable
 
-from moelab.config import Config, load_config, override
+import torch
+
+from moelab.accounting import count_params, flops_per_token
+from moelab.config import Config, load_config
 from moelab.errors import MoelabError
 from moelab.fileio import atomic_write_json, atomic_write_text
+from moelab.model import Transformer
+from moelab.sweep.grid import load_grid
+from moelab.sweep.plan import point_config, with_max_tokens
+from moelab.train.distributed import setup_distributed
+from moelab.train.loop import Session, StepPlan, check_cpp_compiler, compile_afresh, optimizer_step
+from moelab.train.memory import check_training_fits, peak_memory_bytes
+from moelab.train.optim import build_optimizer
 
 TABLE_COLUMNS = ("shape", "N_total", "N_active", "S", "E", "k", "d_expert", "tokens_per_step",
                  "steps_timed", "step_time_s", "tokens_per_s", "flops_per_token_6n",
@@ -43,28 +54,23 @@ class Shape:
 def grid_shapes(grid_source: str, overrides: list[str]) -> list[Shape]:
     """Every size x sparsity of a sweep grid (its budgets do not matter here), over the grid's
     base config, its overrides, then ``overrides``."""
-    from moelab.scaling.grid import load_grid
-    from moelab.scaling.sweep import model_overrides
-
     grid = load_grid(grid_source)
     base = load_config(grid.base, list(grid.overrides) + list(overrides))
     return [Shape(size["name"], float(sparsity),
-                  override(base, model_overrides(size, sparsity, grid.top_k, grid.mode)))
+                  point_config(base, size, float(sparsity), grid.top_k, grid.mode))
             for size in grid.sizes for sparsity in grid.sparsities]
 
 
 def config_shapes(config_source: str, overrides: list[str], sparsities: list[float] | None,
                   top_k: int) -> list[Shape]:
     """One config's model, dense and at each sparsity with the same total FFN (fixed_total)."""
-    from moelab.scaling.sweep import model_overrides
-
     config = load_config(config_source, overrides)
     if not sparsities:
         moe = config.model.moe
         sparsity = (moe.num_experts - moe.top_k) / moe.num_experts if moe else 0.0
         return [Shape("config", sparsity, config)]
     size = {"name": "config", "d_ff": config.model.d_ff}
-    return [Shape("config", float(s), override(config, model_overrides(size, s, top_k, "fixed_total")))
+    return [Shape("config", float(s), point_config(config, size, float(s), top_k, "fixed_total"))
             for s in sparsities]
 
 
@@ -86,8 +92,6 @@ def time_shapes(shapes: list[Shape], seconds_per_shape: float, warmup_steps: int
     processes is then not counted (caches and memory bandwidth are still shared). A GPU's work
     is not host CPU time, so a CUDA device needs the wall clock.
     """
-    from moelab.accounting import count_params
-
     shapes = sorted(shapes, key=lambda s: (count_params(s.config.model).total, s.sparsity))
     by_round = [[time_shape(shape, seconds_per_shape / rounds, warmup_steps, clock)
                  for shape in shapes]
@@ -108,14 +112,10 @@ class RandomBatches:
     """Uniform random tokens in the batch shape the training loop uses."""
 
     def __init__(self, batch_size: int, seq_len: int, vocab_size: int):
-        import torch
-
         self._shape, self._vocab = (batch_size, seq_len), vocab_size
         self._generator = torch.Generator().manual_seed(0)
 
     def next(self):
-        import torch
-
         tokens = torch.randint(self._vocab, (self._shape[0], self._shape[1] + 1),
                                generator=self._generator)
         return tokens[:, :-1], tokens[:, 1:]
@@ -123,21 +123,10 @@ class RandomBatches:
 
 def time_shape(shape: Shape, seconds_per_shape: float, warmup_steps: int,
                clock: str = "wall") -> dict:
-    import torch
-
-    from moelab.accounting import count_params, flops_per_token
-    from moelab.model import Transformer
-    from moelab.train.distributed import setup_distributed
-    from moelab.train.loop import (
-        Session, StepPlan, check_cpp_compiler, compile_afresh, optimizer_step,
-    )
-    from moelab.train.memory import check_training_fits, peak_memory_bytes
-    from moelab.train.optim import build_optimizer
-
     config, tc = shape.config, shape.config.train
     tokens_per_step = tc.batch_size * config.model.max_seq_len
     # The plan only splits the batch; one step's worth of tokens makes it valid.
-    config = override(config, [f"train.max_tokens={tokens_per_step}"])
+    config = with_max_tokens(config, tokens_per_step)
     dist = setup_distributed(tc.device)
     if dist.is_ddp:
         raise MoelabError("moelab throughput times one process: run it without torchrun")
@@ -193,24 +182,16 @@ def _timed_steps(step: Callable[[], object], device, seconds: float,
 
 
 def _autocast(device, dtype: str):
-    from functools import partial
-
-    import torch
-
     return partial(torch.autocast, device.type, dtype=torch.bfloat16, enabled=dtype == "bfloat16")
 
 
 def _synchronize(device) -> None:
-    import torch
-
     if device.type == "cuda":
         torch.cuda.synchronize(device)
 
 
 def device_name(device) -> str:
     """The GPU's name, or the CPU's model name (Linux) or architecture."""
-    import torch
-
     if device.type == "cuda":
         return torch.cuda.get_device_name(device)
     try:

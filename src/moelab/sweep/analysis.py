@@ -15,30 +15,37 @@ into JSON files next to results.csv, which ``sweep_report`` renders:
 - ``optima.json``: S*(N), S*(C) and S*(T) curves and the three optima at the sweep's median
   training time, with the throughput ratio against dense at equal loss.
 
-A file the current results no longer support is removed rather than left stale.
+The findings are a ``SweepAnalysis`` (``moelab.sweep.records``), written as those files by
+``moelab.sweep.folder.write_analysis``: a file the current results no longer support is removed
+rather than left stale.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Callable
 
 import numpy as np
 
 from moelab.errors import MoelabError
-from moelab.fileio import atomic_write_json
+from moelab.scaling.family import estimate_shared_fraction
 from moelab.scaling.forms import select_form
 from moelab.scaling.isoflop import COMPUTE_TOLERANCE, compute_deviation, isoflop_analysis, uses_surface
 from moelab.scaling.laws import SPARSITY, get_law
 from moelab.scaling.optimal import (
-    INTERVAL_KEYS, compute_optimal, estimate_shared_fraction, optimal_sparsity_at_params,
+    INTERVAL_KEYS, compute_optimal, optimal_sparsity_at_params,
     seconds_optimal, three_optima, with_intervals,
 )
 from moelab.scaling.summary import fit_columns
-from moelab.scaling.sweep_folder import SWEEP_FIT_COLUMNS, read_grid_record, read_results
 from moelab.scaling.table import fit_table_from_rows
 from moelab.scaling.throughput import (
     REQUIRED_COLUMNS, family_throughput, fit_throughput, moe_versus_dense, per_shape_means,
+)
+from moelab.sweep.folder import SWEEP_FIT_COLUMNS, read_grid, read_results, write_analysis
+from moelab.sweep.records import (
+    ComputeDeviation, FormsRecord, GridRecord, IsoflopRecord, LawFit, OptimaRecord, SweepAnalysis,
+    ThroughputRecord,
 )
 
 CURVE_POINTS = 9
@@ -46,48 +53,32 @@ CURVE_POINTS = 9
 CURVE_REPLICATES = 100
 """Bootstrap replicates used for the curves' bands and the optima's intervals (the fit's CIs
 use all of them)."""
-DERIVED_FILES = ("analysis.json", "forms.json", "fit.json", "fit_holdout.json", "isoflop.json",
-                 "throughput.json", "optima.json")
 
 
 def analyse_sweep(out_dir: Path, *, bootstrap_replicates: int = 200, max_starts: int | None = None,
-                  log: Callable[[str], None] = print) -> dict:
-    """Write the analysis files of ``out_dir`` and return analysis.json's record."""
+                  log: Callable[[str], None] = print) -> SweepAnalysis:
+    """Analyse ``out_dir`` (grid.json, results.csv), write the analysis files and return what
+    they hold."""
     out_dir = Path(out_dir)
-    grid = read_grid_record(out_dir)
-    record = {"bootstrap_replicates": bootstrap_replicates, "max_starts": max_starts,
-              "columns": SWEEP_FIT_COLUMNS, "status": {}}
+    grid = read_grid(out_dir)
+    analysis = SweepAnalysis(bootstrap_replicates, max_starts, SWEEP_FIT_COLUMNS)
     results = read_results(out_dir)
     if results is None:
-        for name in DERIVED_FILES[1:]:
-            _write_or_remove(out_dir / name, None)
-        record["status"]["results"] = "no complete runs in results.csv yet"
-        atomic_write_json(out_dir / "analysis.json", record)
-        return record
+        analysis.status.results = "no complete runs in results.csv yet"
+        write_analysis(out_dir, analysis)
+        return analysis
     header, rows = results
     columns = fit_table_from_rows(out_dir / "results.csv", header, rows, True, SWEEP_FIT_COLUMNS)
+    analysis.n_points = len(rows)
     # None when every run is dense: the runs then say nothing about the expert share.
-    shared = estimate_shared_fraction(columns["N"], columns["N_active"], columns["S"])
-    record.update(n_points=len(rows), shared_fraction=shared)
-    fit = _fits(out_dir, columns, grid["holdout"], record, log)
-    if fit is not None:
-        fit.update(shared_fraction=shared, source="results.csv", columns=SWEEP_FIT_COLUMNS)
-    _write_or_remove(out_dir / "fit.json", fit)
-    _write_or_remove(out_dir / "isoflop.json", _isoflop_record(rows, columns))
-    throughput = _throughput_record(header, rows, record)
-    _write_or_remove(out_dir / "throughput.json", throughput)
-    _write_or_remove(out_dir / "optima.json",
-                     _optima_record(columns, fit, shared, throughput, grid, record))
-    atomic_write_json(out_dir / "analysis.json", record)
-    return record
-
-
-def _write_or_remove(path: Path, record: dict | None) -> None:
-    """Write a derived record, or remove a stale one that the current results no longer support."""
-    if record is not None:
-        atomic_write_json(path, record)
-    elif path.exists():
-        path.unlink()
+    analysis.shared_fraction = estimate_shared_fraction(columns["N"], columns["N_active"],
+                                                        columns["S"])
+    _fit_law(analysis, columns, grid.holdout, log)
+    analysis.isoflop = _isoflop_record(rows, columns)
+    analysis.throughput = _throughput_record(header, rows, analysis)
+    analysis.optima = _optima_record(columns, grid, analysis)
+    write_analysis(out_dir, analysis)
+    return analysis
 
 
 # --------------------------------------------------------------------------------------------
@@ -95,28 +86,29 @@ def _write_or_remove(path: Path, record: dict | None) -> None:
 # --------------------------------------------------------------------------------------------
 
 
-def _fits(out_dir: Path, columns: dict, holdout: str, record: dict, log) -> dict | None:
-    """The fit the report uses (None when none), after writing forms.json and fit_holdout.json.
+def _fit_law(analysis: SweepAnalysis, columns: dict, holdout: str, log) -> None:
+    """The fit the report uses (None when none), its held-out refit and the forms checked.
 
     With two or more sparsities every form of the law is checked and the chosen one's fits are
     used (none when no form passes). With one sparsity the S terms are not measured, so the
     forms cannot be told apart: the full law is fitted as it is, without a selection.
     """
-    replicates, max_starts = record["bootstrap_replicates"], record["max_starts"]
+    replicates, max_starts = analysis.bootstrap_replicates, analysis.max_starts
     if len(np.unique(columns["S"])) < 2:
         fit = _fit_or_none(columns, replicates, None, max_starts, log)
         holdout_fit = _fit_or_none(columns, 0, holdout, max_starts, log)
-        selection = None
-        record["status"]["law"] = "one_sparsity" if fit else "too_few_points"
+        analysis.status.law = "one_sparsity" if fit else "too_few_points"
     else:
         selection = select_form(columns, holdout, bootstrap_replicates=replicates,
                                 max_starts=max_starts, log=log)
         chosen = next((c for c in selection["forms"] if c["law"] == selection["chosen"]), None)
         fit, holdout_fit = (chosen["fit"], chosen["fit_holdout"]) if chosen else (None, None)
-        record["status"]["law"] = "chosen" if chosen else "no_form_identified"
-    _write_or_remove(out_dir / "fit_holdout.json", holdout_fit)
-    _write_or_remove(out_dir / "forms.json", selection and _forms_record(selection))
-    return fit
+        analysis.forms = _forms_record(selection)
+        analysis.status.law = "chosen" if chosen else "no_form_identified"
+    analysis.holdout_fit = holdout_fit and LawFit.from_dict(holdout_fit)
+    if fit is not None:
+        analysis.fit = replace(LawFit.from_dict(fit), shared_fraction=analysis.shared_fraction,
+                               source="results.csv", columns=SWEEP_FIT_COLUMNS)
 
 
 def _fit_or_none(columns, replicates, holdout, max_starts, log) -> dict | None:
@@ -128,7 +120,7 @@ def _fit_or_none(columns, replicates, holdout, max_starts, log) -> dict | None:
         return None
 
 
-def _forms_record(selection: dict) -> dict:
+def _forms_record(selection: dict) -> FormsRecord:
     """forms.json: the checks of every form, without the bulky bootstrap replicates."""
     forms = []
     for check in selection["forms"]:
@@ -136,7 +128,7 @@ def _forms_record(selection: dict) -> dict:
         if "fit" in check:
             summary.update(params=check["fit"]["params"], ci=check["fit"]["ci"])
         forms.append(summary)
-    return {**selection, "forms": forms}
+    return FormsRecord(selection["chosen"], selection["criteria"], forms)
 
 
 # --------------------------------------------------------------------------------------------
@@ -152,7 +144,7 @@ def budget_column(rows: list[dict[str, str]]) -> np.ndarray | None:
     return np.array([float(v) for v in values])
 
 
-def _isoflop_record(rows: list[dict[str, str]], columns: dict) -> dict | None:
+def _isoflop_record(rows: list[dict[str, str]], columns: dict) -> IsoflopRecord | None:
     budgets = budget_column(rows)
     if budgets is None:
         return None
@@ -160,13 +152,14 @@ def _isoflop_record(rows: list[dict[str, str]], columns: dict) -> dict | None:
                    "N_active": columns["N_active"], "loss": columns["loss"]}
     # Actual compute (results.csv's C) against the budget each run was grouped under.
     deviation = compute_deviation([float(row["C"]) for row in rows], budgets)
-    return {"all_points": isoflop_analysis(iso_columns), "per_sparsity": _per_sparsity(iso_columns),
-            "surface": bool(uses_surface(iso_columns)),
-            "compute_deviation": {
-                "tolerance": COMPUTE_TOLERANCE, "max_abs": float(np.max(np.abs(deviation))),
-                "per_run": {row["run"]: float(d) for row, d in zip(rows, deviation)},
-                "off_budget_runs": {rows[i]["run"]: float(deviation[i]) for i in
-                                    np.flatnonzero(np.abs(deviation) > COMPUTE_TOLERANCE)}}}
+    off_budget = np.flatnonzero(np.abs(deviation) > COMPUTE_TOLERANCE)
+    return IsoflopRecord(
+        all_points=isoflop_analysis(iso_columns), per_sparsity=_per_sparsity(iso_columns),
+        surface=bool(uses_surface(iso_columns)),
+        compute_deviation=ComputeDeviation(
+            tolerance=COMPUTE_TOLERANCE, max_abs=float(np.max(np.abs(deviation))),
+            per_run={row["run"]: float(d) for row, d in zip(rows, deviation)},
+            off_budget_runs={rows[i]["run"]: float(deviation[i]) for i in off_budget}))
 
 
 def _per_sparsity(iso_columns: dict[str, np.ndarray]) -> dict[float, dict]:
@@ -185,11 +178,11 @@ def _per_sparsity(iso_columns: dict[str, np.ndarray]) -> dict[float, dict]:
 
 
 def _throughput_record(header: list[str], rows: list[dict[str, str]],
-                       record: dict) -> dict | None:
+                       analysis: SweepAnalysis) -> ThroughputRecord | None:
     """Per (N, S): the median tokens/s of its runs; and the throughput model fitted to every
     run (None when the runs did not record their speed: synthetic or older results)."""
     if "tokens_per_s" not in header or any(not row.get("tokens_per_s") for row in rows):
-        record["status"]["throughput"] = "not measured (results.csv has no tokens_per_s)"
+        analysis.status.throughput = "not measured (results.csv has no tokens_per_s)"
         return None
     runs = [_throughput_row(row) for row in rows]
     shapes = per_shape_means(runs)
@@ -204,10 +197,10 @@ def _throughput_record(header: list[str], rows: list[dict[str, str]],
         model = fit_throughput(runs, bootstrap_replicates=CURVE_REPLICATES, source="results.csv")
     except MoelabError as exc:
         problem = str(exc)
-    record["status"]["throughput"] = "model fitted" if model else f"no model: {problem}"
-    return {"source": "results.csv", "rows": shapes, "runs": len(runs),
-            "devices": sorted({row.get("device", "") for row in rows}),
-            "model": model.to_dict() if model else None, "model_problem": problem}
+    analysis.status.throughput = "model fitted" if model else f"no model: {problem}"
+    return ThroughputRecord(source="results.csv", rows=shapes, runs=len(runs),
+                            devices=sorted({row.get("device", "") for row in rows}),
+                            model=model.to_dict() if model else None, model_problem=problem)
 
 
 def _throughput_row(row: dict[str, str]) -> dict:
@@ -220,67 +213,56 @@ def _throughput_row(row: dict[str, str]) -> dict:
     return values
 
 
-def model_from_record(throughput: dict | None):
-    """The ThroughputModel stored in throughput.json, or None."""
-    from moelab.scaling.throughput import ThroughputModel
-
-    if not throughput or not throughput.get("model"):
-        return None
-    stored = throughput["model"]
-    return ThroughputModel(stored["coefficients"], stored["bootstrap"]["coefficients"],
-                           stored.get("tokens_per_step"), stored["n_rows"], stored["source"])
-
-
 # --------------------------------------------------------------------------------------------
 # Optimal sparsity
 # --------------------------------------------------------------------------------------------
 
 
-def _optima_record(columns: dict, fit: dict | None, shared: float | None,
-                   throughput: dict | None, grid: dict, record: dict) -> dict | None:
-    status = record["status"]
+def _optima_record(columns: dict, grid: GridRecord, analysis: SweepAnalysis) -> OptimaRecord | None:
+    status, fit, shared = analysis.status, analysis.fit, analysis.shared_fraction
     if fit is None:
-        status["optima"] = "no_law"
+        status.optima = "no_law"
         return None
     if len(np.unique(columns["S"])) < 2:
-        status["optima"] = "one_sparsity"
+        status.optima = "one_sparsity"
         return None
-    law = get_law(fit["law"])
+    law = get_law(fit.law)
     if "log_U" not in law.features:
-        status["optima"] = "no_sparsity_term"
+        status.optima = "no_sparsity_term"
         return None
-    status["optima"] = "computed"
-    replicas = fit["bootstrap"]["params"][:CURVE_REPLICATES] if fit.get("bootstrap") else []
+    status.optima = "computed"
+    replicas = fit.replicas[:CURVE_REPLICATES]
     observed_c = 6 * columns["N_active"] * columns["D"]
     flops_reference = float(np.median(observed_c))
     c_grid = np.geomspace(observed_c.min(), observed_c.max() * 100, CURVE_POINTS)
     n_grid = np.geomspace(columns["N"].min(), columns["N"].max() * 100, CURVE_POINTS)
     vs_c = [with_intervals(lambda p, c=c: compute_optimal(law, p, c, shared_fraction=shared),
-                           fit["params"], replicas) | {"flops": float(c)} for c in c_grid]
+                           fit.params, replicas) | {"flops": float(c)} for c in c_grid]
     vs_n = [with_intervals(lambda p, n=n: optimal_sparsity_at_params(
                 law, p, n, flops=flops_reference, shared_fraction=shared),
-            fit["params"], replicas) | {"params": float(n)} for n in n_grid]
-    optima = {"shared_fraction": shared, "flops_for_fixed_params": flops_reference,
-              "vs_flops": vs_c, "vs_params": vs_n, "vs_seconds": None, "three": None}
-    model = model_from_record(throughput)
+            fit.params, replicas) | {"params": float(n)} for n in n_grid]
+    optima = OptimaRecord(shared_fraction=shared, flops_for_fixed_params=flops_reference,
+                          vs_flops=vs_c, vs_params=vs_n)
+    model = analysis.throughput.fitted_model() if analysis.throughput else None
     if model is None:
-        status["seconds"] = "no throughput model: " + status.get("throughput", "")
+        status.seconds = "no throughput model: " + (status.throughput or "")
         return optima
-    train_seconds = columns["D"] / np.array([r["tokens_per_s"] for r in _run_speeds(throughput, columns)])
-    seconds_reference = float(np.median(train_seconds))
-    optima.update(seconds_reference=seconds_reference, top_k=grid["top_k"],
-                  vs_seconds=_seconds_curve(law, fit["params"], replicas, model, shared or 0.0,
-                                            grid["top_k"], train_seconds),
-                  three=three_optima(law, fit["params"], replicas, seconds_reference, model,
-                                     shared_fraction=shared or 0.0, top_k=grid["top_k"]))
-    status["seconds"] = "computed"
+    speeds = _run_speeds(analysis.throughput, columns)
+    train_seconds = columns["D"] / np.array([r["tokens_per_s"] for r in speeds])
+    optima.seconds_reference = float(np.median(train_seconds))
+    optima.top_k = grid.top_k
+    optima.vs_seconds = _seconds_curve(law, fit.params, replicas, model, shared or 0.0,
+                                       grid.top_k, train_seconds)
+    optima.three = three_optima(law, fit.params, replicas, optima.seconds_reference, model,
+                                shared_fraction=shared or 0.0, top_k=grid.top_k)
+    status.seconds = "computed"
     return optima
 
 
-def _run_speeds(throughput: dict, columns: dict) -> list[dict]:
+def _run_speeds(throughput: ThroughputRecord, columns: dict) -> list[dict]:
     """Each run's tokens/s, as the per-shape medians of throughput.json (runs of one shape at
     other budgets are the same model on the same machine)."""
-    by_shape = {(r["N_total"], r["S"]): r for r in throughput["rows"]}
+    by_shape = {(r["N_total"], r["S"]): r for r in throughput.rows}
     return [by_shape[(float(n), float(s))] for n, s in zip(columns["N"], columns["S"])]
 
 

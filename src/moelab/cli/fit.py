@@ -1,0 +1,269 @@
+"""Sub-commands of the law maths: ``fit`` (a law to a CSV), ``optimal`` (S* from a fit),
+``isoflop``. The maths and its checks are ``moelab.scaling``; this module parses and prints.
+
+Each handler imports the maths it runs (scipy) when it runs: every ``moelab`` command builds
+every parser, and would otherwise pay for imports it does not use."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+from moelab.cli import bounded_int, positive_int, seed_int
+from moelab.errors import MoelabError
+from moelab.fileio import atomic_write_json
+
+LAW_NAMES = ("chinchilla", "sparsity", "sparsity-interaction", "sparsity-additive",
+             "sparsity-effective-size")
+
+MAX_BOOTSTRAP = 100_000
+"""Bootstrap resamples: the intervals are stable long before; more would exhaust memory."""
+
+
+def register(subparsers) -> None:
+    """Add this module's sub-commands."""
+    fit = subparsers.add_parser(
+        "fit", help="fit a scaling law to a CSV of (N, D or C, [S], loss) points",
+        description="Fit L = E + A/N^alpha + B/D^beta (chinchilla) or Abnar et al.'s sparsity law "
+                    "by summed Huber loss of log residuals, L-BFGS from every start of a grid.",
+    )
+    fit.add_argument("csv", metavar="CSV", help="one row per training run")
+    # Spelled out (moelab.scaling.laws imports scipy); a test checks them against LAWS.
+    fit.add_argument("--law", choices=LAW_NAMES, default="chinchilla",
+                     help="chinchilla, Abnar et al.'s sparsity law (eq. 6) or one of its reduced "
+                          "forms (docs/scaling.md)")
+    fit.add_argument("--columns", action="append", default=[], metavar="NAME=COLUMN,...",
+                     help='map canonical names N, D, C, S, N_active, loss to CSV columns, '
+                          'e.g. --columns N="Model Size",C="Training FLOP"')
+    fit.add_argument("--drop-highest", type=int, default=0, metavar="K",
+                     help="drop the K highest-loss points first (Epoch's convention: 5)")
+    fit.add_argument("--bootstrap", type=bounded_int(MAX_BOOTSTRAP), default=0, metavar="R",
+                     help="R bootstrap resamples for 95%% percentile intervals")
+    fit.add_argument("--holdout", metavar="SPEC",
+                     help="fit without these points and report their error, e.g. S=max, N>=1e8")
+    fit.add_argument("--starts", type=int, default=None, metavar="K",
+                     help="use a seeded subset of K grid starts (default: chinchilla all 4,500, "
+                          "sparsity 4,096 of 1.3 million)")
+    fit.add_argument("--seed", type=seed_int, default=0, help="bootstrap seed")
+    fit.add_argument("--json", action="store_true", help="print the fit as JSON")
+    fit.add_argument("--out", metavar="FIT.json", help="also write the JSON record here")
+    fit.set_defaults(func=_fit)
+
+    optimal = subparsers.add_parser(
+        "optimal", help="optimal sparsity (and size) from a fitted law",
+        description="S* at a fixed total parameter count (--params N with --tokens D or --flops C), "
+                    "or the compute-optimal (N, S) at a fixed budget (--flops C alone).",
+    )
+    optimal.add_argument("fit", metavar="FIT.json", help="written by moelab fit --out/--json")
+    optimal.add_argument("--params", type=float, metavar="N", help="total parameter budget")
+    optimal.add_argument("--tokens", type=float, metavar="D", help="training tokens (with --params)")
+    optimal.add_argument("--flops", type=float, metavar="C", help="training compute budget")
+    optimal.add_argument("--shared-fraction", type=float, default=None, metavar="PHI",
+                         help="share of parameters outside the experts: N_active = N (PHI + "
+                              "(1-PHI)(1-S)); default: the fit's own estimate, else 0")
+    optimal.add_argument("--seconds", type=float, metavar="T",
+                         help="wall-clock training budget on the timed hardware: S* there, beside "
+                              "S* under the FLOPs it spends and at its size")
+    optimal.add_argument("--throughput", metavar="FILE",
+                         help="with --seconds: a moelab throughput table (CSV/JSON) or a sweep's "
+                              "results.csv; default: throughput.json next to FIT.json")
+    optimal.add_argument("--top-k", type=positive_int, default=None, metavar="K",
+                         help="with --seconds: experts per token of the family (default: the "
+                              "throughput table's)")
+    optimal.add_argument("--max-sparsity", type=float, default=0.98, metavar="S",
+                         help="upper end of the search (default 0.98)")
+    optimal.add_argument("--json", action="store_true", help="print the result as JSON")
+    optimal.set_defaults(func=_optimal)
+
+    isoflop = subparsers.add_parser(
+        "isoflop", help="IsoFLOP analysis: per-budget parabola in log N, N*(C) ~ C^a",
+        description="Per compute budget, fit loss against log N (and -log(1-S) when the CSV has S) "
+                    "and report the compute-optimal N*(C) [and S*(C)] and the exponent a.",
+    )
+    isoflop.add_argument("csv", metavar="CSV")
+    isoflop.add_argument("--columns", action="append", default=[], metavar="NAME=COLUMN,...",
+                         help="map N, C, S, N_active, loss (C is the budget column)")
+    isoflop.add_argument("--where", action="append", default=[], metavar="COLUMN=VALUE",
+                         help="keep only rows whose COLUMN equals VALUE (repeatable)")
+    isoflop.add_argument("--json", action="store_true")
+    isoflop.set_defaults(func=_isoflop)
+
+
+def _fit(args) -> int:
+    from moelab.scaling.summary import check_identifiable, fit_columns
+    from moelab.scaling.table import drop_highest_loss, parse_column_map, read_fit_table
+
+    columns = read_fit_table(args.csv, args.law.startswith("sparsity"), parse_column_map(args.columns))
+    columns = drop_highest_loss(columns, args.drop_highest)
+    check_identifiable(args.law, columns, args.holdout, args.csv)
+    record = fit_columns(args.law, columns, bootstrap_replicates=args.bootstrap,
+                         holdout=args.holdout, max_starts=args.starts, seed=args.seed)
+    if args.out:
+        atomic_write_json(args.out, record)
+    if args.json:
+        print(json.dumps(record, indent=2))
+    else:
+        print(format_fit(record))
+    return 0
+
+
+def format_fit(record: dict) -> str:
+    lines = [f"law: {record['law']}   points: {record['n_points']}   starts: {record['num_starts']}"
+             f"   objective (summed Huber): {record['objective']:.6e}"]
+    for name, value in {**record["params"], **record["derived"]}.items():
+        ci = record["ci"].get(name)
+        interval = f"   95% CI [{ci[0]:.5g}, {ci[1]:.5g}]" if ci else ""
+        lines.append(f"  {name:>18} = {value:.6g}{interval}")
+    holdout = record.get("holdout")
+    if holdout:
+        lines.append(
+            f"held out {holdout['spec']} ({holdout['n_points']} points): mean |log error| "
+            f"{holdout['mean_abs_log_error']:.4f}, loss RMSE {holdout['rmse_loss']:.4f}, "
+            f"max relative error {holdout['max_abs_relative_error']:.2%}"
+        )
+    return "\n".join(lines)
+
+
+def _optimal(args) -> int:
+    from moelab.scaling.optimal import compute_optimal, optimal_sparsity_at_params, with_intervals
+    from moelab.scaling.summary import load_fit
+
+    fit = load_fit(args.fit)
+    law, params, replicas = fit.law, fit.params, fit.replicas
+    shared = args.shared_fraction
+    if shared is None:  # a sweep of dense runs only stores null: nothing to estimate it from
+        shared = float(fit.shared_fraction or 0.0)
+    if args.seconds is not None:
+        return _optimal_seconds(args, law, params, replicas, shared)
+    if args.throughput or args.top_k:
+        raise MoelabError("--throughput and --top-k go with --seconds T")
+    if args.params is not None:
+        if args.tokens is None and args.flops is None:
+            raise MoelabError("--params N needs --tokens D or --flops C")
+
+        def solve(p):
+            return optimal_sparsity_at_params(law, p, args.params, tokens=args.tokens,
+                                              flops=args.flops, shared_fraction=shared,
+                                              max_sparsity=args.max_sparsity)
+        question = f"fixed total parameters N={args.params:.4g}" + (
+            f", tokens D={args.tokens:.4g}" if args.tokens is not None
+            else f", compute C={args.flops:.4g}")
+    elif args.flops is not None:
+        if args.tokens is not None:
+            raise MoelabError("--tokens D needs --params N (with --flops alone, D is derived)")
+
+        def solve(p):
+            return compute_optimal(law, p, args.flops, shared_fraction=shared,
+                                   max_sparsity=args.max_sparsity)
+        question = f"fixed compute C={args.flops:.4g}"
+    else:
+        raise MoelabError("give --params N (with --tokens D or --flops C) or --flops C")
+    result = with_intervals(solve, params, replicas)
+    result.update(question=question, law=law.name, shared_fraction=shared)
+    if args.json:
+        print(json.dumps(result, indent=2))
+        return 0
+    print(f"{law.name} law, {question}, shared fraction {shared:.3f}")
+    for key in ("sparsity", "params_total", "params_active", "tokens", "loss"):
+        ci = result["ci"].get(key)
+        interval = f"   95% CI [{ci[0]:.4g}, {ci[1]:.4g}]" if ci else ""
+        print(f"  {key:>14} = {result['optimum'][key]:.4g}{interval}")
+    if result["optimum"]["at_boundary"]:
+        print("  note: the optimum lies on the edge of the search range (no interior optimum)")
+    return 0
+
+
+def _optimal_seconds(args, law, params, replicas, shared) -> int:
+    """S* under a wall-clock budget, printed beside S* under FLOPs and under parameters."""
+    from moelab.scaling.optimal import three_optima
+    from moelab.scaling.throughput import fit_throughput, read_throughput_table, table_top_k
+
+    if not (math.isfinite(args.seconds) and args.seconds > 0):
+        raise MoelabError(f"--seconds {args.seconds} is invalid: must be a finite number of "
+                          "seconds > 0")
+    if args.params is not None or args.tokens is not None or args.flops is not None:
+        raise MoelabError("--seconds T goes alone: the FLOPs and the size it is compared at "
+                          "are the seconds optimum's own")
+    table = Path(args.throughput) if args.throughput else Path(args.fit).parent / "throughput.json"
+    if not args.throughput and not table.is_file():
+        raise MoelabError(f"--seconds needs a throughput table: pass --throughput FILE (moelab "
+                          f"throughput --out FILE), or keep {table} next to the fit")
+    rows, header = read_throughput_table(table)
+    source = f"throughput table {table}"
+    model = fit_throughput(rows, source=source)
+    top_k = args.top_k or table_top_k(rows, source)
+    result = three_optima(law, params, replicas, args.seconds, model, shared_fraction=shared,
+                          top_k=top_k, max_sparsity=args.max_sparsity)
+    result.update(law=law.name, throughput_table=str(table), device=header.get("device_name"),
+                  has_sparsity_term="log_U" in law.features,
+                  throughput_model=model.to_dict())
+    if args.json:
+        print(json.dumps(result, indent=2))
+    else:
+        print(format_three_optima(result))
+    return 0
+
+
+def format_three_optima(result: dict) -> str:
+    device = f" on {result['device']}" if result.get("device") else ""
+    lines = [f"{result['law']} law, shared fraction {result['shared_fraction']:.3f}, top-"
+             f"{result['top_k']}; throughput from {result['throughput_table']}{device}",
+             f"  {'budget':<38} {'S*':>24} {'N total':>10} {'N active':>10} {'tokens':>10} "
+             f"{'loss':>8}"]
+    questions = (("by_seconds", f"wall clock T={result['seconds']:.4g} s"),
+                 ("by_flops", f"FLOPs C={result['flops']:.4g} (what T buys)"),
+                 ("by_params", f"parameters N={result['params']:.4g}, C={result['flops']:.3g}"))
+    for key, label in questions:
+        optimum, ci = result[key]["optimum"], result[key]["ci"]
+        interval = f" [{ci['sparsity'][0]:.3f}, {ci['sparsity'][1]:.3f}]" if ci else ""
+        edge = "  (edge of search)" if optimum["at_boundary"] else ""
+        lines.append(f"  {label:<38} {optimum['sparsity']:>7.3f}{interval:<17} "
+                     f"{optimum['params_total']:>10.4g} {optimum['params_active']:>10.4g} "
+                     f"{optimum['tokens']:>10.4g} {optimum['loss']:>8.4f}{edge}")
+    lines.append(_dense_comparison(result["by_seconds"]))
+    if not result["has_sparsity_term"]:
+        lines.append("  note: this law has no sparsity term, so only the hardware prices S here; "
+                     "under FLOPs a law without S fixes S* = 0 by convention, and at fixed N the "
+                     "sparsest model wins (more tokens for the same loss terms)")
+    return "\n".join(lines)
+
+
+def _dense_comparison(by_seconds: dict) -> str:
+    optimum, ci = by_seconds["optimum"], by_seconds["ci"]
+    if math.isnan(optimum["dense_seconds"]):
+        return ("  no dense model reaches the optimum's loss within 10^6 x T on this hardware")
+
+    def interval(key):
+        return f" [{ci[key][0]:.3g}, {ci[key][1]:.3g}]" if ci else ""
+
+    return (f"  at S*: {optimum['tokens_per_s']:.4g} tokens/s; the dense model reaching the same "
+            f"loss soonest (N={optimum['dense_params']:.4g}) trains {optimum['dense_tokens_per_s']:.4g}"
+            f" tokens/s and needs {optimum['dense_seconds']:.4g} s: throughput ratio "
+            f"{optimum['throughput_ratio']:.3g}{interval('throughput_ratio')}, time ratio "
+            f"{optimum['seconds_ratio']:.3g}{interval('seconds_ratio')}")
+
+
+def _isoflop(args) -> int:
+    from moelab.scaling.isoflop import isoflop_analysis, read_isoflop_table, why_no_budget
+    from moelab.scaling.table import parse_column_map
+
+    columns = read_isoflop_table(args.csv, parse_column_map(args.columns), args.where)
+    result = isoflop_analysis(columns)
+    if not result["budgets"]:
+        raise MoelabError(f"{args.csv}: no budget could be analysed: {why_no_budget(columns)}")
+    if args.json:
+        print(json.dumps(result, indent=2))
+        return 0
+    for row in result["budgets"]:
+        sparsity = f"  S*={row['sparsity']:.3f}" if "sparsity" in row else ""
+        outside = "" if row["inside_data"] else "  outside data: not used for the exponent"
+        print(f"  C={row['flops']:.3g}: N*={row['params']:.4g}  loss*={row['loss']:.4f}"
+              f"  ({row['n_points']} points){sparsity}{outside}")
+    fit = result["params_exponent"]
+    if fit:
+        print(f"N*(C) = {fit['coefficient']:.4g} * C^{fit['exponent']:.4f}"
+              f"  (from the {fit['n_budgets']} budgets with their optimum inside the data)")
+    elif result["budgets"]:
+        print("N*(C): not fitted: fewer than 2 budgets have their optimum inside the data")
+    return 0

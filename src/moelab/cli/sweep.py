@@ -1,0 +1,168 @@
+"""Sub-commands of the sparsity sweep: ``sweep-sparsity`` (train a size x sparsity x budget
+grid, fit and report) and ``throughput`` (a tokens/s table of model shapes). The sweep itself
+is ``moelab.sweep``; this module parses and prints.
+
+Each handler imports the sweep when it runs (torch, scipy): every ``moelab`` command builds
+every parser, and would otherwise pay for imports it does not use."""
+
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+
+from moelab.cli import bounded_int, non_negative_int, positive_int
+from moelab.cli.fit import MAX_BOOTSTRAP
+from moelab.cli.launch import add_launcher_arguments, build_launcher, wants_commands
+from moelab.errors import MoelabError
+from moelab.fileio import writer_lock
+
+
+def register(subparsers) -> None:
+    """Add this module's sub-commands."""
+    sweep = subparsers.add_parser(
+        "sweep-sparsity", help="train a model size x sparsity x budget grid, fit and report",
+        description="Plan and run (resumably) a sparsity sweep, write results.csv, fit the "
+                    "sparsity law and write report.md with figures.",
+    )
+    # Spelled out rather than read from moelab.sweep.grid, whose import (scipy) would slow
+    # every moelab command; a test checks the list against grid_preset_names().
+    sweep.add_argument("grid", metavar="PRESET|GRID",
+                       help="a preset (demo, cpu, paper, micro) or a grid YAML file")
+    sweep.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                       help="override a grid key (--set token_budgets=[409.6K,1.2M], --set "
+                       "seeds=[0,1]) or, for a model./data./train. key, add it to the grid's config "
+                       "overrides (--set train.schedule=wsd); repeatable")
+    sweep.add_argument("--out", metavar="DIR", default=None, help="sweep folder (default sweep_<name>)")
+    sweep.add_argument("--dry-run", action="store_true", help="print the planned runs only")
+    sweep.add_argument("--bootstrap", type=bounded_int(MAX_BOOTSTRAP), default=200, metavar="R",
+                       help="R bootstrap resamples of the law fit (default 200; 0: none)")
+    sweep.add_argument("--starts", type=positive_int, default=None, metavar="K",
+                       help="fit the law from a seeded subset of K grid starts (as moelab fit; "
+                            "default 4,096 of 1.3 million)")
+    add_launcher_arguments(sweep)
+    sweep.set_defaults(func=_sweep)
+    _register_throughput(subparsers)
+
+
+def _sweep(args) -> int:
+    from moelab.sweep.commands import run_sweep
+    from moelab.sweep.grid import load_sweep_grid
+    from moelab.sweep.plan import plan_sweep, plan_sweep_folder
+
+    grid = load_sweep_grid(args.grid, args.overrides)
+    if args.out is None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.+-]{0,63}", grid.name):
+        # The name would become the folder sweep_<name>: nothing that climbs out of it.
+        raise MoelabError(f"sweep grid name {grid.name!r} is invalid as a folder name (allowed "
+                          f"letters, digits and _ . + -): pass --out DIR")
+    out_dir = Path(args.out or f"sweep_{grid.name}")
+    plan = plan_sweep(grid)
+    if args.dry_run:
+        for point in plan:
+            print(point.describe())
+        print(f"{len(plan)} runs")
+        return 0
+    if wants_commands(args):
+        from moelab.runs import is_complete
+        from moelab.runs.launchers.commands import train_commands
+
+        _, specs = plan_sweep_folder(grid, out_dir)
+        for command in train_commands(out_dir, [s for s in specs if not is_complete(out_dir / s.run_dir)]):
+            print(command)
+        return 0
+    launcher = build_launcher(args)
+    with writer_lock(out_dir):
+        report_path = run_sweep(grid, out_dir, bootstrap_replicates=args.bootstrap,
+                                max_starts=args.starts, launcher=launcher)
+    print(f"results: {out_dir / 'results.csv'}\nreport: {report_path}")
+    return 0
+
+
+def report_sweep(out_dir: Path) -> int:
+    """``moelab report DIR`` of a sweep folder (``moelab.sweep.commands``)."""
+    from moelab.sweep.commands import rewrite_sweep_outputs
+
+    report_path = rewrite_sweep_outputs(out_dir)
+    print(f"results: {out_dir / 'results.csv'}\nreport: {report_path}")
+    return 0
+
+
+def _register_throughput(subparsers) -> None:
+    throughput = subparsers.add_parser(
+        "throughput", help="time training steps of a grid of model shapes: a tokens/s table",
+        description="Build each shape's model, time a few warm training steps (forward, "
+                    "backward, optimizer) on random tokens, and write a throughput table for "
+                    "moelab optimal --seconds. Seconds per shape, no training to the end.",
+    )
+    throughput.add_argument("config", metavar="CONFIG", nargs="?",
+                            help="a config (YAML or preset) whose model is timed; or use --grid")
+    throughput.add_argument("--set", dest="overrides", action="append", default=[],
+                            metavar="KEY=VALUE", help="override a config key (repeatable)")
+    throughput.add_argument("--grid", metavar="PRESET|GRID",
+                            help="time every size x sparsity of a sweep grid (e.g. cpu, paper)")
+    throughput.add_argument("--sparsities", metavar="S,S,...",
+                            help="with CONFIG: time its model at these sparsities (fixed total "
+                                 "FFN, E = k / (1 - S)), e.g. 0,0.5,0.75")
+    throughput.add_argument("--top-k", type=positive_int, default=1, metavar="K",
+                            help="with --sparsities: experts per token (default 1)")
+    throughput.add_argument("--seconds-per-shape", type=float, default=3.0, metavar="X",
+                            help="time steps of each shape for about X seconds (default 3)")
+    throughput.add_argument("--warmup-steps", type=non_negative_int, default=2, metavar="N",
+                            help="untimed steps first (default 2)")
+    throughput.add_argument("--rounds", type=positive_int, default=1, metavar="R",
+                            help="time every shape R times, X / R seconds each, and keep its "
+                                 "fastest round (a shared machine's load bursts; default 1)")
+    throughput.add_argument("--clock", choices=("wall", "process"), default="wall",
+                            help="wall time (default), or on a CPU the process's own CPU time "
+                                 "(leaves out time the scheduler gave to other work)")
+    throughput.add_argument("--out", metavar="FILE", required=True,
+                            help="the table: .json (with a header) or .csv")
+    throughput.set_defaults(func=_throughput)
+
+
+def _throughput(args) -> int:
+    from moelab.scaling.throughput import moe_versus_dense
+    from moelab.sweep.timing import config_shapes, grid_shapes, time_shapes, write_table
+
+    if (args.config is None) == (args.grid is None):
+        raise MoelabError("give exactly one of CONFIG or --grid PRESET|GRID")
+    if not (math.isfinite(args.seconds_per_shape) and 0 < args.seconds_per_shape <= 600):
+        raise MoelabError(f"--seconds-per-shape {args.seconds_per_shape} is invalid: allowed "
+                          "(0, 600] seconds")
+    if args.grid and args.sparsities:
+        raise MoelabError("--sparsities goes with CONFIG: a --grid has its own")
+    if args.grid:
+        shapes = grid_shapes(args.grid, args.overrides)
+    else:
+        shapes = config_shapes(args.config, args.overrides, _sparsity_list(args.sparsities),
+                               args.top_k)
+    rows = time_shapes(shapes, args.seconds_per_shape, args.warmup_steps, args.rounds, args.clock)
+    header = {"source": args.grid or args.config, "overrides": args.overrides,
+              "seconds_per_shape": args.seconds_per_shape, "warmup_steps": args.warmup_steps,
+              "rounds": args.rounds, "clock": args.clock,
+              "device": rows[0]["device"], "device_name": rows[0]["device_name"],
+              "threads": rows[0]["threads"]}
+    ratios = moe_versus_dense(rows) if any(r["S"] == 0 for r in rows) else []
+    if args.out.endswith(".json"):
+        header["moe_vs_dense"] = ratios
+    path = write_table(args.out, rows, header)
+    for ratio in ratios:
+        same, flops = ratio["tokens_per_s_vs_same_size_dense"], ratio["step_time_vs_equal_flops_dense"]
+        print(f"N_total={ratio['N_total']:,} S={ratio['S']:g}: tokens/s vs the dense model of "
+              f"its size {'–' if same is None else f'{same:.2f}'}; step time vs a dense step "
+              f"of equal FLOPs {'– (outside the dense sizes)' if flops is None else f'{flops:.2f}'}")
+    print(f"throughput table: {path} ({len(rows)} shapes)")
+    return 0
+
+
+def _sparsity_list(text: str | None) -> list[float] | None:
+    if text is None:
+        return None
+    try:
+        values = [float(item) for item in text.split(",") if item.strip()]
+    except ValueError:
+        raise MoelabError(f"--sparsities {text!r} is invalid: expected numbers like "
+                          "0,0.5,0.75") from None
+    if not values:
+        raise MoelabError(f"--sparsities {text!r} is invalid: expected numbers like 0,0.5,0.75")
+    return values

@@ -1,0 +1,20 @@
+"""The sparsity sweep: train a model size x sparsity x budget grid, fit the sparsity law to the
+runs, and report the optimal sparsity under parameters, FLOPs and wall-clock seconds.
+
+A study of its own beside ``moelab.study``, on the same run folders (``moelab.runs``) and the
+torch-free law maths below both (``moelab.scaling``):
+
+    grid.py       SweepGrid: the grid YAML (presets in moelab/presets/sweeps/), its checks and
+                  ``--set`` pairs
+    plan.py       every point as a config (the base config with its size, experts and budget),
+                  the folder's grid.json, plan.json and configs/
+    results.py    results.csv, rebuilt from the run folders alone
+    commands.py   run_sweep (plan, train, tabulate, analyse, report) and the report of a folder
+    folder.py     reading a sweep folder's files, each problem a one-line error
+    analysis.py   the law's form, fit and held-out check, IsoFLOP curves, throughput and optima
+                  from grid.json and results.csv, written as JSON files (SweepAnalysis)
+    report.py     report.md from those files alone; figures.py its figures
+    timing.py     ``moelab throughput``: a tokens/s table of the grid's shapes, without training
+
+See docs/scaling.md.
+"""

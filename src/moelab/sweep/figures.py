@@ -1,0 +1,70 @@
+"""The sweep report's figures: IsoFLOP curves with the fitted law along each budget, and the
+optimal sparsity against parameters, compute and wall-clock budgets."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+import numpy as np
+
+from moelab.report import new_figure, save_figure
+from moelab.scaling.family import active_params
+from moelab.scaling.laws import get_law
+from moelab.sweep.records import LawFit
+
+
+def isoflop_figure(path: Path, columns: dict, fit: LawFit | None, shared: float) -> Path | None:
+    budgets = np.unique(columns["C"])
+    fig, axes = new_figure(ncols=len(budgets), width_in=5.0)
+    axes = axes if isinstance(axes, list) else [axes]
+    sparsities = np.unique(columns["S"])
+    colours = dict(zip(sparsities, _palette(len(sparsities))))
+    for ax, flops in zip(axes, budgets):
+        at_budget = columns["C"] == flops
+        for sparsity in sparsities:
+            mask = at_budget & (columns["S"] == sparsity)
+            ax.scatter(columns["N"][mask], columns["loss"][mask], color=colours[sparsity],
+                       label=f"S={sparsity:g}")
+            if fit is not None and mask.any():
+                n_grid = np.geomspace(columns["N"][at_budget].min() / 1.5,
+                                      columns["N"][at_budget].max() * 1.5, 60)
+                tokens = flops / (6 * active_params(n_grid, sparsity, shared))
+                ax.plot(n_grid, get_law(fit.law).predict_loss(fit.params, N=n_grid, D=tokens,
+                                                      S=np.full_like(n_grid, sparsity)),
+                        color=colours[sparsity], lw=1)
+        ax.set_xscale("log")
+        ax.set_xlabel("total parameters N")
+        ax.set_ylabel("best validation loss")
+        ax.set_title(f"C = {flops:.3g} FLOPs")
+        ax.legend(fontsize=8)
+    return save_figure(fig, path)
+
+
+def _palette(count: int) -> list:
+    cmap = matplotlib.colormaps["viridis"]
+    return [cmap(x) for x in np.linspace(0.0, 0.9, count)]
+
+
+
+
+def optima_figure(path: Path, vs_n: list[dict], vs_c: list[dict], vs_t: list[dict] | None,
+                   flops_reference: float) -> Path:
+    panels = [(vs_n, "params", "total parameters N", f"fixed N, C = {flops_reference:.3g}"),
+              (vs_c, "flops", "training compute C (FLOPs)", "compute-optimal")]
+    if vs_t:
+        panels.append((vs_t, "seconds", "wall-clock budget T (s, this hardware)", "time-optimal"))
+    fig, axes = new_figure(ncols=len(panels), width_in=5.0)
+    for ax, (rows, key, label, title) in zip(axes, panels):
+        x = [r[key] for r in rows]
+        ax.plot(x, [r["optimum"]["sparsity"] for r in rows], marker="o", label="best fit")
+        if rows[0]["ci"]:
+            ax.fill_between(x, [r["ci"]["sparsity"][0] for r in rows],
+                            [r["ci"]["sparsity"][1] for r in rows], alpha=0.25, label="95 % band")
+        ax.set_xscale("log")
+        ax.set_ylim(-0.02, 1.0)
+        ax.set_xlabel(label)
+        ax.set_ylabel("optimal sparsity S*")
+        ax.set_title(title)
+        ax.legend(fontsize=8)
+    return save_figure(fig, path)

@@ -1,0 +1,217 @@
+"""Planning a sparsity sweep: every seed x budget x size x sparsity of a grid as a run config,
+and the sweep folder's grid.json, plan.json and configs/ that every launcher trains from.
+
+The grid (its keys, presets and checks) is ``moelab.sweep.grid.SweepGrid``: a base config, the
+model sizes, the sparsities at a fixed top_k and the FLOPs or token budgets. A point's config is
+the base config with its size, experts and token budget set field by field
+(``dataclasses.replace``), then validated as any loaded config is.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Optional
+
+from moelab.accounting import count_params, flops_per_token
+from moelab.config import Config, MoEConfig, load_config, to_dict
+from moelab.errors import ConfigError, MoelabError
+from moelab.fileio import atomic_write_json, remove_stale_temporaries
+from moelab.runs import RunSpec, write_run_configs
+from moelab.runs.families import as_budget_family
+from moelab.runs.spec import branch_record
+from moelab.scaling.isoflop import compute_deviation
+from moelab.sweep.grid import GRID_KEYS, SIZE_KEYS, SweepGrid, experts_for, with_seeds_key
+
+
+@dataclass
+class SweepPoint:
+    size: str
+    sparsity: float
+    num_experts: int
+    top_k: int
+    budget_label: str
+    flops_budget: Optional[float]
+    config: Config
+
+    @property
+    def arm(self) -> str:
+        """The point's name without its seed: ``C3e+13/s1/S0.750-E4k1``."""
+        return f"{self.budget_label}/{self.size}/S{self.sparsity:.3f}-E{self.num_experts}k{self.top_k}"
+
+    @property
+    def seed(self) -> int:
+        return self.config.train.seed
+
+    @property
+    def run_name(self) -> str:
+        """The point's run: ``C3e+13/s1/S0.750-E4k1/seed0`` (its folder under runs/)."""
+        return f"{self.arm}/seed{self.seed}"
+
+    def describe(self) -> str:
+        counts = count_params(self.config.model)
+        tokens = self.config.train.max_tokens
+        text = f"{self.run_name}: N_total={counts.total:,} N_active={counts.active:,} D={tokens:,}"
+        if self.flops_budget is not None:
+            flops = flops_per_token(self.config.model).six_n * tokens
+            text += f" C={flops:.4g} ({compute_deviation(flops, self.flops_budget):+.1%} vs budget)"
+        return text
+
+
+def point_config(base: Config, size: dict, sparsity: float, top_k: int, mode: str) -> Config:
+    """The base config as this size at this sparsity: the size's model keys, and at S > 0
+    E = k / (1 - S) experts of width d_ff / E (fixed_total) or d_ff / k (fixed_expert), over
+    the base config's own expert settings (or the defaults for a dense base)."""
+    shape = {key: size[key] for key in SIZE_KEYS if key in size}
+    if sparsity == 0.0:
+        return replace(base, model=replace(base.model, **shape, moe=None)).validate()
+    experts = experts_for(sparsity, top_k)
+    d_ff = int(size.get("d_ff", 0)) or None
+    if d_ff is None:
+        raise ConfigError(f"sweep size {size['name']!r} needs d_ff (the dense FFN width)")
+    divisor = experts if mode == "fixed_total" else top_k
+    if d_ff % divisor:
+        raise ConfigError(
+            f"sweep size {size['name']!r}: d_ff={d_ff} is invalid for {mode} with E={experts}, "
+            f"k={top_k}: must be divisible by {divisor}"
+        )
+    moe = replace(base.model.moe or MoEConfig(), num_experts=experts, top_k=top_k,
+                  d_expert=d_ff // divisor)
+    return replace(base, model=replace(base.model, **shape, moe=moe)).validate()
+
+
+def with_max_tokens(config: Config, tokens: int) -> Config:
+    return replace(config, train=replace(config.train, max_tokens=tokens)).validate()
+
+
+def with_seed(config: Config, seed: int) -> Config:
+    return replace(config, train=replace(config.train, seed=seed)).validate()
+
+
+def tokens_for_flops(config: Config, flops: float) -> int:
+    """D = C / (6 N_active), rounded down to whole optimizer steps (at least one).
+
+    So a run spends up to one step less than the budget, or more when one step alone exceeds
+    it; results.csv keeps the actual C and the report says how far it is from the budget.
+    """
+    tokens_per_step = config.train.batch_size * config.model.max_seq_len
+    steps = max(1, int(flops / flops_per_token(config.model).six_n // tokens_per_step))
+    return steps * tokens_per_step
+
+
+def plan_sweep(grid: SweepGrid) -> list[SweepPoint]:
+    """Every seed x budget x size x sparsity: the first seed's whole grid first, each grid
+    smallest budget first (a stopped sweep is already useful)."""
+    points = []
+    budgets = [("flops", b) for b in sorted(grid.flops_budgets)] + [
+        ("tokens", b) for b in sorted(grid.token_budgets)]
+    config = load_config(grid.base, list(grid.overrides))
+    for seed in grid.seeds:
+        base = with_seed(config, seed)
+        for kind, budget in budgets:
+            for size in grid.sizes:
+                for sparsity in grid.sparsities:
+                    points.append(_plan_point(base, grid, size, float(sparsity), kind, budget))
+    _check_distinct_folders(points)
+    return points
+
+
+def _plan_point(base: Config, grid: SweepGrid, size: dict, sparsity: float, kind: str,
+                budget: float) -> SweepPoint:
+    config = point_config(base, size, sparsity, grid.top_k, grid.mode)
+    if kind == "flops":
+        tokens, label = tokens_for_flops(config, budget), f"C{exact_text(budget)}"
+    else:
+        tokens, label = int(budget), f"D{int(budget)}"
+    config = with_max_tokens(config, tokens)
+    experts = config.model.moe.num_experts if config.model.moe else 1
+    return SweepPoint(size["name"], sparsity, experts, grid.top_k, label,
+                      float(budget) if kind == "flops" else None, config)
+
+
+def exact_text(value: float) -> str:
+    """The shortest ``1.2e+11``-style text that reads back as the same float: budget labels
+    must be lossless, or two budgets would share run folders (and an IsoFLOP curve)."""
+    for digits in range(16):
+        text = f"{value:.{digits}e}"
+        if float(text) == value:
+            return text
+    return f"{value:.16e}"  # 17 significant digits read back as any float
+
+
+def _check_distinct_folders(points: list[SweepPoint]) -> None:
+    seen = set()
+    for point in points:
+        if point.run_name in seen:
+            raise ConfigError(
+                f"sweep point {point.run_name} is planned twice: size names must be distinct and "
+                f"sparsities and budgets must not repeat"
+            )
+        seen.add(point.run_name)
+
+
+def run_specs(points: list[SweepPoint]) -> list[RunSpec]:
+    """One run per point; under ``train.schedule: wsd`` the budgets of a size, sparsity and
+    seed are one budget family (``moelab.runs.families``)."""
+    specs = [RunSpec(point.run_name, point.config,
+                     {"size": point.size, "sparsity": point.sparsity, "budget": point.budget_label,
+                      "seed": point.seed})
+             for point in points]
+    shapes = [(point.size, point.sparsity, point.seed) for point in points]
+    planned = {spec.name: spec for shape in dict.fromkeys(shapes)
+               for spec in as_budget_family([s for s, other in zip(specs, shapes) if other == shape])}
+    return [planned[spec.name] for spec in specs]
+
+
+def plan_sweep_folder(grid: SweepGrid, out_dir: Path, fit_settings: dict | None = None
+                      ) -> tuple[list[SweepPoint], list[RunSpec]]:
+    """Plan the grid and write its grid.json, plan.json and run configs into ``out_dir``.
+    ``fit_settings`` (``bootstrap_replicates``, ``max_starts``) are kept in plan.json, so that
+    ``moelab report DIR`` fits as the sweep did."""
+    points = plan_sweep(grid)
+    specs = run_specs(points)
+    _write_plan(Path(out_dir), grid, points, specs, fit_settings or {})
+    return points, specs
+
+
+def recorded_fit_settings(out_dir: Path) -> dict:
+    """The fit settings a sweep recorded in plan.json (the defaults when it recorded none)."""
+    try:
+        plan = json.loads((Path(out_dir) / "plan.json").read_text("utf-8"))
+    except (OSError, ValueError):
+        return {}
+    settings = plan.get("fit") if isinstance(plan, dict) else None
+    return {key: settings[key] for key in ("bootstrap_replicates", "max_starts")
+            if isinstance(settings, dict) and key in settings}
+
+
+def _write_plan(out_dir: Path, grid: SweepGrid, points: list[SweepPoint], specs: list[RunSpec],
+                fit_settings: dict) -> None:
+    """grid.json + plan.json; refuse to mix another grid's runs into this folder."""
+    grid_record = {key: getattr(grid, key) for key in GRID_KEYS}
+    grid_path = out_dir / "grid.json"
+    if grid_path.is_file():
+        old = with_seeds_key(json.loads(grid_path.read_text("utf-8")))
+        if not _same_grid_or_more_seeds(old, json.loads(json.dumps(grid_record))):
+            raise MoelabError(f"{out_dir} already holds another sweep grid ({old.get('name')!r}): "
+                              "use another --out folder")
+    remove_stale_temporaries(out_dir, out_dir / "configs", out_dir / "figures")
+    atomic_write_json(grid_path, grid_record)
+    write_run_configs(out_dir, specs)
+    atomic_write_json(out_dir / "plan.json", {
+        "kind": "sweep-sparsity",
+        **({"fit": fit_settings} if fit_settings else {}),
+        "runs": [{"name": spec.name, "run_dir": str(spec.run_dir), "config": str(spec.config_path),
+                  "size": point.size, "sparsity": point.sparsity, "budget": point.budget_label,
+                  "seed": point.seed,
+                  "model": to_dict(point.config.model), **branch_record(spec)}
+                 for point, spec in zip(points, specs)],
+    })
+
+
+def _same_grid_or_more_seeds(old: dict, new: dict) -> bool:
+    """A folder's runs stay valid for its grid with seeds added: a run depends only on its
+    config and seed."""
+    return ({**old, "seeds": None} == {**new, "seeds": None}
+            and set(old.get("seeds", [])) <= set(new["seeds"]))
