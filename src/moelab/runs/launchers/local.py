@@ -146,8 +146,6 @@ class LocalLauncher:
                 child.stop()
 
 
-
-
 @dataclass
 class _Child:
     spec: RunSpec
