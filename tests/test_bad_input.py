@@ -21,7 +21,8 @@ from typing import Callable, Optional
 import pytest
 import yaml
 
-from moelab.cli import main, one_line_error
+from moelab.cli import main
+from moelab.errors import bad_input_message
 from tiny_overrides import TINY_MOE_RUN
 
 TWO_STEPS = TINY_MOE_RUN + ["train.max_tokens=512", "train.sample_tokens=0"]
@@ -666,7 +667,7 @@ def test_the_table_covers_every_command():
     (MemoryError(), "out of memory"),
 ])
 def test_expected_error_classes_become_one_line(exc, expected):
-    message = one_line_error(exc)
+    message = bad_input_message(exc)
     assert expected in message and "\n" not in message
 
 

@@ -160,7 +160,7 @@ def test_rerunning_a_finished_branch_returns_its_summary(family_runs):
     root, family, _ = family_runs
     member = family.branches[0]
     summary = branch_run(root / f"family{BUDGETS[-1]}", 8, member.config, root / f"family{BUDGETS[0]}")
-    assert summary == RunFolder(root / f"family{BUDGETS[0]}").read_summary()
+    assert summary.to_dict() == RunFolder(root / f"family{BUDGETS[0]}").read_summary()
 
 
 # --------------------------------------------------------------------------------------------

@@ -179,6 +179,6 @@ def test_resume_is_exact_with_and_without_hashes(run, tmp_path, legacy):
     reference = train(config, tmp_path / "uninterrupted")
     assert ([_without_timings(e) for e in run.read_metrics()]
             == [_without_timings(e) for e in RunFolder(tmp_path / "uninterrupted").read_metrics()])
-    assert _without_timings(resumed) == _without_timings(reference)
+    assert _without_timings(resumed.to_dict()) == _without_timings(reference.to_dict())
     assert run.samples_path.read_text() == (tmp_path / "uninterrupted" / "samples.txt").read_text()
 

@@ -206,8 +206,8 @@ def test_cuda_training_run_end_to_end(tmp_path):
         "train.dtype=bfloat16",
     ])
     summary = train(config, tmp_path / "run")
-    assert summary["device"].startswith("cuda")
-    assert summary["final_val_loss"] < 6.0
+    assert summary.device.startswith("cuda")
+    assert summary.final_val_loss < 6.0
 
 
 def test_cuda_marker_is_registered(pytestconfig):

@@ -94,7 +94,7 @@ def test_a_finetune_starts_from_the_weights_not_a_random_init(source_and_finetun
     root, text = source_and_finetune
     summary = finetune(root / "source", text, tmp_path / "one_step",
                        ["train.max_tokens=256", "train.lr=1e-12"])
-    assert summary["final_val_loss"] == pytest.approx(summary["source_val_loss"], abs=1e-4)
+    assert summary.run.final_val_loss == pytest.approx(summary.reference.source_val_loss, abs=1e-4)
     random_init = load_config(None, SOURCE_RUN)
     assert random_init.train.init_from is None
 
@@ -103,7 +103,7 @@ def test_rerunning_the_finetune_resumes_it(source_and_finetune):
     root, text = source_and_finetune
     before = RunFolder(root / "tuned").read_summary()
     again = finetune(root / "source", text, root / "tuned", FINETUNE_SETS)
-    assert {k: again[k] for k in before} == before
+    assert {k: getattr(again.run, k) for k in before} == before
 
 
 def test_changed_source_weights_are_refused(source_and_finetune, tmp_path, capsys):

@@ -53,7 +53,7 @@ def test_a_failed_first_start_leaves_the_folder_reusable(tmp_path, monkeypatch):
     assert run.config_path.is_file() and not run.has_progress()  # what blocked it before
 
     summary = train(load_config(None, TWO_STEPS), run.path)  # a plain rerun
-    assert summary["status"] == "complete" and summary["steps"] == 2
+    assert summary.status == "complete" and summary.steps == 2
 
 
 def test_resume_of_a_failed_first_start_takes_another_config(tmp_path, monkeypatch):
@@ -65,7 +65,7 @@ def test_resume_of_a_failed_first_start_takes_another_config(tmp_path, monkeypat
         with pytest.raises(MoelabError):
             train(load_config(None, TWO_STEPS + ["train.lr=0.5"]), tmp_path / "run")
     fixed = load_config(None, TWO_STEPS)  # the corrected config: nothing was trained to keep
-    assert train(fixed, tmp_path / "run", resume=True)["status"] == "complete"
+    assert train(fixed, tmp_path / "run", resume=True).status == "complete"
     assert RunFolder(tmp_path / "run").read_config().train.lr == 0.01
 
 

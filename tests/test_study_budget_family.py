@@ -78,7 +78,7 @@ def test_a_wsd_budget_study_equals_separate_runs_bit_for_bit(tmp_path, monkeypat
         summary = train(config, separate)
         assert curves(study / run["run_dir"]) == curves(separate)
         assert json.loads((study / run["run_dir"] / "summary.json").read_text())["best_val_loss"] \
-            == summary["best_val_loss"]
+            == summary.best_val_loss
     # 2 arms, each 16 steps in full plus cooldowns of 8 - 6 = 2 and 12 - 9 = 3 steps.
     family = json.loads((study / "results.json").read_text())["budget_family"]
     assert family == {"branches": 4, "tokens_trained": 2 * (16 + 2 + 3) * STEP,

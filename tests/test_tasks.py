@@ -24,11 +24,11 @@ from moelab.data import Tokenizer
 from moelab.data.sources import sample_path, split_stories
 from moelab.errors import MoelabError
 from moelab.model import Transformer
-from moelab.tasks import (RESULTS_FILE, TASK_NAMES, evaluate_tasks, load_task, parse_task_names,
-                          score_tasks, task_text)
+from moelab.tasks import (RESULTS_FILE, TASK_NAMES, load_task, parse_task_names, score_tasks,
+                          task_text)
 from moelab.tasks import build
 from moelab.tasks.scoring import accuracy_summary, score_continuations
-from moelab.train import RunFolder
+from moelab.train import RunFolder, evaluate_tasks
 from tiny_overrides import TINY_MOE_RUN
 
 # Context 64: the shortest that fits every task's continuations (the tasks' promise). The demo

@@ -288,12 +288,12 @@ def test_final_val_loss_is_the_mean_cross_entropy_of_every_validation_target(tmp
     for hook in hooks:
         hook.remove()
     val_loss = F.cross_entropy(logits_NTV.flatten(0, 1).float(), windows_NW[:, 1:].flatten())
-    assert summary["final_val_loss"] == pytest.approx(float(val_loss), rel=1e-5)
+    assert summary.final_val_loss == pytest.approx(float(val_loss), rel=1e-5)
 
     # Top-2 of 4 experts for each of 7 * 32 tokens: 448 slots per layer.
     slots = 7 * 32 * 2
-    assert len(summary["routing"]) == len(router_inputs) == 2
-    for layer, h_NTD, stats in zip(model.layers, router_inputs, summary["routing"]):
+    assert len(summary.routing) == len(router_inputs) == 2
+    for layer, h_NTD, stats in zip(model.layers, router_inputs, summary.routing):
         with torch.no_grad():
             experts_TK = (h_NTD.flatten(0, 1) @ layer.feed_forward.router.weight.T).topk(2).indices
         expected_load = (torch.bincount(experts_TK.flatten(), minlength=4) / slots).tolist()
@@ -399,7 +399,7 @@ def test_generate_refuses_a_temperature_that_is_not_a_finite_non_negative_number
 
 def test_resume_of_a_finished_run_returns_its_summary(tiny_run):
     config = RunFolder(tiny_run).read_config()
-    assert train(config, tiny_run, resume=True) == RunFolder(tiny_run).read_summary()
+    assert train(config, tiny_run, resume=True).to_dict() == RunFolder(tiny_run).read_summary()
     with pytest.raises(MoelabError, match="already holds a run"):
         train(config, tiny_run)
 
@@ -414,14 +414,14 @@ def test_gradient_accumulation_equals_the_full_batch(tmp_path):
               for name in ("full", "accumulated")}
     assert len(losses["full"]) == 6
     assert losses["accumulated"] == pytest.approx(losses["full"], rel=1e-5)
-    assert accumulated["final_val_loss"] == pytest.approx(full["final_val_loss"], rel=1e-5)
+    assert accumulated.final_val_loss == pytest.approx(full.final_val_loss, rel=1e-5)
 
 
 def test_bfloat16_autocast_trains(tmp_path):
     summary = train(tiny_config("train.dtype=bfloat16", "train.max_tokens=1536"), tmp_path / "run")
     first = RunFolder(tmp_path / "run").read_metrics()[0]
     assert first["ce_loss"] == pytest.approx(math.log(512), abs=0.15)
-    assert summary["final_val_loss"] < first["ce_loss"] - 0.2
+    assert summary.final_val_loss < first["ce_loss"] - 0.2
 
 
 # --------------------------------------------------------------------------------------------
@@ -561,8 +561,8 @@ def test_a_corrupt_summary_is_a_clear_error_and_resume_writes_it_again(tmp_path)
             run.read_summary()
         assert not run.is_complete()
         again = train(config, run.path, resume=True)  # from the final checkpoint: no step left
-        assert _without_timings(again) == _without_timings(first)
-        assert run.read_summary() == again
+        assert _without_timings(again.to_dict()) == _without_timings(first.to_dict())
+        assert run.read_summary() == again.to_dict()
         assert run.samples_path.read_text() == samples
 
 

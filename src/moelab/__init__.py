@@ -1,10 +1,13 @@
 """moelab: controlled dense-vs-sparse (Mixture-of-Experts) pretraining studies."""
 
-__version__ = "0.1.0"
+from moelab.version import __version__
+
+__all__ = ["__version__", "load_run"]
 
 
 def __getattr__(name: str):
-    # ``moelab.load_run`` without importing torch and the training engine on ``import moelab``.
+    # ``moelab.load_run`` without importing torch and the training engine on ``import moelab``:
+    # imported on first use, so the package imports nothing above it at import time.
     if name == "load_run":
         from moelab.train.runs import load_run
 

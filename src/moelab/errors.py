@@ -1,9 +1,17 @@
-"""The one exception type users see.
+"""The one exception type users see, and the one line each error of bad input is told in.
 
 Anything raised as ``MoelabError`` is a problem with the user's input (a bad config value, a
 missing file, a corrupt cache); the CLI prints its message on one line and exits with code 2.
-Everything else is a bug and keeps its traceback.
+So are the error classes that bad input raises before a check names it better
+(``bad_input_message``). Everything else is a bug and keeps its traceback.
 """
+
+from __future__ import annotations
+
+import json
+import sys
+
+import yaml
 
 
 class MoelabError(Exception):
@@ -12,3 +20,42 @@ class MoelabError(Exception):
 
 class ConfigError(MoelabError):
     """An invalid configuration key or value."""
+
+
+def bad_input_message(exc: BaseException) -> str | None:
+    """The one-line message of an error that bad input causes, or None for a bug.
+
+    A ``MoelabError`` names the value already; the other classes are the fallback for input
+    that reaches a library before any check (the command's own checks name the value better):
+    text that is not UTF-8, a number too large to convert, a malformed JSON or YAML file, a
+    file that cannot be read, memory a config asks for that the machine does not have.
+    """
+    if isinstance(exc, MoelabError):
+        message = str(exc)
+    elif isinstance(exc, UnicodeDecodeError):
+        message = (f"the input is not UTF-8 text ({exc.reason} at byte {exc.start}: "
+                   f"{exc.object[exc.start:exc.start + 4]!r})")
+    elif isinstance(exc, UnicodeError):
+        message = f"the input is not valid text ({exc})"
+    elif isinstance(exc, OverflowError):
+        message = f"a number is too large ({exc})"
+    elif isinstance(exc, json.JSONDecodeError):
+        message = f"a JSON file is malformed ({exc.msg} at line {exc.lineno} column {exc.colno})"
+    elif isinstance(exc, yaml.YAMLError):
+        message = f"a YAML file is malformed ({str(exc).splitlines()[0] if str(exc) else exc})"
+    elif isinstance(exc, OSError):
+        what = f" {exc.filename}" if exc.filename else ""
+        message = f"cannot access{what}: {exc.strerror or exc}"
+    elif isinstance(exc, RecursionError):
+        message = "the input nests too deeply"
+    elif isinstance(exc, MemoryError) or _is_torch_out_of_memory(exc):
+        message = (f"out of memory ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
+                   f"): the input asks for more memory than this machine has")
+    else:
+        return None
+    return "; ".join(line.strip() for line in message.splitlines() if line.strip())
+
+
+def _is_torch_out_of_memory(exc: BaseException) -> bool:
+    torch = sys.modules.get("torch")  # loaded by whatever raised it; never imported just for this
+    return torch is not None and isinstance(exc, getattr(torch, "OutOfMemoryError", ()))

@@ -3,19 +3,18 @@
 Each module in this package registers its sub-commands with ``register(subparsers)``; a
 sub-command stores its handler as ``func`` (``handler(args) -> int | None``). A ``MoelabError``
 from anywhere below is printed as one line and the process exits with code 2; so are the error
-classes that bad input raises before a check names it better (``one_line_error``): text that is
-not UTF-8, a number too large to convert, a malformed JSON or YAML file, a file that cannot be
-read, memory a config asks for that the machine does not have. Anything else is a bug and keeps
-its traceback.
+classes that bad input raises before a check names it better (``moelab.errors.bad_input_message``).
+Anything else is a bug and keeps its traceback.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import sys
 
-from moelab.errors import MoelabError
+from moelab.errors import bad_input_message
 
 # Modules with a register(subparsers) function, in the order their commands are listed.
 COMMAND_MODULES = ("model", "data", "train", "study", "fit", "sweep")
@@ -29,8 +28,6 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    import importlib
-
     parser = _Parser(prog="moelab", description="Dense-vs-sparse (MoE) pretraining studies.")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     for name in COMMAND_MODULES:
@@ -54,52 +51,11 @@ def main(argv: list[str] | None = None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no error at exit
         return 141
     except Exception as exc:  # noqa: BLE001 -- re-raised below unless it is an expected class
-        message = one_line_error(exc)
+        message = bad_input_message(exc)
         if message is None:
             raise
         print(f"moelab: error: {message}", file=sys.stderr)
         return 2
-
-
-def one_line_error(exc: BaseException) -> str | None:
-    """The one-line message of an error that bad input causes, or None for a bug.
-
-    A ``MoelabError`` names the value already; the other classes are the fallback for input
-    that reaches a library before any check (the command's own checks name the value better).
-    """
-    import json
-
-    import yaml
-
-    if isinstance(exc, MoelabError):
-        message = str(exc)
-    elif isinstance(exc, UnicodeDecodeError):
-        message = (f"the input is not UTF-8 text ({exc.reason} at byte {exc.start}: "
-                   f"{exc.object[exc.start:exc.start + 4]!r})")
-    elif isinstance(exc, UnicodeError):
-        message = f"the input is not valid text ({exc})"
-    elif isinstance(exc, OverflowError):
-        message = f"a number is too large ({exc})"
-    elif isinstance(exc, json.JSONDecodeError):
-        message = f"a JSON file is malformed ({exc.msg} at line {exc.lineno} column {exc.colno})"
-    elif isinstance(exc, yaml.YAMLError):
-        message = f"a YAML file is malformed ({str(exc).splitlines()[0] if str(exc) else exc})"
-    elif isinstance(exc, OSError):
-        what = f" {exc.filename}" if exc.filename else ""
-        message = f"cannot access{what}: {exc.strerror or exc}"
-    elif isinstance(exc, RecursionError):
-        message = "the input nests too deeply"
-    elif isinstance(exc, MemoryError) or _is_torch_out_of_memory(exc):
-        message = (f"out of memory ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
-                   f"): the input asks for more memory than this machine has")
-    else:
-        return None
-    return "; ".join(line.strip() for line in message.splitlines() if line.strip())
-
-
-def _is_torch_out_of_memory(exc: BaseException) -> bool:
-    torch = sys.modules.get("torch")  # loaded by whatever raised it; never imported just for this
-    return torch is not None and isinstance(exc, getattr(torch, "OutOfMemoryError", ()))
 
 
 def add_config_arguments(parser: argparse.ArgumentParser) -> None:

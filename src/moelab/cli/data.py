@@ -34,7 +34,7 @@ def register(subparsers) -> None:
 
 
 def prepare_data_command(args) -> int:
-    from moelab.data import prepare_data
+    from moelab.data import prepare_data  # here: the data pipeline imports torch, --help must not
 
     data_cfg = DataConfig(source=args.source, cache_dir=args.out,
                           valid_fraction=args.valid_fraction)

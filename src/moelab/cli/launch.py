@@ -64,6 +64,8 @@ def build_launcher(args):
     """The launcher the options ask for; options that belong to another launcher are refused
     (a ``--ray-address`` with the local launcher would silently train here)."""
     _refuse_foreign_options(args)
+    # Each launcher is imported when chosen: they import the training engine (torch), which
+    # parsing the other commands' arguments must not pay.
     if args.launcher == "ray":
         from moelab.runs.launchers.ray import RayLauncher
 

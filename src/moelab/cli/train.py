@@ -1,16 +1,26 @@
-"""Sub-commands ``train``, ``eval``, ``generate`` and ``export-hf``: parsing and printing only."""
+"""Sub-commands ``train``, ``eval``, ``generate`` and ``export-hf``: parsing and printing only.
+
+The engine (``moelab.train``, ``moelab.tasks``: torch) is imported inside each handler, so
+that building the parser, ``moelab --help`` and the other commands do not pay torch's import.
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
 import math
+from typing import TYPE_CHECKING
+
+from moelab.cli import add_config_arguments, non_negative_int, positive_int, seed_int
+from moelab.config import load_config
+from moelab.errors import MoelabError
+
+if TYPE_CHECKING:
+    from moelab.train.summary import RunSummary
 
 
 def register(subparsers) -> None:
     """Add this module's sub-commands."""
-    from moelab.cli import add_config_arguments, non_negative_int, positive_int, seed_int
-
     train = subparsers.add_parser(
         "train", help="train one run into a folder",
         description="Train one model; under torchrun --nproc_per_node=N it uses DDP.")
@@ -81,8 +91,6 @@ def register(subparsers) -> None:
 
 
 def _train(args) -> int:
-    from moelab.config import load_config
-    from moelab.errors import MoelabError
     from moelab.train import branch_run, train
 
     config = load_config(args.config, args.overrides)
@@ -99,23 +107,22 @@ def _train(args) -> int:
 def _finetune(args) -> int:
     from moelab.train import finetune
 
-    summary = finetune(args.run, args.data, args.out, args.overrides)
-    _print_summary(args.out, summary)
-    print(f"source {args.run} on the new data: val loss {summary['source_val_loss']:.4f}; "
-          f"fine-tuned: best {summary['best_val_loss']:.4f}")
+    result = finetune(args.run, args.data, args.out, args.overrides)
+    _print_summary(args.out, result.run)
+    print(f"source {args.run} on the new data: val loss {result.reference.source_val_loss:.4f}; "
+          f"fine-tuned: best {result.run.best_val_loss:.4f}")
     return 0
 
 
-def _print_summary(out: str, summary: dict) -> None:
-    if summary:  # other DDP ranks return {} and print nothing
-        print(f"{out}: best val loss {summary['best_val_loss']:.4f} "
-              f"(step {summary['best_val_step']}), final {summary['final_val_loss']:.4f} "
-              f"= {summary['final_val_bpb']:.4f} bits/byte; {summary['tokens']:,} tokens in "
-              f"{summary['steps']} steps, {summary['tokens_per_s']:,.0f} tokens/s")
+def _print_summary(out: str, summary: RunSummary | None) -> None:
+    if summary is not None:  # the other ranks of a DDP run return None and print nothing
+        print(f"{out}: best val loss {summary.best_val_loss:.4f} "
+              f"(step {summary.best_val_step}), final {summary.final_val_loss:.4f} "
+              f"= {summary.final_val_bpb:.4f} bits/byte; {summary.tokens:,} tokens in "
+              f"{summary.steps} steps, {summary.tokens_per_s:,.0f} tokens/s")
 
 
 def _eval(args) -> int:
-    from moelab.errors import MoelabError
     from moelab.train import evaluate_run
 
     if args.tasks is not None:
@@ -133,8 +140,8 @@ def _eval(args) -> int:
 
 
 def _eval_tasks(args) -> int:
-    from moelab.errors import MoelabError
-    from moelab.tasks import evaluate_tasks, parse_task_names
+    from moelab.tasks import parse_task_names
+    from moelab.train import evaluate_tasks
 
     names = parse_task_names(args.tasks)
     if args.data is not None or args.cache_dir is not None:
@@ -153,7 +160,6 @@ def _eval_tasks(args) -> int:
 
 
 def _generate(args) -> int:
-    from moelab.errors import MoelabError
     from moelab.train import generate_text, load_run
 
     try:  # bytes that are not UTF-8 reach Python as lone surrogates, which no tokenizer takes

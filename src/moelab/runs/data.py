@@ -5,12 +5,11 @@ from __future__ import annotations
 from typing import Callable
 
 from moelab.config import Config
+from moelab.data import prepare_data
 
 
 def prepare_shared_data(config: Config, log: Callable[[str], None]) -> None:
     """Tokenizer and token cache once, up front: every run then finds them in the cache (and
     parallel runs do not race to build them)."""
-    from moelab.data import prepare_data
-
     log(f"preparing data ({config.data.source}, vocab {config.tokenizer_vocab_size})")
     prepare_data(config.data, config.tokenizer_vocab_size, progress=config.train.progress)

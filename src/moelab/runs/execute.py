@@ -1,7 +1,7 @@
 """Train every run of a plan that is not complete, through a launcher, and record each outcome.
 
-A failing run is recorded in failures.json (its one-line error) and the others still run; a
-run that later completes is removed from it. Bookkeeping happens on the calling thread only:
+A failing run is recorded in failures.json (its one-line error, ``moelab.runs.failures``) and
+the others still run; a run that later completes is removed from it. Bookkeeping happens on the calling thread only:
 launchers report each finished run through one callback.
 """
 
@@ -14,6 +14,8 @@ from typing import Callable, Optional
 
 from moelab.runs.records import is_complete, read_failures, write_failures
 from moelab.runs.spec import RunSpec
+from moelab.train.run_folder import RunFolder
+from moelab.train.summary import RunSummary
 
 Log = Callable[[str], None]
 
@@ -25,7 +27,13 @@ class RunOutcome:
     """'skipped' (already complete), 'complete' (trained now) or 'failed'."""
     seconds: float = 0.0
     error: str = ""
-    summary: Optional[dict] = None
+    summary: Optional[RunSummary] = None
+
+    @classmethod
+    def completed(cls, spec: RunSpec, seconds: float, run_dir: Path) -> "RunOutcome":
+        """A run trained to its end, with the summary its folder holds: the one every report
+        reads, whichever process or machine wrote it."""
+        return cls(spec, "complete", seconds, summary=RunFolder(run_dir).summary())
 
 
 def execute_plan(folder: Path, specs: list[RunSpec], launcher, log: Log = print) -> list[RunOutcome]:
@@ -70,12 +78,6 @@ def _source_complete(folder: Path, spec: RunSpec) -> bool:
     return spec.branch is None or is_complete(folder / "runs" / spec.branch.source)
 
 
-def _best_text(summary: Optional[dict]) -> str:
-    best = summary.get("best_val_loss") if isinstance(summary, dict) else None
-    return f"best val loss {best:.4f}, " if isinstance(best, (int, float)) else ""
-
-
-def one_line_error(exc: BaseException) -> str:
-    """``Type: message`` on one line: what failures.json records for a run that raised."""
-    text = f"{type(exc).__name__}: {exc}".strip()
-    return (text.splitlines() or [type(exc).__name__])[0]
+def _best_text(summary: Optional[RunSummary]) -> str:
+    best = None if summary is None else summary.best_val_loss
+    return f"best val loss {best:.4f}, " if best is not None else ""

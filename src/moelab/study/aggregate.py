@@ -18,7 +18,7 @@ from moelab.config import ModelConfig, to_dict
 from moelab.runs import read_failures
 from moelab.runs.families import count_family_tokens, planned_branch_steps
 from moelab.study.arms import LADDER_RUNGS, MOE_ARM, dense_arm_name
-from moelab.study.budgets import format_token_count
+from moelab.runs.tokens import format_token_count
 from moelab.study.records import RunRecord, read_plan
 from moelab.study.results import (
     ROUTING_KEYS, RUN_FIELDS, SEED_STATISTICS, SIZE_FIELDS, ArmResult, BudgetFamilyTokens,

@@ -11,6 +11,7 @@ from moelab.runs import RunSpec, execute_plan, is_complete
 from moelab.runs.data import prepare_shared_data
 from moelab.runs.launchers.commands import train_commands
 from moelab.runs.launchers.local import LocalLauncher
+from moelab.runs.training import TrainFn
 from moelab.study.arms import Arm, ladder_arms, study_arms
 from moelab.study.plan import check_study_files, plan_runs, write_plan
 from moelab.study.report import write_outputs
@@ -50,7 +51,7 @@ def list_runs(kind: str, config: Config, settings: StudySettings, study_dir: Pat
 
 
 def run_study(kind: str, config: Config, settings: StudySettings, study_dir: Path, *,
-              launcher=None, train_fn: Optional[Callable[..., dict]] = None,
+              launcher=None, train_fn: Optional[TrainFn] = None,
               log: Callable[[str], None] = print, jobs: int = 1) -> StudyResults:
     """Plan, train every run that is not complete (with ``launcher``; default: this machine,
     ``jobs`` at a time, ``train_fn`` in this process), then write results and report."""

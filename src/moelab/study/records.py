@@ -17,7 +17,7 @@ from typing import Any, Optional
 from moelab.config import Config
 from moelab.errors import ConfigError, MoelabError
 from moelab.runs import is_complete
-from moelab.study.budgets import parse_token_count
+from moelab.runs.tokens import parse_token_count
 from moelab.study.plan import run_name
 from moelab.tasks import read_run_tasks
 from moelab.train.run_folder import RunFolder

@@ -17,6 +17,7 @@ from moelab.fileio import writer_lock
 from moelab.runs import execute_plan, is_complete
 from moelab.runs.data import prepare_shared_data
 from moelab.runs.launchers.local import LocalLauncher
+from moelab.runs.training import TrainFn
 from moelab.runs.records import check_run_files
 from moelab.scaling.fitting import check_num_starts
 from moelab.sweep.grid import SweepGrid, load_grid
@@ -26,7 +27,7 @@ from moelab.sweep.results import collect_results, write_results_csv
 
 
 def run_sweep(grid: SweepGrid, out_dir: Path, *, bootstrap_replicates: int = 200,
-              max_starts: int | None = None, train_fn: Optional[Callable] = None,
+              max_starts: int | None = None, train_fn: Optional[TrainFn] = None,
               log: Callable[[str], None] = print, jobs: int = 1, launcher=None) -> Path:
     """Plan, train what is missing (with ``launcher``; default: this machine, ``jobs`` at a
     time), write results.csv, fit, and write report.md; returns its path. ``max_starts``

@@ -36,6 +36,7 @@ from moelab.train.distributed import setup_distributed
 from moelab.train.loop import Session, StepPlan, check_cpp_compiler, compile_afresh, optimizer_step
 from moelab.train.memory import check_training_fits, peak_memory_bytes
 from moelab.train.optim import build_optimizer
+from moelab.train.state import TrainState
 
 TABLE_COLUMNS = ("shape", "N_total", "N_active", "S", "E", "k", "d_expert", "tokens_per_step",
                  "steps_timed", "step_time_s", "tokens_per_s", "flops_per_token_6n",
@@ -144,7 +145,7 @@ def time_shape(shape: Shape, seconds_per_shape: float, warmup_steps: int,
     train_model = compile_afresh(model) if tc.compile else model
     session = Session(model, train_model, None, build_optimizer(model, tc),
                       RandomBatches(tc.batch_size, config.model.max_seq_len, config.model.vocab_size),
-                      dist.device, autocast, None, None, {}, None, dist)
+                      dist.device, autocast, None, None, TrainState(), None, dist)
     for _ in range(warmup_steps):
         optimizer_step(session, plan, tc.lr, tc.grad_clip)
     _synchronize(dist.device)

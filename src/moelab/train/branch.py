@@ -14,8 +14,6 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any
-
 from moelab.config import Config, build_config, read_raw, to_dict
 from moelab.data.tokenizer import file_sha256
 from moelab.errors import MoelabError
@@ -27,6 +25,7 @@ from moelab.train.checkpoint import (
 from moelab.train.loop import train
 from moelab.train.run_folder import RunFolder, first_difference
 from moelab.train.schedule import Schedule
+from moelab.train.summary import RunSummary
 
 BRANCH_FILE = "branch.json"
 """In a branch's run folder: the source run, the step and the checkpoint it started from."""
@@ -39,7 +38,7 @@ BRANCH_FREE_KEYS = (*SCHEDULE_KEYS, "keep_checkpoints_at", "checkpoint_interval"
 
 
 def branch_run(source_dir: str | Path, step: int, config: Config,
-               out_dir: str | Path) -> dict[str, Any]:
+               out_dir: str | Path) -> RunSummary:
     """Branch ``out_dir`` from the kept checkpoint at ``step`` of ``source_dir`` and train it to
     ``config``'s budget; returns its summary. A second call resumes (or returns) the branch."""
     config.validate()

@@ -24,6 +24,7 @@ from moelab.config import ModelConfig
 from moelab.data import EOT_TEXT
 from moelab.errors import MoelabError
 from moelab.fileio import current_umask
+from moelab.train.runs import load_run
 
 # moelab name -> Hugging Face name, for everything but the stacked experts.
 _RENAMES = [
@@ -98,6 +99,7 @@ def without_expert_bias(state_dict: dict[str, torch.Tensor]) -> dict[str, torch.
 
 def hf_config(cfg: ModelConfig, eot_id: int):
     """The ``LlamaConfig`` (dense) or ``MixtralConfig`` (MoE) of ``cfg``."""
+    # transformers is optional (moelab[hf]) and slow to import: only an export needs it.
     from transformers import LlamaConfig, MixtralConfig
 
     common = dict(
@@ -133,9 +135,7 @@ def export_hf(run_dir: str | Path, out_dir: str | Path) -> Path:
     The folder is assembled beside ``out_dir`` and renamed into place, so it is never seen
     half written; an existing non-empty ``out_dir`` is refused rather than overwritten.
     """
-    from moelab.train.runs import load_run
-
-    try:
+    try:  # optional (moelab[hf]): only an export needs it
         from transformers import PreTrainedTokenizerFast
     except ImportError:
         raise MoelabError("export-hf needs the transformers package: pip install transformers") from None

@@ -9,7 +9,8 @@
 - ``--set`` overrides of the train and data keys (the model is the source's and stays so).
 
 Before training it scores the source's weights on the same validation windows, the reference
-the fine-tuned val loss is read against (``finetune.json``). Calling it again resumes.
+the fine-tuned val loss is read against (``finetune.json``, a ``FinetuneReference``); the
+result is a ``FinetuneSummary``: the run's summary and that reference. Calling it again resumes.
 """
 
 from __future__ import annotations
@@ -17,9 +18,9 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from dataclasses import asdict, dataclass, fields
 from functools import partial
 from pathlib import Path
-from typing import Any
 
 import torch
 
@@ -35,6 +36,7 @@ from moelab.train.evaluation import evaluate, scored_bytes
 from moelab.train.loop import train
 from moelab.train.run_folder import RunFolder
 from moelab.train.runs import load_run
+from moelab.train.summary import RunSummary
 
 FINETUNE_FILE = "finetune.json"
 """In a finetune's run folder: the source run and checkpoint, and the source's val loss on the
@@ -44,11 +46,36 @@ CACHE_FOLDER = "data_cache"
 SET_BY_FINETUNE = ("train.init_from", "train.init_sha256", "data.cache_dir")
 
 
+@dataclass(frozen=True)
+class FinetuneReference:
+    """finetune.json: where a finetune started, and the source's weights scored on the new
+    text's validation windows, before any step (what the fine-tuned loss is read against)."""
+
+    source_run: str
+    source_checkpoint: str
+    source_step: int
+    source_model_sha256: str
+    data: str
+    """The new text's ``data.source``."""
+    source_val_loss: float
+    source_val_bpb: float
+    windows: int
+
+
+@dataclass(frozen=True)
+class FinetuneSummary:
+    """What ``finetune`` returns: the finetune run's summary (its summary.json) and its
+    reference (its finetune.json)."""
+
+    run: RunSummary
+    reference: FinetuneReference
+
+
 def finetune(run_dir: str | Path, data: str | Path, out_dir: str | Path,
-             overrides: list[str] | tuple[str, ...] = ()) -> dict[str, Any]:
+             overrides: list[str] | tuple[str, ...] = ()) -> FinetuneSummary:
     """Fine-tune the final weights of the finished run ``run_dir`` on ``data`` into ``out_dir``;
-    returns the run's summary with ``source_val_loss`` and ``source_val_bpb`` (the source's
-    weights on the same validation windows) added."""
+    returns the run's summary with its reference (the source's weights on the same validation
+    windows)."""
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
         raise MoelabError("moelab finetune runs in one process: it is invalid under torchrun")
     source, out = RunFolder(run_dir), RunFolder(out_dir)
@@ -62,9 +89,7 @@ def finetune(run_dir: str | Path, data: str | Path, out_dir: str | Path,
         finally:
             out.writer_lock.release()  # train() takes it again
     summary = train(config, out.path, resume=True)
-    reference = _read_reference(out)
-    return {**summary, "source_val_loss": reference["source_val_loss"],
-            "source_val_bpb": reference["source_val_bpb"]}
+    return FinetuneSummary(summary, _read_reference(out))
 
 
 def finetune_config(source_config: Config, data: str | Path, out_path: Path, checkpoint: Path,
@@ -136,17 +161,19 @@ def _write_reference(source: RunFolder, checkpoint: Path, config: Config, out: R
                        enabled=tc.dtype == "bfloat16")
     result = evaluate(model, windows_NT, scored_bytes(windows_NT, tokenizer),
                       tc.micro_batch_size or tc.batch_size, device, autocast)
-    atomic_write_json(out.path / FINETUNE_FILE, {
-        "source_run": str(source.path.resolve()), "source_checkpoint": str(checkpoint.resolve()),
-        "source_step": read_state(checkpoint)["step"], "source_model_sha256": tc.init_sha256,
-        "data": config.data.source, "source_val_loss": result.val_loss,
-        "source_val_bpb": result.bits_per_byte, "windows": int(windows_NT.shape[0])})
+    reference = FinetuneReference(
+        source_run=str(source.path.resolve()), source_checkpoint=str(checkpoint.resolve()),
+        source_step=read_state(checkpoint)["step"], source_model_sha256=tc.init_sha256,
+        data=config.data.source, source_val_loss=result.val_loss,
+        source_val_bpb=result.bits_per_byte, windows=int(windows_NT.shape[0]))
+    atomic_write_json(out.path / FINETUNE_FILE, asdict(reference))
 
 
-def _read_reference(out: RunFolder) -> dict[str, Any]:
+def _read_reference(out: RunFolder) -> FinetuneReference:
     path = out.path / FINETUNE_FILE
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        record = json.loads(path.read_text(encoding="utf-8"))
+        return FinetuneReference(**{f.name: record[f.name] for f in fields(FinetuneReference)})
+    except (OSError, ValueError, KeyError, TypeError):
         raise MoelabError(f"{path} is missing or corrupt: delete {out.path} and fine-tune "
                           f"again") from None

@@ -1,4 +1,4 @@
-"""The training loop: ``train(config, run_dir, resume=False) -> summary``.
+"""The training loop: ``train(config, run_dir, resume=False) -> RunSummary``.
 
 One optimizer step = one global batch of ``train.batch_size`` sequences of ``max_seq_len``
 tokens, split over ranks (DDP) and, within a rank, into micro batches (gradient accumulation).
@@ -14,19 +14,17 @@ from __future__ import annotations
 
 import math
 import platform
-import time
-from contextlib import contextmanager, nullcontext
+from contextlib import nullcontext
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 import numpy as np
 import torch
 from torch.nn.parallel import DistributedDataParallel
 from tqdm import tqdm
 
-import moelab
 from moelab.accounting import count_params, flops_per_token
 from moelab.config import Config, TrainConfig
 from moelab.data import Tokenizer, TrainBatches, prepare_data, validation_windows
@@ -41,11 +39,13 @@ from moelab.train.evaluation import (
 )
 from moelab.train.generate import sample_text
 from moelab.train.loggers import ExternalLoggers
-from moelab.train.memory import check_training_fits
+from moelab.train.memory import check_training_fits, peak_memory_bytes
 from moelab.train.optim import build_optimizer
 from moelab.train.run_folder import RunFolder
 from moelab.train.schedule import Schedule
+from moelab.train.state import Clock, NonFiniteGuard, Throughput, TrainState
 from moelab.train.summary import RunSummary
+from moelab.version import __version__
 
 LOSS_NAMES = ("loss", "ce_loss", "lb_loss", "z_loss")
 
@@ -109,8 +109,9 @@ class StepPlan:
 # --------------------------------------------------------------------------------------------
 
 
-def train(config: Config, run_dir: str | Path, *, resume: bool = False) -> dict[str, Any]:
-    """Train one run into ``run_dir`` and return its summary (also in summary.json).
+def train(config: Config, run_dir: str | Path, *, resume: bool = False) -> Optional[RunSummary]:
+    """Train one run into ``run_dir`` and return its summary (also in summary.json); None on
+    the ranks other than 0 of a DDP run, which write nothing.
 
     With ``resume`` a finished run returns its summary untouched, an interrupted one continues
     bit for bit from its latest checkpoint, and a folder without a checkpoint starts afresh.
@@ -120,7 +121,7 @@ def train(config: Config, run_dir: str | Path, *, resume: bool = False) -> dict[
     run = RunFolder(run_dir)
     if resume and run.is_complete():
         run.check_same_config(config)
-        return run.read_summary()
+        return run.summary()
     dist = setup_distributed(config.train.device)
     try:
         return _train(config, run, resume, dist)
@@ -128,7 +129,8 @@ def train(config: Config, run_dir: str | Path, *, resume: bool = False) -> dict[
         dist.close()
 
 
-def _train(config: Config, run: RunFolder, resume: bool, dist: Distributed) -> dict[str, Any]:
+def _train(config: Config, run: RunFolder, resume: bool,
+           dist: Distributed) -> Optional[RunSummary]:
     """Set up, loop, write up; TensorBoard and W&B are closed however the run ends."""
     plan = StepPlan.from_config(config, dist.world_size)
     # Before anything is allocated or written: a config that cannot fit is refused here.
@@ -143,7 +145,7 @@ def _train(config: Config, run: RunFolder, resume: bool, dist: Distributed) -> d
         log = partial(_log_event, run, loggers) if dist.is_main else _log_nothing
         session = _set_up(config, run, resume, dist, plan)
         _train_steps(config, run, dist, plan, session, log)
-        return _write_up(config, run, dist, plan, session) if dist.is_main else {}
+        return _write_up(config, run, dist, plan, session) if dist.is_main else None
     finally:
         if loggers:
             loggers.close()
@@ -152,6 +154,7 @@ def _train(config: Config, run: RunFolder, resume: bool, dist: Distributed) -> d
 def check_cpp_compiler() -> None:
     """Inductor compiles a CPU model to C++: without a compiler step 1 would fail with a
     traceback deep in torch, so the run is refused before its folder is written."""
+    # Imported here: inductor takes seconds to import, and only a compiled CPU run needs it.
     from torch._inductor import config as inductor_config, cpp_builder, exc
 
     try:
@@ -199,9 +202,8 @@ class Session:
     autocast: Callable[[], Any]
     run_eval: Callable[[], EvalResult]
     tokenizer: Tokenizer
-    state: dict[str, Any]
-    """step, tokens, best and last eval, timers: what a checkpoint saves besides tensors."""
-    clock: "Clock"
+    state: TrainState
+    clock: Clock
     dist: Distributed
 
 
@@ -218,12 +220,12 @@ def _set_up(config: Config, run: RunFolder, resume: bool, dist: Distributed,
                            dist.rank, dist.world_size)
     windows_NT = validation_windows(data.valid.tokens, seq_len, tc.eval_windows)
     state = (_resume_state(run, model, optimizer, batches, data.tokenizer, plan.total_steps)
-             if resume else _fresh_state())
-    if state["step"] == 0 and tc.init_from is not None:  # a finetune starts from its source
+             if resume else TrainState())
+    if state.step == 0 and tc.init_from is not None:  # a finetune starts from its source
         load_initial_weights(Path(tc.init_from), tc.init_sha256, model)
     if dist.is_main:
         run.save_tokenizer(data.tokenizer.path)
-        run.truncate_metrics(state["step"])  # drop what a killed run logged after its checkpoint
+        run.truncate_metrics(state.step)  # drop what a killed run logged after its checkpoint
 
     ddp_model = DistributedDataParallel(model) if dist.is_ddp else None
     train_model = ddp_model or model
@@ -235,7 +237,7 @@ def _set_up(config: Config, run: RunFolder, resume: bool, dist: Distributed,
                        plan.micro_batch_size, dist.device, autocast)
     return Session(model, train_model, ddp_model, optimizer, batches, dist.device, autocast,
                    run_eval, data.tokenizer, state,
-                   Clock(state["train_time_s"], state["wall_time_s"]), dist)
+                   Clock(state.train_time_s, state.wall_time_s), dist)
 
 
 def _train_steps(config: Config, run: RunFolder, dist: Distributed, plan: StepPlan,
@@ -243,16 +245,16 @@ def _train_steps(config: Config, run: RunFolder, dist: Distributed, plan: StepPl
     """From the session's step to the last: train, and log, evaluate, checkpoint when due."""
     tc, state, clock = config.train, session.state, session.clock
     nonfinite = NonFiniteGuard(dist.device)
-    throughput = Throughput(state["step"], clock.train_s, plan.tokens_per_step)
+    throughput = Throughput(state.step, clock.train_s, plan.tokens_per_step)
     flops_full = flops_per_token(config.model).full
-    bar = tqdm(total=plan.total_steps, initial=state["step"], unit="step", dynamic_ncols=True,
+    bar = tqdm(total=plan.total_steps, initial=state.step, unit="step", dynamic_ncols=True,
                disable=not (tc.progress and dist.is_main))
     schedule = Schedule.from_config(tc, plan.total_steps)
-    for step in range(state["step"] + 1, plan.total_steps + 1):
+    for step in range(state.step + 1, plan.total_steps + 1):
         lr = schedule.lr_at(step - 1)
         losses_4, grad_norm = optimizer_step(session, plan, lr, tc.grad_clip)
         nonfinite.note(step, losses_4[0], grad_norm)
-        state.update(step=step, tokens=step * plan.tokens_per_step)
+        state.step, state.tokens = step, step * plan.tokens_per_step
         bar.update(1)
         is_log, is_eval, is_checkpoint = _due(step, plan.total_steps, tc)
         if is_log or is_eval or is_checkpoint:  # the same steps on every rank
@@ -266,14 +268,14 @@ def _train_steps(config: Config, run: RunFolder, dist: Distributed, plan: StepPl
         if is_eval and dist.is_main:
             with clock.paused():
                 result = session.run_eval()
-            _record_eval(state, result, step)
+            state.record_eval(result, step)
             log(_eval_event(result, state, tc.collapse_threshold))
         if is_checkpoint and dist.is_main:
             with clock.paused():
-                state.update(train_time_s=clock.train_s, wall_time_s=clock.wall_s,
-                             data=session.batches.state_dict())
-                save_checkpoint(run.checkpoints_dir, session.model, session.optimizer, state,
-                                config)
+                state.train_time_s, state.wall_time_s = clock.train_s, clock.wall_s
+                state.data = session.batches.state_dict()
+                save_checkpoint(run.checkpoints_dir, session.model, session.optimizer,
+                                state.to_dict(), config)
     bar.close()
 
 
@@ -347,7 +349,7 @@ def forward_backward(train_model, ddp_model, x_BT: torch.Tensor, y_BT: torch.Ten
 
 
 def _write_up(config: Config, run: RunFolder, dist: Distributed, plan: StepPlan,
-              session: Session) -> dict[str, Any]:
+              session: Session) -> RunSummary:
     """Rank 0 after the last step: samples.txt, then summary.json (which marks it complete)."""
     tc = config.train
     if tc.sample_tokens:
@@ -357,7 +359,7 @@ def _write_up(config: Config, run: RunFolder, dist: Distributed, plan: StepPlan,
     if tc.eval_tasks:  # before the summary: a run killed before it is complete scores them again
         with session.clock.paused():
             score_run_tasks(run.path, session.model, session.tokenizer, tc.eval_tasks,
-                            session.state["step"])
+                            session.state.step)
     summary = _summary(config, session.state, plan, session.clock, dist)
     run.write_summary(summary)
     return summary
@@ -383,24 +385,19 @@ def _prepare_data_once(config: Config, dist: Distributed):
     return data
 
 
-def _fresh_state() -> dict[str, Any]:
-    return {"step": 0, "tokens": 0, "best_val_loss": None, "best_val_step": None,
-            "best_val_bpb": None, "last_eval": None, "train_time_s": 0.0, "wall_time_s": 0.0}
-
-
 def _resume_state(run: RunFolder, model, optimizer, batches: TrainBatches,
-                  tokenizer: Tokenizer, total_steps: int) -> dict[str, Any]:
+                  tokenizer: Tokenizer, total_steps: int) -> TrainState:
     """Load the latest checkpoint if there is one (a run killed before it starts afresh)."""
     folder = latest_checkpoint(run.checkpoints_dir)
     if folder is None:
-        return _fresh_state()
+        return TrainState()
     run.check_same_tokenizer(tokenizer, remedy="resuming would continue on other token ids; "
                                                "restore that cache or start a new run")
-    state = load_checkpoint(folder, model, optimizer)
-    if state["step"] > total_steps:
-        raise MoelabError(f"checkpoint {folder} is at step {state['step']}, beyond the "
+    state = TrainState.from_dict(load_checkpoint(folder, model, optimizer))
+    if state.step > total_steps:
+        raise MoelabError(f"checkpoint {folder} is at step {state.step}, beyond the "
                           f"{total_steps} steps of run {run.path}: delete it to start over")
-    batches.load_state_dict(state.pop("data"))
+    batches.load_state_dict(state.data)
     return state
 
 
@@ -415,24 +412,18 @@ def _due(step: int, total_steps: int, tc) -> tuple[bool, bool, bool]:
     return is_log, is_eval, is_checkpoint
 
 
-def _record_eval(state: dict[str, Any], result: EvalResult, step: int) -> None:
-    state["last_eval"] = {"step": step, **result.to_dict()}
-    if state["best_val_loss"] is None or result.val_loss < state["best_val_loss"]:
-        state.update(best_val_loss=result.val_loss, best_val_step=step,
-                     best_val_bpb=result.bits_per_byte)
-
-
-def _train_event(state: dict[str, Any], losses: list[float], lr: float, grad_norm: torch.Tensor,
+def _train_event(state: TrainState, losses: list[float], lr: float, grad_norm: torch.Tensor,
                  tokens_per_s: float, flops_per_token_full: int) -> dict[str, Any]:
-    return {"kind": "train", "step": state["step"], "tokens": state["tokens"],
+    return {"kind": "train", "step": state.step, "tokens": state.tokens,
             **dict(zip(LOSS_NAMES, losses)), "lr": lr, "grad_norm": float(grad_norm),
             "tokens_per_s": tokens_per_s, "flops_per_s": tokens_per_s * flops_per_token_full}
 
 
-def _eval_event(result: EvalResult, state: dict[str, Any], collapse_threshold: float) -> dict[str, Any]:
-    return {"kind": "eval", "step": state["step"], "tokens": state["tokens"],
+def _eval_event(result: EvalResult, state: TrainState,
+                collapse_threshold: float) -> dict[str, Any]:
+    return {"kind": "eval", "step": state.step, "tokens": state.tokens,
             "val_loss": result.val_loss, "val_bpb": result.bits_per_byte,
-            "best_val_loss": state["best_val_loss"], "routing": result.routing,
+            "best_val_loss": state.best_val_loss, "routing": result.routing,
             "collapse": is_collapsed(result.routing, collapse_threshold)}
 
 
@@ -446,106 +437,41 @@ def _log_nothing(event: dict[str, Any]) -> None:
     """Ranks other than 0 log nothing."""
 
 
-def _summary(config: Config, state: dict[str, Any], plan: StepPlan, clock: "Clock",
-             dist: Distributed) -> dict[str, Any]:
-    """summary.json's content: a ``RunSummary``, as a dict."""
-    from moelab.train.memory import peak_memory_bytes
-
+def _summary(config: Config, state: TrainState, plan: StepPlan, clock: Clock,
+             dist: Distributed) -> RunSummary:
+    """summary.json's content, after the last step's evaluation."""
     counts, flops = count_params(config.model), flops_per_token(config.model)
-    final = state["last_eval"]
+    final = state.last_eval
     train_s = clock.train_s  # the clock runs: read it once, so the numbers below agree
-    tokens_per_s = state["tokens"] / max(train_s, 1e-9)
+    tokens_per_s = state.tokens / max(train_s, 1e-9)
     return RunSummary(
         status="complete",
-        best_val_loss=state["best_val_loss"],
-        best_val_step=state["best_val_step"],
-        best_val_bpb=state["best_val_bpb"],
-        final_val_loss=final["val_loss"],
-        final_val_bpb=final["bits_per_byte"],
+        best_val_loss=state.best_val_loss,
+        best_val_step=state.best_val_step,
+        best_val_bpb=state.best_val_bpb,
+        final_val_loss=final.val_loss,
+        final_val_bpb=final.bits_per_byte,
         total_params=counts.total,
         active_params=counts.active,
         non_embedding_params=counts.non_embedding,
         flops_per_token_6n=flops.six_n,
         flops_per_token_full=flops.full,
-        tokens=state["tokens"],
-        steps=state["step"],
+        tokens=state.tokens,
+        steps=state.step,
         tokens_per_step=plan.tokens_per_step,
         wall_time_s=clock.wall_s,
         train_time_s=train_s,
         tokens_per_s=tokens_per_s,
         flops_per_s=tokens_per_s * flops.full,
-        step_time_s=train_s / max(state["step"], 1),
+        step_time_s=train_s / max(state.step, 1),
         peak_memory_bytes=peak_memory_bytes(dist.device),
         seed=config.train.seed,
         data_seed=config.train.effective_data_seed,
         world_size=dist.world_size,
         torch_threads=torch.get_num_threads(),
         device=str(dist.device),
-        versions={"moelab": moelab.__version__, "torch": torch.__version__,
+        versions={"moelab": __version__, "torch": torch.__version__,
                   "numpy": np.__version__, "python": platform.python_version()},
-        routing=final["routing"],
-        collapse=is_collapsed(final["routing"], config.train.collapse_threshold),
-    ).to_dict()
-
-
-class Throughput:
-    """Tokens per second of training time since the previous reading (the previous log)."""
-
-    def __init__(self, step: int, train_s: float, tokens_per_step: int):
-        self._step, self._train_s, self._tokens_per_step = step, train_s, tokens_per_step
-
-    def since_last(self, step: int, train_s: float) -> float:
-        steps, seconds = step - self._step, train_s - self._train_s
-        self._step, self._train_s = step, train_s
-        return steps * self._tokens_per_step / max(seconds, 1e-9)
-
-
-class Clock:
-    """Wall time and training time (wall time minus eval/checkpoint pauses), across resumes."""
-
-    def __init__(self, prior_train_s: float = 0.0, prior_wall_s: float = 0.0):
-        self._start = time.perf_counter()
-        self._paused_s = 0.0
-        self._prior_train_s, self._prior_wall_s = prior_train_s, prior_wall_s
-
-    @property
-    def wall_s(self) -> float:
-        return self._prior_wall_s + time.perf_counter() - self._start
-
-    @property
-    def train_s(self) -> float:
-        return self._prior_train_s + time.perf_counter() - self._start - self._paused_s
-
-    @contextmanager
-    def paused(self):
-        start = time.perf_counter()
-        try:
-            yield
-        finally:
-            self._paused_s += time.perf_counter() - start
-
-
-class NonFiniteGuard:
-    """Remembers, on the device, the first step whose loss or gradient norm was not finite.
-
-    ``note`` costs no host sync; ``check`` (on log/checkpoint steps) raises a MoelabError naming
-    that step, before a checkpoint could be written from the damaged weights.
-    """
-
-    def __init__(self, device: torch.device):
-        self._first_bad_step = torch.full((), -1, dtype=torch.long, device=device)
-
-    def note(self, step: int, loss: torch.Tensor, grad_norm: torch.Tensor) -> None:
-        bad = ~(torch.isfinite(loss) & torch.isfinite(grad_norm))
-        unset = self._first_bad_step < 0
-        self._first_bad_step = torch.where(bad & unset, step, self._first_bad_step)
-
-    def check(self, run: RunFolder) -> None:
-        bad_step = int(self._first_bad_step)
-        if bad_step >= 0:
-            last_good = latest_checkpoint(run.checkpoints_dir)
-            kept = f"the last good checkpoint is {last_good}" if last_good else "no checkpoint was written"
-            raise MoelabError(
-                f"non-finite loss or gradient at step {bad_step} of {run.path}: stopped; {kept} "
-                f"(lower train.lr or raise train.warmup_fraction)"
-            )
+        routing=final.routing,
+        collapse=is_collapsed(final.routing, config.train.collapse_threshold),
+    )

@@ -18,6 +18,8 @@ of 10^20) from allocating until the machine gives up.
 from __future__ import annotations
 
 import os
+import resource
+import sys
 
 import torch
 
@@ -95,8 +97,5 @@ def peak_memory_bytes(device: torch.device) -> int:
     """
     if device.type == "cuda":
         return int(torch.cuda.max_memory_allocated(device))
-    import resource
-    import sys
-
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return int(peak if sys.platform == "darwin" else peak * 1024)  # bytes on macOS, KiB on Linux

@@ -149,8 +149,8 @@ class RunFolder:
 
     # -- summary and samples ------------------------------------------------------------
 
-    def write_summary(self, summary: dict[str, Any]) -> None:
-        atomic_write_json(self.summary_path, summary)
+    def write_summary(self, summary: RunSummary) -> None:
+        atomic_write_json(self.summary_path, summary.to_dict())
 
     def read_summary(self) -> dict[str, Any] | None:
         """The summary, or None when the run has not finished; MoelabError when unreadable."""

@@ -1,4 +1,5 @@
-"""Using a finished run folder: load its model and tokenizer, evaluate it on any data."""
+"""Using a finished run folder: load its model and tokenizer, evaluate it on any data or on
+the zero-shot tasks."""
 
 from __future__ import annotations
 
@@ -14,9 +15,10 @@ from moelab.data import Tokenizer, prepare_data, validation_windows
 from moelab.data.prepare import cache_base
 from moelab.data.sources import resolve_source
 from moelab.errors import MoelabError
-from moelab.fileio import is_inside
+from moelab.fileio import atomic_write_json, is_inside
 from moelab.model import Transformer
-from moelab.train.checkpoint import latest_checkpoint, load_weights
+from moelab.tasks import RESULTS_FILE, read_results, score_tasks
+from moelab.train.checkpoint import latest_checkpoint, load_weights, read_state
 from moelab.train.distributed import resolve_device
 from moelab.train.evaluation import evaluate, scored_bytes
 from moelab.train.memory import check_weights_fit
@@ -74,6 +76,25 @@ def evaluate_run(run_dir: str | Path, data: str | Path | None = None,
                       autocast)
     return {"val_loss": result.val_loss, "bits_per_byte": result.bits_per_byte,
             "windows": int(windows_NT.shape[0]), "routing": result.routing}
+
+
+def evaluate_tasks(run_dir: str | Path, names: list[str], device: str = "cpu",
+                   batch_size: int = 16) -> dict:
+    """Score a run's latest weights on ``names`` and merge them into ``RUN/zero_shot.json``.
+
+    Each task's entry records the checkpoint step it scored, so entries written at different
+    steps of a resumed run stay told apart.
+    """
+    run = RunFolder(run_dir)
+    model, tokenizer = load_run(run.path, device)
+    step = read_state(latest_checkpoint(run.checkpoints_dir))["step"]
+    path = run.path / RESULTS_FILE
+    results = read_results(path)  # a corrupt file fails before the scoring, not after
+    scored = score_tasks(model, tokenizer, names, batch_size)
+    for name, result in scored.items():
+        results["tasks"][name] = {"step": step, **result}
+    atomic_write_json(path, results)
+    return {"path": str(path), "step": step, "tasks": scored}
 
 
 def trusted_cache_dir(run: RunFolder, cache_dir: str | None) -> str | None:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import shlex
 from pathlib import Path
 
-from moelab.runs.launchers import train_arguments
 from moelab.runs.spec import RunSpec
 
 
@@ -20,3 +19,13 @@ def train_commands(folder: Path, specs: list[RunSpec]) -> list[str]:
         spec for spec in specs if spec.branch is not None]
     return [" ".join(["moelab", "train", *map(shlex.quote, train_arguments(folder, spec))])
             for spec in ordered]
+
+
+def train_arguments(folder: Path, spec: RunSpec) -> list[str]:
+    """The ``moelab train`` arguments that train ``spec`` as ``moelab.runs.training.train_planned_run```` does, from
+    the config file the plan wrote: what a user or another scheduler runs."""
+    arguments = [str(folder / spec.config_path), "--out", str(folder / spec.run_dir)]
+    if spec.branch is not None:
+        arguments += ["--branch-from", str(folder / "runs" / spec.branch.source),
+                      "--branch-step", str(spec.branch.step)]
+    return arguments + ["--resume"]

@@ -1,11 +1,13 @@
 """The local launcher: runs train on this machine, in this process or in child processes.
 
-With ``jobs=1`` (and no GPU pinning) each run trains in this process through ``train_fn``;
-otherwise each is a ``moelab train CONFIG --out RUN --resume`` child process, ``jobs`` at a time,
-with the CPUs shared out as torch threads and, on a machine with GPUs, its own GPU slot
-(``CUDA_VISIBLE_DEVICES``; ``runs_per_gpu`` slots per GPU). A child dies with its parent, even
-a parent killed with SIGKILL (it watches a pipe only the parent holds open), so a rerun never
-races orphans.
+Either way a run trains through ``train_planned_run``. With ``jobs=1`` (and no GPU pinning)
+each run trains in this process (``train_fn``, a stand-in for tests, trains those that do not
+branch); otherwise each trains in a child process, ``jobs`` at a time, with the CPUs shared
+out as torch threads and, on a machine with GPUs, its own GPU slot (``CUDA_VISIBLE_DEVICES``;
+``runs_per_gpu`` slots per GPU). A child whose run raises leaves its error line in a
+``ChildFailure`` record its parent reads; a killed one is told by its exit code. A child dies
+with its parent, even a parent killed with SIGKILL (it watches a pipe only the parent holds
+open), so a rerun never races orphans.
 
 On Linux the children are forked from a server process that has imported torch and moelab once
 (multiprocessing's forkserver), so a run does not pay those imports: seconds each, which add up
@@ -27,19 +29,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
 
-from moelab.cli import COMMAND_MODULES
+import torch
+
 from moelab.errors import MoelabError
-from moelab.runs.execute import Log, RunOutcome, one_line_error
-from moelab.runs.launchers import remote_arguments, train_arguments, train_planned_run
+from moelab.runs.execute import Log, RunOutcome
+from moelab.runs.failures import ChildFailure, child_error_line, raised_error_line
 from moelab.runs.records import has_checkpoint, is_complete
 from moelab.runs.spec import RunSpec
-from moelab.train.run_folder import RunFolder
+from moelab.runs.training import TrainFn, train_planned_run
 
 POLL_SECONDS = 0.1
-PRELOAD = ("moelab.train", "torch._dynamo", *(f"moelab.cli.{name}" for name in COMMAND_MODULES))
-"""What every ``moelab train`` child imports, imported once by the fork server: the command
-line's parser imports every command's module, and torch's optimizers import ``torch._dynamo``
-when they are built."""
+PRELOAD = ("moelab.runs.training", "torch._dynamo")
+"""What every child imports, imported once by the fork server: the training engine, and
+``torch._dynamo``, which torch's optimizers import when they are built."""
 
 
 def visible_gpus() -> list[str]:
@@ -48,8 +50,6 @@ def visible_gpus() -> list[str]:
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     if visible is not None:
         return [gpu.strip() for gpu in visible.split(",") if gpu.strip() and gpu.strip() != "-1"]
-    import torch
-
     return [str(index) for index in range(torch.cuda.device_count())]
 
 
@@ -71,9 +71,9 @@ def threads_per_job(jobs: int) -> int:
 class LocalLauncher:
     jobs: int = 1
     runs_per_gpu: int = 1
-    train_fn: Optional[Callable[..., dict]] = None
-    """Trains one run in this process (``jobs=1``): ``train_fn(config, run_dir, resume=True)``;
-    default ``moelab.train.train``."""
+    train_fn: Optional[TrainFn] = None
+    """Trains, in this process (``jobs=1``), each run that does not branch:
+    ``train_fn(config, run_dir, resume=True)``; default ``moelab.train.train``."""
     gpus: Optional[list[str]] = field(default=None)
     """GPU ids to pin runs to; None: ``visible_gpus()``."""
 
@@ -96,11 +96,8 @@ class LocalLauncher:
     def launch(self, folder: Path, specs: list[RunSpec], record: Callable[[RunOutcome], None],
                log: Log) -> None:
         if self._in_process():
-            from moelab.train import train
-
-            train_fn = self.train_fn or train
             for index, spec in enumerate(specs, start=1):
-                record(_train_here(train_fn, folder, spec, f"[{index}/{len(specs)}]", log))
+                record(self._train_here(folder, spec, f"[{index}/{len(specs)}]", log))
             return
         gpus = self._gpus()
         slots: list[Optional[str]] = gpu_slots(gpus, self.runs_per_gpu) if gpus else [None] * self.jobs
@@ -108,6 +105,19 @@ class LocalLauncher:
             raise MoelabError(f"--jobs {self.jobs} is invalid with {len(gpus)} GPU(s) x "
                               f"--runs-per-gpu {self.runs_per_gpu}: allowed up to {len(slots)}")
         self._train_in_children(folder, specs, slots[:self.jobs], record, log)
+
+    def _train_here(self, folder: Path, spec: RunSpec, counter: str, log: Log) -> RunOutcome:
+        """One run in this process: the engine continues a torn run from its checkpoint,
+        starts one without a checkpoint afresh, and refuses a folder of another config."""
+        run_dir = folder / spec.run_dir
+        log(f"{counter} {spec.name}: {_how(run_dir, spec)}")
+        started = time.perf_counter()
+        try:
+            train_planned_run(folder, spec, train_fn=self.train_fn)
+        except Exception as exc:  # noqa: BLE001 -- one failed run must not stop the others
+            return RunOutcome(spec, "failed", time.perf_counter() - started,
+                              raised_error_line(exc))
+        return RunOutcome.completed(spec, time.perf_counter() - started, run_dir)
 
     def _train_in_children(self, folder: Path, specs: list[RunSpec], slots: list[Optional[str]],
                            record: Callable[[RunOutcome], None], log: Log) -> None:
@@ -136,63 +146,47 @@ class LocalLauncher:
                 child.stop()
 
 
-def _train_here(train_fn: Callable[..., dict], folder: Path, spec: RunSpec, counter: str,
-                log: Log) -> RunOutcome:
-    """``resume=True`` always: the engine continues a torn run from its checkpoint, starts
-    one without a checkpoint afresh, and refuses a folder of another config."""
-    run_dir = folder / spec.run_dir
-    log(f"{counter} {spec.name}: {_how(run_dir, spec)}")
-    started = time.perf_counter()
-    try:
-        if spec.branch is None:
-            summary = train_fn(spec.config, run_dir, resume=True)
-        else:  # a branch trains as the workers do: from its source's kept checkpoint
-            summary = train_planned_run(*remote_arguments(folder, spec, None))
-    except Exception as exc:  # noqa: BLE001 -- one failed run must not stop the others
-        return RunOutcome(spec, "failed", time.perf_counter() - started, one_line_error(exc))
-    return RunOutcome(spec, "complete", time.perf_counter() - started, summary=summary)
-
-
 @dataclass
 class _Child:
     spec: RunSpec
     process: multiprocessing.process.BaseProcess
-    output_path: str
+    failure_path: Path
+    """Where the child leaves a ``ChildFailure`` if its run raises."""
     lifeline: multiprocessing.connection.Connection
     """Held open while we live: the child dies when it closes."""
     started: float
 
     @classmethod
     def start(cls, folder: Path, spec: RunSpec, threads: int, gpu: Optional[str]) -> "_Child":
-        # A file, not a pipe: a chatty child would block on a full pipe nobody reads until the end.
-        handle, output_path = tempfile.mkstemp(prefix="moelab-train-", suffix=".log")
+        handle, failure_path = tempfile.mkstemp(prefix="moelab-train-", suffix=".json")
         os.close(handle)
         context = _child_context()
         lifeline, our_end = context.Pipe(duplex=False)  # we only hold our end, never write
         process = context.Process(
             target=_train_child, name=f"moelab train {spec.name}",
-            args=(train_arguments(folder, spec), threads, gpu, output_path, lifeline))
+            args=(folder, spec, threads, gpu, Path(failure_path), lifeline))
         process.start()
         lifeline.close()
-        return cls(spec, process, output_path, our_end, time.perf_counter())
+        return cls(spec, process, Path(failure_path), our_end, time.perf_counter())
 
     def finished(self) -> bool:
         return self.process.exitcode is not None
 
     def outcome(self, folder: Path) -> RunOutcome:
-        """A finished child's outcome: its one-line error (the CLI's last line) on failure."""
+        """A finished child's outcome: on failure, the error line it recorded, or what its
+        exit code tells."""
         seconds = time.perf_counter() - self.started
         code = self.process.exitcode
         self.process.close()  # its pipes and sentinel now, not when it is garbage-collected
         self.lifeline.close()
-        lines = self._read_output().strip().splitlines()
+        failure = self._take_failure()
         run_dir = folder / self.spec.run_dir
         if code == 0 and is_complete(run_dir):
-            return RunOutcome(self.spec, "complete", seconds, summary=RunFolder(run_dir).read_summary())
-        if code < 0:  # killed (out of memory, a signal): its output ends anywhere
+            return RunOutcome.completed(self.spec, seconds, run_dir)
+        if code < 0:  # killed (out of memory, a signal): it recorded nothing
             error = f"moelab train was killed by signal {-code}"
-        elif lines:
-            error = lines[-1]
+        elif failure is not None:
+            error = failure.error
         else:  # it failed while the fork server set it up: its error went to our stderr
             error = (f"moelab train exited with code {code} before it started (its error is in "
                      "this process's output)")
@@ -202,18 +196,15 @@ class _Child:
         self.process.kill()
         self.process.join()
         self.lifeline.close()
-        self._read_output()
+        self._take_failure()
 
-    def _read_output(self) -> str:
-        """The child's output, once: the file is removed as it is read."""
+    def _take_failure(self) -> Optional[ChildFailure]:
+        """The child's failure record, once: the file is removed as it is read."""
         try:
-            with open(self.output_path, encoding="utf-8", errors="replace") as output:
-                return output.read()
-        except FileNotFoundError:
-            return ""
+            return ChildFailure.read(self.failure_path)
         finally:
             with contextlib.suppress(FileNotFoundError):
-                os.unlink(self.output_path)
+                os.unlink(self.failure_path)
 
 
 def _child_context():
@@ -226,25 +217,31 @@ def _child_context():
     return context
 
 
-def _train_child(arguments: list[str], threads: int, gpu: Optional[str], output_path: str,
-                 lifeline) -> None:
-    """A child's body: ``moelab train ARGUMENTS`` with its output in ``output_path``, ``threads``
-    torch threads and, if given, one GPU; exits with the CLI's code, or dies with the launcher."""
+def _train_child(folder: Path, spec: RunSpec, threads: int, gpu: Optional[str],
+                 failure_path: Path, lifeline) -> None:
+    """A child's body: ``train_planned_run`` with ``threads`` torch threads and, if given, one
+    GPU, its output discarded; a run that raises leaves a ``ChildFailure`` at
+    ``failure_path`` and exits with code 1. It dies with the launcher."""
     _die_with_parent(lifeline)
-    output = os.open(output_path, os.O_WRONLY | os.O_APPEND)
-    for stream in (sys.stdout, sys.stderr):
-        stream.flush()
-        os.dup2(output, stream.fileno())
-    os.close(output)
+    _discard_output()
     os.environ["OMP_NUM_THREADS"] = str(threads)  # for anything this run starts in turn
     if gpu is not None:
         os.environ["CUDA_VISIBLE_DEVICES"] = gpu  # before CUDA starts: the server never starts it
-    import torch
+    try:
+        # The threads are set again here: the server read OMP_NUM_THREADS at its own start.
+        train_planned_run(folder, spec, threads)
+    except (Exception, KeyboardInterrupt) as exc:  # noqa: BLE001 -- told to the parent
+        ChildFailure(child_error_line(exc)).write(failure_path)
+        sys.exit(1)
 
-    from moelab.cli import main
 
-    torch.set_num_threads(threads)  # the server read OMP_NUM_THREADS at its own start, not ours
-    sys.exit(main(["train", *arguments]))
+def _discard_output() -> None:
+    """A child's progress bars and prints would interleave with the launcher's log."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
+        os.dup2(devnull, stream.fileno())
+    os.close(devnull)
 
 
 def _how(run_dir: Path, spec: RunSpec) -> str:

@@ -17,9 +17,10 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from moelab.errors import MoelabError
-from moelab.runs.execute import Log, RunOutcome, one_line_error
-from moelab.runs.launchers import remote_arguments, train_planned_run
+from moelab.runs.execute import Log, RunOutcome
+from moelab.runs.failures import raised_error_line
 from moelab.runs.spec import RunSpec
+from moelab.runs.training import train_planned_run
 
 
 @dataclass
@@ -48,7 +49,7 @@ class RayLauncher:
                 ray.init(address=self.address, include_dashboard=False, log_to_driver=False)
             except (ConnectionError, RuntimeError, ValueError) as exc:
                 raise MoelabError(f"--ray-address {self.address}: cannot join the Ray cluster "
-                                  f"({one_line_error(exc)})") from None
+                                  f"({raised_error_line(exc)})") from None
         try:
             self._check_feasible(ray.cluster_resources())
             remote = ray.remote(train_planned_run).options(
@@ -57,16 +58,15 @@ class RayLauncher:
             pending = {}
             for index, spec in enumerate(specs, start=1):
                 log(f"[{index}/{len(specs)}] {spec.name}: submitted")
-                ref = remote.remote(*remote_arguments(folder, spec, self.cpus_per_run))
+                ref = remote.remote(folder, spec, self.cpus_per_run)
                 pending[ref] = (spec, time.perf_counter())
             while pending:
                 ready, _ = ray.wait(list(pending), num_returns=1)
                 spec, started = pending.pop(ready[0])
-                record(_outcome(ray, ready[0], spec, time.perf_counter() - started))
+                record(_outcome(ray, ready[0], folder, spec, time.perf_counter() - started))
         finally:
             if started_here:
                 ray.shutdown()
-
 
     def _check_feasible(self, resources: dict) -> None:
         """A run asking for more than the whole cluster has would wait forever: refuse it (an
@@ -79,14 +79,14 @@ class RayLauncher:
                                   f"{available:g} {name}s in all")
 
 
-def _outcome(ray, ref, spec: RunSpec, seconds: float) -> RunOutcome:
+def _outcome(ray, ref, folder: Path, spec: RunSpec, seconds: float) -> RunOutcome:
     try:
-        summary = ray.get(ref)
+        ray.get(ref)
     except ray.exceptions.RayTaskError as exc:  # the run raised: its own error, one line
-        return RunOutcome(spec, "failed", seconds, one_line_error(exc.cause or exc))
+        return RunOutcome(spec, "failed", seconds, raised_error_line(exc.cause or exc))
     except ray.exceptions.RayError as exc:  # the worker died more often than it was retried
-        return RunOutcome(spec, "failed", seconds, one_line_error(exc))
-    return RunOutcome(spec, "complete", seconds, summary=summary)
+        return RunOutcome(spec, "failed", seconds, raised_error_line(exc))
+    return RunOutcome.completed(spec, seconds, folder / spec.run_dir)
 
 
 def _host_and_port(address: Optional[str]) -> Optional[tuple[str, str]]:
@@ -114,6 +114,7 @@ def _check_reachable(address: Optional[str], timeout_s: float = 5.0) -> None:
 
 
 def _import_ray():
+    # Imported when a plan launches on Ray: an optional dependency, seconds to import.
     try:
         import ray
     except ImportError:

@@ -16,12 +16,15 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from moelab.errors import MoelabError
-from moelab.runs.execute import Log, RunOutcome, one_line_error
-from moelab.runs.launchers import remote_arguments, train_planned_run
+from moelab.runs.execute import Log, RunOutcome
+from moelab.runs.failures import raised_error_line
 from moelab.runs.spec import RunSpec
+from moelab.runs.training import train_planned_run
+from moelab.train.summary import RunSummary
 
 
 def _import_submitit():
+    # Imported when a plan launches on SLURM: an optional dependency.
     try:
         import submitit
     except ImportError:
@@ -32,8 +35,8 @@ def _import_submitit():
 class RequeueableRun:
     """``train_planned_run`` as a submitit checkpointable: requeued as the same call."""
 
-    def __call__(self, *arguments) -> dict:
-        return train_planned_run(*arguments)
+    def __call__(self, folder: Path, spec: RunSpec, threads: int) -> Optional[RunSummary]:
+        return train_planned_run(folder, spec, threads)
 
     def checkpoint(self, *args, **kwargs):
         submitit = _import_submitit()
@@ -70,15 +73,15 @@ class SlurmLauncher:
         try:
             executor = submitit.AutoExecutor(folder=folder / "slurm", cluster=self.cluster)
         except RuntimeError as exc:  # submitit found no srun, say
-            raise MoelabError(f"--launcher slurm: {one_line_error(exc)}") from None
+            raise MoelabError(f"--launcher slurm: {raised_error_line(exc)}") from None
         executor.update_parameters(**self._parameters())
-        arguments = [remote_arguments(folder, spec, self.cpus_per_run) for spec in specs]
-        jobs = executor.map_array(RequeueableRun(), *zip(*arguments))
+        jobs = executor.map_array(RequeueableRun(), [folder] * len(specs), specs,
+                                  [self.cpus_per_run] * len(specs))
         log(f"submitted {len(jobs)} runs as job {jobs[0].job_id.split('_')[0]}" if jobs else "")
         started = time.perf_counter()
         by_id = {job.job_id: spec for job, spec in zip(jobs, specs)}
         for job in submitit.helpers.as_completed(jobs):
-            record(_outcome(job, by_id[job.job_id], time.perf_counter() - started))
+            record(_outcome(job, folder, by_id[job.job_id], time.perf_counter() - started))
 
     def _parameters(self) -> dict:
         parameters = {"timeout_min": self.time_minutes, "cpus_per_task": self.cpus_per_run,
@@ -94,16 +97,16 @@ class SlurmLauncher:
         return parameters
 
 
-def _outcome(job, spec: RunSpec, seconds: float) -> RunOutcome:
+def _outcome(job, folder: Path, spec: RunSpec, seconds: float) -> RunOutcome:
     try:
-        summary = job.result()
+        job.result()
     except Exception as exc:  # noqa: BLE001 -- submitit re-raises the job's error (or its death)
         return RunOutcome(spec, "failed", seconds, _job_error(exc))
-    return RunOutcome(spec, "complete", seconds, summary=summary)
+    return RunOutcome.completed(spec, seconds, folder / spec.run_dir)
 
 
 def _job_error(exc: BaseException) -> str:
     """submitit's FailedJobError carries the job's traceback; its last line is the error."""
     lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
     error_lines = [line for line in lines if "Error" in line.split(":")[0]]
-    return error_lines[-1] if error_lines else one_line_error(exc)
+    return error_lines[-1] if error_lines else raised_error_line(exc)
