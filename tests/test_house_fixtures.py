@@ -28,6 +28,8 @@ REPORT_FILES = ("report.md", "results.json", "results.csv", "analysis.json", "fo
                 "isoflop.json", "throughput.json")
 """What ``moelab report`` writes (each folder has the ones of its kind), and its figures/."""
 
+# Spelled out, not tests/tiny_overrides.py: the recording pins this exact config, which must not
+# follow later edits of the shared tiny run.
 TRAIN_RUN = [
     "model.vocab_size=512", "model.d_model=32", "model.n_layers=2", "model.n_heads=2",
     "model.n_kv_heads=2", "model.d_ff=64", "model.max_seq_len=32", "data.source=sample",
