@@ -1,0 +1,173 @@
+"""Is the demo's dense-vs-MoE ordering an artefact of a recipe tuned on the MoE?
+
+    .venv/bin/python experiments/fair_lr.py [--preset demo] [--lrs 0.005,0.01,0.02,0.04]
+        [--select-seeds 0,1,2] [--report-seeds 1000-1007] [--jobs 2] [--out fair_lr_out]
+
+The preset's learning rate was chosen on the MoE's loss and is shared by every arm. Here each
+arm gets its own: phase 1 trains every arm (the MoE and its dense baselines matched on active
+and on total parameters) at each lr of the grid on the selection seeds and picks, per arm, the
+lr with the lowest mean best validation loss. Phase 2 trains every arm on fresh reporting
+seeds, disjoint from the selection seeds, at its own best lr and at the preset's shared lr, and
+pairs each dense arm with the MoE seed by seed (dense - MoE: positive means the MoE is better).
+The verdicts use Holm's adjustment over the tests it makes.
+
+Every run is an ordinary run folder under --out (select/lr<X>/..., report/lr<X>/...), trained
+the way ``moelab study`` trains them; the numbers go to experiments/results/fair_lr.json, with
+the command, the seeds and each run's folder.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import platform
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from moelab.config import apply_overrides
+from moelab.fileio import atomic_write_json
+from moelab.runs import execute_plan, is_complete
+from moelab.runs.data import prepare_shared_data
+from moelab.runs.launchers.local import LocalLauncher
+from moelab.study.commands import plan
+from moelab.study.results import json_safe
+from moelab.study.settings import load_study
+from moelab.study.stats import min_detectable_gap, paired_test
+from moelab.train.run_folder import RunFolder
+
+RESULTS = Path(__file__).parent / "results" / "fair_lr.json"
+MOE = "moe"
+
+
+def parse_seeds(text: str) -> list[int]:
+    """``0,1,2`` or ``1000-1007``."""
+    if "-" in text:
+        first, last = (int(part) for part in text.split("-"))
+        return list(range(first, last + 1))
+    return [int(part) for part in text.split(",")]
+
+
+def holm(p_values: list[float]) -> list[float]:
+    """Holm's step-down adjusted p-values, in the order given."""
+    order = sorted(range(len(p_values)), key=lambda i: p_values[i])
+    adjusted, running = [math.nan] * len(p_values), 0.0
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (len(p_values) - rank) * p_values[i]))
+        adjusted[i] = running
+    return adjusted
+
+
+def train_arms(preset: str, lr: float, seeds: list[int], arms_wanted: set[str] | None,
+               folder: Path, jobs: int) -> dict[str, dict[int, dict]]:
+    """Train the preset's study arms at ``lr`` on ``seeds`` (only ``arms_wanted`` when given) in
+    ``folder``; return {arm: {seed: {best_val_loss, run_dir}}}."""
+    seed_list = "[" + ",".join(str(seed) for seed in seeds) + "]"  # a list, even of one seed
+    config, settings = load_study(preset, [f"train.lr={lr}", f"study.seeds={seed_list}"])
+    _, specs = plan("study", config, settings)
+    specs = [spec for spec in specs if arms_wanted is None or spec.labels["arm"] in arms_wanted]
+    if any(not is_complete(folder / spec.run_dir) for spec in specs):
+        prepare_shared_data(config, print)
+    folder.mkdir(parents=True, exist_ok=True)
+    outcomes = execute_plan(folder, specs, LocalLauncher(jobs=jobs), print)
+    failed = [o.spec.name for o in outcomes if o.status == "failed"]
+    if failed:
+        sys.exit(f"fair_lr: runs failed in {folder}: {', '.join(failed)}")
+    losses: dict[str, dict[int, dict]] = {}
+    for spec in specs:
+        summary = RunFolder(folder / spec.run_dir).summary()
+        losses.setdefault(spec.labels["arm"], {})[spec.labels["seed"]] = {
+            "best_val_loss": summary.best_val_loss,
+            "run_dir": str((folder / spec.run_dir).as_posix()),
+        }
+    return losses
+
+
+def mean_loss(by_seed: dict[int, dict]) -> float:
+    return float(np.mean([run["best_val_loss"] for run in by_seed.values()]))
+
+
+def gaps(report: dict[str, dict[int, dict]], label: str) -> list[dict]:
+    """Each dense arm against the MoE, paired by seed."""
+    moe = {seed: run["best_val_loss"] for seed, run in report[MOE].items()}
+    rows = []
+    for arm in sorted(a for a in report if a != MOE):
+        dense = {seed: run["best_val_loss"] for seed, run in report[arm].items()}
+        test = paired_test(moe, dense)
+        rows.append({
+            "comparison": f"{arm} - {MOE}", "lrs": label, "gap": test.gap,
+            "ci_low": test.ci_low, "ci_high": test.ci_high, "p_value": test.p_value,
+            "n": test.n_pairs,
+            "min_detectable_gap": min_detectable_gap(test.standard_error, test.n_pairs - 1),
+        })
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--preset", default="demo")
+    parser.add_argument("--lrs", default="0.005,0.01,0.02,0.04")
+    parser.add_argument("--select-seeds", default="0,1,2")
+    parser.add_argument("--report-seeds", default="1000-1007")
+    parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--out", type=Path, default=Path("fair_lr_out"))
+    args = parser.parse_args()
+    lrs = [float(lr) for lr in args.lrs.split(",")]
+    select_seeds, report_seeds = parse_seeds(args.select_seeds), parse_seeds(args.report_seeds)
+    if set(select_seeds) & set(report_seeds):
+        sys.exit("fair_lr: the selection and reporting seeds must be disjoint")
+    shared_config, _ = load_study(args.preset, [])
+    shared_lr = shared_config.train.lr
+    started = time.time()
+
+    selection = {lr: train_arms(args.preset, lr, select_seeds, None,
+                                args.out / "select" / f"lr{lr:g}", args.jobs) for lr in lrs}
+    arms = sorted(next(iter(selection.values())))
+    means = {arm: {lr: mean_loss(selection[lr][arm]) for lr in lrs} for arm in arms}
+    best_lr = {arm: min(lrs, key=lambda lr: means[arm][lr]) for arm in arms}
+    print("best lr per arm (selection seeds):", best_lr)
+
+    # Reporting seeds: each arm at its own best lr and at the shared lr (each (arm, lr) once).
+    needed: dict[float, set[str]] = {}
+    for arm in arms:
+        needed.setdefault(best_lr[arm], set()).add(arm)
+        needed.setdefault(shared_lr, set()).add(arm)
+    trained = {lr: train_arms(args.preset, lr, report_seeds, wanted,
+                              args.out / "report" / f"lr{lr:g}", args.jobs)
+               for lr, wanted in sorted(needed.items())}
+    own = {arm: trained[best_lr[arm]][arm] for arm in arms}
+    shared = {arm: trained[shared_lr][arm] for arm in arms}
+    rows = gaps(own, "own best lr") + gaps(shared, f"shared lr {shared_lr:g}")
+    for row, adjusted in zip(rows, holm([row["p_value"] for row in rows])):
+        row["p_holm"] = adjusted
+        row["verdict"] = ("MoE better" if row["gap"] > 0 else "dense better") \
+            if adjusted < 0.05 else "not significant"
+    for row in rows:
+        print(f"{row['comparison']:26s} {row['lrs']:16s} {row['gap']:+.4f} "
+              f"[{row['ci_low']:+.4f}, {row['ci_high']:+.4f}] p {row['p_value']:.3g} "
+              f"(Holm {row['p_holm']:.3g}, {len(rows)} tests) mdg {row['min_detectable_gap']:.4f}"
+              f"  {row['verdict']}")
+
+    entry = {
+        "command": "experiments/fair_lr.py " + " ".join(sys.argv[1:]),
+        "preset": args.preset, "lrs": lrs, "shared_lr": shared_lr,
+        "select_seeds": select_seeds, "report_seeds": report_seeds,
+        "selection_mean_best_val_loss": {arm: {f"{lr:g}": v for lr, v in m.items()}
+                                         for arm, m in means.items()},
+        "selection_runs": {f"{lr:g}": runs for lr, runs in selection.items()},
+        "best_lr": best_lr,
+        "report_runs": {"own": own, "shared": shared},
+        "gaps": rows, "multiple_testing": f"Holm over {len(rows)} tests",
+        "wall_time_s": time.time() - started, "jobs": args.jobs,
+        "machine": {"processor": platform.processor(), "python": platform.python_version()},
+    }
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(RESULTS, json_safe(entry))
+    print(f"wrote {RESULTS}")
+
+
+if __name__ == "__main__":
+    main()

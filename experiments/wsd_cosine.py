@@ -1,0 +1,231 @@
+"""A fair WSD against cosine: each schedule at its own lr, one shared short warmup, two horizons.
+
+    OMP_NUM_THREADS=1 .venv/bin/python experiments/wsd_cosine.py [--lrs 0.005,0.01,0.02]
+        [--select-seeds 0,1] [--report-seeds 100-105] [--jobs 2] [--out wsd_cosine_out]
+        [--data PATH]
+
+The demo preset's MoE on the local TinyStories subset (the long horizon, 3.07M tokens, is under
+one epoch of it), batches of 8 x 128 tokens. Three schedules, all with the same 100-step linear
+warmup (10 % of the short horizon, 3.3 % of the long one) and the same floor (min_lr_ratio 0.1
+of each schedule's peak):
+
+- ``cosine``: cosine from the peak to the floor, one run per horizon;
+- ``wsd20`` / ``wsd30``: constant peak, then a 1 - sqrt cooldown over the last 20 % / 30 % of
+  the steps (Hägele et al. 2024). One 3,000-step wsd20 run per seed and lr is trained in full;
+  every other wsd member branches its cooldown from that run's kept checkpoint (the lr of every
+  earlier step is the same), which equals a separate run bit for bit (moelab.train.branch_run).
+
+Phase 1 (selection seeds, short horizon only) trains every schedule at each lr and picks per
+schedule the lr with the lowest mean final validation loss. Phase 2 (reporting seeds, disjoint)
+trains each schedule at its own lr at both horizons and pairs each wsd variant with cosine seed
+by seed (cosine - wsd: positive means wsd is better), with Holm's adjustment over the tests.
+Results go to experiments/results/wsd_cosine.json; run folders stay in --out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import platform
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+
+from moelab.fileio import atomic_write_json
+from moelab.study.results import json_safe
+from moelab.study.stats import min_detectable_gap, paired_difference
+from moelab.train.run_folder import RunFolder
+
+RESULTS = Path(__file__).parent / "results" / "wsd_cosine.json"
+TOKENS_PER_STEP = 8 * 128
+SHORT, LONG = 1000, 3000  # steps
+WARMUP_STEPS = 100
+COOLDOWNS = {"wsd20": 0.2, "wsd30": 0.3}
+SCHEDULES = ("cosine", *COOLDOWNS)
+COMMON = ["train.progress=false", "train.sample_tokens=0", f"train.warmup_steps={WARMUP_STEPS}",
+          "train.eval_interval=100", "train.min_lr_ratio=0.1"]
+
+
+def parse_seeds(text: str) -> list[int]:
+    if "-" in text:
+        first, last = (int(part) for part in text.split("-"))
+        return list(range(first, last + 1))
+    return [int(part) for part in text.split(",")]
+
+
+def holm(p_values: list[float]) -> list[float]:
+    """Holm's step-down adjusted p-values, in the order given."""
+    order = sorted(range(len(p_values)), key=lambda i: p_values[i])
+    adjusted, running = [math.nan] * len(p_values), 0.0
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (len(p_values) - rank) * p_values[i]))
+        adjusted[i] = running
+    return adjusted
+
+
+def decay_start(steps: int, fraction: float) -> int:
+    """As moelab.train.schedule computes it: the last int(fraction * steps) steps decay."""
+    return steps - int(fraction * steps)
+
+
+def cosine_args(steps: int, lr: float, seed: int) -> list[str]:
+    return ["train.schedule=cosine", f"train.max_tokens={steps * TOKENS_PER_STEP}",
+            f"train.lr={lr}", f"train.seed={seed}"]
+
+
+def wsd_args(steps: int, fraction: float, lr: float, seed: int, keep: list[int] = ()) -> list[str]:
+    args = ["train.schedule=wsd", "train.decay_shape=sqrt", f"train.decay_fraction={fraction}",
+            f"train.max_tokens={steps * TOKENS_PER_STEP}", f"train.lr={lr}", f"train.seed={seed}"]
+    if keep:
+        args.append("train.keep_checkpoints_at=[" + ",".join(str(step) for step in keep) + "]")
+    return args
+
+
+class Plan:
+    """The run folders of one phase: cosine runs, and per (lr, seed) one wsd20 trunk of
+    ``trunk_steps`` with the other wsd members branched from it."""
+
+    def __init__(self, out: Path, data: list[str]):
+        self.out, self.data = out, data
+        self.runs: dict[tuple[str, int, float, int], Path] = {}  # (schedule, steps, lr, seed)
+        self.jobs: list[tuple[int, list]] = []  # (steps, [moelab train argument lists])
+
+    def add_cosine(self, steps: int, lr: float, seed: int) -> None:
+        run = self.out / "cosine" / f"{steps}steps" / f"lr{lr:g}" / f"seed{seed}"
+        self.runs["cosine", steps, lr, seed] = run
+        self.jobs.append((steps, [self._train(run, cosine_args(steps, lr, seed))]))
+
+    def add_wsd_family(self, trunk_steps: int, members: list[tuple[str, int]], lr: float,
+                       seed: int) -> None:
+        """A wsd20 trunk of ``trunk_steps`` (itself the member ("wsd20", trunk_steps)) and a
+        cooldown branch for every other (schedule, steps) member."""
+        root = self.out / "wsd" / f"lr{lr:g}" / f"seed{seed}"
+        branches = [(name, steps) for name, steps in members if (name, steps) != ("wsd20", trunk_steps)]
+        starts = {(name, steps): decay_start(steps, COOLDOWNS[name]) for name, steps in branches}
+        trunk = root / f"wsd20-{trunk_steps}steps"
+        commands = [self._train(trunk, wsd_args(trunk_steps, COOLDOWNS["wsd20"], lr, seed,
+                                                sorted(set(starts.values()))))]
+        self.runs["wsd20", trunk_steps, lr, seed] = trunk
+        for (name, steps), start in starts.items():
+            branch = root / f"{name}-{steps}steps"
+            self.runs[name, steps, lr, seed] = branch
+            commands.append(self._train(branch, wsd_args(steps, COOLDOWNS[name], lr, seed),
+                                        branch_from=(trunk, start)))
+        cooldowns = sum(steps - start for (_, steps), start in starts.items())
+        self.jobs.append((trunk_steps + cooldowns, commands))
+
+    def _train(self, run: Path, overrides: list[str], branch_from=None) -> list[str]:
+        args = ["train", "demo", "--out", str(run)]
+        for item in [*self.data, *COMMON, *overrides]:
+            args += ["--set", item]
+        if branch_from:
+            args += ["--branch-from", str(branch_from[0]), "--branch-step", str(branch_from[1])]
+        else:
+            args.append("--resume")
+        return args
+
+    def run(self, jobs: int) -> None:
+        ordered = [commands for _, commands in sorted(self.jobs, key=lambda job: -job[0])]
+        with ThreadPoolExecutor(jobs) as pool:  # the longest jobs first
+            list(pool.map(_run_sequence, ordered))
+
+    def final_loss(self, key) -> float:
+        return RunFolder(self.runs[key]).summary().final_val_loss
+
+
+def _run_sequence(commands: list[list[str]]) -> None:
+    for args in commands:
+        done = subprocess.run([sys.executable, "-m", "moelab", *args], capture_output=True,
+                              text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
+        if done.returncode != 0:
+            sys.exit(f"wsd_cosine: moelab {' '.join(args)} failed: {done.stderr.strip()[-500:]}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--lrs", default="0.005,0.01,0.02")
+    parser.add_argument("--select-seeds", default="0,1")
+    parser.add_argument("--report-seeds", default="100-105")
+    parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--out", type=Path, default=Path("wsd_cosine_out"))
+    parser.add_argument("--data", default="../shared/data/tinystories")
+    args = parser.parse_args()
+    lrs = [float(lr) for lr in args.lrs.split(",")]
+    select, report = parse_seeds(args.select_seeds), parse_seeds(args.report_seeds)
+    if set(select) & set(report):
+        sys.exit("wsd_cosine: the selection and reporting seeds must be disjoint")
+    data = [f"data.source={args.data}"]
+    started = time.time()
+
+    selection = Plan(args.out / "select", data)
+    for lr in lrs:
+        for seed in select:
+            selection.add_cosine(SHORT, lr, seed)
+            selection.add_wsd_family(SHORT, [("wsd20", SHORT), ("wsd30", SHORT)], lr, seed)
+    selection.run(args.jobs)
+    select_means = {name: {lr: float(np.mean([selection.final_loss((name, SHORT, lr, seed))
+                                              for seed in select])) for lr in lrs}
+                    for name in SCHEDULES}
+    best_lr = {name: min(lrs, key=lambda lr: select_means[name][lr]) for name in SCHEDULES}
+    print("best lr per schedule (selection seeds, short horizon):", best_lr)
+
+    reporting = Plan(args.out / "report", data)
+    for seed in report:
+        for steps in (SHORT, LONG):
+            reporting.add_cosine(steps, best_lr["cosine"], seed)
+        wsd_lrs = sorted({best_lr["wsd20"], best_lr["wsd30"]})
+        for lr in wsd_lrs:
+            members = [(name, steps) for name in COOLDOWNS for steps in (SHORT, LONG)
+                       if best_lr[name] == lr]
+            reporting.add_wsd_family(LONG, members, lr, seed)
+    reporting.run(args.jobs)
+
+    losses = {name: {steps: {seed: reporting.final_loss((name, steps, best_lr[name], seed))
+                             for seed in report} for steps in (SHORT, LONG)}
+              for name in SCHEDULES}
+    rows = []
+    for name in COOLDOWNS:
+        for steps in (SHORT, LONG):
+            test = paired_difference(losses["cosine"][steps], losses[name][steps])
+            rows.append({"comparison": f"cosine - {name}", "steps": steps,
+                         "tokens": steps * TOKENS_PER_STEP, "gap": test.gap,
+                         "ci_low": test.ci_low, "ci_high": test.ci_high,
+                         "p_value": test.p_value, "n": test.n_pairs,
+                         "min_detectable_gap": min_detectable_gap(test.standard_error,
+                                                                  test.n_pairs - 1)})
+    for row, adjusted in zip(rows, holm([row["p_value"] for row in rows])):
+        row["p_holm"] = adjusted
+        row["verdict"] = ("wsd better" if row["gap"] > 0 else "cosine better") \
+            if adjusted < 0.05 else "not significant"
+        print(f"{row['comparison']:16s} {row['steps']:5d} steps {row['gap']:+.4f} "
+              f"[{row['ci_low']:+.4f}, {row['ci_high']:+.4f}] p {row['p_value']:.3g} "
+              f"(Holm {adjusted:.3g}, {len(rows)} tests) mdg {row['min_detectable_gap']:.4f} "
+              f"{row['verdict']}")
+
+    entry = {
+        "command": "experiments/wsd_cosine.py " + " ".join(sys.argv[1:]),
+        "preset": "demo", "data": args.data, "common_overrides": COMMON,
+        "horizons_steps": [SHORT, LONG], "tokens_per_step": TOKENS_PER_STEP,
+        "warmup_steps": WARMUP_STEPS, "cooldowns": COOLDOWNS, "lrs": lrs,
+        "select_seeds": select, "report_seeds": report,
+        "selection_mean_final_val_loss": {n: {f"{lr:g}": v for lr, v in m.items()}
+                                          for n, m in select_means.items()},
+        "best_lr": best_lr,
+        "final_val_loss": {n: {str(s): v for s, v in by.items()} for n, by in losses.items()},
+        "run_dirs": {f"{k[0]}/{k[1]}steps/lr{k[2]:g}/seed{k[3]}": str(v)
+                     for plan in (selection, reporting) for k, v in plan.runs.items()},
+        "gaps": rows, "multiple_testing": f"Holm over {len(rows)} tests",
+        "wall_time_s": time.time() - started, "jobs": args.jobs,
+        "machine": {"processor": platform.processor(), "python": platform.python_version()},
+    }
+    atomic_write_json(RESULTS, json_safe(entry))
+    print(f"wrote {RESULTS}")
+
+
+if __name__ == "__main__":
+    main()
