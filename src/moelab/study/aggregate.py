@@ -2,12 +2,14 @@
 
 ``aggregate`` turns the complete runs (``moelab.study.records``) into the per-arm seed
 statistics and the per-criterion comparisons (paired and Welch) that results.json,
-results.csv and the report show. Nothing here trains or reads anything but those files (and
+results.csv and the report show. The gaps of every budget and criterion are one family of tests,
+the zero-shot comparisons another: each verdict uses its Holm-adjusted p. Nothing here trains or reads anything but those files (and
 ``plan.json`` for the arm order and the runs that are missing).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Optional
 
@@ -24,8 +26,8 @@ from moelab.study.results import (
     ROUTING_KEYS, RUN_FIELDS, SEED_STATISTICS, SIZE_FIELDS, ArmResult, BudgetFamilyTokens,
     BudgetResults, RoutingResult, RunResult, StudyResults, json_safe,
 )
-from moelab.study.stats import compare, summarize
-from moelab.study.zero_shot import zero_shot_result
+from moelab.study.stats import adjust_family, compare, summarize
+from moelab.study.zero_shot import adjust_comparisons, zero_shot_result
 
 
 def aggregate(study_dir: Path, records: list[RunRecord]) -> StudyResults:
@@ -34,8 +36,9 @@ def aggregate(study_dir: Path, records: list[RunRecord]) -> StudyResults:
     arm_names = _arm_order([arm["name"] for arm in plan.get("arms", [])], {r.arm for r in records})
     kind = plan.get("kind") or ("ablation" if set(arm_names) <= set(LADDER_RUNGS) else "study")
     budgets = sorted({r.budget for r in records if r.budget is not None})
-    groups = [budget_results(arm_names, [r for r in records if r.budget == b], b)
-              for b in budgets] or [budget_results(arm_names, records, None)]
+    groups = adjust_families(
+        [budget_results(arm_names, [r for r in records if r.budget == b], b) for b in budgets]
+        or [budget_results(arm_names, records, None)])
     complete = {r.name for r in records}
     return json_safe(StudyResults(
         kind=kind,
@@ -48,6 +51,24 @@ def aggregate(study_dir: Path, records: list[RunRecord]) -> StudyResults:
         failed_runs=read_failures(study_dir),
         budget_family=budget_family_tokens(plan, records),
     ))
+
+
+def adjust_families(groups: list[BudgetResults]) -> list[BudgetResults]:
+    """The gaps of every budget and criterion as one family of tests, the zero-shot comparisons
+    of every budget, task and criterion as another: each with its Holm-adjusted p and verdict."""
+    gap_keys = [(i, criterion) for i, group in enumerate(groups) for criterion in group.gaps]
+    gaps = dict(zip(gap_keys, adjust_family([groups[i].gaps[c] for i, c in gap_keys])))
+    task_keys = [(i, task, criterion) for i, group in enumerate(groups)
+                 for task, result in group.zero_shot.items() for criterion in result.comparisons]
+    comparisons = dict(zip(task_keys, adjust_comparisons(
+        [groups[i].zero_shot[task].comparisons[c] for i, task, c in task_keys])))
+    return [dataclasses.replace(
+        group,
+        gaps={c: gaps[i, c] for c in group.gaps},
+        zero_shot={task: dataclasses.replace(result, comparisons={
+            c: comparisons[i, task, c] for c in result.comparisons})
+            for task, result in group.zero_shot.items()},
+    ) for i, group in enumerate(groups)]
 
 
 def budget_family_tokens(plan: dict, records: list[RunRecord]) -> Optional[BudgetFamilyTokens]:
