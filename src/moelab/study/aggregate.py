@@ -2,9 +2,10 @@
 
 ``aggregate`` turns the complete runs (``moelab.study.records``) into the per-arm seed
 statistics and the per-criterion comparisons (paired and Welch) that results.json,
-results.csv and the report show. The gaps of every budget and criterion are one family of tests,
-the zero-shot comparisons another: each verdict uses its Holm-adjusted p. Nothing here trains or reads anything but those files (and
-``plan.json`` for the arm order and the runs that are missing).
+results.csv and the report show. The gaps of every budget and criterion are one family of
+tests, the zero-shot comparisons another: each verdict uses its Holm-adjusted p. Nothing here
+trains or reads anything but those files (and ``plan.json`` for the arm order and the runs that
+are missing).
 """
 
 from __future__ import annotations

@@ -155,7 +155,8 @@ def _from_results(name: str, results: Any, config_design: dict,
             runs = result.get("runs", [])
             for field_name in RUN_DESIGN_FIELDS:
                 values = sorted({run.get(field_name) for run in runs}, key=str)
-                design[f"{where}arms.{arm}.{field_name}"] = values[0] if len(values) == 1 else values
+                design[f"{where}arms.{arm}.{field_name}"] = (values[0] if len(values) == 1
+                                                             else values)
             arms[arm] = {run["seed"]: run["best_val_loss"] for run in runs
                          if run.get("best_val_loss") is not None}
         losses[budget] = arms
