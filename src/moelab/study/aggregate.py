@@ -27,6 +27,7 @@ from moelab.study.results import (
     ROUTING_KEYS, RUN_FIELDS, SEED_STATISTICS, SIZE_FIELDS, ArmResult, BudgetFamilyTokens,
     BudgetResults, RoutingResult, RunResult, StudyResults, json_safe,
 )
+from moelab.study.rungs import adjust_steps, rung_steps
 from moelab.study.stats import adjust_family, compare, summarize
 from moelab.study.zero_shot import adjust_comparisons, zero_shot_result
 
@@ -56,16 +57,20 @@ def aggregate(study_dir: Path, records: list[RunRecord]) -> StudyResults:
 
 def adjust_families(groups: list[BudgetResults]) -> list[BudgetResults]:
     """The gaps of every budget and criterion as one family of tests, the zero-shot comparisons
-    of every budget, task and criterion as another: each with its Holm-adjusted p and verdict."""
+    of every budget, task and criterion another, the ladder's steps a third: each with its
+    Holm-adjusted p and verdict."""
     gap_keys = [(i, criterion) for i, group in enumerate(groups) for criterion in group.gaps]
     gaps = dict(zip(gap_keys, adjust_family([groups[i].gaps[c] for i, c in gap_keys])))
     task_keys = [(i, task, criterion) for i, group in enumerate(groups)
                  for task, result in group.zero_shot.items() for criterion in result.comparisons]
     comparisons = dict(zip(task_keys, adjust_comparisons(
         [groups[i].zero_shot[task].comparisons[c] for i, task, c in task_keys])))
+    step_keys = [(i, k) for i, group in enumerate(groups) for k in range(len(group.rung_steps))]
+    steps = dict(zip(step_keys, adjust_steps([groups[i].rung_steps[k] for i, k in step_keys])))
     return [dataclasses.replace(
         group,
         gaps={c: gaps[i, c] for c in group.gaps},
+        rung_steps=[steps[i, k] for k in range(len(group.rung_steps))],
         zero_shot={task: dataclasses.replace(result, comparisons={
             c: comparisons[i, task, c] for c in result.comparisons})
             for task, result in group.zero_shot.items()},
@@ -111,7 +116,8 @@ def budget_results(arm_names: list[str], records: list[RunRecord],
                                       arms[MOE_ARM].by_seed("best_val_loss"),
                                       arms[dense_arm].by_seed("best_val_loss"))
     label = format_token_count(budget) if budget is not None else None
-    return BudgetResults(budget, label, arms, gaps, zero_shot_result(arm_names, records))
+    steps = rung_steps({arm: result.by_seed("best_val_loss") for arm, result in arms.items()})
+    return BudgetResults(budget, label, arms, gaps, zero_shot_result(arm_names, records), steps)
 
 
 def arm_result(arm: str, records: list[RunRecord]) -> ArmResult:

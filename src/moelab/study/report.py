@@ -88,7 +88,7 @@ def render_report(results: StudyResults, records: list[RunRecord],
     title = "Routing-stability ladder" if ablation else "Dense vs MoE study"
     parts = [f"# {title}: {results.study_dir}\n", setup_section(results, records)]
     if ablation:
-        parts.append(ladder_section(results.arms))
+        parts += [ladder_section(results.arms), rung_steps_section(results.rung_steps)]
     else:
         parts += [arms_section(results.arms), comparison_section(results.gaps),
                   figure_block("Gap per criterion", figure_paths, "gaps"),
@@ -293,6 +293,25 @@ def ladder_section(arms: dict[str, ArmResult]) -> str:
                           "collapsed runs", "busiest fraction", "routing entropy", "mean log-z",
                           "dead experts per layer"],
                          rows, "llrrrrrrr")
+    )
+
+
+def rung_steps_section(steps: list) -> str:
+    """Each rung against the one it changes, paired by seed, Holm over the steps."""
+    if not steps:
+        return ""
+    rows = [[f"{s.earlier} → {s.later}", _signed(s.difference), _interval(s),
+             _p_value(s), format_p_value(s.p_adjusted), str(s.n_pairs), s.verdict]
+            for s in steps]
+    steps_by_name = {f"{s.earlier} → {s.later}": s for s in steps}
+    return (
+        "## Adjacent rungs\n\nDifference = earlier − later rung's best validation loss, per "
+        "seed, then the paired t-test on those differences: positive means the later rung (the "
+        "one change) is better. The steps are one family of tests, and a rung is named better "
+        f"only when its p, adjusted over them ({_family(steps_by_name)}), is < 0.05.\n\n"
+        + markdown_table(["step", "difference", "paired 95 % CI", "paired p",
+                          f"p ({_adjustment(steps_by_name)})", "pairs", "verdict"],
+                         rows, "lrrrrrl")
     )
 
 
