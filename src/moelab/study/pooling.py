@@ -129,7 +129,7 @@ def _read_folder(folder: Path) -> StudySource:
             if key not in NOT_DESIGN and not key.startswith("model."):  # model: per arm, below
                 config_design.setdefault(key, set()).add(json.dumps(value))
     # A key whose value varies within the study (train.max_tokens over budgets) is the set.
-    config = {key: sorted(json.loads(v) for v in values) if len(values) > 1
+    config = {key: [json.loads(v) for v in sorted(values)] if len(values) > 1
               else json.loads(next(iter(values))) for key, values in config_design.items()}
     results = aggregate(folder, records).to_dict()
     return _from_results(str(folder), results, config, from_folder=True)
