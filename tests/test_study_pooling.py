@@ -113,8 +113,15 @@ def test_bad_sources_are_one_line_errors(tmp_path, capsys):
     assert "kind 'ablation'" in _refused(
         ["pool", demo, str(STUDIES / "demo-ladder-seeds0-2.json")], capsys)
     assert "2 or more" in _refused(["pool", demo], capsys)
+    study = tmp_path / "study"
+    shutil.copytree(HOUSE_STUDY, study)
+    before = {p: p.read_bytes() for p in study.rglob("*") if p.is_file()}
     assert "is a study folder" in _refused(
-        ["pool", demo, str(STUDIES / "demo-seeds617-622.json"), "--out", str(HOUSE_STUDY)],
+        ["pool", demo, str(STUDIES / "demo-seeds617-622.json"), "--out", str(study)], capsys)
+    assert {p: p.read_bytes() for p in study.rglob("*") if p.is_file()} == before  # untouched
+    (tmp_path / "file").write_text("x")
+    assert "is a file" in _refused(
+        ["pool", demo, str(STUDIES / "demo-seeds617-622.json"), "--out", str(tmp_path / "file")],
         capsys)
 
 

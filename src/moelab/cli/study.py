@@ -124,10 +124,11 @@ def _report(args) -> int:
 
 
 def _pool(args) -> int:
-    from moelab.study.pooling import pool, read_source, render_pooled, write_pooled
+    from moelab.study.pooling import check_out_dir, pool, read_source, render_pooled, write_pooled
 
     pooled = pool([read_source(Path(source)) for source in args.sources])
     if args.out:
+        check_out_dir(Path(args.out))  # before the lock, which would write into a study folder
         with writer_lock(args.out):
             write_pooled(pooled, Path(args.out))
     print(render_pooled(pooled))

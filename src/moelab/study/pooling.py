@@ -299,10 +299,17 @@ def _interval(g: Gap) -> str:
     return f"[{format_number(g.ci_low)}, {format_number(g.ci_high)}]"
 
 
-def write_pooled(pooled: PooledStudy, out_dir: Path) -> None:
-    """pooled.json and pooled.md in ``out_dir`` (never a study folder: its files stay its own)."""
+def check_out_dir(out_dir: Path) -> None:
+    """The pooled study's folder: never a study folder (its files stay its own), nor a file."""
     if (out_dir / "runs").exists() or (out_dir / "plan.json").exists():
         raise MoelabError(f"{out_dir} is a study folder: write the pooled study elsewhere")
+    if out_dir.exists() and not out_dir.is_dir():
+        raise MoelabError(f"{out_dir} is a file: --out must be a folder")
+
+
+def write_pooled(pooled: PooledStudy, out_dir: Path) -> None:
+    """pooled.json and pooled.md in ``out_dir``."""
+    check_out_dir(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     atomic_write_json(out_dir / "pooled.json", pooled.to_dict())
     atomic_write_text(out_dir / "pooled.md", render_pooled(pooled))
