@@ -15,7 +15,8 @@ from moelab.runs.tokens import format_token_count, parse_budget_list, parse_toke
 import numpy as np
 
 from moelab.study.stats import (
-    compare, decide, min_detectable_gap, paired_test, seeds_needed, summarize, welch_test,
+    adjust_family, compare, decide, holm, min_detectable_gap, paired_test, seeds_needed,
+    summarize, welch_test,
 )
 
 # The paper's three-seed numbers are summaries only; these are fixed made-up seeds around them.
@@ -218,3 +219,66 @@ def test_markdown_table_and_formats():
     assert table.splitlines() == ["| arm | loss |", "|---|---:|", "| moe | 1.5 |", "| a\\|b | 2 |"]
     assert format_mean_std(1.57881, 0.00204) == "1.5788 ± 0.0020"
     assert format_mean_std(1.5, math.nan) == "1.5000"
+
+
+# --------------------------------------------------------------------------------------------
+# Holm's adjustment, by hand
+# --------------------------------------------------------------------------------------------
+
+
+def test_holm_by_hand_with_the_running_maximum():
+    # m = 4. Sorted: 0.005, 0.01, 0.03, 0.04 -> 4 x 0.005 = 0.02, 3 x 0.01 = 0.03,
+    # 2 x 0.03 = 0.06, 1 x 0.04 = 0.04 raised to the 0.06 before it (the running maximum keeps
+    # the adjusted p-values in the raw ones' order). Returned in the order given.
+    assert holm([0.01, 0.04, 0.03, 0.005]) == pytest.approx([0.03, 0.06, 0.06, 0.02], abs=1e-15)
+
+
+def test_holm_by_hand_with_ties_a_cap_and_an_untestable_test():
+    # NaN and None are no tests: m = 4. Sorted: 0.02, 0.02, 0.3, 0.5 -> 4 x 0.02 = 0.08,
+    # 3 x 0.02 = 0.06 raised to 0.08 (tied raw p-values, one adjusted p), 2 x 0.3 = 0.6, and
+    # 1 x 0.5 raised to 0.6. Capped at 1: 2 x 0.6 = 1.2 becomes 1, and 0.7 is raised to it.
+    adjusted = holm([0.5, 0.02, None, 0.3, 0.02, math.nan])
+    assert adjusted[:2] + adjusted[3:5] == pytest.approx([0.6, 0.08, 0.6, 0.08], abs=1e-15)
+    assert math.isnan(adjusted[2]) and math.isnan(adjusted[5])
+    assert holm([0.7, 0.6]) == [1.0, 1.0]
+    assert holm([]) == [] and holm([0.03]) == [0.03]
+
+
+def test_holm_rejects_what_its_step_down_procedure_rejects():
+    # The procedure itself: walk the sorted p-values, reject p_(i) while p_(i) < alpha / (m - i),
+    # stop at the first that is not. The adjusted p < alpha exactly for the rejected ones.
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        p_values = list(rng.uniform(0, 0.1, size=rng.integers(1, 9)))
+        order = sorted(range(len(p_values)), key=p_values.__getitem__)
+        rejected = set()
+        for rank, index in enumerate(order):
+            if p_values[index] >= 0.05 / (len(p_values) - rank):
+                break
+            rejected.add(index)
+        adjusted = holm(p_values)
+        assert {i for i, p in enumerate(adjusted) if p < 0.05} == rejected
+
+
+def test_a_family_judges_each_gap_at_its_adjusted_p():
+    # Three paired gaps of 3 seeds, differences 0.10/0.11/0.12 (raw p 0.0028), 0.02/0.035/0.045
+    # (0.044) and 0.01/-0.02/0.02 (0.58). Alone the first two are significant; as one family of
+    # 3, Holm gives 3 x 0.0028 = 0.0083 and 2 x 0.044 = 0.088: only the first stays.
+    moe = {0: 1.00, 1: 1.01, 2: 0.99}
+    differences = {"a": (0.10, 0.11, 0.12), "b": (0.02, 0.035, 0.045), "c": (0.01, -0.02, 0.02)}
+    gaps = [compare(name, "moe", "dense", moe, {s: moe[s] + d for s, d in enumerate(diffs)})
+            for name, diffs in differences.items()]
+    raw = [g.p_value for g in gaps]
+    for g, diffs in zip(gaps, differences.values()):
+        reference = scipy_stats.ttest_1samp(diffs, 0.0).pvalue
+        assert g.p_value == pytest.approx(reference, rel=1e-6)  # the losses round a little
+        assert g.p_adjusted == g.p_value and g.adjustment == "Holm, 1 test"
+    assert [g.outcome for g in gaps] == ["MoE better", "MoE better", "not significant"]
+    family = adjust_family(gaps)
+    assert [g.p_adjusted for g in family] == pytest.approx(
+        [3 * raw[0], 2 * raw[1], max(2 * raw[1], raw[2])], rel=1e-12)
+    assert {g.adjustment for g in family} == {"Holm, 3 tests"}
+    assert [g.p_value for g in family] == raw  # the raw p is kept beside the adjusted one
+    assert [g.outcome for g in family] == ["MoE better", "not significant", "not significant"]
+    assert [g.verdict for g in family] == [f"{o} (paired t, n=3)" for o in (
+        "MoE better", "not significant", "not significant")]

@@ -60,7 +60,8 @@ def _gap(test: str, outcome: str, differences: list[dict]) -> Gap:
     """A gap of 0.02 [0.01, 0.03] decided by ``test``, with these per-seed differences."""
     paired = PairedTest(0.02, 0.01, 0.03, 0.01, len(differences), 0.01, differences)
     welch = WelchTest(0.02, 0.01, 0.03, 0.01, 4.0, 3, 3)
-    return Gap("active", "moe", "dense_active", test, 0.02, 0.01, 0.03, 0.01, 3, 3, outcome,
+    return Gap("active", "moe", "dense_active", test, 0.02, 0.01, 0.03, 0.01, 0.01,
+               "Holm, 1 test", 3, 3, outcome,
                outcome, 0.01, [], paired, welch)
 
 

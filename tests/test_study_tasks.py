@@ -118,11 +118,16 @@ def test_results_and_report_equal_a_recomputation_from_tasks_json(study):
             low, high = _t_interval(differences)
             assert stored["p_value"] == pytest.approx(p_value, rel=1e-9)
             assert (stored["ci_low"], stored["ci_high"]) == pytest.approx((low, high), abs=1e-12)
-            outcome = ("not significant" if p_value >= 0.05
+            # Holm over the family of every task's and criterion's test (tests/test_stats.py
+            # checks holm by hand): never below the raw p, at most the raw p times the count.
+            tests = int(stored["adjustment"].removeprefix("Holm, ").removesuffix(" tests"))
+            assert p_value <= stored["p_adjusted"] <= min(1.0, tests * p_value) + 1e-12
+            outcome = ("not significant" if stored["p_adjusted"] >= 0.05
                        else "MoE better" if statistics.mean(differences) > 0 else "dense better")
             assert stored["verdict"] == f"{outcome} (paired t, n=2)"
             assert (f"| {statistics.mean(differences):+.4f} | [{low:.4f}, {high:.4f}] "
-                    f"| {p_value:.4f} | 2 | {outcome} (paired t, n=2) |") in report
+                    f"| {p_value:.4f} | {stored['p_adjusted']:.4f} | 2 | {outcome} (paired t, "
+                    "n=2) |") in report
     assert "`tasks.json`); `moelab report DIR` rebuilds this file" in report
 
 

@@ -75,7 +75,15 @@ def test_each_budget_has_its_section_and_the_last_is_the_studys(tmp_path, demo):
                                                                       abs=1e-12)
         assert active["p_value"] == pytest.approx(2 * scipy_stats.t.sf(0.04 * math.sqrt(3) / 0.01,
                                                                        2), rel=1e-9)
-        assert active["verdict"] == "MoE better (paired t, n=3)"
+        # Raw, it would be 'MoE better' (p 0.020). But the family is all 4 comparisons (2
+        # budgets x 2 criteria): total's raw p is 0.0131 at both budgets, active's 0.0202. Holm:
+        # 4 x 0.0131 = 0.052 first; 3 x 0.0131, 2 x 0.0202 and 1 x 0.0202 are all smaller, so the
+        # running maximum holds every adjusted p at 4 x 0.0131, above 0.05.
+        total = agreement["comparisons"]["total"]
+        assert total["p_value"] < active["p_value"] < 0.05
+        assert active["p_adjusted"] == pytest.approx(4 * total["p_value"], rel=1e-12)
+        assert total["p_adjusted"] == active["p_adjusted"] and active["adjustment"] == "Holm, 4 tests"
+        assert active["verdict"] == "not significant (paired t, n=3)"
     assert results["zero_shot"] == results["budgets"][-1]["zero_shot"]
     assert "## Zero-shot tasks" in (tmp_path / "s/report.md").read_text()
 

@@ -61,6 +61,18 @@ def register(subparsers) -> None:
                         help="a folder written by study, ablate-routing or sweep-sparsity")
     report.set_defaults(func=_report)
 
+    pool = subparsers.add_parser(
+        "pool", help="pool studies of the same design into one paired comparison",
+        description="Combine the seeds of several studies of one design (study folders or "
+        "their results.json) into one paired comparison per budget and criterion, each pair "
+        "within its seed; designs that differ, or seeds in two studies, are refused.",
+    )
+    pool.add_argument("sources", metavar="STUDY", nargs="+",
+                      help="a study folder or a study's results.json (2 or more)")
+    pool.add_argument("--out", metavar="DIR",
+                      help="write pooled.json and pooled.md here (default: print only)")
+    pool.set_defaults(func=_pool)
+
 
 def _add_run_arguments(parser, kind: str) -> None:
     parser.add_argument("--seeds", metavar="N|LIST",
@@ -111,6 +123,20 @@ def _report(args) -> int:
     return 0
 
 
+def _pool(args) -> int:
+    from moelab.study.pooling import check_out_dir, pool, read_source, render_pooled, write_pooled
+
+    pooled = pool([read_source(Path(source)) for source in args.sources])
+    if args.out:
+        check_out_dir(Path(args.out))  # before the lock, which would write into a study folder
+        with writer_lock(args.out):
+            write_pooled(pooled, Path(args.out))
+    print(render_pooled(pooled))
+    if args.out:
+        print(f"pooled: {Path(args.out) / 'pooled.md'}")
+    return 0
+
+
 def print_results(results: StudyResults, study_dir: Path) -> None:
     """The study table on the terminal: arms, then each comparison with its tests."""
     from moelab.study.stats import ALPHA, POWER
@@ -131,6 +157,7 @@ def print_results(results: StudyResults, study_dir: Path) -> None:
         if g.test == "paired":
             print(f"    paired t: {_interval(g.paired)}, n={g.paired.n_pairs} pairs")
         print(f"    Welch t:  {_interval(g.welch)}")
+        print(f"    adjusted ({g.adjustment}): p={format_p_value(g.p_adjusted)}")
         if g.min_detectable_gap is not None:
             print(f"    min detectable gap {format_number(g.min_detectable_gap)} "
                   f"(power {POWER:g}, two-sided alpha {ALPHA:.2g})")

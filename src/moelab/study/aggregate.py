@@ -2,12 +2,15 @@
 
 ``aggregate`` turns the complete runs (``moelab.study.records``) into the per-arm seed
 statistics and the per-criterion comparisons (paired and Welch) that results.json,
-results.csv and the report show. Nothing here trains or reads anything but those files (and
-``plan.json`` for the arm order and the runs that are missing).
+results.csv and the report show. The gaps of every budget and criterion are one family of
+tests, the zero-shot comparisons another: each verdict uses its Holm-adjusted p. Nothing here
+trains or reads anything but those files (and ``plan.json`` for the arm order and the runs that
+are missing).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Optional
 
@@ -24,8 +27,9 @@ from moelab.study.results import (
     ROUTING_KEYS, RUN_FIELDS, SEED_STATISTICS, SIZE_FIELDS, ArmResult, BudgetFamilyTokens,
     BudgetResults, RoutingResult, RunResult, StudyResults, json_safe,
 )
-from moelab.study.stats import compare, summarize
-from moelab.study.zero_shot import zero_shot_result
+from moelab.study.rungs import adjust_steps, rung_steps
+from moelab.study.stats import adjust_family, compare, summarize
+from moelab.study.zero_shot import adjust_comparisons, zero_shot_result
 
 
 def aggregate(study_dir: Path, records: list[RunRecord]) -> StudyResults:
@@ -34,8 +38,9 @@ def aggregate(study_dir: Path, records: list[RunRecord]) -> StudyResults:
     arm_names = _arm_order([arm["name"] for arm in plan.get("arms", [])], {r.arm for r in records})
     kind = plan.get("kind") or ("ablation" if set(arm_names) <= set(LADDER_RUNGS) else "study")
     budgets = sorted({r.budget for r in records if r.budget is not None})
-    groups = [budget_results(arm_names, [r for r in records if r.budget == b], b)
-              for b in budgets] or [budget_results(arm_names, records, None)]
+    groups = adjust_families(
+        [budget_results(arm_names, [r for r in records if r.budget == b], b) for b in budgets]
+        or [budget_results(arm_names, records, None)])
     complete = {r.name for r in records}
     return json_safe(StudyResults(
         kind=kind,
@@ -48,6 +53,28 @@ def aggregate(study_dir: Path, records: list[RunRecord]) -> StudyResults:
         failed_runs=read_failures(study_dir),
         budget_family=budget_family_tokens(plan, records),
     ))
+
+
+def adjust_families(groups: list[BudgetResults]) -> list[BudgetResults]:
+    """The gaps of every budget and criterion as one family of tests, the zero-shot comparisons
+    of every budget, task and criterion another, the ladder's steps a third: each with its
+    Holm-adjusted p and verdict."""
+    gap_keys = [(i, criterion) for i, group in enumerate(groups) for criterion in group.gaps]
+    gaps = dict(zip(gap_keys, adjust_family([groups[i].gaps[c] for i, c in gap_keys])))
+    task_keys = [(i, task, criterion) for i, group in enumerate(groups)
+                 for task, result in group.zero_shot.items() for criterion in result.comparisons]
+    comparisons = dict(zip(task_keys, adjust_comparisons(
+        [groups[i].zero_shot[task].comparisons[c] for i, task, c in task_keys])))
+    step_keys = [(i, k) for i, group in enumerate(groups) for k in range(len(group.rung_steps))]
+    steps = dict(zip(step_keys, adjust_steps([groups[i].rung_steps[k] for i, k in step_keys])))
+    return [dataclasses.replace(
+        group,
+        gaps={c: gaps[i, c] for c in group.gaps},
+        rung_steps=[steps[i, k] for k in range(len(group.rung_steps))],
+        zero_shot={task: dataclasses.replace(result, comparisons={
+            c: comparisons[i, task, c] for c in result.comparisons})
+            for task, result in group.zero_shot.items()},
+    ) for i, group in enumerate(groups)]
 
 
 def budget_family_tokens(plan: dict, records: list[RunRecord]) -> Optional[BudgetFamilyTokens]:
@@ -89,7 +116,8 @@ def budget_results(arm_names: list[str], records: list[RunRecord],
                                       arms[MOE_ARM].by_seed("best_val_loss"),
                                       arms[dense_arm].by_seed("best_val_loss"))
     label = format_token_count(budget) if budget is not None else None
-    return BudgetResults(budget, label, arms, gaps, zero_shot_result(arm_names, records))
+    steps = rung_steps({arm: result.by_seed("best_val_loss") for arm, result in arms.items()})
+    return BudgetResults(budget, label, arms, gaps, zero_shot_result(arm_names, records), steps)
 
 
 def arm_result(arm: str, records: list[RunRecord]) -> ArmResult:

@@ -88,7 +88,7 @@ def render_report(results: StudyResults, records: list[RunRecord],
     title = "Routing-stability ladder" if ablation else "Dense vs MoE study"
     parts = [f"# {title}: {results.study_dir}\n", setup_section(results, records)]
     if ablation:
-        parts.append(ladder_section(results.arms))
+        parts += [ladder_section(results.arms), rung_steps_section(results.rung_steps)]
     else:
         parts += [arms_section(results.arms), comparison_section(results.gaps),
                   figure_block("Gap per criterion", figure_paths, "gaps"),
@@ -149,7 +149,8 @@ def comparison_section(gaps: dict[str, Gap], heading: str = "## Comparisons") ->
             CRITERION_TEXT[criterion], f"{g.moe_arm} vs {g.dense_arm}",
             _signed(paired.gap), _interval(paired), _p_value(paired), str(paired.n_pairs),
             format_number(paired.std_diff), _signed(welch.gap), _interval(welch),
-            _p_value(welch), format_number(welch.df, 1), g.verdict,
+            _p_value(welch), format_number(welch.df, 1), format_p_value(g.p_adjusted),
+            g.verdict,
         ])
         observed, reference = g.seeds_needed
         power_rows.append([
@@ -164,10 +165,11 @@ def comparison_section(gaps: dict[str, Gap], heading: str = "## Comparisons") ->
         "Welch's t-test (Welch–Satterthwaite degrees of freedom) when they do not. Both are "
         "shown with 95 % confidence intervals (when the seeds differ, the paired columns use "
         "the seeds both arms have); the verdict names the test it used, and a winner is named "
-        "only when that test's p < 0.05.\n\n"
+        f"only when that test's p, adjusted for the report's {_family(gaps)}, is < 0.05.\n\n"
         + markdown_table(["criterion", "arms", "paired gap", "paired 95 % CI", "paired p",
                           "pairs", "std of differences", "Welch gap", "Welch 95 % CI", "Welch p",
-                          "Welch df", "verdict"], test_rows, "llrrrrrrrrrl")
+                          "Welch df", f"p ({_adjustment(gaps)})", "verdict"],
+                         test_rows, "llrrrrrrrrrrl")
         + "\n" + sentences + "\n\n"
         + f"Power (two-sided α = {ALPHA:.2g}, power {POWER:g}, from the noncentral t "
         "distribution): the minimum detectable gap is the smallest |gap| the test used detects "
@@ -177,6 +179,17 @@ def comparison_section(gaps: dict[str, Gap], heading: str = "## Comparisons") ->
         + markdown_table(["criterion", "test", "min detectable gap", "seeds needed (observed gap)",
                           f"seeds needed ({REFERENCE_GAP:g} nats)"], power_rows, "llrrr")
     )
+
+
+def _adjustment(tests: dict) -> str:
+    """The adjustment of a family of tests as its column names it: 'Holm, 8 tests'."""
+    return next(iter(tests.values())).adjustment
+
+
+def _family(tests: dict) -> str:
+    """'8 tests (Holm)': the family a verdict's p was adjusted over, in a sentence."""
+    method, count = _adjustment(tests).split(", ", 1)
+    return f"{count} ({method})"
 
 
 def _interval(test) -> str:
@@ -209,12 +222,14 @@ def comparison_sentence(g: Gap) -> str:
     what = f"{criterion} ({g.moe_arm} vs {g.dense_arm}, {n} seeds)"
     test, size = TEST_NAMES[g.test], abs(g.gap)
     interval = f"{g.ci_low:.4f} to {g.ci_high:.4f}" if g.ci_low is not None else ""
+    p_text = f"p = {g.p_value:.2g}, {g.adjustment.split(',')[0]} p = {g.p_adjusted:.2g}" \
+        if g.p_value is not None else ""
     if g.outcome == "MoE better":
         return (f"{what}: the MoE is better by {size:.4f} nats/token ({test}: "
-                f"95 % CI {interval}, p = {g.p_value:.2g}).")
+                f"95 % CI {interval}, {p_text}).")
     if g.outcome == "dense better":
         return (f"{what}: the dense model is better by {size:.4f} nats/token ({test}: "
-                f"95 % CI of dense − MoE {interval}, p = {g.p_value:.2g}).")
+                f"95 % CI of dense − MoE {interval}, {p_text}).")
     if g.outcome == "not significant":
         return (f"{what}: {g.verdict}; the observed gap {g.gap:+.4f} is not distinguishable "
                 f"from seed noise, so no winner is claimed (gaps from "
@@ -231,12 +246,15 @@ def budget_section(results: StudyResults, figure_paths: dict[str, str]) -> str:
         row = [group.label]
         for criterion in criteria:
             g = group.gaps.get(criterion)
-            row.append(f"{g.gap:+.4f}: {g.verdict}; min detectable "
+            row.append(f"{g.gap:+.4f}: {g.verdict}; p {format_p_value(g.p_value)}, "
+                       f"adjusted {format_p_value(g.p_adjusted)}; min detectable "
                        f"{format_number(g.min_detectable_gap)}" if g else "–")
         rows.append(row)
     table = markdown_table(["tokens", *(CRITERION_TEXT[c] for c in criteria)], rows)
     return ("## Budget sweep\n\n" + _budget_runs_text(results.budget_family) +
-            "Gap = dense − MoE best val loss; seeds are paired within each budget.\n\n" + table + "\n"
+            "Gap = dense − MoE best val loss; seeds are paired within each budget. Every "
+            f"budget's and criterion's test is one family, {_family(results.gaps)}: the "
+            "verdicts use the adjusted p.\n\n" + table + "\n"
             + figure_block("Gap against the token budget", figure_paths, "gaps_vs_tokens", level=3))
 
 
@@ -278,6 +296,25 @@ def ladder_section(arms: dict[str, ArmResult]) -> str:
     )
 
 
+def rung_steps_section(steps: list) -> str:
+    """Each rung against the one it changes, paired by seed, Holm over the steps."""
+    if not steps:
+        return ""
+    rows = [[f"{s.earlier} → {s.later}", _signed(s.difference), _interval(s),
+             _p_value(s), format_p_value(s.p_adjusted), str(s.n_pairs), s.verdict]
+            for s in steps]
+    steps_by_name = {f"{s.earlier} → {s.later}": s for s in steps}
+    return (
+        "## Adjacent rungs\n\nDifference = earlier − later rung's best validation loss, per "
+        "seed, then the paired t-test on those differences: positive means the later rung (the "
+        "one change) is better. The steps are one family of tests, and a rung is named better "
+        f"only when its p, adjusted over them ({_family(steps_by_name)}), is < 0.05.\n\n"
+        + markdown_table(["step", "difference", "paired 95 % CI", "paired p",
+                          f"p ({_adjustment(steps_by_name)})", "pairs", "verdict"],
+                         rows, "lrrrrrl")
+    )
+
+
 def zero_shot_section(zero_shot: dict[str, TaskResult]) -> str:
     """Accuracy per task and arm over seeds, and the paired MoE - dense differences; '' for a
     study whose runs scored no tasks."""
@@ -295,8 +332,8 @@ def zero_shot_section(zero_shot: dict[str, TaskResult]) -> str:
         for criterion, c in result.comparisons.items():
             difference_rows.append([
                 task, CRITERION_TEXT[criterion], f"{c.moe_arm} vs {c.dense_arm}",
-                _signed(c.difference), _interval(c), _p_value(c), str(c.n_pairs),
-                c.verdict,
+                _signed(c.difference), _interval(c), _p_value(c),
+                format_p_value(c.p_adjusted), str(c.n_pairs), c.verdict,
             ])
     section = (
         "## Zero-shot tasks\n\nScored by every run on its final weights as training ended "
@@ -307,12 +344,16 @@ def zero_shot_section(zero_shot: dict[str, TaskResult]) -> str:
                           "chance"], arm_rows, "llrrr")
     )
     if difference_rows:
+        comparisons = {(task, criterion): c for task, result in zero_shot.items()
+                       for criterion, c in result.comparisons.items()}
         section += (
             "\nDifference = MoE − dense accuracy, per seed, then the paired t-test on those "
             "differences as for the loss: positive means the MoE is better, and a winner is "
-            "named only when p < 0.05.\n\n"
+            "named only when p, adjusted for every task's and criterion's test "
+            f"({_family(comparisons)}), is < 0.05.\n\n"
             + markdown_table(["task", "criterion", "arms", "difference", "paired 95 % CI",
-                              "paired p", "pairs", "verdict"], difference_rows, "lllrrrrl")
+                              "paired p", f"p ({_adjustment(comparisons)})", "pairs",
+                              "verdict"], difference_rows, "lllrrrrrl")
         )
     return section
 
@@ -392,9 +433,12 @@ def notes_section(ablation: bool, has_tasks: bool = False) -> str:
         "Standard deviations are over seeds (ddof = 1).",
     ]
     if not ablation:
-        notes.append("The tests are per criterion at α = 0.05 without a multiple-comparison "
-                     "correction; with few seeds, 'not significant' means 'not shown', not 'equal' "
-                     "(the minimum detectable gap says how large a gap could go unseen).")
+        # The zero-shot section names its own family: this line is the same with or without it.
+        notes.append("The tests of the loss gaps (every budget and criterion) are one family: "
+                     "each verdict is at α = 0.05 on the "
+                     "Holm-adjusted p (the intervals are each test's own 95 %); with few seeds, "
+                     "'not significant' means 'not shown', not 'equal' (the minimum detectable "
+                     "gap says how large a gap could go unseen).")
     return "## Notes\n\n" + "\n".join(f"- {note}" for note in notes) + "\n"
 
 

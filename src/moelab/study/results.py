@@ -16,6 +16,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+from moelab.study.rungs import RungStep
 from moelab.study.stats import Gap, Summary
 from moelab.study.zero_shot import TaskResult
 
@@ -126,12 +127,16 @@ class BudgetResults:
     """Criterion -> the MoE against that criterion's dense arm, paired by seed."""
     zero_shot: dict[str, TaskResult] = field(default_factory=dict)
     """Task -> its result; {} when the runs scored no tasks."""
+    rung_steps: list[RungStep] = field(default_factory=list)
+    """The routing ladder's adjacent rungs, paired (``moelab.study.rungs``); [] in a study."""
 
     def to_dict(self) -> dict:
         record = {"tokens": self.tokens, "label": self.label} if self.tokens is not None else {}
         record.update(arms=json_record(self.arms), gaps=json_record(self.gaps))
         if self.zero_shot:  # only studies whose runs scored tasks: others stay as they were
             record["zero_shot"] = json_record(self.zero_shot)
+        if self.rung_steps:  # only the ladder
+            record["rung_steps"] = json_record(self.rung_steps)
         return record
 
 
@@ -180,6 +185,10 @@ class StudyResults:
         return self.final.zero_shot
 
     @property
+    def rung_steps(self) -> list[RungStep]:
+        return self.final.rung_steps
+
+    @property
     def is_ablation(self) -> bool:
         return self.kind == "ablation"
 
@@ -193,6 +202,8 @@ class StudyResults:
         }
         if self.zero_shot:
             record["zero_shot"] = json_record(self.zero_shot)
+        if self.rung_steps:  # only the ladder: a study's results.json stays as it was
+            record["rung_steps"] = json_record(self.rung_steps)
         if self.budget_family is not None:  # only wsd budget families: others stay as they were
             record["budget_family"] = json_record(self.budget_family)
         return record

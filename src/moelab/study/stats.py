@@ -11,14 +11,16 @@ Two tests sit side by side:
 
 The verdict uses the paired test when both arms have exactly the same seeds, Welch's otherwise
 (a missing or failed run), and names the test it used. Each interval excludes 0 exactly when its
-p < 0.05. Power is that of a two-sided t-test with a noncentral t statistic: the minimum
+raw p < 0.05. A report that makes several tests (budgets x criteria, adjacent rungs, tasks)
+treats them as one family: ``adjust_family`` gives each its Holm-adjusted p, and the verdict
+uses that one. Power is that of a two-sided t-test with a noncentral t statistic: the minimum
 detectable gap (power 0.8 at the observed spread and n) and the seeds a gap would need.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Mapping, Optional, Sequence
 
 import numpy as np
@@ -32,6 +34,8 @@ REFERENCE_GAP = 0.02
 MAX_SEEDS = 100_000
 """seeds_needed gives up (None) beyond this."""
 TEST_NAMES = {"paired": "paired t", "welch": "Welch t"}
+ADJUSTMENT = "Holm"
+"""The multiple-comparison adjustment of a family of tests (``holm``)."""
 # A spread this small relative to the losses is floating-point residue (e.g. arms that differ by
 # the same constant in every seed), not seed noise: the test is then not testable, not infinite.
 NEGLIGIBLE_SPREAD = 1e-12
@@ -233,19 +237,28 @@ class Gap:
     ci_low: float
     ci_high: float
     p_value: float
+    """The raw p of ``test``."""
+    p_adjusted: float
+    """``p_value`` adjusted over the report's family of tests (``adjust_family``); the verdict
+    uses it. Alone (``compare``), a family of one: the raw p."""
+    adjustment: str
+    """How ``p_adjusted`` was adjusted, e.g. 'Holm, 8 tests'."""
     n_moe: int
     n_dense: int
     outcome: str
-    """'MoE better', 'dense better', 'not significant' or 'not testable'."""
+    """'MoE better', 'dense better', 'not significant' or 'not testable', at ``p_adjusted``."""
     verdict: str
     min_detectable_gap: float
     seeds_needed: list[dict]
     """[{"gap", "seeds"}] for the observed gap and REFERENCE_GAP, at the test's spread."""
     paired: PairedTest
     welch: WelchTest
+    detail: str = field(default="", repr=False)
+    """The verdict's parenthesis, e.g. 'paired t, n=6' (bookkeeping: the verdict holds it)."""
 
     def to_dict(self) -> dict:
         record = asdict(self)
+        record.pop("detail")
         for key in ("standard_error", "std_moe", "std_dense"):  # bookkeeping, not results
             record["welch"].pop(key)
         return record
@@ -280,8 +293,9 @@ def compare(criterion: str, moe_arm: str, dense_arm: str, moe_by_seed: Mapping[i
               for gap in (abs(chosen.gap), REFERENCE_GAP)]
     return Gap(
         criterion, moe_arm, dense_arm, test, chosen.gap, chosen.ci_low, chosen.ci_high,
-        chosen.p_value, welch.n_moe, welch.n_dense, outcome, f"{outcome} ({detail})", mde,
-        needed, paired, welch,
+        chosen.p_value, chosen.p_value, family_label(0 if math.isnan(chosen.p_value) else 1),
+        welch.n_moe, welch.n_dense, outcome, f"{outcome} ({detail})", mde, needed, paired,
+        welch, detail,
     )
 
 
@@ -292,3 +306,43 @@ def decide(gap: float, p_value: float, alpha: float = ALPHA) -> str:
     if p_value < alpha:
         return "MoE better" if gap > 0 else "dense better"
     return "not significant"
+
+
+# --------------------------------------------------------------------------------------------
+# Several tests at once
+# --------------------------------------------------------------------------------------------
+
+
+def holm(p_values: Sequence[Optional[float]]) -> list[float]:
+    """Holm's step-down adjusted p-values, in the order given.
+
+    Sorted ascending, the i-th smallest (i = 0, 1, ...) of m p-values becomes
+    ``min(1, max over j <= i of (m - j) p_(j))``: the running maximum keeps the adjusted values
+    in the order of the raw ones, and tied raw p-values get the same adjusted one. A test that
+    could not be made (NaN or None) is not one of the m and stays NaN. Rejecting where the
+    adjusted p < alpha controls the chance of any false rejection at alpha (Holm 1979).
+    """
+    raw = [math.nan if p is None else float(p) for p in p_values]
+    tested = sorted((i for i, p in enumerate(raw) if not math.isnan(p)), key=raw.__getitem__)
+    adjusted, running = [math.nan] * len(raw), 0.0
+    for rank, index in enumerate(tested):
+        running = max(running, min(1.0, (len(tested) - rank) * raw[index]))
+        adjusted[index] = running
+    return adjusted
+
+
+def family_label(tests: int) -> str:
+    """How a family's p-values were adjusted, as the report names it: 'Holm, 8 tests'."""
+    return f"{ADJUSTMENT}, {tests} test{'s' if tests != 1 else ''}"
+
+
+def adjust_family(gaps: Sequence[Gap], alpha: float = ALPHA) -> list[Gap]:
+    """The gaps as one family of tests: each with its Holm-adjusted p and the verdict at it."""
+    adjusted = holm([g.p_value for g in gaps])
+    label = family_label(sum(not math.isnan(p) for p in adjusted))
+    result = []
+    for g, p_adjusted in zip(gaps, adjusted):
+        outcome = decide(g.gap, p_adjusted, alpha)
+        result.append(replace(g, p_adjusted=p_adjusted, adjustment=label, outcome=outcome,
+                              verdict=f"{outcome} ({g.detail})"))
+    return result

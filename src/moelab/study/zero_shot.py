@@ -5,12 +5,14 @@ Runs with ``train.eval_tasks`` score the tasks on their final weights and write
 is summarised over seeds (mean, std and the t interval of the mean: the spread of seeds, not
 of items) beside the chance level, and each dense arm is compared with the MoE by the paired
 t-test on the per-seed differences moe - dense, the statistic the val-loss gaps use
-(``moelab.study.stats``). A study whose runs have no tasks.json has no section.
+(``moelab.study.stats``). The comparisons of every task and criterion are one family of tests:
+each verdict uses its Holm-adjusted p (``adjust_comparisons``). A study whose runs have no
+tasks.json has no section.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Optional
 
 import numpy as np
@@ -18,7 +20,9 @@ import numpy as np
 from moelab.accounting import CRITERIA
 from moelab.study.arms import MOE_ARM, dense_arm_name
 from moelab.study.records import RunRecord
-from moelab.study.stats import Summary, decide, mean_interval, paired_difference, summarize
+from moelab.study.stats import (
+    Summary, decide, family_label, holm, mean_interval, paired_difference, summarize,
+)
 from moelab.tasks import TASK_NAMES
 
 
@@ -63,6 +67,12 @@ class AccuracyComparison:
     ci_low: Optional[float]
     ci_high: Optional[float]
     p_value: Optional[float]
+    """The raw p of the paired t-test."""
+    p_adjusted: Optional[float]
+    """``p_value`` adjusted over the family of tests (``adjust_comparisons``); the verdict uses
+    it."""
+    adjustment: str
+    """How ``p_adjusted`` was adjusted, e.g. 'Holm, 3 tests'."""
     n_pairs: int
     std_diff: Optional[float]
     differences: list[dict]
@@ -118,8 +128,20 @@ def accuracy_comparison(moe_arm: str, dense_arm: str, moe: TaskArmResult,
                         dense: TaskArmResult) -> AccuracyComparison:
     """moe - dense accuracy, paired by seed (positive: the MoE is better), as the loss gaps."""
     paired = paired_difference(moe.accuracy_by_seed(), dense.accuracy_by_seed())
-    outcome = decide(paired.gap, paired.p_value)
-    return AccuracyComparison(
+    comparison = AccuracyComparison(
         moe_arm, dense_arm, paired.gap, paired.ci_low, paired.ci_high, paired.p_value,
-        paired.n_pairs, paired.std_diff, paired.differences, outcome,
-        f"{outcome} (paired t, n={paired.n_pairs})")
+        paired.p_value, "", paired.n_pairs, paired.std_diff, paired.differences, "", "")
+    return adjust_comparisons([comparison])[0]
+
+
+def adjust_comparisons(comparisons: list[AccuracyComparison]) -> list[AccuracyComparison]:
+    """The comparisons as one family of tests: each with its Holm-adjusted p and the verdict
+    at it."""
+    adjusted = holm([c.p_value for c in comparisons])
+    label = family_label(sum(not np.isnan(p) for p in adjusted))
+    result = []
+    for c, p_adjusted in zip(comparisons, adjusted):
+        outcome = decide(c.difference, p_adjusted)
+        result.append(replace(c, p_adjusted=p_adjusted, adjustment=label, outcome=outcome,
+                              verdict=f"{outcome} (paired t, n={c.n_pairs})"))
+    return result
