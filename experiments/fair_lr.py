@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import platform
 import sys
 import time
@@ -36,7 +35,7 @@ from moelab.runs.launchers.local import LocalLauncher
 from moelab.study.commands import plan
 from moelab.study.results import json_safe
 from moelab.study.settings import load_study
-from moelab.study.stats import min_detectable_gap, paired_test
+from moelab.study.stats import holm, min_detectable_gap, paired_test
 from moelab.train.run_folder import RunFolder
 
 RESULTS = Path(__file__).parent / "results" / "fair_lr.json"
@@ -49,16 +48,6 @@ def parse_seeds(text: str) -> list[int]:
         first, last = (int(part) for part in text.split("-"))
         return list(range(first, last + 1))
     return [int(part) for part in text.split(",")]
-
-
-def holm(p_values: list[float]) -> list[float]:
-    """Holm's step-down adjusted p-values, in the order given."""
-    order = sorted(range(len(p_values)), key=lambda i: p_values[i])
-    adjusted, running = [math.nan] * len(p_values), 0.0
-    for rank, i in enumerate(order):
-        running = max(running, min(1.0, (len(p_values) - rank) * p_values[i]))
-        adjusted[i] = running
-    return adjusted
 
 
 def train_arms(preset: str, lr: float, seeds: list[int], arms_wanted: set[str] | None,

@@ -25,7 +25,6 @@ Results go to experiments/results/wsd_cosine.json; run folders stay in --out.
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import platform
 import subprocess
@@ -38,7 +37,7 @@ import numpy as np
 
 from moelab.fileio import atomic_write_json
 from moelab.study.results import json_safe
-from moelab.study.stats import min_detectable_gap, paired_difference
+from moelab.study.stats import holm, min_detectable_gap, paired_difference
 from moelab.train.run_folder import RunFolder
 
 RESULTS = Path(__file__).parent / "results" / "wsd_cosine.json"
@@ -56,16 +55,6 @@ def parse_seeds(text: str) -> list[int]:
         first, last = (int(part) for part in text.split("-"))
         return list(range(first, last + 1))
     return [int(part) for part in text.split(",")]
-
-
-def holm(p_values: list[float]) -> list[float]:
-    """Holm's step-down adjusted p-values, in the order given."""
-    order = sorted(range(len(p_values)), key=lambda i: p_values[i])
-    adjusted, running = [math.nan] * len(p_values), 0.0
-    for rank, i in enumerate(order):
-        running = max(running, min(1.0, (len(p_values) - rank) * p_values[i]))
-        adjusted[i] = running
-    return adjusted
 
 
 def decay_start(steps: int, fraction: float) -> int:
