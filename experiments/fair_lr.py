@@ -19,7 +19,6 @@ the command, the seeds and each run's folder.
 from __future__ import annotations
 
 import argparse
-import json
 import platform
 import sys
 import time
@@ -27,7 +26,6 @@ from pathlib import Path
 
 import numpy as np
 
-from moelab.config import apply_overrides
 from moelab.fileio import atomic_write_json
 from moelab.runs import execute_plan, is_complete
 from moelab.runs.data import prepare_shared_data
