@@ -174,6 +174,7 @@ DOCUMENTED_RUNS = {
     "paper": (9, "3 seeds", "README.md"),  # x 3 arms: moe, dense_active, dense_total
     "paper-budgets": (36, "GPU, 36 runs", "docs/study.md"),
     "ablation": (18, "GPU, 18 runs", "docs/study.md"),
+    "cpu-ablation": (24, "CPU, 24 runs", "docs/study.md"),
     "cpu-replication": (9, "the 9 runs", "docs/study.md"),
 }
 
@@ -183,7 +184,7 @@ def test_presets_plan_the_documented_number_of_runs(preset, tmp_path):
     runs, phrase, doc = DOCUMENTED_RUNS[preset]
     assert phrase in (REPO_ROOT / doc).read_text()
     config, settings = load_study(preset)
-    kind = "ablation" if preset == "ablation" else "study"
+    kind = "ablation" if preset.endswith("ablation") else "study"
     commands = study_commands.list_runs(kind, config, settings, tmp_path / preset)
     assert len(commands) == len(set(commands)) == runs
 
