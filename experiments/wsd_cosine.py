@@ -4,8 +4,8 @@
         [--select-seeds 0,1] [--report-seeds 100-105] [--jobs 2] [--out wsd_cosine_out]
         [--data PATH]
 
-The demo preset's MoE on the local TinyStories subset (the long horizon, 3.07M tokens, is under
-one epoch of it), batches of 8 x 128 tokens. Three schedules, all with the same 100-step linear
+The demo preset's MoE on the local TinyStories subset (the long horizon, 3,000 steps, is under one
+epoch of it at the default batch of 8 x 128 tokens), two horizons of 1,000 and 3,000 steps. Three schedules, all with the same 100-step linear
 warmup (10 % of the short horizon, 3.3 % of the long one) and the same floor (min_lr_ratio 0.1
 of each schedule's peak):
 
@@ -41,7 +41,7 @@ from moelab.study.stats import holm, min_detectable_gap, paired_difference
 from moelab.train.run_folder import RunFolder
 
 RESULTS = Path(__file__).parent / "results" / "wsd_cosine.json"
-TOKENS_PER_STEP = 8 * 128
+SEQ_LEN = 128  # the demo's context
 SHORT, LONG = 1000, 3000  # steps
 WARMUP_STEPS = 100
 COOLDOWNS = {"wsd20": 0.2, "wsd30": 0.3}
@@ -62,14 +62,15 @@ def decay_start(steps: int, fraction: float) -> int:
     return steps - int(fraction * steps)
 
 
-def cosine_args(steps: int, lr: float, seed: int) -> list[str]:
-    return ["train.schedule=cosine", f"train.max_tokens={steps * TOKENS_PER_STEP}",
+def cosine_args(steps: int, lr: float, seed: int, batch: int) -> list[str]:
+    return ["train.schedule=cosine", f"train.max_tokens={steps * batch * SEQ_LEN}",
             f"train.lr={lr}", f"train.seed={seed}"]
 
 
-def wsd_args(steps: int, fraction: float, lr: float, seed: int, keep: list[int] = ()) -> list[str]:
+def wsd_args(steps: int, fraction: float, lr: float, seed: int, batch: int,
+             keep: list[int] = ()) -> list[str]:
     args = ["train.schedule=wsd", "train.decay_shape=sqrt", f"train.decay_fraction={fraction}",
-            f"train.max_tokens={steps * TOKENS_PER_STEP}", f"train.lr={lr}", f"train.seed={seed}"]
+            f"train.max_tokens={steps * batch * SEQ_LEN}", f"train.lr={lr}", f"train.seed={seed}"]
     if keep:
         args.append("train.keep_checkpoints_at=[" + ",".join(str(step) for step in keep) + "]")
     return args
@@ -79,15 +80,15 @@ class Plan:
     """The run folders of one phase: cosine runs, and per (lr, seed) one wsd20 trunk of
     ``trunk_steps`` with the other wsd members branched from it."""
 
-    def __init__(self, out: Path, data: list[str]):
-        self.out, self.data = out, data
+    def __init__(self, out: Path, data: list[str], batch: int):
+        self.out, self.data, self.batch = out, data, batch
         self.runs: dict[tuple[str, int, float, int], Path] = {}  # (schedule, steps, lr, seed)
         self.jobs: list[tuple[int, list]] = []  # (steps, [moelab train argument lists])
 
     def add_cosine(self, steps: int, lr: float, seed: int) -> None:
         run = self.out / "cosine" / f"{steps}steps" / f"lr{lr:g}" / f"seed{seed}"
         self.runs["cosine", steps, lr, seed] = run
-        self.jobs.append((steps, [self._train(run, cosine_args(steps, lr, seed))]))
+        self.jobs.append((steps, [self._train(run, cosine_args(steps, lr, seed, self.batch))]))
 
     def add_wsd_family(self, trunk_steps: int, members: list[tuple[str, int]], lr: float,
                        seed: int) -> None:
@@ -97,20 +98,20 @@ class Plan:
         branches = [(name, steps) for name, steps in members if (name, steps) != ("wsd20", trunk_steps)]
         starts = {(name, steps): decay_start(steps, COOLDOWNS[name]) for name, steps in branches}
         trunk = root / f"wsd20-{trunk_steps}steps"
-        commands = [self._train(trunk, wsd_args(trunk_steps, COOLDOWNS["wsd20"], lr, seed,
+        commands = [self._train(trunk, wsd_args(trunk_steps, COOLDOWNS["wsd20"], lr, seed, self.batch,
                                                 sorted(set(starts.values()))))]
         self.runs["wsd20", trunk_steps, lr, seed] = trunk
         for (name, steps), start in starts.items():
             branch = root / f"{name}-{steps}steps"
             self.runs[name, steps, lr, seed] = branch
-            commands.append(self._train(branch, wsd_args(steps, COOLDOWNS[name], lr, seed),
+            commands.append(self._train(branch, wsd_args(steps, COOLDOWNS[name], lr, seed, self.batch),
                                         branch_from=(trunk, start)))
         cooldowns = sum(steps - start for (_, steps), start in starts.items())
         self.jobs.append((trunk_steps + cooldowns, commands))
 
     def _train(self, run: Path, overrides: list[str], branch_from=None) -> list[str]:
         args = ["train", "demo", "--out", str(run)]
-        for item in [*self.data, *COMMON, *overrides]:
+        for item in [*self.data, *COMMON, f"train.batch_size={self.batch}", *overrides]:
             args += ["--set", item]
         if branch_from:
             args += ["--branch-from", str(branch_from[0]), "--branch-step", str(branch_from[1])]
@@ -143,7 +144,12 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--out", type=Path, default=Path("wsd_cosine_out"))
     parser.add_argument("--data", default="../shared/data/tinystories")
+    parser.add_argument("--horizons", default="1000,3000",
+                        help="the short and the long horizon, steps")
+    parser.add_argument("--batch-size", type=int, default=8, help="sequences of 128 tokens per step")
     args = parser.parse_args()
+    global SHORT, LONG
+    SHORT, LONG = (int(steps) for steps in args.horizons.split(","))
     lrs = [float(lr) for lr in args.lrs.split(",")]
     select, report = parse_seeds(args.select_seeds), parse_seeds(args.report_seeds)
     if set(select) & set(report):
@@ -151,7 +157,7 @@ def main() -> None:
     data = [f"data.source={args.data}"]
     started = time.time()
 
-    selection = Plan(args.out / "select", data)
+    selection = Plan(args.out / "select", data, args.batch_size)
     for lr in lrs:
         for seed in select:
             selection.add_cosine(SHORT, lr, seed)
@@ -163,7 +169,7 @@ def main() -> None:
     best_lr = {name: min(lrs, key=lambda lr: select_means[name][lr]) for name in SCHEDULES}
     print("best lr per schedule (selection seeds, short horizon):", best_lr)
 
-    reporting = Plan(args.out / "report", data)
+    reporting = Plan(args.out / "report", data, args.batch_size)
     for seed in report:
         for steps in (SHORT, LONG):
             reporting.add_cosine(steps, best_lr["cosine"], seed)
@@ -182,7 +188,7 @@ def main() -> None:
         for steps in (SHORT, LONG):
             test = paired_difference(losses["cosine"][steps], losses[name][steps])
             rows.append({"comparison": f"cosine - {name}", "steps": steps,
-                         "tokens": steps * TOKENS_PER_STEP, "gap": test.gap,
+                         "tokens": steps * args.batch_size * SEQ_LEN, "gap": test.gap,
                          "ci_low": test.ci_low, "ci_high": test.ci_high,
                          "p_value": test.p_value, "n": test.n_pairs,
                          "min_detectable_gap": min_detectable_gap(test.standard_error,
@@ -199,7 +205,7 @@ def main() -> None:
     entry = {
         "command": "experiments/wsd_cosine.py " + " ".join(sys.argv[1:]),
         "preset": "demo", "data": args.data, "common_overrides": COMMON,
-        "horizons_steps": [SHORT, LONG], "tokens_per_step": TOKENS_PER_STEP,
+        "horizons_steps": [SHORT, LONG], "tokens_per_step": args.batch_size * SEQ_LEN,
         "warmup_steps": WARMUP_STEPS, "cooldowns": COOLDOWNS, "lrs": lrs,
         "select_seeds": select, "report_seeds": report,
         "selection_mean_final_val_loss": {n: {f"{lr:g}": v for lr, v in m.items()}
