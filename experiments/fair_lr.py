@@ -49,9 +49,10 @@ def parse_seeds(text: str) -> list[int]:
 
 
 def train_arms(preset: str, lr: float, seeds: list[int], arms_wanted: set[str] | None,
-               folder: Path, jobs: int) -> dict[str, dict[int, dict]]:
+               out: Path, folder: str, jobs: int) -> dict[str, dict[int, dict]]:
     """Train the preset's study arms at ``lr`` on ``seeds`` (only ``arms_wanted`` when given) in
-    ``folder``; return {arm: {seed: {best_val_loss, run_dir}}}."""
+    ``out / folder``; return {arm: {seed: {best_val_loss, run_dir (under out)}}}."""
+    folder = out / folder
     seed_list = "[" + ",".join(str(seed) for seed in seeds) + "]"  # a list, even of one seed
     config, settings = load_study(preset, [f"train.lr={lr}", f"study.seeds={seed_list}"])
     _, specs = plan("study", config, settings)
@@ -68,7 +69,7 @@ def train_arms(preset: str, lr: float, seeds: list[int], arms_wanted: set[str] |
         summary = RunFolder(folder / spec.run_dir).summary()
         losses.setdefault(spec.labels["arm"], {})[spec.labels["seed"]] = {
             "best_val_loss": summary.best_val_loss,
-            "run_dir": str((folder / spec.run_dir).as_posix()),
+            "run_dir": (folder / spec.run_dir).relative_to(out).as_posix(),
         }
     return losses
 
@@ -110,8 +111,8 @@ def main() -> None:
     shared_lr = shared_config.train.lr
     started = time.time()
 
-    selection = {lr: train_arms(args.preset, lr, select_seeds, None,
-                                args.out / "select" / f"lr{lr:g}", args.jobs) for lr in lrs}
+    selection = {lr: train_arms(args.preset, lr, select_seeds, None, args.out,
+                                f"select/lr{lr:g}", args.jobs) for lr in lrs}
     arms = sorted(next(iter(selection.values())))
     means = {arm: {lr: mean_loss(selection[lr][arm]) for lr in lrs} for arm in arms}
     best_lr = {arm: min(lrs, key=lambda lr: means[arm][lr]) for arm in arms}
@@ -122,8 +123,8 @@ def main() -> None:
     for arm in arms:
         needed.setdefault(best_lr[arm], set()).add(arm)
         needed.setdefault(shared_lr, set()).add(arm)
-    trained = {lr: train_arms(args.preset, lr, report_seeds, wanted,
-                              args.out / "report" / f"lr{lr:g}", args.jobs)
+    trained = {lr: train_arms(args.preset, lr, report_seeds, wanted, args.out,
+                              f"report/lr{lr:g}", args.jobs)
                for lr, wanted in sorted(needed.items())}
     own = {arm: trained[best_lr[arm]][arm] for arm in arms}
     shared = {arm: trained[shared_lr][arm] for arm in arms}
@@ -140,6 +141,7 @@ def main() -> None:
 
     entry = {
         "command": "experiments/fair_lr.py " + " ".join(sys.argv[1:]),
+        "run_dirs_under": "the --out folder",
         "preset": args.preset, "lrs": lrs, "shared_lr": shared_lr,
         "select_seeds": select_seeds, "report_seeds": report_seeds,
         "selection_mean_best_val_loss": {arm: {f"{lr:g}": v for lr, v in m.items()}

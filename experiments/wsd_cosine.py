@@ -204,6 +204,7 @@ def main() -> None:
 
     entry = {
         "command": "experiments/wsd_cosine.py " + " ".join(sys.argv[1:]),
+        "run_dirs_under": "the --out folder",
         "preset": "demo", "data": args.data, "common_overrides": COMMON,
         "horizons_steps": [SHORT, LONG], "tokens_per_step": args.batch_size * SEQ_LEN,
         "warmup_steps": WARMUP_STEPS, "cooldowns": COOLDOWNS, "lrs": lrs,
@@ -212,7 +213,7 @@ def main() -> None:
                                           for n, m in select_means.items()},
         "best_lr": best_lr,
         "final_val_loss": {n: {str(s): v for s, v in by.items()} for n, by in losses.items()},
-        "run_dirs": {f"{k[0]}/{k[1]}steps/lr{k[2]:g}/seed{k[3]}": str(v)
+        "run_dirs": {f"{k[0]}/{k[1]}steps/lr{k[2]:g}/seed{k[3]}": v.relative_to(args.out).as_posix()
                      for plan in (selection, reporting) for k, v in plan.runs.items()},
         "gaps": rows, "multiple_testing": f"Holm over {len(rows)} tests",
         "wall_time_s": time.time() - started, "jobs": args.jobs,
