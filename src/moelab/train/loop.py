@@ -115,7 +115,8 @@ def train(config: Config, run_dir: str | Path, *, resume: bool = False) -> Optio
     the ranks other than 0 of a DDP run, which write nothing.
 
     With ``resume`` a finished run returns its summary untouched, an interrupted one continues
-    bit for bit from its latest checkpoint, and a folder without a checkpoint starts afresh.
+    from its latest checkpoint (bit for bit on a CPU; on CUDA within the run-to-run spread of
+    its atomic adds: docs/training.md), and a folder without a checkpoint starts afresh.
     Launched by torchrun, every process calls this and only rank 0 writes.
     """
     config.validate()
