@@ -17,7 +17,7 @@
 #     bash benchmarks/gpu_check.sh --dry-run  # every phase on the CPU at toy sizes: the plumbing
 #
 # Run from a checkout; moelab is imported from src/ (nothing is installed). The limits add up to
-# 325 s (350 s if every phase needs killing); --quick's to 95 s (115 s). TESTS_S, TRAIN_S,
+# 325 s (350 s if every phase needs killing); --quick's to 95 s (115 s). ENV_S, TESTS_S, TRAIN_S,
 # DISPATCH_S and RESUME_S change them.
 set -u
 cd "$(dirname "$0")/.."
@@ -53,7 +53,8 @@ TESTS=(tests/test_cuda.py tests/test_host_syncs.py)
 TRAIN=()
 DISPATCH=(--device cuda --dtype bfloat16 --repeats 5 --warmup 2)
 RESUME=()
-if [ "$MODE" = --dry-run ]; then
+if [ "$MODE" = --dry-run ]; then  # a CPU is slow to start torch and to train: longer limits
+    : "${ENV_S:=60}" "${TESTS_S:=120}" "${TRAIN_S:=300}" "${DISPATCH_S:=120}" "${RESUME_S:=240}"
     TRAIN=(--device cpu --tiny --compile-backend eager)
     DISPATCH=(--device cpu --dtype bfloat16 --experts 4 --batch 2 --seq-len 16 --d-model 32
               --d-expert 48 --repeats 1 --warmup 0)
@@ -61,7 +62,7 @@ if [ "$MODE" = --dry-run ]; then
 fi
 
 if [ "$MODE" = --quick ]; then
-    phase env 10 "$PY" benchmarks/gpu_check.py env --out "$PARTS"
+    phase env "${ENV_S:-10}" "$PY" benchmarks/gpu_check.py env --out "$PARTS"
     phase tests "${TESTS_S:-20}" "$PY" -m pytest -q -p no:cacheprovider -m cuda "${TESTS[@]}" \
         -k "never_waits or pinned" --junitxml "$PARTS/tests.xml"
     phase train "${TRAIN_S:-55}" "$PY" benchmarks/gpu_check.py train --out "$PARTS" \
@@ -69,7 +70,7 @@ if [ "$MODE" = --quick ]; then
     phase dispatch "${DISPATCH_S:-10}" "$PY" benchmarks/moe_dispatch.py "${DISPATCH[@]}" \
         --experts 8 64 --repeats 3 --warmup 1 --out "$PARTS/moe_dispatch_cuda.json"
 else
-    phase env 10 "$PY" benchmarks/gpu_check.py env --out "$PARTS"
+    phase env "${ENV_S:-10}" "$PY" benchmarks/gpu_check.py env --out "$PARTS"
     phase tests "${TESTS_S:-70}" "$PY" -m pytest -q -p no:cacheprovider -m cuda "${TESTS[@]}" \
         --junitxml "$PARTS/tests.xml"
     phase train "${TRAIN_S:-190}" "$PY" benchmarks/gpu_check.py train --out "$PARTS" "${TRAIN[@]}"
