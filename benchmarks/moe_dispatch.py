@@ -33,7 +33,7 @@ combine, the routing-weight gradient and their backward (and any page faults the
 
 On a GPU (``--device cuda``, from ``benchmarks/gpu_check.sh``) every entry runs on the device,
 each timing between two synchronisations; ``moelab`` is the layer's default (``auto``: the
-grouped experts on an sm90+ GPU in bf16) and ``moelab_sorted`` the sorted experts beside it. CPU
+grouped experts on an sm90 or sm100 GPU in bf16) and ``moelab_sorted`` the sorted experts beside it. CPU
 time and page faults mean little there. ``hf`` is left out where transformers is not installed.
 """
 
