@@ -244,6 +244,7 @@ def test_the_dispatch_benchmark_goes_on_without_a_usable_transformers(monkeypatc
     assert "no hf entry" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_the_dry_run_runs_every_phase_on_the_cpu_and_exits_0(tmp_path):
     # The whole check's plumbing without a GPU: the cuda tests (skipped), the arms at toy sizes
     # (eager backend), the dispatch benchmark in bf16, the resume drift, one JSON at the end.

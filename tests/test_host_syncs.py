@@ -114,6 +114,17 @@ def test_a_cpu_keeps_f_embedding():
     assert out_BTD.grad_fn.name() == "EmbeddingBackward0"
 
 
+def test_host_to_device_pins_then_copies_without_blocking(monkeypatch):
+    # What it asks of torch for a GPU, recorded on a CPU build (which can neither pin nor copy
+    # to a GPU): a copy from pageable memory would block the host, non_blocking or not.
+    calls = []
+    monkeypatch.setattr(torch.Tensor, "pin_memory", lambda self: calls.append("pin") or self)
+    monkeypatch.setattr(torch.Tensor, "to", lambda self, *args, **kwargs:
+                        calls.append(("to", args, kwargs)) or self)
+    host_to_device(torch.arange(3), torch.device("cuda"))
+    assert calls == ["pin", ("to", (torch.device("cuda"),), {"non_blocking": True})]
+
+
 def test_host_to_device_on_a_cpu_is_a_plain_copy():
     tokens = torch.arange(6)
     assert torch.equal(host_to_device(tokens, torch.device("cpu")), tokens)
