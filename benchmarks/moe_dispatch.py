@@ -33,7 +33,7 @@ combine, the routing-weight gradient and their backward (and any page faults the
 
 On a GPU (``--device cuda``, from ``benchmarks/gpu_check.sh``) every entry runs on the device,
 each timing between two synchronisations; ``moelab`` is the layer's default (``auto``: the
-grouped experts on an sm90+ GPU in bf16) and ``moelab_sorted`` the sorted experts beside it. CPU
+grouped experts on an sm90 or sm100 GPU in bf16) and ``moelab_sorted`` the sorted experts beside it. CPU
 time and page faults mean little there. ``hf`` is left out where transformers is not installed.
 """
 
@@ -56,7 +56,7 @@ try:  # the GPU check's machine may not have it: then no "hf" entry
     import transformers
     from transformers.models.mixtral.configuration_mixtral import MixtralConfig
     from transformers.models.mixtral.modeling_mixtral import MixtralSparseMoeBlock
-except ImportError:
+except Exception:  # noqa: BLE001 -- absent, or too old or broken to import: no "hf" entry
     transformers = MixtralSparseMoeBlock = None
 
 from moelab.config import ModelConfig, MoEConfig
@@ -90,7 +90,18 @@ def build_layers(num_experts: int, args) -> dict[str, torch.nn.Module]:
     return {name: layer.to(args.device) for name, layer in layers.items()}
 
 
-def hf_layer(moelab_moe: MoEFeedForward, num_experts: int, args) -> torch.nn.Module:
+def hf_layer(moelab_moe: MoEFeedForward, num_experts: int, args) -> torch.nn.Module | None:
+    """transformers' Mixtral block with moelab's weights; None (and a line saying why) where the
+    installed transformers lays its experts out otherwise (4.x: one module per expert)."""
+    try:
+        return _hf_layer(moelab_moe, num_experts, args)
+    except (AttributeError, TypeError, ValueError, RuntimeError) as exc:
+        print(f"no hf entry: transformers {transformers.__version__}: {type(exc).__name__}: {exc}",
+              flush=True)
+        return None
+
+
+def _hf_layer(moelab_moe: MoEFeedForward, num_experts: int, args) -> torch.nn.Module:
     hf_cfg = MixtralConfig(hidden_size=args.d_model, intermediate_size=args.d_expert,
                            num_local_experts=num_experts, num_experts_per_tok=args.top_k,
                            experts_implementation="eager")
@@ -103,17 +114,22 @@ def hf_layer(moelab_moe: MoEFeedForward, num_experts: int, args) -> torch.nn.Mod
 
 
 def gemms_only(rows: int, d_model: int, d_hidden: int, slots_per_expert: torch.Tensor,
-               device: str = "cpu"):
+               device: str = "cpu", dtype: torch.dtype = torch.float32):
     """The nine matrix products of a SwiGLU layer's forward and backward on ``rows`` rows split
     into experts by ``slots_per_expert`` (one expert: the dense layer): up (w1, w3) and down
     (w2) forward; the down product's input and weight gradients; the input gradient through
-    w1 and w3 (two products, one sum) and their two weight gradients."""
+    w1 and w3 (two products, one sum) and their two weight gradients. In ``dtype``, the one the
+    layers compute in under autocast."""
     num_experts = slots_per_expert.numel()
-    x_RD, grad_y_RD = torch.randn(rows, d_model, device=device), torch.randn(rows, d_model, device=device)
-    h_RH, g1_RH, g3_RH = (torch.randn(rows, d_hidden, device=device) for _ in range(3))
-    w1_EHD = torch.randn(num_experts, d_hidden, d_model, device=device)
-    w3_EHD = torch.randn(num_experts, d_hidden, d_model, device=device)
-    w2_EDH = torch.randn(num_experts, d_model, d_hidden, device=device)
+
+    def randn(*shape):
+        return torch.randn(*shape, device=device).to(dtype)
+
+    x_RD, grad_y_RD = randn(rows, d_model), randn(rows, d_model)
+    h_RH, g1_RH, g3_RH = (randn(rows, d_hidden) for _ in range(3))
+    w1_EHD = randn(num_experts, d_hidden, d_model)
+    w3_EHD = randn(num_experts, d_hidden, d_model)
+    w2_EDH = randn(num_experts, d_model, d_hidden)
 
     def run() -> None:
         segment_matmul(x_RD, w1_EHD.transpose(1, 2), slots_per_expert)
@@ -190,9 +206,9 @@ def bench_one(num_experts: int, args) -> dict:
     slot_counts_E = count_slots(experts_TK, num_experts)
     entries = {**layers,  # the layers, then their matrix products alone, then the MoE's parts
                "dense_gemms": gemms_only(tokens, args.d_model, args.top_k * args.d_expert,
-                                         torch.tensor([tokens]), args.device),
+                                         torch.tensor([tokens]), args.device, dtype),
                "expert_gemms": gemms_only(tokens * args.top_k, args.d_model, args.d_expert,
-                                          slot_counts_E.cpu(), args.device),
+                                          slot_counts_E.cpu(), args.device, dtype),
                "routing": routing_only(layers["moelab"], x_BTD,
                                        torch.randn(tokens, args.top_k, device=args.device)),
                "layout": functools.partial(expert_layout, experts_TK, num_experts, slot_counts_E)}

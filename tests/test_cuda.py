@@ -27,30 +27,37 @@ def tiny_moe_config(num_experts=8) -> ModelConfig:
 
 @pytest.fixture
 def restore_backend_flags():
-    matmul, conv = torch.backends.cuda.matmul, torch.backends.cudnn.conv
-    saved = (matmul.fp32_precision, conv.fp32_precision, torch.backends.cuda.flash_sdp_enabled(),
+    saved = (torch.get_float32_matmul_precision(), torch.backends.cuda.flash_sdp_enabled(),
              torch.backends.cuda.mem_efficient_sdp_enabled())
     yield
-    matmul.fp32_precision, conv.fp32_precision = saved[:2]
-    torch.backends.cuda.enable_flash_sdp(saved[2])
-    torch.backends.cuda.enable_mem_efficient_sdp(saved[3])
+    torch.set_float32_matmul_precision(saved[0])
+    torch.backends.cuda.enable_flash_sdp(saved[1])
+    torch.backends.cuda.enable_mem_efficient_sdp(saved[2])
 
 
 def test_configure_cuda_turns_on_tf32_and_flash_attention(restore_backend_flags):
     # The flags are process-wide settings a CPU build holds too: set them as a GPU run would.
-    torch.backends.cuda.matmul.fp32_precision = "ieee"
+    torch.set_float32_matmul_precision("highest")
     torch.backends.cuda.enable_flash_sdp(False)
     configure_cuda(torch.device("cuda", 0))
     assert torch.backends.cuda.matmul.fp32_precision == "tf32"
-    assert torch.backends.cudnn.conv.fp32_precision == "tf32"
     assert torch.backends.cuda.flash_sdp_enabled()
     assert torch.backends.cuda.mem_efficient_sdp_enabled()
 
 
+def test_after_configure_cuda_every_precision_getter_still_answers(restore_backend_flags):
+    # Once the per-backend fp32_precision setters are used, these raise ("a mix of the legacy and
+    # new APIs"); inductor reads the first under max-autotune.
+    configure_cuda(torch.device("cuda", 0))
+    assert torch.get_float32_matmul_precision() == "high"
+    assert torch.backends.cuda.matmul.allow_tf32
+    assert torch.backends.cudnn.allow_tf32  # convolutions: torch's default, TF32
+
+
 def test_configure_cuda_leaves_a_cpu_run_alone(restore_backend_flags):
-    torch.backends.cuda.matmul.fp32_precision = "ieee"
+    torch.set_float32_matmul_precision("highest")
     configure_cuda(torch.device("cpu"))
-    assert torch.backends.cuda.matmul.fp32_precision == "ieee"
+    assert torch.get_float32_matmul_precision() == "highest"
 
 
 def test_the_optimizer_is_fused_adamw():
@@ -88,7 +95,7 @@ def _run(forward, experts_TK, tensors, upstream_TD):
 @needs_cuda
 @pytest.mark.parametrize("dtype,tolerance", [(torch.float32, 1e-5), (torch.bfloat16, 3e-2)])
 def test_grouped_experts_on_cuda_equal_the_reference_loop(dtype, tolerance):
-    torch.backends.cuda.matmul.fp32_precision = "ieee"  # fp32 compared without TF32 rounding
+    torch.set_float32_matmul_precision("highest")  # fp32 compared without TF32 rounding
     try:
         experts_TK, fast = _expert_tensors("cuda", dtype)
         _, slow = _expert_tensors("cuda", torch.float64)
@@ -132,17 +139,17 @@ def _batches(steps, batch=4, seq=65, vocab=256):
 @pytest.mark.cuda
 @needs_cuda
 def test_a_bf16_training_step_never_waits_for_the_host():
-    # 'auto' runs the grouped experts here (an sm90+ GPU in bf16); under sync debug mode
-    # "error" any device-to-host copy, .item() or nonzero in forward, backward, clipping or
-    # the fused AdamW step raises. (256 tokens: the embedding backward takes its sync-free
-    # kernel below 3072 indices; above, torch sorts them and syncs once per step.)
+    # 'auto' runs the grouped experts here (an sm90 or sm100 GPU in bf16); under sync debug
+    # mode "error" any device-to-host copy, .item() or nonzero in forward, backward, clipping
+    # or the fused AdamW step raises. 64 x 64 tokens: above the 3,072 indices past which
+    # torch's own embedding backward sorts them and syncs (moelab.model.embed_tokens).
     configure_cuda(torch.device("cuda"))
     model, train_model, optimizer = _tiny_step_setup()
     layer = model.layers[0].feed_forward
     with torch.autocast("cuda", dtype=torch.bfloat16):
         probe_TD = torch.zeros(4, 64, device="cuda")
         assert layer.experts_forward_for(probe_TD) is grouped_experts_forward
-    batches = _batches(3)
+    batches = _batches(3, batch=64)
     for tokens_BT in batches[:2]:  # warm-up: lazy initialisation may sync
         _train_step(model, train_model, optimizer, tokens_BT)
     torch.cuda.synchronize()

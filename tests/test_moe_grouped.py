@@ -237,6 +237,8 @@ def test_auto_picks_grouped_on_a_capable_gpu_in_bf16_else_sorted(device_type, dt
     ((9, 0), True, (512, 344), None),  # H100 / H200
     ((10, 0), True, (512, 344), None),  # B200
     ((8, 0), True, (512, 344), "sm80"),  # A100: grouped_mm's loop with a host sync
+    ((12, 0), True, (512, 344), "sm120"),  # consumer Blackwell: the same loop
+    ((10, 3), True, (512, 344), None),  # B300
     ((9, 0), False, (512, 344), "no torch._grouped_mm"),  # old torch
     ((9, 0), True, (512, 340), "[340]"),  # a stride that is not 16 bytes in bf16
 ])

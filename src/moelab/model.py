@@ -176,6 +176,35 @@ class TransformerBlock(nn.Module):
         return h_BTD + ffn_out_BTD, aux
 
 
+def embed_tokens(tokens_BT: torch.Tensor, weight_VD: torch.Tensor) -> torch.Tensor:
+    """``F.embedding``, whose CUDA backward waits for the host once more than 3,072 indices come
+    in (it sorts them and reads the segment count back; a paper step has 32,768): off a CPU the
+    gradient is an ``index_add_`` instead, which never syncs (on a GPU its fp32 atomics are not
+    bitwise repeatable, nor is the rest of a GPU step). A CPU keeps ``F.embedding``, whose
+    backward is that sum in that order."""
+    if weight_VD.device.type != "cpu":
+        return _SyncFreeEmbedding.apply(tokens_BT, weight_VD)
+    return F.embedding(tokens_BT, weight_VD)
+
+
+class _SyncFreeEmbedding(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, tokens_BT, weight_VD):
+        ctx.save_for_backward(tokens_BT)
+        ctx.weight_shape = weight_VD.shape
+        return F.embedding(tokens_BT, weight_VD)
+
+    @staticmethod
+    def backward(ctx, grad_BTD):
+        (tokens_BT,) = ctx.saved_tensors
+        # Summed in fp32 (or wider), as torch's embedding backward does for bf16 and fp16.
+        sum_dtype = torch.promote_types(grad_BTD.dtype, torch.float32)
+        grad_VD = grad_BTD.new_zeros(ctx.weight_shape, dtype=sum_dtype)
+        grad_VD.index_add_(0, tokens_BT.reshape(-1),
+                           grad_BTD.reshape(-1, grad_BTD.shape[-1]).to(sum_dtype))
+        return None, grad_VD.to(grad_BTD.dtype)
+
+
 class Transformer(nn.Module):
     """Token embeddings, n_layers blocks, final RMSNorm, output head (tied or untied).
 
@@ -266,7 +295,7 @@ class Transformer(nn.Module):
         if T > self.cfg.max_seq_len:
             raise MoelabError(f"sequence length {T} is invalid: allowed 1..max_seq_len ({self.cfg.max_seq_len})")
         cos_TDh, sin_TDh = self.rope_cos[:T], self.rope_sin[:T]
-        h_BTD = self.tok_embeddings(tokens_BT)
+        h_BTD = embed_tokens(tokens_BT, self.tok_embeddings.weight)
         moe_aux = []
         for layer in self.layers:
             lb_slot_counts_E = None if lb_slot_counts_LE is None else lb_slot_counts_LE[len(moe_aux)]

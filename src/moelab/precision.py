@@ -13,11 +13,19 @@ import contextlib
 
 import torch
 
+AUTOCAST_DEVICE_TYPES = frozenset(
+    device_type
+    for device_type in ("cpu", "cuda", "xpu", "mps", "hpu", "mtia", "xla", "ipu", "maia")
+    if torch.amp.is_autocast_available(device_type)
+)
+"""The device types that have autocast, asked once: torch 2.11's torch.compile cannot trace
+``torch.amp.is_autocast_available`` (every call is a graph break), a set lookup it can."""
+
 
 def compute_dtype(x: torch.Tensor) -> torch.dtype:
     """The dtype a matmul on ``x`` runs in here: autocast's when it is on, else x's own."""
     device_type = x.device.type
-    if torch.amp.is_autocast_available(device_type) and torch.is_autocast_enabled(device_type):
+    if _autocast_enabled(device_type):
         return torch.get_autocast_dtype(device_type)
     return x.dtype
 
@@ -30,6 +38,10 @@ def autocast_off(x: torch.Tensor) -> contextlib.AbstractContextManager:
     AOTAutograd's on-disk cache refuses, so a warm-cache compile skips re-tracing the joint
     graph."""
     device_type = x.device.type
-    if torch.amp.is_autocast_available(device_type) and torch.is_autocast_enabled(device_type):
+    if _autocast_enabled(device_type):
         return torch.autocast(device_type, enabled=False)
     return contextlib.nullcontext()
+
+
+def _autocast_enabled(device_type: str) -> bool:
+    return device_type in AUTOCAST_DEVICE_TYPES and torch.is_autocast_enabled(device_type)

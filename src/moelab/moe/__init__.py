@@ -20,7 +20,8 @@ One MoE layer replaces the dense SwiGLU FFN of a block. Read in this order:
   (training).
 - ``experts.py``: the experts implementations behind one registry: ``reference`` (the plain
   loop over experts the tests hold every other one equal to), ``sorted`` and ``grouped``; the
-  layer's default ``auto`` runs ``grouped`` on an sm90+ GPU in bf16 and ``sorted`` elsewhere.
+  layer's default ``auto`` runs ``grouped`` on an sm90 or sm100 GPU in bf16 and ``sorted``
+  elsewhere.
 - ``kernels.py``: what ``sorted`` runs on: dropless dispatch (the T*k token-slots stably sorted
   by expert id, every expert on all of its rows, no capacity limit, a deterministic combine),
   one hand-written autograd node, and the per-expert segment products registered as custom ops

@@ -10,7 +10,7 @@ Each implementation has one signature and the same semantics; the layer picks on
 - ``sorted``: dropless sort-based dispatch with a hand-written backward
   (``moelab.moe.kernels``), the fast path on a CPU.
 - ``grouped``: ``torch._grouped_mm`` on a padded expert-major buffer laid out on the device
-  (``moelab.moe.grouped``): static shapes, no host sync, the GPU path (bf16 on sm90+). It runs
+  (``moelab.moe.grouped``): static shapes, no host sync, the GPU path (bf16 on sm90/sm100). It runs
   wherever torch has grouped_mm (a CPU too, where the tests run it).
 
 The layer's default name, ``auto``, is not an entry but a choice made per call from the device
@@ -73,10 +73,11 @@ AUTO = "auto"
 EXPERTS_CHOICES = (AUTO, *EXPERTS_IMPLEMENTATIONS)
 """What ``MoEFeedForward(experts_implementation=...)`` accepts."""
 
-GROUPED_MIN_CAPABILITY = (9, 0)
+GROUPED_CAPABILITY_MAJORS = (9, 10)
 """On CUDA, torch._grouped_mm has a kernel that reads the offsets on the device (CUTLASS) for
-bf16 on sm90+ only; elsewhere (sm80, fp32, fp16) it falls back to a loop over groups that copies
-the offsets to the host first: a sync per call, 9 per MoE layer, no better than ``sorted``."""
+bf16 on sm90 (Hopper) and sm100/sm103 (datacenter Blackwell) only; elsewhere (sm80, sm12x, fp32,
+fp16) it falls back to a loop over groups that copies the offsets to the host first: a sync per
+call, 9 per MoE layer, no better than ``sorted``."""
 
 
 def auto_experts_implementation(device_type: str, dtype: torch.dtype,
@@ -106,9 +107,9 @@ def grouped_problem(device_index: int, feature_sizes: tuple[int, ...] = (),
     if not has_grouped_mm:
         return f"torch {torch.__version__} has no torch._grouped_mm"
     major, minor = (capability or torch.cuda.get_device_capability)(device_index)
-    if (major, minor) < GROUPED_MIN_CAPABILITY:
+    if major not in GROUPED_CAPABILITY_MAJORS:
         return (f"cuda:{device_index} is sm{major}{minor}; torch._grouped_mm's sync-free kernel "
-                f"needs sm{''.join(map(str, GROUPED_MIN_CAPABILITY))}+")
+                f"is built for sm90 and sm100 only")
     unaligned = [size for size in feature_sizes if size % 8]
     if unaligned:
         return f"sizes {unaligned} are not multiples of 8 (torch._grouped_mm's 16-byte strides)"

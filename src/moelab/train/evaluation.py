@@ -20,6 +20,7 @@ from moelab.errors import MoelabError
 from moelab.fileio import atomic_write_json
 from moelab.moe import RoutingStats
 from moelab.tasks import TRAINING_RESULTS_FILE, longest_continuation, score_tasks
+from moelab.train.cuda import host_to_device
 
 
 @dataclass
@@ -58,7 +59,7 @@ def evaluate(model: torch.nn.Module, windows_NT: torch.Tensor, target_bytes: int
     loss_sum = torch.zeros((), dtype=torch.float64, device=device)
     routing: list[RoutingStats] = []
     for chunk_BT in windows_NT.split(batch_size):
-        chunk_BT = chunk_BT.to(device, non_blocking=True)
+        chunk_BT = host_to_device(chunk_BT, device)
         with autocast():
             out = model(chunk_BT[:, :-1], chunk_BT[:, 1:])
         loss_sum += out.ce_loss.double() * chunk_BT.shape[0]

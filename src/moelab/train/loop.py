@@ -33,6 +33,7 @@ from moelab.model import Transformer
 from moelab.train.checkpoint import (
     latest_checkpoint, load_checkpoint, load_initial_weights, save_checkpoint,
 )
+from moelab.train.cuda import host_to_device
 from moelab.train.distributed import Distributed, setup_distributed
 from moelab.train.evaluation import (
     EvalResult, check_tasks_fit, evaluate, is_collapsed, score_run_tasks, scored_bytes,
@@ -114,7 +115,8 @@ def train(config: Config, run_dir: str | Path, *, resume: bool = False) -> Optio
     the ranks other than 0 of a DDP run, which write nothing.
 
     With ``resume`` a finished run returns its summary untouched, an interrupted one continues
-    bit for bit from its latest checkpoint, and a folder without a checkpoint starts afresh.
+    from its latest checkpoint (bit for bit on a CPU; on CUDA within the run-to-run spread of
+    its atomic adds: docs/training.md), and a folder without a checkpoint starts afresh.
     Launched by torchrun, every process calls this and only rank 0 writes.
     """
     config.validate()
@@ -285,7 +287,7 @@ def optimizer_step(session: Session, plan: StepPlan, lr: float,
     device (clipping at 0 = off still measures the norm)."""
     for group in session.optimizer.param_groups:
         group["lr"] = lr
-    x_BT, y_BT = (t.to(session.device, non_blocking=True) for t in session.batches.next())
+    x_BT, y_BT = (host_to_device(t, session.device) for t in session.batches.next())
     moe = session.model.cfg.moe
     lb_slot_counts_LE = None  # micro_batch: each micro batch balances on its own counts
     if (moe is not None and moe.lb_scope == "global_batch"
