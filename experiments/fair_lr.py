@@ -128,7 +128,9 @@ def main() -> None:
                for lr, wanted in sorted(needed.items())}
     own = {arm: trained[best_lr[arm]][arm] for arm in arms}
     shared = {arm: trained[shared_lr][arm] for arm in arms}
-    rows = gaps(own, "own best lr") + gaps(shared, f"shared lr {shared_lr:g}")
+    rows = gaps(own, "own best lr")
+    if any(lr != shared_lr for lr in best_lr.values()):  # else the shared-lr pairs are the same runs
+        rows += gaps(shared, f"shared lr {shared_lr:g}")
     for row, adjusted in zip(rows, holm([row["p_value"] for row in rows])):
         row["p_holm"] = adjusted
         row["verdict"] = ("MoE better" if row["gap"] > 0 else "dense better") \
