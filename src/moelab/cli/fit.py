@@ -81,12 +81,13 @@ def register(subparsers) -> None:
         description="Per compute budget, fit loss against log N (and -log(1-S) when the CSV has S) "
                     "and report the compute-optimal N*(C) [and S*(C)] and the exponent a.",
     )
-    isoflop.add_argument("csv", metavar="CSV")
+    isoflop.add_argument("csv", metavar="CSV",
+                         help="one row per training run; a sweep's results.csv needs no --columns")
     isoflop.add_argument("--columns", action="append", default=[], metavar="NAME=COLUMN,...",
                          help="map N, C, S, N_active, loss (C is the budget column)")
     isoflop.add_argument("--where", action="append", default=[], metavar="COLUMN=VALUE",
                          help="keep only rows whose COLUMN equals VALUE (repeatable)")
-    isoflop.add_argument("--json", action="store_true")
+    isoflop.add_argument("--json", action="store_true", help="print the analysis as JSON")
     isoflop.set_defaults(func=_isoflop)
 
 

@@ -13,7 +13,7 @@ from moelab.fileio import writer_lock
 from moelab.report import (
     format_count, format_mean_std, format_number, format_p_value, markdown_table,
 )
-from moelab.study.arms import parse_criteria
+from moelab.study.arms import LADDER_DESCRIPTIONS, LADDER_RUNGS, parse_criteria
 from moelab.runs.tokens import parse_budget_list
 from moelab.study.settings import check_seeds, load_study
 
@@ -45,10 +45,11 @@ def register(subparsers) -> None:
     study.set_defaults(func=_study, kind="study")
 
     ladder = subparsers.add_parser(
-        "ablate-routing", help="routing-stability ladder: top-1 -> +LB -> top-2 -> +z-loss",
-        description="Train the ladder naive top-1, top-1 + Switch load balancing, top-2 + "
-        "balancing, top-2 + balancing + router z-loss (same budget and seeds) and report best "
-        "val loss, collapse and routing diagnostics per rung.",
+        "ablate-routing", help="routing-stability ladder: " + " -> ".join(LADDER_RUNGS),
+        description=f"Train the {len(LADDER_RUNGS)} rungs of the routing ladder on the same "
+        "budget and seeds: " + "; ".join(f"{name} ({LADDER_DESCRIPTIONS[name]})"
+                                          for name in LADDER_RUNGS)
+        + ". Report best val loss, collapse and routing diagnostics per rung.",
     )
     add_config_arguments(ladder)
     _add_run_arguments(ladder, "ablation")
