@@ -98,7 +98,7 @@ def _study(args) -> int:
 
 def _report(args) -> int:
     from moelab.study.plan import check_study_files
-    from moelab.study.report import write_outputs
+    from moelab.study.report import check_recorded_runs, write_outputs
 
     study_dir = Path(args.study_dir)
     if study_dir.exists() and not study_dir.is_dir():
@@ -107,6 +107,7 @@ def _report(args) -> int:
         return report_sweep(study_dir)
     check_study_files(study_dir)
     with writer_lock(args.study_dir):
+        check_recorded_runs(study_dir)
         results = write_outputs(study_dir)
     print_results(results, study_dir)
     return 0
