@@ -474,7 +474,7 @@ CASES = {
     "report a file": Case("report {in}/good.csv", "good.csv is a file, not a study folder"),
     "report empty folder": Case("report {in}/emptydir", "emptydir is not a study folder"),
     "report no complete run": Case(
-        "report {study}", "has no complete runs yet",
+        "report {study}", "runs whose folders are missing or incomplete",
         lambda tmp: [p.unlink() for p in (tmp / "study" / "runs").rglob("summary.json")]),
     "report empty metrics": Case("report {study}", "metrics.jsonl of a complete run has no eval",
                                  _study_metrics(lambda data: b"")),
@@ -627,7 +627,7 @@ def test_bad_input_is_one_line_and_exit_2(shared, tmp_path, capsys, monkeypatch,
     places = {"in": shared / "in", "tmp": tmp_path, "run": tmp_path / "run",
               "study": tmp_path / "study"}
     args = [arg.format(**places) for arg in shlex.split(case.args)]
-    monkeypatch.chdir(tmp_path)  # default output folders (out/, sweep_*) land here
+    monkeypatch.chdir(tmp_path)  # default output folders (out/) land here
     before = sorted(p.name for p in tmp_path.iterdir())
     capsys.readouterr()
     with pytest.raises(SystemExit) as exit_info:  # argparse exits itself; main returns

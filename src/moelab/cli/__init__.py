@@ -15,6 +15,7 @@ import os
 import sys
 
 from moelab.errors import bad_input_message
+from moelab.version import __version__
 
 # Modules with a register(subparsers) function, in the order their commands are listed.
 COMMAND_MODULES = ("model", "data", "train", "study", "fit", "sweep")
@@ -29,6 +30,7 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="moelab", description="Dense-vs-sparse (MoE) pretraining studies.")
+    parser.add_argument("--version", action="version", version=f"moelab {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     for name in COMMAND_MODULES:
         module = importlib.import_module(f"moelab.cli.{name}")

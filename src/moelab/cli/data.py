@@ -16,16 +16,20 @@ def register(subparsers) -> None:
         "source (reused when its inputs are unchanged); print stories, bytes and tokens per split.",
     )
     parser.add_argument(
-        "--source", default="sample", metavar="sample|hf|PATH",
-        help="'sample' (bundled TinyStories), 'hf' (roneneldan/TinyStories), a folder with "
-        "train.txt and valid.txt, or one .txt/.jsonl file (default: sample)",
+        "--source", default="sample", metavar="sample|tinystories|hf|PATH",
+        help="'sample' (bundled TinyStories), 'tinystories' (what the CPU presets read: the "
+        "local copy $MOELAB_DATA names, else roneneldan/TinyStories from the hub, "
+        "downloaded once), 'hf' (the hub), a folder with train.txt and valid.txt, or one "
+        ".txt/.jsonl file (default: sample)",
     )
     parser.add_argument(
         "--vocab-size", type=int, default=ModelConfig().vocab_size, metavar="N",
         help=f"BPE vocabulary size (default: {ModelConfig().vocab_size})",
     )
-    parser.add_argument("--out", required=True, metavar="DIR",
-                        help="cache folder (data.cache_dir); each input gets a sub-folder")
+    parser.add_argument("--out", metavar="DIR",
+                        help="cache folder (data.cache_dir); each input gets a sub-folder "
+                        "(default: the one training reads, $MOELAB_CACHE/data or "
+                        "~/.cache/moelab/data)")
     parser.add_argument("--valid-fraction", type=float, default=DataConfig().valid_fraction,
                         metavar="F", help="validation share held out of a single file")
     parser.add_argument("--json", action="store_true", help="print the counts as JSON")

@@ -28,7 +28,8 @@ def register(subparsers) -> None:
         description="Fit L = E + A/N^alpha + B/D^beta (chinchilla) or Abnar et al.'s sparsity law "
                     "by summed Huber loss of log residuals, L-BFGS from every start of a grid.",
     )
-    fit.add_argument("csv", metavar="CSV", help="one row per training run")
+    fit.add_argument("csv", metavar="CSV", help="one row per training run; a sweep's "
+                     "results.csv needs no --columns (N is N_total, loss best_val_loss)")
     # Spelled out (moelab.scaling.laws imports scipy); a test checks them against LAWS.
     fit.add_argument("--law", choices=LAW_NAMES, default="chinchilla",
                      help="chinchilla, Abnar et al.'s sparsity law (eq. 6) or one of its reduced "
@@ -55,7 +56,9 @@ def register(subparsers) -> None:
         description="S* at a fixed total parameter count (--params N with --tokens D or --flops C), "
                     "or the compute-optimal (N, S) at a fixed budget (--flops C alone).",
     )
-    optimal.add_argument("fit", metavar="FIT.json", help="written by moelab fit --out/--json")
+    optimal.add_argument("fit", metavar="FIT.json",
+                         help="written by moelab fit --out/--json, a sweep's fit.json, or the "
+                         "sweep folder itself")
     optimal.add_argument("--params", type=float, metavar="N", help="total parameter budget")
     optimal.add_argument("--tokens", type=float, metavar="D", help="training tokens (with --params)")
     optimal.add_argument("--flops", type=float, metavar="C", help="training compute budget")
@@ -81,12 +84,14 @@ def register(subparsers) -> None:
         description="Per compute budget, fit loss against log N (and -log(1-S) when the CSV has S) "
                     "and report the compute-optimal N*(C) [and S*(C)] and the exponent a.",
     )
-    isoflop.add_argument("csv", metavar="CSV")
+    isoflop.add_argument("csv", metavar="CSV",
+                         help="one row per training run; a sweep's results.csv needs no --columns")
     isoflop.add_argument("--columns", action="append", default=[], metavar="NAME=COLUMN,...",
-                         help="map N, C, S, N_active, loss (C is the budget column)")
+                         help="map N, C, S, N_active, loss (C is the budget column: C_budget "
+                         "in a sweep's results.csv)")
     isoflop.add_argument("--where", action="append", default=[], metavar="COLUMN=VALUE",
                          help="keep only rows whose COLUMN equals VALUE (repeatable)")
-    isoflop.add_argument("--json", action="store_true")
+    isoflop.add_argument("--json", action="store_true", help="print the analysis as JSON")
     isoflop.set_defaults(func=_isoflop)
 
 

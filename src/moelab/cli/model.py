@@ -1,4 +1,5 @@
-"""``moelab params`` and ``moelab match``: parameter/FLOP counts and matched dense baselines."""
+"""``moelab params``, ``moelab match`` and ``moelab config show``: parameter/FLOP counts,
+matched dense baselines, and the resolved config of a preset or file."""
 
 from __future__ import annotations
 
@@ -7,7 +8,11 @@ import json
 
 from moelab.accounting import CRITERIA, count_params, flops_per_token, match_dense
 from moelab.cli import add_config_arguments, positive_int
-from moelab.config import ModelConfig, load_config, to_dict
+import yaml
+
+from moelab.config import (
+    ModelConfig, apply_overrides, build_config, dump_config, load_config, read_with_base, to_dict,
+)
 from moelab.errors import MoelabError
 from moelab.report import format_count
 
@@ -29,6 +34,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                        help="d_ff is a multiple of this (32)")
     match.add_argument("--json", action="store_true", help="print JSON")
     match.set_defaults(func=run_match)
+
+    config = subparsers.add_parser("config", help="show the resolved config of a preset or file")
+    actions = config.add_subparsers(dest="action", metavar="ACTION", required=True)
+    show = actions.add_parser(
+        "show", help="print the resolved YAML (every key, overrides applied)",
+        description="Print the config a preset or YAML file resolves to, its study base merged "
+        "in and --set overrides applied, as YAML to copy and edit: moelab config show demo "
+        "> my.yaml, then moelab train my.yaml (or study my.yaml).",
+    )
+    add_config_arguments(show)
+    show.set_defaults(func=run_config_show)
 
 
 def model_counts(cfg: ModelConfig) -> dict[str, int]:
@@ -55,6 +71,25 @@ def run_params(args: argparse.Namespace) -> int:
     for key, value in counts.items():
         print(f"  {key:<30} {value:>16,}  ({format_count(value)})")
     return 0
+
+
+def run_config_show(args: argparse.Namespace) -> int:
+    print(resolved_yaml(args.config, args.overrides), end="")
+    return 0
+
+
+def resolved_yaml(source: str, overrides: list[str]) -> str:
+    """Every key of the config ``source`` resolves to, then its study section (without base, which
+    is merged in already), so the text loads back as the same config and the same study."""
+    raw = apply_overrides(read_with_base(source), list(overrides))
+    study = raw.pop("study", None)
+    text = dump_config(build_config(raw))
+    if study:
+        from moelab.study.settings import parse_settings
+
+        parse_settings(study)  # a bad --set study.* is refused here, as study would refuse it
+        text += yaml.safe_dump({"study": study}, sort_keys=False)
+    return text
 
 
 def run_match(args: argparse.Namespace) -> int:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -13,7 +14,7 @@ from moelab.fileio import writer_lock
 from moelab.report import (
     format_count, format_mean_std, format_number, format_p_value, markdown_table,
 )
-from moelab.study.arms import parse_criteria
+from moelab.study.arms import LADDER_DESCRIPTIONS, LADDER_RUNGS, parse_criteria
 from moelab.runs.tokens import parse_budget_list
 from moelab.study.settings import check_seeds, load_study
 
@@ -45,14 +46,17 @@ def register(subparsers) -> None:
     study.set_defaults(func=_study, kind="study")
 
     ladder = subparsers.add_parser(
-        "ablate-routing", help="routing-stability ladder: top-1 -> +LB -> top-2 -> +z-loss",
-        description="Train the ladder naive top-1, top-1 + Switch load balancing, top-2 + "
-        "balancing, top-2 + balancing + router z-loss (same budget and seeds) and report best "
-        "val loss, collapse and routing diagnostics per rung.",
+        "ablate-routing", help="routing-stability ladder: " + " -> ".join(LADDER_RUNGS),
+        description=f"Train the {len(LADDER_RUNGS)} rungs of the routing ladder on the same "
+        "budget and seeds: " + "; ".join(f"{name} ({LADDER_DESCRIPTIONS[name]})"
+                                          for name in LADDER_RUNGS)
+        + ". Report best val loss, collapse and routing diagnostics per rung.",
     )
     add_config_arguments(ladder)
     _add_run_arguments(ladder, "ablation")
     ladder.set_defaults(func=_study, kind="ablation", criteria=None, budgets=None)
+
+    _register_compare(subparsers)
 
     report = subparsers.add_parser(
         "report", help="rebuild results and report of a study or sweep folder from its run files",
@@ -72,6 +76,89 @@ def register(subparsers) -> None:
     pool.add_argument("--out", metavar="DIR",
                       help="write pooled.json and pooled.md here (default: print only)")
     pool.set_defaults(func=_pool)
+
+
+def _register_compare(subparsers) -> None:
+    compare = subparsers.add_parser(
+        "compare", help="two configs trained on the same seeds: the paired gap, its interval, "
+        "p and the minimum detectable gap",
+        description="Train configs A and B on the same seeds (train.seed, so the same batches "
+        "with the default data_seed), then test A - B of the best val loss paired by seed "
+        "(positive: B is better), as the study tests its arms. Writes compare.json in --out; "
+        "rerunning skips finished runs.",
+    )
+    compare.add_argument("config_a", metavar="A", help="a YAML file or preset name")
+    compare.add_argument("config_b", metavar="B", help="a YAML file or preset name")
+    compare.add_argument("--set", dest="overrides", action="append", default=[],
+                         metavar="KEY=VALUE", help="override a config key of both sides (repeatable)")
+    for side in ("a", "b"):
+        compare.add_argument(f"--set-{side}", dest=f"overrides_{side}", action="append",
+                             default=[], metavar="KEY=VALUE",
+                             help=f"override a config key of {side.upper()} only, after --set "
+                             "(repeatable)")
+    compare.add_argument("--seeds", metavar="N|LIST", default="3",
+                         help="seeds: a count N (A's train.seed, train.seed + 1, ...) or the "
+                         "seeds themselves, e.g. 10,11,12 (default 3)")
+    compare.add_argument("--out", metavar="DIR",
+                         help="comparison folder (default: out/<A name>-vs-<B name>-compare)")
+    compare.add_argument("--json", action="store_true", help="print compare.json's record")
+    add_launcher_arguments(compare)
+    compare.set_defaults(func=_compare)
+
+
+def _compare(args) -> int:
+    import json
+
+    from moelab.config import load_config
+    from moelab.runs.launchers.commands import train_commands
+    from moelab.study.compare import comparison_specs, run_comparison
+    from moelab.study.settings import StudySettings
+
+    configs, labels = {}, {}
+    for side, source, own in (("A", args.config_a, args.overrides_a),
+                              ("B", args.config_b, args.overrides_b)):
+        configs[side] = load_config(source, args.overrides + own)
+        labels[side] = " ".join([source] + [f"--set {o}" for o in own])
+    seeds = StudySettings(seeds=check_seeds(args.seeds, "--seeds")).seed_list(
+        configs["A"].train.seed)
+    out = Path(args.out) if args.out else (
+        Path("out") / f"{Path(args.config_a).stem}-vs-{Path(args.config_b).stem}-compare")
+    if wants_commands(args):
+        from moelab.runs import is_complete, write_run_configs
+
+        specs = comparison_specs(configs, seeds)
+        write_run_configs(out, specs)
+        for command in train_commands(out, [s for s in specs if not is_complete(out / s.run_dir)]):
+            print(command)
+        return 0
+    launcher = build_launcher(args)
+    with writer_lock(out):
+        result = run_comparison(configs, labels, seeds, out, common=args.overrides,
+                                launcher=launcher)
+    if args.json:
+        print(json.dumps(result.to_dict(), indent=2))
+    else:
+        print_comparison(result, out)
+    return 0
+
+
+def print_comparison(result, out: Path) -> None:
+    from moelab.study.compare import side_summary
+    from moelab.study.stats import ALPHA, POWER
+
+    print()
+    if result.common:
+        print("both: " + " ".join(f"--set {o}" for o in result.common))
+    for side, label in result.labels.items():
+        mean, std, n = side_summary(result.losses[side])
+        print(f"{side}: {label}\n    best val loss {format_mean_std(mean, std)} (n={n})")
+    gap = result.gap
+    print(f"gap A - B {gap.gap:+.4f} (positive: B better): {result.outcome}")
+    print(f"    paired t: {_interval(gap.paired)}, n={gap.paired.n_pairs} pairs")
+    if math.isfinite(gap.min_detectable_gap):
+        print(f"    min detectable gap {format_number(gap.min_detectable_gap)} "
+              f"(power {POWER:g}, two-sided alpha {ALPHA:.2g})")
+    print(f"\nresults: {out / 'compare.json'}")
 
 
 def _add_run_arguments(parser, kind: str) -> None:
@@ -109,7 +196,7 @@ def _study(args) -> int:
 
 def _report(args) -> int:
     from moelab.study.plan import check_study_files
-    from moelab.study.report import write_outputs
+    from moelab.study.report import check_recorded_runs, write_outputs
 
     study_dir = Path(args.study_dir)
     if study_dir.exists() and not study_dir.is_dir():
@@ -118,6 +205,7 @@ def _report(args) -> int:
         return report_sweep(study_dir)
     check_study_files(study_dir)
     with writer_lock(args.study_dir):
+        check_recorded_runs(study_dir)
         results = write_outputs(study_dir)
     print_results(results, study_dir)
     return 0

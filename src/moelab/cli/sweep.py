@@ -33,7 +33,7 @@ def register(subparsers) -> None:
                        help="override a grid key (--set token_budgets=[409.6K,1.2M], --set "
                        "seeds=[0,1]) or, for a model./data./train. key, add it to the grid's config "
                        "overrides (--set train.schedule=wsd); repeatable")
-    sweep.add_argument("--out", metavar="DIR", default=None, help="sweep folder (default sweep_<name>)")
+    sweep.add_argument("--out", metavar="DIR", default=None, help="sweep folder (default out/<name>-sweep)")
     sweep.add_argument("--dry-run", action="store_true", help="print the planned runs only")
     sweep.add_argument("--bootstrap", type=bounded_int(MAX_BOOTSTRAP), default=200, metavar="R",
                        help="R bootstrap resamples of the law fit (default 200; 0: none)")
@@ -52,10 +52,10 @@ def _sweep(args) -> int:
 
     grid = load_sweep_grid(args.grid, args.overrides)
     if args.out is None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.+-]{0,63}", grid.name):
-        # The name would become the folder sweep_<name>: nothing that climbs out of it.
+        # The name would become the folder out/<name>-sweep: nothing that climbs out of it.
         raise MoelabError(f"sweep grid name {grid.name!r} is invalid as a folder name (allowed "
                           f"letters, digits and _ . + -): pass --out DIR")
-    out_dir = Path(args.out or f"sweep_{grid.name}")
+    out_dir = Path(args.out) if args.out else Path("out") / f"{grid.name}-sweep"
     plan = plan_sweep(grid)
     if args.dry_run:
         for point in plan:

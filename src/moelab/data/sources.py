@@ -1,4 +1,5 @@
-"""Where stories come from: the bundled sample, the Hugging Face hub, or the user's files.
+"""Where stories come from: the bundled sample, TinyStories (a local copy named by
+``$MOELAB_DATA``, else the Hugging Face hub), the hub itself, or the user's files.
 
 Every source resolves to a ``Source``: a cheap ``fingerprint`` (a hash of the raw content and of
 the settings that select stories from it, computed without parsing) and a ``load()`` that parses
@@ -15,7 +16,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import lzma
+import os
+from contextlib import contextmanager
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -28,6 +32,12 @@ EOT_TEXT = "<|endoftext|>"
 # What one document separator costs in the TinyStories file layout (a line of its own).
 SEPARATOR_BYTES = len(f"\n{EOT_TEXT}\n".encode("utf-8"))
 HF_DATASET = "roneneldan/TinyStories"
+DATA_ENV = "MOELAB_DATA"
+"""A local copy of TinyStories that ``data.source: tinystories`` reads instead of the hub."""
+GET_TINYSTORIES = (
+    f"pip install 'moelab[hf]' and run moelab prepare-data --source tinystories once online "
+    f"(it downloads {HF_DATASET} into the datasets cache), or set {DATA_ENV} to a local copy "
+    "(a folder with train.txt and valid.txt)")
 SAMPLE_FILES = {"train": "tinystories-train.txt.xz", "valid": "tinystories-valid.txt.xz"}
 JSONL_TEXT_FIELDS = ("text", "story")
 # Stories per batch, the unit of work of tokenizer training and of the encoding workers
@@ -58,12 +68,29 @@ class Source:
 
 
 def resolve_source(data_cfg: DataConfig) -> Source:
-    """The ``Source`` named by ``data.source``: 'sample', 'hf' or a path."""
+    """The ``Source`` named by ``data.source``: 'sample', 'tinystories', 'hf' or a path."""
     if data_cfg.source == "sample":
         return _sample_source(data_cfg)
+    if data_cfg.source == "tinystories":
+        return _tinystories_source(data_cfg)
     if data_cfg.source == "hf":
         return _hf_source(data_cfg)
     return _path_source(Path(data_cfg.source).expanduser(), data_cfg)
+
+
+def _tinystories_source(data_cfg: DataConfig) -> Source:
+    """``$MOELAB_DATA`` when set, else the hub. The local copy is read exactly as
+    ``data.source=PATH`` would read it, so both resolve to the same fingerprint, the same token
+    cache, and runs of the same config train to the same losses either way."""
+    local = os.environ.get(DATA_ENV)
+    if not local:
+        return _hf_source(data_cfg, "tinystories")
+    path = Path(local).expanduser()
+    if not path.exists():
+        raise MoelabError(f"{DATA_ENV}={local!r} (the local copy data.source=tinystories reads): "
+                          "no such file or folder; point it at a folder with train.txt and "
+                          f"valid.txt, or unset it to read {HF_DATASET} from the hub")
+    return _path_source(path, data_cfg)
 
 
 # --------------------------------------------------------------------------------------------
@@ -176,22 +203,39 @@ def _sample_source(data_cfg: DataConfig) -> Source:
 # --------------------------------------------------------------------------------------------
 
 
-def _hf_source(data_cfg: DataConfig) -> Source:
+def _hf_source(data_cfg: DataConfig, name: str = "hf") -> Source:
+    """TinyStories from the hub (or the datasets library's cache of it); ``name`` is the
+    data.source that asked, for messages."""
+    how = GET_TINYSTORIES if name == "tinystories" else (
+        "use data.source=sample or a local path when offline")
     try:
         import datasets
     except ImportError:
-        raise MoelabError(
-            "data.source='hf' needs the 'datasets' package: pip install 'moelab[hf]'"
-        ) from None
+        raise MoelabError(f"data.source={name!r} needs the 'datasets' package: "
+                          + (how if name == "tinystories" else "pip install 'moelab[hf]'")) from None
     try:
-        dataset_dict = datasets.load_dataset(HF_DATASET)
+        with _quiet_hub_logs():  # offline, the hub client logs each retry; the error says it all
+            dataset_dict = datasets.load_dataset(HF_DATASET)
     except Exception as exc:  # network, auth, missing cache: all user-facing
         first_line = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         raise MoelabError(
-            f"data.source='hf': cannot load {HF_DATASET} ({first_line}); "
-            "use data.source=sample or a local path when offline"
+            f"data.source={name!r}: cannot load {HF_DATASET} ({first_line}); {how}"
         ) from None
     return source_from_dataset_dict(dataset_dict, data_cfg, label="hf")
+
+
+@contextmanager
+def _quiet_hub_logs() -> Iterator[None]:
+    """Only errors from the loggers of datasets and huggingface_hub while loading."""
+    loggers = [logging.getLogger(name) for name in ("datasets", "huggingface_hub")]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        for logger, level in zip(loggers, levels):
+            logger.setLevel(level)
 
 
 def source_from_dataset_dict(dataset_dict, data_cfg: DataConfig, label: str = "hf") -> Source:
@@ -255,7 +299,7 @@ def _dataset_content_hash(dataset, column: str) -> str:
 # --------------------------------------------------------------------------------------------
 
 ALLOWED_PATHS = (
-    "allowed: sample, hf, a folder with train.txt and valid.txt (or .jsonl), "
+    "allowed: sample, tinystories, hf, a folder with train.txt and valid.txt (or .jsonl), "
     "or one .txt/.jsonl file"
 )
 

@@ -28,7 +28,9 @@ import scipy.optimize
 
 from moelab.errors import MoelabError
 from moelab.scaling.family import active_params, estimate_shared_fraction
-from moelab.scaling.table import numeric_column, read_csv_rows, require_column, validate_columns
+from moelab.scaling.table import (
+    numeric_column, read_csv_rows, require_column, validate_columns, with_default_columns,
+)
 
 MIN_POINTS_PARABOLA = 3
 MIN_POINTS_SURFACE = 6
@@ -44,9 +46,18 @@ def read_isoflop_table(path: str | Path, column_map: dict[str, str] | None = Non
     """Columns N, C (the IsoFLOP budget), loss, and S / N_active when present (validated as for
     ``moelab fit``: N, C, N_active, loss > 0 and S in [0, 1))."""
     path = Path(path)
-    names = {key: key for key in ("N", "C", "S", "N_active", "loss")}
-    names.update(column_map or {})
     header, rows = read_csv_rows(path)
+    # In moelab's results.csv, C is a run's actual compute and C_budget the budget it was
+    # planned for: the IsoFLOP curves group runs by the budget.
+    names = {key: key for key in ("N", "C", "S", "N_active", "loss")}
+    names.update(with_default_columns(header, column_map))
+    if "C_budget" in header and (column_map or {}).get("C") is None:
+        names["C"] = "C_budget"
+        if not any((row.get("C_budget") or "").strip() for row in rows):
+            raise MoelabError(
+                f"{path}: C_budget is empty in every row: these runs had token budgets, and an "
+                "IsoFLOP analysis needs runs grouped by FLOPs budget (a sweep with "
+                "flops_budgets), or --columns C=C to group them by their actual compute")
     for condition in where or []:
         key, sep, value = condition.partition("=")
         if not sep or key not in header:

@@ -115,7 +115,18 @@ def load_fit(path: str | Path) -> FitFile:
     whose parameters, and bootstrap replicas, are finite numbers (a NaN exponent would print
     ``loss = nan``), with every parameter of its law."""
     path = Path(path)
+    if path.is_dir():  # a sweep folder: its fit of the chosen law form
+        if not (path / "fit.json").is_file():
+            raise MoelabError(f"{path} has no fit.json: its sweep identified no law form (see "
+                              "its report.md, 'Law form'), so there is no fit to read optima from")
+        path = path / "fit.json"
     record = _read_fit_record(path)
+    if isinstance(record, dict) and "forms" in record and "chosen" in record:
+        chosen = record["chosen"]
+        raise MoelabError(
+            f"{path} compares law forms, it is not a fit: "
+            + (f"the chosen form's fit ({chosen}) is fit.json beside it" if chosen else
+               "none was identified, so there is no fit to read optima from"))
     if not isinstance(record, dict):
         raise MoelabError(f"{path} is not a fit: expected keys 'law' and 'params' (moelab fit --json)")
     _check_fit_numbers(record, path)

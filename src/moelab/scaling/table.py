@@ -20,6 +20,20 @@ import numpy as np
 from moelab.errors import MoelabError
 
 CANONICAL_COLUMNS = ("N", "D", "C", "S", "N_active", "loss")
+RESULTS_CSV_COLUMNS = {"N": "N_total", "loss": "best_val_loss"}
+"""The CSV columns behind canonical names in moelab's own results.csv (a sweep's): N is the total
+parameter count, the loss the best validation loss. Used when a CSV lacks the canonical name."""
+
+
+def with_default_columns(header: list[str], column_map: dict[str, str] | None,
+                         defaults: dict[str, str] = RESULTS_CSV_COLUMNS) -> dict[str, str]:
+    """``column_map`` plus each default whose canonical name the CSV lacks and the map leaves
+    unset, when the CSV has the default's column: moelab's results.csv needs no --columns."""
+    mapping = dict(column_map or {})
+    for key, column in defaults.items():
+        if key not in mapping and key not in header and column in header:
+            mapping[key] = column
+    return mapping
 
 
 def parse_column_map(items: list[str] | None) -> dict[str, str]:
@@ -46,7 +60,8 @@ def read_fit_table(path: str | Path, needs_sparsity: bool,
     """Columns N, D, loss (and S) as float arrays, validated; D derived from C when needed."""
     path = Path(path)
     header, rows = read_csv_rows(path)
-    return fit_table_from_rows(path, header, rows, needs_sparsity, column_map)
+    return fit_table_from_rows(path, header, rows, needs_sparsity,
+                               with_default_columns(header, column_map))
 
 
 def fit_table_from_rows(path: Path, header: list[str], rows: list[dict[str, str]],

@@ -8,10 +8,12 @@ when the arms share their seeds, Welch's t otherwise) supports it.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from moelab.errors import MoelabError
 from moelab.fileio import atomic_write_json, atomic_write_text
+from moelab.runs import is_complete
 from moelab.report import (
     format_count, format_mean_std, format_number, format_p_value, markdown_table,
 )
@@ -46,6 +48,37 @@ def write_outputs(study_dir: Path) -> StudyResults:
     figure_paths = draw_figures(study_dir, results, records)
     atomic_write_text(study_dir / "report.md", render_report(results, records, figure_paths))
     return results
+
+
+def check_recorded_runs(study_dir: Path) -> None:
+    """Refuse to rebuild a study whose results.json reports runs that are no longer complete in
+    their folders (a results folder kept without runs/, runs deleted since): the rebuilt
+    report would drop them, and nothing could bring their numbers back."""
+    study_dir = Path(study_dir)
+    results_path = study_dir / "results.json"
+    if not results_path.is_file():
+        return
+    try:
+        recorded = _run_dirs(json.loads(results_path.read_text("utf-8")))
+    except (OSError, ValueError):
+        return  # unreadable: nothing there to lose, the rebuild writes it again
+    absent = sorted({d for d in recorded if not is_complete(study_dir / d)})
+    if absent:
+        raise MoelabError(
+            f"{results_path} reports {len(absent)} runs whose folders are missing or incomplete "
+            f"({', '.join(absent[:3])}{', ...' if len(absent) > 3 else ''}): restore them to "
+            "rebuild the report; results.json, results.csv, report.md and figures/ are left as "
+            "they are")
+
+
+def _run_dirs(record) -> list[str]:
+    """Every ``run_dir`` a results.json names, at any depth (arms, budgets)."""
+    if isinstance(record, dict):
+        found = [record["run_dir"]] if isinstance(record.get("run_dir"), str) else []
+        return found + [d for value in record.values() for d in _run_dirs(value)]
+    if isinstance(record, list):
+        return [d for value in record for d in _run_dirs(value)]
+    return []
 
 
 def final_budget_records(results: StudyResults,

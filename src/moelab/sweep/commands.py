@@ -22,7 +22,8 @@ from moelab.runs.records import check_run_files
 from moelab.scaling.fitting import check_num_starts
 from moelab.sweep.grid import SweepGrid, load_grid
 from moelab.sweep.plan import SweepPoint, plan_sweep, plan_sweep_folder, recorded_fit_settings
-from moelab.sweep.report import write_sweep_report
+from moelab.sweep.folder import read_results
+from moelab.sweep.report import render_sweep_report, write_sweep_report
 from moelab.sweep.results import collect_results, write_results_csv
 
 
@@ -55,17 +56,47 @@ def write_sweep_outputs(out_dir: Path, grid: SweepGrid, points: list[SweepPoint]
     rows = collect_results(out_dir, points)
     write_results_csv(out_dir / "results.csv", rows)
     if len(rows) < len(points):
-        log(f"{len(points) - len(rows)} of {len(points)} runs are not complete: see failures.json")
+        # failures.json lists the runs that raised; a run never started is not in it.
+        where = ": see failures.json" if (out_dir / "failures.json").is_file() else ""
+        log(f"{len(points) - len(rows)} of {len(points)} runs are not complete{where}")
     return write_sweep_report(out_dir, bootstrap_replicates=bootstrap_replicates,
                               max_starts=max_starts, log=log)
 
 
-def rewrite_sweep_outputs(out_dir: Path) -> Path:
+def rewrite_sweep_outputs(out_dir: Path, log: Callable[[str], None] = print) -> Path:
     """``moelab report DIR`` of a sweep folder: results.csv, the fit and report.md again, from
     the run folders, grid.json and the fit settings plan.json recorded; returns the report's
     path."""
     grid = load_grid(out_dir / "grid.json")
     check_run_files(out_dir / "runs")
     with writer_lock(out_dir):
+        stored, absent = stored_runs(out_dir)
+        if absent and len(absent) < len(stored):
+            raise MoelabError(
+                f"{out_dir / 'results.csv'} lists {len(absent)} runs whose folders are missing or "
+                f"incomplete ({', '.join(absent[:3])}{', ...' if len(absent) > 3 else ''}): "
+                "restore them, or train them again with moelab sweep-sparsity; the folder's "
+                "files are left as they are")
+        if absent:
+            return report_from_stored_table(out_dir, log)
         return write_sweep_outputs(out_dir, grid, plan_sweep(grid),
                                    **recorded_fit_settings(out_dir))
+
+
+def stored_runs(out_dir: Path) -> tuple[list[str], list[str]]:
+    """The runs results.csv lists, and those of them whose run folder is not complete (a
+    results folder kept without its runs/, or runs deleted since)."""
+    results = read_results(out_dir)
+    names = [row["run"] for row in results[1]] if results else []
+    return names, [name for name in names if not is_complete(out_dir / name)]
+
+
+def report_from_stored_table(out_dir: Path, log: Callable[[str], None] = print) -> Path:
+    """report.md and figures from the stored results.csv and fit files alone, for a folder
+    whose run folders are gone: results.csv is kept as it is (it cannot be rebuilt), the fit
+    files too when analysis.json is there (else they are fitted again from results.csv)."""
+    log(f"{out_dir} has none of its run folders: report.md and figures/ are rebuilt from the "
+        "stored results.csv" + (" and fit files" if (out_dir / "analysis.json").is_file() else ""))
+    if (out_dir / "analysis.json").is_file():
+        return render_sweep_report(out_dir)
+    return write_sweep_report(out_dir, **recorded_fit_settings(out_dir), log=log)

@@ -14,14 +14,14 @@ from pathlib import Path
 
 from moelab.errors import ConfigError, MoelabError
 from moelab.fileio import atomic_write_json
-from moelab.scaling.table import read_csv_rows
+from moelab.scaling.table import RESULTS_CSV_COLUMNS, read_csv_rows
 from moelab.sweep.grid import with_seeds_key
 from moelab.sweep.records import (
     AnalysisStatus, FormsRecord, GridRecord, IsoflopRecord, LawFit, OptimaRecord, SweepAnalysis,
     ThroughputRecord,
 )
 
-SWEEP_FIT_COLUMNS = {"N": "N_total", "loss": "best_val_loss"}
+SWEEP_FIT_COLUMNS = RESULTS_CSV_COLUMNS
 """How results.csv's columns map to the law's: N is the total parameter count."""
 
 GRID_FIELDS = {"name": str, "base": str, "sizes": list, "sparsities": list, "top_k": int,

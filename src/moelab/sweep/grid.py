@@ -70,7 +70,7 @@ def _sizes(value: Any, key: str) -> list[dict]:
 @dataclass(kw_only=True)
 class SweepGrid:
     name: str
-    """The grid's name (default: the file's or preset's name); the sweep folder is sweep_<name>."""
+    """The grid's name (default: the file's or preset's name); the sweep folder is out/<name>-sweep."""
     base: str
     """A config preset or YAML file all points derive from (data, optimizer, eval, vocab)."""
     overrides: list[str] = field(default_factory=list)

@@ -57,9 +57,24 @@ def write_harness_tasks(out_dir: str | Path) -> list[str]:
     return names
 
 
+USAGE_EXAMPLE = """\
+then:
+  moelab export-hf RUN HF_DIR
+  HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 lm_eval --model hf \\
+      --model_args pretrained=HF_DIR,dtype=float32,add_bos_token=True \\
+      --tasks moelab_last_word,moelab_ending,moelab_agreement --include_path TASKS_DIR
+"""
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("out", type=Path, help="the folder to write the task files into")
+    parser = argparse.ArgumentParser(
+        prog="python -m moelab.tasks.harness",
+        description="Write moelab's zero-shot tasks as a local task folder for\n"
+        "lm-evaluation-harness (pip install 'moelab[lmeval]'): each task's JSONL and an\n"
+        "lm-eval task YAML reading it, nothing fetched.",
+        epilog=USAGE_EXAMPLE, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("out", type=Path, metavar="TASKS_DIR",
+                        help="the folder to write the task files into")
     args = parser.parse_args(argv)
     names = write_harness_tasks(args.out)
     print(f"wrote {', '.join(names)} to {args.out}; run lm_eval with --include_path {args.out}")
