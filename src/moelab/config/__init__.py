@@ -22,10 +22,11 @@ and dotted overrides into sections), ``files`` (YAML files, presets, ``load_conf
 
 from moelab.config.files import (
     MAX_BASE_DEPTH, deep_merge, dump_config, load_config, preset_names, read_raw, read_with_base,
-    save_config,
+    read_yaml, save_config,
 )
 from moelab.config.parsing import (
-    Parsed, apply_overrides, build_config, from_dict, load_yaml, override, to_dict,
+    MAX_YAML_CHARS, MAX_YAML_DEPTH, Parsed, RefusedYAML, apply_overrides, build_config, from_dict,
+    load_yaml, override, to_dict, yaml_problem,
 )
 from moelab.config.schema import (
     BALANCE_MODES, DECAY_SHAPES, DEVICE_CHOICES, DEVICE_NAME, EVAL_TASK_NAMES, LB_SCOPES,
@@ -36,8 +37,8 @@ from moelab.config.schema import (
 __all__ = [
     "BALANCE_MODES", "Config", "DECAY_SHAPES", "DEVICE_CHOICES", "DEVICE_NAME", "DataConfig",
     "EVAL_TASK_NAMES", "LB_SCOPES", "MAX_BASE_DEPTH", "MAX_SAMPLE_TOKENS", "MAX_SEED",
-    "MAX_TOKENS", "ModelConfig", "MoEConfig", "Parsed", "SCHEDULES", "TrainConfig",
-    "apply_overrides", "build_config", "deep_merge", "dump_config", "from_dict", "load_config",
-    "load_yaml", "override", "preset_names", "read_raw", "read_with_base", "save_config",
-    "to_dict",
+    "MAX_TOKENS", "MAX_YAML_CHARS", "MAX_YAML_DEPTH", "ModelConfig", "MoEConfig", "Parsed",
+    "RefusedYAML", "SCHEDULES", "TrainConfig", "apply_overrides", "build_config", "deep_merge",
+    "dump_config", "from_dict", "load_config", "load_yaml", "override", "preset_names",
+    "read_raw", "read_with_base", "read_yaml", "save_config", "to_dict", "yaml_problem",
 ]
