@@ -190,7 +190,6 @@ def _generate(args) -> int:
 def _export_hf(args) -> int:
     from moelab.train.export import export_hf
 
-    refuse_overwriting_inputs(args.out, "OUT", [args.run])
     out = export_hf(args.run, args.out)
     print(f"wrote {out} (load it with transformers.AutoModelForCausalLM.from_pretrained)")
     return 0

@@ -85,7 +85,7 @@ def _coerce(hint: Any, value: Any, key: str) -> Any:
 def _coerce_list(item_hint: Any, value: Any, key: str) -> list:
     if isinstance(value, str):  # --set key=a,b: YAML reads a,b as one string
         value = [item.strip() for item in value.split(",") if item.strip()]
-    elif isinstance(value, (int, float)):  # --set key=5 (YAML reads a number): a list of one
+    elif isinstance(value, (int, float)) and not isinstance(value, bool):  # --set key=5: [5]
         value = [value]
     if not isinstance(value, list):
         raise ConfigError(f"{key}={short_repr(value)} is invalid: expected {_type_name(list[item_hint])}")

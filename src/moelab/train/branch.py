@@ -99,6 +99,8 @@ def _checkpoint_config(folder: Path) -> Config:
 def _seed(source: RunFolder, folder: Path, config: Config, out: RunFolder) -> None:
     """Checkpoint, tokenizer, metrics up to the step and branch.json, then latest.json last:
     until it points at the copy the folder holds no progress, and seeding starts over."""
+    step = int(folder.name[5:])
+    history = [e for e in source.read_metrics() if e["step"] <= step]  # before any write
     out.start(config, resume=True)  # creates the folder, takes its writer lock, config.yaml
     try:
         copied = copy_checkpoint(folder, out.checkpoints_dir)
@@ -106,8 +108,6 @@ def _seed(source: RunFolder, folder: Path, config: Config, out: RunFolder) -> No
             raise MoelabError(f"cannot branch from {source.path}: {source.tokenizer_path} is "
                               f"missing")
         out.save_tokenizer(source.tokenizer_path)
-        step = int(folder.name[5:])
-        history = [e for e in source.read_metrics() if e["step"] <= step]
         atomic_write_text(out.metrics_path, "".join(json.dumps(e) + "\n" for e in history))
         atomic_write_json(out.path / BRANCH_FILE, {
             "source": str(source.path.resolve()), "step": step,

@@ -52,7 +52,7 @@ def parse_event(line: str, path: Path, lineno: int) -> MetricsEvent:
     except ValueError:
         raise _not_an_event(path, lineno, "is not valid JSON") from None
     if not isinstance(record, dict):
-        raise _not_an_event(path, lineno, f"is {short_repr(record)}, not a JSON object")
+        raise _not_an_event(path, lineno, f"is not a JSON object (it is {short_repr(record)})")
     kind, step, tokens = record.get("kind"), record.get("step"), record.get("tokens")
     if not isinstance(kind, str) or kind not in EVENT_KINDS:
         raise _not_an_event(path, lineno, f"has kind={short_repr(kind)}: allowed "
@@ -74,8 +74,8 @@ def read_events(path: Path) -> MetricsLog:
     try:
         lines = path.read_text("utf-8").split("\n")
     except UnicodeDecodeError as exc:
-        raise MoelabError(f"{path} is not UTF-8 text (at byte {exc.start}): fix or remove the "
-                          f"damaged line") from None
+        raise MoelabError(f"{path} cannot be read: not UTF-8 text at byte {exc.start}; fix or "
+                          f"remove the damaged line") from None
     torn_tail = lines[-1] != "" and not _is_json(lines[-1])  # no newline after it: torn
     if torn_tail:
         lines.pop()
