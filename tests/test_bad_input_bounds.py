@@ -206,7 +206,7 @@ def test_a_damaged_complete_run_is_never_to_be_deleted(tmp_path, capsys):
 # --------------------------------------------------------------------------------------------
 
 TWO_STEPS = TINY_MOE_RUN + ["train.max_tokens=512", "train.sample_tokens=0",
-                            "train.keep_checkpoints_at=1"]
+                            "train.keep_checkpoints_at=[1]"]
 SETS = [arg for item in TWO_STEPS for arg in ("--set", item)]
 
 

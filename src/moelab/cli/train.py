@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from moelab.cli import add_config_arguments, non_negative_int, positive_int, seed_int
 from moelab.config import load_config
-from moelab.errors import MoelabError, short_repr
+from moelab.errors import MoelabError, short_repr, short_text
 from moelab.fileio import refuse_overwriting_inputs
 
 if TYPE_CHECKING:
@@ -202,6 +202,6 @@ def _temperature(text: str) -> float:
     except ValueError:
         value = math.nan
     if not math.isfinite(value) or value < 0:
-        raise argparse.ArgumentTypeError(f"{text} is invalid: must be a finite number >= 0 "
+        raise argparse.ArgumentTypeError(f"{short_text(text)} is invalid: must be a finite number >= 0 "
                                          f"(0 = greedy)")
     return value

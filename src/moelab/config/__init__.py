@@ -12,8 +12,10 @@ section of a study preset (``moelab.study.settings``) and the sparsity-sweep gri
 ``Annotated[T, Parsed(fn)]`` for a value with its own notation (a seed list, ``40.5M`` tokens).
 A field without a default is a required key.
 
-Every problem is a ``ConfigError`` whose one-line message names the key, the value and what is
-allowed.
+Every problem is a ``ConfigError`` whose one-line message names the key, the value (at most
+80 characters of it, ``moelab.errors.short_repr``) and what is allowed. YAML, from a file or a
+``--set`` value, is read within bounds (``load_yaml``): at most ``MAX_YAML_CHARS``, nested at most
+``MAX_YAML_DEPTH`` levels, no key twice and no aliases (``RefusedYAML``).
 
 The package, by concern: ``schema`` (the typed sections and their checks), ``parsing`` (dicts
 and dotted overrides into sections), ``files`` (YAML files, presets, ``load_config``);

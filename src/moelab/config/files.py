@@ -32,8 +32,8 @@ def _presets(folder: str):
 
 
 def read_yaml_text(path: Path) -> str:
-    """The text of a YAML file, read no further than ``MAX_YAML_CHARS`` bytes past its cap
-    (``RefusedYAML`` when longer: a huge file is refused without reading it all)."""
+    """The text of a YAML file of at most ``MAX_YAML_CHARS`` bytes (``RefusedYAML`` when
+    longer, after reading one byte past the cap: a huge file is never read whole)."""
     with open(path, "rb") as f:
         data = f.read(MAX_YAML_CHARS + 1)
     if len(data) > MAX_YAML_CHARS:
