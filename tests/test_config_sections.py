@@ -80,7 +80,7 @@ def test_a_section_is_built_from_its_types(data, expected):
     ({}, "s.name is missing: required keys are name"),
     ({"name": "a", "colour": "green"}, "s.colour='green' is invalid: allowed red, blue"),
     ({"name": "a", "colour": 1}, "s.colour=1 is invalid: allowed red, blue"),
-    ({"name": "a", "sizes": 3}, "s.sizes=3 is invalid: expected a list of whole numbers"),
+    ({"name": "a", "sizes": True}, "s.sizes=True is invalid: expected a list of whole numbers"),
     ({"name": "a", "sizes": [1, "x"]}, "s.sizes[1]='x' is invalid: expected a whole number"),
     ({"name": "a", "sizes": [1, 2.5]}, "s.sizes[1]=2.5 is invalid: expected a whole number"),
     ({"name": "a", "inners": [{"depth": 1}]},
@@ -101,9 +101,9 @@ def test_a_list_of_the_config_takes_a_comma_separated_override():
     assert config.train.eval_tasks == ["last_word", "ending"]
     assert load_config("demo", ["train.eval_tasks=[agreement]"]).train.eval_tasks == ["agreement"]
     assert load_config("demo").train.eval_tasks == []
-    with pytest.raises(ConfigError, match=r"train.eval_tasks=3 is invalid: expected a list of "
-                                          r"strings"):
-        load_config("demo", ["train.eval_tasks=3"])
+    with pytest.raises(ConfigError, match=r"train.eval_tasks=True is invalid: expected a list "
+                                          r"of strings"):
+        load_config("demo", ["train.eval_tasks=true"])
 
 
 # --------------------------------------------------------------------------------------------

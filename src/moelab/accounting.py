@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from moelab.config import ModelConfig
-from moelab.errors import ConfigError
+from moelab.errors import ConfigError, short_repr
 
 Criterion = Literal["active", "total", "flops"]
 CRITERIA: tuple[str, ...] = ("active", "total", "flops")
@@ -131,7 +131,7 @@ def criterion_value(cfg: ModelConfig, criterion: str) -> int:
         return count_params(cfg).total
     if criterion == "flops":
         return flops_per_token(cfg).full
-    raise ConfigError(f"criterion={criterion!r} is invalid: allowed {', '.join(CRITERIA)}")
+    raise ConfigError(f"criterion={short_repr(criterion)} is invalid: allowed {', '.join(CRITERIA)}")
 
 
 def match_dense(moe_cfg: ModelConfig, criterion: str, step: int = 32) -> MatchedDense:

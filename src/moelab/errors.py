@@ -22,6 +22,30 @@ class ConfigError(MoelabError):
     """An invalid configuration key or value."""
 
 
+MAX_SHOWN_CHARS = 80
+"""The most characters of a value an error message shows: a 100 KB value must not become a
+100 KB line."""
+
+
+def short_repr(value: object) -> str:
+    """``repr(value)``, elided in the middle to at most ``MAX_SHOWN_CHARS`` characters: what
+    every error message shows of a value the user gave."""
+    return short_text(repr(value))
+
+
+def short_text(text: str) -> str:
+    """``text`` elided in the middle to at most ``MAX_SHOWN_CHARS`` characters."""
+    if len(text) <= MAX_SHOWN_CHARS:
+        return text
+    keep = (MAX_SHOWN_CHARS - 3) // 2
+    return f"{text[:keep]}...{text[-keep:]}"
+
+
+def warn(message: str) -> None:
+    """A one-line warning on stderr: something the command got past, named for the user."""
+    print(f"moelab: warning: {message}", file=sys.stderr)
+
+
 def bad_input_message(exc: BaseException) -> str | None:
     """The one-line message of an error that bad input causes, or None for a bug.
 
@@ -34,7 +58,7 @@ def bad_input_message(exc: BaseException) -> str | None:
         message = str(exc)
     elif isinstance(exc, UnicodeDecodeError):
         message = (f"the input is not UTF-8 text ({exc.reason} at byte {exc.start}: "
-                   f"{exc.object[exc.start:exc.start + 4]!r})")
+                   f"{short_repr(exc.object[exc.start:exc.start + 4])})")
     elif isinstance(exc, UnicodeError):
         message = f"the input is not valid text ({exc})"
     elif isinstance(exc, OverflowError):

@@ -163,6 +163,29 @@ def is_inside(path: str | os.PathLike, root: str | os.PathLike) -> bool:
     return resolved == resolved_root or resolved_root in resolved.parents
 
 
+def refuse_overwriting_inputs(out: str | os.PathLike, flag: str,
+                              inputs: list[str | os.PathLike | None]) -> None:
+    """Refuse an output path that is one of the command's inputs: the same path, a link to it
+    or another name of the same file (a hard link); an input that is no file (a preset name)
+    is none. Checked before anything is written, so the
+    input stays as it was."""
+    for source in inputs:
+        if source is not None and _same_file(out, source):
+            raise MoelabError(f"{flag} {out} is invalid: it is the input {source}, which the "
+                              f"command would overwrite; write to another path")
+
+
+def _same_file(a: str | os.PathLike, b: str | os.PathLike) -> bool:
+    if not os.path.exists(b):  # a preset or source name ("demo", "sample"), not a file
+        return False
+    if os.path.realpath(a) == os.path.realpath(b):
+        return True
+    try:
+        return os.path.samefile(a, b)
+    except OSError:  # one of them does not exist (yet): not the same file
+        return False
+
+
 def _fsync_file(path: str) -> None:
     """Flush a closed file's data to disk (read-write: Windows refuses fsync on a read-only fd)."""
     fd = os.open(path, os.O_RDWR)

@@ -14,7 +14,7 @@ import importlib
 import os
 import sys
 
-from moelab.errors import bad_input_message
+from moelab.errors import bad_input_message, short_text
 from moelab.version import __version__
 
 # Modules with a register(subparsers) function, in the order their commands are listed.
@@ -99,5 +99,6 @@ def _whole_number(text: str, minimum: int, allowed: str, maximum: int | None = N
     except ValueError:
         value = minimum - 1
     if value < minimum or (maximum is not None and value > maximum):
-        raise argparse.ArgumentTypeError(f"{text} is invalid: must be a whole number {allowed}")
+        raise argparse.ArgumentTypeError(f"{short_text(text)} is invalid: must be a whole number "
+                                         f"{allowed}")
     return value

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 from moelab.config import DataConfig, ModelConfig
+from moelab.fileio import refuse_overwriting_inputs
 
 
 def register(subparsers) -> None:
@@ -40,6 +41,7 @@ def register(subparsers) -> None:
 def prepare_data_command(args) -> int:
     from moelab.data import prepare_data  # here: the data pipeline imports torch, --help must not
 
+    refuse_overwriting_inputs(args.out, "--out", [args.source])
     data_cfg = DataConfig(source=args.source, cache_dir=args.out,
                           valid_fraction=args.valid_fraction)
     data_cfg.validate()

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from moelab.cli import bounded_int, positive_int, seed_int
 from moelab.errors import MoelabError
-from moelab.fileio import atomic_write_json
+from moelab.fileio import atomic_write_json, refuse_overwriting_inputs
 
 LAW_NAMES = ("chinchilla", "sparsity", "sparsity-interaction", "sparsity-additive",
              "sparsity-effective-size")
@@ -99,6 +99,8 @@ def _fit(args) -> int:
     from moelab.scaling.summary import check_identifiable, fit_columns
     from moelab.scaling.table import drop_highest_loss, parse_column_map, read_fit_table
 
+    if args.out:
+        refuse_overwriting_inputs(args.out, "--out", [args.csv])
     columns = read_fit_table(args.csv, args.law.startswith("sparsity"), parse_column_map(args.columns))
     columns = drop_highest_loss(columns, args.drop_highest)
     check_identifiable(args.law, columns, args.holdout, args.csv)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 
 from moelab.cli import positive_int
-from moelab.errors import MoelabError
+from moelab.errors import MoelabError, short_repr
 
 LAUNCHERS = ("local", "ray", "slurm", "commands")  # moelab.runs.launchers.LAUNCHERS, unimported
 
@@ -52,7 +52,7 @@ def _gpu_count(text: str) -> float:
     except ValueError:
         value = float("nan")
     if not 0 <= value <= 64:  # NaN fails too
-        raise argparse.ArgumentTypeError(f"{text!r} is invalid: allowed a number of GPUs in 0..64")
+        raise argparse.ArgumentTypeError(f"{short_repr(text)} is invalid: allowed a number of GPUs in 0..64")
     return value
 
 

@@ -14,8 +14,8 @@ from pathlib import Path
 from moelab.cli import bounded_int, non_negative_int, positive_int
 from moelab.cli.fit import MAX_BOOTSTRAP
 from moelab.cli.launch import add_launcher_arguments, build_launcher, wants_commands
-from moelab.errors import MoelabError
-from moelab.fileio import writer_lock
+from moelab.errors import MoelabError, short_repr
+from moelab.fileio import refuse_overwriting_inputs, writer_lock
 
 
 def register(subparsers) -> None:
@@ -53,7 +53,8 @@ def _sweep(args) -> int:
     grid = load_sweep_grid(args.grid, args.overrides)
     if args.out is None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.+-]{0,63}", grid.name):
         # The name would become the folder out/<name>-sweep: nothing that climbs out of it.
-        raise MoelabError(f"sweep grid name {grid.name!r} is invalid as a folder name (allowed "
+        raise MoelabError(f"sweep grid name {short_repr(grid.name)} is invalid as a folder name "
+                          "(allowed "
                           f"letters, digits and _ . + -): pass --out DIR")
     out_dir = Path(args.out) if args.out else Path("out") / f"{grid.name}-sweep"
     plan = plan_sweep(grid)
@@ -131,6 +132,7 @@ def _throughput(args) -> int:
                           "(0, 600] seconds")
     if args.grid and args.sparsities:
         raise MoelabError("--sparsities goes with CONFIG: a --grid has its own")
+    refuse_overwriting_inputs(args.out, "--out", [args.config, args.grid])
     if args.grid:
         shapes = grid_shapes(args.grid, args.overrides)
     else:
@@ -161,8 +163,8 @@ def _sparsity_list(text: str | None) -> list[float] | None:
     try:
         values = [float(item) for item in text.split(",") if item.strip()]
     except ValueError:
-        raise MoelabError(f"--sparsities {text!r} is invalid: expected numbers like "
+        raise MoelabError(f"--sparsities {short_repr(text)} is invalid: expected numbers like "
                           "0,0.5,0.75") from None
     if not values:
-        raise MoelabError(f"--sparsities {text!r} is invalid: expected numbers like 0,0.5,0.75")
+        raise MoelabError(f"--sparsities {short_repr(text)} is invalid: expected numbers like 0,0.5,0.75")
     return values

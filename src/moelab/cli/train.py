@@ -13,10 +13,14 @@ from typing import TYPE_CHECKING
 
 from moelab.cli import add_config_arguments, non_negative_int, positive_int, seed_int
 from moelab.config import load_config
-from moelab.errors import MoelabError
+from moelab.errors import MoelabError, short_repr, short_text
+from moelab.fileio import refuse_overwriting_inputs
 
 if TYPE_CHECKING:
     from moelab.train.summary import RunSummary
+
+DEFAULT_NEW_TOKENS = 64
+"""``generate``'s default length, cut to the run's context where that is shorter."""
 
 
 def register(subparsers) -> None:
@@ -73,8 +77,9 @@ def register(subparsers) -> None:
     generate = subparsers.add_parser("generate", help="continue a prompt with a trained run")
     generate.add_argument("run", metavar="RUN", help="a run folder")
     generate.add_argument("--prompt", required=True, help="the text to continue")
-    generate.add_argument("--max-new-tokens", type=non_negative_int, default=64, metavar="N",
-                          help="tokens to generate (default 64; at most the run's max_seq_len)")
+    generate.add_argument("--max-new-tokens", type=non_negative_int, default=None, metavar="N",
+                          help=f"tokens to generate (default {DEFAULT_NEW_TOKENS}, or the run's "
+                               f"max_seq_len if shorter; at most max_seq_len)")
     generate.add_argument("--temperature", type=_temperature, default=1.0, metavar="T",
                           help="sampling temperature; 0 means greedy (default 1.0)")
     generate.add_argument("--top-k", type=positive_int, default=None, metavar="K",
@@ -93,6 +98,7 @@ def register(subparsers) -> None:
 def _train(args) -> int:
     from moelab.train import branch_run, train
 
+    refuse_overwriting_inputs(args.out, "--out", [args.config, args.branch_from])
     config = load_config(args.config, args.overrides)
     if (args.branch_from is None) != (args.branch_step is None):
         raise MoelabError("--branch-from and --branch-step go together: give both or neither")
@@ -107,6 +113,7 @@ def _train(args) -> int:
 def _finetune(args) -> int:
     from moelab.train import finetune
 
+    refuse_overwriting_inputs(args.out, "--out", [args.run, args.data])
     result = finetune(args.run, args.data, args.out, args.overrides)
     _print_summary(args.out, result.run)
     print(f"source {args.run} on the new data: val loss {result.reference.source_val_loss:.4f}; "
@@ -165,10 +172,12 @@ def _generate(args) -> int:
     try:  # bytes that are not UTF-8 reach Python as lone surrogates, which no tokenizer takes
         args.prompt.encode("utf-8")
     except UnicodeEncodeError as exc:
-        raise MoelabError(f"--prompt {args.prompt!r} is invalid: not UTF-8 text (at character "
+        raise MoelabError(f"--prompt {short_repr(args.prompt)} is invalid: not UTF-8 text (at character "
                           f"{exc.start})") from None
     model, tokenizer = load_run(args.run)
     context = model.cfg.max_seq_len
+    if args.max_new_tokens is None:  # the default fits every run: a context-32 run gets 32
+        args.max_new_tokens = min(DEFAULT_NEW_TOKENS, context)
     if args.max_new_tokens > context:
         raise MoelabError(f"--max-new-tokens {args.max_new_tokens} is invalid: allowed 0..{context}, "
                           f"the run's context (model.max_seq_len); beyond it the model would "
@@ -193,6 +202,6 @@ def _temperature(text: str) -> float:
     except ValueError:
         value = math.nan
     if not math.isfinite(value) or value < 0:
-        raise argparse.ArgumentTypeError(f"{text} is invalid: must be a finite number >= 0 "
+        raise argparse.ArgumentTypeError(f"{short_text(text)} is invalid: must be a finite number >= 0 "
                                          f"(0 = greedy)")
     return value

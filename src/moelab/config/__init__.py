@@ -12,8 +12,10 @@ section of a study preset (``moelab.study.settings``) and the sparsity-sweep gri
 ``Annotated[T, Parsed(fn)]`` for a value with its own notation (a seed list, ``40.5M`` tokens).
 A field without a default is a required key.
 
-Every problem is a ``ConfigError`` whose one-line message names the key, the value and what is
-allowed.
+Every problem is a ``ConfigError`` whose one-line message names the key, the value (at most
+80 characters of it, ``moelab.errors.short_repr``) and what is allowed. YAML, from a file or a
+``--set`` value, is read within bounds (``load_yaml``): at most ``MAX_YAML_CHARS``, nested at most
+``MAX_YAML_DEPTH`` levels, no key twice and no aliases (``RefusedYAML``).
 
 The package, by concern: ``schema`` (the typed sections and their checks), ``parsing`` (dicts
 and dotted overrides into sections), ``files`` (YAML files, presets, ``load_config``);
@@ -22,10 +24,11 @@ and dotted overrides into sections), ``files`` (YAML files, presets, ``load_conf
 
 from moelab.config.files import (
     MAX_BASE_DEPTH, deep_merge, dump_config, load_config, preset_names, read_raw, read_with_base,
-    save_config,
+    read_yaml, save_config,
 )
 from moelab.config.parsing import (
-    Parsed, apply_overrides, build_config, from_dict, load_yaml, override, to_dict,
+    MAX_YAML_CHARS, MAX_YAML_DEPTH, Parsed, RefusedYAML, apply_overrides, build_config, from_dict,
+    load_yaml, override, to_dict, yaml_problem,
 )
 from moelab.config.schema import (
     BALANCE_MODES, DECAY_SHAPES, DEVICE_CHOICES, DEVICE_NAME, EVAL_TASK_NAMES, LB_SCOPES,
@@ -36,8 +39,8 @@ from moelab.config.schema import (
 __all__ = [
     "BALANCE_MODES", "Config", "DECAY_SHAPES", "DEVICE_CHOICES", "DEVICE_NAME", "DataConfig",
     "EVAL_TASK_NAMES", "LB_SCOPES", "MAX_BASE_DEPTH", "MAX_SAMPLE_TOKENS", "MAX_SEED",
-    "MAX_TOKENS", "ModelConfig", "MoEConfig", "Parsed", "SCHEDULES", "TrainConfig",
-    "apply_overrides", "build_config", "deep_merge", "dump_config", "from_dict", "load_config",
-    "load_yaml", "override", "preset_names", "read_raw", "read_with_base", "save_config",
-    "to_dict",
+    "MAX_TOKENS", "MAX_YAML_CHARS", "MAX_YAML_DEPTH", "ModelConfig", "MoEConfig", "Parsed",
+    "RefusedYAML", "SCHEDULES", "TrainConfig", "apply_overrides", "build_config", "deep_merge",
+    "dump_config", "from_dict", "load_config", "load_yaml", "override", "preset_names",
+    "read_raw", "read_with_base", "read_yaml", "save_config", "to_dict", "yaml_problem",
 ]

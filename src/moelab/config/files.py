@@ -12,9 +12,11 @@ from pathlib import Path
 
 import yaml
 
-from moelab.config.parsing import apply_overrides, build_config, load_yaml, to_dict
+from moelab.config.parsing import (
+    MAX_YAML_CHARS, RefusedYAML, apply_overrides, build_config, load_yaml, to_dict,
+)
 from moelab.config.schema import Config
-from moelab.errors import ConfigError
+from moelab.errors import ConfigError, short_repr
 from moelab.fileio import atomic_write_text
 
 
@@ -29,6 +31,23 @@ def _presets(folder: str):
     return root.joinpath(folder) if folder else root
 
 
+def read_yaml_text(path: Path) -> str:
+    """The text of a YAML file of at most ``MAX_YAML_CHARS`` bytes (``RefusedYAML`` when
+    longer, after reading one byte past the cap: a huge file is never read whole)."""
+    with open(path, "rb") as f:
+        data = f.read(MAX_YAML_CHARS + 1)
+    if len(data) > MAX_YAML_CHARS:
+        raise RefusedYAML(None, None, f"it is larger than {MAX_YAML_CHARS:,} bytes (64 KiB), "
+                          "the most a YAML file may hold")
+    return data.decode("utf-8")
+
+
+def read_yaml(path: Path):
+    """A YAML file's content within moelab's bounds (``load_yaml``); ``OSError``,
+    ``UnicodeDecodeError`` or ``yaml.YAMLError`` when it cannot be."""
+    return load_yaml(read_yaml_text(path))
+
+
 def read_raw(source: str | Path, what: str = "config", folder: str = "") -> dict:
     """The raw dict of a YAML file, or of a named preset (in ``folder`` of moelab/presets/) when
     no such file exists. ``what`` names the file in messages ("config", "sweep grid")."""
@@ -36,10 +55,12 @@ def read_raw(source: str | Path, what: str = "config", folder: str = "") -> dict
     shown = f"{what} {str(source)!r}"
     if path.is_file():
         try:
-            text = path.read_text(encoding="utf-8")
+            text = read_yaml_text(path)
+        except RefusedYAML as exc:
+            raise ConfigError(f"{shown} is invalid: {exc.problem}") from None
         except UnicodeDecodeError as exc:
             raise ConfigError(f"{shown} is not UTF-8 text (byte {exc.start}: "
-                              f"{exc.object[exc.start:exc.start + 1]!r})") from None
+                              f"{short_repr(exc.object[exc.start:exc.start + 1])})") from None
         except OSError as exc:
             raise ConfigError(f"{shown} cannot be read: {exc.strerror or exc}") from None
     elif str(source) in preset_names(folder):
@@ -52,11 +73,8 @@ def read_raw(source: str | Path, what: str = "config", folder: str = "") -> dict
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark else ""
-        problem = getattr(exc, "problem", None)
-        why = f": {problem}" if problem and "twice" in problem else ""
+        why = f": {exc.problem}" if isinstance(exc, RefusedYAML) else ""
         raise ConfigError(f"{shown} is not valid YAML{where}{why}") from None
-    except RecursionError:
-        raise ConfigError(f"{shown} nests too deeply") from None
     if raw is None:
         return {}
     if not isinstance(raw, dict):
@@ -76,12 +94,12 @@ def read_with_base(source: str | Path, depth: int = 0) -> dict:
     raw = read_raw(source)
     study = raw.get("study") or {}
     if not isinstance(study, dict):
-        raise ConfigError(f"study={study!r} is invalid: expected a mapping of study settings")
+        raise ConfigError(f"study={short_repr(study)} is invalid: expected a mapping of study settings")
     base = study.pop("base", None)
     if base is None:
         return raw
     if depth >= MAX_BASE_DEPTH:
-        raise ConfigError(f"study.base={base!r} is invalid: bases nest too deep (a cycle?)")
+        raise ConfigError(f"study.base={short_repr(base)} is invalid: bases nest too deep (a cycle?)")
     return deep_merge(read_with_base(base, depth + 1), raw)
 
 

@@ -16,7 +16,7 @@ from typing import Any, Callable
 import yaml
 
 from moelab.config.schema import Config
-from moelab.errors import ConfigError
+from moelab.errors import ConfigError, short_repr, short_text
 
 
 @dataclass(frozen=True)
@@ -44,7 +44,7 @@ def from_dict(cls: type, data: Any, prefix: str = "") -> Any:
     if data is None:
         data = {}
     if not isinstance(data, dict):
-        raise ConfigError(f"{where}={data!r} is invalid: expected a mapping of keys")
+        raise ConfigError(f"{where}={short_repr(data)} is invalid: expected a mapping of keys")
     hints = typing.get_type_hints(cls, include_extras=True)
     names = [f.name for f in dataclasses.fields(cls)]
     unknown = [key for key in data if key not in names]
@@ -85,8 +85,10 @@ def _coerce(hint: Any, value: Any, key: str) -> Any:
 def _coerce_list(item_hint: Any, value: Any, key: str) -> list:
     if isinstance(value, str):  # --set key=a,b: YAML reads a,b as one string
         value = [item.strip() for item in value.split(",") if item.strip()]
+    elif isinstance(value, (int, float)) and not isinstance(value, bool):  # --set key=5: [5]
+        value = [value]
     if not isinstance(value, list):
-        raise ConfigError(f"{key}={value!r} is invalid: expected {_type_name(list[item_hint])}")
+        raise ConfigError(f"{key}={short_repr(value)} is invalid: expected {_type_name(list[item_hint])}")
     return [_coerce(item_hint, item, f"{key}[{index}]") for index, item in enumerate(value)]
 
 
@@ -94,7 +96,7 @@ def _coerce_literal(allowed: tuple, value: Any, key: str) -> Any:
     # Compare types too: YAML's 1 must not pass for a literal True, nor "1" for 1.
     if any(value == choice and type(value) is type(choice) for choice in allowed):
         return value
-    raise ConfigError(f"{key}={value!r} is invalid: allowed {', '.join(map(str, allowed))}")
+    raise ConfigError(f"{key}={short_repr(value)} is invalid: allowed {', '.join(map(str, allowed))}")
 
 
 def _coerce_scalar(hint: Any, value: Any, key: str) -> Any:
@@ -114,7 +116,7 @@ def _coerce_scalar(hint: Any, value: Any, key: str) -> Any:
     elif hint is str:
         if isinstance(value, (str, int, float)) and not isinstance(value, bool):
             return str(value)
-    raise ConfigError(f"{key}={value!r} is invalid: expected {_type_name(hint)}")
+    raise ConfigError(f"{key}={short_repr(value)} is invalid: expected {_type_name(hint)}")
 
 
 def _parse_number(text: str) -> Any:
@@ -151,9 +153,41 @@ def _join(prefix: str, key: str) -> str:
     return f"{prefix}.{key}" if prefix else key
 
 
+MAX_YAML_CHARS = 64 * 1024
+"""The longest YAML text read (64 KiB). The largest bundled preset is 0.6 KB and a run's
+config.yaml about 1.5 KB, so this is 40 times any real config; PyYAML parses in pure Python, so
+the densest 64 KiB (a flow list of 30,000 numbers) already takes about a second."""
+MAX_YAML_DEPTH = 32
+"""The deepest nesting of YAML collections read: a config nests three levels (model.moe.x)."""
+
+
+class RefusedYAML(yaml.MarkedYAMLError):
+    """YAML that moelab refuses though PyYAML would read it: a key given twice, an alias, text
+    over ``MAX_YAML_CHARS`` or nesting over ``MAX_YAML_DEPTH``. Its ``problem`` is one line."""
+
+
 class _StrictLoader(yaml.SafeLoader):
-    """``yaml.SafeLoader`` that refuses a key given twice in one mapping (PyYAML keeps the
-    last one silently, so a typo'd copy of a key would override the intended value)."""
+    """``yaml.SafeLoader`` that refuses a key given twice in one mapping (PyYAML keeps the last
+    one silently, so a typo'd copy of a key would override the intended value), aliases (no
+    config needs one, and nested aliases expand a few hundred bytes into gigabytes) and
+    collections nested deeper than ``MAX_YAML_DEPTH``."""
+
+    _depth = 0
+
+    def compose_node(self, parent, index):
+        event = self.peek_event()
+        if isinstance(event, yaml.AliasEvent) and event.anchor in self.anchors:
+            # an undefined alias stays PyYAML's error: `--set data.source=*x` reads as text
+            raise RefusedYAML(None, None, f"aliases (*{event.anchor[:20]}) are not allowed",
+                              event.start_mark)
+        if isinstance(event, yaml.CollectionStartEvent) and self._depth >= MAX_YAML_DEPTH:
+            raise RefusedYAML(None, None, f"it nests too deeply (more than {MAX_YAML_DEPTH} "
+                              f"levels)", event.start_mark)
+        self._depth += 1
+        try:
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
 
     def construct_mapping(self, node, deep=False):
         seen = set()
@@ -165,13 +199,25 @@ class _StrictLoader(yaml.SafeLoader):
             except TypeError:  # an unhashable key: the base class reports it
                 break
             if duplicate:
-                raise yaml.constructor.ConstructorError(
-                    None, None, f"key {key!r} is given twice", key_node.start_mark)
+                raise RefusedYAML(None, None, f"key {short_repr(key)} is given twice",
+                                  key_node.start_mark)
         return super().construct_mapping(node, deep=deep)
 
 
+def yaml_problem(exc: yaml.YAMLError) -> str:
+    """One line for a YAML error: its problem and line (``RefusedYAML`` says what moelab
+    refuses; PyYAML's own problems quote the text, so they are cut short)."""
+    problem = getattr(exc, "problem", None) or (str(exc).splitlines() or ["malformed"])[0]
+    mark = getattr(exc, "problem_mark", None)
+    return short_text(problem) + (f" at line {mark.line + 1}" if mark else "")
+
+
 def load_yaml(text: str):
-    """``yaml.safe_load`` that refuses duplicate keys (``yaml.YAMLError``)."""
+    """``yaml.safe_load`` within moelab's bounds (``yaml.YAMLError``; ``RefusedYAML`` for
+    what only moelab refuses: duplicate keys, aliases, too long or too deep)."""
+    if len(text) > MAX_YAML_CHARS:
+        raise RefusedYAML(None, None, f"it is {len(text):,} characters long: allowed at most "
+                          f"{MAX_YAML_CHARS:,} (64 KiB)")
     return yaml.load(text, Loader=_StrictLoader)  # noqa: S506 -- a SafeLoader subclass
 
 
@@ -185,13 +231,13 @@ def apply_overrides(raw: dict, overrides: list[str]) -> dict:
         key, sep, text = item.partition("=")
         key = key.strip()
         if not sep or not key:
-            raise ConfigError(f"override {item!r} is invalid: expected KEY=VALUE, e.g. model.d_model=256")
+            raise ConfigError(f"override {short_repr(item)} is invalid: expected KEY=VALUE, e.g. model.d_model=256")
         try:
             value = load_yaml(text) if text.strip() else None
+        except RefusedYAML as exc:
+            raise ConfigError(f"override {short_repr(item)} is invalid: {exc.problem}") from None
         except yaml.YAMLError:
             value = text
-        except RecursionError:
-            raise ConfigError(f"override {item!r} is invalid: it nests too deeply") from None
         node = raw
         parts = key.split(".")
         for part in parts[:-1]:

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from moelab.config.checks import is_sha256, require_non_negative, require_positive
-from moelab.errors import ConfigError
+from moelab.errors import ConfigError, short_repr
 
 
 LB_SCOPES = ("micro_batch", "global_batch")
@@ -60,10 +60,10 @@ class MoEConfig:
         if self.d_shared is not None:
             require_positive(self, prefix, "d_shared")
         if self.balance not in BALANCE_MODES:
-            raise ConfigError(f"{prefix}.balance={self.balance!r} is invalid: allowed "
+            raise ConfigError(f"{prefix}.balance={short_repr(self.balance)} is invalid: allowed "
                               f"{', '.join(BALANCE_MODES)}")
         if self.lb_scope not in LB_SCOPES:
-            raise ConfigError(f"{prefix}.lb_scope={self.lb_scope!r} is invalid: allowed "
+            raise ConfigError(f"{prefix}.lb_scope={short_repr(self.lb_scope)} is invalid: allowed "
                               f"{', '.join(LB_SCOPES)}")
         if self.top_k > self.num_experts:
             raise ConfigError(
@@ -99,7 +99,7 @@ class MoEConfig:
         shared experts stay as they are (d_shared resolved, so it does not shrink)."""
         if not isinstance(granularity, int) or granularity <= 0 or self.d_expert % granularity:
             raise ConfigError(
-                f"granularity={granularity!r} is invalid: must be a positive integer dividing "
+                f"granularity={short_repr(granularity)} is invalid: must be a positive integer dividing "
                 f"d_expert ({self.d_expert})")
         return dataclasses.replace(
             self, num_experts=self.num_experts * granularity, top_k=self.top_k * granularity,
@@ -199,7 +199,7 @@ class DataConfig:
         if not self.source:
             raise ConfigError(f"{prefix}.source='' is invalid: use sample, tinystories, hf or a path")
         if self.cache_dir is not None and not self.cache_dir.strip():
-            raise ConfigError(f"{prefix}.cache_dir={self.cache_dir!r} is invalid: expected a "
+            raise ConfigError(f"{prefix}.cache_dir={short_repr(self.cache_dir)} is invalid: expected a "
                               f"folder, or null for the default cache")
         # 256 byte symbols + <|endoftext|> .. the cap (moelab.data.tokenizer.MIN/MAX_VOCAB_SIZE).
         if self.vocab_size is not None and self.vocab_size < 257:
@@ -331,10 +331,10 @@ class TrainConfig:
                 f"{self.warmup_fraction} is invalid: allowed [0, 1] and [0, 1)"
             )
         if self.schedule not in SCHEDULES:
-            raise ConfigError(f"{prefix}.schedule={self.schedule!r} is invalid: allowed "
+            raise ConfigError(f"{prefix}.schedule={short_repr(self.schedule)} is invalid: allowed "
                               f"{', '.join(SCHEDULES)}")
         if self.decay_shape not in DECAY_SHAPES:
-            raise ConfigError(f"{prefix}.decay_shape={self.decay_shape!r} is invalid: allowed "
+            raise ConfigError(f"{prefix}.decay_shape={short_repr(self.decay_shape)} is invalid: allowed "
                               f"{', '.join(DECAY_SHAPES)}")
         if not 0.0 < self.decay_fraction <= 1.0:
             raise ConfigError(
@@ -348,16 +348,16 @@ class TrainConfig:
                 f"warmup_fraction={self.warmup_fraction}: allowed (0, 1 - warmup_fraction]"
             )
         if self.dtype not in ("float32", "bfloat16"):
-            raise ConfigError(f"{prefix}.dtype={self.dtype!r} is invalid: allowed float32, bfloat16")
+            raise ConfigError(f"{prefix}.dtype={short_repr(self.dtype)} is invalid: allowed float32, bfloat16")
         if not DEVICE_NAME.fullmatch(self.device):
-            raise ConfigError(f"{prefix}.device={self.device!r} is invalid: allowed {DEVICE_CHOICES}")
+            raise ConfigError(f"{prefix}.device={short_repr(self.device)} is invalid: allowed {DEVICE_CHOICES}")
         if not 0.0 < self.collapse_threshold <= 1.0:
             raise ConfigError(
                 f"{prefix}.collapse_threshold={self.collapse_threshold} is invalid: allowed (0, 1]"
             )
         if (any(name not in EVAL_TASK_NAMES for name in self.eval_tasks)
                 or len(set(self.eval_tasks)) < len(self.eval_tasks)):
-            raise ConfigError(f"{prefix}.eval_tasks={self.eval_tasks!r} is invalid: allowed a "
+            raise ConfigError(f"{prefix}.eval_tasks={short_repr(self.eval_tasks)} is invalid: allowed a "
                               f"list of distinct names from {', '.join(EVAL_TASK_NAMES)}")
 
     def _validate_budget_family_fields(self, prefix: str) -> None:
@@ -371,10 +371,10 @@ class TrainConfig:
             raise ConfigError(f"{prefix}.keep_checkpoints_at={self.keep_checkpoints_at} is "
                               f"invalid: allowed distinct steps >= 1")
         if (self.init_from is None) != (self.init_sha256 is None):
-            raise ConfigError(f"{prefix}.init_from={self.init_from!r} with init_sha256="
-                              f"{self.init_sha256!r} is invalid: set both or neither")
+            raise ConfigError(f"{prefix}.init_from={short_repr(self.init_from)} with init_sha256="
+                              f"{short_repr(self.init_sha256)} is invalid: set both or neither")
         if self.init_sha256 is not None and not is_sha256(self.init_sha256):
-            raise ConfigError(f"{prefix}.init_sha256={self.init_sha256!r} is invalid: expected "
+            raise ConfigError(f"{prefix}.init_sha256={short_repr(self.init_sha256)} is invalid: expected "
                               f"64 lowercase hex digits")
         for name in ("seed", "data_seed"):
             value = getattr(self, name)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from moelab.errors import MoelabError
+from moelab.errors import MoelabError, short_repr
 
 
 class TrainBatches:
@@ -99,7 +99,7 @@ class TrainBatches:
             value = state.get(key, 0)
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 raise MoelabError(f"cannot resume the batch stream: checkpoint has {key}="
-                                  f"{value!r}, expected a whole number >= 0")
+                                  f"{short_repr(value)}, expected a whole number >= 0")
             if key != "step" and key in state and value != getattr(self, key):
                 raise MoelabError(
                     f"cannot resume the batch stream: checkpoint has {key}={state[key]}, "

@@ -26,7 +26,7 @@ from moelab.data.sources import Source, StorySplit, split_bytes
 from moelab.data.tokenizer import (
     TOKENIZER_RECIPE_VERSION, Tokenizer, check_data_supports_vocab, file_sha256, train_tokenizer,
 )
-from moelab.errors import MoelabError
+from moelab.errors import MoelabError, short_repr
 from moelab.fileio import atomic_write, atomic_write_json, remove_stale_temporaries, writer_lock
 
 MANIFEST = "manifest.json"
@@ -167,7 +167,7 @@ def load_cache(cache_dir: Path, source: Source, vocab_size: int
     }
     for key, value in expected.items():
         if manifest.get(key) != value:
-            _corrupt(manifest_path, f"{key} is {manifest.get(key)!r}, expected {value!r}")
+            _corrupt(manifest_path, f"{key} is {short_repr(manifest.get(key))}, expected {short_repr(value)}")
     tokenizer_path = cache_dir / TOKENIZER_FILE
     if not tokenizer_path.is_file():
         _corrupt(tokenizer_path, "the file is missing")
@@ -194,7 +194,7 @@ def _read_manifest(path: Path) -> dict[str, Any]:
 def _open_split(cache_dir: Path, name: str, manifest: dict, dtype: np.dtype) -> TokenSplit:
     entry = manifest["splits"].get(name)
     if not isinstance(entry, dict):
-        _corrupt(cache_dir / MANIFEST, f"split {name!r} is missing")
+        _corrupt(cache_dir / MANIFEST, f"split {short_repr(name)} is missing")
     try:
         path = cache_dir / entry["file"]
         tokens, stories = int(entry["tokens"]), int(entry["stories"])
@@ -202,7 +202,7 @@ def _open_split(cache_dir: Path, name: str, manifest: dict, dtype: np.dtype) -> 
         expected_sha256 = str(entry["sha256"])
     except (KeyError, TypeError, ValueError):
         _corrupt(cache_dir / MANIFEST,
-                 f"split {name!r} lacks file, tokens, stories, bytes or sha256")
+                 f"split {short_repr(name)} lacks file, tokens, stories, bytes or sha256")
     if not path.is_file():
         _corrupt(path, "the file is missing")
     size = path.stat().st_size

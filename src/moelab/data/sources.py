@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Callable, Iterator, Optional, Sequence
 
 from moelab.config import DataConfig
-from moelab.errors import MoelabError
+from moelab.errors import MoelabError, short_repr
 
 EOT_TEXT = "<|endoftext|>"
 # What one document separator costs in the TinyStories file layout (a line of its own).
@@ -250,7 +250,7 @@ def source_from_dataset_dict(dataset_dict, data_cfg: DataConfig, label: str = "h
         name = next((n for n in names if n in dataset_dict), None)
         if name is None:
             raise MoelabError(
-                f"data.source={label!r}: the dataset has splits {sorted(dataset_dict)}; "
+                f"data.source={short_repr(label)}: the dataset has splits {sorted(dataset_dict)}; "
                 f"needed 'train' and 'validation'"
             )
         splits[wanted] = dataset_dict[name]
@@ -259,7 +259,7 @@ def source_from_dataset_dict(dataset_dict, data_cfg: DataConfig, label: str = "h
         column[wanted] = next((c for c in JSONL_TEXT_FIELDS if c in dataset.column_names), None)
         if column[wanted] is None:
             raise MoelabError(
-                f"data.source={label!r}: split {wanted} has columns {dataset.column_names}; "
+                f"data.source={short_repr(label)}: split {wanted} has columns {dataset.column_names}; "
                 "needed 'text' or 'story'"
             )
     limits = {"train": data_cfg.max_train_stories, "valid": None}
@@ -357,7 +357,7 @@ def _folder_source(folder: Path, data_cfg: DataConfig) -> Source:
 def _file_source(path: Path, data_cfg: DataConfig) -> Source:
     if path.suffix not in (".txt", ".jsonl"):
         raise MoelabError(
-            f"data.source={str(path)!r}: unknown file type {path.suffix!r}; {ALLOWED_PATHS}"
+            f"data.source={str(path)!r}: unknown file type {short_repr(path.suffix)}; {ALLOWED_PATHS}"
         )
     raw = _read_raw(path)
 

@@ -15,7 +15,7 @@ import numpy as np
 from tokenizers import Tokenizer as HFTokenizer
 from tokenizers import decoders, models, pre_tokenizers, trainers
 
-from moelab.errors import MoelabError
+from moelab.errors import MoelabError, short_repr
 from moelab.data.sources import EOT_TEXT, SEPARATOR_BYTES
 
 # 256 byte symbols plus <|endoftext|>.
@@ -118,7 +118,7 @@ def check_data_supports_vocab(batches: Iterable[list[str]], vocab_size: int,
     bound = supported_vocab_bound(batches, vocab_size)
     if bound < vocab_size:
         raise MoelabError(
-            f"vocab_size={vocab_size} is too large for data source {source_label!r}: byte-level "
+            f"vocab_size={vocab_size} is too large for data source {short_repr(source_label)}: byte-level "
             f"BPE on its training split can reach at most {bound} tokens (256 bytes, "
             f"{EOT_TEXT} and one merge per byte after the first of each distinct word); "
             f"allowed {MIN_VOCAB_SIZE}..{bound}"
@@ -148,7 +148,7 @@ def train_tokenizer(batches: Iterable[list[str]], vocab_size: int, path: Path,
     reached = hf.get_vocab_size()
     if reached < vocab_size:
         raise MoelabError(
-            f"vocab_size={vocab_size} is too large for data source {source_label!r}: its training "
+            f"vocab_size={vocab_size} is too large for data source {short_repr(source_label)}: its training "
             f"split only supports {reached} BPE tokens; allowed {MIN_VOCAB_SIZE}..{reached}"
         )
     atomic_write(path, lambda tmp: hf.save(tmp))

@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 from moelab.config import ModelConfig
-from moelab.errors import MoelabError
+from moelab.errors import MoelabError, short_repr
 from moelab.moe.experts import (
     AUTO,
     EXPERTS_CHOICES,
@@ -59,7 +59,7 @@ class MoEFeedForward(nn.Module):
         if cfg.moe is None:
             raise MoelabError("model.moe=null is invalid for MoEFeedForward: give a moe section")
         if experts_implementation not in EXPERTS_CHOICES:
-            raise MoelabError(f"experts_implementation={experts_implementation!r} is invalid: "
+            raise MoelabError(f"experts_implementation={short_repr(experts_implementation)} is invalid: "
                               f"allowed {', '.join(EXPERTS_CHOICES)}")
         moe = cfg.moe
         self.num_experts, self.top_k = moe.num_experts, moe.top_k

@@ -8,9 +8,11 @@ from pathlib import Path
 
 import yaml
 
-from moelab.errors import MoelabError
+from moelab.config import read_yaml, yaml_problem
+from moelab.errors import MoelabError, short_repr, warn
 from moelab.fileio import atomic_write_json
 from moelab.train.checkpoint import latest_checkpoint
+from moelab.train.events import read_events
 from moelab.train.run_folder import RunFolder
 from moelab.train.summary import is_finite_number
 
@@ -46,9 +48,11 @@ def write_failures(folder: Path, failures: dict[str, str]) -> None:
 
 def check_run_files(runs_root: Path) -> None:
     """Refuse, on one line naming the file, what a report would choke on: in every complete run
-    under ``runs_root`` a summary number that is not a finite number, a metrics.jsonl without
-    evals or logging a step twice, an unreadable config.yaml. A hand edit or a copy gone wrong,
-    never anything training writes."""
+    under ``runs_root`` a summary number that is not a finite number, a metrics.jsonl line that
+    is not an event (``moelab.train.events``), without evals or logging a step twice, an
+    unreadable config.yaml. A hand edit or a copy gone wrong, never anything training writes;
+    a complete run is never to be deleted for it. A torn last metrics line (a copy cut short)
+    is skipped with a warning naming the file."""
     if not runs_root.is_dir():
         return
     for summary_path in sorted(runs_root.rglob("summary.json")):
@@ -58,9 +62,13 @@ def check_run_files(runs_root: Path) -> None:
             if problem:  # resuming a run without summary.json writes it again, no step trained
                 raise MoelabError(f"{problem}: delete it and resume the run (moelab train CONFIG "
                                   f"--out {run.path} --resume) to write it again")
-            problem = _metrics_problem(run) or _config_problem(run)
+            problem = _metrics_problem(run)
             if problem:
-                raise MoelabError(f"{problem}: delete {run.path} to train the run again")
+                raise MoelabError(problem)
+            problem = _config_problem(run)
+            if problem:
+                raise MoelabError(f"{problem}: restore it from the copy its checkpoints hold "
+                                  f"({run.checkpoints_dir}/step_*/config.yaml)")
 
 
 def _summary_problem(run: RunFolder) -> str:
@@ -73,8 +81,10 @@ def _summary_problem(run: RunFolder) -> str:
 
 def _config_problem(run: RunFolder) -> str:
     try:
-        config = yaml.safe_load(run.config_path.read_text("utf-8"))
-    except (OSError, ValueError, yaml.YAMLError) as exc:  # UnicodeDecodeError is a ValueError
+        config = read_yaml(run.config_path)
+    except yaml.YAMLError as exc:
+        return f"{run.config_path} cannot be read ({yaml_problem(exc)})"
+    except (OSError, ValueError) as exc:  # UnicodeDecodeError is a ValueError
         detail = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         return f"{run.config_path} cannot be read ({detail})"
     if not isinstance(config, dict):
@@ -83,29 +93,27 @@ def _config_problem(run: RunFolder) -> str:
 
 
 def _metrics_problem(run: RunFolder) -> str:
+    """What is wrong with a complete run's metrics.jsonl, with its fix ('' when nothing)."""
     path = run.metrics_path
     try:
-        lines = path.read_text("utf-8").splitlines() if path.is_file() else []
-    except (OSError, UnicodeDecodeError) as exc:
-        return f"{path} cannot be read ({exc})"
+        log = read_events(path)
+    except MoelabError as exc:
+        return str(exc)
+    if log.torn_tail:
+        warn(f"{path} ends in a torn line (a write cut short); the report skips it")
     eval_steps = []
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
+    for event in log.events:
+        if event.kind != "eval":
             continue
-        try:
-            event = json.loads(line)
-        except ValueError:
-            return f"{path} line {number} is not valid JSON"
-        if not isinstance(event, dict):
-            return f"{path} line {number} is not a JSON object"
-        if event.get("kind") != "eval":
-            continue
-        step, loss = event.get("step"), event.get("val_loss")
-        if not isinstance(step, int) or isinstance(step, bool) or not is_finite_number(loss):
-            return f"{path} line {number}: an eval without a whole step and a finite val_loss"
-        if eval_steps and step <= eval_steps[-1]:
-            return f"{path} line {number} logs eval step {step} again (or out of order)"
-        eval_steps.append(step)
+        if not is_finite_number(event.fields["val_loss"]):
+            return (f"{path} line {event.line}: eval val_loss={short_repr(event.fields['val_loss'])}"
+                    f" is not a finite number: fix or remove that line")
+        if eval_steps and event.step <= eval_steps[-1]:
+            return (f"{path} line {event.line} logs eval step {event.step} again (or out of "
+                    f"order): remove the repeated line")
+        eval_steps.append(event.step)
     if not eval_steps:
-        return f"{path} of a complete run has no eval events"
+        return (f"{path} of a complete run has no eval events: restore the file from a copy "
+                f"(the report needs its eval lines)")
     return ""
+

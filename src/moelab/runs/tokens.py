@@ -9,7 +9,7 @@ from decimal import Decimal, InvalidOperation
 from typing import Annotated, Any
 
 from moelab.config import Parsed
-from moelab.errors import ConfigError, MoelabError
+from moelab.errors import ConfigError, MoelabError, short_repr
 
 _SUFFIXES = {"": 1, "K": 10**3, "M": 10**6, "B": 10**9}
 
@@ -26,7 +26,7 @@ def parse_token_count(text: str | int | float) -> int:
         tokens = Decimal(0)
     if not tokens.is_finite() or tokens <= 0 or tokens != tokens.to_integral_value():
         raise MoelabError(
-            f"token budget {raw!r} is invalid: expected a positive whole number of tokens, "
+            f"token budget {short_repr(raw)} is invalid: expected a positive whole number of tokens, "
             "e.g. 426300000, 40.5M, 1.2B or 500K"
         )
     return int(tokens)
@@ -47,7 +47,7 @@ def parse_budget_list(text: str) -> list[int]:
     """``"40.5M,426.3M"`` -> sorted, de-duplicated token counts."""
     items = [item for item in str(text).split(",") if item.strip()]
     if not items:
-        raise MoelabError(f"--budgets {text!r} is invalid: expected a comma-separated list like 40.5M,426.3M")
+        raise MoelabError(f"--budgets {short_repr(text)} is invalid: expected a comma-separated list like 40.5M,426.3M")
     return sorted({parse_token_count(item) for item in items})
 
 

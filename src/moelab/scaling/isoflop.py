@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 import scipy.optimize
 
-from moelab.errors import MoelabError
+from moelab.errors import MoelabError, short_repr
 from moelab.scaling.family import active_params, estimate_shared_fraction
 from moelab.scaling.table import (
     numeric_column, read_csv_rows, require_column, validate_columns, with_default_columns,
@@ -62,7 +62,7 @@ def read_isoflop_table(path: str | Path, column_map: dict[str, str] | None = Non
         key, sep, value = condition.partition("=")
         if not sep or key not in header:
             raise MoelabError(
-                f"--where {condition!r} is invalid: expected COLUMN=VALUE with COLUMN one of "
+                f"--where {short_repr(condition)} is invalid: expected COLUMN=VALUE with COLUMN one of "
                 f"{', '.join(header)}"
             )
         rows = [row for row in rows if row[key] == value]

@@ -33,7 +33,7 @@ from typing import Callable
 
 import numpy as np
 
-from moelab.errors import MoelabError
+from moelab.errors import MoelabError, short_repr
 
 
 @dataclass(frozen=True)
@@ -253,5 +253,5 @@ LAWS = {law.name: law for law in (CHINCHILLA, *SPARSITY_FORMS)}
 
 def get_law(name: str) -> Law:
     if name not in LAWS:
-        raise MoelabError(f"law {name!r} is unknown: allowed {', '.join(LAWS)}")
+        raise MoelabError(f"law {short_repr(name)} is unknown: allowed {', '.join(LAWS)}")
     return LAWS[name]

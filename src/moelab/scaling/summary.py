@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from moelab.errors import MoelabError
+from moelab.errors import MoelabError, short_repr
 from moelab.scaling.fitting import FitResult, bootstrap, fit_law, percentile_interval
 from moelab.scaling.laws import Law, get_law
 from moelab.scaling.table import holdout_mask, select
@@ -170,17 +170,17 @@ def _check_fit_numbers(record: dict, path: Path) -> None:
     shared = record.get("shared_fraction")
     if shared is not None and (isinstance(shared, bool) or not isinstance(shared, (int, float))
                                or not 0 <= shared <= 1):
-        raise MoelabError(f"{path}: shared_fraction={shared!r} is invalid: allowed [0, 1] or null")
+        raise MoelabError(f"{path}: shared_fraction={short_repr(shared)} is invalid: allowed [0, 1] or null")
 
 
 def _check_params(params, where: str, path: Path) -> None:
     if not isinstance(params, dict):
-        raise MoelabError(f"{path}: {where}={params!r} is invalid: expected a mapping of "
+        raise MoelabError(f"{path}: {where}={short_repr(params)} is invalid: expected a mapping of "
                           f"parameter names to numbers")
     for name, value in params.items():
         if isinstance(value, bool) or not isinstance(value, (int, float)) \
                 or not math.isfinite(value):
-            raise MoelabError(f"{path}: {where}.{name}={value!r} is invalid: expected a "
+            raise MoelabError(f"{path}: {where}.{name}={short_repr(value)} is invalid: expected a "
                               f"finite number")
 
 
@@ -188,7 +188,7 @@ def check_scale_exponents(params: dict, path: Path) -> None:
     for name in SCALE_EXPONENTS:
         value = params.get(name)
         if value is not None and value <= 0:
-            raise MoelabError(f"{path}: params.{name}={value!r} is invalid: allowed > 0 (the "
+            raise MoelabError(f"{path}: params.{name}={short_repr(value)} is invalid: allowed > 0 (the "
                               "loss must fall with parameters and tokens for an optimum to exist)")
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from moelab.errors import MoelabError
+from moelab.errors import MoelabError, short_repr
 
 CANONICAL_COLUMNS = ("N", "D", "C", "S", "N_active", "loss")
 RESULTS_CSV_COLUMNS = {"N": "N_total", "loss": "best_val_loss"}
@@ -45,11 +45,11 @@ def parse_column_map(items: list[str] | None) -> dict[str, str]:
             key, value = key.strip(), value.strip().strip('"').strip("'")
             if not sep or not key or not value:
                 raise MoelabError(
-                    f"--columns {pair!r} is invalid: expected NAME=CSV_COLUMN, e.g. N=\"Model Size\""
+                    f"--columns {short_repr(pair)} is invalid: expected NAME=CSV_COLUMN, e.g. N=\"Model Size\""
                 )
             if key not in CANONICAL_COLUMNS:
                 raise MoelabError(
-                    f"--columns name {key!r} is invalid: allowed {', '.join(CANONICAL_COLUMNS)}"
+                    f"--columns name {short_repr(key)} is invalid: allowed {', '.join(CANONICAL_COLUMNS)}"
                 )
             mapping[key] = value
     return mapping
@@ -88,7 +88,7 @@ def fit_table_from_rows(path: Path, header: list[str], rows: list[dict[str, str]
         columns["D"] = columns["C"] / (6.0 * flops_params)
     else:
         raise MoelabError(
-            f"{path}: needs a tokens column {names['D']!r} or a FLOPs column {names['C']!r} "
+            f"{path}: needs a tokens column {short_repr(names['D'])} or a FLOPs column {short_repr(names['C'])} "
             f"(map others with --columns D=... or C=...); found: {', '.join(header)}"
         )
     validate_columns(path, columns)
@@ -107,13 +107,17 @@ def read_csv_rows(path: Path) -> tuple[list[str], list[dict[str, str]]]:
         raise MoelabError(f"{path} is not a readable CSV file: {exc}") from None
     if not header or not rows:
         raise MoelabError(f"{path} has no data rows: expected a header line and one row per point")
+    repeated = sorted({name for name in header if header.count(name) > 1})
+    if repeated:  # csv.DictReader would keep the last column of a name, silently
+        raise MoelabError(f"{path}: the header names {', '.join(map(short_repr, repeated))} "
+                          f"more than once: every column needs its own name")
     return header, rows
 
 
 def require_column(path: Path, header: list[str], name: str, key: str) -> None:
     if name not in header:
         raise MoelabError(
-            f"{path}: column {name!r} (for {key}) is missing; found: {', '.join(header)} "
+            f"{path}: column {short_repr(name)} (for {key}) is missing; found: {', '.join(header)} "
             f"(map names with --columns {key}=...)"
         )
 
@@ -125,7 +129,7 @@ def numeric_column(path: Path, rows: list[dict[str, str]], name: str) -> np.ndar
         try:
             value = float(text)
         except ValueError:
-            raise MoelabError(f"{path} line {line}: {name}={text!r} is not a number") from None
+            raise MoelabError(f"{path} line {line}: {name}={short_repr(text)} is not a number") from None
         if not math.isfinite(value):
             raise MoelabError(f"{path} line {line}: {name}={text} is invalid: must be a finite number")
         values.append(value)
@@ -181,7 +185,7 @@ def holdout_mask(columns: dict[str, np.ndarray], spec: str) -> np.ndarray:
     match = _HOLDOUT.match(spec)
     if not match or match.group(1) not in columns:
         raise MoelabError(
-            f"--holdout {spec!r} is invalid: expected COLUMN OP VALUE with COLUMN one of "
+            f"--holdout {short_repr(spec)} is invalid: expected COLUMN OP VALUE with COLUMN one of "
             f"{', '.join(k for k in CANONICAL_COLUMNS if k in columns)}, OP one of = >= <= > <, "
             f"VALUE a number, max or min (e.g. S=max)"
         )
@@ -193,7 +197,7 @@ def holdout_mask(columns: dict[str, np.ndarray], spec: str) -> np.ndarray:
         try:
             threshold = float(text)
         except ValueError:
-            raise MoelabError(f"--holdout {spec!r} is invalid: {text!r} is not a number") from None
+            raise MoelabError(f"--holdout {short_repr(spec)} is invalid: {short_repr(text)} is not a number") from None
     if op in ("=", "=="):
         mask = np.isclose(values, threshold, rtol=1e-9, atol=1e-12)
     else:
@@ -201,7 +205,7 @@ def holdout_mask(columns: dict[str, np.ndarray], spec: str) -> np.ndarray:
                 ">": values > threshold, "<": values < threshold}[op]
     if not mask.any() or mask.all():
         raise MoelabError(
-            f"--holdout {spec!r} is invalid: it holds out {int(mask.sum())} of {len(mask)} points; "
+            f"--holdout {short_repr(spec)} is invalid: it holds out {int(mask.sum())} of {len(mask)} points; "
             f"it must leave some points on each side"
         )
     return mask

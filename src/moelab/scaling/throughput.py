@@ -43,7 +43,7 @@ from pathlib import Path
 import numpy as np
 import scipy.optimize
 
-from moelab.errors import MoelabError
+from moelab.errors import MoelabError, short_repr
 from moelab.scaling.family import active_params
 from moelab.scaling.fitting import percentile_interval
 
@@ -208,7 +208,7 @@ def _csv_rows(path: Path, text: str) -> list[dict]:
         raise MoelabError(f"throughput table {path} is not a readable CSV file: {exc}") from None
     missing = [key for key in REQUIRED_COLUMNS if key not in (reader.fieldnames or [])]
     if missing:
-        raise MoelabError(f"throughput table {path}: column {missing[0]!r} is missing: a table "
+        raise MoelabError(f"throughput table {path}: column {short_repr(missing[0])} is missing: a table "
                           f"needs {', '.join(REQUIRED_COLUMNS)}")
     return rows
 
@@ -225,11 +225,11 @@ def _checked_row(path: Path, index: int, row) -> dict[str, float]:
         try:
             number = float(value)
         except (TypeError, ValueError):
-            raise MoelabError(f"{where}: {key}={value!r} is invalid: expected a number") from None
+            raise MoelabError(f"{where}: {key}={short_repr(value)} is invalid: expected a number") from None
         if not math.isfinite(number) or (key != "S" and number <= 0) or \
                 (key == "S" and not 0 <= number < 1):
             allowed = "[0, 1)" if key == "S" else "a finite number > 0"
-            raise MoelabError(f"{where}: {key}={value!r} is invalid: allowed {allowed}")
+            raise MoelabError(f"{where}: {key}={short_repr(value)} is invalid: allowed {allowed}")
         checked[key] = number
     if checked["N_active"] > checked["N_total"]:
         raise MoelabError(f"{where}: N_active={checked['N_active']:g} is invalid: more than "

@@ -15,7 +15,7 @@ from typing import Optional
 
 from moelab.accounting import match_dense
 from moelab.config import Config, ModelConfig
-from moelab.errors import ConfigError, MoelabError
+from moelab.errors import ConfigError, MoelabError, short_repr
 
 MOE_ARM = "moe"
 STUDY_CRITERIA = ("active", "total")
@@ -63,7 +63,7 @@ def check_criteria(criteria: list[str]) -> list[str]:
                 f"criterion 'flops' is invalid for a study: matched on training FLOPs per token "
                 f"the dense arm is the dense_active model; allowed {allowed}")
         if criterion not in STUDY_CRITERIA:
-            raise ConfigError(f"criterion {criterion!r} is invalid: allowed {allowed}")
+            raise ConfigError(f"criterion {short_repr(criterion)} is invalid: allowed {allowed}")
     return list(dict.fromkeys(criteria))  # keep order, drop repeats
 
 
@@ -71,7 +71,7 @@ def parse_criteria(text: str, key: str = "--criteria") -> list[str]:
     """``active,total`` -> the checked criteria; an empty list is refused naming ``key``."""
     criteria = [c.strip() for c in text.split(",") if c.strip()]
     if not criteria:
-        raise MoelabError(f"{key} {text!r} is invalid: expected a comma-separated list from "
+        raise MoelabError(f"{key} {short_repr(text)} is invalid: expected a comma-separated list from "
                           f"{','.join(STUDY_CRITERIA)}")
     return check_criteria(criteria)
 

@@ -20,8 +20,8 @@ from typing import Callable, Optional
 
 import yaml
 
-from moelab.config import Config, build_config, to_dict
-from moelab.errors import MoelabError
+from moelab.config import Config, build_config, read_yaml, to_dict, yaml_problem
+from moelab.errors import MoelabError, short_repr
 from moelab.fileio import (
     atomic_write_json, atomic_write_text, is_bookkeeping, remove_stale_temporaries,
 )
@@ -123,16 +123,16 @@ def check_same_study(study_dir: Path, kind: str, base: Config, specs: list[RunSp
                               f"{', '.join(others[:3])}{', ...' if len(others) > 3 else ''}): "
                               "use another --out folder or an empty one")
     if plan_path.is_file():
-        old_kind = _read_planned(plan_path, json.loads).get("kind")
+        old_kind = _read_planned(plan_path, _read_json).get("kind")
         if old_kind != kind:
-            raise MoelabError(f"{study_dir} already holds a {old_kind!r} study, not {kind!r}: "
+            raise MoelabError(f"{study_dir} already holds a {short_repr(old_kind)} study, not {short_repr(kind)}: "
                               "use another --out folder")
     pairs = [("base config", study_path, _without_seed(to_dict(base)))] + [
         (f"config for run {spec.name}", study_dir / spec.config_path, to_dict(spec.config)) for spec in specs
     ]
     for what, path, new in pairs:
         if path.is_file():
-            old = _with_defaults(_read_planned(path, yaml.safe_load))
+            old = _with_defaults(_read_planned(path, read_yaml))
             if path == study_path:
                 old = _without_seed(old)
             difference = first_difference(old, new)
@@ -140,7 +140,7 @@ def check_same_study(study_dir: Path, kind: str, base: Config, specs: list[RunSp
                 key, old_value, new_value = difference
                 raise MoelabError(
                     f"{study_dir} already holds a study with another {what}: "
-                    f"{key}={old_value!r} (now {new_value!r}); use another --out folder or the "
+                    f"{key}={short_repr(old_value)} (now {short_repr(new_value)}); use another --out folder or the "
                     "same config"
                 )
 
@@ -162,12 +162,17 @@ def _without_seed(config: dict) -> dict:
     return {**config, "train": train}
 
 
-def _read_planned(path: Path, parse: Callable[[str], object]) -> dict:
+def _read_json(path: Path) -> object:
+    return json.loads(path.read_text("utf-8"))
+
+
+def _read_planned(path: Path, read: Callable[[Path], object]) -> dict:
     """plan.json, study.yaml or a run's config as a dict; a damaged one is a one-line error."""
     try:
-        content = parse(path.read_text("utf-8"))
+        content = read(path)
     except (OSError, ValueError, yaml.YAMLError) as exc:  # JSONDecodeError is a ValueError
-        detail = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        detail = (yaml_problem(exc) if isinstance(exc, yaml.YAMLError)
+                  else (str(exc).strip().splitlines() or [type(exc).__name__])[0])
         raise MoelabError(f"{path} is corrupt ({detail}): delete it to plan the study "
                           f"again") from None
     if not isinstance(content, dict):  # an empty file too: it would compare as "all differ"
@@ -184,7 +189,7 @@ def check_study_files(study_dir: Path) -> None:
     not a mapping of arms and runs, and the damaged run files ``check_run_files`` finds."""
     plan_path = study_dir / "plan.json"
     if plan_path.is_file():
-        plan = _read_planned(plan_path, json.loads)
+        plan = _read_planned(plan_path, _read_json)
         for key in ("arms", "runs"):
             entries = plan.get(key, [])
             if not isinstance(entries, list) or not all(

@@ -20,6 +20,7 @@ from moelab.runs import is_complete
 from moelab.runs.tokens import parse_token_count
 from moelab.study.plan import run_name
 from moelab.tasks import read_run_tasks
+from moelab.train.events import read_events
 from moelab.train.run_folder import RunFolder
 from moelab.train.summary import RunSummary
 
@@ -78,25 +79,15 @@ def read_run_config(folder: RunFolder) -> Config:
     try:
         return folder.read_config()
     except ConfigError as exc:
-        raise MoelabError(f"{folder.config_path} does not load as a config ({exc}): delete "
-                          f"{folder.path} to train the run again") from None
+        raise MoelabError(f"{folder.config_path} does not load as a config ({exc}): restore "
+                          f"it from the copy its checkpoints hold "
+                          f"({folder.checkpoints_dir}/step_*/config.yaml)") from None
 
 
 def read_evals(metrics_path: Path) -> list[dict]:
-    """The eval lines of a metrics.jsonl ([] without one); a damaged line is a one-line error."""
-    evals = []
-    if not metrics_path.is_file():
-        return evals
-    for number, line in enumerate(metrics_path.read_text("utf-8").splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except ValueError:
-            raise MoelabError(f"{metrics_path} line {number} is not valid JSON") from None
-        if record.get("kind") == "eval":
-            evals.append(record)
-    return evals
+    """The eval lines of a metrics.jsonl ([] without one); a line that is not an event is a
+    one-line error (``moelab.train.events``)."""
+    return read_events(metrics_path).evals()
 
 
 def read_plan(study_dir: Path) -> dict:

@@ -29,7 +29,7 @@ from moelab.config import (
     EVAL_TASK_NAMES, MAX_TOKENS, Config, Parsed, apply_overrides, build_config, from_dict,
     read_with_base, to_dict,
 )
-from moelab.errors import ConfigError, MoelabError
+from moelab.errors import ConfigError, MoelabError, short_repr
 from moelab.study.arms import DEFAULT_CRITERIA, check_criteria
 from moelab.runs.tokens import TokenCount
 
@@ -59,7 +59,7 @@ def check_seeds(seeds: Any, key: str = "seeds") -> int | list[int]:
     for seed in value:
         # bool is an int in Python, but `true` is no seed
         if isinstance(seed, bool) or not isinstance(seed, int):
-            raise refuse(f"{seed!r} is not a whole number")
+            raise refuse(f"{short_repr(seed)} is not a whole number")
         if seed < 0:
             raise refuse(f"seed {seed} is negative")
     repeated = sorted({seed for seed in value if value.count(seed) > 1})
@@ -81,7 +81,7 @@ def _parse_seed_text(text: str, refuse) -> int | list[int]:
     seeds = []
     for item in (item.strip() for item in inner.split(",")):
         if not re.fullmatch(r"[+-]?\d+", item):
-            raise refuse(f"{item!r} is not a whole number" if item else "an item is empty")
+            raise refuse(f"{short_repr(item)} is not a whole number" if item else "an item is empty")
         seeds.append(int(item))
     return seeds if is_list else seeds[0]
 
@@ -152,7 +152,7 @@ class StudySettings:
 def check_task_names(names: list[str], key: str) -> None:
     for index, name in enumerate(names):
         if name not in EVAL_TASK_NAMES:
-            raise ConfigError(f"{key}[{index}]={name!r} is invalid: allowed "
+            raise ConfigError(f"{key}[{index}]={short_repr(name)} is invalid: allowed "
                               f"{', '.join(EVAL_TASK_NAMES)}")
 
 
@@ -169,12 +169,12 @@ def load_study(source: str | Path, overrides: list[str] | None = None) -> tuple[
 def parse_settings(study_raw: Any) -> StudySettings:
     """Check the study section (after ``--set`` overrides) and turn it into settings."""
     if study_raw is not None and not isinstance(study_raw, dict):
-        raise ConfigError(f"study={study_raw!r} is invalid: expected a mapping of study "
+        raise ConfigError(f"study={short_repr(study_raw)} is invalid: expected a mapping of study "
                           f"settings, e.g. --set study.seeds=2")
     if study_raw and "base" in study_raw:
         # read_with_base has already merged (and removed) the file's own base by now, so a
         # base here came from --set and would otherwise be silently ignored.
-        raise ConfigError(f"study.base={study_raw['base']!r} cannot be set with --set: the base "
+        raise ConfigError(f"study.base={short_repr(study_raw['base'])} cannot be set with --set: the base "
                           f"is read before overrides apply; put it in the YAML file's study: "
                           f"section, or pass the preset as CONFIG")
     return from_dict(StudySettings, study_raw, "study").validate()

@@ -12,7 +12,7 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
-from moelab.errors import ConfigError, MoelabError
+from moelab.errors import ConfigError, MoelabError, short_repr
 from moelab.fileio import atomic_write_json
 from moelab.scaling.table import RESULTS_CSV_COLUMNS, read_csv_rows
 from moelab.sweep.grid import with_seeds_key
@@ -59,13 +59,13 @@ def read_grid_record(out_dir: Path) -> dict:
     for key, kind in GRID_FIELDS.items():
         value = record.get(key)
         if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-            raise MoelabError(f"{path}: {key}={value!r} is invalid: expected a {kind.__name__} "
+            raise MoelabError(f"{path}: {key}={short_repr(value)} is invalid: expected a {kind.__name__} "
                               "(the grid moelab sweep-sparsity wrote)")
     if not all(isinstance(s, dict) and isinstance(s.get("name"), str) for s in record["sizes"]):
         raise MoelabError(f"{path}: sizes is invalid: expected a list of mappings with a name")
     for key in ("sparsities", "flops_budgets", "token_budgets", "seeds"):
         if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in record[key]):
-            raise MoelabError(f"{path}: {key}={record[key]!r} is invalid: expected numbers")
+            raise MoelabError(f"{path}: {key}={short_repr(record[key])} is invalid: expected numbers")
     return record
 
 

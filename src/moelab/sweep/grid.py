@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, Optional
 
 from moelab.config import Parsed, apply_overrides, from_dict, preset_names, read_raw, to_dict
-from moelab.errors import ConfigError
+from moelab.errors import ConfigError, short_repr
 from moelab.runs.tokens import TokenCount
 
 SWEEP_PRESETS = "sweeps"
@@ -62,7 +62,7 @@ def _sizes(value: Any, key: str) -> list[dict]:
     """Each size checked as a SizeShape and kept as a plain mapping of the keys it gives: the
     grid's record (grid.json) and the model overrides are these mappings."""
     if not isinstance(value, list):
-        raise ConfigError(f"{key}={value!r} is invalid: expected a list of mappings")
+        raise ConfigError(f"{key}={short_repr(value)} is invalid: expected a list of mappings")
     shapes = [from_dict(SizeShape, item, f"{key}[{index}]") for index, item in enumerate(value)]
     return [{k: v for k, v in to_dict(shape).items() if v is not None} for shape in shapes]
 
@@ -95,9 +95,9 @@ class SweepGrid:
 
     def validate(self) -> "SweepGrid":
         """What the types alone do not say; the parser has checked keys and types."""
-        where = f"sweep grid {self.name!r}"
+        where = f"sweep grid {short_repr(self.name)}"
         if self.mode not in MODES:
-            raise ConfigError(f"{where}: mode={self.mode!r} is invalid: allowed {', '.join(MODES)}")
+            raise ConfigError(f"{where}: mode={short_repr(self.mode)} is invalid: allowed {', '.join(MODES)}")
         if not self.sizes or not self.sparsities:
             raise ConfigError(f"{where}: sizes and sparsities must be non-empty lists")
         if bool(self.flops_budgets) == bool(self.token_budgets):
@@ -107,14 +107,14 @@ class SweepGrid:
         for sparsity in self.sparsities:
             experts_for(sparsity, self.top_k)  # raises on a sparsity with no whole E
         if not self.seeds or len(set(self.seeds)) < len(self.seeds) or min(self.seeds) < 0:
-            raise ConfigError(f"{where}: seeds={self.seeds!r} is invalid: expected a non-empty "
+            raise ConfigError(f"{where}: seeds={short_repr(self.seeds)} is invalid: expected a non-empty "
                               "list of distinct whole numbers >= 0")
         for budget in list(self.flops_budgets) + list(self.token_budgets):
             if not (math.isfinite(budget) and budget > 0):
                 raise ConfigError(f"{where}: budget {budget} is invalid: must be a finite number > 0")
         for index, item in enumerate(self.overrides):
             if "=" not in item:
-                raise ConfigError(f"{where}: overrides[{index}]={item!r} is invalid: expected "
+                raise ConfigError(f"{where}: overrides[{index}]={short_repr(item)} is invalid: expected "
                                   "KEY=VALUE, e.g. train.eval_interval=100")
         for size in self.sizes:
             _check_size(size, where)
@@ -127,18 +127,18 @@ GRID_KEYS = tuple(f.name for f in dataclasses.fields(SweepGrid))
 
 def _check_size(size: dict, where: str) -> None:
     if not isinstance(size.get("name"), str) or not SIZE_NAME.fullmatch(size["name"]):
-        raise ConfigError(f"{where}: size name {size.get('name')!r} is invalid: allowed 1-64 "
+        raise ConfigError(f"{where}: size name {short_repr(size.get('name'))} is invalid: allowed 1-64 "
                           f"letters, digits and _ . + - (starting with a letter or digit), no / or ..")
     for key in (key for key in SIZE_KEYS if key in size):
         value = size[key]
         if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-            raise ConfigError(f"{where}: size {size['name']!r} {key}={value!r} is invalid: "
+            raise ConfigError(f"{where}: size {short_repr(size['name'])} {key}={short_repr(value)} is invalid: "
                               "expected a whole number > 0")
 
 
 def _check_base(base: str, where: str) -> None:
     if not (Path(base).is_file() or base in preset_names()):
-        raise ConfigError(f"{where}: base={base!r} is invalid: expected a config preset "
+        raise ConfigError(f"{where}: base={short_repr(base)} is invalid: expected a config preset "
                           f"({', '.join(preset_names())}) or a YAML file")
 
 
@@ -161,12 +161,12 @@ def with_seeds_key(record: dict) -> dict:
     if "seed" not in record:
         return record
     if "seeds" in record:
-        raise ConfigError(f"seed={record['seed']!r} and seeds={record['seeds']!r} are both given: "
+        raise ConfigError(f"seed={short_repr(record['seed'])} and seeds={short_repr(record['seeds'])} are both given: "
                           "give seeds alone (a list, e.g. seeds=[0,1])")
     record = dict(record)
     seed = record.pop("seed")
     if isinstance(seed, bool) or not isinstance(seed, int):
-        raise ConfigError(f"seed={seed!r} is invalid: expected a whole number")
+        raise ConfigError(f"seed={short_repr(seed)} is invalid: expected a whole number")
     return {**record, "seeds": [seed]}
 
 
@@ -196,5 +196,5 @@ def load_grid(source: str | Path, overrides: list[str] | None = None) -> SweepGr
     try:
         grid = from_dict(SweepGrid, with_seeds_key(raw))
     except ConfigError as exc:
-        raise ConfigError(f"sweep grid {raw.get('name')!r}: {exc}") from None
+        raise ConfigError(f"sweep grid {short_repr(raw.get('name'))}: {exc}") from None
     return grid.validate()

@@ -16,7 +16,7 @@ from typing import Optional
 
 from moelab.accounting import count_params, flops_per_token
 from moelab.config import Config, MoEConfig, load_config, to_dict
-from moelab.errors import ConfigError, MoelabError
+from moelab.errors import ConfigError, MoelabError, short_repr
 from moelab.fileio import atomic_write_json, remove_stale_temporaries
 from moelab.runs import RunSpec, write_run_configs
 from moelab.runs.families import as_budget_family
@@ -69,11 +69,11 @@ def point_config(base: Config, size: dict, sparsity: float, top_k: int, mode: st
     experts = experts_for(sparsity, top_k)
     d_ff = int(size.get("d_ff", 0)) or None
     if d_ff is None:
-        raise ConfigError(f"sweep size {size['name']!r} needs d_ff (the dense FFN width)")
+        raise ConfigError(f"sweep size {short_repr(size['name'])} needs d_ff (the dense FFN width)")
     divisor = experts if mode == "fixed_total" else top_k
     if d_ff % divisor:
         raise ConfigError(
-            f"sweep size {size['name']!r}: d_ff={d_ff} is invalid for {mode} with E={experts}, "
+            f"sweep size {short_repr(size['name'])}: d_ff={d_ff} is invalid for {mode} with E={experts}, "
             f"k={top_k}: must be divisible by {divisor}"
         )
     moe = replace(base.model.moe or MoEConfig(), num_experts=experts, top_k=top_k,
@@ -194,7 +194,7 @@ def _write_plan(out_dir: Path, grid: SweepGrid, points: list[SweepPoint], specs:
     if grid_path.is_file():
         old = with_seeds_key(json.loads(grid_path.read_text("utf-8")))
         if not _same_grid_or_more_seeds(old, json.loads(json.dumps(grid_record))):
-            raise MoelabError(f"{out_dir} already holds another sweep grid ({old.get('name')!r}): "
+            raise MoelabError(f"{out_dir} already holds another sweep grid ({short_repr(old.get('name'))}): "
                               "use another --out folder")
     remove_stale_temporaries(out_dir, out_dir / "configs", out_dir / "figures")
     atomic_write_json(grid_path, grid_record)

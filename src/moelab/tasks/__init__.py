@@ -21,7 +21,7 @@ from importlib import resources
 from pathlib import Path
 
 from moelab.config import EVAL_TASK_NAMES
-from moelab.errors import MoelabError
+from moelab.errors import MoelabError, short_repr
 from moelab.tasks.scoring import REQUESTS, SCORERS
 
 TASK_NAMES = EVAL_TASK_NAMES
@@ -42,7 +42,7 @@ def parse_task_names(text: str) -> list[str]:
         return list(TASK_NAMES)
     unknown = [name for name in names if name not in TASK_NAMES]
     if unknown or not names:
-        raise MoelabError(f"--tasks {text!r} is invalid: unknown task "
+        raise MoelabError(f"--tasks {short_repr(text)} is invalid: unknown task "
                           f"{', '.join(map(repr, unknown)) or '(none given)'}; allowed: a "
                           f"comma-separated list of {', '.join(TASK_NAMES)}, or all")
     return list(dict.fromkeys(names))
@@ -71,7 +71,7 @@ def score_tasks(model, tokenizer, names: list[str], batch_size: int = 16) -> dic
         try:
             result = SCORERS[name](model, tokenizer, items, batch_size)
         except MoelabError as exc:
-            raise MoelabError(f"task {name!r}: {exc}") from None
+            raise MoelabError(f"task {short_repr(name)}: {exc}") from None
         result["task_sha256"] = hashlib.sha256(text.encode("utf-8")).hexdigest()
         results[name] = result
     return results

@@ -16,7 +16,7 @@ import os
 from pathlib import Path
 from moelab.config import Config, build_config, read_raw, to_dict
 from moelab.data.tokenizer import file_sha256
-from moelab.errors import MoelabError
+from moelab.errors import MoelabError, short_repr
 from moelab.fileio import atomic_write_json, atomic_write_text
 from moelab.train.checkpoint import (
     CONFIG_FILE, STATE_FILE, copy_checkpoint, kept_checkpoint, point_latest_at, read_state,
@@ -72,14 +72,14 @@ def check_branchable(source_config: Config, config: Config, step: int, source_pa
     if difference:
         key, in_source, in_given = difference
         raise MoelabError(f"cannot branch from {source_path}: its config differs at {key} "
-                          f"({in_source!r} in the source, {in_given!r} given); a branch may "
+                          f"({short_repr(in_source)} in the source, {short_repr(in_given)} given); a branch may "
                           f"change only train.max_tokens and the lr schedule after its step")
     for index in range(step):  # 0-based: the lr of optimizer steps 1..step
         source_lr, branch_lr = _lr(source_config, index), _lr(config, index)
         if source_lr != branch_lr:
             raise MoelabError(
                 f"cannot branch from {source_path} at step {step}: the lr schedules differ at "
-                f"step {index + 1} ({source_lr!r} in the source, {branch_lr!r} given); share "
+                f"step {index + 1} ({short_repr(source_lr)} in the source, {short_repr(branch_lr)} given); share "
                 f"the warmup (train.warmup_steps) and branch at or before the decay start")
 
 
@@ -99,6 +99,8 @@ def _checkpoint_config(folder: Path) -> Config:
 def _seed(source: RunFolder, folder: Path, config: Config, out: RunFolder) -> None:
     """Checkpoint, tokenizer, metrics up to the step and branch.json, then latest.json last:
     until it points at the copy the folder holds no progress, and seeding starts over."""
+    step = int(folder.name[5:])
+    history = [e for e in source.read_metrics() if e["step"] <= step]  # before any write
     out.start(config, resume=True)  # creates the folder, takes its writer lock, config.yaml
     try:
         copied = copy_checkpoint(folder, out.checkpoints_dir)
@@ -106,8 +108,6 @@ def _seed(source: RunFolder, folder: Path, config: Config, out: RunFolder) -> No
             raise MoelabError(f"cannot branch from {source.path}: {source.tokenizer_path} is "
                               f"missing")
         out.save_tokenizer(source.tokenizer_path)
-        step = int(folder.name[5:])
-        history = [e for e in source.read_metrics() if e.get("step", 0) <= step]
         atomic_write_text(out.metrics_path, "".join(json.dumps(e) + "\n" for e in history))
         atomic_write_json(out.path / BRANCH_FILE, {
             "source": str(source.path.resolve()), "step": step,

@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from moelab.config import Config
-from moelab.errors import MoelabError
+from moelab.errors import MoelabError, short_repr
 from moelab.train.schedule import Schedule
 
 
@@ -78,7 +78,7 @@ def wsd_budget_family(config: Config, budgets: list[int]) -> WsdFamily:
     """
     tc = config.train
     if tc.schedule != "wsd":
-        raise MoelabError(f"train.schedule={tc.schedule!r} is invalid for a budget family: "
+        raise MoelabError(f"train.schedule={short_repr(tc.schedule)} is invalid for a budget family: "
                           f"allowed wsd (a cosine schedule differs by budget at every step)")
     if not budgets:
         raise MoelabError("budgets [] is invalid: expected at least one token budget")
@@ -110,7 +110,7 @@ def wsd_budget_family(config: Config, budgets: list[int]) -> WsdFamily:
 
 def _steps(budget: Any, tokens_per_step: int) -> int:
     if not isinstance(budget, int) or isinstance(budget, bool) or budget <= 0:
-        raise MoelabError(f"budget {budget!r} is invalid: expected a whole number of tokens > 0")
+        raise MoelabError(f"budget {short_repr(budget)} is invalid: expected a whole number of tokens > 0")
     if budget < tokens_per_step:
         raise MoelabError(f"budget {budget} is invalid: less than one step of batch_size * "
                           f"max_seq_len = {tokens_per_step} tokens")

@@ -34,7 +34,7 @@ from safetensors.torch import load_file, load_model, save_file, save_model
 
 from moelab.config import Config, save_config
 from moelab.data.tokenizer import file_sha256
-from moelab.errors import MoelabError
+from moelab.errors import MoelabError, short_repr
 from moelab.fileio import atomic_write, atomic_write_json, is_inside
 
 MODEL_FILE = "model.safetensors"
@@ -161,7 +161,7 @@ def latest_checkpoint(checkpoints_dir: Path) -> Path | None:
     except (OSError, ValueError, KeyError, TypeError):  # UnicodeDecodeError is a ValueError
         raise MoelabError(f"checkpoint pointer {pointer} is corrupt: delete it to start over") from None
     if not isinstance(name, str) or not CHECKPOINT_NAME.fullmatch(name):
-        raise MoelabError(f"checkpoint pointer {pointer} names folder {name!r}: allowed only a "
+        raise MoelabError(f"checkpoint pointer {pointer} names folder {short_repr(name)}: allowed only a "
                           f"step_NNNNNNNN folder inside {checkpoints_dir}")
     folder = checkpoints_dir / name
     if not is_inside(folder, checkpoints_dir) or not is_inside(checkpoints_dir,
@@ -197,24 +197,24 @@ def _state_problem(state: Any, folder: Path) -> str:
         return "not a JSON object"
     for key in ("step", "tokens", "data", "optimizer", "train_time_s", "wall_time_s"):
         if key not in state:
-            return f"no {key!r} entry"
+            return f"no {short_repr(key)} entry"
     step = state["step"]
     if not _is_count(step) or step < 1 or f"step_{step:08d}" != folder.name:
-        return f"step={step!r} is invalid: expected {int(folder.name[5:])}, its folder's step"
+        return f"step={short_repr(step)} is invalid: expected {int(folder.name[5:])}, its folder's step"
     if not _is_count(state["tokens"]) or state["tokens"] < 0:
-        return f"tokens={state['tokens']!r} is invalid: expected a whole number >= 0"
+        return f"tokens={short_repr(state['tokens'])} is invalid: expected a whole number >= 0"
     for key in ("train_time_s", "wall_time_s"):
         if not _is_number(state[key]) or not 0 <= state[key] < float("inf"):
-            return f"{key}={state[key]!r} is invalid: expected a finite number >= 0"
+            return f"{key}={short_repr(state[key])} is invalid: expected a finite number >= 0"
     for key in ("best_val_loss", "best_val_bpb"):
         if state.get(key) is not None and not _is_number(state[key]):
-            return f"{key}={state[key]!r} is invalid: expected a number or null"
+            return f"{key}={short_repr(state[key])} is invalid: expected a number or null"
     if state.get("best_val_step") is not None and not _is_count(state["best_val_step"]):
-        return f"best_val_step={state['best_val_step']!r} is invalid: expected a whole number"
+        return f"best_val_step={short_repr(state['best_val_step'])} is invalid: expected a whole number"
     for key, kind in (("data", dict), ("optimizer", dict), ("last_eval", (dict, type(None))),
                       ("sha256", (dict, type(None)))):
         if not isinstance(state.get(key), kind):
-            return f"{key}={state.get(key)!r} is invalid: expected a JSON object"
+            return f"{key}={short_repr(state.get(key))} is invalid: expected a JSON object"
     return ""
 
 

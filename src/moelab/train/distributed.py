@@ -14,7 +14,7 @@ import torch
 import torch.distributed as torch_dist
 
 from moelab.config import DEVICE_CHOICES, DEVICE_NAME  # what train.device and eval --device accept
-from moelab.errors import MoelabError
+from moelab.errors import MoelabError, short_repr
 from moelab.train.cuda import configure_cuda
 
 
@@ -68,18 +68,18 @@ def resolve_device(name: str, local_rank: int = 0, key: str = "train.device") ->
     if name == "cpu":
         return torch.device("cpu")
     if not torch.cuda.is_available():
-        raise MoelabError(f"{key}={name!r} is invalid: no CUDA device; use cpu or auto")
+        raise MoelabError(f"{key}={short_repr(name)} is invalid: no CUDA device; use cpu or auto")
     index = local_rank if name == "cuda" else int(name.split(":")[1])
     count = torch.cuda.device_count()
     if index >= count:
-        raise MoelabError(f"{key}={name!r} is invalid: it selects cuda:{index}, but there "
+        raise MoelabError(f"{key}={short_repr(name)} is invalid: it selects cuda:{index}, but there "
                           f"{'is' if count == 1 else 'are'} only {count} CUDA device(s)")
     return torch.device("cuda", index)
 
 
 def check_device_name(name: str, key: str = "train.device") -> None:
     if not isinstance(name, str) or not DEVICE_NAME.fullmatch(name):
-        raise MoelabError(f"{key}={name!r} is invalid: allowed {DEVICE_CHOICES}")
+        raise MoelabError(f"{key}={short_repr(name)} is invalid: allowed {DEVICE_CHOICES}")
 
 
 def check_device_for_ranks(name: str, world_size: int) -> None:
@@ -88,7 +88,7 @@ def check_device_for_ranks(name: str, world_size: int) -> None:
     check_device_name(name)
     if world_size > 1 and name.startswith("cuda:"):
         raise MoelabError(
-            f"train.device={name!r} is invalid under torchrun (WORLD_SIZE={world_size}): every "
+            f"train.device={short_repr(name)} is invalid under torchrun (WORLD_SIZE={world_size}): every "
             f"process would use that one GPU; allowed auto or cuda (each process takes the GPU "
             f"of its LOCAL_RANK) or cpu"
         )
@@ -127,6 +127,6 @@ def _env_int(name: str, default: int | None, minimum: int) -> int:
     except ValueError:
         value = minimum - 1
     if value < minimum:
-        raise MoelabError(f"environment variable {name}={text!r} is invalid: expected a whole "
+        raise MoelabError(f"environment variable {name}={short_repr(text)} is invalid: expected a whole "
                           f"number >= {minimum} (torchrun sets it)")
     return value

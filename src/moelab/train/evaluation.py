@@ -16,7 +16,7 @@ import torch
 
 from moelab.data import Tokenizer
 from moelab.data.units import nats_to_bits_per_byte
-from moelab.errors import MoelabError
+from moelab.errors import MoelabError, short_repr
 from moelab.fileio import atomic_write_json
 from moelab.moe import RoutingStats
 from moelab.tasks import TRAINING_RESULTS_FILE, longest_continuation, score_tasks
@@ -83,7 +83,7 @@ def check_tasks_fit(names: list[str], max_seq_len: int, tokenizer: Tokenizer) ->
     for name in names:
         longest = longest_continuation(name, tokenizer)
         if longest > max_seq_len:
-            raise MoelabError(f"train.eval_tasks: task {name!r} needs model.max_seq_len >= "
+            raise MoelabError(f"train.eval_tasks: task {short_repr(name)} needs model.max_seq_len >= "
                               f"{longest} (its longest continuation in tokens of this "
                               f"tokenizer), the run has {max_seq_len}")
 

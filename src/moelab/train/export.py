@@ -22,7 +22,7 @@ from safetensors.torch import save_file
 
 from moelab.config import ModelConfig
 from moelab.data import EOT_TEXT
-from moelab.errors import MoelabError
+from moelab.errors import MoelabError, short_repr
 from moelab.fileio import current_umask
 from moelab.train.runs import load_run
 
@@ -62,7 +62,7 @@ def to_hf_state_dict(state_dict: dict[str, torch.Tensor]) -> dict[str, torch.Ten
                 hf[re.sub(pattern, replacement, name)] = tensor
                 break
         else:
-            raise MoelabError(f"cannot export parameter {name!r}: no Hugging Face name for it")
+            raise MoelabError(f"cannot export parameter {short_repr(name)}: no Hugging Face name for it")
     return {name: tensor.detach().cpu().contiguous() for name, tensor in hf.items()}
 
 

@@ -3,6 +3,7 @@
     config.yaml        the resolved config of the run
     tokenizer.json     a copy of the tokenizer, so the run folder is self-contained
     metrics.jsonl      one JSON object per train-log or eval event: {"kind", "step", "tokens", ...}
+                       (the schema: moelab.train.events)
     summary.json       written once, at the end of a complete run (status "complete"); a run
                        that failed or was killed has none (a study records failures in its
                        failures.json)
@@ -19,11 +20,12 @@ from typing import Any
 
 from moelab.config import Config, build_config, read_raw, save_config, to_dict
 from moelab.data.tokenizer import Tokenizer, file_sha256
-from moelab.errors import MoelabError
+from moelab.errors import MoelabError, short_repr
 from moelab.fileio import (
     WriterLock, atomic_write, atomic_write_json, atomic_write_text, is_bookkeeping,
     remove_stale_temporaries,
 )
+from moelab.train.events import read_events
 from moelab.train.summary import RunSummary
 
 # Keys that may differ between a run and its resumption: they change how a run is shown,
@@ -100,8 +102,8 @@ class RunFolder:
         if difference:
             key, in_run, in_given = difference
             raise MoelabError(
-                f"cannot resume {self.path}: its config differs at {key} ({in_run!r} in the run, "
-                f"{in_given!r} given); resume with the same config or start a new run"
+                f"cannot resume {self.path}: its config differs at {key} ({short_repr(in_run)} in the run, "
+                f"{short_repr(in_given)} given); resume with the same config or start a new run"
             )
 
     def save_tokenizer(self, tokenizer_file: Path) -> None:
@@ -130,16 +132,9 @@ class RunFolder:
             raise MoelabError(f"cannot write {self.metrics_path}: {exc.strerror or exc}") from None
 
     def read_metrics(self) -> list[dict[str, Any]]:
-        """All complete events (a torn last line of a killed run is skipped)."""
-        if not self.metrics_path.is_file():
-            return []
-        events = []
-        for line in self.metrics_path.read_text(encoding="utf-8").splitlines():
-            try:
-                events.append(json.loads(line))
-            except ValueError:
-                continue
-        return events
+        """Every event as logged (``moelab.train.events``: a torn last line of a killed run is
+        skipped; any other line that is not an event is a one-line error)."""
+        return [event.fields for event in read_events(self.metrics_path).events]
 
     def truncate_metrics(self, last_step: int) -> None:
         """Keep only events up to ``last_step``: a resumed run then logs exactly what an

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Optional
 
-from moelab.errors import MoelabError
+from moelab.errors import MoelabError, short_repr
 
 SCHEMA_VERSION = 1
 
@@ -69,7 +69,7 @@ class RunSummary:
         for name in _NUMBERS:
             value = values.get(name)
             if value is not None and not is_finite_number(value):
-                raise MoelabError(f"{path} is corrupt ({name}={value!r} is not a finite number)")
+                raise MoelabError(f"{path} is corrupt ({name}={short_repr(value)} is not a finite number)")
         routing = values.get("routing")
         if routing is None:
             values.pop("routing", None)

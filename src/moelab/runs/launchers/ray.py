@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
-from moelab.errors import MoelabError
+from moelab.errors import MoelabError, short_repr
 from moelab.runs.execute import Log, RunOutcome
 from moelab.runs.failures import raised_error_line
 from moelab.runs.spec import RunSpec
@@ -95,7 +95,7 @@ def _host_and_port(address: Optional[str]) -> Optional[tuple[str, str]]:
         return None
     host, _, port = address.removeprefix("ray://").rpartition(":")
     if not host or not port.isdigit():
-        raise MoelabError(f"--ray-address {address!r} is invalid: expected HOST:PORT, "
+        raise MoelabError(f"--ray-address {short_repr(address)} is invalid: expected HOST:PORT, "
                           "ray://HOST:PORT or auto")
     return host, port
 

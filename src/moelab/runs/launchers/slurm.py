@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
 
-from moelab.errors import MoelabError
+from moelab.errors import MoelabError, short_repr
 from moelab.runs.execute import Log, RunOutcome
 from moelab.runs.failures import raised_error_line
 from moelab.runs.spec import RunSpec
@@ -58,7 +58,7 @@ class SlurmLauncher:
 
     def __post_init__(self) -> None:
         if self.cluster not in ("slurm", "local"):
-            raise MoelabError(f"cluster={self.cluster!r} is invalid: allowed slurm, local")
+            raise MoelabError(f"cluster={short_repr(self.cluster)} is invalid: allowed slurm, local")
         if self.cluster == "slurm" and shutil.which("sbatch") is None:  # before anything is planned
             raise MoelabError("--launcher slurm needs SLURM on this machine (no sbatch found): "
                               "run it on a login node, or try the array here with --slurm-local")
