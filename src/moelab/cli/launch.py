@@ -183,10 +183,11 @@ def build_launcher(args):
     return LocalLauncher(jobs=args.jobs, runs_per_gpu=args.runs_per_gpu)
 
 
-def print_submitted(job_id, folder) -> None:
+def print_submitted(job_id, folder, local: bool) -> None:
     """What a detached submit leaves the user: the job, and how to collect its results."""
     if job_id is None:
         print(f"every run is complete: nothing submitted; moelab report {folder} rebuilds the report")
         return
-    print(f"submitted job {job_id}; watch it with squeue -j {job_id} (logs in {folder}/slurm/), "
-          f"then collect the results with: moelab report {folder}")
+    watch = "" if local else f"; watch it with squeue -j {job_id}"
+    print(f"submitted job {job_id}{watch} (logs in {folder}/slurm/); once its runs are done, "
+          f"collect the results with: moelab report {folder}")

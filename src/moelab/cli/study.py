@@ -94,7 +94,8 @@ def _study(args) -> int:
     launcher = build_launcher(args)
     if args.detach:
         with writer_lock(out):
-            print_submitted(submit_study(args.kind, config, settings, out, launcher), out)
+            job_id = submit_study(args.kind, config, settings, out, launcher)
+        print_submitted(job_id, out, local=args.slurm_local)
         return 0
     with writer_lock(out):
         results = run_study(args.kind, config, settings, out, launcher=launcher)

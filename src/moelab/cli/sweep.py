@@ -76,8 +76,9 @@ def _sweep(args) -> int:
     launcher = build_launcher(args)
     if args.detach:
         with writer_lock(out_dir):
-            print_submitted(submit_sweep(grid, out_dir, launcher, bootstrap_replicates=args.bootstrap,
-                                         max_starts=args.starts), out_dir)
+            job_id = submit_sweep(grid, out_dir, launcher, bootstrap_replicates=args.bootstrap,
+                                  max_starts=args.starts)
+        print_submitted(job_id, out_dir, local=args.slurm_local)
         return 0
     with writer_lock(out_dir):
         report_path = run_sweep(grid, out_dir, bootstrap_replicates=args.bootstrap,

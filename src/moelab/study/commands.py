@@ -11,6 +11,7 @@ from moelab.runs import RunSpec, execute_plan, is_complete, submit_plan
 from moelab.runs.data import prepare_shared_data
 from moelab.runs.launchers.commands import train_commands
 from moelab.runs.launchers.local import LocalLauncher
+from moelab.runs.spec import shown_in_wandb
 from moelab.runs.training import TrainFn
 from moelab.study.arms import Arm, ladder_arms, study_arms
 from moelab.study.plan import check_study_files, plan_runs, write_plan
@@ -36,6 +37,7 @@ def write_study_plan(kind: str, config: Config, settings: StudySettings,
                      study_dir: Path) -> list[RunSpec]:
     config = settings.apply_to(config)  # what every arm takes from the study (eval_tasks)
     arms, specs = plan(kind, config, settings)
+    specs = shown_in_wandb(specs, group=study_dir.resolve().name, tags=[kind])
     recorded = settings.to_dict()
     if kind == "ablation":
         recorded.pop("criteria")
