@@ -188,7 +188,8 @@ class DataConfig:
     vocab_size: Optional[int] = None
     """BPE vocabulary size to train; null means model.vocab_size."""
     cache_dir: Optional[str] = None
-    """Where tokenizers and token caches live; null means $MOELAB_CACHE/data or ~/.cache/moelab/data."""
+    """Where tokenizers and token caches live; null means $MOELAB_CACHE/data, else
+    $XDG_CACHE_HOME/moelab/data, else ~/.cache/moelab/data."""
     valid_fraction: float = 0.05
     """Share of stories held out for validation when the source is a single file."""
     max_train_stories: Optional[int] = None
