@@ -62,7 +62,7 @@ def _start_wandb_run(config: Config, run: RunFolder, continuing: bool):
     try:
         import wandb
     except ImportError:
-        raise MoelabError("train.wandb=true needs the wandb package: pip install wandb") from None
+        raise MoelabError("train.wandb=true needs the wandb package: pip install 'moelab[wandb]'") from None
     # Offline unless the user chose otherwise: runs work without a network and can be synced
     # later with `wandb sync`.
     os.environ.setdefault("WANDB_MODE", "offline")
