@@ -527,7 +527,7 @@ def test_external_loggers_are_closed_when_the_run_ends_and_when_it_fails(tmp_pat
     closed = []
 
     class RecordingLoggers:
-        def __init__(self, config, run_dir):
+        def __init__(self, config, run, continuing=False):
             pass
 
         def log(self, event):

@@ -3,6 +3,8 @@ and gives the same logits, tokens and greedy continuation as moelab."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 
@@ -26,6 +28,9 @@ ARMS = {
     "moe_scaled_logits": ("MixtralForCausalLM", ["model.moe={num_experts: 4, top_k: 2, d_expert: 32}",
                                                  "model.embedding_init_std=1.0",
                                                  "model.logit_scale=0.17677669529663687"]),
+    # A RoPE base no transformers default has: a reader that missed it would compute other logits.
+    "moe_rope_theta": ("MixtralForCausalLM", ["model.moe={num_experts: 4, top_k: 2, d_expert: 32}",
+                                              "model.rope_theta=50000.0"]),
     # Aux-loss-free balancing whose bias stayed zero routes as Mixtral does: the buffer is dropped.
     "moe_zero_bias": ("MixtralForCausalLM", ["model.moe={num_experts: 4, top_k: 2, d_expert: 32, "
                                              "balance: both, bias_update_rate: 0.0}"]),
@@ -41,6 +46,11 @@ def test_exported_model_matches_moelab(tmp_path, arm):
     train(config, run_dir)  # 4 steps: weights away from their init, GQA and (un)tied heads
     assert main(["export-hf", str(run_dir), str(out)]) == 0
 
+    # Every transformers reader finds the RoPE base: 4.x reads rope_theta, 5.x rope_parameters.
+    written = json.loads((out / "config.json").read_text())
+    assert written["rope_theta"] == config.model.rope_theta
+    if "rope_parameters" in written:
+        assert written["rope_parameters"]["rope_theta"] == config.model.rope_theta
     hf_model = transformers.AutoModelForCausalLM.from_pretrained(out).eval()
     hf_tokenizer = transformers.AutoTokenizer.from_pretrained(out)
     model, tokenizer = load_run(run_dir)

@@ -7,7 +7,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from moelab.cli import add_config_arguments
-from moelab.cli.launch import add_launcher_arguments, build_launcher, wants_commands
+from moelab.cli.launch import (
+    add_launcher_arguments, build_launcher, check_launcher_options, print_submitted, wants_commands,
+)
 from moelab.cli.sweep import report_sweep
 from moelab.errors import MoelabError
 from moelab.fileio import writer_lock
@@ -171,8 +173,9 @@ def _add_run_arguments(parser, kind: str) -> None:
 
 
 def _study(args) -> int:
-    from moelab.study.commands import list_runs, run_study
+    from moelab.study.commands import list_runs, run_study, submit_study
 
+    check_launcher_options(args)
     config, settings = load_study(args.config, args.overrides)
     if args.seeds is not None:
         settings.seeds = check_seeds(args.seeds, "--seeds")
@@ -188,6 +191,11 @@ def _study(args) -> int:
             print(command)
         return 0
     launcher = build_launcher(args)
+    if args.detach:
+        with writer_lock(out):
+            job_id = submit_study(args.kind, config, settings, out, launcher)
+        print_submitted(job_id, out, local=args.slurm_local)
+        return 0
     with writer_lock(out):
         results = run_study(args.kind, config, settings, out, launcher=launcher)
     print_results(results, out)

@@ -13,7 +13,9 @@ from pathlib import Path
 
 from moelab.cli import bounded_int, non_negative_int, positive_int
 from moelab.cli.fit import MAX_BOOTSTRAP
-from moelab.cli.launch import add_launcher_arguments, build_launcher, wants_commands
+from moelab.cli.launch import (
+    add_launcher_arguments, build_launcher, check_launcher_options, print_submitted, wants_commands,
+)
 from moelab.errors import MoelabError, short_repr
 from moelab.fileio import refuse_overwriting_inputs, writer_lock
 
@@ -46,10 +48,11 @@ def register(subparsers) -> None:
 
 
 def _sweep(args) -> int:
-    from moelab.sweep.commands import run_sweep
+    from moelab.sweep.commands import run_sweep, submit_sweep
     from moelab.sweep.grid import load_sweep_grid
     from moelab.sweep.plan import plan_sweep, plan_sweep_folder
 
+    check_launcher_options(args)
     grid = load_sweep_grid(args.grid, args.overrides)
     if args.out is None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.+-]{0,63}", grid.name):
         # The name would become the folder out/<name>-sweep: nothing that climbs out of it.
@@ -72,6 +75,12 @@ def _sweep(args) -> int:
             print(command)
         return 0
     launcher = build_launcher(args)
+    if args.detach:
+        with writer_lock(out_dir):
+            job_id = submit_sweep(grid, out_dir, launcher, bootstrap_replicates=args.bootstrap,
+                                  max_starts=args.starts)
+        print_submitted(job_id, out_dir, local=args.slurm_local)
+        return 0
     with writer_lock(out_dir):
         report_path = run_sweep(grid, out_dir, bootstrap_replicates=args.bootstrap,
                                 max_starts=args.starts, launcher=launcher)

@@ -31,13 +31,13 @@ from moelab.config.parsing import (
     load_yaml, override, to_dict, yaml_problem,
 )
 from moelab.config.schema import (
-    BALANCE_MODES, DECAY_SHAPES, DEVICE_CHOICES, DEVICE_NAME, EVAL_TASK_NAMES, LB_SCOPES,
+    BALANCE_MODES, DECAY_SHAPES, DEVICE_CHOICES, DEVICE_NAME, DISPLAY_KEYS, EVAL_TASK_NAMES, LB_SCOPES,
     MAX_SAMPLE_TOKENS, MAX_SEED, MAX_TOKENS, SCHEDULES, Config, DataConfig, ModelConfig,
     MoEConfig, TrainConfig,
 )
 
 __all__ = [
-    "BALANCE_MODES", "Config", "DECAY_SHAPES", "DEVICE_CHOICES", "DEVICE_NAME", "DataConfig",
+    "BALANCE_MODES", "Config", "DECAY_SHAPES", "DEVICE_CHOICES", "DEVICE_NAME", "DISPLAY_KEYS", "DataConfig",
     "EVAL_TASK_NAMES", "LB_SCOPES", "MAX_BASE_DEPTH", "MAX_SAMPLE_TOKENS", "MAX_SEED",
     "MAX_TOKENS", "MAX_YAML_CHARS", "MAX_YAML_DEPTH", "ModelConfig", "MoEConfig", "Parsed",
     "RefusedYAML", "SCHEDULES", "TrainConfig", "apply_overrides", "build_config", "deep_merge",

@@ -189,7 +189,8 @@ class DataConfig:
     vocab_size: Optional[int] = None
     """BPE vocabulary size to train; null means model.vocab_size."""
     cache_dir: Optional[str] = None
-    """Where tokenizers and token caches live; null means $MOELAB_CACHE/data or ~/.cache/moelab/data."""
+    """Where tokenizers and token caches live; null means $MOELAB_CACHE/data, else
+    $XDG_CACHE_HOME/moelab/data, else ~/.cache/moelab/data."""
     valid_fraction: float = 0.05
     """Share of stories held out for validation when the source is a single file."""
     max_train_stories: Optional[int] = None
@@ -302,7 +303,20 @@ class TrainConfig:
     tensorboard: bool = False
     """Also log to TensorBoard in RUN/tensorboard (needs the tensorboard package)."""
     wandb: bool = False
-    """Also log to Weights & Biases, offline unless WANDB_MODE says otherwise (needs wandb)."""
+    """Also log to Weights & Biases, offline unless WANDB_MODE says otherwise (needs wandb).
+    The W&B run id is kept in RUN/wandb.json: --resume continues the same W&B run."""
+    wandb_project: Optional[str] = None
+    """The W&B project; null: $WANDB_PROJECT, else 'moelab'."""
+    wandb_entity: Optional[str] = None
+    """The W&B team or user; null: $WANDB_ENTITY, else the account's default."""
+    wandb_group: Optional[str] = None
+    """The W&B group; null: none for a lone run, the folder's name for a study or sweep (its
+    plan sets it), so that its runs show together."""
+    wandb_name: Optional[str] = None
+    """The W&B run name; null: the run folder's name (a study or sweep sets the run's name in
+    its plan: moe/seed0, s1/S0.5/D409600)."""
+    wandb_tags: list[str] = field(default_factory=list)
+    """W&B tags; a study or sweep adds its run's labels (arm=moe, seed=0, sparsity=0.5, ...)."""
     eval_tasks: list[str] = field(default_factory=list)
     """Zero-shot tasks (moelab.tasks) scored at the end of the run; empty: none."""
 
@@ -355,10 +369,22 @@ class TrainConfig:
             raise ConfigError(
                 f"{prefix}.collapse_threshold={self.collapse_threshold} is invalid: allowed (0, 1]"
             )
+        self._validate_wandb_fields(prefix)
         if (any(name not in EVAL_TASK_NAMES for name in self.eval_tasks)
                 or len(set(self.eval_tasks)) < len(self.eval_tasks)):
             raise ConfigError(f"{prefix}.eval_tasks={short_repr(self.eval_tasks)} is invalid: allowed a "
                               f"list of distinct names from {', '.join(EVAL_TASK_NAMES)}")
+
+    def _validate_wandb_fields(self, prefix: str) -> None:
+        for name in ("wandb_project", "wandb_entity", "wandb_group", "wandb_name"):
+            value = getattr(self, name)
+            if value is not None and not 0 < len(value.strip()) <= 128:
+                raise ConfigError(f"{prefix}.{name}={value!r} is invalid: allowed 1 to 128 "
+                                  "characters, or null")
+        if (any(not 0 < len(tag.strip()) <= 64 for tag in self.wandb_tags)
+                or len(set(self.wandb_tags)) < len(self.wandb_tags)):
+            raise ConfigError(f"{prefix}.wandb_tags={self.wandb_tags!r} is invalid: allowed "
+                              "distinct tags of 1 to 64 characters (W&B's limit)")
 
     def _validate_budget_family_fields(self, prefix: str) -> None:
         """warmup_steps, keep_checkpoints_at, init_from/init_sha256 (their bounds against the
@@ -388,6 +414,12 @@ class TrainConfig:
     @property
     def effective_data_seed(self) -> int:
         return self.seed if self.data_seed is None else self.data_seed
+
+
+DISPLAY_KEYS = ("progress", "tensorboard", "wandb", "wandb_project", "wandb_entity",
+                "wandb_group", "wandb_name", "wandb_tags")
+"""The train keys that change how a run is shown, never what it computes: a resumed run, a
+branch and a rerun study may differ in them."""
 
 
 @dataclass

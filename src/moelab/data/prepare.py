@@ -30,15 +30,22 @@ class PreparedData:
 
 
 def cache_root(data_cfg: DataConfig) -> Path:
-    """data.cache_dir, else $MOELAB_CACHE/data, else ~/.cache/moelab/data."""
+    """data.cache_dir, else ``cache_base()``/data."""
     if data_cfg.cache_dir:
         return Path(data_cfg.cache_dir).expanduser()
     return cache_base() / "data"
 
 
 def cache_base() -> Path:
-    """$MOELAB_CACHE, else ~/.cache/moelab: the configured cache root (see ``trusted_cache_dir``)."""
-    return Path(os.environ.get("MOELAB_CACHE") or Path.home() / ".cache" / "moelab").expanduser()
+    """$MOELAB_CACHE, else $XDG_CACHE_HOME/moelab, else ~/.cache/moelab: the configured cache
+    root (see ``trusted_cache_dir``). As the XDG base-directory spec says, an empty or relative
+    XDG_CACHE_HOME is ignored."""
+    if os.environ.get("MOELAB_CACHE"):
+        return Path(os.environ["MOELAB_CACHE"]).expanduser()
+    xdg_cache = os.environ.get("XDG_CACHE_HOME", "")
+    if os.path.isabs(xdg_cache):
+        return Path(xdg_cache) / "moelab"
+    return Path.home() / ".cache" / "moelab"
 
 
 def prepare_data(data_cfg: DataConfig, vocab_size: int, *, progress: bool = True) -> PreparedData:

@@ -7,7 +7,8 @@ config under ``configs/``, and hands the unfinished ones to ``execute_plan`` wit
     spec.py       RunSpec, the config files of a plan
     records.py    completion (summary.json says "complete"), failures.json, the file checks
                   a report relies on
-    execute.py    execute_plan: train what is not complete through a launcher, record outcomes
+    execute.py    execute_plan: train what is not complete through a launcher, record outcomes;
+                  submit_plan: submit it and return (a detached SLURM array)
     training.py   train_planned_run: the one way a planned run trains, whatever the launcher
     failures.py   the one line failures.json records for a failed run
     launchers/    local processes, a Ray cluster, SLURM through submitit, or printed commands
@@ -18,10 +19,10 @@ rerun, it continues a torn run from its checkpoint and returns at once for a fin
 a retried, requeued or preempted run ends identical to an uninterrupted one.
 """
 
-from moelab.runs.execute import RunOutcome, execute_plan
+from moelab.runs.execute import RunOutcome, execute_plan, submit_plan
 from moelab.runs.records import has_checkpoint, is_complete, read_failures
 from moelab.runs.spec import RunSpec, write_run_configs
 from moelab.runs.training import train_planned_run
 
 __all__ = ["RunOutcome", "RunSpec", "execute_plan", "has_checkpoint", "is_complete",
-           "read_failures", "train_planned_run", "write_run_configs"]
+           "read_failures", "submit_plan", "train_planned_run", "write_run_configs"]

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
+from moelab.errors import MoelabError
 from moelab.runs.records import is_complete, read_failures, write_failures
 from moelab.runs.spec import RunSpec
 from moelab.train.run_folder import RunFolder
@@ -72,6 +73,21 @@ def execute_plan(folder: Path, specs: list[RunSpec], launcher, log: Log = print)
             launcher.launch(folder, ready, record, log)
     finished = {outcome.spec.name for outcome in outcomes}
     return outcomes + [RunOutcome(spec, "skipped") for spec in specs if spec.name not in finished]
+
+
+def submit_plan(folder: Path, specs: list[RunSpec], launcher, log: Log = print) -> Optional[str]:
+    """Submit every run not yet complete through a launcher that can leave them training
+    (``launcher.submit``, the SLURM one) and return at once: the job id, or None when every
+    run is complete. Nothing is recorded here: the run folders tell later what happened."""
+    todo = [spec for spec in specs if not is_complete(folder / spec.run_dir)]
+    log(f"{len(specs)} runs planned, {len(specs) - len(todo)} already complete, {len(todo)} to "
+        f"submit" + (f", {launcher.describe()}" if todo else ""))
+    branches = [spec for spec in todo if spec.branch is not None]
+    if branches:  # a branch may start only once its source finished: someone must wait
+        raise MoelabError(f"--detach cannot submit {branches[0].name}: it branches from "
+                          f"{branches[0].branch.source}, which must finish first; run without "
+                          "--detach (the command then waits for the runs)")
+    return launcher.submit(folder, todo) if todo else None
 
 
 def _source_complete(folder: Path, spec: RunSpec) -> bool:

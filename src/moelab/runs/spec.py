@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Iterable, Optional
 
 from moelab.config import Config, dump_config
 from moelab.fileio import atomic_write_text
@@ -39,6 +39,25 @@ class RunSpec:
     @property
     def config_path(self) -> Path:
         return Path("configs") / (self.name.replace("/", "-") + ".yaml")
+
+
+def shown_in_wandb(specs: list[RunSpec], group: str, tags: Iterable[str] = ()) -> list[RunSpec]:
+    """The specs whose config logs to W&B given their place in the plan, where the config does
+    not set it itself: the group ``group`` (the plan's folder), the run's name (``moe/seed0``)
+    and its labels as tags (``arm=moe``, ``seed=0``) after ``tags``. A study's runs then show
+    together in W&B, and apart from each other."""
+    return [_shown_in_wandb(spec, group, list(tags)) for spec in specs]
+
+
+def _shown_in_wandb(spec: RunSpec, group: str, tags: list[str]) -> RunSpec:
+    train = spec.config.train
+    if not train.wandb:
+        return spec
+    labels = [f"{key}={value}" for key, value in spec.labels.items() if value is not None]
+    train = replace(train, wandb_group=train.wandb_group or group,
+                    wandb_name=train.wandb_name or spec.name,
+                    wandb_tags=list(dict.fromkeys([*train.wandb_tags, *tags, *labels])))
+    return replace(spec, config=replace(spec.config, train=train).validate())
 
 
 def write_run_configs(folder: Path, specs: list[RunSpec]) -> None:

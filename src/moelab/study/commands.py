@@ -7,10 +7,11 @@ from typing import Callable, Optional
 
 from moelab.config import Config
 from moelab.errors import MoelabError
-from moelab.runs import RunSpec, execute_plan, is_complete
+from moelab.runs import RunSpec, execute_plan, is_complete, submit_plan
 from moelab.runs.data import prepare_shared_data
 from moelab.runs.launchers.commands import train_commands
 from moelab.runs.launchers.local import LocalLauncher
+from moelab.runs.spec import shown_in_wandb
 from moelab.runs.training import TrainFn
 from moelab.study.arms import Arm, ladder_arms, study_arms
 from moelab.study.plan import check_study_files, plan_runs, write_plan
@@ -36,6 +37,7 @@ def write_study_plan(kind: str, config: Config, settings: StudySettings,
                      study_dir: Path) -> list[RunSpec]:
     config = settings.apply_to(config)  # what every arm takes from the study (eval_tasks)
     arms, specs = plan(kind, config, settings)
+    specs = shown_in_wandb(specs, group=study_dir.resolve().name, tags=[kind])
     recorded = settings.to_dict()
     if kind == "ablation":
         recorded.pop("criteria")
@@ -69,3 +71,15 @@ def run_study(kind: str, config: Config, settings: StudySettings, study_dir: Pat
                           f"{study_dir / 'failures.json'}")
     check_study_files(study_dir)
     return write_outputs(study_dir)
+
+
+def submit_study(kind: str, config: Config, settings: StudySettings, study_dir: Path, launcher,
+                 log: Callable[[str], None] = print) -> Optional[str]:
+    """Plan, then submit every run that is not complete and return at once (``--detach``):
+    the job id, or None when there is nothing to train. ``moelab report`` writes the results
+    once the runs are done."""
+    study_dir = Path(study_dir)
+    specs = write_study_plan(kind, config, settings, study_dir)
+    if any(not is_complete(study_dir / spec.run_dir) for spec in specs):
+        prepare_shared_data(config, log)  # once, here: not raced by the array's tasks
+    return submit_plan(study_dir, specs, launcher, log)

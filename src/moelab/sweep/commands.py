@@ -14,7 +14,7 @@ from typing import Callable, Optional
 
 from moelab.errors import MoelabError
 from moelab.fileio import writer_lock
-from moelab.runs import execute_plan, is_complete
+from moelab.runs import execute_plan, is_complete, submit_plan
 from moelab.runs.data import prepare_shared_data
 from moelab.runs.launchers.local import LocalLauncher
 from moelab.runs.training import TrainFn
@@ -33,13 +33,8 @@ def run_sweep(grid: SweepGrid, out_dir: Path, *, bootstrap_replicates: int = 200
     """Plan, train what is missing (with ``launcher``; default: this machine, ``jobs`` at a
     time), write results.csv, fit, and write report.md; returns its path. ``max_starts``
     limits the law fit's start grid (``--starts``)."""
-    # The fit runs after all the training: check its settings first.
-    if bootstrap_replicates < 0:
-        raise MoelabError(f"--bootstrap {bootstrap_replicates} is invalid: must be >= 0")
-    check_num_starts(max_starts)
     out_dir = Path(out_dir)
-    points, specs = plan_sweep_folder(grid, out_dir, {"bootstrap_replicates": bootstrap_replicates,
-                                                      "max_starts": max_starts})
+    points, specs = _plan_folder(grid, out_dir, bootstrap_replicates, max_starts)
     if launcher is None:
         launcher = LocalLauncher(jobs=jobs, train_fn=train_fn)
     if any(not is_complete(out_dir / spec.run_dir) for spec in specs):
@@ -47,6 +42,29 @@ def run_sweep(grid: SweepGrid, out_dir: Path, *, bootstrap_replicates: int = 200
     execute_plan(out_dir, specs, launcher, log)
     return write_sweep_outputs(out_dir, grid, points, bootstrap_replicates=bootstrap_replicates,
                                max_starts=max_starts, log=log)
+
+
+def submit_sweep(grid: SweepGrid, out_dir: Path, launcher, *, bootstrap_replicates: int = 200,
+                 max_starts: int | None = None, log: Callable[[str], None] = print) -> Optional[str]:
+    """Plan, then submit every run that is not complete and return at once (``--detach``):
+    the job id, or None when there is nothing to train. ``moelab report`` fits and reports
+    once the runs are done, with the fit settings recorded here."""
+    out_dir = Path(out_dir)
+    points, specs = _plan_folder(grid, out_dir, bootstrap_replicates, max_starts)
+    if any(not is_complete(out_dir / spec.run_dir) for spec in specs):
+        prepare_shared_data(points[0].config, log)
+    return submit_plan(out_dir, specs, launcher, log)
+
+
+def _plan_folder(grid: SweepGrid, out_dir: Path, bootstrap_replicates: int,
+                 max_starts: int | None):
+    """The sweep's points and run specs, written to ``out_dir`` with the fit settings."""
+    # The fit runs after all the training: check its settings first.
+    if bootstrap_replicates < 0:
+        raise MoelabError(f"--bootstrap {bootstrap_replicates} is invalid: must be >= 0")
+    check_num_starts(max_starts)
+    return plan_sweep_folder(grid, out_dir, {"bootstrap_replicates": bootstrap_replicates,
+                                             "max_starts": max_starts})
 
 
 def write_sweep_outputs(out_dir: Path, grid: SweepGrid, points: list[SweepPoint], *,

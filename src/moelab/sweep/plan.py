@@ -19,6 +19,7 @@ from moelab.config import Config, MoEConfig, load_config, to_dict
 from moelab.errors import ConfigError, MoelabError, short_repr
 from moelab.fileio import atomic_write_json, remove_stale_temporaries
 from moelab.runs import RunSpec, write_run_configs
+from moelab.runs.spec import shown_in_wandb
 from moelab.runs.families import as_budget_family
 from moelab.runs.spec import branch_record
 from moelab.scaling.isoflop import compute_deviation
@@ -170,7 +171,8 @@ def plan_sweep_folder(grid: SweepGrid, out_dir: Path, fit_settings: dict | None 
     ``fit_settings`` (``bootstrap_replicates``, ``max_starts``) are kept in plan.json, so that
     ``moelab report DIR`` fits as the sweep did."""
     points = plan_sweep(grid)
-    specs = run_specs(points)
+    specs = shown_in_wandb(run_specs(points), group=Path(out_dir).resolve().name,
+                           tags=["sweep-sparsity", f"grid={grid.name}"])
     _write_plan(Path(out_dir), grid, points, specs, fit_settings or {})
     return points, specs
 

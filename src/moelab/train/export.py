@@ -10,6 +10,7 @@ the rotate-half convention of ``transformers`` and its expert slices are laid ou
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -129,6 +130,15 @@ def hf_config(cfg: ModelConfig, eot_id: int):
                          router_aux_loss_coef=cfg.moe.lb_coef, sliding_window=None, **common)
 
 
+def write_legacy_rope_theta(config_json: Path, rope_theta: float) -> None:
+    """Also name the RoPE base as top-level ``rope_theta``: transformers 5 writes only
+    ``rope_parameters``, and a 4.x reader without the key would load its default base (1e6
+    for Mixtral) and compute other logits without a word."""
+    hf_config_dict = json.loads(config_json.read_text("utf-8"))
+    hf_config_dict["rope_theta"] = rope_theta
+    config_json.write_text(json.dumps(hf_config_dict, indent=2, sort_keys=True) + "\n", "utf-8")
+
+
 def export_hf(run_dir: str | Path, out_dir: str | Path) -> Path:
     """Write ``out_dir`` so that ``AutoModelForCausalLM`` and ``AutoTokenizer`` load the run.
 
@@ -153,6 +163,7 @@ def export_hf(run_dir: str | Path, out_dir: str | Path) -> Path:
         raise MoelabError(f"cannot write {out_dir}: {exc.strerror or exc}") from None
     try:
         config.save_pretrained(staging)
+        write_legacy_rope_theta(staging / "config.json", model.cfg.rope_theta)
         save_file(to_hf_state_dict(state_dict), staging / "model.safetensors",
                   metadata={"format": "pt"})
         PreTrainedTokenizerFast(

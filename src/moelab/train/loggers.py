@@ -1,19 +1,31 @@
-"""Optional TensorBoard and Weights & Biases logging (imported only when asked for)."""
+"""Optional TensorBoard and Weights & Biases logging (imported only when asked for).
+
+A W&B run is named by the config (``train.wandb_project``, ``_entity``, ``_group``,
+``_name``, ``_tags``; a study or sweep fills in the group, name and tags of each of its runs)
+and its id is kept in the run folder, so that a resumed run continues the same W&B run.
+"""
 
 from __future__ import annotations
 
+import json
 import os
-from pathlib import Path
+import secrets
 from typing import Any
 
 from moelab.config import Config, to_dict
 from moelab.errors import MoelabError
+from moelab.fileio import atomic_write_json
+from moelab.train.run_folder import RunFolder
+
+DEFAULT_WANDB_PROJECT = "moelab"
 
 
 class ExternalLoggers:
     """Mirrors every metrics event's numbers to TensorBoard and/or W&B, if the config asks."""
 
-    def __init__(self, config: Config, run_dir: Path):
+    def __init__(self, config: Config, run: RunFolder, continuing: bool = False):
+        """``continuing``: the run goes on from a checkpoint, so its W&B run (if it has one)
+        goes on too; otherwise a new W&B run starts."""
         self._tensorboard = self._wandb_run = None
         if config.train.tensorboard:
             try:
@@ -22,17 +34,9 @@ class ExternalLoggers:
                 raise MoelabError(
                     "train.tensorboard=true needs the tensorboard package: pip install tensorboard"
                 ) from None
-            self._tensorboard = SummaryWriter(log_dir=str(run_dir / "tensorboard"))
+            self._tensorboard = SummaryWriter(log_dir=str(run.path / "tensorboard"))
         if config.train.wandb:
-            try:
-                import wandb
-            except ImportError:
-                raise MoelabError("train.wandb=true needs the wandb package: pip install wandb") from None
-            # Offline unless the user chose otherwise: runs work without a network and can be
-            # synced later with `wandb sync`.
-            os.environ.setdefault("WANDB_MODE", "offline")
-            self._wandb_run = wandb.init(dir=str(run_dir), name=run_dir.name,
-                                         config=to_dict(config))
+            self._wandb_run = _start_wandb_run(config, run, continuing)
 
     def log(self, event: dict[str, Any]) -> None:
         scalars = {f"{event['kind']}/{key}": value for key, value in event.items()
@@ -52,3 +56,33 @@ class ExternalLoggers:
             self._tensorboard.close()
         if self._wandb_run is not None:
             self._wandb_run.finish()
+
+
+def _start_wandb_run(config: Config, run: RunFolder, continuing: bool):
+    try:
+        import wandb
+    except ImportError:
+        raise MoelabError("train.wandb=true needs the wandb package: pip install 'moelab[wandb]'") from None
+    # Offline unless the user chose otherwise: runs work without a network and can be synced
+    # later with `wandb sync`.
+    os.environ.setdefault("WANDB_MODE", "offline")
+    run_id = _stored_wandb_id(run) if continuing else None
+    if run_id is None:
+        run_id = secrets.token_hex(6)  # W&B's own id helper moves between its versions
+        atomic_write_json(run.wandb_run_path, {"id": run_id})  # before W&B holds anything
+    tc = config.train
+    return wandb.init(
+        dir=str(run.path), id=run_id, resume="allow",
+        project=tc.wandb_project or os.environ.get("WANDB_PROJECT") or DEFAULT_WANDB_PROJECT,
+        entity=tc.wandb_entity, group=tc.wandb_group, name=tc.wandb_name or run.path.name,
+        tags=tc.wandb_tags or None, config=to_dict(config))
+
+
+def _stored_wandb_id(run: RunFolder):
+    """The W&B run id kept in the run folder; None when there is none (a run first logged to
+    W&B now) or it is unreadable (a new W&B run is better than no run)."""
+    try:
+        run_id = json.loads(run.wandb_run_path.read_text("utf-8")).get("id")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return run_id if isinstance(run_id, str) and run_id.isalnum() else None

@@ -142,7 +142,8 @@ def _train(config: Config, run: RunFolder, resume: bool,
         check_cpp_compiler()
     if dist.is_main:
         run.start(config, resume)
-    loggers = ExternalLoggers(config, run.path) if dist.is_main else None  # fails fast if missing
+    loggers = (ExternalLoggers(config, run, continuing=resume and run.has_progress())
+               if dist.is_main else None)  # fails fast if a package is missing
     try:
         log = partial(_log_event, run, loggers) if dist.is_main else _log_nothing
         session = _set_up(config, run, resume, dist, plan)

@@ -8,6 +8,7 @@
                        that failed or was killed has none (a study records failures in its
                        failures.json)
     samples.txt        a few generations of the final model
+    wandb.json         with train.wandb: the W&B run's id, which a resumed run continues
     checkpoints/       see moelab.train.checkpoint
 """
 
@@ -18,7 +19,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from moelab.config import Config, build_config, read_raw, save_config, to_dict
+from moelab.config import DISPLAY_KEYS, Config, build_config, read_raw, save_config, to_dict
 from moelab.data.tokenizer import Tokenizer, file_sha256
 from moelab.errors import MoelabError, short_repr
 from moelab.fileio import (
@@ -28,9 +29,6 @@ from moelab.fileio import (
 from moelab.train.events import read_events
 from moelab.train.summary import RunSummary
 
-# Keys that may differ between a run and its resumption: they change how a run is shown,
-# never what it computes.
-_RESUME_FREE_KEYS = ("progress", "tensorboard", "wandb")
 
 
 class RunFolder:
@@ -43,6 +41,7 @@ class RunFolder:
     summary_path = property(lambda self: self.path / "summary.json")
     samples_path = property(lambda self: self.path / "samples.txt")
     checkpoints_dir = property(lambda self: self.path / "checkpoints")
+    wandb_run_path = property(lambda self: self.path / "wandb.json")
 
     # -- the run's config ---------------------------------------------------------------
 
@@ -96,7 +95,7 @@ class RunFolder:
         """Refuse to resume with a config that computes something else than the run's."""
         saved, given = to_dict(self.read_config()), to_dict(config)
         for section in (saved, given):
-            for key in _RESUME_FREE_KEYS:
+            for key in DISPLAY_KEYS:  # a run may resume shown otherwise
                 section["train"].pop(key)
         difference = first_difference(saved, given)
         if difference:

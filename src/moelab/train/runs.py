@@ -99,9 +99,9 @@ def evaluate_tasks(run_dir: str | Path, names: list[str], device: str = "cpu",
 
 def trusted_cache_dir(run: RunFolder, cache_dir: str | None) -> str | None:
     """The data.cache_dir of a run's config.yaml if it may be used: null (the default root), or
-    a folder inside the run folder or the configured cache root ($MOELAB_CACHE, else
-    ~/.cache/moelab). The config was read back from the run folder, not given by the user, so
-    a copied or hand-edited one must not make ``eval`` build a token cache anywhere else."""
+    a folder inside the run folder or the configured cache root (``cache_base()``). The config
+    was read back from the run folder, not given by the user, so a copied or hand-edited one
+    must not make ``eval`` build a token cache anywhere else."""
     if cache_dir is None:
         return None
     path = Path(cache_dir).expanduser()

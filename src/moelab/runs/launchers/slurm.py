@@ -3,12 +3,16 @@
 Each array task trains one run with ``cpus_per_run`` CPUs (and ``gpus_per_run`` GPUs). On
 preemption or when its time limit is reached, submitit requeues the task (``checkpoint`` below
 resubmits the same call) and the rerun resumes the run from its last checkpoint. Job logs go
-to ``<folder>/slurm/``. ``cluster="local"`` runs the same array through submitit's local
+to ``<folder>/slurm/``. ``launch`` waits for the array's tasks and records each; ``submit``
+(``--detach``) returns once the array is submitted, and the run folders its tasks write are
+what a later ``moelab report`` reads. ``cluster="local"`` runs the same array through submitit's local
 executor: the way to try a setup, and how the tests exercise this launcher.
 """
 
 from __future__ import annotations
 
+import contextlib
+import io
 import shutil
 import time
 from dataclasses import dataclass, field
@@ -51,10 +55,16 @@ class SlurmLauncher:
     time_minutes: int = 24 * 60
     cpus_per_run: int = 1
     gpus_per_run: int = 0
+    account: Optional[str] = None
+    qos: Optional[str] = None
+    mem: Optional[str] = None
+    """Memory per run as sbatch --mem takes it (64G, 500M); None: the partition's default."""
     max_parallel: Optional[int] = None
     """At most this many array tasks at once (SLURM's %N); None: the scheduler decides."""
+    sbatch_options: dict = field(default_factory=dict)
+    """More sbatch options, written as ``#SBATCH --KEY=VALUE`` (``--KEY`` for True)."""
     extra: dict = field(default_factory=dict)
-    """More submitit parameters (``slurm_account``, ``mem_gb``, ...)."""
+    """More submitit parameters (``slurm_setup``, ...)."""
 
     def __post_init__(self) -> None:
         if self.cluster not in ("slurm", "local"):
@@ -69,32 +79,55 @@ class SlurmLauncher:
 
     def launch(self, folder: Path, specs: list[RunSpec], record: Callable[[RunOutcome], None],
                log: Log) -> None:
+        """Submit the runs as one job array and record each as its task ends."""
         submitit = _import_submitit()
-        try:
-            executor = submitit.AutoExecutor(folder=folder / "slurm", cluster=self.cluster)
-        except RuntimeError as exc:  # submitit found no srun, say
-            raise MoelabError(f"--launcher slurm: {raised_error_line(exc)}") from None
-        executor.update_parameters(**self._parameters())
-        jobs = executor.map_array(RequeueableRun(), [folder] * len(specs), specs,
-                                  [self.cpus_per_run] * len(specs))
-        log(f"submitted {len(jobs)} runs as job {jobs[0].job_id.split('_')[0]}" if jobs else "")
+        jobs = self._submit(folder, specs)
+        log(f"submitted {len(jobs)} runs as job {array_id(jobs)}" if jobs else "")
         started = time.perf_counter()
         by_id = {job.job_id: spec for job, spec in zip(jobs, specs)}
         for job in submitit.helpers.as_completed(jobs):
             record(_outcome(job, folder, by_id[job.job_id], time.perf_counter() - started))
 
-    def _parameters(self) -> dict:
+    def submit(self, folder: Path, specs: list[RunSpec]) -> str:
+        """Submit the runs as one job array and return its job id at once (``--detach``):
+        nothing here waits for them; each task writes its run folder, and a later
+        ``moelab report`` reads them."""
+        return array_id(self._submit(folder, specs))
+
+    def _submit(self, folder: Path, specs: list[RunSpec]) -> list:
+        submitit = _import_submitit()
+        refused = io.StringIO()  # submitit prints sbatch's complaint too: it goes in the line
+        try:
+            with contextlib.redirect_stderr(refused):
+                executor = submitit.AutoExecutor(folder=folder / "slurm", cluster=self.cluster)
+                executor.update_parameters(**self.parameters())
+                return executor.map_array(RequeueableRun(), [folder] * len(specs), specs,
+                                          [self.cpus_per_run] * len(specs))
+        except RuntimeError as exc:  # submitit found no srun; sbatch refused the array
+            lines = [line for line in (str(exc) or refused.getvalue()).splitlines() if line.strip()]
+            raise MoelabError(f"--launcher slurm: the job array was not submitted: "
+                              f"{lines[-1].strip() if lines else type(exc).__name__}") from None
+
+    def parameters(self) -> dict:
+        """The submitit parameters of each array task (``slurm_*`` ones only on SLURM:
+        submitit's local executor leaves them out)."""
         parameters = {"timeout_min": self.time_minutes, "cpus_per_task": self.cpus_per_run,
                       "tasks_per_node": 1, "nodes": 1, **self.extra}
         if self.gpus_per_run:
             parameters["gpus_per_node"] = self.gpus_per_run
         if self.cluster != "local":
             parameters["slurm_signal_delay_s"] = 120  # time to requeue before the kill
-            if self.partition:
-                parameters["slurm_partition"] = self.partition
-            if self.max_parallel:
-                parameters["slurm_array_parallelism"] = self.max_parallel
+            slurm = {"partition": self.partition, "account": self.account, "qos": self.qos,
+                     "mem": self.mem, "array_parallelism": self.max_parallel,
+                     "additional_parameters": self.sbatch_options or None}
+            parameters.update({f"slurm_{key}": value for key, value in slurm.items()
+                               if value is not None})
         return parameters
+
+
+def array_id(jobs: list) -> str:
+    """The job id of the array (its tasks' ids are ID_0, ID_1, ...)."""
+    return jobs[0].job_id.split("_")[0] if jobs else ""
 
 
 def _outcome(job, folder: Path, spec: RunSpec, seconds: float) -> RunOutcome:
