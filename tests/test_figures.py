@@ -20,7 +20,8 @@ import pytest
 from moelab.cli import main
 from moelab.report import new_figure
 from moelab.report.axes import (
-    distinct_labels, format_count_tick, format_flops_tick, label_ticks, labelled_colourbar,
+    distinct_labels, format_axis, format_count_tick, format_flops_tick, label_ticks,
+    labelled_colourbar,
 )
 from moelab.scaling.isoflop import isoflop_analysis
 from moelab.study import figures as study_figures
@@ -274,3 +275,15 @@ def test_label_ticks_keep_budgets_apart():
     ax.set_xlim(1e6, 1e7)
     label_ticks(ax.xaxis, [1_638_400, 1_640_000, 3_276_800], format_count_tick)
     assert _visible_tick_labels(ax) == ["1.638M", "1.64M", "3.277M"]
+
+
+@pytest.mark.parametrize("limits, labels", [
+    ((1.3e4, 9.4e4), ["20K", "50K"]),  # a sweep's sizes: decades alone would give no tick
+    ((1e5, 1e8), ["100K", "1M", "10M", "100M"]),  # wide: 1-2-5 labels would run together
+])
+def test_log_count_axes_tick_at_1_2_5_when_narrow_and_decades_when_wide(limits, labels):
+    fig, ax = new_figure(width_in=5.0)
+    ax.set_xscale("log")
+    ax.set_xlim(*limits)
+    format_axis(ax.xaxis, format_count_tick)
+    assert _visible_tick_labels(ax) == labels

@@ -72,11 +72,25 @@ def label_ticks(axis, values: Sequence[float], formatter: Callable[..., str]) ->
     axis.set_minor_locator(NullLocator())
 
 
+class OneTwoFiveLocator(LogLocator):
+    """Log ticks at 1, 2 and 5 per decade over a narrow range (a sweep's sizes span one or
+    two decades, where decades alone give one tick or none), at decades over a wider one."""
+
+    WIDEST_ONE_TWO_FIVE = 2.5
+    """Decades up to which 1-2-5 ticks fit; beyond, labels like 100K 200K run together."""
+
+    def tick_values(self, vmin, vmax):
+        low, high = sorted((vmin, vmax))
+        narrow = low > 0 and math.log10(high / low) <= self.WIDEST_ONE_TWO_FIVE
+        self.set_params(subs=(1.0, 2.0, 5.0) if narrow else (1.0,))
+        return super().tick_values(vmin, vmax)
+
+
 def format_axis(axis, formatter: Callable[..., str], max_ticks: int = 5) -> None:
-    """Short labels from ``formatter`` on ``axis`` (``ax.xaxis``), linear or log: on a log
-    axis ticks at 1, 2 and 5 per decade, the minor ticks unlabelled."""
+    """Short labels from ``formatter`` on ``axis`` (``ax.xaxis``), linear or log (ticks from
+    ``OneTwoFiveLocator``, the minor ones unlabelled)."""
     if axis.get_scale() == "log":
-        axis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0), numticks=max_ticks + 2))
+        axis.set_major_locator(OneTwoFiveLocator(numticks=max_ticks + 2))
         axis.set_minor_formatter(NullFormatter())
     else:
         axis.set_major_locator(MaxNLocator(nbins=max_ticks, steps=[1, 2, 2.5, 5, 10]))
