@@ -136,6 +136,16 @@ def _stationary_point(coefficients: np.ndarray) -> tuple[float, float] | None:
     return float(x_star), float(y_star)
 
 
+def budget_fit_loss(budget: dict, log_params: np.ndarray, sparsity: float = 0.0) -> np.ndarray:
+    """The loss a budget row of ``isoflop_analysis`` fitted, along ``log_params`` (log N): its
+    parabola, or its surface's slice at ``sparsity`` (a parabola in log N too)."""
+    log_params = np.asarray(log_params, dtype=np.float64)
+    if "parabola" in budget:
+        return np.polyval(budget["parabola"], log_params)
+    y = np.full_like(log_params, -math.log1p(-sparsity))
+    return _surface_terms(log_params, y) @ np.asarray(budget["surface"])
+
+
 def isoflop_analysis(columns: dict[str, np.ndarray]) -> dict:
     """Per-budget optima and the power law N*(C) = k C^a across budgets.
 

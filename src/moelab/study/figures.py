@@ -8,10 +8,11 @@ from typing import Optional
 
 import numpy as np
 
-from moelab.report import (
-    discard_figure, format_token_axis, label_ticks_at, new_figure, save_figure,
+from moelab.report import discard_figure, new_figure, save_figure
+from moelab.report.axes import (
+    LOSS_UNIT, format_axis, format_count_tick, format_flops_tick, label_ticks, labelled_colourbar,
+    loss_label,
 )
-from moelab.runs.tokens import format_token_count
 from moelab.study.records import RunRecord
 from moelab.study.results import BudgetResults
 from moelab.study.stats import TEST_NAMES, Gap
@@ -24,6 +25,8 @@ CURVE_DIAGNOSTICS = (
 CRITERION_LABELS = {"active": "matched active", "total": "matched total", "flops": "matched FLOPs"}
 # Colour by the verdict, not the sign: grey when the test shows no difference.
 OUTCOME_COLOURS = {"MoE better": "tab:green", "dense better": "tab:red"}
+GAP_LABEL = f"dense − MoE best val loss ({LOSS_UNIT}; >0: MoE better)"
+SEED_GAP_LABEL = f"dense − MoE best val loss per seed ({LOSS_UNIT}; >0: MoE better)"
 
 
 def eval_curve(records: list[RunRecord], value) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -50,22 +53,40 @@ def _plot_band(ax, tokens, mean, std, label):
 
 
 def val_loss_figure(records_by_arm: dict[str, list[RunRecord]], path: Path) -> Optional[Path]:
-    """Validation loss against tokens per arm: the seed mean, a band of one std."""
-    fig, ax = new_figure()
+    """Validation loss per arm (the seed mean, a band of one std) against training tokens and,
+    beside it, against training compute: arms matched on parameters spend different FLOPs per
+    token (dense_total ~1.5x the MoE's), so equal tokens are not equal cost."""
+    fig, (by_tokens, by_flops) = new_figure(ncols=2, width_in=5.5)
     drew = False
     for arm, records in records_by_arm.items():
         tokens, mean, std = eval_curve(records, lambda row: row.get("val_loss"))
         if tokens.size:
-            _plot_band(ax, tokens, mean, std, f"{arm} (n={len(records)})")
+            label = f"{arm} (n={len(records)})"
+            _plot_band(by_tokens, tokens, mean, std, label)
+            flops_per_token = _flops_per_token(records)
+            if flops_per_token is not None:
+                _plot_band(by_flops, tokens * flops_per_token, mean, std, label)
             drew = True
-    ax.set_xlabel("training tokens")
-    format_token_axis(ax.xaxis)
-    ax.set_ylabel("validation loss (nats/token)")
-    ax.set_title("Validation loss (mean over seeds, band: ±1 std)")
-    ax.grid(alpha=0.3)
+    by_tokens.set_xlabel("training tokens")
+    format_axis(by_tokens.xaxis, format_count_tick)
+    by_flops.set_xlabel("training compute (FLOPs, 6 N_active per token)")
+    format_axis(by_flops.xaxis, format_flops_tick, max_ticks=4)
+    for ax in (by_tokens, by_flops):
+        ax.set_ylabel(loss_label())
+        ax.grid(alpha=0.3)
+    by_tokens.set_title("against tokens")
+    by_flops.set_title("against training compute")
+    fig.suptitle("Validation loss (mean over seeds, band: ±1 std)")
     if drew:
-        ax.legend()
+        by_tokens.legend()
     return save_figure(fig, path) if drew else discard_figure(fig)
+
+
+def _flops_per_token(records: list[RunRecord]) -> Optional[float]:
+    """The arm's training FLOPs per token (6 N_active, as the arms table), None when a run's
+    summary predates the count or the seeds disagree (they share one config)."""
+    counts = {record.summary.flops_per_token_6n for record in records}
+    return float(counts.pop()) if len(counts) == 1 and None not in counts else None
 
 
 def _layer_mean(row: dict, key: str) -> Optional[float]:
@@ -87,7 +108,7 @@ def routing_figure(records_by_arm: dict[str, list[RunRecord]], path: Path) -> Op
                 drew = True
     for ax in axes:
         ax.set_xlabel("training tokens")
-        format_token_axis(ax.xaxis, max_ticks=4)  # three panels side by side: few ticks fit
+        format_axis(ax.xaxis, format_count_tick, max_ticks=4)  # three panels side by side: few ticks fit
         ax.grid(alpha=0.3)
     if drew:
         axes[0].legend()
@@ -109,7 +130,7 @@ def expert_load_figure(loads_by_arm: dict[str, list[list[float]]], path: Path) -
         ax.set_title(f"{arm}: expert load")
         ax.set_xticks(range(load_LE.shape[1]))
         ax.set_yticks(range(load_LE.shape[0]))
-        fig.colorbar(image, ax=ax, fraction=0.046)
+        labelled_colourbar(fig, image, ax, "share of the layer's token-slots")
     return save_figure(fig, path)
 
 
@@ -127,7 +148,7 @@ def gap_bar_figure(gaps: dict[str, Gap], path: Path) -> Optional[Path]:
     ax.bar([CRITERION_LABELS.get(c, c) for c in names], values, yerr=errors, capsize=6,
            color=[OUTCOME_COLOURS.get(g.outcome, "tab:gray") for g in gaps.values()])
     ax.axhline(0.0, color="black", linewidth=0.8)
-    ax.set_ylabel("dense − MoE best val loss (>0: MoE better)")
+    ax.set_ylabel(GAP_LABEL)
     ax.set_title(f"Gap per fairness criterion (95 % CI, {_tests_used(gaps.values())})")
     ax.grid(axis="y", alpha=0.3)
     return save_figure(fig, path)
@@ -165,7 +186,7 @@ def paired_differences_figure(gaps: dict[str, Gap], path: Path) -> Optional[Path
     ax.axhline(0.0, color="black", linewidth=0.8)
     ax.set_xticks(range(len(paired)), labels=[CRITERION_LABELS.get(c, c) for c in paired])
     ax.set_xlim(-0.6, len(paired) - 0.4)
-    ax.set_ylabel("dense − MoE best val loss per seed (>0: MoE better)")
+    ax.set_ylabel(SEED_GAP_LABEL)
     ax.set_title("Per-seed paired differences (labels: seed)")
     ax.grid(axis="y", alpha=0.3)
     ax.legend()
@@ -189,9 +210,9 @@ def gap_vs_tokens_figure(budget_groups: list[BudgetResults], path: Path) -> Opti
     ax.axhline(0.0, color="black", linewidth=0.8)
     ax.set_xscale("log")
     budgets = [group.tokens for group in budget_groups]
-    label_ticks_at(ax.xaxis, budgets, [format_token_count(t) for t in budgets])
+    label_ticks(ax.xaxis, budgets, format_count_tick)
     ax.set_xlabel("training tokens (budget of each run)")
-    ax.set_ylabel("dense − MoE best val loss (>0: MoE better)")
+    ax.set_ylabel(GAP_LABEL)
     tests_used = _tests_used(g for group in budget_groups for g in group.gaps.values())
     ax.set_title(f"Gap against the token budget (95 % CI, {tests_used})")
     ax.grid(alpha=0.3)
@@ -219,9 +240,9 @@ def layer_load_over_training_figure(records_by_arm: dict[str, list[RunRecord]],
         image = ax.imshow(busiest_LS, vmin=0.0, vmax=1.0, cmap="viridis", aspect="auto",
                           extent=(tokens[0], tokens[-1], busiest_LS.shape[0] - 0.5, -0.5))
         ax.set_xlabel("training tokens")
-        format_token_axis(ax.xaxis, max_ticks=4)
+        format_axis(ax.xaxis, format_count_tick, max_ticks=4)
         ax.set_ylabel("layer")
         ax.set_yticks(range(busiest_LS.shape[0]))
         ax.set_title(f"{arm}: busiest-expert fraction")
-        fig.colorbar(image, ax=ax, fraction=0.046)
+        labelled_colourbar(fig, image, ax, "busiest-expert fraction")
     return save_figure(fig, path)

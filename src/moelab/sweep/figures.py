@@ -1,5 +1,8 @@
-"""The sweep report's figures: IsoFLOP curves with the fitted law along each budget, and the
-optimal sparsity against parameters, compute and wall-clock budgets."""
+"""The sweep report's figures: IsoFLOP curves (the runs, the fitted law along each budget, each
+budget's own quadratic fit and its N*), and the optimal sparsity against parameters, compute
+and wall-clock budgets (optima at the search's limit flagged).
+
+Axis labels, tick formats and colourbars come from ``moelab.report.axes``."""
 
 from __future__ import annotations
 
@@ -7,38 +10,85 @@ from pathlib import Path
 
 import matplotlib
 import numpy as np
+from matplotlib.lines import Line2D
 
 from moelab.report import new_figure, save_figure
+from moelab.report.axes import (
+    distinct_labels, format_axis, format_count_tick, format_flops_tick, loss_label,
+)
 from moelab.scaling.family import active_params
+from moelab.scaling.isoflop import budget_fit_loss
 from moelab.scaling.laws import get_law
+from moelab.scaling.optimal import DEFAULT_MAX_SPARSITY
 from moelab.sweep.records import LawFit
 
+ISOFLOP_FIT_STYLE = {"linestyle": "--", "linewidth": 1.2, "gid": "isoflop-fit"}
+SEARCH_LIMIT_TOLERANCE = 1e-4
+"""|S* - max_sparsity| under which S* sits at the search's upper limit (as optimal._on_edge)."""
 
-def isoflop_figure(path: Path, columns: dict, fit: LawFit | None, shared: float) -> Path | None:
+
+def isoflop_figure(path: Path, columns: dict, fit: LawFit | None, shared: float,
+                   isoflop_fits: dict | None = None) -> Path | None:
+    """One panel per budget C: the runs' best losses against N, coloured by sparsity; the law
+    ``fit`` along the budget (solid); and, from ``isoflop_fits`` (isoflop.json's
+    ``all_points``), the budget's IsoFLOP fit in log N (dashed: the parabola, or the surface
+    at each sparsity) with its minimum N* marked (hollow when outside the data: a bound)."""
     budgets = np.unique(columns["C"])
     fig, axes = new_figure(ncols=len(budgets), width_in=5.0)
     axes = axes if isinstance(axes, list) else [axes]
     sparsities = np.unique(columns["S"])
     colours = dict(zip(sparsities, _palette(len(sparsities))))
-    for ax, flops in zip(axes, budgets):
+    fits_by_budget = {row["flops"]: row for row in (isoflop_fits or {}).get("budgets", [])}
+    for ax, flops, budget_label in zip(axes, budgets, distinct_labels(budgets, format_flops_tick)):
         at_budget = columns["C"] == flops
+        n_grid = np.geomspace(columns["N"][at_budget].min() / 1.5,
+                              columns["N"][at_budget].max() * 1.5, 60)
+        budget_fit = next((row for c, row in fits_by_budget.items()
+                           if np.isclose(c, flops, rtol=1e-6)), None)
         for sparsity in sparsities:
             mask = at_budget & (columns["S"] == sparsity)
-            ax.scatter(columns["N"][mask], columns["loss"][mask], color=colours[sparsity],
+            if not mask.any():
+                continue
+            colour = colours[sparsity]
+            ax.scatter(columns["N"][mask], columns["loss"][mask], color=colour,
                        label=f"S={sparsity:g}")
-            if fit is not None and mask.any():
-                n_grid = np.geomspace(columns["N"][at_budget].min() / 1.5,
-                                      columns["N"][at_budget].max() * 1.5, 60)
+            if fit is not None:
                 tokens = flops / (6 * active_params(n_grid, sparsity, shared))
                 ax.plot(n_grid, get_law(fit.law).predict_loss(fit.params, N=n_grid, D=tokens,
                                                       S=np.full_like(n_grid, sparsity)),
-                        color=colours[sparsity], lw=1)
+                        color=colour, lw=1)
+            if budget_fit is not None:
+                ax.plot(n_grid, budget_fit_loss(budget_fit, np.log(n_grid), sparsity),
+                        color=colour, **ISOFLOP_FIT_STYLE)
+        handles = ax.get_legend_handles_labels()[0]
+        if fit is not None:
+            handles.append(Line2D([], [], color="0.3", lw=1, label="fitted law"))
+        if budget_fit is not None:
+            handles.append(Line2D([], [], color="0.3", **ISOFLOP_FIT_STYLE,
+                                  label="IsoFLOP fit (quadratic in log N)"))
+            handles.append(_mark_optimum(ax, budget_fit))
         ax.set_xscale("log")
+        format_axis(ax.xaxis, format_count_tick)
         ax.set_xlabel("total parameters N")
-        ax.set_ylabel("best validation loss")
-        ax.set_title(f"C = {flops:.3g} FLOPs")
-        ax.legend(fontsize=8)
+        ax.set_ylabel(loss_label("best validation loss"))
+        ax.set_title(f"C = {budget_label} FLOPs")
+        ax.legend(handles=handles, fontsize=8)
     return save_figure(fig, path)
+
+
+def _mark_optimum(ax, budget_fit: dict):
+    """A star at the budget's (N*, loss*); hollow when N* is outside the data (a bound)."""
+    inside = budget_fit["inside_data"]
+    label = f"N* = {format_count_tick(budget_fit['params'])}"
+    if "sparsity" in budget_fit:
+        label += f", S* = {budget_fit['sparsity']:.2f}"
+    if not inside:
+        label += " (edge of the data: a bound)"
+    marker, = ax.plot([budget_fit["params"]], [budget_fit["loss"]], marker="*", markersize=14,
+                      linestyle="none", color="black", zorder=4,
+                      markerfacecolor="black" if inside else "none", gid="isoflop-optimum",
+                      label=label)
+    return marker
 
 
 def _palette(count: int) -> list:
@@ -49,19 +99,32 @@ def _palette(count: int) -> list:
 
 
 def optima_figure(path: Path, vs_n: list[dict], vs_c: list[dict], vs_t: list[dict] | None,
-                   flops_reference: float) -> Path:
-    panels = [(vs_n, "params", "total parameters N", f"fixed N, C = {flops_reference:.3g}"),
-              (vs_c, "flops", "training compute C (FLOPs)", "compute-optimal")]
+                  flops_reference: float, max_sparsity: float = DEFAULT_MAX_SPARSITY) -> Path:
+    """S* against N, C and (measured hardware) T, with the bootstrap band; optima at the
+    search's upper limit ``max_sparsity`` are flagged: there the curve flattens because the
+    search stops, not because the law has its minimum."""
+    panels = [(vs_n, "params", "total parameters N", format_count_tick,
+               f"fixed N, C = {format_flops_tick(flops_reference)}"),
+              (vs_c, "flops", "training compute C (FLOPs)", format_flops_tick, "compute-optimal")]
     if vs_t:
-        panels.append((vs_t, "seconds", "wall-clock budget T (s, this hardware)", "time-optimal"))
+        panels.append((vs_t, "seconds", "wall-clock budget T (s, this hardware)", None,
+                       "time-optimal"))
     fig, axes = new_figure(ncols=len(panels), width_in=5.0)
-    for ax, (rows, key, label, title) in zip(axes, panels):
-        x = [r[key] for r in rows]
-        ax.plot(x, [r["optimum"]["sparsity"] for r in rows], marker="o", label="best fit")
+    for ax, (rows, key, label, tick_format, title) in zip(axes, panels):
+        x = np.array([r[key] for r in rows])
+        sparsity = np.array([r["optimum"]["sparsity"] for r in rows])
+        ax.plot(x, sparsity, marker="o", label="best fit")
         if rows[0]["ci"]:
             ax.fill_between(x, [r["ci"]["sparsity"][0] for r in rows],
                             [r["ci"]["sparsity"][1] for r in rows], alpha=0.25, label="95 % band")
+        at_limit = sparsity >= max_sparsity - SEARCH_LIMIT_TOLERANCE
+        if at_limit.any():
+            ax.scatter(x[at_limit], sparsity[at_limit], marker="^", s=90, facecolors="none",
+                       edgecolors="tab:red", linewidths=1.5, zorder=4, gid="search-limit",
+                       label=f"at the search limit S = {max_sparsity:g} (a bound)")
         ax.set_xscale("log")
+        if tick_format is not None:
+            format_axis(ax.xaxis, tick_format)
         ax.set_ylim(-0.02, 1.0)
         ax.set_xlabel(label)
         ax.set_ylabel("optimal sparsity S*")

@@ -196,7 +196,7 @@ def _isoflop_section(out_dir: Path, rows: list[dict[str, str]], columns: dict,
     analysis, surface = isoflop.all_points, isoflop.surface
     # The lines need N_active(N, S); with only dense runs it is N whatever the shared fraction.
     figure = isoflop_figure(out_dir / "figures" / "isoflop.png", iso_columns, sweep.fit,
-                            0.0 if shared is None else shared)
+                            0.0 if shared is None else shared, isoflop_fits=analysis)
     text = "## IsoFLOP analysis\n\n" + (
         "Per compute budget, the loss is fitted as a quadratic surface in (log N, -log(1 - S)) "
         "and minimised inside the observed box (Abnar et al.); `isoflop.json` also holds a "
@@ -210,7 +210,9 @@ def _isoflop_section(out_dir: Path, rows: list[dict[str, str]], columns: dict,
                                         isoflop.compute_deviation.tolerance)
     if figure:
         text += ("\n![IsoFLOP curves per sparsity](figures/isoflop.png)\n\n"
-                 "Points: runs; lines: the fitted law along each budget (D = C / (6 N_active)).\n")
+                 "Points: runs; lines: the fitted law along each budget (D = C / (6 N_active)); "
+                 "dashed: the budget's IsoFLOP fit above, star: its N* (hollow: at the edge of "
+                 "the data).\n")
     return text
 
 
