@@ -310,8 +310,9 @@ def _throughput_section(analysis: SweepAnalysis) -> str:
     overhead = (coefficients["a"] + coefficients["m"]) / coefficients["a"] if coefficients["a"] else math.nan
     return (text + f"\nThroughput model (`moelab.scaling.throughput`), fitted to all "
             f"{model['n_rows']} runs: {model['form']}, with 95 % intervals from "
-            f"{model['bootstrap']['replicates']} resamples of the runs. The MoE's price per FLOP "
-            f"is (a + m) / a = {overhead:.2f} x the dense model's.\n\n"
+            f"{model['bootstrap']['replicates']} resamples of the distinct shapes. A FLOP inside "
+            f"the expert layers costs (a + m) / a = {overhead:.2f} x a dense FLOP; attention, "
+            "embedding and head FLOPs are priced as dense.\n\n"
             + markdown_table(["term", "seconds per token per unit", "95 % CI"], terms, "lrr"))
 
 
@@ -373,7 +374,9 @@ def _three_optima_text(optima: OptimaRecord, analysis: SweepAnalysis) -> str:
                        ("by_flops", f"FLOPs C = {three['flops']:.3g}"),
                        ("by_seconds", f"wall clock T = {three['seconds']:.3g} s")):
         r = three[key]
-        rows.append([label, _with_ci(r, "sparsity", "{:.3f}"), _with_ci(r, "params_total", None),
+        sparsity = (_undetermined_or_ci(r) if key == "by_seconds"
+                    else _with_ci(r, "sparsity", "{:.3f}"))
+        rows.append([label, sparsity, _with_ci(r, "params_total", None),
                      _with_ci(r, "params_active", None), format_count(r["optimum"]["tokens"]),
                      format_number(r["optimum"]["loss"]),
                      "yes" if r["optimum"]["at_boundary"] else ""])
@@ -386,6 +389,19 @@ def _three_optima_text(optima: OptimaRecord, analysis: SweepAnalysis) -> str:
             + markdown_table(["budget", "S*", "N*", "N_active*", "D*", "loss", "at edge"], rows,
                              "lrrrrrl")
             + "\n" + _ratio_sentence(by_seconds))
+
+
+UNDETERMINED_WIDTH = 0.5
+"""A 95 % interval of S* wider than this spans most of [0, 1]: no optimum is measured."""
+
+
+def _undetermined_or_ci(result: dict) -> str:
+    """The wall-clock S* with its interval, or "undetermined on this hardware" when the
+    interval spans most of [0, 1] (the point would read as a finding it is not)."""
+    ci = result["ci"].get("sparsity")
+    if ci and ci[1] - ci[0] > UNDETERMINED_WIDTH:
+        return f"undetermined on this hardware [{ci[0]:.3f}, {ci[1]:.3f}]"
+    return _with_ci(result, "sparsity", "{:.3f}")
 
 
 def _ratio_sentence(by_seconds: dict) -> str:
