@@ -8,7 +8,8 @@ into JSON files next to results.csv, which ``sweep_report`` renders:
 - ``forms.json`` (every form's checks, ``moelab.scaling.forms``), ``fit.json`` (the chosen form,
   with bootstrap replicates and the family's shared fraction: ``moelab optimal`` reads it),
   ``fit_holdout.json``;
-- ``isoflop.json`` (FLOPs-budget sweeps);
+- ``isoflop.json`` (FLOPs-budget sweeps), with S*(C) read off the minima of each sparsity's
+  IsoFLOP parabolas, no law involved (``moelab.scaling.isoflop_sparsity``);
 - ``throughput.json``: tokens/s per (N, S) measured by the runs themselves, and the throughput
   model fitted to them (``moelab.scaling.throughput``); a throughput table, so ``moelab optimal
   fit.json --seconds T`` finds it next to fit.json;
@@ -32,6 +33,7 @@ from moelab.errors import MoelabError
 from moelab.scaling.family import estimate_shared_fraction
 from moelab.scaling.forms import select_form
 from moelab.scaling.isoflop import COMPUTE_TOLERANCE, compute_deviation, isoflop_analysis, uses_surface
+from moelab.scaling.isoflop_sparsity import sparsity_isoflop
 from moelab.scaling.laws import SPARSITY, get_law
 from moelab.scaling.optimal import (
     INTERVAL_KEYS, compute_optimal, optimal_sparsity_at_params,
@@ -42,7 +44,7 @@ from moelab.scaling.table import fit_table_from_rows
 from moelab.scaling.throughput import (
     REQUIRED_COLUMNS, family_throughput, fit_throughput, moe_versus_dense, per_shape_means,
 )
-from moelab.sweep.folder import SWEEP_FIT_COLUMNS, read_grid, read_results, write_analysis
+from moelab.sweep.folder import SWEEP_FIT_COLUMNS, read_grid, read_results, row_seed, write_analysis
 from moelab.sweep.records import (
     ComputeDeviation, FormsRecord, GridRecord, IsoflopRecord, LawFit, OptimaRecord, SweepAnalysis,
     ThroughputRecord,
@@ -74,7 +76,7 @@ def analyse_sweep(out_dir: Path, *, bootstrap_replicates: int = 200, max_starts:
     analysis.shared_fraction = estimate_shared_fraction(columns["N"], columns["N_active"],
                                                         columns["S"])
     _fit_law(analysis, columns, grid.holdout, log)
-    analysis.isoflop = _isoflop_record(rows, columns)
+    analysis.isoflop = _isoflop_record(rows, columns, bootstrap_replicates)
     analysis.throughput = _throughput_record(header, rows, analysis)
     analysis.optima = _optima_record(columns, grid, analysis)
     write_analysis(out_dir, analysis)
@@ -144,7 +146,8 @@ def budget_column(rows: list[dict[str, str]]) -> np.ndarray | None:
     return np.array([float(v) for v in values])
 
 
-def _isoflop_record(rows: list[dict[str, str]], columns: dict) -> IsoflopRecord | None:
+def _isoflop_record(rows: list[dict[str, str]], columns: dict,
+                    replicates: int) -> IsoflopRecord | None:
     budgets = budget_column(rows)
     if budgets is None:
         return None
@@ -159,7 +162,9 @@ def _isoflop_record(rows: list[dict[str, str]], columns: dict) -> IsoflopRecord 
         compute_deviation=ComputeDeviation(
             tolerance=COMPUTE_TOLERANCE, max_abs=float(np.max(np.abs(deviation))),
             per_run={row["run"]: float(d) for row, d in zip(rows, deviation)},
-            off_budget_runs={rows[i]["run"]: float(deviation[i]) for i in off_budget}))
+            off_budget_runs={rows[i]["run"]: float(deviation[i]) for i in off_budget}),
+        sparsity_optima=sparsity_isoflop(iso_columns, np.array([row_seed(row) for row in rows]),
+                                         replicates=replicates))
 
 
 def _per_sparsity(iso_columns: dict[str, np.ndarray]) -> dict[float, dict]:
