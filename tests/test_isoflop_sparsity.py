@@ -109,3 +109,34 @@ def test_a_parabola_without_minimum_leaves_the_interval_open():
     first = result["cells"][0]
     assert first["loss"] is None and first["loss_ci"] is None
     assert result["optimal_sparsity"][0]["sparsity"] is None
+
+
+def test_the_cpu_isoflop_sweep_writes_its_minima_and_s_star_into_isoflop_json_and_the_report(
+        tmp_path):
+    """The preset's 120 planned runs with losses from the effective-size law, whose S* cannot
+    move with C: isoflop.json and the report carry the per-sparsity minima, and the trend test
+    does not claim that S* rises."""
+    import json
+
+    from moelab.scaling.laws import get_law
+    from moelab.sweep.grid import load_grid
+    from moelab.sweep.report import write_sweep_report
+    from moelab.sweep.results import write_results_csv
+    from sweep_rows import synthetic_results, write_grid_json
+
+    grid = load_grid("cpu-isoflop")
+    assert len(grid.flops_budgets) >= 3 and len(grid.seeds) >= 2
+    ratios = np.diff(np.log(sorted(grid.flops_budgets)))
+    assert np.allclose(np.exp(ratios), 3.0, rtol=0.05)  # budgets 3x apart
+    truth = {"b": 40.0, "d": 20.0, "e": 1.2, "beta": 0.3, "delta": 0.3, "gamma": 0.35}
+    rows = synthetic_results(grid, truth, get_law("sparsity-effective-size"))
+    write_results_csv(tmp_path / "results.csv", rows)
+    text = write_sweep_report(write_grid_json(tmp_path, grid), bootstrap_replicates=8,
+                              max_starts=100, log=lambda _: None).read_text()
+    optima = json.loads((tmp_path / "isoflop.json").read_text())["sparsity_optima"]
+    assert len(optima["cells"]) == 3 * 4 and optima["replicates"] == 8
+    assert all(cell["n_sizes"] == 5 for cell in optima["cells"])
+    assert not optima["trend"]["rises"]
+    assert "### Optimal sparsity per budget from the IsoFLOP minima (no law)" in text
+    assert "Test of whether S* rises with C" in text
+    assert (tmp_path / "figures" / "isoflop_optima.png").stat().st_size > 1000

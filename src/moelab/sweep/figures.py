@@ -83,7 +83,8 @@ def isoflop_optima_figure(path: Path, optima: dict) -> Path:
         losses = np.array([c["loss"] for c in cells])
         errors = np.array([[c["loss"] - c["loss_ci"][0], c["loss_ci"][1] - c["loss"]]
                            if c["loss_ci"] else [0.0, 0.0] for c in cells]).T.reshape(2, -1)
-        loss_ax.errorbar(flops, losses, yerr=errors, color=colours[sparsity], marker="o",
+        # A percentile interval need not contain the estimate (a biased vertex): clip at 0.
+        loss_ax.errorbar(flops, losses, yerr=np.maximum(errors, 0.0), color=colours[sparsity], marker="o",
                          capsize=3, label=f"S={sparsity:g}")
     loss_ax.set_xscale("log")
     loss_ax.set_xlabel("compute budget C (FLOPs)")

@@ -276,7 +276,9 @@ def _trend_sentence(optima: dict) -> str:
                   for a in optima["advantage_trend"] if a["slope_per_decade"] is not None]
     if advantages:
         text += (" The advantage over dense, L*(C, 0) - L*(C, S), changes per decade of C by "
-                 + "; ".join(advantages) + " nats.")
+                 + "; ".join(advantages) + " nats. That is not a test of S*: a difference that "
+                 "scales with L - e shrinks as the loss falls even when S* stays put (the "
+                 "effective-size law's L - e ~ C^(-k) g(S) does exactly that).")
     return text + "\n"
 
 
