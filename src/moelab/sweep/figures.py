@@ -106,3 +106,28 @@ def isoflop_optima_figure(path: Path, optima: dict) -> Path:
     sparsity_ax.set_title("from the IsoFLOP minima, no law")
     sparsity_ax.legend(fontsize=8)
     return save_figure(fig, path)
+
+
+def sparsity_delta_figure(path: Path, deltas: dict) -> Path:
+    """Loss at S minus dense against S, a line per size, a panel per token budget, with the
+    95 % intervals."""
+    budgets = sorted({d["budget"] for d in deltas["deltas"]}, key=lambda b: float(b.lstrip("DC")))
+    fig, axes = new_figure(ncols=len(budgets), width_in=4.0)
+    axes = axes if isinstance(axes, list) else [axes]
+    sizes = list(dict.fromkeys(d["size"] for d in deltas["deltas"]))
+    colours = dict(zip(sizes, _palette(len(sizes))))
+    for ax, budget in zip(axes, budgets):
+        for size in sizes:
+            rows = sorted((d for d in deltas["deltas"] if d["budget"] == budget and d["size"] == size),
+                          key=lambda d: d["sparsity"])
+            x = [d["sparsity"] for d in rows]
+            y = np.array([d["delta"] for d in rows])
+            errors = np.array([[d["delta"] - d["ci"][0], d["ci"][1] - d["delta"]] for d in rows]).T
+            ax.errorbar(x, y, yerr=errors.reshape(2, -1), marker="o", capsize=3,
+                        color=colours[size], label=size)
+        ax.axhline(0.0, color="grey", lw=0.8)
+        ax.set_xlabel("sparsity S")
+        ax.set_ylabel("loss minus dense (nats)")
+        ax.set_title(f"budget {budget}")
+        ax.legend(fontsize=8)
+    return save_figure(fig, path)

@@ -248,6 +248,13 @@ class SweepAnalysis:
     isoflop: Optional[IsoflopRecord] = None
     throughput: Optional[ThroughputRecord] = None
     optima: Optional[OptimaRecord] = None
+    form_tests: Optional[dict] = None
+    """form_tests.json: the forms against the pure error of the seeds, N total and
+    non-embedding, held out at the largest S and D, and the loss at S minus dense at fixed N
+    and D (``moelab.sweep.law_checks``)."""
+    zero_shot: Optional[dict] = None
+    """zero_shot.json: accuracy against S at equal loss and at equal FLOPs, per task
+    (``moelab.sweep.zero_shot``); None when no run scored tasks."""
 
     def settings_dict(self) -> dict:
         """analysis.json."""

@@ -22,9 +22,12 @@ from moelab.scaling.forms import MIN_STEADY_REPLICATES
 from moelab.scaling.laws import SPARSITY, get_law
 from moelab.scaling.table import fit_table_from_rows
 from moelab.sweep.analysis import analyse_sweep
-from moelab.sweep.figures import isoflop_figure, isoflop_optima_figure, optima_figure
+from moelab.sweep.figures import isoflop_figure, optima_figure
 from moelab.sweep.folder import read_analysis, read_grid, read_results, with_derived_files
 from moelab.sweep.records import FormsRecord, GridRecord, LawFit, OptimaRecord, SweepAnalysis
+from moelab.sweep.report_sections import (
+    constant_s_star_text, form_tests_section, isoflop_optima_text, zero_shot_analysis_text,
+)
 from moelab.sweep.run_tables import budget_family_text, runs_table, zero_shot_section
 
 
@@ -55,7 +58,11 @@ def render_sweep_report(out_dir: Path) -> Path:
     analysis = with_derived_files(out_dir, analysis)
     sections.append(runs_table(rows))
     sections.append(zero_shot_section(out_dir, header, rows))
+    if analysis.zero_shot:
+        sections.append(zero_shot_analysis_text(analysis.zero_shot))
     sections.extend(_law_sections(analysis, len(rows)))
+    if analysis.form_tests:
+        sections.append(form_tests_section(out_dir, analysis.form_tests, analysis.forms))
     if analysis.isoflop is not None:
         sections.append(_isoflop_section(out_dir, rows, columns, analysis))
     sections.append(_throughput_section(analysis))
@@ -212,74 +219,8 @@ def _isoflop_section(out_dir: Path, rows: list[dict[str, str]], columns: dict,
         text += ("\n![IsoFLOP curves per sparsity](figures/isoflop.png)\n\n"
                  "Points: runs; lines: the fitted law along each budget (D = C / (6 N_active)).\n")
     if isoflop.sparsity_optima is not None:
-        text += _isoflop_optima_text(out_dir, isoflop.sparsity_optima)
+        text += isoflop_optima_text(out_dir, isoflop.sparsity_optima)
     return text
-
-
-def _ci_text(value, ci, fmt: str) -> str:
-    if value is None:
-        return "no minimum"
-    shown = fmt.format(value) if fmt else format_count(value)
-    if ci is None:
-        return shown
-    low, high = ((fmt.format(v) if fmt else format_count(v)) for v in ci)
-    return f"{shown} [{low}, {high}]"
-
-
-def _isoflop_optima_text(out_dir: Path, optima: dict) -> str:
-    """S*(C) from the minima of each sparsity's IsoFLOP parabolas, no law involved."""
-    isoflop_optima_figure(out_dir / "figures" / "isoflop_optima.png", optima)
-    intervals = (f"95 % intervals from {optima['replicates']} bootstrap replicates (resampling "
-                 f"{optima['resampling']})" if optima["replicates"]
-                 else f"no intervals (resampling {optima['resampling']})")
-    cells = [[f"{c['flops']:.3g}", f"{c['sparsity']:g}", c["n_sizes"],
-              _ci_text(c["params"], c["params_ci"], ""),
-              _ci_text(c["loss"], c["loss_ci"], "{:.4f}"),
-              "" if c["inside_data"] or c["loss"] is None else "yes"] for c in optima["cells"]]
-    best = [[f"{r['flops']:.3g}", _ci_text(r["sparsity"], r["ci"], "{:.3f}"),
-             _ci_text(r["best_sampled"], r["best_sampled_ci"], "{:g}"),
-             ", ".join(f"{s}: {p:.2f}" for s, p in r["probability_best"].items()) or "–"]
-            for r in optima["optimal_sparsity"]]
-    return ("\n### Optimal sparsity per budget from the IsoFLOP minima (no law)\n\n"
-            "Per budget C and sparsity S, a parabola in log N through that sparsity's runs; its "
-            "vertex is N*(C, S) and L*(C, S). S*(C) is where L*(C, S) is lowest: between the "
-            "sampled sparsities, the vertex of a parabola of L* in -log(1 - S) kept inside "
-            "them, and the sampled sparsity of lowest L* with the share of replicates in which "
-            f"each sparsity is lowest. {intervals}; `isoflop.json`, sparsity_optima.\n\n"
-            + markdown_table(["C", "S", "sizes", "N*", "L*", "vertex outside sizes"], cells,
-                             "rrrrrl")
-            + "\n" + markdown_table(["C", "S*", "best sampled S", "share of replicates best"],
-                                    best, "rrrl")
-            + "\n" + _trend_sentence(optima)
-            + "\n![IsoFLOP minima and S*(C)](figures/isoflop_optima.png)\n")
-
-
-def _trend_sentence(optima: dict) -> str:
-    """Does S* rise with compute? The slope of S*(C) per decade of C, and per sparse S the
-    slope of its advantage over dense."""
-    trend = optima["trend"]
-    if trend["slope_per_decade"] is None:
-        return "No trend of S* with C: fewer than 2 budgets have an S*.\n"
-    slope = f"{trend['slope_per_decade']:+.3f}"
-    if trend["ci"] is None:
-        return (f"S*(C) changes by {slope} per decade of C over {trend['n_budgets']} budgets; "
-                "without resamples there is no interval, so no test of whether S* rises.\n")
-    verdict = ("**S* rises with compute**" if trend["rises"] else
-               "**S* falls with compute**" if trend["falls"] else
-               "**no trend of S* with compute is detected** (the interval contains 0)")
-    text = (f"Test of whether S* rises with C: S*(C) changes by {slope} "
-            f"[{trend['ci'][0]:+.3f}, {trend['ci'][1]:+.3f}] per decade of C over "
-            f"{trend['n_budgets']} budgets (one-sided bootstrap p of no rise "
-            f"{trend['p_not_rising']:.3f}): {verdict}.")
-    advantages = [f"S = {a['sparsity']:g}: {a['slope_per_decade']:+.4f}"
-                  + (f" [{a['ci'][0]:+.4f}, {a['ci'][1]:+.4f}]" if a["ci"] else "")
-                  for a in optima["advantage_trend"] if a["slope_per_decade"] is not None]
-    if advantages:
-        text += (" The advantage over dense, L*(C, 0) - L*(C, S), changes per decade of C by "
-                 + "; ".join(advantages) + " nats. That is not a test of S*: a difference that "
-                 "scales with L - e shrinks as the loss falls even when S* stays put (the "
-                 "effective-size law's L - e ~ C^(-k) g(S) does exactly that).")
-    return text + "\n"
 
 
 def _budget_table(analysis_rows: list[dict], budgets: np.ndarray, deviation: np.ndarray,
@@ -410,6 +351,7 @@ def _optima_section(out_dir: Path, analysis: SweepAnalysis, first_sparsity: floa
                        "FLOPs budget the sparsest model the architecture allows is best: S* is "
                        "the edge of any search, a consequence of the accounting rather than a "
                        "measured optimum. No curves are drawn.\n")
+    head += constant_s_star_text(fit.law)
     vs_n, vs_c, vs_t = optima.vs_params, optima.vs_flops, optima.vs_seconds
     optima_figure(out_dir / "figures" / "optimal_sparsity.png", vs_n, vs_c, vs_t,
                   optima.flops_for_fixed_params)
