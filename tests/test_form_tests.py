@@ -75,11 +75,12 @@ def test_f_tests_take_the_s_term_a_truth_has_and_not_one_it_lacks():
     with_s = replicated_points(EFFECTIVE, EFFECTIVE_TRUTH)
     choice = choose_by_f_tests(fitted(with_s, names), pure_error(with_s))
     assert choice["path"][0] == "chinchilla" and choice["chosen"] != "chinchilla"
+    assert choice["chosen_likelihood_ratio"] != "chinchilla"
     chinchilla = get_law("chinchilla")
     without_s = replicated_points(chinchilla, {"A": 40.0, "B": 40.0, "E": 1.2, "alpha": 0.35,
                                                "beta": 0.3}, rng_seed=1)
     choice = choose_by_f_tests(fitted(without_s, names), pure_error(without_s))
-    assert choice["chosen"] == "chinchilla"
+    assert choice["chosen"] == "chinchilla" and choice["chosen_likelihood_ratio"] == "chinchilla"
     assert all(t["p"] > 0.05 for t in choice["tests"] if t["small"] == "chinchilla")
 
 

@@ -111,21 +111,28 @@ def nested_test(small: dict, large: dict, pure: dict) -> dict | None:
 
 
 def choose_by_f_tests(fits: dict[str, dict], pure: dict, alpha: float = ALPHA) -> dict:
-    """From Chinchilla up: move to a nesting form while one is significantly better.
+    """From the smallest form up: move to a nesting form while one is significantly better,
+    by the F test against the pure error (``chosen``) and, for comparison, by the
+    likelihood-ratio test (``chosen_likelihood_ratio``), whose variance is the larger form's
+    residual one: when every form misfits the group means, the pure error is the smaller
+    variance and the F test takes any term that absorbs some of the misfit.
 
     ``fits``: by law name, {"law", "num_params", "ss"} (forms left out are skipped). Returns the
-    chosen form, the path and every nested test."""
+    choices, their paths and every nested test."""
     tests = [t for small, large in NESTED if small in fits and large in fits
              if (t := nested_test(fits[small], fits[large], pure)) is not None]
-    current = min(fits, key=lambda name: fits[name]["num_params"])
-    path = [current]
-    while True:
-        better = [t for t in tests if t["small"] == current and t["p"] < alpha]
-        if not better:
-            break
-        current = min(better, key=lambda t: t["p"])["large"]
-        path.append(current)
-    return {"chosen": current, "path": path, "alpha": alpha, "tests": tests}
+    start = min(fits, key=lambda name: fits[name]["num_params"])
+    by_f, by_lr = _climb(tests, start, "p", alpha), _climb(tests, start, "p_likelihood_ratio", alpha)
+    return {"chosen": by_f[-1], "path": by_f, "chosen_likelihood_ratio": by_lr[-1],
+            "path_likelihood_ratio": by_lr, "alpha": alpha, "tests": tests}
+
+
+def _climb(tests: list[dict], start: str, p_key: str, alpha: float) -> list[str]:
+    """The forms visited from ``start``, each step to the most significant larger form."""
+    path = [start]
+    while better := [t for t in tests if t["small"] == path[-1] and t[p_key] < alpha]:
+        path.append(min(better, key=lambda t: t[p_key])["large"])
+    return path
 
 
 def optimal_sparsity_moves(law: Law, params: dict[str, float], shared_fraction: float,

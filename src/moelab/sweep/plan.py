@@ -112,21 +112,24 @@ def plan_sweep(grid: SweepGrid) -> list[SweepPoint]:
         for kind, budget in budgets:
             for size in grid.sizes:
                 for sparsity in grid.sparsities:
-                    points.append(_plan_point(base, grid, size, float(sparsity), kind, budget))
+                    # The dense model has no k: planned once, at the first.
+                    top_ks = grid.planned_top_ks[:1] if sparsity == 0 else grid.planned_top_ks
+                    points.extend(_plan_point(base, grid, size, float(sparsity), kind, budget, k)
+                                  for k in top_ks)
     _check_distinct_folders(points)
     return points
 
 
 def _plan_point(base: Config, grid: SweepGrid, size: dict, sparsity: float, kind: str,
-                budget: float) -> SweepPoint:
-    config = point_config(base, size, sparsity, grid.top_k, grid.mode)
+                budget: float, top_k: int) -> SweepPoint:
+    config = point_config(base, size, sparsity, top_k, grid.mode)
     if kind == "flops":
         tokens, label = tokens_for_flops(config, budget), f"C{exact_text(budget)}"
     else:
         tokens, label = int(budget), f"D{int(budget)}"
     config = with_max_tokens(config, tokens)
     experts = config.model.moe.num_experts if config.model.moe else 1
-    return SweepPoint(size["name"], sparsity, experts, grid.top_k, label,
+    return SweepPoint(size["name"], sparsity, experts, top_k, label,
                       float(budget) if kind == "flops" else None, config)
 
 
@@ -158,7 +161,7 @@ def run_specs(points: list[SweepPoint]) -> list[RunSpec]:
                      {"size": point.size, "sparsity": point.sparsity, "budget": point.budget_label,
                       "seed": point.seed})
              for point in points]
-    shapes = [(point.size, point.sparsity, point.seed) for point in points]
+    shapes = [(point.size, point.sparsity, point.top_k, point.seed) for point in points]
     planned = {spec.name: spec for shape in dict.fromkeys(shapes)
                for spec in as_budget_family([s for s, other in zip(specs, shapes) if other == shape])}
     return [planned[spec.name] for spec in specs]
@@ -189,7 +192,9 @@ def recorded_fit_settings(out_dir: Path) -> dict:
 def _write_plan(out_dir: Path, grid: SweepGrid, points: list[SweepPoint], specs: list[RunSpec],
                 fit_settings: dict) -> None:
     """grid.json + plan.json; refuse to mix another grid's runs into this folder."""
-    grid_record = {key: getattr(grid, key) for key in GRID_KEYS}
+    # top_ks only when given: grid.json of sweeps planned before it existed stays the same.
+    grid_record = {key: getattr(grid, key) for key in GRID_KEYS
+                   if key != "top_ks" or grid.top_ks}
     grid_path = out_dir / "grid.json"
     if grid_path.is_file():
         old = with_seeds_key(json.loads(grid_path.read_text("utf-8")))

@@ -67,6 +67,14 @@ def _f_tests_text(record: dict, forms: FormsRecord | None) -> str:
                  + markdown_table(["form", "parameters", "SS (log loss)", "lack of fit F (df), p",
                                    *(f"held-out MAE, {h}" for h in record["holdouts"])],
                                   rows, "lrrrrr") + "\n")
+        misfit = [f for f in result["forms"] if f.get("lack_of_fit")
+                  and f["lack_of_fit"]["p"] < 0.05]
+        if misfit and len(misfit) == len([f for f in result["forms"] if "ss" in f]):
+            text += ("Every form misses the points' seed means by more than the seeds' noise "
+                     "(lack of fit p < 0.05 for all): no form describes these runs to within "
+                     "their noise, and against the pure error a nested F test takes any term "
+                     "that absorbs some of the misfit, so read it beside the likelihood-ratio "
+                     "test.\n\n")
         text += _selection_text(result["selection"], count)
     if forms is not None and forms.chosen:
         text += (f"The identification and held-out checks above (N total) chose "
@@ -87,6 +95,9 @@ def _selection_text(selection: dict | None, count: str) -> str:
     if selection.get("constant_s_star"):
         text += (f" That form cannot answer how S* moves with compute: "
                  f"{selection['constant_s_star']}.")
+    lr_path = " → ".join(f"`{name}`" for name in selection["path_likelihood_ratio"])
+    text += (f" By likelihood-ratio tests (variance from the larger form's residuals): "
+             f"{lr_path}, so `{selection['chosen_likelihood_ratio']}`.")
     return text + "\n\n"
 
 
