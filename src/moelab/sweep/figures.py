@@ -119,7 +119,7 @@ def sparsity_delta_figure(path: Path, deltas: dict) -> Path:
     for ax, budget in zip(axes, budgets):
         for size in sizes:
             rows = sorted((d for d in deltas["deltas"] if d["budget"] == budget and d["size"] == size),
-                          key=lambda d: d["sparsity"])
+                          key=lambda d: (d["sparsity"], d.get("E", 0)))
             x = [d["sparsity"] for d in rows]
             y = np.array([d["delta"] for d in rows])
             errors = np.array([[d["delta"] - d["ci"][0], d["ci"][1] - d["delta"]] for d in rows]).T

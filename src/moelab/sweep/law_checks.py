@@ -8,6 +8,7 @@ replicated points (several seeds) has a pure error, so only such a sweep gets on
 
 from __future__ import annotations
 
+import itertools
 from typing import Callable
 
 import numpy as np
@@ -20,6 +21,7 @@ from moelab.scaling.form_tests import (
 from moelab.scaling.forms import FORMS
 from moelab.scaling.summary import fit_columns
 from moelab.scaling.table import holdout_mask
+from moelab.sweep.folder import row_seed
 
 N_COUNTS = {"total": "N_total", "non_embedding": "N_non_embedding"}
 """How N is counted in a fit, and the results.csv column behind it."""
@@ -101,7 +103,8 @@ def sparsity_deltas(rows: list[dict[str, str]]) -> dict | None:
     tokens: dict[tuple, set] = {}
     for row in rows:
         key = (row["size"], row["budget"])
-        losses.setdefault((*key, float(row["S"])), []).append(float(row["best_val_loss"]))
+        losses.setdefault((*key, float(row["S"]), int(float(row["E"]))), []).append(
+            float(row["best_val_loss"]))
         tokens.setdefault(key, set()).add(float(row["D"]))
     if any(len(d) > 1 for d in tokens.values()):
         return None
@@ -112,13 +115,40 @@ def sparsity_deltas(rows: list[dict[str, str]]) -> dict | None:
     variance = sum(float(np.sum(d ** 2)) for d in deviations) / df
     quantile = float(scipy.stats.t.ppf(0.975, df))
     table = []
-    for (size, budget, sparsity), values in sorted(losses.items()):
-        dense = losses.get((size, budget, 0.0))
+    for (size, budget, sparsity, experts), values in sorted(losses.items()):
+        dense = losses.get((size, budget, 0.0, 1))
         if sparsity == 0.0 or dense is None:
             continue
         delta = float(np.mean(values) - np.mean(dense))
         half = quantile * float(np.sqrt(variance * (1 / len(values) + 1 / len(dense))))
         table.append({"size": size, "budget": budget, "D": next(iter(tokens[(size, budget)])),
-                      "sparsity": sparsity, "delta": delta, "ci": [delta - half, delta + half],
-                      "seeds": [len(values), len(dense)]})
-    return {"seed_std": float(np.sqrt(variance)), "df": df, "deltas": table}
+                      "sparsity": sparsity, "E": experts, "delta": delta,
+                      "ci": [delta - half, delta + half], "seeds": [len(values), len(dense)]})
+    return {"seed_std": float(np.sqrt(variance)), "df": df, "deltas": table,
+            "expert_pairs": expert_pairs(rows)}
+
+
+def expert_pairs(rows: list[dict[str, str]]) -> list[dict]:
+    """At one size, budget and sparsity trained with several E (a grid with top_ks): each pair
+    of E, the loss difference seed by seed (the same seed, so the pair shares its data order),
+    its mean and 95 % t interval over the seeds."""
+    by_seed: dict[tuple, dict[int, dict[str, float]]] = {}
+    for row in rows:
+        if float(row["S"]) > 0:
+            key = (row["size"], row["budget"], float(row["S"]))
+            by_seed.setdefault(key, {}).setdefault(int(float(row["E"])), {})[row_seed(row)] = \
+                float(row["best_val_loss"])
+    pairs = []
+    for (size, budget, sparsity), by_experts in sorted(by_seed.items()):
+        for low, high in itertools.combinations(sorted(by_experts), 2):
+            seeds = sorted(set(by_experts[low]) & set(by_experts[high]))
+            differences = np.array([by_experts[high][s] - by_experts[low][s] for s in seeds])
+            if len(differences) < 2:
+                continue
+            half = float(scipy.stats.t.ppf(0.975, len(differences) - 1)
+                         * differences.std(ddof=1) / np.sqrt(len(differences)))
+            mean = float(differences.mean())
+            pairs.append({"size": size, "budget": budget, "sparsity": sparsity,
+                          "E": [low, high], "seeds": len(differences),
+                          "difference": mean, "ci": [mean - half, mean + half]})
+    return pairs

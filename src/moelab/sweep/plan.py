@@ -189,12 +189,16 @@ def recorded_fit_settings(out_dir: Path) -> dict:
             if isinstance(settings, dict) and key in settings}
 
 
+def grid_json_record(grid: SweepGrid) -> dict:
+    """grid.json's record of a grid; top_ks only when given, so that the grid.json of a sweep
+    planned before the key existed still matches its grid."""
+    return {key: getattr(grid, key) for key in GRID_KEYS if key != "top_ks" or grid.top_ks}
+
+
 def _write_plan(out_dir: Path, grid: SweepGrid, points: list[SweepPoint], specs: list[RunSpec],
                 fit_settings: dict) -> None:
     """grid.json + plan.json; refuse to mix another grid's runs into this folder."""
-    # top_ks only when given: grid.json of sweeps planned before it existed stays the same.
-    grid_record = {key: getattr(grid, key) for key in GRID_KEYS
-                   if key != "top_ks" or grid.top_ks}
+    grid_record = grid_json_record(grid)
     grid_path = out_dir / "grid.json"
     if grid_path.is_file():
         old = with_seeds_key(json.loads(grid_path.read_text("utf-8")))

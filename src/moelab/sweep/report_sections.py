@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from moelab.report import format_count, format_number, markdown_table
+from moelab.report import format_count, markdown_table
 from moelab.scaling.form_tests import CONSTANT_S_STAR
 from moelab.sweep.figures import isoflop_optima_figure, sparsity_delta_figure
 from moelab.sweep.records import FormsRecord
@@ -26,12 +26,19 @@ def constant_s_star_text(law_name: str) -> str:
 
 
 def form_tests_section(out_dir: Path, record: dict, forms: FormsRecord | None) -> str:
-    text = ""
+    parts = []
     if "by_count" in record:
-        text += _f_tests_text(record, forms)
+        parts.append(_f_tests_text(record, forms))
     if record.get("sparsity_deltas"):
-        text += _deltas_text(out_dir, record["sparsity_deltas"])
-    return text
+        parts.append(_deltas_text(out_dir, record["sparsity_deltas"]))
+    return "\n".join(part.rstrip("\n") + "\n" for part in parts)
+
+
+def _mae(value) -> str:
+    """A held-out error: 4 decimals, or 3 digits for a prediction that ran off."""
+    if value is None:
+        return "–"
+    return f"{value:.4f}" if value < 1 else f"{value:.3g}"
 
 
 def _p(value) -> str:
@@ -59,8 +66,7 @@ def _f_tests_text(record: dict, forms: FormsRecord | None) -> str:
             lack = form.get("lack_of_fit")
             lack_text = (f"{lack['F']:.2f} ({lack['df'][0]}, {lack['df'][1]}), p {_p(lack['p'])}"
                          if lack else "–")
-            maes = [format_number(form["holdout_mae"].get(h)) if form["holdout_mae"].get(h)
-                    is not None else "–" for h in record["holdouts"]]
+            maes = [_mae(form["holdout_mae"].get(h)) for h in record["holdouts"]]
             rows.append([f"`{form['law']}`", str(form["num_params"]), f"{form['ss']:.4g}",
                          lack_text, *maes])
         text += (f"N counted as {COUNT_NAMES[count]}:\n\n"
@@ -79,7 +85,7 @@ def _f_tests_text(record: dict, forms: FormsRecord | None) -> str:
     if forms is not None and forms.chosen:
         text += (f"The identification and held-out checks above (N total) chose "
                  f"`{forms.chosen}`; `fit.json` and the optima use that form.\n")
-    return text + "\n"
+    return text
 
 
 def _selection_text(selection: dict | None, count: str) -> str:
@@ -87,28 +93,36 @@ def _selection_text(selection: dict | None, count: str) -> str:
         return "No form could be fitted.\n\n"
     tests = [[f"`{t['small']}` → `{t['large']}`", f"{t['F']:.2f} ({t['df'][0]}, {t['df'][1]})",
               _p(t["p"]), _p(t["p_likelihood_ratio"])] for t in selection["tests"]]
-    path = " → ".join(f"`{name}`" for name in selection["path"])
     text = (markdown_table(["nested test", "F (df)", "p", "likelihood-ratio p"], tests, "lrrr")
-            + f"\nBy F tests at {selection['alpha']:g} (N {COUNT_NAMES[count]}): {path}, so "
-            f"**`{selection['chosen']}`** (from the smallest form, a larger one is taken only "
-            "while it fits significantly better than the noise allows).")
+            + f"\nBy F tests at {selection['alpha']:g} (N {COUNT_NAMES[count]}): "
+            f"{_path_text(selection['path'])}, so **`{selection['chosen']}`** (from the "
+            "smallest form, a larger one is taken only while it fits significantly better "
+            "than the noise allows).")
     if selection.get("constant_s_star"):
         text += (f" That form cannot answer how S* moves with compute: "
                  f"{selection['constant_s_star']}.")
-    lr_path = " → ".join(f"`{name}`" for name in selection["path_likelihood_ratio"])
     text += (f" By likelihood-ratio tests (variance from the larger form's residuals): "
-             f"{lr_path}, so `{selection['chosen_likelihood_ratio']}`.")
+             f"{_path_text(selection['path_likelihood_ratio'])}, so "
+             f"`{selection['chosen_likelihood_ratio']}`.")
     return text + "\n\n"
 
 
+def _path_text(path: list[str]) -> str:
+    if len(path) == 1:
+        return f"no larger form fits significantly better than `{path[0]}`"
+    return " → ".join(f"`{name}`" for name in path)
+
+
 def _deltas_text(out_dir: Path, deltas: dict) -> str:
-    sparsities = sorted({d["sparsity"] for d in deltas["deltas"]})
+    columns = sorted({(d["sparsity"], d.get("E")) for d in deltas["deltas"]})
+    several_e = len({s for s, _ in columns}) < len(columns)
     cells: dict[tuple, dict] = {(d["size"], d["budget"]): {} for d in deltas["deltas"]}
     for d in deltas["deltas"]:
-        cells[(d["size"], d["budget"])][d["sparsity"]] = (
+        cells[(d["size"], d["budget"])][(d["sparsity"], d.get("E"))] = (
             f"{d['delta']:+.3f} [{d['ci'][0]:+.3f}, {d['ci'][1]:+.3f}]")
-    rows = [[size, budget, *(by_s.get(s, "–") for s in sparsities)]
+    rows = [[size, budget, *(by_s.get(c, "–") for c in columns)]
             for (size, budget), by_s in cells.items()]
+    names = [f"S = {s:g}" + (f", E = {e}" if several_e else "") for s, e in columns]
     figure = sparsity_delta_figure(out_dir / "figures" / "sparsity_deltas.png", deltas)
     significant = sum(1 for d in deltas["deltas"] if d["ci"][0] > 0 or d["ci"][1] < 0)
     return ("## Sparsity at fixed N and D (no law)\n\n"
@@ -118,9 +132,24 @@ def _deltas_text(out_dir: Path, deltas: dict) -> str:
             "`form_tests.json`, sparsity_deltas). Positive: the sparse model of the same total "
             f"size, trained on the same tokens, is worse. {significant} of "
             f"{len(deltas['deltas'])} differences exclude 0.\n\n"
-            + markdown_table(["size", "budget", *(f"S = {s:g}" for s in sparsities)], rows,
-                             "ll" + "r" * len(sparsities))
-            + (f"\n![Loss at S minus dense](figures/{figure.name})\n\n" if figure else "\n"))
+            + markdown_table(["size", "budget", *names], rows, "ll" + "r" * len(names))
+            + (f"\n![Loss at S minus dense](figures/{figure.name})\n\n" if figure else "\n")
+            + _expert_pairs_text(deltas.get("expert_pairs") or []))
+
+
+def _expert_pairs_text(pairs: list[dict]) -> str:
+    """Top-k against E at one sparsity, paired by seed."""
+    if not pairs:
+        return ""
+    rows = [[p["size"], p["budget"], f"{p['sparsity']:g}", f"E = {p['E'][1]} minus E = {p['E'][0]}",
+             str(p["seeds"]), f"{p['difference']:+.4f} [{p['ci'][0]:+.4f}, {p['ci'][1]:+.4f}]"]
+            for p in pairs]
+    return ("\n### Top-k against E at one sparsity\n\nThe loss of the run with more experts (and "
+            "so a larger k) minus the one with fewer, seed by seed (the same seed shares the "
+            "data order), with a 95 % t interval over the seeds (`form_tests.json`, "
+            "expert_pairs).\n\n"
+            + markdown_table(["size", "budget", "S", "pair", "seeds", "loss difference"], rows,
+                             "llrlrr"))
 
 
 def _ci_text(value, ci, fmt: str) -> str:
