@@ -222,5 +222,6 @@ def _write_plan(out_dir: Path, grid: SweepGrid, points: list[SweepPoint], specs:
 def _same_grid_or_more_seeds(old: dict, new: dict) -> bool:
     """A folder's runs stay valid for its grid with seeds added: a run depends only on its
     config and seed."""
-    return ({**old, "seeds": None} == {**new, "seeds": None}
+    # A grid.json without top_ks (older, or a grid of one top_k) has none.
+    return ({"top_ks": [], **old, "seeds": None} == {"top_ks": [], **new, "seeds": None}
             and set(old.get("seeds", [])) <= set(new["seeds"]))

@@ -164,7 +164,10 @@ def _ci_text(value, ci, fmt: str) -> str:
 
 def isoflop_optima_text(out_dir: Path, optima: dict) -> str:
     """S*(C) from the minima of each sparsity's IsoFLOP parabolas, no law involved."""
-    isoflop_optima_figure(out_dir / "figures" / "isoflop_optima.png", optima)
+    drawn = (any(c["loss"] is not None for c in optima["cells"])
+             and any(r["sparsity"] is not None for r in optima["optimal_sparsity"]))
+    if drawn:
+        isoflop_optima_figure(out_dir / "figures" / "isoflop_optima.png", optima)
     intervals = (f"95 % intervals from {optima['replicates']} bootstrap replicates (resampling "
                  f"{optima['resampling']})" if optima["replicates"]
                  else f"no intervals (resampling {optima['resampling']})")
@@ -187,7 +190,7 @@ def isoflop_optima_text(out_dir: Path, optima: dict) -> str:
             + "\n" + markdown_table(["C", "S*", "best sampled S", "share of replicates best"],
                                     best, "rrrl")
             + "\n" + _trend_sentence(optima)
-            + "\n![IsoFLOP minima and S*(C)](figures/isoflop_optima.png)\n")
+            + ("\n![IsoFLOP minima and S*(C)](figures/isoflop_optima.png)\n" if drawn else ""))
 
 
 def _trend_sentence(optima: dict) -> str:
