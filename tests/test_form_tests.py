@@ -92,3 +92,12 @@ def test_the_effective_size_form_has_a_constant_s_star_and_the_full_law_need_not
     full = {"a": 30.0, "b": 400.0, "c": 0.3, "d": 200.0, "e": 1.2, "alpha": 0.25, "beta": 0.3,
             "lam": 0.3, "delta": -0.4, "gamma": 0.35}
     assert optimal_sparsity_moves(get_law("sparsity"), full, 0.4)["moves"]
+
+
+def test_the_report_says_in_words_when_the_chosen_form_fixes_s_star():
+    from moelab.sweep.report_sections import constant_s_star_text
+
+    text = constant_s_star_text("sparsity-effective-size")
+    assert "cannot answer how S* moves with compute" in text
+    assert "C^(-beta gamma / (beta + gamma)) g(S)" in text
+    assert constant_s_star_text("sparsity") == constant_s_star_text("sparsity-interaction") == ""

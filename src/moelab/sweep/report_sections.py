@@ -101,9 +101,10 @@ def _selection_text(selection: dict | None, count: str) -> str:
     if selection.get("constant_s_star"):
         text += (f" That form cannot answer how S* moves with compute: "
                  f"{selection['constant_s_star']}.")
-    text += (f" By likelihood-ratio tests (variance from the larger form's residuals): "
-             f"{_path_text(selection['path_likelihood_ratio'])}, so "
-             f"`{selection['chosen_likelihood_ratio']}`.")
+    if "path_likelihood_ratio" in selection:  # older form_tests.json lack it
+        text += (f" By likelihood-ratio tests (variance from the larger form's residuals): "
+                 f"{_path_text(selection['path_likelihood_ratio'])}, so "
+                 f"`{selection['chosen_likelihood_ratio']}`.")
     return text + "\n\n"
 
 
