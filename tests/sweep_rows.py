@@ -36,9 +36,9 @@ def write_grid_json(folder, grid):
     import json
     from pathlib import Path
 
-    from moelab.sweep.grid import GRID_KEYS
+    from moelab.sweep.plan import grid_json_record
 
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / "grid.json").write_text(json.dumps({key: getattr(grid, key) for key in GRID_KEYS}))
+    (folder / "grid.json").write_text(json.dumps(grid_json_record(grid)))
     return folder

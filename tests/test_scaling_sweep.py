@@ -20,8 +20,8 @@ from moelab.scaling.laws import SPARSITY, get_law
 from moelab.scaling.optimal import optimal_sparsity_at_params
 from moelab.sweep.commands import run_sweep
 from moelab.sweep.folder import read_grid_record
-from moelab.sweep.grid import GRID_KEYS, experts_for, grid_preset_names, load_grid
-from moelab.sweep.plan import plan_sweep, plan_sweep_folder, tokens_for_flops
+from moelab.sweep.grid import experts_for, grid_preset_names, load_grid
+from moelab.sweep.plan import grid_json_record, plan_sweep, plan_sweep_folder, tokens_for_flops
 from moelab.sweep.report import write_sweep_report
 from moelab.sweep.results import collect_results, write_results_csv
 from sweep_rows import synthetic_results, write_grid_json
@@ -409,14 +409,13 @@ def test_cpu_grid_sizes_and_runs_in_docs_are_the_counted_ones():
         documented = {row["run"] for row in csv.DictReader(f)}
     assert documented == {f"runs/{p.run_name}" for p in points}
     grid = load_grid("cpu")
-    assert read_grid_record(results) == json.loads(json.dumps(
-        {key: getattr(grid, key) for key in GRID_KEYS}))
+    assert read_grid_record(results) == json.loads(json.dumps(grid_json_record(grid)))
 
 
 def test_sweep_help_lists_every_preset(capsys):
     assert exit_code(["sweep-sparsity", "--help"]) == 0
     help_text = " ".join(capsys.readouterr().out.split())
-    assert grid_preset_names() == ["cpu", "demo", "micro", "paper"]
+    assert grid_preset_names() == ["cpu", "cpu-isoflop", "cpu-topk", "demo", "micro", "paper"]
     for name in grid_preset_names():
         assert re.search(rf"\b{name}\b", help_text), name
 

@@ -17,6 +17,7 @@ from moelab.scaling.laws import get_law
 from moelab.scaling.optimal import seconds_optimal
 from moelab.scaling.throughput import ThroughputModel, family_throughput
 from moelab.sweep.grid import load_grid
+from moelab.sweep.plan import plan_sweep
 from moelab.sweep.report import render_sweep_report, write_sweep_report
 from moelab.sweep.results import write_results_csv
 from sweep_rows import synthetic_results, write_grid_json
@@ -31,10 +32,12 @@ PRICES = {"c": 2e-6, "a": 3e-11, "m": 6e-12, "p": 1e-11, "e": 3e-7}
 def timed_rows(grid, law=EFFECTIVE_SIZE, truth=EFFECTIVE_TRUTH) -> list[dict]:
     """Synthetic results whose runs also recorded their speed, by the known prices."""
     rows = synthetic_results(grid, truth, law)
-    for row in rows:
+    for row, point in zip(rows, plan_sweep(grid)):
         sparse = row["S"] > 0
         flops = 6 * row["N_active"]
-        seconds = (PRICES["c"] + PRICES["a"] * flops + PRICES["m"] * flops * sparse
+        model = point.config.model  # only the routed experts' FLOPs pay the MoE price m
+        expert_flops = 6 * model.n_layers * 3 * model.d_model * model.moe.d_expert if sparse else 0
+        seconds = (PRICES["c"] + PRICES["a"] * flops + PRICES["m"] * expert_flops
                    + PRICES["p"] * row["N_total"] + PRICES["e"] * row["E"] * sparse)
         row.update(tokens_per_s=1 / seconds, step_time_s=1024 * seconds, tokens_per_step=1024,
                    peak_memory_bytes=2**28, device="cpu")
@@ -91,6 +94,15 @@ def test_report_shows_measured_throughput_and_the_three_optima(tmp_path):
     assert (tmp_path / "figures" / "optimal_sparsity.png").stat().st_size > 1000
     # The report is the folder's: rendering it again from the files gives the same text.
     assert render_sweep_report(tmp_path).read_text() == text
+
+
+def test_a_wall_clock_optimum_whose_interval_spans_most_of_0_1_is_undetermined():
+    from moelab.sweep.report import _undetermined_or_ci
+
+    wide = {"optimum": {"sparsity": 0.0}, "ci": {"sparsity": [0.0, 0.967]}}
+    narrow = {"optimum": {"sparsity": 0.8}, "ci": {"sparsity": [0.7, 0.9]}}
+    assert _undetermined_or_ci(wide) == "undetermined on this hardware [0.000, 0.967]"
+    assert _undetermined_or_ci(narrow) == "0.800 [0.700, 0.900]"
 
 
 def test_report_without_a_law_still_tabulates_throughput(tmp_path):

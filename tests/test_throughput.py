@@ -19,33 +19,67 @@ from moelab.scaling.optimal import (
     active_params, dense_seconds_to_loss, seconds_optimal, seconds_optimal_dense,
 )
 from moelab.scaling.throughput import (
-    COEFFICIENTS, ThroughputModel, family_throughput, fit_throughput, read_throughput_table,
+    COEFFICIENTS, ThroughputModel, expert_flops, family_throughput, fit_throughput,
+    read_throughput_table,
 )
 from moelab.sweep.timing import grid_shapes
 
-# Prices of the right order for a CPU: 30 ps per dense FLOP, 20 % more inside experts,
-# 10 ps per stored parameter per token (AdamW over a 1K-token step), 0.3 us per expert.
+# Prices of the right order for a CPU: 30 ps per dense FLOP, 20 % more per FLOP inside the
+# experts, 10 ps per stored parameter per token (AdamW over a 1K-token step), 0.3 us per expert.
 TRUTH = {"c": 2e-6, "a": 3e-11, "m": 6e-12, "p": 1e-11, "e": 3e-7}
 
 
+def routed_expert_params(model) -> int:
+    """By hand from the shape: per layer k SwiGLU experts of d_model x d_expert (w1, w2, w3)."""
+    if model.moe is None:
+        return 0
+    return model.n_layers * model.moe.top_k * 3 * model.d_model * model.moe.d_expert
+
+
 def true_seconds_per_token(row: dict, truth: dict = TRUTH) -> float:
-    """The model written out term by term (an independent statement of the form)."""
+    """The model written out term by term (an independent statement of the form): only the
+    FLOPs inside the routed experts pay the MoE's extra price m."""
     flops, sparse = 6 * row["N_active"], row["S"] > 0
-    return (truth["c"] + truth["a"] * flops + (truth["m"] * flops if sparse else 0.0)
+    return (truth["c"] + truth["a"] * flops + truth["m"] * 6 * row["expert_params"]
             + truth["p"] * row["N_total"] + (truth["e"] * row["E"] if sparse else 0.0))
 
 
-def cpu_grid_rows(noise: float, seed: int = 0, truth: dict = TRUTH) -> list[dict]:
-    """The cpu sweep's 16 real shapes (their own counts), timed by the known prices."""
+def cpu_grid_rows(noise: float, seed: int = 0, truth: dict = TRUTH, repeats: int = 1) -> list[dict]:
+    """The cpu sweep's 16 real shapes (their own counts), timed by the known prices, each
+    ``repeats`` times (a sweep times a shape once per run)."""
     rng = np.random.default_rng(seed)
     rows = []
-    for shape in grid_shapes("cpu", []):
+    for shape in grid_shapes("cpu", []) * repeats:
         counts, moe = count_params(shape.config.model), shape.config.model.moe
         row = {"N_total": counts.total, "N_active": counts.active, "S": shape.sparsity,
-               "E": moe.num_experts if moe else 1, "k": 1, "tokens_per_step": 1024}
+               "E": moe.num_experts if moe else 1, "k": 1, "tokens_per_step": 1024,
+               "expert_params": routed_expert_params(shape.config.model)}
         seconds = true_seconds_per_token(row, truth) * math.exp(rng.normal(0, noise))
         rows.append({**row, "tokens_per_s": 1 / seconds})
     return rows
+
+
+def test_only_expert_flops_pay_the_moe_price():
+    """The sparse price multiplies the FLOPs inside the experts, read off the counts alone:
+    a model whose experts are a third of its active parameters pays m on that third."""
+    model = ThroughputModel({"c": 0.0, "a": 0.0, "m": 1.0, "p": 0.0, "e": 0.0})
+    for row in cpu_grid_rows(noise=0.0):
+        priced = model.seconds_per_token(row["N_total"], row["N_active"], row["S"], row["E"])[0]
+        assert priced == pytest.approx(6 * row["expert_params"], rel=1e-12)
+    assert expert_flops([100.0], [100.0], [0.0])[0] == 0.0
+
+
+def test_the_bootstrap_resamples_shapes_not_rows():
+    """16 shapes timed 6 times each with the same noise draw per shape: the shapes' evidence,
+    not 96 independent rows, so the intervals are as wide as for the 16 shapes alone."""
+    once = cpu_grid_rows(noise=0.03, seed=3)
+    repeated = once * 6
+    narrow = fit_throughput(once, bootstrap_replicates=300, seed=1).ci()
+    wide = fit_throughput(repeated, bootstrap_replicates=300, seed=1).ci()
+    for name in ("a", "c"):
+        width_once, width_repeated = (np.diff(ci[name])[0] for ci in (narrow, wide))
+        # Row resampling of 96 rows would shrink the width by about sqrt(6).
+        assert width_repeated == pytest.approx(width_once, rel=0.35), name
 
 
 def test_noise_free_timings_give_back_the_prices():
@@ -66,9 +100,13 @@ def test_noisy_timings_recover_the_prices_and_predict_an_unseen_sparsity():
         low, high = model.ci()[name]
         assert low <= TRUTH[name] <= high, (name, low, high, TRUTH[name])
     # An unseen shape: the largest size at S = 0.9375 (E = 16), a sparsity not in the table.
-    largest = max(rows, key=lambda r: r["N_total"])
-    unseen = {"N_total": largest["N_total"] + 8 * 96 * 3, "S": 0.9375, "E": 16}
-    unseen["N_active"] = largest["N_total"] - 15 / 16 * 3 * 3 * 96 * 384
+    # s3 (d_model 96, 3 layers, d_ff 384) as 16 experts of width 24: 16 router columns per
+    # layer, and a token skips 15 of the 16 experts (3 x 96 x 24 parameters each).
+    dense = max((r for r in rows if r["S"] == 0), key=lambda r: r["N_total"])
+    expert = 3 * 96 * 24
+    unseen = {"N_total": dense["N_total"] + 3 * 16 * 96, "S": 0.9375, "E": 16,
+              "expert_params": 3 * expert}
+    unseen["N_active"] = unseen["N_total"] - 3 * 15 * expert
     predicted = model.seconds_per_token(unseen["N_total"], unseen["N_active"], 0.9375, 16)[0]
     assert predicted == pytest.approx(true_seconds_per_token(unseen), rel=0.03)
 
@@ -76,9 +114,11 @@ def test_noisy_timings_recover_the_prices_and_predict_an_unseen_sparsity():
 def test_family_throughput_is_the_model_at_the_family_shape():
     model = ThroughputModel(dict(TRUTH))
     rate = family_throughput(model, shared_fraction=0.4, top_k=2)
-    total, sparsity = 1e6, 0.75  # E = 2 / 0.25 = 8, N_active = 1e6 (0.4 + 0.6 * 0.25) = 5.5e5
-    by_hand = 1 / (TRUTH["c"] + (TRUTH["a"] + TRUTH["m"]) * 6 * 5.5e5 + TRUTH["p"] * 1e6
-                   + TRUTH["e"] * 8)
+    # E = 2 / 0.25 = 8; the experts hold 0.6e6 parameters, a token uses 0.25 of them (1.5e5),
+    # so N_active = 0.4e6 + 1.5e5 = 5.5e5 and only the 1.5e5 pay the expert price m.
+    total, sparsity = 1e6, 0.75
+    by_hand = 1 / (TRUTH["c"] + TRUTH["a"] * 6 * 5.5e5 + TRUTH["m"] * 6 * 1.5e5
+                   + TRUTH["p"] * 1e6 + TRUTH["e"] * 8)
     assert rate(total, sparsity) == pytest.approx(by_hand, rel=1e-12)
 
 

@@ -4,12 +4,14 @@ FLOPs are not seconds: an MoE's routing, token permutation and smaller expert ma
 that 6 N_active does not count, and its optimizer still updates every stored expert. The model
 adds up the kinds of work one training step does, each at its own (fitted) price:
 
-    seconds per token = c + a F + m F [S > 0] + p N_total + e E [S > 0]
+    seconds per token = c + a F + m F_expert + p N_total + e E [S > 0]
 
 - F = 6 N_active, the training FLOPs per token the scaling laws count: a is seconds per FLOP of
-  the dense model's matmuls;
-- m: the extra seconds per FLOP when the FLOPs run inside expert layers (dispatch, permutation,
-  smaller matmuls), so (a + m) / a is the MoE step's cost against a dense step of equal FLOPs;
+  the dense model's matmuls, and every FLOP pays it (attention, embeddings, head and experts);
+- F_expert = 6 x the routed-expert parameters one token uses, the FLOPs that run inside the
+  expert layers; m is their extra price (dispatch, permutation, smaller matmuls), so (a + m) / a
+  is what a FLOP inside the experts costs against a dense one. It is read off the counts alone:
+  N_total - N_active = S x the routed experts' parameters, of which a token uses (1 - S);
 - p: work per stored parameter each step whatever the tokens (AdamW's update, zeroing and
   clipping the gradients), spread over the step's tokens: where an MoE pays for its idle experts;
 - e: fixed work per expert (a router column, one matmul launch per expert and layer);
@@ -25,8 +27,10 @@ holds for the batch it was measured at: a table mixing batch sizes is refused.
 
 Residuals are relative (each row weighted by 1 / its seconds per token): the table's models span
 orders of magnitude in speed, and an absolute fit would describe only the slowest. Intervals come
-from bootstrap resamples of the rows (dense and sparse rows resampled apart, so every resample
-can see the MoE terms).
+from bootstrap resamples of the distinct shapes, each with all its rows (a sweep times a shape
+once per run: its 96 rows are 16 shapes, and resampling rows would count one shape's repeats as
+independent evidence), dense and sparse shapes resampled apart so that every resample can see the
+MoE terms.
 
 A table is rows with N_total, N_active, S, E (and k, tokens_per_step) and tokens_per_s: written by
 ``moelab throughput`` (CSV or JSON), or a sweep's results.csv (its runs' own throughput).
@@ -53,14 +57,33 @@ REQUIRED_COLUMNS = ("N_total", "N_active", "S", "E", "tokens_per_s")
 DEFAULT_BOOTSTRAP = 200
 
 
+FORM = ("seconds/token = c + a F + m F_expert + p N_total + e E [S>0], F = 6 N_active, "
+        "F_expert = 6 (N_total - N_active) (1 - S) / S")
+
+
+def expert_flops(total_params, active_params, sparsity) -> np.ndarray:
+    """6 x the routed-expert parameters one token uses; 0 for a dense model.
+
+    The routed experts hold X parameters of which a token uses k / E = 1 - S, so N_total -
+    N_active = S X and the token's share is (1 - S) X = (N_total - N_active)(1 - S) / S."""
+    total, active, sparsity = np.broadcast_arrays(
+        *(np.atleast_1d(np.asarray(v, dtype=np.float64)) for v in (total_params, active_params,
+                                                                   sparsity)))
+    sparse = sparsity > 0
+    out = np.zeros(total.shape)
+    out[sparse] = 6.0 * (total[sparse] - active[sparse]) * (1.0 - sparsity[sparse]) / sparsity[sparse]
+    return out
+
+
 def features(total_params, active_params, sparsity, experts) -> np.ndarray:
     """(points, 5) design matrix: the work per token that each coefficient prices."""
     total = np.atleast_1d(np.asarray(total_params, dtype=np.float64))
     flops = 6.0 * np.atleast_1d(np.asarray(active_params, dtype=np.float64))
     sparse = (np.atleast_1d(np.asarray(sparsity, dtype=np.float64)) > 0).astype(np.float64)
     experts = np.atleast_1d(np.asarray(experts, dtype=np.float64))
+    inside_experts = expert_flops(total_params, active_params, sparsity)
     ones = np.ones(np.broadcast_shapes(total.shape, flops.shape, sparse.shape, experts.shape))
-    return np.stack(np.broadcast_arrays(ones, flops, flops * sparse, total, experts * sparse),
+    return np.stack(np.broadcast_arrays(ones, flops, inside_experts, total, experts * sparse),
                     axis=-1)
 
 
@@ -91,7 +114,7 @@ class ThroughputModel:
                 for k in COEFFICIENTS}
 
     def to_dict(self) -> dict:
-        return {"form": "seconds/token = c + a F + m F [S>0] + p N_total + e E [S>0], F = 6 N_active",
+        return {"form": FORM,
                 "coefficients": self.coefficients, "ci": self.ci(),
                 "bootstrap": {"replicates": len(self.replicates), "coefficients": self.replicates},
                 "tokens_per_step": self.tokens_per_step, "n_rows": self.n_rows,
@@ -105,20 +128,32 @@ class ThroughputModel:
 
 def fit_throughput(rows: list[dict[str, float]], *, bootstrap_replicates: int = DEFAULT_BOOTSTRAP,
                    seed: int = 0, source: str = "the throughput table") -> ThroughputModel:
-    """Non-negative least squares of relative seconds-per-token residuals, plus bootstrap."""
+    """Non-negative least squares of relative seconds-per-token residuals, plus a bootstrap over
+    the distinct shapes (each resampled shape brings all its rows)."""
     check_identifiable(rows, source)
     X, seconds = _design(rows)
     coefficients = _nnls_relative(X, seconds)
     rng = np.random.default_rng(seed)
-    sparse = np.flatnonzero(X[:, 2] > 0)
-    dense = np.flatnonzero(X[:, 2] == 0)
+    shapes = _rows_by_shape(rows)
+    dense = [indices for key, indices in shapes.items() if key[2] == 0]
+    sparse = [indices for key, indices in shapes.items() if key[2] > 0]
     replicates = []
     for _ in range(bootstrap_replicates):
-        pick = np.concatenate([rng.choice(dense, len(dense)), rng.choice(sparse, len(sparse))])
+        picked = ([dense[i] for i in rng.integers(len(dense), size=len(dense))]
+                  + [sparse[i] for i in rng.integers(len(sparse), size=len(sparse))])
+        pick = np.concatenate(picked)
         replicates.append(_nnls_relative(X[pick], seconds[pick]))
     steps = {row.get("tokens_per_step") for row in rows}
     return ThroughputModel(coefficients, replicates, steps.pop() if len(steps) == 1 else None,
                            len(rows), source)
+
+
+def _rows_by_shape(rows: list[dict[str, float]]) -> dict[tuple, np.ndarray]:
+    """Row indices per distinct shape (N_total, N_active, S, E), in first-seen order."""
+    shapes: dict[tuple, list[int]] = {}
+    for index, row in enumerate(rows):
+        shapes.setdefault((row["N_total"], row["N_active"], row["S"], row["E"]), []).append(index)
+    return {key: np.array(indices) for key, indices in shapes.items()}
 
 
 def _design(rows: list[dict[str, float]]) -> tuple[np.ndarray, np.ndarray]:

@@ -8,7 +8,14 @@ into JSON files next to results.csv, which ``sweep_report`` renders:
 - ``forms.json`` (every form's checks, ``moelab.scaling.forms``), ``fit.json`` (the chosen form,
   with bootstrap replicates and the family's shared fraction: ``moelab optimal`` reads it),
   ``fit_holdout.json``;
-- ``isoflop.json`` (FLOPs-budget sweeps);
+- ``isoflop.json`` (FLOPs-budget sweeps), with S*(C) read off the minima of each sparsity's
+  IsoFLOP parabolas, no law involved (``moelab.scaling.isoflop_sparsity``);
+- ``form_tests.json`` (sweeps with several seeds): every form against the pure error of the
+  seeds by F tests, with N counted as total and as non-embedding parameters, held out at the
+  largest S and the largest D; and, for token budgets, the loss at S minus dense at fixed N and D
+  (``moelab.sweep.law_checks``);
+- ``zero_shot.json`` (runs that scored zero-shot tasks): accuracy against S at equal loss and at
+  equal FLOPs (``moelab.sweep.zero_shot``);
 - ``throughput.json``: tokens/s per (N, S) measured by the runs themselves, and the throughput
   model fitted to them (``moelab.scaling.throughput``); a throughput table, so ``moelab optimal
   fit.json --seconds T`` finds it next to fit.json;
@@ -32,6 +39,7 @@ from moelab.errors import MoelabError
 from moelab.scaling.family import estimate_shared_fraction
 from moelab.scaling.forms import select_form
 from moelab.scaling.isoflop import COMPUTE_TOLERANCE, compute_deviation, isoflop_analysis, uses_surface
+from moelab.scaling.isoflop_sparsity import sparsity_isoflop
 from moelab.scaling.laws import SPARSITY, get_law
 from moelab.scaling.optimal import (
     INTERVAL_KEYS, compute_optimal, optimal_sparsity_at_params,
@@ -42,11 +50,13 @@ from moelab.scaling.table import fit_table_from_rows
 from moelab.scaling.throughput import (
     REQUIRED_COLUMNS, family_throughput, fit_throughput, moe_versus_dense, per_shape_means,
 )
-from moelab.sweep.folder import SWEEP_FIT_COLUMNS, read_grid, read_results, write_analysis
+from moelab.sweep.folder import SWEEP_FIT_COLUMNS, read_grid, read_results, row_seed, write_analysis
+from moelab.sweep.law_checks import form_tests, sparsity_deltas
 from moelab.sweep.records import (
     ComputeDeviation, FormsRecord, GridRecord, IsoflopRecord, LawFit, OptimaRecord, SweepAnalysis,
     ThroughputRecord,
 )
+from moelab.sweep.zero_shot import zero_shot_analysis
 
 CURVE_POINTS = 9
 """Points per S*(N), S*(C) and S*(T) curve (each solved for every bootstrap replicate used)."""
@@ -73,8 +83,12 @@ def analyse_sweep(out_dir: Path, *, bootstrap_replicates: int = 200, max_starts:
     # None when every run is dense: the runs then say nothing about the expert share.
     analysis.shared_fraction = estimate_shared_fraction(columns["N"], columns["N_active"],
                                                         columns["S"])
-    _fit_law(analysis, columns, grid.holdout, log)
-    analysis.isoflop = _isoflop_record(rows, columns)
+    _fit_law(analysis, columns, grid.holdout, log, _optional_column(rows, "N_non_embedding"))
+    deltas = sparsity_deltas(rows)
+    if deltas is not None:
+        analysis.form_tests = {**(analysis.form_tests or {}), "sparsity_deltas": deltas}
+    analysis.zero_shot = zero_shot_analysis(rows, header)
+    analysis.isoflop = _isoflop_record(rows, columns, bootstrap_replicates)
     analysis.throughput = _throughput_record(header, rows, analysis)
     analysis.optima = _optima_record(columns, grid, analysis)
     write_analysis(out_dir, analysis)
@@ -86,7 +100,15 @@ def analyse_sweep(out_dir: Path, *, bootstrap_replicates: int = 200, max_starts:
 # --------------------------------------------------------------------------------------------
 
 
-def _fit_law(analysis: SweepAnalysis, columns: dict, holdout: str, log) -> None:
+def _optional_column(rows: list[dict[str, str]], name: str) -> np.ndarray | None:
+    """A numeric results.csv column, or None where some row (an older file) lacks it."""
+    if any(not row.get(name) for row in rows):
+        return None
+    return np.array([float(row[name]) for row in rows])
+
+
+def _fit_law(analysis: SweepAnalysis, columns: dict, holdout: str, log,
+             non_embedding: np.ndarray | None = None) -> None:
     """The fit the report uses (None when none), its held-out refit and the forms checked.
 
     With two or more sparsities every form of the law is checked and the chosen one's fits are
@@ -105,6 +127,8 @@ def _fit_law(analysis: SweepAnalysis, columns: dict, holdout: str, log) -> None:
         fit, holdout_fit = (chosen["fit"], chosen["fit_holdout"]) if chosen else (None, None)
         analysis.forms = _forms_record(selection)
         analysis.status.law = "chosen" if chosen else "no_form_identified"
+        analysis.form_tests = form_tests(selection, columns, non_embedding,
+                                         max_starts=max_starts, log=log)
     analysis.holdout_fit = holdout_fit and LawFit.from_dict(holdout_fit)
     if fit is not None:
         analysis.fit = replace(LawFit.from_dict(fit), shared_fraction=analysis.shared_fraction,
@@ -144,7 +168,8 @@ def budget_column(rows: list[dict[str, str]]) -> np.ndarray | None:
     return np.array([float(v) for v in values])
 
 
-def _isoflop_record(rows: list[dict[str, str]], columns: dict) -> IsoflopRecord | None:
+def _isoflop_record(rows: list[dict[str, str]], columns: dict,
+                    replicates: int) -> IsoflopRecord | None:
     budgets = budget_column(rows)
     if budgets is None:
         return None
@@ -159,7 +184,9 @@ def _isoflop_record(rows: list[dict[str, str]], columns: dict) -> IsoflopRecord 
         compute_deviation=ComputeDeviation(
             tolerance=COMPUTE_TOLERANCE, max_abs=float(np.max(np.abs(deviation))),
             per_run={row["run"]: float(d) for row, d in zip(rows, deviation)},
-            off_budget_runs={rows[i]["run"]: float(deviation[i]) for i in off_budget}))
+            off_budget_runs={rows[i]["run"]: float(deviation[i]) for i in off_budget}),
+        sparsity_optima=sparsity_isoflop(iso_columns, np.array([row_seed(row) for row in rows]),
+                                         replicates=replicates))
 
 
 def _per_sparsity(iso_columns: dict[str, np.ndarray]) -> dict[float, dict]:

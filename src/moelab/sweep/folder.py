@@ -94,7 +94,7 @@ def row_seed(row: dict[str, str]) -> str:
 
 
 ANALYSIS_FILES = ("analysis.json", "forms.json", "fit.json", "fit_holdout.json", "isoflop.json",
-                  "throughput.json", "optima.json")
+                  "throughput.json", "optima.json", "form_tests.json", "zero_shot.json")
 
 
 def write_analysis(out_dir: Path, analysis: SweepAnalysis) -> None:
@@ -107,6 +107,8 @@ def write_analysis(out_dir: Path, analysis: SweepAnalysis) -> None:
         "isoflop.json": analysis.isoflop and analysis.isoflop.to_dict(),
         "throughput.json": analysis.throughput and analysis.throughput.to_dict(),
         "optima.json": analysis.optima and analysis.optima.to_dict(),
+        "form_tests.json": analysis.form_tests,
+        "zero_shot.json": analysis.zero_shot,
     }
     for name, record in records.items():
         path = Path(out_dir) / name
@@ -141,4 +143,6 @@ def with_derived_files(out_dir: Path, analysis: SweepAnalysis) -> SweepAnalysis:
         holdout_fit=optional("fit_holdout.json", LawFit.from_dict),
         throughput=optional("throughput.json", ThroughputRecord.from_dict),
         optima=optional("optima.json", OptimaRecord.from_dict),
-        isoflop=optional("isoflop.json", IsoflopRecord.from_dict))
+        isoflop=optional("isoflop.json", IsoflopRecord.from_dict),
+        form_tests=optional("form_tests.json", dict),
+        zero_shot=optional("zero_shot.json", dict))

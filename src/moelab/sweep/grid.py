@@ -81,6 +81,10 @@ class SweepGrid:
     """S = (E - k) / E; E = top_k / (1 - S) must be a whole number; 0 is the dense model."""
     top_k: int = 1
     """Experts per token k of every sparse point."""
+    top_ks: list[int] = field(default_factory=list)
+    """Several k instead of one: every sparse point is planned once per k (E = k / (1 - S)),
+    so one S is compared as 4-choose-1, 8-choose-2, 16-choose-4 at the same total and active
+    parameters (fixed_total); the dense point once. Empty: top_k alone."""
     mode: Mode = "fixed_total"
     """How experts are sized: fixed_total (d_expert = d_ff / E) or fixed_expert (d_ff / k)."""
     flops_budgets: list[float] = field(default_factory=list)
@@ -104,8 +108,12 @@ class SweepGrid:
             raise ConfigError(f"{where}: give exactly one of flops_budgets or token_budgets")
         if self.top_k < 1:
             raise ConfigError(f"{where}: top_k={self.top_k} is invalid: must be >= 1")
+        if any(k < 1 for k in self.top_ks) or len(set(self.top_ks)) < len(self.top_ks):
+            raise ConfigError(f"{where}: top_ks={self.top_ks!r} is invalid: expected distinct "
+                              "whole numbers >= 1")
         for sparsity in self.sparsities:
-            experts_for(sparsity, self.top_k)  # raises on a sparsity with no whole E
+            for k in self.planned_top_ks:
+                experts_for(sparsity, k)  # raises on a sparsity with no whole E
         if not self.seeds or len(set(self.seeds)) < len(self.seeds) or min(self.seeds) < 0:
             raise ConfigError(f"{where}: seeds={short_repr(self.seeds)} is invalid: expected a non-empty "
                               "list of distinct whole numbers >= 0")
@@ -120,6 +128,12 @@ class SweepGrid:
             _check_size(size, where)
         _check_base(self.base, where)
         return self
+
+
+    @property
+    def planned_top_ks(self) -> list[int]:
+        """The k each sparse point is planned at: top_ks, or top_k alone."""
+        return list(self.top_ks) or [self.top_k]
 
 
 GRID_KEYS = tuple(f.name for f in dataclasses.fields(SweepGrid))

@@ -113,21 +113,24 @@ def plan_sweep(grid: SweepGrid) -> list[SweepPoint]:
         for kind, budget in budgets:
             for size in grid.sizes:
                 for sparsity in grid.sparsities:
-                    points.append(_plan_point(base, grid, size, float(sparsity), kind, budget))
+                    # The dense model has no k: planned once, at the first.
+                    top_ks = grid.planned_top_ks[:1] if sparsity == 0 else grid.planned_top_ks
+                    points.extend(_plan_point(base, grid, size, float(sparsity), kind, budget, k)
+                                  for k in top_ks)
     _check_distinct_folders(points)
     return points
 
 
 def _plan_point(base: Config, grid: SweepGrid, size: dict, sparsity: float, kind: str,
-                budget: float) -> SweepPoint:
-    config = point_config(base, size, sparsity, grid.top_k, grid.mode)
+                budget: float, top_k: int) -> SweepPoint:
+    config = point_config(base, size, sparsity, top_k, grid.mode)
     if kind == "flops":
         tokens, label = tokens_for_flops(config, budget), f"C{exact_text(budget)}"
     else:
         tokens, label = int(budget), f"D{int(budget)}"
     config = with_max_tokens(config, tokens)
     experts = config.model.moe.num_experts if config.model.moe else 1
-    return SweepPoint(size["name"], sparsity, experts, grid.top_k, label,
+    return SweepPoint(size["name"], sparsity, experts, top_k, label,
                       float(budget) if kind == "flops" else None, config)
 
 
@@ -159,7 +162,7 @@ def run_specs(points: list[SweepPoint]) -> list[RunSpec]:
                      {"size": point.size, "sparsity": point.sparsity, "budget": point.budget_label,
                       "seed": point.seed})
              for point in points]
-    shapes = [(point.size, point.sparsity, point.seed) for point in points]
+    shapes = [(point.size, point.sparsity, point.top_k, point.seed) for point in points]
     planned = {spec.name: spec for shape in dict.fromkeys(shapes)
                for spec in as_budget_family([s for s, other in zip(specs, shapes) if other == shape])}
     return [planned[spec.name] for spec in specs]
@@ -188,10 +191,16 @@ def recorded_fit_settings(out_dir: Path) -> dict:
             if isinstance(settings, dict) and key in settings}
 
 
+def grid_json_record(grid: SweepGrid) -> dict:
+    """grid.json's record of a grid; top_ks only when given, so that the grid.json of a sweep
+    planned before the key existed still matches its grid."""
+    return {key: getattr(grid, key) for key in GRID_KEYS if key != "top_ks" or grid.top_ks}
+
+
 def _write_plan(out_dir: Path, grid: SweepGrid, points: list[SweepPoint], specs: list[RunSpec],
                 fit_settings: dict) -> None:
     """grid.json + plan.json; refuse to mix another grid's runs into this folder."""
-    grid_record = {key: getattr(grid, key) for key in GRID_KEYS}
+    grid_record = grid_json_record(grid)
     grid_path = out_dir / "grid.json"
     if grid_path.is_file():
         old = with_seeds_key(json.loads(grid_path.read_text("utf-8")))
@@ -215,5 +224,6 @@ def _write_plan(out_dir: Path, grid: SweepGrid, points: list[SweepPoint], specs:
 def _same_grid_or_more_seeds(old: dict, new: dict) -> bool:
     """A folder's runs stay valid for its grid with seeds added: a run depends only on its
     config and seed."""
-    return ({**old, "seeds": None} == {**new, "seeds": None}
+    # A grid.json without top_ks (older, or a grid of one top_k) has none.
+    return ({"top_ks": [], **old, "seeds": None} == {"top_ks": [], **new, "seeds": None}
             and set(old.get("seeds", [])) <= set(new["seeds"]))

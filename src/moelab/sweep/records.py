@@ -147,15 +147,21 @@ class IsoflopRecord:
     surface: bool
     """A surface in (log N, S) per budget (several sparsities), else a parabola in log N."""
     compute_deviation: ComputeDeviation
+    sparsity_optima: Optional[dict] = None
+    """N*, L* per budget and sparsity, S*(C) and its trend with C, read off the IsoFLOP minima
+    without a law (``moelab.scaling.isoflop_sparsity``); None when too few cells have one."""
 
     def to_dict(self) -> dict:
-        return {"all_points": self.all_points, "per_sparsity": self.per_sparsity,
-                "surface": self.surface, "compute_deviation": self.compute_deviation.to_dict()}
+        record = {"all_points": self.all_points, "per_sparsity": self.per_sparsity,
+                  "surface": self.surface, "compute_deviation": self.compute_deviation.to_dict()}
+        if self.sparsity_optima is not None:
+            record["sparsity_optima"] = self.sparsity_optima
+        return record
 
     @classmethod
     def from_dict(cls, record: dict) -> "IsoflopRecord":
         return cls(record["all_points"], record["per_sparsity"], record["surface"],
-                   ComputeDeviation(**record["compute_deviation"]))
+                   ComputeDeviation(**record["compute_deviation"]), record.get("sparsity_optima"))
 
 
 @dataclass
@@ -242,6 +248,13 @@ class SweepAnalysis:
     isoflop: Optional[IsoflopRecord] = None
     throughput: Optional[ThroughputRecord] = None
     optima: Optional[OptimaRecord] = None
+    form_tests: Optional[dict] = None
+    """form_tests.json: the forms against the pure error of the seeds, N total and
+    non-embedding, held out at the largest S and D, and the loss at S minus dense at fixed N
+    and D (``moelab.sweep.law_checks``)."""
+    zero_shot: Optional[dict] = None
+    """zero_shot.json: accuracy against S at equal loss and at equal FLOPs, per task
+    (``moelab.sweep.zero_shot``); None when no run scored tasks."""
 
     def settings_dict(self) -> dict:
         """analysis.json."""

@@ -25,6 +25,9 @@ from moelab.sweep.analysis import analyse_sweep
 from moelab.sweep.figures import isoflop_figure, optima_figure
 from moelab.sweep.folder import read_analysis, read_grid, read_results, with_derived_files
 from moelab.sweep.records import FormsRecord, GridRecord, LawFit, OptimaRecord, SweepAnalysis
+from moelab.sweep.report_sections import (
+    constant_s_star_text, form_tests_section, isoflop_optima_text, zero_shot_analysis_text,
+)
 from moelab.sweep.run_tables import budget_family_text, runs_table, zero_shot_section
 
 
@@ -55,7 +58,11 @@ def render_sweep_report(out_dir: Path) -> Path:
     analysis = with_derived_files(out_dir, analysis)
     sections.append(runs_table(rows))
     sections.append(zero_shot_section(out_dir, header, rows))
+    if analysis.zero_shot:
+        sections.append(zero_shot_analysis_text(analysis.zero_shot))
     sections.extend(_law_sections(analysis, len(rows)))
+    if analysis.form_tests:
+        sections.append(form_tests_section(out_dir, analysis.form_tests, analysis.forms))
     if analysis.isoflop is not None:
         sections.append(_isoflop_section(out_dir, rows, columns, analysis))
     sections.append(_throughput_section(analysis))
@@ -213,6 +220,8 @@ def _isoflop_section(out_dir: Path, rows: list[dict[str, str]], columns: dict,
                  "Points: runs; lines: the fitted law along each budget (D = C / (6 N_active)); "
                  "dashed: the budget's IsoFLOP fit above, star: its N* (hollow: at the edge of "
                  "the data).\n")
+    if isoflop.sparsity_optima is not None:
+        text += isoflop_optima_text(out_dir, isoflop.sparsity_optima)
     return text
 
 
@@ -312,8 +321,9 @@ def _throughput_section(analysis: SweepAnalysis) -> str:
     overhead = (coefficients["a"] + coefficients["m"]) / coefficients["a"] if coefficients["a"] else math.nan
     return (text + f"\nThroughput model (`moelab.scaling.throughput`), fitted to all "
             f"{model['n_rows']} runs: {model['form']}, with 95 % intervals from "
-            f"{model['bootstrap']['replicates']} resamples of the runs. The MoE's price per FLOP "
-            f"is (a + m) / a = {overhead:.2f} x the dense model's.\n\n"
+            f"{model['bootstrap']['replicates']} resamples of the distinct shapes. A FLOP inside "
+            f"the expert layers costs (a + m) / a = {overhead:.2f} x a dense FLOP; attention, "
+            "embedding and head FLOPs are priced as dense.\n\n"
             + markdown_table(["term", "seconds per token per unit", "95 % CI"], terms, "lrr"))
 
 
@@ -343,6 +353,7 @@ def _optima_section(out_dir: Path, analysis: SweepAnalysis, first_sparsity: floa
                        "FLOPs budget the sparsest model the architecture allows is best: S* is "
                        "the edge of any search, a consequence of the accounting rather than a "
                        "measured optimum. No curves are drawn.\n")
+    head += constant_s_star_text(fit.law)
     vs_n, vs_c, vs_t = optima.vs_params, optima.vs_flops, optima.vs_seconds
     optima_figure(out_dir / "figures" / "optimal_sparsity.png", vs_n, vs_c, vs_t,
                   optima.flops_for_fixed_params)
@@ -375,7 +386,9 @@ def _three_optima_text(optima: OptimaRecord, analysis: SweepAnalysis) -> str:
                        ("by_flops", f"FLOPs C = {three['flops']:.3g}"),
                        ("by_seconds", f"wall clock T = {three['seconds']:.3g} s")):
         r = three[key]
-        rows.append([label, _with_ci(r, "sparsity", "{:.3f}"), _with_ci(r, "params_total", None),
+        sparsity = (_undetermined_or_ci(r) if key == "by_seconds"
+                    else _with_ci(r, "sparsity", "{:.3f}"))
+        rows.append([label, sparsity, _with_ci(r, "params_total", None),
                      _with_ci(r, "params_active", None), format_count(r["optimum"]["tokens"]),
                      format_number(r["optimum"]["loss"]),
                      "yes" if r["optimum"]["at_boundary"] else ""])
@@ -388,6 +401,19 @@ def _three_optima_text(optima: OptimaRecord, analysis: SweepAnalysis) -> str:
             + markdown_table(["budget", "S*", "N*", "N_active*", "D*", "loss", "at edge"], rows,
                              "lrrrrrl")
             + "\n" + _ratio_sentence(by_seconds))
+
+
+UNDETERMINED_WIDTH = 0.5
+"""A 95 % interval of S* wider than this spans most of [0, 1]: no optimum is measured."""
+
+
+def _undetermined_or_ci(result: dict) -> str:
+    """The wall-clock S* with its interval, or "undetermined on this hardware" when the
+    interval spans most of [0, 1] (the point would read as a finding it is not)."""
+    ci = result["ci"].get("sparsity")
+    if ci and ci[1] - ci[0] > UNDETERMINED_WIDTH:
+        return f"undetermined on this hardware [{ci[0]:.3f}, {ci[1]:.3f}]"
+    return _with_ci(result, "sparsity", "{:.3f}")
 
 
 def _ratio_sentence(by_seconds: dict) -> str:

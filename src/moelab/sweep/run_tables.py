@@ -51,7 +51,7 @@ def seed_spread(rows: list[dict[str, str]]) -> dict | None:
     square and largest over points; None with one seed per point."""
     losses: dict[tuple, list[float]] = {}
     for row in rows:
-        losses.setdefault((row["size"], row["budget"], row["S"]), []).append(
+        losses.setdefault((row["size"], row["budget"], row["S"], row["E"]), []).append(
             float(row["best_val_loss"]))
     stds = np.array([np.std(values, ddof=1) for values in losses.values() if len(values) > 1])
     if not len(stds):

@@ -53,13 +53,14 @@ class Shape:
 
 
 def grid_shapes(grid_source: str, overrides: list[str]) -> list[Shape]:
-    """Every size x sparsity of a sweep grid (its budgets do not matter here), over the grid's
-    base config, its overrides, then ``overrides``."""
+    """Every size x sparsity (x top-k, for a grid with top_ks) of a sweep grid (its budgets do
+    not matter here), over the grid's base config, its overrides, then ``overrides``."""
     grid = load_grid(grid_source)
     base = load_config(grid.base, list(grid.overrides) + list(overrides))
     return [Shape(size["name"], float(sparsity),
-                  point_config(base, size, float(sparsity), grid.top_k, grid.mode))
-            for size in grid.sizes for sparsity in grid.sparsities]
+                  point_config(base, size, float(sparsity), k, grid.mode))
+            for size in grid.sizes for sparsity in grid.sparsities
+            for k in (grid.planned_top_ks[:1] if sparsity == 0 else grid.planned_top_ks)]
 
 
 def config_shapes(config_source: str, overrides: list[str], sparsities: list[float] | None,

@@ -1,0 +1,144 @@
+"""Choosing between nested law forms by F tests against the pure error of replicate points.
+
+When a point (N, D, S) was trained with several seeds, the spread of its losses is the noise no
+law can fit: the *pure error*. Its sum of squares SS_pe has n - g degrees of freedom (n points in
+g distinct groups), so s^2 = SS_pe / (n - g) estimates the noise variance whatever the law
+(Draper & Smith, "Applied Regression Analysis", ch. 2.1). Against it:
+
+- **lack of fit** of a form with p parameters and residual sum of squares SS:
+  F = ((SS - SS_pe) / (g - p)) / s^2 on (g - p, n - g) degrees of freedom: a large F says the
+  form misses the group means by more than the noise;
+- **nested forms** (the smaller is the larger with terms removed or an exponent at 0):
+  F = ((SS_small - SS_large) / (p_large - p_small)) / s^2 on (p_large - p_small, n - g) degrees
+  of freedom, and the likelihood-ratio statistic n log(SS_small / SS_large) ~ chi^2(p_large -
+  p_small). A small p value says the larger form's extra terms describe something the noise does
+  not.
+
+Residuals are those of the fit's own target, log loss; the laws are fitted by a Huber loss, not
+least squares, so these tests are approximate (the Huber fit's SS is at least the least-squares
+one, which makes the nested F a little conservative for the larger form).
+
+``choose_by_f_tests`` starts from the smallest form and moves to a form nesting it while one is
+significantly better (at ``ALPHA``), taking the most significant; it stops at a form no larger
+form improves on.
+
+Some forms decide the answer to "does S* move with compute?" by their shape. In the effective-
+size form L = b / D^beta + d / ((1 - S)^delta N^gamma) + e, with D = C / (6 N a(S)) for the
+family's a(S) = N_active / N, minimising over N gives L - e = K C^(-beta gamma / (beta + gamma))
+g(S): the best S is the same at every C. Chinchilla's law has no S term at all (S pays only
+through compute, so S* is the edge of any search). ``CONSTANT_S_STAR`` names them, and
+``optimal_sparsity_moves`` checks any fitted law numerically.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import scipy.stats
+
+from moelab.scaling.laws import CHINCHILLA, SPARSITY_FORMS, Law, log_features
+from moelab.scaling.optimal import compute_optimal
+
+ALPHA = 0.05
+NESTED = (
+    ("chinchilla", "sparsity-effective-size"),
+    ("chinchilla", "sparsity-additive"),
+    ("sparsity-effective-size", "sparsity-interaction"),
+    ("chinchilla", "sparsity-interaction"),
+    ("sparsity-interaction", "sparsity"),
+    ("sparsity-additive", "sparsity"),
+)
+"""(smaller, larger) pairs: the smaller is the larger with terms removed, or (Chinchilla inside
+the effective-size and interaction forms) with the S exponent delta at 0."""
+CONSTANT_S_STAR = {
+    "sparsity-effective-size": (
+        "in the effective-size form L = b / D^beta + d / ((1 - S)^delta N^gamma) + e, minimising "
+        "over N at fixed compute C gives L - e ~ C^(-beta gamma / (beta + gamma)) g(S), so S* is "
+        "the same at every C by construction"),
+    "chinchilla": (
+        "Chinchilla's law has no S term: sparsity pays only through compute, so S* is the edge "
+        "of any search at every C"),
+}
+"""Forms whose S*(C) cannot move with compute, and why: a sweep that chooses one cannot say
+how S* moves with C."""
+FORMS_BY_NAME = {law.name: law for law in (*SPARSITY_FORMS, CHINCHILLA)}
+
+
+def pure_error(columns: dict[str, np.ndarray], keys: tuple[str, ...] = ("N", "D", "S")) -> dict:
+    """Sum of squares of log loss about each replicate group's mean, its degrees of freedom
+    n - g, the groups g and the variance estimate (None without any replicated point)."""
+    log_loss = np.log(columns["loss"])
+    groups: dict[tuple, list[int]] = {}
+    for index, key in enumerate(zip(*(columns[k] for k in keys if k in columns))):
+        groups.setdefault(key, []).append(index)
+    ss = float(sum(np.sum((log_loss[i] - log_loss[i].mean()) ** 2) for i in map(np.array, groups.values())))
+    df = len(log_loss) - len(groups)
+    return {"ss": ss, "df": df, "groups": len(groups), "n_points": len(log_loss),
+            "variance": ss / df if df > 0 else None}
+
+
+def residual_ss(law: Law, theta: dict[str, float], columns: dict[str, np.ndarray]) -> float:
+    """Sum of squared log residuals of a fit (``theta``: the fit record's log-space parameters)."""
+    vector = np.array([theta[name] for name in law.param_names])
+    predicted = law.predict_log_loss(vector, log_features(law, columns))
+    return float(np.sum((np.log(columns["loss"]) - predicted) ** 2))
+
+
+def lack_of_fit(ss: float, num_params: int, pure: dict) -> dict | None:
+    """F of a form's misfit of the group means against the pure error; None when either has no
+    degrees of freedom."""
+    df_fit = pure["groups"] - num_params
+    if df_fit <= 0 or not pure["variance"]:
+        return None
+    f = max(ss - pure["ss"], 0.0) / df_fit / pure["variance"]
+    return {"F": f, "df": [df_fit, pure["df"]], "p": float(scipy.stats.f.sf(f, df_fit, pure["df"]))}
+
+
+def nested_test(small: dict, large: dict, pure: dict) -> dict | None:
+    """F (against the pure error) and likelihood-ratio tests of ``large`` over ``small``, each
+    {"law", "num_params", "ss"}; None without pure error."""
+    extra = large["num_params"] - small["num_params"]
+    if extra <= 0 or not pure["variance"]:
+        return None
+    gain = max(small["ss"] - large["ss"], 0.0)
+    f = gain / extra / pure["variance"]
+    lr = pure["n_points"] * math.log(small["ss"] / large["ss"]) if large["ss"] > 0 else math.inf
+    return {"small": small["law"], "large": large["law"], "extra_params": extra,
+            "F": f, "df": [extra, pure["df"]], "p": float(scipy.stats.f.sf(f, extra, pure["df"])),
+            "likelihood_ratio": max(lr, 0.0),
+            "p_likelihood_ratio": float(scipy.stats.chi2.sf(max(lr, 0.0), extra))}
+
+
+def choose_by_f_tests(fits: dict[str, dict], pure: dict, alpha: float = ALPHA) -> dict:
+    """From the smallest form up: move to a nesting form while one is significantly better,
+    by the F test against the pure error (``chosen``) and, for comparison, by the
+    likelihood-ratio test (``chosen_likelihood_ratio``), whose variance is the larger form's
+    residual one: when every form misfits the group means, the pure error is the smaller
+    variance and the F test takes any term that absorbs some of the misfit.
+
+    ``fits``: by law name, {"law", "num_params", "ss"} (forms left out are skipped). Returns the
+    choices, their paths and every nested test."""
+    tests = [t for small, large in NESTED if small in fits and large in fits
+             if (t := nested_test(fits[small], fits[large], pure)) is not None]
+    start = min(fits, key=lambda name: fits[name]["num_params"])
+    by_f, by_lr = _climb(tests, start, "p", alpha), _climb(tests, start, "p_likelihood_ratio", alpha)
+    return {"chosen": by_f[-1], "path": by_f, "chosen_likelihood_ratio": by_lr[-1],
+            "path_likelihood_ratio": by_lr, "alpha": alpha, "tests": tests}
+
+
+def _climb(tests: list[dict], start: str, p_key: str, alpha: float) -> list[str]:
+    """The forms visited from ``start``, each step to the most significant larger form."""
+    path = [start]
+    while better := [t for t in tests if t["small"] == path[-1] and t[p_key] < alpha]:
+        path.append(min(better, key=lambda t: t[p_key])["large"])
+    return path
+
+
+def optimal_sparsity_moves(law: Law, params: dict[str, float], shared_fraction: float,
+                           flops: tuple[float, float] = (1e12, 1e18)) -> dict:
+    """S* at two compute budgets 10^6 apart, from the fitted law (compute-optimal over N and S):
+    whether it moves by more than 0.001."""
+    low, high = (compute_optimal(law, params, c, shared_fraction=shared_fraction).sparsity
+                 for c in flops)
+    return {"flops": list(flops), "sparsity": [low, high], "moves": abs(high - low) > 1e-3}

@@ -1,0 +1,267 @@
+"""The optimal sparsity per compute budget read off the IsoFLOP minima directly, with no law.
+
+A law form can decide the answer before the data do: in the effective-size form
+L = b / D^beta + d / ((1 - S)^delta N^gamma) + e, optimising over N leaves
+L - e ~ C^(-beta gamma / (beta + gamma)) g(S), so its S* cannot move with C. This module asks the
+IsoFLOP points themselves (Hoffmann et al.'s approach 2, per sparsity):
+
+1. per budget C and sparsity S, loss is fitted as a parabola in log N; its vertex gives
+   N*(C, S) and L*(C, S);
+2. per budget, S*(C) is where L*(C, S) is lowest: the sampled sparsity with the lowest L*
+   (``best_sampled``), and, between the sampled ones, the vertex of a parabola of L*(C, S) in
+   u = -log(1 - S) kept inside the sampled range (``sparsity``);
+3. across budgets, the slope of S*(C) against log10 C is the statistic of "S* rises with
+   compute" (Abnar et al.'s claim); so is, per sparse S, the slope of L*(C, 0) - L*(C, S), the
+   sparse model's advantage over dense.
+
+Intervals come from one bootstrap over the whole table: within each size and sparsity the seeds
+are drawn with replacement, and a drawn seed brings its points at every budget (a wsd budget
+family shares its run up to each decay, so its budgets move together and are resampled
+together), its deviations from the seeds' mean scaled by sqrt(n / (n - 1)) so that n seeds'
+resamples keep their mean's variance. Every quantity above is recomputed on each replicate;
+95 % percentile intervals. A
+replicate whose parabola opens downward has no minimum: beyond ``MAX_FAILED_FRACTION`` of
+them the interval is reported as not finite (None). Without two seeds per size and sparsity
+there is nothing to resample and no intervals are given.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from moelab.scaling.fitting import percentile_interval
+
+MIN_SIZES = 3
+"""Distinct sizes a parabola in log N needs."""
+MAX_FAILED_FRACTION = 0.025
+"""Replicates without a minimum beyond which an interval is not finite (the 2.5 % tail)."""
+
+
+def sparsity_isoflop(columns: dict[str, np.ndarray], seeds: np.ndarray, *,
+                     replicates: int = 200, seed: int = 0) -> dict | None:
+    """N*, L* per (C, S), S*(C) and the trend of S* with C, with bootstrap intervals.
+
+    ``columns``: N, C (the budget), S and loss; ``seeds``: each point's training seed (the
+    resampling unit). None when fewer than two sparsities have a parabola at two budgets."""
+    table = _Table(columns, np.asarray(seeds))
+    estimate = table.solve(np.ones(len(table.loss)))
+    if np.sum(np.isfinite(estimate.loss).sum(axis=0) >= 2) < 2:
+        return None
+    draws = table.bootstrap_weights(replicates, seed)
+    adjusted = table.adjusted_loss()
+    solved = [table.solve(weights, adjusted) for weights in draws] if draws is not None else []
+    return {
+        "budgets": table.budgets.tolist(), "sparsities": table.sparsities.tolist(),
+        "replicates": len(solved),
+        "resampling": ("seeds within each size and sparsity, a seed's points at every budget "
+                       "together" if solved else "none: one seed per size and sparsity"),
+        "cells": _cells(table, estimate, solved),
+        "optimal_sparsity": _optima(table, estimate, solved),
+        "trend": _trend(table, estimate, solved),
+        "advantage_trend": _advantage_trends(table, estimate, solved),
+    }
+
+
+class _Solution:
+    """One table's answers: (budgets, sparsities) arrays of log N* and L* (nan: no minimum),
+    and per budget the S* estimates."""
+
+    def __init__(self, log_params, loss, inside, sparsities):
+        self.log_params, self.loss, self.inside = log_params, loss, inside
+        self.best_sampled = np.array([_best_sampled(row, sparsities) for row in loss])
+        self.sparsity = np.array([_vertex_sparsity(row, sparsities) for row in loss])
+
+
+class _Table:
+    def __init__(self, columns: dict[str, np.ndarray], seeds: np.ndarray):
+        self.log_n = np.log(columns["N"])
+        self.loss = np.asarray(columns["loss"], dtype=np.float64)
+        self.budgets = np.unique(columns["C"])
+        self.sparsities = np.unique(columns["S"])
+        self.budget_index = np.searchsorted(self.budgets, columns["C"])
+        self.sparsity_index = np.searchsorted(self.sparsities, columns["S"])
+        self.seeds = seeds
+        self.sizes = columns["N"]
+
+    def cell(self, c: int, s: int) -> np.ndarray:
+        return np.flatnonzero((self.budget_index == c) & (self.sparsity_index == s))
+
+    def adjusted_loss(self) -> np.ndarray:
+        """Each point's loss with its deviation from the mean of its seeds (same size,
+        sparsity and budget) scaled by sqrt(n / (n - 1)): resampling n seeds with replacement
+        shrinks the variance of their mean by (n - 1) / n, which with 2 or 3 seeds would leave
+        the intervals a fifth to a third too narrow (Davison & Hinkley's adjusted residuals)."""
+        adjusted = self.loss.copy()
+        groups: dict[tuple, list[int]] = {}
+        for index, key in enumerate(zip(self.sizes, self.sparsity_index, self.budget_index)):
+            groups.setdefault(key, []).append(index)
+        for indices in groups.values():
+            if len(indices) > 1:
+                values = self.loss[indices]
+                scale = math.sqrt(len(values) / (len(values) - 1))
+                adjusted[indices] = values.mean() + scale * (values - values.mean())
+        return adjusted
+
+    def solve(self, weights: np.ndarray, point_loss: np.ndarray | None = None) -> _Solution:
+        shape = (len(self.budgets), len(self.sparsities))
+        log_params, loss = np.full(shape, np.nan), np.full(shape, np.nan)
+        inside = np.zeros(shape, dtype=bool)
+        for c in range(shape[0]):
+            for s in range(shape[1]):
+                points = self.cell(c, s)
+                values = self.loss if point_loss is None else point_loss
+                vertex = _weighted_vertex(self.log_n[points], values[points], weights[points])
+                if vertex is not None:
+                    log_params[c, s], loss[c, s], inside[c, s] = vertex
+        return _Solution(log_params, loss, inside, self.sparsities)
+
+    def bootstrap_weights(self, replicates: int, seed: int) -> list[np.ndarray] | None:
+        """Point multiplicities per replicate: per (size, sparsity), seeds drawn with
+        replacement; None when some size and sparsity has one seed."""
+        strata: dict[tuple, dict] = {}
+        for index, key in enumerate(zip(self.sizes, self.sparsity_index)):
+            strata.setdefault(key, {}).setdefault(self.seeds[index], []).append(index)
+        if replicates <= 0 or any(len(by_seed) < 2 for by_seed in strata.values()):
+            return None
+        rng = np.random.default_rng(seed)
+        draws = []
+        for _ in range(replicates):
+            weights = np.zeros(len(self.loss))
+            for by_seed in strata.values():
+                units = list(by_seed.values())
+                for pick in rng.integers(len(units), size=len(units)):
+                    weights[units[pick]] += 1.0
+            draws.append(weights)
+        return draws
+
+
+def _weighted_vertex(log_n, loss, weights) -> tuple[float, float, bool] | None:
+    """(log N*, L*, inside the sampled sizes) of the parabola fitted to points counted
+    ``weights`` times; None with fewer than MIN_SIZES sizes or no minimum."""
+    keep = weights > 0
+    if len(np.unique(log_n[keep])) < MIN_SIZES:
+        return None
+    # polyfit weights multiply residuals: sqrt(count) counts a point `count` times.
+    c2, c1, c0 = np.polyfit(log_n[keep], loss[keep], 2, w=np.sqrt(weights[keep]))
+    if c2 <= 0:
+        return None
+    x_star = -c1 / (2 * c2)
+    return (float(x_star), float(c0 - c1 * c1 / (4 * c2)),
+            bool(log_n[keep].min() <= x_star <= log_n[keep].max()))
+
+
+def _best_sampled(loss_row: np.ndarray, sparsities: np.ndarray) -> float:
+    """The sampled sparsity with the lowest L* (nan when any L* is missing: the comparison
+    would be over a different set of sparsities)."""
+    if not np.all(np.isfinite(loss_row)):
+        return math.nan
+    return float(sparsities[int(np.argmin(loss_row))])
+
+
+def _vertex_sparsity(loss_row: np.ndarray, sparsities: np.ndarray) -> float:
+    """Where a parabola of L* in u = -log(1 - S) is lowest inside the sampled u range (the
+    lower end when it opens downward); the sampled argmin with two sparsities."""
+    if not np.all(np.isfinite(loss_row)):
+        return math.nan
+    u = -np.log1p(-sparsities)
+    if len(u) < 3:
+        return _best_sampled(loss_row, sparsities)
+    c2, c1, _ = np.polyfit(u, loss_row, 2)
+    candidates = [u.min(), u.max()] + ([-c1 / (2 * c2)] if c2 > 0 else [])
+    candidates = [x for x in candidates if u.min() <= x <= u.max()]
+    best = min(candidates, key=lambda x: c2 * x * x + c1 * x)
+    return float(-math.expm1(-best))
+
+
+def _interval(values: np.ndarray) -> list[float] | None:
+    """95 % percentile interval of replicate values; None without replicates or when more than
+    MAX_FAILED_FRACTION of them have no value (the tail is not bounded)."""
+    values = np.asarray(values, dtype=np.float64)
+    if not len(values) or np.mean(~np.isfinite(values)) > MAX_FAILED_FRACTION:
+        return None
+    return list(percentile_interval(values[np.isfinite(values)]))
+
+
+def _cells(table: _Table, estimate: _Solution, solved: list[_Solution]) -> list[dict]:
+    rows = []
+    for c, flops in enumerate(table.budgets):
+        for s, sparsity in enumerate(table.sparsities):
+            points = table.cell(c, s)
+            log_n = np.array([r.log_params[c, s] for r in solved])
+            losses = np.array([r.loss[c, s] for r in solved])
+            found = math.isfinite(estimate.loss[c, s])
+            rows.append({
+                "flops": float(flops), "sparsity": float(sparsity), "n_points": int(len(points)),
+                "n_sizes": int(len(np.unique(table.log_n[points]))),
+                "params": math.exp(estimate.log_params[c, s]) if found else None,
+                "params_ci": (None if (ci := _interval(log_n)) is None
+                              else [math.exp(ci[0]), math.exp(ci[1])]),
+                "loss": float(estimate.loss[c, s]) if found else None,
+                "loss_ci": _interval(losses),
+                "inside_data": bool(estimate.inside[c, s]),
+                "replicates_without_minimum": int(np.sum(~np.isfinite(losses))),
+            })
+    return rows
+
+
+def _optima(table: _Table, estimate: _Solution, solved: list[_Solution]) -> list[dict]:
+    rows = []
+    for c, flops in enumerate(table.budgets):
+        best = np.array([r.best_sampled[c] for r in solved])
+        finite = best[np.isfinite(best)]
+        rows.append({
+            "flops": float(flops),
+            "sparsity": _finite_or_none(estimate.sparsity[c]),
+            "ci": _interval([r.sparsity[c] for r in solved]),
+            "best_sampled": _finite_or_none(estimate.best_sampled[c]),
+            "best_sampled_ci": _interval(best),
+            "probability_best": ({f"{s:g}": float(np.mean(finite == s)) for s in table.sparsities}
+                                 if len(finite) else {}),
+        })
+    return rows
+
+
+def _finite_or_none(value: float) -> float | None:
+    return float(value) if math.isfinite(value) else None
+
+
+def _slope(log_flops: np.ndarray, values: np.ndarray) -> float:
+    """Least-squares slope of values against log10 C over the budgets that have a value."""
+    keep = np.isfinite(values)
+    if keep.sum() < 2:
+        return math.nan
+    return float(np.polyfit(log_flops[keep], values[keep], 1)[0])
+
+
+def _trend(table: _Table, estimate: _Solution, solved: list[_Solution]) -> dict:
+    """Slope of S*(C) per decade of C, its interval and the bootstrap's one-sided p of "no
+    rise" (the share of replicates whose slope is <= 0); ``rises`` when the interval is above 0."""
+    log_flops = np.log10(table.budgets)
+    slopes = np.array([_slope(log_flops, r.sparsity) for r in solved])
+    ci = _interval(slopes)
+    return {"statistic": "slope of S*(C) per decade of C",
+            "slope_per_decade": _finite_or_none(_slope(log_flops, estimate.sparsity)),
+            "ci": ci, "n_budgets": int(np.isfinite(estimate.sparsity).sum()),
+            "p_not_rising": (float(np.mean(slopes[np.isfinite(slopes)] <= 0))
+                             if np.isfinite(slopes).any() else None),
+            "rises": bool(ci is not None and ci[0] > 0),
+            "falls": bool(ci is not None and ci[1] < 0)}
+
+
+def _advantage_trends(table: _Table, estimate: _Solution, solved: list[_Solution]) -> list[dict]:
+    """Per sparse S: the slope per decade of C of L*(C, 0) - L*(C, S) (positive: sparsity's
+    advantage over dense grows with compute)."""
+    if table.sparsities[0] != 0.0:
+        return []
+    log_flops = np.log10(table.budgets)
+    rows = []
+    for s in range(1, len(table.sparsities)):
+        slopes = np.array([_slope(log_flops, r.loss[:, 0] - r.loss[:, s]) for r in solved])
+        rows.append({"sparsity": float(table.sparsities[s]),
+                     "advantage": [_finite_or_none(v) for v in estimate.loss[:, 0] - estimate.loss[:, s]],
+                     "slope_per_decade": _finite_or_none(
+                         _slope(log_flops, estimate.loss[:, 0] - estimate.loss[:, s])),
+                     "ci": _interval(slopes)})
+    return rows

@@ -1,0 +1,267 @@
+"""The sweep report's sections on what the runs say about sparsity without trusting one law:
+the forms tested against the seeds' own noise (F tests, N total and non-embedding, held-out
+largest S and D), the loss at S minus dense at fixed N and D, S*(C) read off the IsoFLOP
+minima, and the warning when the chosen form makes S*(C) constant by construction."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from moelab.report import format_count, markdown_table
+from moelab.scaling.form_tests import CONSTANT_S_STAR
+from moelab.sweep.figures import isoflop_optima_figure, sparsity_delta_figure
+from moelab.sweep.records import FormsRecord
+
+COUNT_NAMES = {"total": "total parameters", "non_embedding": "non-embedding parameters"}
+
+
+def constant_s_star_text(law_name: str) -> str:
+    """Said in words when the chosen form fixes S*(C): it cannot answer how S* moves with C."""
+    reason = CONSTANT_S_STAR.get(law_name)
+    if reason is None:
+        return ""
+    return (f"**The chosen form `{law_name}` cannot answer how S* moves with compute**: {reason}. "
+            "A constant S*(C) below is that artefact, not a finding; a FLOPs-budget sweep's "
+            "IsoFLOP minima (no law) can answer it.\n\n")
+
+
+def form_tests_section(out_dir: Path, record: dict, forms: FormsRecord | None) -> str:
+    parts = []
+    if "by_count" in record:
+        parts.append(_f_tests_text(record, forms))
+    if record.get("sparsity_deltas"):
+        parts.append(_deltas_text(out_dir, record["sparsity_deltas"]))
+    return "\n".join(part.rstrip("\n") + "\n" for part in parts)
+
+
+def _mae(value) -> str:
+    """A held-out error: 4 decimals, or 3 digits for a prediction that ran off."""
+    if value is None:
+        return "–"
+    return f"{value:.4f}" if value < 1 else f"{value:.3g}"
+
+
+def _p(value) -> str:
+    return "–" if value is None else (f"{value:.2g}" if value >= 1e-4 else "< 1e-4")
+
+
+def _f_tests_text(record: dict, forms: FormsRecord | None) -> str:
+    pure = record["pure_error"]
+    text = ("## Law forms against the seeds' noise\n\n"
+            f"The {pure['n_points']} runs sit at {pure['groups']} distinct (N, D, S) points; the "
+            "spread of a point's seeds is noise no law can fit (the pure error: sum of squares "
+            f"{pure['ss']:.3g} of log loss on {pure['df']} degrees of freedom, a seed std of "
+            f"{pure['variance'] ** 0.5:.4f} in log loss). Each form is tested against it: "
+            "lack of fit F = ((SS - SS_pe) / (g - p)) / s^2, and each larger form against the "
+            "smaller one it nests, F = ((SS_small - SS_large) / extra parameters) / s^2 "
+            "(`form_tests.json`; the fits minimise a Huber loss, so the tests are "
+            "approximate). Held out: the largest S and, separately, the largest D (an "
+            "extrapolation in data, where the budgets' spacing fixes the D exponent).\n\n")
+    for count, result in record["by_count"].items():
+        rows = []
+        for form in result["forms"]:
+            if "skipped" in form:
+                rows.append([f"`{form['law']}`", str(form["num_params"]), "–", "skipped", "–", "–"])
+                continue
+            lack = form.get("lack_of_fit")
+            lack_text = (f"{lack['F']:.2f} ({lack['df'][0]}, {lack['df'][1]}), p {_p(lack['p'])}"
+                         if lack else "–")
+            maes = [_mae(form["holdout_mae"].get(h)) for h in record["holdouts"]]
+            rows.append([f"`{form['law']}`", str(form["num_params"]), f"{form['ss']:.4g}",
+                         lack_text, *maes])
+        text += (f"N counted as {COUNT_NAMES[count]}:\n\n"
+                 + markdown_table(["form", "parameters", "SS (log loss)", "lack of fit F (df), p",
+                                   *(f"held-out MAE, {h}" for h in record["holdouts"])],
+                                  rows, "lrrrrr") + "\n")
+        misfit = [f for f in result["forms"] if f.get("lack_of_fit")
+                  and f["lack_of_fit"]["p"] < 0.05]
+        if misfit and len(misfit) == len([f for f in result["forms"] if "ss" in f]):
+            text += ("Every form misses the points' seed means by more than the seeds' noise "
+                     "(lack of fit p < 0.05 for all): no form describes these runs to within "
+                     "their noise, and against the pure error a nested F test takes any term "
+                     "that absorbs some of the misfit, so read it beside the likelihood-ratio "
+                     "test.\n\n")
+        text += _selection_text(result["selection"], count)
+    if forms is not None and forms.chosen:
+        text += (f"The identification and held-out checks above (N total) chose "
+                 f"`{forms.chosen}`; `fit.json` and the optima use that form.\n")
+    return text
+
+
+def _selection_text(selection: dict | None, count: str) -> str:
+    if selection is None:
+        return "No form could be fitted.\n\n"
+    tests = [[f"`{t['small']}` → `{t['large']}`", f"{t['F']:.2f} ({t['df'][0]}, {t['df'][1]})",
+              _p(t["p"]), _p(t["p_likelihood_ratio"])] for t in selection["tests"]]
+    text = (markdown_table(["nested test", "F (df)", "p", "likelihood-ratio p"], tests, "lrrr")
+            + f"\nBy F tests at {selection['alpha']:g} (N {COUNT_NAMES[count]}): "
+            f"{_path_text(selection['path'])}, so **`{selection['chosen']}`** (from the "
+            "smallest form, a larger one is taken only while it fits significantly better "
+            "than the noise allows).")
+    if selection.get("constant_s_star"):
+        text += (f" That form cannot answer how S* moves with compute: "
+                 f"{selection['constant_s_star']}.")
+    if "path_likelihood_ratio" in selection:  # older form_tests.json lack it
+        text += (f" By likelihood-ratio tests (variance from the larger form's residuals): "
+                 f"{_path_text(selection['path_likelihood_ratio'])}, so "
+                 f"`{selection['chosen_likelihood_ratio']}`.")
+    return text + "\n\n"
+
+
+def _path_text(path: list[str]) -> str:
+    if len(path) == 1:
+        return f"no larger form fits significantly better than `{path[0]}`"
+    return " → ".join(f"`{name}`" for name in path)
+
+
+def _deltas_text(out_dir: Path, deltas: dict) -> str:
+    columns = sorted({(d["sparsity"], d.get("E")) for d in deltas["deltas"]})
+    several_e = len({s for s, _ in columns}) < len(columns)
+    cells: dict[tuple, dict] = {(d["size"], d["budget"]): {} for d in deltas["deltas"]}
+    for d in deltas["deltas"]:
+        cells[(d["size"], d["budget"])][(d["sparsity"], d.get("E"))] = (
+            f"{d['delta']:+.3f} [{d['ci'][0]:+.3f}, {d['ci'][1]:+.3f}]")
+    rows = [[size, budget, *(by_s.get(c, "–") for c in columns)]
+            for (size, budget), by_s in cells.items()]
+    names = [f"S = {s:g}" + (f", E = {e}" if several_e else "") for s, e in columns]
+    figure = sparsity_delta_figure(out_dir / "figures" / "sparsity_deltas.png", deltas)
+    significant = sum(1 for d in deltas["deltas"] if d["ci"][0] > 0 or d["ci"][1] < 0)
+    return ("## Sparsity at fixed N and D (no law)\n\n"
+            "The mean loss of a point's seeds at S minus the dense model's of the same size and "
+            "token budget, with 95 % t intervals on the pooled seed std "
+            f"({deltas['seed_std']:.4f} nats, {deltas['df']} degrees of freedom; "
+            "`form_tests.json`, sparsity_deltas). Positive: the sparse model of the same total "
+            f"size, trained on the same tokens, is worse. {significant} of "
+            f"{len(deltas['deltas'])} differences exclude 0.\n\n"
+            + markdown_table(["size", "budget", *names], rows, "ll" + "r" * len(names))
+            + (f"\n![Loss at S minus dense](figures/{figure.name})\n\n" if figure else "\n")
+            + _expert_pairs_text(deltas.get("expert_pairs") or []))
+
+
+def _expert_pairs_text(pairs: list[dict]) -> str:
+    """Top-k against E at one sparsity, paired by seed."""
+    if not pairs:
+        return ""
+    rows = [[p["size"], p["budget"], f"{p['sparsity']:g}", f"E = {p['E'][1]} minus E = {p['E'][0]}",
+             str(p["seeds"]), f"{p['difference']:+.4f} [{p['ci'][0]:+.4f}, {p['ci'][1]:+.4f}]"]
+            for p in pairs]
+    return ("\n### Top-k against E at one sparsity\n\nThe loss of the run with more experts (and "
+            "so a larger k) minus the one with fewer, seed by seed (the same seed shares the "
+            "data order), with a 95 % t interval over the seeds (`form_tests.json`, "
+            "expert_pairs).\n\n"
+            + markdown_table(["size", "budget", "S", "pair", "seeds", "loss difference"], rows,
+                             "llrlrr"))
+
+
+def _ci_text(value, ci, fmt: str) -> str:
+    if value is None:
+        return "no minimum"
+    shown = fmt.format(value) if fmt else format_count(value)
+    if ci is None:
+        return shown
+    low, high = ((fmt.format(v) if fmt else format_count(v)) for v in ci)
+    return f"{shown} [{low}, {high}]"
+
+
+def isoflop_optima_text(out_dir: Path, optima: dict) -> str:
+    """S*(C) from the minima of each sparsity's IsoFLOP parabolas, no law involved."""
+    drawn = (any(c["loss"] is not None for c in optima["cells"])
+             and any(r["sparsity"] is not None for r in optima["optimal_sparsity"]))
+    if drawn:
+        isoflop_optima_figure(out_dir / "figures" / "isoflop_optima.png", optima)
+    intervals = (f"95 % intervals from {optima['replicates']} bootstrap replicates (resampling "
+                 f"{optima['resampling']})" if optima["replicates"]
+                 else f"no intervals (resampling {optima['resampling']})")
+    cells = [[f"{c['flops']:.3g}", f"{c['sparsity']:g}", c["n_sizes"],
+              _ci_text(c["params"], c["params_ci"], ""),
+              _ci_text(c["loss"], c["loss_ci"], "{:.4f}"),
+              "" if c["inside_data"] or c["loss"] is None else "yes"] for c in optima["cells"]]
+    best = [[f"{r['flops']:.3g}", _ci_text(r["sparsity"], r["ci"], "{:.3f}"),
+             _ci_text(r["best_sampled"], r["best_sampled_ci"], "{:g}"),
+             ", ".join(f"{s}: {p:.2f}" for s, p in r["probability_best"].items()) or "–"]
+            for r in optima["optimal_sparsity"]]
+    return ("\n### Optimal sparsity per budget from the IsoFLOP minima (no law)\n\n"
+            "Per budget C and sparsity S, a parabola in log N through that sparsity's runs; its "
+            "vertex is N*(C, S) and L*(C, S). S*(C) is where L*(C, S) is lowest: between the "
+            "sampled sparsities, the vertex of a parabola of L* in -log(1 - S) kept inside "
+            "them, and the sampled sparsity of lowest L* with the share of replicates in which "
+            f"each sparsity is lowest. {intervals}; `isoflop.json`, sparsity_optima.\n\n"
+            + markdown_table(["C", "S", "sizes", "N*", "L*", "vertex outside sizes"], cells,
+                             "rrrrrl")
+            + "\n" + markdown_table(["C", "S*", "best sampled S", "share of replicates best"],
+                                    best, "rrrl")
+            + "\n" + _trend_sentence(optima)
+            + ("\n![IsoFLOP minima and S*(C)](figures/isoflop_optima.png)\n" if drawn else ""))
+
+
+def _trend_sentence(optima: dict) -> str:
+    """Does S* rise with compute? The slope of S*(C) per decade of C, and per sparse S the
+    slope of its advantage over dense."""
+    trend = optima["trend"]
+    if trend["slope_per_decade"] is None:
+        return "No trend of S* with C: fewer than 2 budgets have an S*.\n"
+    slope = f"{trend['slope_per_decade']:+.3f}"
+    if trend["ci"] is None:
+        return (f"S*(C) changes by {slope} per decade of C over {trend['n_budgets']} budgets; "
+                "without resamples there is no interval, so no test of whether S* rises.\n")
+    verdict = ("**S* rises with compute**" if trend["rises"] else
+               "**S* falls with compute**" if trend["falls"] else
+               "**no trend of S* with compute is detected** (the interval contains 0)")
+    text = (f"Test of whether S* rises with C: S*(C) changes by {slope} "
+            f"[{trend['ci'][0]:+.3f}, {trend['ci'][1]:+.3f}] per decade of C over "
+            f"{trend['n_budgets']} budgets (one-sided bootstrap p of no rise "
+            f"{trend['p_not_rising']:.3f}): {verdict}.")
+    advantages = [f"S = {a['sparsity']:g}: {a['slope_per_decade']:+.4f}"
+                  + (f" [{a['ci'][0]:+.4f}, {a['ci'][1]:+.4f}]" if a["ci"] else "")
+                  for a in optima["advantage_trend"] if a["slope_per_decade"] is not None]
+    if advantages:
+        text += (" The advantage over dense, L*(C, 0) - L*(C, S), changes per decade of C by "
+                 + "; ".join(advantages) + " nats. That is not a test of S*: a difference that "
+                 "scales with L - e shrinks as the loss falls even when S* stays put (the "
+                 "effective-size law's L - e ~ C^(-k) g(S) does exactly that).")
+    return text + "\n"
+
+
+
+
+def zero_shot_analysis_text(analysis: dict) -> str:
+    """Accuracy against S at equal loss and at equal FLOPs, per task, and whether the tasks
+    separate anything at all."""
+    text = ("### Accuracy against sparsity\n\n"
+            "Per task: accuracy = a + b (loss - mean loss) + c S over every run, by least "
+            "squares (c: what sparsity adds beyond what its loss predicts, at equal loss), and "
+            "at each FLOPs budget the lowest-loss size of each sparsity, its accuracy over its "
+            "seeds (at equal FLOPs); 95 % intervals (`zero_shot.json`).\n\n")
+    rows = []
+    for task, result in analysis.items():
+        fit = result["equal_loss"]
+
+        def coefficient(name):
+            if fit is None:
+                return "–"
+            c = fit[name]
+            return f"{c['value']:+.3f} [{c['ci'][0]:+.3f}, {c['ci'][1]:+.3f}]"
+
+        rows.append([task, str(result["runs"]), str(result["items"]),
+                     f"{result['accuracy_range'][0]:.3f}-{result['accuracy_range'][1]:.3f}",
+                     f"±{result['median_wilson_half_width']:.3f}", coefficient("loss"),
+                     coefficient("sparsity"), "yes" if result["separates"] else "**no**"])
+    text += markdown_table(["task", "runs", "items", "accuracy range", "Wilson half-width",
+                            "b (per nat of loss)", "c (per unit S)", "separates"], rows,
+                           "lrrrrrrl")
+    silent = [task for task, result in analysis.items() if not result["separates"]]
+    if silent:
+        text += (f"\n**{', '.join(silent)} cannot separate anything at this scale**: accuracy "
+                 "follows neither the loss nor the sparsity beyond the items' binomial noise, "
+                 "so these runs say nothing about sparsity downstream.\n")
+    for task, result in analysis.items():
+        if result["equal_flops"]:
+            table = [[f"{r['flops']:.3g}", f"{r['sparsity']:g}", r["size"], str(r["seeds"]),
+                      f"{r['accuracy']:.3f}" + (f" [{r['ci'][0]:.3f}, {r['ci'][1]:.3f}]"
+                                                 if r["ci"] else ""),
+                      f"{r['minus_dense']:+.3f}" if "minus_dense" in r else ""]
+                     for r in result["equal_flops"]]
+            text += (f"\n{task} at equal FLOPs:\n\n"
+                     + markdown_table(["C", "S", "lowest-loss size", "seeds", "accuracy",
+                                       "minus dense"], table, "rrlrrr"))
+    return text + "\n"
