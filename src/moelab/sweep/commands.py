@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from moelab.errors import MoelabError
-from moelab.fileio import writer_lock
+from moelab.fileio import remove_stale_temporaries, writer_lock
 from moelab.runs import execute_plan, is_complete
 from moelab.runs.data import prepare_shared_data
 from moelab.runs.launchers.local import LocalLauncher
@@ -67,5 +67,6 @@ def rewrite_sweep_outputs(out_dir: Path) -> Path:
     grid = load_grid(out_dir / "grid.json")
     check_run_files(out_dir / "runs")
     with writer_lock(out_dir):
+        remove_stale_temporaries(out_dir, out_dir / "figures")  # what a killed report left
         return write_sweep_outputs(out_dir, grid, plan_sweep(grid),
                                    **recorded_fit_settings(out_dir))
