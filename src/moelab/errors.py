@@ -46,6 +46,20 @@ def warn(message: str) -> None:
     print(f"moelab: warning: {message}", file=sys.stderr)
 
 
+EXIT_PREEMPTED = 75
+"""The exit code of a run or study stopped by SIGTERM or SIGUSR1 after saving its checkpoint:
+sysexits.h's EX_TEMPFAIL, "a temporary failure, retry"; distinct from 0, 1 (a bug), 2 (bad
+input), 130 (Ctrl-C) and 143 (killed by SIGTERM before it could save), so that a job script
+can requeue exactly the runs that will resume (docs/cluster.md)."""
+
+
+class Preempted(BaseException):
+    """A run or study stopped at a step boundary on request, its checkpoints saved.
+
+    Not an ``Exception``: it must pass the handlers that keep one failed run from stopping a
+    study's others (like ``KeyboardInterrupt``), up to the CLI, which exits ``EXIT_PREEMPTED``."""
+
+
 def bad_input_message(exc: BaseException) -> str | None:
     """The one-line message of an error that bad input causes, or None for a bug.
 

@@ -10,6 +10,7 @@ their reader, and an fsync per logged step would cost more than it protects.
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import json
 import os
@@ -109,6 +110,9 @@ class WriterLock:
             self.release()
             raise MoelabError(f"{self.folder} is being written by another moelab process (pid "
                               f"{holder}): wait for it to finish or stop it") from None
+        except OSError as exc:  # ENOLCK, EOPNOTSUPP: Lustre without -o flock, some NFS mounts
+            self.release()
+            raise MoelabError(_unlockable_message(self.folder, exc)) from None
         os.ftruncate(self._handle, 0)
         os.pwrite(self._handle, f"{os.getpid()}\n".encode("ascii"), 0)
 
@@ -118,6 +122,13 @@ class WriterLock:
             self._handle = None
 
     __del__ = release
+
+
+def _unlockable_message(folder: Path, exc: OSError) -> str:
+    code = errno.errorcode.get(exc.errno, str(exc.errno))
+    return (f"cannot lock {folder}: its file system refuses file locks (flock: "
+            f"{exc.strerror or exc}, {code}); mount it with locking (Lustre: -o flock; NFS: "
+            f"without nolock) or write to a folder on a local or locking file system")
 
 
 @contextlib.contextmanager

@@ -14,7 +14,7 @@ import importlib
 import os
 import sys
 
-from moelab.errors import bad_input_message, short_text
+from moelab.errors import EXIT_PREEMPTED, Preempted, bad_input_message, short_text
 from moelab.version import __version__
 
 # Modules with a register(subparsers) function, in the order their commands are listed.
@@ -46,6 +46,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         return int(args.func(args) or 0)
+    except Preempted as exc:
+        print(f"moelab: {exc}", file=sys.stderr)
+        return EXIT_PREEMPTED
     except KeyboardInterrupt:
         print("moelab: interrupted", file=sys.stderr)
         return 130

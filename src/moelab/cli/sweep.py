@@ -70,8 +70,11 @@ def _sweep(args) -> int:
         from moelab.runs import is_complete
         from moelab.runs.launchers.commands import train_commands
 
-        _, specs = plan_sweep_folder(grid, out_dir)
-        for command in train_commands(out_dir, [s for s in specs if not is_complete(out_dir / s.run_dir)]):
+        with writer_lock(out_dir):  # it writes the plan: the same one writer as a sweep
+            _, specs = plan_sweep_folder(grid, out_dir)
+            commands = train_commands(out_dir, [s for s in specs
+                                                if not is_complete(out_dir / s.run_dir)])
+        for command in commands:
             print(command)
         return 0
     launcher = build_launcher(args)

@@ -7,7 +7,8 @@ from pathlib import Path
 from typing import Any, Iterable, Optional
 
 from moelab.config import Config, dump_config
-from moelab.fileio import atomic_write_text
+from moelab.errors import MoelabError
+from moelab.fileio import atomic_write_text, is_inside
 
 
 @dataclass(frozen=True)
@@ -61,7 +62,16 @@ def _shown_in_wandb(spec: RunSpec, group: str, tags: list[str]) -> RunSpec:
 
 
 def write_run_configs(folder: Path, specs: list[RunSpec]) -> None:
-    """Each run's resolved config under ``configs/``: what every launcher trains from."""
+    """Each run's resolved config under ``configs/``: what every launcher trains from.
+
+    First every run's folder and config file must lie inside ``folder``, links resolved (as a
+    run's checkpoints/ must lie inside the run): a linked run folder would have its run write
+    elsewhere."""
+    for spec in specs:
+        for path in (folder / spec.run_dir, folder / spec.config_path):
+            if not is_inside(path, folder):
+                raise MoelabError(f"{path} resolves to {path.resolve()}, outside {folder}: "
+                                  f"refused (replace the link with a folder inside {folder})")
     for spec in specs:
         atomic_write_text(folder / spec.config_path, dump_config(spec.config))
 

@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 
 from moelab.errors import MoelabError
-from moelab.fileio import atomic_write_json, atomic_write_text
+from moelab.fileio import atomic_write_json, atomic_write_text, remove_stale_temporaries
 from moelab.runs import is_complete
 from moelab.report import (
     format_count, format_mean_std, format_number, format_p_value, markdown_table,
@@ -42,6 +42,8 @@ def write_outputs(study_dir: Path) -> StudyResults:
     records = find_runs(study_dir)
     if not records:
         raise MoelabError(f"{study_dir} has no complete runs yet: nothing to report")
+    # What a killed report left; its writer holds the folder's lock, so none is being written.
+    remove_stale_temporaries(study_dir, study_dir / "figures")
     results = aggregate(study_dir, records)
     atomic_write_json(study_dir / "results.json", results.to_dict())
     atomic_write_text(study_dir / "results.csv", results_csv(results))

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from moelab.errors import MoelabError
-from moelab.fileio import writer_lock
+from moelab.fileio import remove_stale_temporaries, writer_lock
 from moelab.runs import execute_plan, is_complete, submit_plan
 from moelab.runs.data import prepare_shared_data
 from moelab.runs.launchers.local import LocalLauncher
@@ -88,6 +88,7 @@ def rewrite_sweep_outputs(out_dir: Path, log: Callable[[str], None] = print) -> 
     grid = load_grid(out_dir / "grid.json")
     check_run_files(out_dir / "runs")
     with writer_lock(out_dir):
+        remove_stale_temporaries(out_dir, out_dir / "figures")  # what a killed report left
         stored, absent = stored_runs(out_dir)
         if absent and len(absent) < len(stored):
             raise MoelabError(

@@ -28,7 +28,7 @@ from tqdm import tqdm
 from moelab.accounting import count_params, flops_per_token
 from moelab.config import Config, TrainConfig
 from moelab.data import Tokenizer, TrainBatches, prepare_data, validation_windows
-from moelab.errors import MoelabError
+from moelab.errors import MoelabError, Preempted
 from moelab.model import Transformer
 from moelab.train.checkpoint import (
     latest_checkpoint, load_checkpoint, load_initial_weights, save_checkpoint,
@@ -42,6 +42,7 @@ from moelab.train.generate import sample_text
 from moelab.train.loggers import ExternalLoggers
 from moelab.train.memory import check_training_fits, peak_memory_bytes
 from moelab.train.optim import build_optimizer
+from moelab.train.preemption import preemptible, preemption_requested
 from moelab.train.run_folder import RunFolder
 from moelab.train.schedule import Schedule
 from moelab.train.state import Clock, NonFiniteGuard, Throughput, TrainState
@@ -126,7 +127,8 @@ def train(config: Config, run_dir: str | Path, *, resume: bool = False) -> Optio
         return run.summary()
     dist = setup_distributed(config.train.device)
     try:
-        return _train(config, run, resume, dist)
+        with preemptible():  # SIGTERM / SIGUSR1: checkpoint at the next step boundary, stop
+            return _train(config, run, resume, dist)
     finally:
         dist.close()
 
@@ -148,6 +150,8 @@ def _train(config: Config, run: RunFolder, resume: bool,
         log = partial(_log_event, run, loggers) if dist.is_main else _log_nothing
         session = _set_up(config, run, resume, dist, plan)
         _train_steps(config, run, dist, plan, session, log)
+        if dist.is_main and preemption_requested():  # the last step's checkpoint is saved
+            raise _preempted(run, session.state.step, plan.total_steps)
         return _write_up(config, run, dist, plan, session) if dist.is_main else None
     finally:
         if loggers:
@@ -274,12 +278,40 @@ def _train_steps(config: Config, run: RunFolder, dist: Distributed, plan: StepPl
             state.record_eval(result, step)
             log(_eval_event(result, state, tc.collapse_threshold))
         if is_checkpoint and dist.is_main:
-            with clock.paused():
-                state.train_time_s, state.wall_time_s = clock.train_s, clock.wall_s
-                state.data = session.batches.state_dict()
-                save_checkpoint(run.checkpoints_dir, session.model, session.optimizer,
-                                state.to_dict(), config)
+            _save_checkpoint(config, run, session)
+        if _stop_requested(dist, is_log):
+            bar.close()
+            if dist.is_main and not is_checkpoint:
+                _save_checkpoint(config, run, session)
+            raise _preempted(run, step, plan.total_steps)
     bar.close()
+
+
+def _save_checkpoint(config: Config, run: RunFolder, session: Session) -> None:
+    state, clock = session.state, session.clock
+    with clock.paused():
+        state.train_time_s, state.wall_time_s = clock.train_s, clock.wall_s
+        state.data = session.batches.state_dict()
+        save_checkpoint(run.checkpoints_dir, session.model, session.optimizer, state.to_dict(),
+                        config)
+
+
+def _stop_requested(dist: Distributed, is_log: bool) -> bool:
+    """Whether to stop for a preemption after this step. The ranks of a DDP run must stop at
+    the same step, so they agree on it where they synchronise anyway, at log steps (a
+    preempted DDP run stops within ``train.log_interval`` steps)."""
+    requested = preemption_requested() is not None
+    if not dist.is_ddp:
+        return requested
+    if not is_log:
+        return False
+    return bool(dist.sum(torch.tensor([float(requested)], device=dist.device)).item())
+
+
+def _preempted(run: RunFolder, step: int, total_steps: int) -> Preempted:
+    return Preempted(f"{run.path} stopped by {preemption_requested() or 'a signal'} after step "
+                     f"{step} of {total_steps}, its checkpoint saved: rerun with --resume to "
+                     f"continue it")
 
 
 def optimizer_step(session: Session, plan: StepPlan, lr: float,

@@ -21,6 +21,7 @@ import contextlib
 import multiprocessing
 import multiprocessing.connection
 import os
+import signal
 import sys
 import tempfile
 import threading
@@ -30,13 +31,16 @@ from pathlib import Path
 from typing import Callable, Optional
 
 import torch
+from tqdm import tqdm
 
-from moelab.errors import MoelabError
+from moelab.errors import EXIT_PREEMPTED, MoelabError, Preempted
 from moelab.runs.execute import Log, RunOutcome
 from moelab.runs.failures import ChildFailure, child_error_line, raised_error_line
 from moelab.runs.records import has_checkpoint, is_complete
+from moelab.runs.scratch import scratch_dir
 from moelab.runs.spec import RunSpec
 from moelab.runs.training import TrainFn, train_planned_run
+from moelab.train.preemption import preemptible, preemption_requested
 
 POLL_SECONDS = 0.1
 PRELOAD = ("moelab.runs.training", "torch._dynamo")
@@ -95,8 +99,18 @@ class LocalLauncher:
 
     def launch(self, folder: Path, specs: list[RunSpec], record: Callable[[RunOutcome], None],
                log: Log) -> None:
+        """Train ``specs``; a SIGTERM or SIGUSR1 meanwhile preempts the runs in training (each
+        saves its checkpoint at its next step boundary), starts no other, and raises
+        ``Preempted`` once they have stopped."""
+        with preemptible():
+            self._launch(folder, specs, record, log)
+
+    def _launch(self, folder: Path, specs: list[RunSpec], record: Callable[[RunOutcome], None],
+                log: Log) -> None:
         if self._in_process():
             for index, spec in enumerate(specs, start=1):
+                if preemption_requested():  # between two runs: nothing to save
+                    raise _study_preempted()
                 record(self._train_here(folder, spec, f"[{index}/{len(specs)}]", log))
             return
         gpus = self._gpus()
@@ -127,8 +141,13 @@ class LocalLauncher:
         waiting = list(enumerate(specs, start=1))
         running: dict[int, _Child] = {}
         free = list(enumerate(slots))
+        forwarded = False
         try:
             while waiting or running:
+                if preemption_requested() and not forwarded:
+                    waiting, forwarded = [], True
+                    for child in running.values():
+                        child.preempt()
                 while waiting and free:
                     (slot_index, gpu), (index, spec) = free.pop(0), waiting.pop(0)
                     log(f"[{index}/{len(specs)}] {spec.name}: {_how(folder / spec.run_dir, spec)} "
@@ -139,8 +158,13 @@ class LocalLauncher:
                     if child.finished():
                         del running[slot_index]
                         free.append((slot_index, slots[slot_index]))
-                        record(child.outcome(folder))
+                        if forwarded and child.was_preempted():
+                            child.close()  # not a failure: the rerun resumes it
+                        else:
+                            record(child.outcome(folder))
                 time.sleep(POLL_SECONDS)
+            if forwarded:
+                raise _study_preempted()
         finally:
             for child in running.values():  # stopped by an exception or Ctrl-C: no orphans
                 child.stop()
@@ -158,7 +182,8 @@ class _Child:
 
     @classmethod
     def start(cls, folder: Path, spec: RunSpec, threads: int, gpu: Optional[str]) -> "_Child":
-        handle, failure_path = tempfile.mkstemp(prefix="moelab-train-", suffix=".json")
+        handle, failure_path = tempfile.mkstemp(prefix="moelab-train-", suffix=".json",
+                                                dir=scratch_dir())
         os.close(handle)
         context = _child_context()
         lifeline, our_end = context.Pipe(duplex=False)  # we only hold our end, never write
@@ -171,6 +196,22 @@ class _Child:
 
     def finished(self) -> bool:
         return self.process.exitcode is not None
+
+    def preempt(self) -> None:
+        """Ask the run to stop at its next step boundary, its checkpoint saved (as SIGTERM
+        asks ``moelab train``)."""
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self.process.pid, signal.SIGTERM)
+
+    def was_preempted(self) -> bool:
+        """Whether a finished child stopped for a preemption: it saved and exited
+        ``EXIT_PREEMPTED``, or the signal reached it before its run could note it."""
+        return self.process.exitcode in (EXIT_PREEMPTED, -signal.SIGTERM, -signal.SIGUSR1)
+
+    def close(self) -> None:
+        self.process.close()  # its pipes and sentinel now, not when it is garbage-collected
+        self.lifeline.close()
+        self._take_failure()
 
     def outcome(self, folder: Path) -> RunOutcome:
         """A finished child's outcome: on failure, the error line it recorded, or what its
@@ -224,15 +265,25 @@ def _train_child(folder: Path, spec: RunSpec, threads: int, gpu: Optional[str],
     ``failure_path`` and exits with code 1. It dies with the launcher."""
     _die_with_parent(lifeline)
     _discard_output()
+    # tqdm's default lock is a multiprocessing semaphore, which a child killed with its parent
+    # could not unregister: the resource tracker would warn of it. A thread lock does here.
+    tqdm.set_lock(threading.RLock())
     os.environ["OMP_NUM_THREADS"] = str(threads)  # for anything this run starts in turn
     if gpu is not None:
         os.environ["CUDA_VISIBLE_DEVICES"] = gpu  # before CUDA starts: the server never starts it
     try:
         # The threads are set again here: the server read OMP_NUM_THREADS at its own start.
         train_planned_run(folder, spec, threads)
+    except Preempted:
+        sys.exit(EXIT_PREEMPTED)  # its checkpoint is saved; the parent stops the study
     except (Exception, KeyboardInterrupt) as exc:  # noqa: BLE001 -- told to the parent
         ChildFailure(child_error_line(exc)).write(failure_path)
         sys.exit(1)
+
+
+def _study_preempted() -> Preempted:
+    return Preempted(f"stopped by {preemption_requested()}, every run in training at a "
+                     f"checkpoint: rerun the same command to resume them")
 
 
 def _discard_output() -> None:
