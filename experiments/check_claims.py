@@ -174,13 +174,29 @@ def active_gap_fall() -> str:
             f"p {t.p:.2f})")
 
 
-def readme_budget_row(tokens: int) -> str:
-    cells = []
-    for criterion in DENSE:
-        t = budget_gap(tokens, criterion)
-        p = f"{t.p:.4f}" if t.p < 0.001 else f"{t.p:.3f}" if t.p < 0.01 else f"{t.p:#.2g}"
-        cells.append(f"{signed(t.gap, 3)} (p {p})")
-    return f"| {CPU_BUDGETS[tokens]} | {' | '.join(cells)} |"
+
+
+def readme_pooled_row(criterion: str) -> str:
+    t, p_holm = demo_pooled("first", criterion)
+    return (f"| matched {criterion} | {signed(t.gap, 4)} | {interval(t, 4)} | {p_holm:.4f} | "
+            f"{t.mde:.4f} |")
+
+
+def readme_pooled_gap(criterion: str) -> str:
+    t, _ = demo_pooled("first", criterion)
+    return f"{signed(t.gap, 4)} {interval(t, 4)}"
+
+
+def readme_active_trend() -> str:
+    gaps = [signed(budget_gap(tokens, "active").gap, 3) for tokens in CPU_BUDGETS]
+    return f"{', '.join(gaps)} at 0.4M-3.3M tokens"
+
+
+def readme_total_at_largest() -> str:
+    tests = {(tokens, c): budget_gap(tokens, c) for tokens in CPU_BUDGETS for c in DENSE}
+    adjusted = dict(zip(tests, holm([t.p for t in tests.values()])))
+    t = tests[3_276_800, "total"]
+    return f"{signed(t.gap, 3)} (Holm p {adjusted[3_276_800, 'total']:.2f}) at 3.28M tokens"
 
 
 DEMO_SETS = {"first": ("demo-seeds0-5", "demo-seeds617-622"),
@@ -355,6 +371,28 @@ def cpu_ladder_busiest() -> str:
     return f"falls by {t.gap:.2f} {interval(t, 2)} (paired over the {t.n} seeds, p {t.p:.3f})"
 
 
+def readme_fair_lr() -> str:
+    own = load("fair_lr.json")["report_runs"]["own"]
+    by_seed = {arm: {int(s): run["best_val_loss"] for s, run in runs.items()}
+               for arm, runs in own.items()}
+    gaps = {c: paired(by_seed[DENSE[c]], by_seed["moe"]).gap for c in DENSE}
+    return (f"still leads by {signed(gaps['active'], 3)} (active) and "
+            f"{signed(gaps['total'], 3)} (total)")
+
+
+def readme_collapse() -> str:
+    runs = load("studies/cpu-ablation-seeds1-4-routing.json")["runs"]
+    worst = max(max(run["busiest_fraction"]) for name, run in runs.items()
+                if name.startswith("naive_top1/"))
+    return f"one expert takes {worst:.3f} of a layer"
+
+
+def readme_top2() -> str:
+    step = cpu_ladder_step(1)  # "top-2 +0.161 [+0.055, +0.267] (p 0.017; Holm 0.084)"
+    gap_and_interval, holm_p = step.removeprefix("top-2 ").split(" (p ")[0], step.split("Holm ")[1]
+    return f"{gap_and_interval} nats, Holm p {holm_p.rstrip(')')}"
+
+
 def fair_lr_gap(criterion: str) -> str:
     """Dense - MoE on the reporting seeds, each arm at its own best lr (experiments/fair_lr.py),
     Holm over both criteria."""
@@ -444,18 +482,8 @@ def replication_holm(study: str, criterion: str) -> str:
             f"adjustment over the study's {len(tests)} criteria)")
 
 
-def replication_losses() -> str:
-    study = "cpu-replication-compiled"
-    return ", ".join(f"{arm} {mean_std(losses(study, arm), 3)}"
-                     for arm in ("moe", *DENSE.values()))
 
 
-def replication_gaps() -> str:
-    study = "cpu-replication-compiled"
-    active = paired(losses(study, "dense_active"), losses(study, "moe"))
-    total = paired(losses(study, "dense_total"), losses(study, "moe"))
-    return (f"leads dense_active by {active.gap:.3f} (paired p {active.p:.3f}) and dense_total "
-            f"by {total.gap:.3f} (p {total.p:.2f})")
 
 
 # --------------------------------------------------------------------------------------------
@@ -584,20 +612,23 @@ CLAIMS = [
                              "`recipe_lr0.01` (the preset before) | 0-2")),
     Claim(RECIPE, "(+0.037, p = 0.016; 0.031 after Holm's adjustment over the study's 2 criteria)",
           lambda: replication_holm("cpu-replication-recipe", "total")),
-    # The README (the lead keeps it consistent with these).
-    Claim(README, "| 409.6K | +0.018 (p 0.19) | +0.021 (p 0.075) |",
-          partial(readme_budget_row, 409_600)),
-    Claim(README, "| 819.2K | +0.057 (p 0.024) | +0.066 (p 0.020) |",
-          partial(readme_budget_row, 819_200)),
-    Claim(README, "| 1.64M | +0.058 (p 0.006) | +0.041 (p 0.032) |",
-          partial(readme_budget_row, 1_638_400)),
-    Claim(README, "| 3.28M | +0.040 (p 0.0008) | +0.015 (p 0.083) |",
-          partial(readme_budget_row, 3_276_800)),
-    Claim(README, "dense_active 2.440 ± 0.017, dense_total 2.425 ± 0.011",
-          lambda: replication_losses().split(", ", 1)[1]),
-    Claim(README, "leads dense_active by 0.026 (paired p 0.088) and dense_total by 0.011 (p 0.22)",
-          replication_gaps),
-    Claim(README, "N (1-S)^0.047", lambda: effective_size_exponent().replace(" - ", "-")),
+    # The README.
+    Claim(README, "| matched active | +0.0117 | [0.0050, 0.0185] | 0.0027 | 0.0094 |",
+          partial(readme_pooled_row, "active")),
+    Claim(README, "| matched total | +0.0180 | [0.0103, 0.0258] | 0.0007 | 0.0109 |",
+          partial(readme_pooled_row, "total")),
+    Claim(README, "+0.0117 [0.0050, 0.0185], 395K active", lambda: readme_pooled_gap("active")
+          + ", 395K active"),
+    Claim(README, "+0.0180 [0.0103, 0.0258]: MoE better", lambda: readme_pooled_gap("total")
+          + ": MoE better"),
+    Claim(README, "still leads by +0.015 (active) and +0.018 (total)", readme_fair_lr),
+    Claim(README, "+0.018, +0.057, +0.058, +0.040 at 0.4M-3.3M tokens", readme_active_trend),
+    Claim(README, "+0.015 (Holm p 0.23) at 3.28M tokens", readme_total_at_largest),
+    Claim(README, "one expert takes 0.994 of a layer", readme_collapse),
+    Claim(README, "lowers the worst busiest fraction by 0.52 [0.30, 0.75]",
+          lambda: "lowers the worst busiest fraction by "
+          + cpu_ladder_busiest().removeprefix("falls by ").split(" (")[0]),
+    Claim(README, "+0.161 [+0.055, +0.267] nats, Holm p 0.084", readme_top2),
 ]
 
 
