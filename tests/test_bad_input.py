@@ -582,6 +582,10 @@ CASES = {
     "optimal max sparsity 1": Case("optimal {in}/good_fit.json --flops 1e20 --max-sparsity 1",
                                    "--max-sparsity 1.0"),
     # -- isoflop
+    "config show missing": Case("config show nope", "config 'nope' is neither a file nor a preset"),
+    "compare missing side": Case("compare demo nope --seeds 1", "config 'nope' is neither a file nor a preset"),
+    "compare zero seeds": Case("compare demo demo --seeds 0", "--seeds=0 is invalid"),
+    "pool missing study": Case("pool {tmp}/nothing", "nothing does not exist: give a study folder"),
     "isoflop too few points": Case("isoflop {in}/iso_few.csv",
                                    "no budget could be analysed: a parabola in log N needs 3 "
                                    "distinct sizes"),

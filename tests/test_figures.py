@@ -160,8 +160,8 @@ def test_the_gap_against_budget_ticks_read_1_6m(tmp_path, monkeypatch):
     drawn = _capture(monkeypatch, study_figures)
     paired = PairedTest(0.02, 0.01, 0.03, 0.01, 2, 0.01, [])
     welch = WelchTest(0.02, 0.01, 0.03, 0.01, 2.0, 2, 2)
-    gap = Gap("active", "moe", "dense_active", "paired", 0.02, 0.01, 0.03, 0.01, 2, 2,
-              "MoE better", "MoE better", 0.01, [], paired, welch)
+    gap = Gap("active", "moe", "dense_active", "paired", 0.02, 0.01, 0.03, 0.01, 0.01, "raw",
+              2, 2, "MoE better", "MoE better", 0.01, [], paired, welch)
     budgets = [BudgetResults(tokens, None, {}, {"active": gap})
                for tokens in (1_638_400, 3_276_800, 6_553_600)]
     study_figures.gap_vs_tokens_figure(budgets, tmp_path / "gaps_vs_tokens.png")

@@ -99,7 +99,7 @@ def test_bad_families_are_refused_on_one_line(overrides, budgets, message):
     ("train.warmup_steps=-1", "train.warmup_steps=-1 is invalid"),
     ("train.keep_checkpoints_at=[0]", "train.keep_checkpoints_at=[0] is invalid"),
     ("train.keep_checkpoints_at=[3, 3]", "train.keep_checkpoints_at=[3, 3] is invalid"),
-    ("train.keep_checkpoints_at=5", "train.keep_checkpoints_at=5 is invalid: expected a list"),
+    ("train.keep_checkpoints_at=true", "train.keep_checkpoints_at=True is invalid: expected a list"),
     ("train.keep_checkpoints_at=[a]", "train.keep_checkpoints_at[0]='a' is invalid"),
     ("train.init_from=/somewhere", "set both or neither"),
     ("train.init_sha256=abc", "set both or neither"),

@@ -116,6 +116,7 @@ def _compare(args) -> int:
     from moelab.study.compare import comparison_specs, run_comparison
     from moelab.study.settings import StudySettings
 
+    check_launcher_options(args)
     configs, labels = {}, {}
     for side, source, own in (("A", args.config_a, args.overrides_a),
                               ("B", args.config_b, args.overrides_b)):
