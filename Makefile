@@ -23,18 +23,21 @@ test: $(BIN)/moelab
 	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q
 	$(MAKE) --no-print-directory test-torch-floor
 
-# The oldest torch moelab declares (pyproject.toml), tested rather than assumed. Only a CUDA
-# build of it is published (about 5 GB; it runs on a CPU), so it lives in a venv of its own that
-# is built once and reused, and runs only the tests that depend on what torch.compile can trace.
+# The oldest torch and transformers moelab declares (pyproject.toml), tested rather than assumed.
+# Only a CUDA build of that torch is published (about 5 GB; it runs on a CPU), so it lives in a
+# venv of its own that is built once and reused, and runs only the tests that depend on what
+# torch.compile can trace or on the transformers reference models.
 TORCH_FLOOR := 2.11.0
 FLOOR_VENV := .venv-torch2.11
+TRANSFORMERS_FLOOR := 5.6.0
 FLOOR_TESTS := tests/test_train_compile.py tests/test_moe_grouped.py tests/test_moe.py \
-	tests/test_linear_cross_entropy.py tests/test_cuda.py tests/test_host_syncs.py
+	tests/test_linear_cross_entropy.py tests/test_cuda.py tests/test_host_syncs.py \
+	tests/test_model.py tests/test_train_export.py
 
 $(FLOOR_VENV)/bin/moelab: pyproject.toml
 	$(PYTHON) -m venv $(FLOOR_VENV)
 	$(FLOOR_VENV)/bin/pip install --quiet "torch==$(TORCH_FLOOR)"
-	$(FLOOR_VENV)/bin/pip install --quiet -e . "pytest>=7" "transformers>=5.0"
+	$(FLOOR_VENV)/bin/pip install --quiet -e . "pytest>=7" "transformers==$(TRANSFORMERS_FLOOR)"
 	touch $@
 
 test-torch-floor: $(FLOOR_VENV)/bin/moelab

@@ -1,12 +1,13 @@
 """A fair WSD against cosine: each schedule at its own lr, one shared short warmup, two horizons.
 
-    OMP_NUM_THREADS=1 .venv/bin/python experiments/wsd_cosine.py [--lrs 0.005,0.01,0.02]
+    OMP_NUM_THREADS=1 .venv/bin/python experiments/wsd_cosine.py [--lrs 0.0025,0.005,0.01]
         [--select-seeds 0,1] [--report-seeds 100-105] [--jobs 2] [--out wsd_cosine_out]
-        [--data PATH]
+        [--data SOURCE]
 
-The demo preset's MoE on the local TinyStories subset (the long horizon, 3,000 steps, is under one
-epoch of it at the default batch of 8 x 128 tokens), two horizons of 1,000 and 3,000 steps. Three schedules, all with the same 100-step linear
-warmup (10 % of the short horizon, 3.3 % of the long one) and the same floor (min_lr_ratio 0.1
+The demo preset's MoE on TinyStories (the source `tinystories`; MOELAB_DATA names a local
+copy), two horizons of 1,000 and 3,000 steps (the long one is under one epoch of the 15.9K-story
+local subset at the default batch of 8 x 128 tokens). Three schedules, all with the same 100-step
+linear warmup (10 % of the short horizon, 3.3 % of the long one) and the same floor (min_lr_ratio 0.1
 of each schedule's peak):
 
 - ``cosine``: cosine from the peak to the floor, one run per horizon;
@@ -138,12 +139,13 @@ def _run_sequence(commands: list[list[str]]) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--lrs", default="0.005,0.01,0.02")
+    parser.add_argument("--lrs", default="0.0025,0.005,0.01")
     parser.add_argument("--select-seeds", default="0,1")
     parser.add_argument("--report-seeds", default="100-105")
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--out", type=Path, default=Path("wsd_cosine_out"))
-    parser.add_argument("--data", default="../shared/data/tinystories")
+    parser.add_argument("--data", default="tinystories",
+                        help="data.source: a source name (MOELAB_DATA names a local copy) or a path")
     parser.add_argument("--horizons", default="1000,3000",
                         help="the short and the long horizon, steps")
     parser.add_argument("--batch-size", type=int, default=8, help="sequences of 128 tokens per step")
