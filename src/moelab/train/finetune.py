@@ -27,7 +27,7 @@ import torch
 from moelab.config import Config, apply_overrides, build_config, to_dict
 from moelab.data import prepare_data, validation_windows
 from moelab.data.cache import TOKENIZER_FILE, cache_folder_name, has_manifest
-from moelab.data.sources import resolve_source
+from moelab.data.sources import NAMED_SOURCES, resolve_source
 from moelab.data.tokenizer import file_sha256
 from moelab.errors import MoelabError
 from moelab.fileio import atomic_write, atomic_write_json
@@ -102,8 +102,10 @@ def finetune_config(source_config: Config, data: str | Path, out_path: Path, che
                               f"{', '.join(SET_BY_FINETUNE)} are the source run's; allowed "
                               f"train and data keys")
     data_path = Path(data).expanduser()
+    named = str(data) in NAMED_SOURCES  # 'adaptation' is the packaged set, not ./adaptation
     raw = to_dict(source_config)
-    raw["data"].update(source=str(data_path.resolve()) if data_path.exists() else str(data),
+    raw["data"].update(source=str(data_path.resolve()) if data_path.exists() and not named
+                       else str(data),
                        cache_dir=str((out_path / CACHE_FOLDER).resolve()),
                        max_train_stories=None)
     raw["train"].update(init_from=str(checkpoint.resolve()),
