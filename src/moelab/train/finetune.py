@@ -171,6 +171,11 @@ def _write_reference(source: RunFolder, checkpoint: Path, config: Config, out: R
     atomic_write_json(out.path / FINETUNE_FILE, asdict(reference))
 
 
+def read_finetune_reference(run_dir: str | Path) -> FinetuneReference:
+    """A finetune run folder's finetune.json (a one-line error when missing or corrupt)."""
+    return _read_reference(RunFolder(run_dir))
+
+
 def _read_reference(out: RunFolder) -> FinetuneReference:
     path = out.path / FINETUNE_FILE
     try:
