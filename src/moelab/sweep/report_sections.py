@@ -296,6 +296,9 @@ def finetune_analysis_text(analysis: dict) -> str:
                           f"{sparsity['mdd']:.3f} per unit S would go unseen)")
     text += markdown_table(["metric", "b (per nat of pretraining loss)", "c (per unit S)",
                             "detectable c", "S separates"], rows, "lrrrl")
+    if any(result["equal_loss"] is None for result in analysis["metrics"].values()):
+        text += ("\nThe equal-loss fit needs at least 4 fine-tuned runs over 2 or more "
+                 "sparsities: too few here.\n")
     if silent:
         text += ("\n**At equal pretraining loss nothing separates the sparsities** for "
                  + "; ".join(silent) + ": the interval of c includes 0.\n")
