@@ -20,6 +20,7 @@ import pytest
 import scipy.stats
 
 from moelab.cli import main
+from moelab.errors import MoelabError
 from moelab.runs.launchers.commands import train_commands
 from moelab.sweep.commands import run_sweep
 from moelab.sweep.finetune import finetune_analysis
@@ -113,6 +114,17 @@ def test_finetunes_are_planned_after_their_runs_and_listed_as_finetune_commands(
     _, plain = plan_sweep_folder(load_grid("micro"), tmp_path / "plain")
     assert all(spec.finetune is None for spec in plain)
     assert "finetune" not in json.loads((tmp_path / "plain" / "grid.json").read_text())
+
+
+def test_a_recipe_may_be_added_to_a_sweep_folder_but_not_changed(tmp_path):
+    plan_sweep_folder(load_grid("micro"), tmp_path)
+    plan_sweep_folder(micro_with_finetune(), tmp_path)  # the runs stay valid: finetunes added
+    assert json.loads((tmp_path / "grid.json").read_text())["finetune"]["lr"] == 0.003
+    changed = dataclasses.replace(micro_with_finetune(),
+                                  finetune=dataclasses.replace(RECIPE, lr=0.01))
+    for grid in (changed, load_grid("micro")):
+        with pytest.raises(MoelabError, match="already holds another sweep grid"):
+            plan_sweep_folder(grid, tmp_path)
 
 
 # --------------------------------------------------------------------------------------------

@@ -269,8 +269,11 @@ def _write_plan(out_dir: Path, grid: SweepGrid, points: list[SweepPoint], specs:
 
 def _same_grid_or_more_seeds(old: dict, new: dict) -> bool:
     """A folder's runs stay valid for its grid with seeds added: a run depends only on its
-    config and seed."""
+    config and seed; and with a finetune recipe added to a grid that had none (its finetunes
+    are new runs). A recipe changed or dropped is another grid: finetunes would mix."""
+    if old.get("finetune") is not None and old.get("finetune") != new.get("finetune"):
+        return False
     # A grid.json without top_ks (older, or a grid of one top_k) has none.
-    return ({"top_ks": [], "finetune": None, **old, "seeds": None}
-            == {"top_ks": [], "finetune": None, **new, "seeds": None}
+    return ({"top_ks": [], **old, "seeds": None, "finetune": None}
+            == {"top_ks": [], **new, "seeds": None, "finetune": None}
             and set(old.get("seeds", [])) <= set(new["seeds"]))
