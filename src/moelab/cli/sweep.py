@@ -65,7 +65,10 @@ def _sweep(args) -> int:
     if args.dry_run:
         for point in plan:
             print(point.describe())
-        print(f"{len(plan)} runs")
+        recipe = grid.finetune
+        print(f"{len(plan)} runs" + (
+            "" if recipe is None else f", each then fine-tuned on {recipe.data} ({recipe.steps} "
+            f"steps at lr {recipe.lr:g}) into runs/finetune/<run>"))
         return 0
     if wants_commands(args):
         from moelab.runs import is_complete
