@@ -196,6 +196,8 @@ def finetune_specs(recipe: FinetuneRecipe, specs: list[RunSpec]) -> list[RunSpec
     planned = []
     for spec in specs:
         overrides = finetune_overrides(recipe, spec.config)
+        if spec.config.train.wandb:  # else it would log under its source's name
+            overrides.append(f"train.wandb_name={finetune_run_name(spec.name)}")
         raw = to_dict(spec.config)
         raw["data"].update(source=recipe.data, max_train_stories=None)
         raw["train"].update(keep_checkpoints_at=[], warmup_steps=None)
