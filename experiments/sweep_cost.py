@@ -11,7 +11,8 @@ this one), extrapolated along the last segment above them and flat below them (s
 are overhead-bound: eager, a 68K and a 41K model trained only 1.08x and 1.2x the 98K model's
 tokens/s, docs/scaling.md), so an estimate for smaller shapes errs long. Each run adds ``--per-run``
 seconds for its start, compile (cached) and evals. Prints one line per size and sparsity and
-the total; wall time with ``--jobs 2`` is about half the CPU time, plus the fits.
+the total, the grid's finetunes included (eager, each with a fixed overhead); wall time with
+``--jobs 2`` is about half the CPU time, plus the fits.
 """
 
 from __future__ import annotations
@@ -29,13 +30,19 @@ sys.path.insert(0, str(ROOT / "src"))
 
 from moelab.accounting import count_params  # noqa: E402
 from moelab.sweep.grid import load_sweep_grid  # noqa: E402
-from moelab.sweep.plan import plan_sweep, run_specs  # noqa: E402
+from moelab.sweep.plan import finetune_specs, plan_sweep, run_specs  # noqa: E402
 
 DEFAULT_SPEEDS = ROOT / "experiments" / "results" / "sweeps" / "cpu" / "results.csv"
 PER_RUN_SECONDS = 2.0
 """Start, cached compile and evals per run: the cpu sweep's runs took 5,005 CPU-s (docs/scaling.md,
 "Where the 43 minutes go"), its trained tokens at its shapes' median speeds 4,827, so 1.9 s each
 (a shape's first, uncached compile costs 13-22 s more)."""
+EAGER_SLOWDOWN = 5629 / 5005
+"""A grid's finetunes run eager: the cpu sweep's runs took 5,629 CPU-s eager, 5,005 compiled."""
+FINETUNE_OVERHEAD_SECONDS = 2.5
+"""Per finetune, beyond its steps: building its token cache of the adaptation set and scoring
+the source's weights (the pilot's 100-step finetunes took 3.8-7.0 s on a busy CPU, their tokens
+at the shapes' eager speeds about 3 s; experiments/results/finetune_pilot.json)."""
 
 
 def measured_speeds(path: Path) -> dict[float, list[tuple[float, float]]]:
@@ -80,8 +87,15 @@ def estimate(grid_name: str, sets: list[str], speeds_path: Path, per_run: float)
         per_shape[(point.size, point.sparsity, point.num_experts, active)] += seconds
         total_tokens += trained
         separate_tokens += train.max_tokens
+    finetune_seconds = 0.0
+    if grid.finetune is not None:  # one eager finetune per run, at its shape's speed
+        for point, spec in zip(points, finetune_specs(grid.finetune, run_specs(points))):
+            active = count_params(spec.config.model).active
+            speed = tokens_per_s(speeds, point.sparsity, active) / EAGER_SLOWDOWN
+            finetune_seconds += spec.config.train.max_tokens / speed + FINETUNE_OVERHEAD_SECONDS
     return {"runs": len(points), "tokens_trained": total_tokens, "tokens_separate": separate_tokens,
-            "per_shape": per_shape, "cpu_seconds": sum(per_shape.values())}
+            "per_shape": per_shape, "finetune_seconds": finetune_seconds,
+            "cpu_seconds": sum(per_shape.values()) + finetune_seconds}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -94,6 +108,8 @@ def main(argv: list[str] | None = None) -> int:
     result = estimate(args.grid, args.sets, args.speeds, args.per_run)
     for (size, sparsity, experts, active), seconds in sorted(result["per_shape"].items()):
         print(f"{size:>4} S={sparsity:<6g} E={experts:<3} N_active={active:>9,}: {seconds:7.0f} CPU-s")
+    if result["finetune_seconds"]:
+        print(f"finetunes, one per run: {result['finetune_seconds']:7.0f} CPU-s")
     print(f"{result['runs']} runs, {result['tokens_trained'] / 1e6:.1f}M tokens trained "
           f"({result['tokens_separate'] / 1e6:.1f}M as separate runs): about "
           f"{result['cpu_seconds']:,.0f} CPU-s, {result['cpu_seconds'] / 120:.0f} min on 2 cores "

@@ -614,6 +614,16 @@ CASES = {
                             "--bootstrap: -1 is invalid"),
     "sweep starts": Case("sweep-sparsity demo --dry-run --starts 0", "--starts: 0 is invalid"),
     "sweep jobs": Case("sweep-sparsity demo --dry-run --jobs 0", "--jobs: 0 is invalid"),
+    "sweep finetune steps": Case("sweep-sparsity cpu-finetune --dry-run --set finetune.steps=0",
+                                 "finetune.steps=0 is invalid"),
+    "sweep finetune lr": Case("sweep-sparsity cpu-finetune --dry-run --set finetune.lr=-1",
+                              "finetune.lr=-1.0 is invalid"),
+    "sweep finetune batch": Case("sweep-sparsity cpu-finetune --dry-run "
+                                 "--set finetune.batch_size=0", "finetune.batch_size=0 is invalid"),
+    "sweep finetune data": Case("sweep-sparsity cpu-finetune --dry-run --set finetune.data=nope",
+                                "finetune.data='nope' is invalid"),
+    "sweep finetune key": Case("sweep-sparsity cpu-finetune --dry-run --set finetune.epochs=1",
+                               "finetune.epochs is not a known key"),
     "sweep out under a file": Case("sweep-sparsity demo --out {in}/file/s", "cannot write"),
 }
 

@@ -46,8 +46,8 @@ def register(subparsers) -> None:
                     "that source's held-out split. The same command again resumes it.")
     finetune.add_argument("run", metavar="RUN", help="the finished run to start from")
     finetune.add_argument("--data", required=True, metavar="PATH",
-                          help="the new text: a folder with train.txt and valid.txt, or a "
-                               ".txt/.jsonl file")
+                          help="the new text: adaptation (the bundled adaptation set), a "
+                               "folder with train.txt and valid.txt, or a .txt/.jsonl file")
     finetune.add_argument("--out", required=True, metavar="DIR", help="the run folder to write")
     finetune.add_argument("--set", dest="overrides", action="append", default=[],
                           metavar="KEY=VALUE",

@@ -184,7 +184,8 @@ class DataConfig:
 
     source: str = "sample"
     """'sample' (bundled TinyStories), 'tinystories' (TinyStories: the local copy $MOELAB_DATA
-    names, else roneneldan/TinyStories from the hub), 'hf' (the hub), a folder with train.txt and
+    names, else roneneldan/TinyStories from the hub), 'hf' (the hub), 'adaptation' (the bundled
+    fine-tuning text: docs/data.md, "The adaptation set"), a folder with train.txt and
     valid.txt, or one .txt (stories separated by <|endoftext|> lines) or .jsonl file."""
     vocab_size: Optional[int] = None
     """BPE vocabulary size to train; null means model.vocab_size."""
@@ -198,7 +199,7 @@ class DataConfig:
 
     def validate(self, prefix: str = "data") -> None:
         if not self.source:
-            raise ConfigError(f"{prefix}.source='' is invalid: use sample, tinystories, hf or a path")
+            raise ConfigError(f"{prefix}.source='' is invalid: use sample, tinystories, hf, adaptation or a path")
         if self.cache_dir is not None and not self.cache_dir.strip():
             raise ConfigError(f"{prefix}.cache_dir={short_repr(self.cache_dir)} is invalid: expected a "
                               f"folder, or null for the default cache")

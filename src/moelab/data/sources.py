@@ -39,6 +39,10 @@ GET_TINYSTORIES = (
     f"(it downloads {HF_DATASET} into the datasets cache), or set {DATA_ENV} to a local copy "
     "(a folder with train.txt and valid.txt)")
 SAMPLE_FILES = {"train": "tinystories-train.txt.xz", "valid": "tinystories-valid.txt.xz"}
+ADAPTATION_FILES = {"train": "adaptation-train.txt.xz", "valid": "adaptation-valid.txt.xz"}
+"""The adaptation set (``data.source: adaptation``, built by ``moelab.data.adaptation``): the
+bundled validation stories rewritten in an instruction format, the text sweeps fine-tune on."""
+NAMED_SOURCES = ("sample", "tinystories", "hf", "adaptation")
 JSONL_TEXT_FIELDS = ("text", "story")
 # Stories per batch, the unit of work of tokenizer training and of the encoding workers
 # (about 1.7 MB of TinyStories).
@@ -68,9 +72,12 @@ class Source:
 
 
 def resolve_source(data_cfg: DataConfig) -> Source:
-    """The ``Source`` named by ``data.source``: 'sample', 'tinystories', 'hf' or a path."""
+    """The ``Source`` named by ``data.source``: 'sample', 'tinystories', 'hf', 'adaptation' or a
+    path."""
     if data_cfg.source == "sample":
         return _sample_source(data_cfg)
+    if data_cfg.source == "adaptation":
+        return _packaged_source(data_cfg, "adaptation", ADAPTATION_FILES)
     if data_cfg.source == "tinystories":
         return _tinystories_source(data_cfg)
     if data_cfg.source == "hf":
@@ -174,13 +181,19 @@ def _content_hash(raw: bytes) -> str:
 # --------------------------------------------------------------------------------------------
 
 
-def sample_path(split: str):
-    """The compressed sample file of ``split`` ('train' or 'valid') inside the package."""
-    return resources.files("moelab.data").joinpath("sample", SAMPLE_FILES[split])
+def sample_path(split: str, files: dict[str, str] = SAMPLE_FILES):
+    """The compressed file of ``split`` ('train' or 'valid') inside the package: the sample's,
+    or with ``files=ADAPTATION_FILES`` the adaptation set's."""
+    return resources.files("moelab.data").joinpath("sample", files[split])
 
 
 def _sample_source(data_cfg: DataConfig) -> Source:
-    compressed = {split: sample_path(split).read_bytes() for split in SAMPLE_FILES}
+    return _packaged_source(data_cfg, "sample", SAMPLE_FILES)
+
+
+def _packaged_source(data_cfg: DataConfig, kind: str, files: dict[str, str]) -> Source:
+    """Two xz-compressed TinyStories-layout files shipped in ``moelab/data/sample/``."""
+    compressed = {split: sample_path(split, files).read_bytes() for split in files}
 
     def load() -> tuple[StorySplit, StorySplit]:
         stories = {
@@ -191,11 +204,11 @@ def _sample_source(data_cfg: DataConfig) -> Source:
         return _list_split("train", train), _list_split("valid", stories["valid"])
 
     fingerprint = _fingerprint({
-        "kind": "sample",
+        "kind": kind,
         "content": {split: _content_hash(raw) for split, raw in compressed.items()},
         "max_train_stories": data_cfg.max_train_stories,
     })
-    return Source("sample", fingerprint, load)
+    return Source(kind, fingerprint, load)
 
 
 # --------------------------------------------------------------------------------------------
@@ -299,7 +312,7 @@ def _dataset_content_hash(dataset, column: str) -> str:
 # --------------------------------------------------------------------------------------------
 
 ALLOWED_PATHS = (
-    "allowed: sample, tinystories, hf, a folder with train.txt and valid.txt (or .jsonl), "
+    "allowed: sample, tinystories, hf, adaptation, a folder with train.txt and valid.txt (or .jsonl), "
     "or one .txt/.jsonl file"
 )
 

@@ -10,6 +10,7 @@ config under ``configs/``, and hands the unfinished ones to ``execute_plan`` wit
     execute.py    execute_plan: train what is not complete through a launcher, record outcomes;
                   submit_plan: submit it and return (a detached SLURM array)
     training.py   train_planned_run: the one way a planned run trains, whatever the launcher
+                  (a branch from its source's checkpoint, a finetune from its final weights)
     failures.py   the one line failures.json records for a failed run
     launchers/    local processes, a Ray cluster, SLURM through submitit, or printed commands
     data.py       the tokenizer and token cache every run of a plan shares, prepared once

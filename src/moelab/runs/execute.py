@@ -60,14 +60,16 @@ def execute_plan(folder: Path, specs: list[RunSpec], launcher, log: Log = print)
         remaining = elapsed / done * (len(todo) - done)
         log(f"  runs: {done}/{len(todo)} done in {elapsed:.0f} s, about {remaining:.0f} s left")
 
-    # Runs from scratch first, then the branches whose source finished (a wsd budget family).
-    for wave in ([spec for spec in todo if spec.branch is None],
-                 [spec for spec in todo if spec.branch is not None]):
+    # Runs from scratch first, then the branches whose source finished (a wsd budget family),
+    # then the finetunes of finished runs.
+    for wave in ([spec for spec in todo if spec.source is None],
+                 [spec for spec in todo if spec.branch is not None],
+                 [spec for spec in todo if spec.finetune is not None]):
         ready, orphaned = [], []
         for spec in wave:
             (ready if _source_complete(folder, spec) else orphaned).append(spec)
         for spec in orphaned:
-            record(RunOutcome(spec, "failed", error=f"its source run {spec.branch.source} is "
+            record(RunOutcome(spec, "failed", error=f"its source run {spec.source} is "
                               "not complete: it failed or was not trained"))
         if ready:
             launcher.launch(folder, ready, record, log)
@@ -82,16 +84,17 @@ def submit_plan(folder: Path, specs: list[RunSpec], launcher, log: Log = print) 
     todo = [spec for spec in specs if not is_complete(folder / spec.run_dir)]
     log(f"{len(specs)} runs planned, {len(specs) - len(todo)} already complete, {len(todo)} to "
         f"submit" + (f", {launcher.describe()}" if todo else ""))
-    branches = [spec for spec in todo if spec.branch is not None]
-    if branches:  # a branch may start only once its source finished: someone must wait
-        raise MoelabError(f"--detach cannot submit {branches[0].name}: it branches from "
-                          f"{branches[0].branch.source}, which must finish first; run without "
+    waiting = [spec for spec in todo if spec.source is not None]
+    if waiting:  # a branch or finetune may start only once its source finished: someone must wait
+        how = "branches from" if waiting[0].branch is not None else "fine-tunes"
+        raise MoelabError(f"--detach cannot submit {waiting[0].name}: it {how} "
+                          f"{waiting[0].source}, which must finish first; run without "
                           "--detach (the command then waits for the runs)")
     return launcher.submit(folder, todo) if todo else None
 
 
 def _source_complete(folder: Path, spec: RunSpec) -> bool:
-    return spec.branch is None or is_complete(folder / "runs" / spec.branch.source)
+    return spec.source is None or is_complete(folder / "runs" / spec.source)
 
 
 def _best_text(summary: Optional[RunSummary]) -> str:

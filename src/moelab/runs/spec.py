@@ -21,6 +21,19 @@ class Branch:
     step: int
 
 
+@dataclass(frozen=True)
+class Finetune:
+    """A run that fine-tunes another run of the plan: that run's final weights trained on
+    ``data`` with ``overrides`` (``moelab.train.finetune``), once that run has finished."""
+
+    source: str
+    """The name of the run it fine-tunes."""
+    data: str
+    """The new text's ``data.source`` (e.g. ``adaptation``)."""
+    overrides: tuple[str, ...] = ()
+    """The train keys of the fine-tuning recipe, as ``moelab finetune --set`` pairs."""
+
+
 @dataclass
 class RunSpec:
     """One planned training run of a study or sweep folder."""
@@ -32,6 +45,18 @@ class RunSpec:
     """What the planner knows it by (arm, seed, budget; size, sparsity): kept in plan.json."""
     branch: Optional[Branch] = None
     """Set for a run that starts from another run's checkpoint: it trains after that run."""
+    finetune: Optional[Finetune] = None
+    """Set for a run that fine-tunes another run's final weights: it trains after that run
+    (and after the branches, which a finetune may start from). Its ``config`` is the source's
+    with the recipe applied, as planned; the run writes the one it trains (which names the
+    source's checkpoint and weights) into its folder."""
+
+    @property
+    def source(self) -> Optional[str]:
+        """The run this one must wait for: the run it branches from or fine-tunes, or None."""
+        if self.branch is not None:
+            return self.branch.source
+        return self.finetune.source if self.finetune is not None else None
 
     @property
     def run_dir(self) -> Path:
@@ -78,7 +103,11 @@ def write_run_configs(folder: Path, specs: list[RunSpec]) -> None:
 
 
 def branch_record(spec: RunSpec) -> dict:
-    """plan.json's ``branch`` entry of a run that starts from another's checkpoint (or none)."""
+    """plan.json's ``branch`` entry of a run that starts from another's checkpoint, or its
+    ``finetune`` entry (or none)."""
+    if spec.finetune is not None:
+        return {"finetune": {"source": spec.finetune.source, "data": spec.finetune.data,
+                             "overrides": list(spec.finetune.overrides)}}
     if spec.branch is None:
         return {}
     return {"branch": {"source": spec.branch.source, "step": spec.branch.step}}

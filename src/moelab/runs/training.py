@@ -16,6 +16,7 @@ import torch
 
 from moelab.runs.spec import RunSpec
 from moelab.train.branch import branch_run
+from moelab.train.finetune import finetune
 from moelab.train.loop import train
 from moelab.train.summary import RunSummary
 
@@ -28,10 +29,15 @@ def train_planned_run(folder: Path, spec: RunSpec, threads: Optional[int] = None
     """Train (or continue, or return at once if complete) the run ``spec`` of the plan in
     ``folder``, with ``threads`` torch threads (None: this process's); returns its summary.
     A branch starts from its source run's kept checkpoint (``moelab.train.branch_run``);
-    ``train_fn`` (default ``moelab.train.train``) trains the others."""
+    a finetune trains as ``moelab finetune SOURCE --data D --out RUN --set ...`` would
+    (``moelab.train.finetune``); ``train_fn`` (default ``moelab.train.train``) trains the
+    others."""
     if threads is not None:
         torch.set_num_threads(threads)  # losses depend on the thread count: set it, always
     run_dir = folder / spec.run_dir
+    if spec.finetune is not None:
+        return finetune(folder / "runs" / spec.finetune.source, spec.finetune.data, run_dir,
+                        list(spec.finetune.overrides)).run
     if spec.branch is not None:
         return branch_run(folder / "runs" / spec.branch.source, spec.branch.step, spec.config,
                           run_dir)

@@ -13,6 +13,8 @@ torch-free law maths below both (``moelab.scaling``):
     folder.py     reading a sweep folder's files, each problem a one-line error
     analysis.py   the law's form, fit and held-out check, IsoFLOP curves, throughput and optima
                   from grid.json and results.csv, written as JSON files (SweepAnalysis)
+    zero_shot.py  accuracy against S; finetune.py the fine-tuned loss and gain against S (a
+                  grid with ``finetune``: each run fine-tuned by one recipe, runs/finetune/)
     report.py     report.md from those files alone; run_tables.py its sections on the runs,
                   figures.py its figures
     timing.py     ``moelab throughput``: a tokens/s table of the grid's shapes, without training

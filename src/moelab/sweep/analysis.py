@@ -16,6 +16,8 @@ into JSON files next to results.csv, which ``sweep_report`` renders:
   (``moelab.sweep.law_checks``);
 - ``zero_shot.json`` (runs that scored zero-shot tasks): accuracy against S at equal loss and at
   equal FLOPs (``moelab.sweep.zero_shot``);
+- ``finetune.json`` (grids with ``finetune``): the fine-tuned loss and the gain against S at
+  equal pretraining loss and per budget (``moelab.sweep.finetune``);
 - ``throughput.json``: tokens/s per (N, S) measured by the runs themselves, and the throughput
   model fitted to them (``moelab.scaling.throughput``); a throughput table, so ``moelab optimal
   fit.json --seconds T`` finds it next to fit.json;
@@ -56,6 +58,7 @@ from moelab.sweep.records import (
     ComputeDeviation, FormsRecord, GridRecord, IsoflopRecord, LawFit, OptimaRecord, SweepAnalysis,
     ThroughputRecord,
 )
+from moelab.sweep.finetune import finetune_analysis
 from moelab.sweep.zero_shot import zero_shot_analysis
 
 CURVE_POINTS = 9
@@ -88,6 +91,7 @@ def analyse_sweep(out_dir: Path, *, bootstrap_replicates: int = 200, max_starts:
     if deltas is not None:
         analysis.form_tests = {**(analysis.form_tests or {}), "sparsity_deltas": deltas}
     analysis.zero_shot = zero_shot_analysis(rows, header)
+    analysis.finetune = finetune_analysis(rows, header)
     analysis.isoflop = _isoflop_record(rows, columns, bootstrap_replicates)
     analysis.throughput = _throughput_record(header, rows, analysis)
     analysis.optima = _optima_record(columns, grid, analysis)

@@ -94,7 +94,8 @@ def row_seed(row: dict[str, str]) -> str:
 
 
 ANALYSIS_FILES = ("analysis.json", "forms.json", "fit.json", "fit_holdout.json", "isoflop.json",
-                  "throughput.json", "optima.json", "form_tests.json", "zero_shot.json")
+                  "throughput.json", "optima.json", "form_tests.json", "zero_shot.json",
+                  "finetune.json")
 
 
 def write_analysis(out_dir: Path, analysis: SweepAnalysis) -> None:
@@ -109,6 +110,7 @@ def write_analysis(out_dir: Path, analysis: SweepAnalysis) -> None:
         "optima.json": analysis.optima and analysis.optima.to_dict(),
         "form_tests.json": analysis.form_tests,
         "zero_shot.json": analysis.zero_shot,
+        "finetune.json": analysis.finetune,
     }
     for name, record in records.items():
         path = Path(out_dir) / name
@@ -145,4 +147,5 @@ def with_derived_files(out_dir: Path, analysis: SweepAnalysis) -> SweepAnalysis:
         optima=optional("optima.json", OptimaRecord.from_dict),
         isoflop=optional("isoflop.json", IsoflopRecord.from_dict),
         form_tests=optional("form_tests.json", dict),
-        zero_shot=optional("zero_shot.json", dict))
+        zero_shot=optional("zero_shot.json", dict),
+        finetune=optional("finetune.json", dict))

@@ -13,6 +13,7 @@ It names a base config and varies three things:
     parameters" question of Abnar et al.;
   - ``fixed_expert``: d_expert = d_ff / k, so the active FFN equals the dense one and the
     total grows with E (vary E at fixed k and expert size);
+- **finetune** (optional): every run fine-tuned by one fixed recipe once it has finished;
 - **budget**: training compute C in FLOPs (``flops_budgets``: D = C / (6 N_active), rounded
   down to whole optimizer steps, so every point of a budget lies on one IsoFLOP curve, up to
   one step short of it) or tokens (``token_budgets``, plain or as 409.6K, 3.7M).
@@ -29,6 +30,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, Optional
 
 from moelab.config import Parsed, apply_overrides, from_dict, preset_names, read_raw, to_dict
+from moelab.data.sources import NAMED_SOURCES
 from moelab.errors import ConfigError, short_repr
 from moelab.runs.tokens import TokenCount
 
@@ -67,6 +69,41 @@ def _sizes(value: Any, key: str) -> list[dict]:
     return [{k: v for k, v in to_dict(shape).items() if v is not None} for shape in shapes]
 
 
+@dataclass
+class FinetuneRecipe:
+    """How every run of a sweep is fine-tuned once it has finished (``finetune:`` in a grid):
+    one fixed recipe for all points, so their fine-tuned losses compare (docs/scaling.md,
+    "Fine-tuning against sparsity")."""
+
+    steps: int
+    """Optimizer steps of each finetune."""
+    lr: float
+    """Peak lr of the finetune's cosine schedule (fresh optimizer and schedule)."""
+    data: str = "adaptation"
+    """The new text's ``data.source``: the bundled adaptation set by default."""
+    batch_size: Optional[int] = None
+    """Sequences per step (null: the run's own)."""
+    warmup_fraction: float = 0.1
+    """Share of the finetune's steps spent warming up."""
+
+    def validate(self, where: str) -> None:
+        if self.steps < 1:
+            raise ConfigError(f"{where}: finetune.steps={self.steps} is invalid: must be >= 1")
+        if not (math.isfinite(self.lr) and self.lr > 0):
+            raise ConfigError(f"{where}: finetune.lr={self.lr} is invalid: must be a finite "
+                              "number > 0")
+        if self.batch_size is not None and self.batch_size < 1:
+            raise ConfigError(f"{where}: finetune.batch_size={self.batch_size} is invalid: "
+                              "must be >= 1")
+        if not 0.0 <= self.warmup_fraction < 1.0:
+            raise ConfigError(f"{where}: finetune.warmup_fraction={self.warmup_fraction} is "
+                              "invalid: allowed [0, 1)")
+        if self.data not in NAMED_SOURCES and not Path(self.data).expanduser().exists():
+            raise ConfigError(f"{where}: finetune.data={short_repr(self.data)} is invalid: no "
+                              f"such file or folder; allowed {', '.join(NAMED_SOURCES)} or a "
+                              "path (a folder with train.txt and valid.txt, or one file)")
+
+
 @dataclass(kw_only=True)
 class SweepGrid:
     name: str
@@ -96,6 +133,10 @@ class SweepGrid:
     (two seeds halve the variance of a point's mean, which short CPU runs need)."""
     holdout: str = "S=max"
     """Points the held-out check leaves out of the fit."""
+    finetune: Optional[FinetuneRecipe] = None
+    """Fine-tune every run once it has finished, with this recipe, into a run of its own
+    (runs/finetune/<run>); results.csv gains its before/after loss on the new text. None: no
+    finetunes."""
 
     def validate(self) -> "SweepGrid":
         """What the types alone do not say; the parser has checked keys and types."""
@@ -126,6 +167,8 @@ class SweepGrid:
                                   "KEY=VALUE, e.g. train.eval_interval=100")
         for size in self.sizes:
             _check_size(size, where)
+        if self.finetune is not None:
+            self.finetune.validate(where)
         _check_base(self.base, where)
         return self
 

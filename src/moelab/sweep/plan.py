@@ -15,15 +15,19 @@ from pathlib import Path
 from typing import Optional
 
 from moelab.accounting import count_params, flops_per_token
-from moelab.config import Config, MoEConfig, load_config, to_dict
+from moelab.config import Config, MoEConfig, apply_overrides, build_config, load_config, to_dict
 from moelab.errors import ConfigError, MoelabError, short_repr
 from moelab.fileio import atomic_write_json, remove_stale_temporaries
 from moelab.runs import RunSpec, write_run_configs
 from moelab.runs.spec import shown_in_wandb
 from moelab.runs.families import as_budget_family
-from moelab.runs.spec import branch_record
+from moelab.runs.spec import Finetune, branch_record
 from moelab.scaling.isoflop import compute_deviation
-from moelab.sweep.grid import GRID_KEYS, SIZE_KEYS, SweepGrid, experts_for, with_seeds_key
+from moelab.sweep.grid import (GRID_KEYS, SIZE_KEYS, FinetuneRecipe, SweepGrid, experts_for,
+                               with_seeds_key)
+
+FINETUNE_RUNS = "finetune"
+"""The folder under runs/ that holds the finetunes: runs/finetune/<the run's name>."""
 
 
 @dataclass
@@ -168,13 +172,53 @@ def run_specs(points: list[SweepPoint]) -> list[RunSpec]:
     return [planned[spec.name] for spec in specs]
 
 
+def finetune_run_name(run_name: str) -> str:
+    """The finetune of run ``run_name``: ``finetune/C3e+13/s1/S0.750-E4k1/seed0``."""
+    return f"{FINETUNE_RUNS}/{run_name}"
+
+
+def finetune_overrides(recipe: FinetuneRecipe, config: Config) -> list[str]:
+    """The recipe as ``moelab finetune --set`` pairs for a run of ``config``: ``steps`` whole
+    steps under a cosine schedule from a fresh warmup, one eval at the end (the reference is
+    scored before the first step), no zero-shot tasks, no compile (a few hundred steps do not
+    pay back its compile time)."""
+    batch_size = recipe.batch_size or config.train.batch_size
+    tokens = recipe.steps * batch_size * config.model.max_seq_len
+    return [f"train.max_tokens={tokens}", f"train.batch_size={batch_size}",
+            f"train.lr={recipe.lr!r}", "train.schedule=cosine",
+            f"train.warmup_fraction={recipe.warmup_fraction!r}",
+            f"train.eval_interval={recipe.steps}", "train.eval_tasks=[]", "train.compile=false"]
+
+
+def finetune_specs(recipe: FinetuneRecipe, specs: list[RunSpec]) -> list[RunSpec]:
+    """One finetune per run of ``specs``, after it: its config as planned is the run's with the
+    recipe applied (the run it trains also names the source's checkpoint and weights)."""
+    planned = []
+    for spec in specs:
+        overrides = finetune_overrides(recipe, spec.config)
+        if spec.config.train.wandb:  # else it would log under its source's name
+            overrides.append(f"train.wandb_name={finetune_run_name(spec.name)}")
+        raw = to_dict(spec.config)
+        raw["data"].update(source=recipe.data, max_train_stories=None)
+        raw["train"].update(keep_checkpoints_at=[], warmup_steps=None)
+        config = build_config(apply_overrides(raw, overrides))
+        planned.append(RunSpec(finetune_run_name(spec.name), config,
+                               {**spec.labels, "finetune": recipe.data},
+                               finetune=Finetune(spec.name, recipe.data, tuple(overrides))))
+    return planned
+
+
 def plan_sweep_folder(grid: SweepGrid, out_dir: Path, fit_settings: dict | None = None
                       ) -> tuple[list[SweepPoint], list[RunSpec]]:
     """Plan the grid and write its grid.json, plan.json and run configs into ``out_dir``.
     ``fit_settings`` (``bootstrap_replicates``, ``max_starts``) are kept in plan.json, so that
-    ``moelab report DIR`` fits as the sweep did."""
+    ``moelab report DIR`` fits as the sweep did. The specs are the points' runs, in the points'
+    order, then (with a ``finetune`` recipe) one finetune per run."""
     points = plan_sweep(grid)
-    specs = shown_in_wandb(run_specs(points), group=Path(out_dir).resolve().name,
+    specs = run_specs(points)
+    if grid.finetune is not None:
+        specs += finetune_specs(grid.finetune, specs)
+    specs = shown_in_wandb(specs, group=Path(out_dir).resolve().name,
                            tags=["sweep-sparsity", f"grid={grid.name}"])
     _write_plan(Path(out_dir), grid, points, specs, fit_settings or {})
     return points, specs
@@ -192,9 +236,10 @@ def recorded_fit_settings(out_dir: Path) -> dict:
 
 
 def grid_json_record(grid: SweepGrid) -> dict:
-    """grid.json's record of a grid; top_ks only when given, so that the grid.json of a sweep
-    planned before the key existed still matches its grid."""
-    return {key: getattr(grid, key) for key in GRID_KEYS if key != "top_ks" or grid.top_ks}
+    """grid.json's record of a grid; top_ks and finetune only when given, so that the
+    grid.json of a sweep planned before the keys existed still matches its grid."""
+    return {key: to_dict(getattr(grid, key)) for key in GRID_KEYS
+            if (key != "top_ks" or grid.top_ks) and (key != "finetune" or grid.finetune)}
 
 
 def _write_plan(out_dir: Path, grid: SweepGrid, points: list[SweepPoint], specs: list[RunSpec],
@@ -218,12 +263,19 @@ def _write_plan(out_dir: Path, grid: SweepGrid, points: list[SweepPoint], specs:
                   "seed": point.seed,
                   "model": to_dict(point.config.model), **branch_record(spec)}
                  for point, spec in zip(points, specs)],
+        **({"finetunes": [{"name": spec.name, "run_dir": str(spec.run_dir),
+                           "config": str(spec.config_path), **branch_record(spec)}
+                          for spec in specs[len(points):]]} if len(specs) > len(points) else {}),
     })
 
 
 def _same_grid_or_more_seeds(old: dict, new: dict) -> bool:
     """A folder's runs stay valid for its grid with seeds added: a run depends only on its
-    config and seed."""
+    config and seed; and with a finetune recipe added to a grid that had none (its finetunes
+    are new runs). A recipe changed or dropped is another grid: finetunes would mix."""
+    if old.get("finetune") is not None and old.get("finetune") != new.get("finetune"):
+        return False
     # A grid.json without top_ks (older, or a grid of one top_k) has none.
-    return ({"top_ks": [], **old, "seeds": None} == {"top_ks": [], **new, "seeds": None}
+    return ({"top_ks": [], **old, "seeds": None, "finetune": None}
+            == {"top_ks": [], **new, "seeds": None, "finetune": None}
             and set(old.get("seeds", [])) <= set(new["seeds"]))

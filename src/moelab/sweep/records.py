@@ -255,6 +255,9 @@ class SweepAnalysis:
     zero_shot: Optional[dict] = None
     """zero_shot.json: accuracy against S at equal loss and at equal FLOPs, per task
     (``moelab.sweep.zero_shot``); None when no run scored tasks."""
+    finetune: Optional[dict] = None
+    """finetune.json: the fine-tuned loss and the gain against S at equal pretraining loss and
+    per budget (``moelab.sweep.finetune``); None when no run was fine-tuned."""
 
     def settings_dict(self) -> dict:
         """analysis.json."""

@@ -26,7 +26,8 @@ from moelab.sweep.figures import isoflop_figure, optima_figure
 from moelab.sweep.folder import read_analysis, read_grid, read_results, with_derived_files
 from moelab.sweep.records import FormsRecord, GridRecord, LawFit, OptimaRecord, SweepAnalysis
 from moelab.sweep.report_sections import (
-    constant_s_star_text, form_tests_section, isoflop_optima_text, zero_shot_analysis_text,
+    constant_s_star_text, finetune_analysis_text, form_tests_section, isoflop_optima_text,
+    zero_shot_analysis_text,
 )
 from moelab.sweep.run_tables import budget_family_text, runs_table, zero_shot_section
 
@@ -60,6 +61,8 @@ def render_sweep_report(out_dir: Path) -> Path:
     sections.append(zero_shot_section(out_dir, header, rows))
     if analysis.zero_shot:
         sections.append(zero_shot_analysis_text(analysis.zero_shot))
+    if analysis.finetune:
+        sections.append(finetune_analysis_text(analysis.finetune))
     sections.extend(_law_sections(analysis, len(rows)))
     if analysis.form_tests:
         sections.append(form_tests_section(out_dir, analysis.form_tests, analysis.forms))

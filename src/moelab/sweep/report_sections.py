@@ -265,3 +265,78 @@ def zero_shot_analysis_text(analysis: dict) -> str:
                      + markdown_table(["C", "S", "lowest-loss size", "seeds", "accuracy",
                                        "minus dense"], table, "rrlrrr"))
     return text + "\n"
+
+
+FINETUNE_LABELS = {"finetune_val_loss": "fine-tuned val loss", "finetune_gain": "gain"}
+
+
+def finetune_analysis_text(analysis: dict) -> str:
+    """The fine-tuned loss and the gain against S: at equal pretraining loss, and per budget
+    against dense paired by seed; what nothing separates is said in words, with the minimum
+    detectable difference."""
+    text = ("## Fine-tuning against sparsity\n\n"
+            f"Every run's final weights fine-tuned by the grid's one recipe ({analysis['runs']} "
+            "finetunes, runs/finetune/): the fine-tuned val loss on the new text's held-out part "
+            "and the gain (the weights' loss there before fine-tuning minus after). At equal "
+            "pretraining loss: y = a + b (L - mean L) + c S over every run by least squares, L "
+            "the run's final pretraining val loss; c per unit S with its 95 % interval and its "
+            "minimum detectable value (80 % power, 5 % level) (`finetune.json`).\n\n")
+    rows, silent = [], []
+    for metric, result in analysis["metrics"].items():
+        fit = result["equal_loss"]
+        if fit is None:
+            rows.append([FINETUNE_LABELS[metric], "–", "–", "–", "–"])
+            continue
+        loss, sparsity = fit["loss"], fit["sparsity"]
+        rows.append([FINETUNE_LABELS[metric], _coefficient_text(loss),
+                     _coefficient_text(sparsity), f"±{sparsity['mdd']:.3f}",
+                     "yes" if result["separates"] else "**no**"])
+        if not result["separates"]:
+            silent.append(f"{FINETUNE_LABELS[metric]} (an effect smaller than "
+                          f"{sparsity['mdd']:.3f} per unit S would go unseen)")
+    text += markdown_table(["metric", "b (per nat of pretraining loss)", "c (per unit S)",
+                            "detectable c", "S separates"], rows, "lrrrl")
+    if any(result["equal_loss"] is None for result in analysis["metrics"].values()):
+        text += ("\nThe equal-loss fit needs at least 4 fine-tuned runs over 2 or more "
+                 "sparsities: too few here.\n")
+    if silent:
+        text += ("\n**At equal pretraining loss nothing separates the sparsities** for "
+                 + "; ".join(silent) + ": the interval of c includes 0.\n")
+    table = []
+    for cell in analysis["per_budget"]:
+        line = [cell["budget"], cell["size"], f"{cell['sparsity']:g}", str(cell["seeds"]),
+                f"{cell['pretraining_loss']:.4f}"]
+        for metric in FINETUNE_LABELS:
+            entry = cell[metric]
+            line.append(f"{entry['mean']:.4f}" + (
+                f" [{entry['ci'][0]:.4f}, {entry['ci'][1]:.4f}]" if entry["ci"] else ""))
+            line.append(_minus_dense_text(entry.get("minus_dense")))
+        table.append(line)
+    basis = ("at equal pretraining FLOPs: per FLOPs budget the lowest-loss size of each "
+             "sparsity" if analysis["basis"] == "flops" else
+             "at equal pretraining tokens (token budgets are not equal FLOPs across S): each "
+             "size against its own dense model")
+    text += (f"\nPer budget, {basis}; means over seeds and the difference from dense paired by "
+             "seed, with 95 % intervals over seeds (where a difference's interval includes 0 "
+             "nothing separates it from dense; ± is its minimum detectable difference):\n\n")
+    text += markdown_table(["budget", "size", "S", "seeds", "pretraining loss",
+                            "fine-tuned loss", "minus dense", "gain", "minus dense"],
+                           table, "llrrrrrrr")
+    return text + "\n"
+
+
+def _coefficient_text(coefficient: dict) -> str:
+    low, high = coefficient["ci"]
+    return f"{coefficient['value']:+.3f} [{low:+.3f}, {high:+.3f}]"
+
+
+def _minus_dense_text(record: dict | None) -> str:
+    if not record or record["value"] is None:
+        return ""
+    text = f"{record['value']:+.4f}"
+    if record["ci"]:
+        low, high = record["ci"]
+        text += f" [{low:+.4f}, {high:+.4f}]"
+        if low <= 0 <= high and record["mdd"] is not None:
+            text += f" n.s. (±{record['mdd']:.4f})"
+    return text

@@ -1,6 +1,7 @@
 """A sweep's results.csv: one row per complete run, rebuilt from the run folders alone (each
 row's numbers from that run's summary.json, config.yaml and tasks.json, with its actual compute
-C next to the nominal C_budget); the analysis and the report read nothing else of the runs.
+C next to the nominal C_budget, and its finetune's finetune.json and summary.json when the
+grid fine-tunes); the analysis and the report read nothing else of the runs.
 """
 
 from __future__ import annotations
@@ -12,8 +13,9 @@ from pathlib import Path
 from moelab.config import Config
 from moelab.fileio import atomic_write_text
 from moelab.runs import is_complete
-from moelab.sweep.plan import SweepPoint, exact_text, run_specs
+from moelab.sweep.plan import SweepPoint, exact_text, finetune_run_name, run_specs
 from moelab.tasks import TASK_NAMES, read_run_tasks
+from moelab.train.finetune import read_finetune_reference
 from moelab.train.run_folder import RunFolder
 from moelab.train.summary import RunSummary
 
@@ -25,6 +27,10 @@ RESULT_COLUMNS = (
 )
 """The last five: how fast the run trained on the machine that ran it (training time only,
 eval and checkpoints excluded), its peak memory and its device; empty for older runs."""
+FINETUNE_COLUMNS = ("finetune_source_val_loss", "finetune_val_loss", "finetune_gain")
+"""With a ``finetune`` recipe: the run's final weights scored on the new text's held-out part
+before fine-tuning (its finetune.json), its finetune's final val loss there (its summary.json),
+and the gain, the first minus the second; empty while the finetune is not complete."""
 
 
 def collect_results(out_dir: Path, points: list[SweepPoint]) -> list[dict]:
@@ -34,8 +40,19 @@ def collect_results(out_dir: Path, points: list[SweepPoint]) -> list[dict]:
         run = RunFolder(out_dir / spec.run_dir)
         if is_complete(run.path):
             row = result_row(point, str(spec.run_dir), _run_summary(run), run.read_config())
-            rows.append({**row, **_task_fields(run.path)})
+            finetune = RunFolder(out_dir / "runs" / finetune_run_name(spec.name))
+            rows.append({**row, **_task_fields(run.path), **_finetune_fields(finetune)})
     return rows
+
+
+def _finetune_fields(finetune: RunFolder) -> dict:
+    """FINETUNE_COLUMNS of a complete finetune (none for a run without one)."""
+    if not is_complete(finetune.path):
+        return {}
+    reference = read_finetune_reference(finetune.path)
+    tuned = finetune.summary().require(("final_val_loss",), finetune.summary_path).final_val_loss
+    return {"finetune_source_val_loss": reference.source_val_loss, "finetune_val_loss": tuned,
+            "finetune_gain": reference.source_val_loss - tuned}
 
 
 def task_column(task: str) -> str:
@@ -85,9 +102,12 @@ def _throughput_fields(summary: RunSummary) -> dict:
 
 
 def write_results_csv(path: Path, rows: list[dict]) -> Path:
-    """RESULT_COLUMNS, then a zero-shot column per task some run scored (none otherwise)."""
+    """RESULT_COLUMNS, then a zero-shot column per task some run scored, then FINETUNE_COLUMNS
+    when some run has a complete finetune (none otherwise)."""
     scored = {key for row in rows for key in row if key not in RESULT_COLUMNS}
     columns = RESULT_COLUMNS + tuple(task_column(t) for t in TASK_NAMES if task_column(t) in scored)
+    if scored & set(FINETUNE_COLUMNS):
+        columns += FINETUNE_COLUMNS
     buffer = io.StringIO()
     writer = csv.DictWriter(buffer, fieldnames=columns, lineterminator="\n")
     writer.writeheader()

@@ -55,7 +55,7 @@ def _task_analysis(rows: list[dict[str, str]], task: str, items: int) -> dict:
     loss = np.array([float(row["best_val_loss"]) for row in scored])
     sparsity = np.array([float(row["S"]) for row in scored])
     half_widths = [np.diff(wilson_interval(a, items))[0] / 2 for a in accuracy]
-    equal_loss = _equal_loss_fit(accuracy, loss, sparsity)
+    equal_loss = equal_loss_fit(accuracy, loss, sparsity)
     equal_flops = _equal_flops(scored, task)
     # The spread of runs alone is no test: binomial noise over a hundred runs spans several
     # Wilson half-widths. A task separates models when accuracy follows loss or S.
@@ -71,8 +71,9 @@ def _excludes_zero(ci: list[float] | None) -> bool:
     return ci is not None and (ci[0] > 0 or ci[1] < 0)
 
 
-def _equal_loss_fit(accuracy, loss, sparsity) -> dict | None:
-    """Least squares of accuracy on (1, loss - mean, S): coefficients with 95 % t intervals."""
+def equal_loss_fit(accuracy, loss, sparsity) -> dict | None:
+    """Least squares of accuracy (or any per-run number) on (1, loss - mean, S): coefficients
+    with 95 % t intervals, and each one's standard error and degrees of freedom."""
     if len(accuracy) < 4 or np.ptp(sparsity) == 0:
         return None
     design = np.column_stack([np.ones_like(loss), loss - loss.mean(), sparsity])
@@ -82,7 +83,8 @@ def _equal_loss_fit(accuracy, loss, sparsity) -> dict | None:
     variance = float(residual @ residual) / df
     errors = np.sqrt(np.diag(variance * np.linalg.inv(design.T @ design)))
     quantile = float(scipy.stats.t.ppf(0.975, df))
-    return {name: {"value": float(value), "ci": [float(value - quantile * se), float(value + quantile * se)]}
+    return {name: {"value": float(value), "ci": [float(value - quantile * se), float(value + quantile * se)],
+                   "se": float(se), "df": df}
             for name, value, se in zip(("mean", "loss", "sparsity"), coefficients, errors)}
 
 
@@ -100,7 +102,7 @@ def _equal_flops(rows: list[dict[str, str]], task: str) -> list[dict] | None:
         size, runs = min(by_size.items(), key=lambda item: np.mean([r[0] for r in item[1]]))
         values = np.array([accuracy for _, accuracy in runs])
         table.append({"flops": budget, "sparsity": sparsity, "size": size, "seeds": len(values),
-                      "accuracy": float(values.mean()), "ci": _mean_interval(values)})
+                      "accuracy": float(values.mean()), "ci": mean_interval(values)})
     dense = {row["flops"]: row for row in table if row["sparsity"] == 0.0}
     for row in table:
         if row["flops"] in dense and row["sparsity"] > 0:
@@ -108,7 +110,7 @@ def _equal_flops(rows: list[dict[str, str]], task: str) -> list[dict] | None:
     return table
 
 
-def _mean_interval(values: np.ndarray) -> list[float] | None:
+def mean_interval(values: np.ndarray) -> list[float] | None:
     if len(values) < 2:
         return None
     half = float(scipy.stats.t.ppf(0.975, len(values) - 1) * values.std(ddof=1) / math.sqrt(len(values)))

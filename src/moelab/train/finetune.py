@@ -27,7 +27,7 @@ import torch
 from moelab.config import Config, apply_overrides, build_config, to_dict
 from moelab.data import prepare_data, validation_windows
 from moelab.data.cache import TOKENIZER_FILE, cache_folder_name, has_manifest
-from moelab.data.sources import resolve_source
+from moelab.data.sources import NAMED_SOURCES, resolve_source
 from moelab.data.tokenizer import file_sha256
 from moelab.errors import MoelabError
 from moelab.fileio import atomic_write, atomic_write_json
@@ -102,8 +102,10 @@ def finetune_config(source_config: Config, data: str | Path, out_path: Path, che
                               f"{', '.join(SET_BY_FINETUNE)} are the source run's; allowed "
                               f"train and data keys")
     data_path = Path(data).expanduser()
+    named = str(data) in NAMED_SOURCES  # 'adaptation' is the packaged set, not ./adaptation
     raw = to_dict(source_config)
-    raw["data"].update(source=str(data_path.resolve()) if data_path.exists() else str(data),
+    raw["data"].update(source=str(data_path.resolve()) if data_path.exists() and not named
+                       else str(data),
                        cache_dir=str((out_path / CACHE_FOLDER).resolve()),
                        max_train_stories=None)
     raw["train"].update(init_from=str(checkpoint.resolve()),
@@ -167,6 +169,11 @@ def _write_reference(source: RunFolder, checkpoint: Path, config: Config, out: R
         data=config.data.source, source_val_loss=result.val_loss,
         source_val_bpb=result.bits_per_byte, windows=int(windows_NT.shape[0]))
     atomic_write_json(out.path / FINETUNE_FILE, asdict(reference))
+
+
+def read_finetune_reference(run_dir: str | Path) -> FinetuneReference:
+    """A finetune run folder's finetune.json (a one-line error when missing or corrupt)."""
+    return _read_reference(RunFolder(run_dir))
 
 
 def _read_reference(out: RunFolder) -> FinetuneReference:

@@ -300,6 +300,8 @@ def _how(run_dir: Path, spec: RunSpec) -> str:
         return "resuming from its checkpoint"
     if spec.branch is not None:
         return f"branching from {spec.branch.source} at step {spec.branch.step}"
+    if spec.finetune is not None:
+        return f"fine-tuning {spec.finetune.source} on {spec.finetune.data}"
     return "training"
 
 

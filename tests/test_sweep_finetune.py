@@ -1,0 +1,213 @@
+"""Sweeps fine-tune their runs (a grid's ``finetune`` recipe): each run's finetune is a separate
+``moelab finetune`` of that run, bit for bit; results.csv and the report carry its before/after
+loss; the analysis's equal-loss slope and paired differences match hand computations.
+
+References: a second, separate ``moelab finetune`` of the same run with the overrides plan.json
+recorded (val losses equal, the final weights' sha256 equal), the finetune's own files read
+back by hand, numpy's lstsq and the textbook OLS standard errors, t intervals of paired
+differences computed here.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import hashlib
+import json
+
+import numpy as np
+import pytest
+import scipy.stats
+
+from moelab.cli import main
+from moelab.errors import MoelabError
+from moelab.runs.launchers.commands import train_commands
+from moelab.sweep.commands import run_sweep
+from moelab.sweep.finetune import finetune_analysis
+from moelab.sweep.grid import FinetuneRecipe, load_grid
+from moelab.sweep.plan import plan_sweep_folder
+from moelab.sweep.report_sections import finetune_analysis_text
+from moelab.train.checkpoint import MODEL_FILE, latest_checkpoint
+from moelab.train.run_folder import RunFolder
+
+RECIPE = FinetuneRecipe(steps=3, lr=0.003)  # micro: batch 4 x context 32 = 128 tokens a step
+
+
+def micro_with_finetune():
+    return dataclasses.replace(load_grid("micro"), finetune=RECIPE).validate()
+
+
+@pytest.fixture(scope="module")
+def sweep(tmp_path_factory):
+    out = tmp_path_factory.mktemp("sweep") / "micro-sweep"
+    with pytest.MonkeyPatch.context() as patch:  # the session's cache, as conftest sets it
+        patch.setenv("MOELAB_CACHE", str(tmp_path_factory.getbasetemp() / "moelab-cache"))
+        # Two jobs: the runs and their finetunes train in child processes, as --jobs 2 does.
+        run_sweep(micro_with_finetune(), out, bootstrap_replicates=0, jobs=2,
+                  log=lambda _: None)
+    return out
+
+
+def _weights_sha256(run_dir) -> str:
+    folder = latest_checkpoint(RunFolder(run_dir).checkpoints_dir)
+    return hashlib.sha256((folder / MODEL_FILE).read_bytes()).hexdigest()
+
+
+def test_a_sweep_finetune_is_a_separate_moelab_finetune_bit_for_bit(sweep, tmp_path):
+    plan = json.loads((sweep / "plan.json").read_text())
+    assert len(plan["finetunes"]) == len(plan["runs"]) == 4
+    record = plan["finetunes"][1]["finetune"]
+    assert record["data"] == "adaptation"
+    assert "train.max_tokens=384" in record["overrides"]  # 3 steps x 128 tokens
+    assert "train.lr=0.003" in record["overrides"]
+    source = sweep / "runs" / record["source"]
+    sets = [arg for item in record["overrides"] for arg in ("--set", item)]
+    assert main(["finetune", str(source), "--data", "adaptation", "--out",
+                 str(tmp_path / "separate"), *sets]) == 0
+    swept = sweep / plan["finetunes"][1]["run_dir"]
+    assert swept == sweep / "runs" / "finetune" / record["source"]
+    for name in ("final_val_loss", "best_val_loss", "tokens"):
+        assert (RunFolder(swept).read_summary()[name]
+                == RunFolder(tmp_path / "separate").read_summary()[name])
+    reference = json.loads((swept / "finetune.json").read_text())
+    separate = json.loads((tmp_path / "separate" / "finetune.json").read_text())
+    assert reference["source_val_loss"] == separate["source_val_loss"]
+    assert _weights_sha256(swept) == _weights_sha256(tmp_path / "separate")
+    assert _weights_sha256(swept) != _weights_sha256(source)  # it did train
+
+
+def test_results_csv_carries_each_finetune_before_and_after(sweep):
+    with open(sweep / "results.csv", newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    assert len(rows) == 4
+    for row in rows:
+        finetune_dir = sweep / "runs" / "finetune" / row["run"].removeprefix("runs/")
+        before = json.loads((finetune_dir / "finetune.json").read_text())["source_val_loss"]
+        after = json.loads((finetune_dir / "summary.json").read_text())["final_val_loss"]
+        assert float(row["finetune_source_val_loss"]) == pytest.approx(before, rel=1e-12)
+        assert float(row["finetune_val_loss"]) == pytest.approx(after, rel=1e-12)
+        assert float(row["finetune_gain"]) == pytest.approx(before - after, rel=1e-9)
+        assert after < before  # three steps on the new text already lower its loss
+
+
+def test_the_report_section_is_rebuilt_from_files(sweep, capsys):
+    report = (sweep / "report.md").read_text()
+    assert "## Fine-tuning against sparsity" in report
+    analysis = json.loads((sweep / "finetune.json").read_text())
+    assert analysis["runs"] == 4 and analysis["basis"] == "tokens"
+    saved = {name: (sweep / name).read_text() for name in ("report.md", "finetune.json",
+                                                           "results.csv")}
+    for name in saved:
+        (sweep / name).unlink()
+    assert main(["report", str(sweep)]) == 0
+    for name, text in saved.items():
+        assert (sweep / name).read_text() == text, name
+
+
+def test_finetunes_are_planned_after_their_runs_and_listed_as_finetune_commands(tmp_path):
+    _, specs = plan_sweep_folder(micro_with_finetune(), tmp_path)
+    assert [spec.finetune is not None for spec in specs] == [False] * 4 + [True] * 4
+    commands = train_commands(tmp_path, specs)
+    assert [c.split()[1] for c in commands] == ["train"] * 4 + ["finetune"] * 4
+    assert f"{tmp_path / 'runs' / specs[0].name} --data adaptation" in commands[4]
+    # A grid without the recipe plans no finetunes, and grid.json has no finetune key.
+    _, plain = plan_sweep_folder(load_grid("micro"), tmp_path / "plain")
+    assert all(spec.finetune is None for spec in plain)
+    assert "finetune" not in json.loads((tmp_path / "plain" / "grid.json").read_text())
+
+
+def test_a_recipe_may_be_added_to_a_sweep_folder_but_not_changed(tmp_path):
+    plan_sweep_folder(load_grid("micro"), tmp_path)
+    plan_sweep_folder(micro_with_finetune(), tmp_path)  # the runs stay valid: finetunes added
+    assert json.loads((tmp_path / "grid.json").read_text())["finetune"]["lr"] == 0.003
+    changed = dataclasses.replace(micro_with_finetune(),
+                                  finetune=dataclasses.replace(RECIPE, lr=0.01))
+    for grid in (changed, load_grid("micro")):
+        with pytest.raises(MoelabError, match="already holds another sweep grid"):
+            plan_sweep_folder(grid, tmp_path)
+
+
+# --------------------------------------------------------------------------------------------
+# The analysis on synthetic tables
+# --------------------------------------------------------------------------------------------
+
+HEADER = ["size", "budget", "C_budget", "S", "seed", "final_val_loss", "finetune_source_val_loss",
+          "finetune_val_loss", "finetune_gain"]
+
+
+def synthetic_rows(per_sparsity: float, seed: int = 0) -> list[dict]:
+    """2 FLOPs budgets x 2 sizes x 4 sparsities x 3 seeds; fine-tuned loss = 2 + 0.8 (L - 3)
+    + per_sparsity S + noise."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for budget in (1e12, 3e12):
+        for size, size_loss in (("a", 3.2), ("b", 3.0)):
+            for sparsity in (0.0, 0.5, 0.75, 0.875):
+                for run_seed in (1, 2, 3):
+                    loss = size_loss - 0.1 * np.log10(budget / 1e12) - 0.05 * sparsity \
+                        + rng.normal(0, 0.01)
+                    tuned = 2 + 0.8 * (loss - 3) + per_sparsity * sparsity + rng.normal(0, 0.01)
+                    before = tuned + 0.5 + rng.normal(0, 0.01)
+                    rows.append({"size": size, "budget": f"C{budget:g}", "C_budget": f"{budget:g}",
+                                 "S": str(sparsity), "seed": str(run_seed),
+                                 "final_val_loss": str(loss),
+                                 "finetune_source_val_loss": str(before),
+                                 "finetune_val_loss": str(tuned),
+                                 "finetune_gain": str(before - tuned)})
+    return rows
+
+
+def test_the_equal_loss_slope_is_numpy_lstsq_with_textbook_intervals():
+    rows = synthetic_rows(per_sparsity=-0.2)
+    fit = finetune_analysis(rows, HEADER)["metrics"]["finetune_val_loss"]["equal_loss"]
+    y = np.array([float(r["finetune_val_loss"]) for r in rows])
+    loss = np.array([float(r["final_val_loss"]) for r in rows])
+    s = np.array([float(r["S"]) for r in rows])
+    design = np.column_stack([np.ones_like(y), loss - loss.mean(), s])
+    beta = np.linalg.lstsq(design, y, rcond=None)[0]
+    residual = y - design @ beta
+    sigma2 = residual @ residual / (len(y) - 3)
+    se = np.sqrt(sigma2 * np.linalg.inv(design.T @ design)[2, 2])
+    half = scipy.stats.t.ppf(0.975, len(y) - 3) * se
+    assert fit["sparsity"]["value"] == pytest.approx(beta[2], rel=1e-9)
+    assert fit["sparsity"]["ci"] == pytest.approx([beta[2] - half, beta[2] + half], rel=1e-9)
+    assert fit["loss"]["value"] == pytest.approx(beta[1], rel=1e-9)
+    assert fit["sparsity"]["ci"][0] < -0.2 < fit["sparsity"]["ci"][1]
+    analysis = finetune_analysis(rows, HEADER)
+    assert analysis["metrics"]["finetune_val_loss"]["separates"]
+
+
+def test_no_effect_is_said_in_words_with_the_minimum_detectable_difference():
+    analysis = finetune_analysis(synthetic_rows(per_sparsity=0.0, seed=3), HEADER)
+    result = analysis["metrics"]["finetune_val_loss"]
+    assert not result["separates"]
+    se, df = result["equal_loss"]["sparsity"]["se"], result["equal_loss"]["sparsity"]["df"]
+    mdd = (scipy.stats.t.ppf(0.975, df) + scipy.stats.t.ppf(0.8, df)) * se
+    assert result["equal_loss"]["sparsity"]["mdd"] == pytest.approx(mdd)
+    text = finetune_analysis_text(analysis)
+    assert "nothing separates the sparsities" in text and f"{mdd:.3f}" in text
+
+
+def test_per_budget_cells_take_the_lowest_loss_size_and_pair_with_dense_by_seed():
+    rows = synthetic_rows(per_sparsity=-0.2)
+    cells = finetune_analysis(rows, HEADER)["per_budget"]
+    assert analysis_basis(rows) == "flops"
+    cell = next(c for c in cells if c["budget"] == "C3e+12" and c["sparsity"] == 0.75)
+    assert cell["size"] == "b"  # size b has the lower pretraining loss
+    by_seed = {(r["S"], r["seed"]): float(r["finetune_val_loss"]) for r in rows
+               if r["budget"] == "C3e+12" and r["size"] == "b"}
+    differences = np.array([by_seed[("0.75", s)] - by_seed[("0.0", s)] for s in "123"])
+    half = scipy.stats.t.ppf(0.975, 2) * differences.std(ddof=1) / np.sqrt(3)
+    paired = cell["finetune_val_loss"]["minus_dense"]
+    assert paired["pairs"] == 3 and paired["value"] == pytest.approx(differences.mean())
+    assert paired["ci"] == pytest.approx([differences.mean() - half, differences.mean() + half])
+
+
+def analysis_basis(rows) -> str:
+    return finetune_analysis(rows, HEADER)["basis"]
+
+
+def test_no_finetune_columns_no_analysis():
+    rows = [{k: v for k, v in row.items() if not k.startswith("finetune")}
+            for row in synthetic_rows(0.0)]
+    assert finetune_analysis(rows, HEADER[:6]) is None
