@@ -21,6 +21,7 @@ from scipy.stats import ttest_1samp
 from moelab.cli import main
 from moelab.config import load_config
 from moelab.data import Tokenizer
+from moelab.data import stories
 from moelab.data.sources import sample_path, split_stories
 from moelab.errors import MoelabError
 from moelab.model import Transformer
@@ -56,7 +57,7 @@ def test_build_is_reproducible_and_reads_only_the_validation_sample(monkeypatch)
             raise AssertionError(f"the task builder read the {split} split")
         return sample_path(split)
 
-    monkeypatch.setattr(build, "sample_path", only_valid)
+    monkeypatch.setattr(stories, "sample_path", only_valid)
     first, second = build.build_files(), build.build_files()
     assert set(read) == {"valid"}
     assert first == second

@@ -32,7 +32,8 @@ import sys
 from importlib import resources
 from pathlib import Path
 
-from moelab.data.sources import ADAPTATION_FILES, EOT_TEXT, sample_path, split_stories
+from moelab.data.sources import ADAPTATION_FILES, EOT_TEXT
+from moelab.data.stories import read_valid_stories, sentences
 from moelab.errors import MoelabError
 from moelab.fileio import atomic_write_bytes
 
@@ -45,24 +46,7 @@ COMMON_WORDS = frozenset(
     "from said just like very some into over your about been because after again went came "
     "once upon time little named lived loved wanted every other more than also only where "
     "down back away made felt know saw".split())
-# A sentence ends at . ! or ? (repeated, and a closing quote) followed by whitespace or the end.
-_SENTENCE_END = re.compile(r"[.!?]+[\"'\u201d]?(?=\s|$)")
 _WORD = re.compile(r"\b[a-z]{4,}\b")
-
-
-def read_valid_stories() -> list[str]:
-    """The 500 stories of the bundled validation sample, in file order."""
-    return split_stories(lzma.decompress(sample_path("valid").read_bytes()).decode("utf-8"))
-
-
-def sentences(story: str) -> list[str]:
-    """The sentences of ``story`` in order, whitespace between them dropped."""
-    pieces, start = [], 0
-    for match in _SENTENCE_END.finditer(story):
-        pieces.append(story[start:match.end()].strip())
-        start = match.end()
-    pieces.append(story[start:].strip())
-    return [piece for piece in pieces if piece]
 
 
 def instruction_document(story: str, rng: random.Random) -> str:

@@ -31,14 +31,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import lzma
 import random
 import re
 import sys
 from importlib import resources
 from pathlib import Path
 
-from moelab.data.sources import sample_path, split_stories
+from moelab.data.stories import read_valid_stories, sentence_spans
 from moelab.fileio import atomic_write_text
 from moelab.tasks import TASK_FILES
 
@@ -49,8 +48,6 @@ ENDING_DISTRACTORS = 3
 # a run with max_seq_len 64 (with a vocabulary of 512 tokens or more).
 MAX_SENTENCE_WORDS = 16
 
-# A sentence ends at . ! or ? (repeated, and a closing quote) followed by whitespace or the end.
-_SENTENCE_END = re.compile(r"[.!?]+[\"'\u201d]?(?=\s|$)")
 _QUOTES = "\"'\u201c\u201d\u2018\u2019"
 _LAST_WORD = re.compile(r"(?<=\s)([A-Za-z]{3,})\.$")
 
@@ -71,24 +68,6 @@ _CLAUSE_SUBJECT = re.compile(
     r"\b(?:and|but|so|because|when|that|if|until|while|then) (he|she|they|we|I)"
     r"(?= (?!and\b|or\b)[a-z]+\b)")
 _OBJECT_BEFORE_PUNCT = re.compile(r"(?<=\s)(him|her|them|us|me)(?=[.,!?])")
-
-
-def read_valid_stories() -> list[str]:
-    """The 500 stories of the bundled validation sample, in file order."""
-    return split_stories(lzma.decompress(sample_path("valid").read_bytes()).decode("utf-8"))
-
-
-def sentence_spans(story: str) -> list[tuple[int, int]]:
-    """(start, end) character spans of the sentences of ``story``, in order, covering it."""
-    spans, start = [], 0
-    for match in _SENTENCE_END.finditer(story):
-        spans.append((start, match.end()))
-        start = match.end()
-        while start < len(story) and story[start].isspace():
-            start += 1
-    if start < len(story):
-        spans.append((start, len(story)))
-    return spans
 
 
 def _plain(sentence: str) -> bool:
