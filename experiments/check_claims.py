@@ -416,6 +416,26 @@ def sweep_points(folder: str) -> list[dict]:
         return list(csv.DictReader(handle))
 
 
+TOPK_PAIRS = [(size, low, high) for size in ("s2", "s3") for low, high in ((4, 8), (4, 16), (8, 16))]
+
+
+def topk_loss(size: str, experts: int) -> dict[int, float]:
+    """{seed: best val loss} of one (size, E) of the cpu-topk sweep."""
+    return {int(row["seed"]): float(row["best_val_loss"]) for row in sweep_points("cpu-topk")
+            if row["size"] == size and int(row["E"]) == experts}
+
+
+def topk_pair_row(size: str, low: int, high: int) -> str:
+    """A row of docs/scaling.md's top-k table: E = high minus E = low, Holm over the 6 pairs."""
+    tests = {pair: paired(topk_loss(pair[0], pair[2]), topk_loss(pair[0], pair[1]))
+             for pair in TOPK_PAIRS}
+    adjusted = dict(zip(tests, holm([t.p for t in tests.values()])))
+    t = tests[(size, low, high)]
+    show = partial(signed, digits=3, minus="−")
+    return (f"| {size} | E = {high} minus E = {low} | {show(t.gap)} [{show(t.low)}, {show(t.high)}]"
+            f" | {p_text(t.p)} | {p_text(adjusted[(size, low, high)])} |")
+
+
 def wsd_minus_cosine(tokens: int) -> Paired:
     """wsd − cosine best val loss, paired on the points both grids have at seed 0."""
     def point(row):
@@ -627,6 +647,18 @@ CLAIMS = [
                              "`recipe_lr0.01` (the preset before) | 0-2")),
     Claim(RECIPE, "(+0.037, p = 0.016; 0.031 after Holm's adjustment over the study's 2 criteria)",
           lambda: replication_holm("cpu-replication-recipe", "total")),
+    Claim(SCALING, '| s2 | E = 8 minus E = 4 | −0.015 [−0.056, +0.026] | 0.25 | 0.25 |',
+          partial(topk_pair_row, "s2", 4, 8)),
+    Claim(SCALING, '| s2 | E = 16 minus E = 4 | −0.038 [−0.075, −0.000] | 0.049 | 0.10 |',
+          partial(topk_pair_row, "s2", 4, 16)),
+    Claim(SCALING, '| s2 | E = 16 minus E = 8 | −0.022 [−0.035, −0.010] | 0.016 | 0.065 |',
+          partial(topk_pair_row, "s2", 8, 16)),
+    Claim(SCALING, '| s3 | E = 8 minus E = 4 | −0.031 [−0.034, −0.029] | 0.0003 | 0.0015 |',
+          partial(topk_pair_row, "s3", 4, 8)),
+    Claim(SCALING, '| s3 | E = 16 minus E = 4 | −0.058 [−0.081, −0.034] | 0.0088 | 0.044 |',
+          partial(topk_pair_row, "s3", 4, 16)),
+    Claim(SCALING, '| s3 | E = 16 minus E = 8 | −0.026 [−0.047, −0.005] | 0.034 | 0.10 |',
+          partial(topk_pair_row, "s3", 8, 16)),
     Claim(STUDY, "a difference of +0.030 [0.003, 0.058] (Welch, p 0.038", flip_across_sizes),
     # The README.
     Claim(README, "| matched active | +0.0117 | [0.0050, 0.0185] | 0.0027 | 0.0094 |",
