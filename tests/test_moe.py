@@ -640,3 +640,24 @@ def test_shared_expert_settings_are_checked():
         load_config("demo", ["model.moe.d_shared=0"])
     moe = load_config("demo", ["model.moe.num_shared_experts=2"]).model.moe
     assert moe.shared_hidden == 2 * moe.d_expert  # d_shared null: d_expert each
+
+
+@pytest.mark.parametrize("width", [6, 12])
+def test_expert_loop_custom_ops_return_the_contiguous_layout_their_fake_kernels_promise(width):
+    # torch._grouped_mm pads an output row to 16 bytes (a 6-wide fp32 row gets stride 8); the
+    # compiled graph allocates by the fake kernel's contiguous layout and asserts the real
+    # strides match, so a d_expert of 6 (16 experts of a 96-wide FFN) failed to train compiled.
+    generator = torch.Generator().manual_seed(0)
+    counts = [10, 0, 30, 24]
+    slots = torch.tensor(counts)
+    rows_RA = torch.randn(64, 8, generator=generator)
+    # transposed, as the layer passes its expert weights (w1.transpose(1, 2))
+    matrices_EAB = torch.randn(4, width, 8, generator=generator).transpose(1, 2)
+    right_RB = torch.randn(64, width, generator=generator)
+    products = torch.ops.moelab.segment_matmul.default([rows_RA], [matrices_EAB], slots)
+    outer = torch.ops.moelab.segment_outer_products.default(rows_RA, right_RB, slots)
+    assert products.shape == (64, width) and products.is_contiguous()
+    assert outer.shape == (4, 8, width) and outer.is_contiguous()
+    results = torch.library.opcheck(torch.ops.moelab.segment_matmul.default,
+                                    ([rows_RA], [matrices_EAB], slots))
+    assert set(results.values()) == {"SUCCESS"}, results

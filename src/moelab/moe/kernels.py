@@ -165,15 +165,19 @@ def _segment_matmul(rows: list[torch.Tensor], matrices: list[torch.Tensor],
     out_RB = torch._grouped_mm(rows[0], matrices[0], offs=offsets)
     for rows_RA, matrices_EAB in zip(rows[1:], matrices[1:]):
         out_RB += torch._grouped_mm(rows_RA, matrices_EAB, offs=offsets)
-    return out_RB
+    # grouped_mm pads an output row to 16 bytes (6 floats get a stride of 8); the fake kernel
+    # promises a contiguous tensor, and a compiled graph asserts the strides it promised.
+    return out_RB.contiguous()
 
 
 def _segment_outer_products(left_RA: torch.Tensor, right_RB: torch.Tensor,
                             slots_per_expert: torch.Tensor) -> torch.Tensor:
     if not _grouped_mm_applies(left_RA.T, right_RB):
         return _looped_segment_outer_products(left_RA, right_RB, slots_per_expert)
-    # An expert without rows gets exact zeros from grouped_mm too (tested).
-    return torch._grouped_mm(left_RA.T, right_RB, offs=_group_offsets(slots_per_expert))
+    # An expert without rows gets exact zeros from grouped_mm too (tested). Contiguous, as the
+    # fake kernel promises (see _segment_matmul).
+    return torch._grouped_mm(left_RA.T, right_RB,
+                             offs=_group_offsets(slots_per_expert)).contiguous()
 
 
 def _grouped_mm_applies(*operands: torch.Tensor) -> bool:
