@@ -1,0 +1,265 @@
+"""Does the sign of the matched-total gap follow the recipe? The demo study as a 2 x 2 factorial.
+
+    .venv/bin/python experiments/recipe_factorial.py [--phase select|report|all]
+        [--lrs 0.0025,0.005,0.01,0.02] [--select-seeds 3000,3001] [--report-seeds 3100-3105]
+        [--jobs 2] [--out factorial_out]
+
+Paper A trains with the output head tied to the embedding and a 2 % warmup; the demo preset
+unties the head and warms up for half the run, both chosen on the MoE's loss. The cells cross
+the two: head tied or untied x warmup 0.02 (paper A's) or 0.5 (the demo's); everything else is
+the demo preset (shape, data, batch 8, 409,600 tokens, cosine schedule).
+
+Phase ``select`` trains every arm of every cell (the MoE and its dense baselines matched on
+active and on total parameters) at each lr of the grid on the selection seeds, and picks per
+cell and arm the lr with the lowest mean best validation loss. Phase ``report`` trains every
+arm on fresh reporting seeds, disjoint from the selection seeds, at its own lr, and adds the
+equal-compute arm (``moe_compute``: the MoE at dense_total's training FLOPs, so more tokens,
+at the MoE's lr). Each dense arm is paired seed by seed with its MoE (dense - MoE: positive
+means the MoE is better); the interaction asks whether the matched-total gap depends on the
+recipe, by per-seed contrasts across cells (a seed fixes the data order in every cell).
+Holm's adjustment runs over every test the phase reports.
+
+Every run is an ordinary run folder under --out (<cell>/select/lr<X>/..., <cell>/report/
+lr<X>/...), trained the way ``moelab study`` trains them, logging every step so that loss
+spikes can be read back. The numbers go to experiments/results/recipe_factorial.json, with the
+command, the seeds and each run's folder (relative to --out).
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import platform
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+from scipy import stats
+
+from moelab.fileio import atomic_write_json
+from moelab.runs import execute_plan, is_complete
+from moelab.runs.data import prepare_shared_data
+from moelab.runs.launchers.local import LocalLauncher
+from moelab.study.commands import plan
+from moelab.study.results import json_safe
+from moelab.study.settings import load_study
+from moelab.study.stats import holm, min_detectable_gap, paired_test
+from moelab.train.run_folder import RunFolder
+
+from recipe import read_run, unigram_entropy
+
+RESULTS = Path(__file__).parent / "results" / "recipe_factorial.json"
+PRESET = "demo"
+COMMON = ["train.log_interval=1"]
+CELLS = {
+    "tied_warmup0.02": ["model.tie_embeddings=true", "train.warmup_fraction=0.02"],
+    "tied_warmup0.5": ["model.tie_embeddings=true", "train.warmup_fraction=0.5"],
+    "untied_warmup0.02": ["model.tie_embeddings=false", "train.warmup_fraction=0.02"],
+    "untied_warmup0.5": ["model.tie_embeddings=false", "train.warmup_fraction=0.5"],
+}
+SELECTED_ARMS = ("moe", "dense_active", "dense_total")
+COMPARISONS = {"active": ("moe", "dense_active"), "total": ("moe", "dense_total"),
+               "compute": ("moe_compute", "dense_total")}
+
+
+def parse_seeds(text: str) -> list[int]:
+    """``3000,3001`` or ``3100-3105``."""
+    if "-" in text:
+        first, last = (int(part) for part in text.split("-"))
+        return list(range(first, last + 1))
+    return [int(part) for part in text.split(",")]
+
+
+def train_cell(cell: str, lr: float, seeds: list[int], arms_wanted: set[str], criteria: list[str],
+               out: Path, folder: str, jobs: int, unigram: float) -> dict[str, dict[int, dict]]:
+    """Train the cell's study arms at ``lr`` on ``seeds`` (only ``arms_wanted``) in
+    ``out / cell / folder``; return {arm: {seed: run measurements, with run_dir under out}}."""
+    where = out / cell / folder
+    seed_list = "[" + ",".join(str(seed) for seed in seeds) + "]"
+    overrides = [*COMMON, *CELLS[cell], f"train.lr={lr}", f"study.seeds={seed_list}",
+                 f"study.criteria=[{','.join(criteria)}]"]
+    config, settings = load_study(PRESET, overrides)
+    _, specs = plan("study", config, settings)
+    specs = [spec for spec in specs if spec.labels["arm"] in arms_wanted]
+    if any(not is_complete(where / spec.run_dir) for spec in specs):
+        prepare_shared_data(config, print)
+    where.mkdir(parents=True, exist_ok=True)
+    outcomes = execute_plan(where, specs, LocalLauncher(jobs=jobs), print)
+    failed = [o.spec.name for o in outcomes if o.status == "failed"]
+    if failed:
+        sys.exit(f"recipe_factorial: runs failed in {where}: {', '.join(failed)}")
+    runs: dict[str, dict[int, dict]] = {}
+    for spec in specs:
+        run_dir = where / spec.run_dir
+        measured = read_run(run_dir, unigram, spec.config)
+        summary = RunFolder(run_dir).summary()
+        measured.update(run_dir=run_dir.relative_to(out).as_posix(), tokens=summary.tokens,
+                        steps=summary.steps, total_params=summary.total_params,
+                        flops_per_token_6n=summary.flops_per_token_6n)
+        runs.setdefault(spec.labels["arm"], {})[spec.labels["seed"]] = measured
+    return runs
+
+
+def mean_loss(by_seed: dict[int, dict]) -> float:
+    return float(np.mean([run["best_val_loss"] for run in by_seed.values()]))
+
+
+def select(lrs: list[float], seeds: list[int], out: Path, jobs: int, unigram: float) -> dict:
+    """Every cell x lr x selection seed; per cell and arm the lr of the lowest mean loss."""
+    table: dict[str, dict] = {}
+    for cell in CELLS:
+        runs = {f"{lr:g}": train_cell(cell, lr, seeds, set(SELECTED_ARMS), ["active", "total"],
+                                      out, f"select/lr{lr:g}", jobs, unigram) for lr in lrs}
+        means = {arm: {lr: mean_loss(by_lr[arm]) for lr, by_lr in runs.items()}
+                 for arm in SELECTED_ARMS}
+        best = {arm: float(min(m, key=m.get)) for arm, m in means.items()}
+        table[cell] = {
+            "mean_best_val_loss": means, "best_lr": best,
+            "at_grid_edge": {arm: lr in (min(lrs), max(lrs)) for arm, lr in best.items()},
+            "runs": runs,
+        }
+        print(f"{cell}: best lr {best}", flush=True)
+    return table
+
+
+def report(selection: dict, seeds: list[int], out: Path, jobs: int, unigram: float) -> dict:
+    """Every arm of every cell on the reporting seeds at its own lr; moe_compute at the MoE's."""
+    cells = {}
+    for cell in CELLS:
+        best = selection[cell]["best_lr"]
+        wanted: dict[float, set[str]] = {}
+        for arm in SELECTED_ARMS:
+            wanted.setdefault(best[arm], set()).add(arm)
+        wanted.setdefault(best["moe"], set()).add("moe_compute")
+        runs: dict[str, dict[int, dict]] = {}
+        for lr, arms in sorted(wanted.items()):
+            runs.update(train_cell(cell, lr, seeds, arms, ["active", "total", "compute"], out,
+                                   f"report/lr{lr:g}", jobs, unigram))
+        cells[cell] = {"lr": {**best, "moe_compute": best["moe"]}, "runs": runs,
+                       "arms": {arm: arm_summary(by_seed) for arm, by_seed in runs.items()}}
+    return cells
+
+
+def arm_summary(by_seed: dict[int, dict]) -> dict:
+    """Seed mean and std of the best loss, and the instability read from every step."""
+    losses = [run["best_val_loss"] for run in by_seed.values()]
+    jumps = [run["max_loss_jump"] for run in by_seed.values() if run["max_loss_jump"] is not None]
+    first = next(iter(by_seed.values()))
+    return {
+        "mean": float(np.mean(losses)), "std": float(np.std(losses, ddof=1)),
+        "n": len(losses), "tokens": first["tokens"], "steps": first["steps"],
+        "total_params": first["total_params"], "active_params": first["active_params"],
+        "training_flops_6n": first["flops_per_token_6n"] * first["tokens"],
+        "max_loss_jump": max(jumps) if jumps else None,
+        "max_grad_norm": max(run["max_grad_norm"] for run in by_seed.values()),
+        "plateau_exit_step": [run["plateau_exit_step"] for run in by_seed.values()],
+    }
+
+
+def losses(cell: dict, arm: str) -> dict[int, float]:
+    return {seed: run["best_val_loss"] for seed, run in cell["runs"][arm].items()}
+
+
+def gap_test(cell: dict, criterion: str) -> dict:
+    moe_arm, dense_arm = COMPARISONS[criterion]
+    test = paired_test(losses(cell, moe_arm), losses(cell, dense_arm))
+    return {"criterion": criterion, "moe_arm": moe_arm, "dense_arm": dense_arm,
+            "gap": test.gap, "ci_low": test.ci_low, "ci_high": test.ci_high,
+            "p_value": test.p_value, "n": test.n_pairs, "std_diff": test.std_diff,
+            "min_detectable_gap": min_detectable_gap(test.standard_error, test.n_pairs - 1)}
+
+
+def per_seed_gap(cell: dict, criterion: str) -> dict[int, float]:
+    moe_arm, dense_arm = COMPARISONS[criterion]
+    moe, dense = losses(cell, moe_arm), losses(cell, dense_arm)
+    return {seed: dense[seed] - moe[seed] for seed in moe if seed in dense}
+
+
+def contrast_test(cells: dict, criterion: str, weights: dict[str, float], name: str) -> dict:
+    """A weighted sum of the cells' per-seed gaps, tested with a one-sample t over seeds: each
+    seed's data order is the same in every cell, so the cells' runs of a seed form one unit."""
+    gaps = {cell: per_seed_gap(cells[cell], criterion) for cell in weights}
+    seeds = sorted(set.intersection(*(set(g) for g in gaps.values())))
+    values = np.array([sum(w * gaps[cell][seed] for cell, w in weights.items()) for seed in seeds])
+    mean, se = float(values.mean()), float(values.std(ddof=1) / np.sqrt(len(values)))
+    t_crit = stats.t.ppf(0.975, len(values) - 1)
+    return {"contrast": name, "criterion": criterion, "weights": weights, "estimate": mean,
+            "ci_low": mean - t_crit * se, "ci_high": mean + t_crit * se,
+            "p_value": float(2 * stats.t.sf(abs(mean / se), len(values) - 1)), "n": len(values)}
+
+
+def contrasts(cells: dict, criterion: str) -> list[dict]:
+    """Main effects of tying and of the short warmup on the gap, and their interaction."""
+    tie = {"tied_warmup0.02": 0.5, "tied_warmup0.5": 0.5,
+           "untied_warmup0.02": -0.5, "untied_warmup0.5": -0.5}
+    warm = {"tied_warmup0.02": 0.5, "untied_warmup0.02": 0.5,
+            "tied_warmup0.5": -0.5, "untied_warmup0.5": -0.5}
+    both = {cell: 2 * tie[cell] * 2 * warm[cell] for cell in CELLS}
+    return [contrast_test(cells, criterion, tie, "tied - untied"),
+            contrast_test(cells, criterion, warm, "warmup 0.02 - 0.5"),
+            contrast_test(cells, criterion, both, "interaction (tie x warmup)")]
+
+
+def analyse(cells: dict) -> tuple[list[dict], list[dict]]:
+    """Every cell's gaps and the matched-total contrasts, with Holm over all of them."""
+    gaps = [{"cell": cell, **gap_test(cells[cell], criterion)}
+            for cell, criterion in itertools.product(CELLS, COMPARISONS)]
+    tests = gaps + contrasts(cells, "total")
+    for row, adjusted in zip(tests, holm([row["p_value"] for row in tests])):
+        row["p_holm"] = adjusted
+    return gaps, tests[len(gaps):]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--phase", choices=("select", "report", "all"), default="all")
+    parser.add_argument("--lrs", default="0.0025,0.005,0.01,0.02")
+    parser.add_argument("--select-seeds", default="3000,3001")
+    parser.add_argument("--report-seeds", default="3100-3105")
+    parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--out", type=Path, default=Path("factorial_out"))
+    args = parser.parse_args()
+    lrs = [float(lr) for lr in args.lrs.split(",")]
+    select_seeds, report_seeds = parse_seeds(args.select_seeds), parse_seeds(args.report_seeds)
+    if set(select_seeds) & set(report_seeds):
+        sys.exit("recipe_factorial: the selection and reporting seeds must be disjoint")
+    config, _ = load_study(PRESET, COMMON)
+    unigram = unigram_entropy(config)
+    started = time.time()
+    entry = {
+        "command": "experiments/recipe_factorial.py " + " ".join(sys.argv[1:]),
+        "run_dirs_under": "the --out folder", "preset": PRESET, "common": COMMON,
+        "cells": CELLS, "lrs": lrs, "select_seeds": select_seeds, "report_seeds": report_seeds,
+        "unigram_entropy": unigram, "jobs": args.jobs,
+        "machine": {"processor": platform.processor(), "python": platform.python_version()},
+    }
+    if RESULTS.is_file():  # a report phase reads the selection an earlier select phase made
+        import json
+        entry = {**json.loads(RESULTS.read_text("utf-8")), **{k: v for k, v in entry.items()
+                                                              if k != "command"}}
+    if args.phase in ("select", "all"):
+        entry["selection"] = select(lrs, select_seeds, args.out, args.jobs, unigram)
+        entry["command_select"] = "experiments/recipe_factorial.py " + " ".join(sys.argv[1:])
+        entry["wall_time_select_s"] = time.time() - started
+        atomic_write_json(RESULTS, json_safe(entry))
+    if args.phase in ("report", "all"):
+        selection = {cell: {"best_lr": {arm: float(lr) for arm, lr in s["best_lr"].items()}}
+                     for cell, s in entry["selection"].items()}
+        cells = report(selection, report_seeds, args.out, args.jobs, unigram)
+        gaps, tests = analyse(cells)
+        entry.update(report=cells, gaps=gaps, contrasts_total=tests,
+                     multiple_testing=f"Holm over {len(gaps) + len(tests)} tests",
+                     command_report="experiments/recipe_factorial.py " + " ".join(sys.argv[1:]),
+                     wall_time_report_s=time.time() - started)
+        atomic_write_json(RESULTS, json_safe(entry))
+        for row in gaps + tests:
+            name = row.get("cell", row.get("contrast"))
+            value = row.get("gap", row.get("estimate"))
+            print(f"{name:28s} {row['criterion']:8s} {value:+.4f} [{row['ci_low']:+.4f}, "
+                  f"{row['ci_high']:+.4f}] p {row['p_value']:.3g} (Holm {row['p_holm']:.3g})")
+    print(f"wrote {RESULTS}")
+
+
+if __name__ == "__main__":
+    main()
