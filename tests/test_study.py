@@ -28,6 +28,7 @@ from moelab.study.settings import StudySettings, load_study
 from tiny_overrides import TINY_MOE_RUN
 
 ARM_OFFSET = {"moe": 0.0, "dense_active": 0.08, "dense_total": -0.02, "dense_flops": 0.07,
+              "moe_compute": 0.0,
               "naive_top1": 0.3, "top1_lb": 0.1, "top2_lb": 0.01, "top2_lb_z": 0.0,
               "top2_global_lb_z": -0.01, "top2_bias_z": -0.005}
 # Noise of odd seeds that only the dense arms have: without it every per-seed difference would
@@ -505,3 +506,92 @@ def test_a_folder_of_another_study_is_refused(tmp_path, capsys):
     assert "already holds a study with another base config: model.n_layers=" in err
     assert "(now 7)" in err
     assert main(["ablate-routing", "demo", "--out", out, "--list-runs"]) == 2
+
+
+# --------------------------------------------------------------------------------------------
+# The equal-compute criterion: dense_total against the MoE at dense_total's training FLOPs
+# --------------------------------------------------------------------------------------------
+
+# The demo shape by hand: vocab 1024, d_model 64, 4 layers, untied head. Per MoE layer:
+# attention 4 * 64 * 64, two norms 2 * 64, router 64 * 4, four SwiGLU experts 4 * 3 * 64 * 128;
+# dense_total (d_ff 512) per layer: attention, norms, 3 * 64 * 512. Both add the embedding and
+# the output matrix (1024 * 64 each) and the final norm (64).
+DEMO_MOE_TOTAL = 2 * 1024 * 64 + 4 * (4 * 64 * 64 + 2 * 64 + 64 * 4 + 4 * 3 * 64 * 128) + 64
+DEMO_MOE_ACTIVE = DEMO_MOE_TOTAL - 4 * 2 * 3 * 64 * 128  # two of four experts idle per token
+DEMO_DENSE_TOTAL = 2 * 1024 * 64 + 4 * (4 * 64 * 64 + 2 * 64 + 3 * 64 * 512) + 64
+
+
+def _equal_compute_steps(dense_tokens: int, tokens_per_step: int) -> int:
+    """The whole steps whose 6 N_active D is nearest dense_total's, by exact fractions."""
+    from fractions import Fraction
+
+    exact = Fraction(DEMO_DENSE_TOTAL * (dense_tokens // tokens_per_step), DEMO_MOE_ACTIVE)
+    low = exact.numerator // exact.denominator
+    return low if exact - low <= Fraction(1, 2) else low + 1
+
+
+def test_equal_compute_tokens_by_hand():
+    from moelab.accounting import equal_compute_tokens, match_dense
+
+    moe = load_config("demo").model
+    dense = match_dense(moe, "total").config
+    assert (count_params(moe).total, count_params(moe).active) == (DEMO_MOE_TOTAL, DEMO_MOE_ACTIVE)
+    assert count_params(dense).total == DEMO_DENSE_TOTAL
+    # 400 steps of 8 x 128 tokens: 400 * 590,400 / 394,816 = 598.2 steps -> 598.
+    assert _equal_compute_steps(409_600, 1024) == 598
+    assert equal_compute_tokens(moe, dense, 409_600, 1024) == 598 * 1024
+    for tokens, per_step in ((100_000, 1024), (2_000_000, 4096), (409_600, 128)):
+        assert equal_compute_tokens(moe, dense, tokens, per_step) == \
+            _equal_compute_steps(tokens, per_step) * per_step
+    assert equal_compute_tokens(dense, dense, 409_600, 1024) == 409_600  # equal models: equal D
+
+
+def test_compute_criterion_plans_the_equal_compute_arm(demo):
+    config, _ = demo
+    arms = {arm.name: arm for arm in study_arms(config, ["compute"])}
+    assert list(arms) == ["moe", "dense_total", "moe_compute"]  # its dense arm comes along
+    assert arms["moe_compute"].config == config and arms["moe_compute"].criterion == "compute"
+    _, specs = study_commands.plan("study", config,
+                                   StudySettings(seeds=[0], criteria=["active", "total", "compute"],
+                                                 budgets=[409_600, 1_000_000]).validate())
+    tokens = {spec.name: spec.config.train.max_tokens for spec in specs}
+    # Every arm trains the budget, except the equal-compute MoE, which trains dense_total's FLOPs.
+    assert tokens["409.6K/moe/seed0"] == tokens["409.6K/dense_total/seed0"] == 409_600
+    assert tokens["409.6K/moe_compute/seed0"] == _equal_compute_steps(409_600, 1024) * 1024
+    assert tokens["1M/moe_compute/seed0"] == _equal_compute_steps(1_000_000, 1024) * 1024
+    for spec in specs:
+        if spec.labels["arm"] == "moe_compute":
+            assert spec.labels["budget"] in (409_600, 1_000_000)  # labelled by the dense budget
+
+
+def test_compute_gap_pairs_the_equal_compute_moe_with_dense_total(tmp_path, demo):
+    results, train = _study(tmp_path, demo, seeds=3, criteria=["active", "total", "compute"])
+    assert len(train.calls) == 12
+    config, _ = demo
+    compute_tokens = _equal_compute_steps(config.train.max_tokens, 1024) * 1024
+    moe = {s: fake_loss("moe_compute", s, compute_tokens) for s in range(3)}
+    dense = {s: fake_loss("dense_total", s, config.train.max_tokens) for s in range(3)}
+    differences = [dense[s] - moe[s] for s in range(3)]
+    gap = results["gaps"]["compute"]
+    assert (gap["moe_arm"], gap["dense_arm"], gap["test"]) == ("moe_compute", "dense_total", "paired")
+    assert gap["gap"] == pytest.approx(statistics.mean(differences), abs=1e-12)
+    reference = scipy_stats.ttest_rel(list(dense.values()), list(moe.values()))
+    assert gap["paired"]["p_value"] == pytest.approx(reference.pvalue, rel=1e-6)
+    assert results["criteria"] == ["active", "total", "compute"]
+    assert results["arms"]["moe_compute"]["criterion"] == "compute"
+    assert results["arms"]["moe_compute"]["runs"][0]["tokens"] == compute_tokens
+    report = (tmp_path / "s/report.md").read_text()
+    assert "matched on total parameters at equal training FLOPs" in report
+    flops = f"{6 * DEMO_MOE_ACTIVE * compute_tokens:.3g}"  # the arms table's training FLOPs
+    assert flops in report and f"{6 * DEMO_DENSE_TOTAL * config.train.max_tokens:.3g}" in report
+
+
+def test_match_shows_tokens_and_flops_per_arm(capsys):
+    assert main(["match", "demo", "--json"]) == 0
+    arms = json.loads(capsys.readouterr().out)
+    compute_tokens = _equal_compute_steps(409_600, 1024) * 1024
+    assert arms["moe_compute"]["training"]["tokens"] == compute_tokens
+    assert arms["moe_compute"]["training"]["training_flops_6n"] == 6 * DEMO_MOE_ACTIVE * compute_tokens
+    assert arms["dense_total"]["training"]["training_flops_6n"] == 6 * DEMO_DENSE_TOTAL * 409_600
+    assert arms["moe"]["training"]["tokens"] == 409_600
+    assert abs(arms["moe_compute"]["mismatch"]) < 1 / 598  # within half a step of the FLOPs

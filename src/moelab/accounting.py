@@ -159,3 +159,23 @@ def match_dense(moe_cfg: ModelConfig, criterion: str, step: int = 32) -> Matched
     candidates = [dense_with(d_ff) for d_ff in (low, low + step)]
     best = min(candidates, key=lambda c: (abs(criterion_value(c, criterion) - target), c.d_ff))
     return MatchedDense(best, criterion, target, criterion_value(best, criterion))
+
+
+def equal_compute_tokens(moe_cfg: ModelConfig, dense_cfg: ModelConfig, dense_tokens: int,
+                         tokens_per_step: int) -> int:
+    """The tokens an MoE trains on to spend the training FLOPs of ``dense_cfg`` trained on
+    ``dense_tokens``: D_moe = D_dense * N_dense / N_moe,active under the ``six_n`` count
+    (C = 6 * N_active * D), in whole steps of ``tokens_per_step``, the nearest (the smaller on a
+    tie), at least one. The count is the one the study's tables use; under the ``full`` count
+    the attention and unembedding terms, equal for both models, make the ratio closer to 1.
+
+    Both runs train whole steps, so ``dense_tokens`` counts the dense run's whole steps too.
+    """
+    if tokens_per_step <= 0:
+        raise ConfigError(f"tokens_per_step={tokens_per_step} is invalid: must be > 0")
+    dense_steps = dense_tokens // tokens_per_step
+    dense_flops = 6 * count_params(dense_cfg).active * dense_steps * tokens_per_step
+    moe_flops_per_step = 6 * count_params(moe_cfg).active * tokens_per_step
+    low = dense_flops // moe_flops_per_step
+    steps = min((low, low + 1), key=lambda s: (abs(s * moe_flops_per_step - dense_flops), s))
+    return max(1, steps) * tokens_per_step

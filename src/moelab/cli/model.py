@@ -6,7 +6,9 @@ from __future__ import annotations
 import argparse
 import json
 
-from moelab.accounting import CRITERIA, count_params, flops_per_token, match_dense
+from moelab.accounting import (
+    CRITERIA, count_params, equal_compute_tokens, flops_per_token, match_dense,
+)
 from moelab.cli import add_config_arguments, positive_int
 import yaml
 
@@ -26,9 +28,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     match = subparsers.add_parser("match", help="dense baselines matched to an MoE config")
     add_config_arguments(match)
     match.add_argument(
-        "--criterion", choices=CRITERIA, action="append",
-        help="match on active params, total params or training FLOPs/token (repeatable; "
-        "default: all three)",
+        "--criterion", choices=MATCH_CRITERIA, action="append",
+        help="match on active params, total params or training FLOPs/token, or 'compute': "
+        "dense_total against the MoE trained on as many tokens as spend its training FLOPs "
+        "(repeatable; default: all four)",
     )
     match.add_argument("--step", type=positive_int, default=32,
                        help="d_ff is a multiple of this (32)")
@@ -45,6 +48,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     add_config_arguments(show)
     show.set_defaults(func=run_config_show)
+
+
+MATCH_CRITERIA = (*CRITERIA, "compute")
 
 
 def model_counts(cfg: ModelConfig) -> dict[str, int]:
@@ -92,23 +98,50 @@ def resolved_yaml(source: str, overrides: list[str]) -> str:
     return text
 
 
+def training_budget(cfg: ModelConfig, tokens: int) -> dict[str, int]:
+    """The tokens a run trains and its training FLOPs under both counts."""
+    flops = flops_per_token(cfg)
+    return {"tokens": tokens, "training_flops_6n": flops.six_n * tokens,
+            "training_flops_full": flops.full * tokens}
+
+
 def run_match(args: argparse.Namespace) -> int:
-    cfg = load_config(args.config, args.overrides).model
+    config = load_config(args.config, args.overrides)
+    cfg, train = config.model, config.train
     widest = cfg.moe.num_experts * cfg.moe.d_expert if cfg.moe else None
     if widest is not None and args.step > widest:  # the total-matched d_ff is about this wide
         raise MoelabError(f"--step {args.step} is invalid: allowed 1..{widest} (num_experts x "
                           f"d_expert, the widest matched FFN)")
-    arms = {"moe": {"model": to_dict(cfg), "counts": model_counts(cfg)}}
-    for criterion in args.criterion or CRITERIA:
+    tokens_per_step = train.batch_size * cfg.max_seq_len
+    tokens = train.max_tokens // tokens_per_step * tokens_per_step  # whole steps, as trained
+    arms = {"moe": {"model": to_dict(cfg), "counts": model_counts(cfg),
+                    "training": training_budget(cfg, tokens)}}
+    criteria = list(dict.fromkeys(args.criterion or MATCH_CRITERIA))
+    if "compute" in criteria and "total" not in criteria:
+        criteria.insert(criteria.index("compute"), "total")  # compute's dense arm
+    for criterion in criteria:
+        if criterion == "compute":
+            dense = match_dense(cfg, "total", step=args.step).config
+            compute_tokens = equal_compute_tokens(cfg, dense, tokens, tokens_per_step)
+            moe_flops = count_params(cfg).active * compute_tokens
+            dense_flops = count_params(dense).active * tokens
+            arms["moe_compute"] = {
+                "model": to_dict(cfg), "counts": model_counts(cfg),
+                "training": training_budget(cfg, compute_tokens), "criterion": criterion,
+                "mismatch": (moe_flops - dense_flops) / dense_flops,
+            }
+            continue
         matched = match_dense(cfg, criterion, step=args.step)
         arm = {
             "model": to_dict(matched.config),
             "counts": model_counts(matched.config),
+            "training": training_budget(matched.config, tokens),
             "criterion": criterion,
             "mismatch": matched.mismatch,
         }
         # FLOPs per token are affine in the active parameters, so those two usually coincide.
-        same = [name for name, other in arms.items() if other["model"] == arm["model"]]
+        same = [name for name, other in arms.items()
+                if other["model"] == arm["model"] and other["training"] == arm["training"]]
         if same:
             arm["same_model_as"] = same[0]
         arms[f"dense_{criterion}"] = arm
@@ -126,6 +159,9 @@ def _side_by_side(arms: dict[str, dict]) -> str:
     rows = [
         ("FFN", [_ffn(a["model"]) for a in arms.values()]),
         *[(key, [format_count(a["counts"][key]) for a in arms.values()]) for key in next(iter(arms.values()))["counts"]],
+        ("training tokens", [format_count(a["training"]["tokens"]) for a in arms.values()]),
+        *[(key, [f"{a['training'][key]:.3g}" for a in arms.values()])
+          for key in ("training_flops_6n", "training_flops_full")],
         ("mismatch", ["-" if "mismatch" not in a else f"{a['mismatch']:+.3%}" for a in arms.values()]),
     ]
     width = max(14, *(len(name) for name in arms))

@@ -16,11 +16,10 @@ from typing import Optional
 
 import numpy as np
 
-from moelab.accounting import CRITERIA
 from moelab.config import ModelConfig, to_dict
 from moelab.runs import read_failures
 from moelab.runs.families import count_family_tokens, planned_branch_steps
-from moelab.study.arms import LADDER_RUNGS, MOE_ARM, dense_arm_name
+from moelab.study.arms import COMPARED_ARMS, COMPUTE_ARM, LADDER_RUNGS, MOE_ARM, STUDY_CRITERIA
 from moelab.runs.tokens import format_token_count
 from moelab.study.records import RunRecord, read_plan
 from moelab.study.results import (
@@ -46,7 +45,7 @@ def aggregate(study_dir: Path, records: list[RunRecord]) -> StudyResults:
         kind=kind,
         study_dir=study_dir.resolve().name,
         seeds=sorted({r.seed for r in records}),
-        criteria=[c for c in CRITERIA if dense_arm_name(c) in arm_names],
+        criteria=[c for c, pair in COMPARED_ARMS.items() if set(pair) <= set(arm_names)],
         final=groups[-1],  # the largest budget of a sweep
         budgets=groups if budgets else [],
         missing_runs=[run["name"] for run in plan.get("runs", []) if run["name"] not in complete],
@@ -94,7 +93,8 @@ def budget_family_tokens(plan: dict, records: list[RunRecord]) -> Optional[Budge
 
 def _arm_order(planned: list[str], present: set[str]) -> list[str]:
     """The plan's order, then the usual one (moe, dense arms, ladder rungs), then the rest."""
-    preferred = [*planned, MOE_ARM, *(dense_arm_name(c) for c in CRITERIA), *LADDER_RUNGS]
+    preferred = [*planned, MOE_ARM, *(dense for _, dense in COMPARED_ARMS.values()), COMPUTE_ARM,
+                 *LADDER_RUNGS]
     ordered = [arm for arm in dict.fromkeys(preferred) if arm in present]
     return ordered + sorted(present - set(ordered))
 
@@ -108,12 +108,11 @@ def budget_results(arm_names: list[str], records: list[RunRecord],
         if arm_records:
             arms[arm] = arm_result(arm, arm_records)
     gaps = {}
-    for criterion in CRITERIA:
-        dense_arm = dense_arm_name(criterion)
-        if MOE_ARM in arms and dense_arm in arms:
+    for criterion, (moe_arm, dense_arm) in COMPARED_ARMS.items():
+        if moe_arm in arms and dense_arm in arms:
             # Paired by seed number within this budget: the same seed, the same data order.
-            gaps[criterion] = compare(criterion, MOE_ARM, dense_arm,
-                                      arms[MOE_ARM].by_seed("best_val_loss"),
+            gaps[criterion] = compare(criterion, moe_arm, dense_arm,
+                                      arms[moe_arm].by_seed("best_val_loss"),
                                       arms[dense_arm].by_seed("best_val_loss"))
     label = format_token_count(budget) if budget is not None else None
     steps = rung_steps({arm: result.by_seed("best_val_loss") for arm, result in arms.items()})
@@ -142,9 +141,12 @@ def arm_result(arm: str, records: list[RunRecord]) -> ArmResult:
 
 
 def _criterion_of(arm: str) -> Optional[str]:
-    """The criterion a ``dense_<criterion>`` arm is matched on; None for any other arm."""
+    """The criterion a ``dense_<criterion>`` arm is matched on, ``compute`` for the
+    equal-compute MoE; None for any other arm."""
+    if arm == COMPUTE_ARM:
+        return "compute"
     criterion = arm.removeprefix("dense_")
-    return criterion if arm.startswith("dense_") and criterion in CRITERIA else None
+    return criterion if arm.startswith("dense_") and criterion in STUDY_CRITERIA else None
 
 
 def describe_model(model: ModelConfig) -> str:

@@ -1,7 +1,10 @@
 """The arms of a study, each a copy of one base MoE config with its FFN or routing replaced.
 
 Dense-vs-MoE arms (``moe``, ``dense_active``, ``dense_total``) differ only in the FFN: a dense arm
-drops ``model.moe`` and takes the ``d_ff`` the matcher chose. (A study has no FLOP-matched arm:
+drops ``model.moe`` and takes the ``d_ff`` the matcher chose. The equal-compute criterion adds
+``moe_compute``: the MoE trained on more tokens, as many as spend dense_total's training FLOPs,
+and compares it with ``dense_total`` (equal total parameters and equal training FLOPs, the
+comparison of Abnar et al. 2025 and Ludziejewski et al. 2025; the others are at equal tokens). (A study has no FLOP-matched arm:
 under moelab's FLOP count it is the ``dense_active`` model, see ``check_criteria``.) The routing ladder's
 rungs differ only in ``model.moe`` (top_k, the auxiliary-loss coefficients, the balancing
 scope and mode). Everything else
@@ -13,13 +16,20 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Optional
 
-from moelab.accounting import match_dense
+from moelab.accounting import count_params, equal_compute_tokens, match_dense
 from moelab.config import Config, ModelConfig
 from moelab.errors import ConfigError, MoelabError, short_repr
 
 MOE_ARM = "moe"
-STUDY_CRITERIA = ("active", "total")
-DEFAULT_CRITERIA = STUDY_CRITERIA
+COMPUTE_ARM = "moe_compute"
+STUDY_CRITERIA = ("active", "total", "compute")
+DEFAULT_CRITERIA = ("active", "total")
+COMPARED_ARMS = {
+    "active": (MOE_ARM, "dense_active"),
+    "total": (MOE_ARM, "dense_total"),
+    "compute": (COMPUTE_ARM, "dense_total"),
+}
+"""Criterion -> (the MoE arm, the dense arm) its comparison pairs seed by seed."""
 LADDER_RUNGS = ("naive_top1", "top1_lb", "top2_lb", "top2_lb_z", "top2_global_lb_z",
                 "top2_bias_z")
 LADDER_DESCRIPTIONS = {
@@ -46,10 +56,24 @@ class Arm:
     mismatch: float = 0.0
     """Relative residual mismatch of the criterion, (dense - moe) / moe."""
     description: str = ""
+    flops_of: Optional[ModelConfig] = None
+    """The equal-compute arm only: the dense model whose training FLOPs every run of this arm
+    spends, at the run's own token budget (``run_tokens``)."""
+
+    def run_tokens(self, budget: Optional[int]) -> Optional[int]:
+        """The tokens a run of this arm trains at the study's token ``budget`` (None: the
+        config's train.max_tokens); None when that is the config's own."""
+        if self.flops_of is None:
+            return budget
+        tokens_per_step = self.config.train.batch_size * self.config.model.max_seq_len
+        dense_tokens = self.config.train.max_tokens if budget is None else budget
+        return equal_compute_tokens(self.config.model, self.flops_of, dense_tokens,
+                                    tokens_per_step)
 
 
 def dense_arm_name(criterion: str) -> str:
-    return f"dense_{criterion}"
+    """The dense arm a criterion's comparison uses: ``dense_total`` for ``compute`` too."""
+    return COMPARED_ARMS.get(criterion, (MOE_ARM, f"dense_{criterion}"))[1]
 
 
 def check_criteria(criteria: list[str]) -> list[str]:
@@ -85,13 +109,18 @@ def require_moe(config: Config) -> None:
 
 
 def study_arms(config: Config, criteria: list[str], match_step: int = 32) -> list[Arm]:
-    """The MoE arm, then one matched dense arm per criterion."""
+    """The MoE arm, then one matched dense arm per parameter criterion; ``compute`` adds the
+    equal-compute MoE arm (and dense_total, its comparison, when ``total`` is not asked)."""
     require_moe(config)
     moe = config.model.moe
     shared = f" + {moe.num_shared_experts} shared" if moe.num_shared_experts else ""
-    arms = [Arm(MOE_ARM, config,
-                description=f"MoE, {moe.num_experts} experts, top-{moe.top_k}{shared}")]
-    for criterion in check_criteria(criteria):
+    description = f"MoE, {moe.num_experts} experts, top-{moe.top_k}{shared}"
+    criteria = check_criteria(criteria)
+    arms = [Arm(MOE_ARM, config, description=description)]
+    dense_criteria = [c for c in criteria if c != "compute"]
+    if "compute" in criteria and "total" not in dense_criteria:
+        dense_criteria.append("total")
+    for criterion in dense_criteria:
         matched = match_dense(config.model, criterion, match_step)
         dense_config = with_model(config, replace(config.model, moe=None, d_ff=matched.config.d_ff))
         arms.append(
@@ -100,7 +129,23 @@ def study_arms(config: Config, criteria: list[str], match_step: int = 32) -> lis
                 f"dense, d_ff={matched.config.d_ff}, matched on {criterion}",
             )
         )
+    if "compute" in criteria:
+        dense_total = next(arm for arm in arms if arm.name == dense_arm_name("total"))
+        arms.append(equal_compute_arm(config, dense_total.config.model, description))
     return arms
+
+
+def equal_compute_arm(config: Config, dense: ModelConfig, description: str) -> Arm:
+    """The MoE trained on as many tokens as spend the training FLOPs of ``dense`` (6N x tokens);
+    its mismatch is that of the FLOPs at the config's token budget, from whole steps."""
+    arm = Arm(COMPUTE_ARM, config, "compute", flops_of=dense)
+    tokens_per_step = config.train.batch_size * config.model.max_seq_len
+    dense_flops = count_params(dense).active * (config.train.max_tokens // tokens_per_step)
+    moe_flops = count_params(config.model).active * (arm.run_tokens(None) // tokens_per_step)
+    arm.mismatch = (moe_flops - dense_flops) / dense_flops
+    arm.description = (f"{description}, {arm.run_tokens(None):,} tokens: dense_total's "
+                       "training FLOPs (6N x tokens)")
+    return arm
 
 
 def ladder_arms(config: Config) -> list[Arm]:

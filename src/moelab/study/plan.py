@@ -49,7 +49,8 @@ def plan_runs(arms: list[Arm], seeds: list[int], budgets: list[int]) -> list[Run
 
     That order means a study stopped half-way already holds complete, comparable seeds. A run's
     config is its arm's with ``train.seed`` (and the budget) set: it does not depend on where the
-    seed sits in the list, nor on the base ``train.seed`` a count started from. Under
+    seed sits in the list, nor on the base ``train.seed`` a count started from; the budget labels
+    every arm's run, though the equal-compute arm trains more tokens (``Arm.run_tokens``). Under
     ``train.schedule: wsd`` the budgets of an arm and seed are one budget family
     (``moelab.runs.families``): the largest trained in full, the others branching from it.
     """
@@ -58,7 +59,7 @@ def plan_runs(arms: list[Arm], seeds: list[int], budgets: list[int]) -> list[Run
         for seed in seeds:
             for arm in arms:
                 specs.append(RunSpec(run_name(arm.name, seed, budget),
-                                     run_config(arm.config, seed, budget),
+                                     run_config(arm.config, seed, arm.run_tokens(budget)),
                                      {"arm": arm.name, "seed": seed, "budget": budget}))
     families = [as_budget_family([s for s in specs if (s.labels["arm"], s.labels["seed"]) == key])
                 for key in dict.fromkeys((s.labels["arm"], s.labels["seed"]) for s in specs)]
@@ -66,12 +67,12 @@ def plan_runs(arms: list[Arm], seeds: list[int], budgets: list[int]) -> list[Run
     return [planned[spec.name] for spec in specs]
 
 
-def run_config(arm_config: Config, seed: int, budget: Optional[int]) -> Config:
-    """An arm's config with the run's ``train.seed`` and, in a budget sweep, its
-    ``train.max_tokens``."""
+def run_config(arm_config: Config, seed: int, tokens: Optional[int]) -> Config:
+    """An arm's config with the run's ``train.seed`` and, in a budget sweep or for the
+    equal-compute arm, its ``train.max_tokens``."""
     train = replace(arm_config.train, seed=seed)
-    if budget is not None:
-        train = replace(train, max_tokens=budget)
+    if tokens is not None:
+        train = replace(train, max_tokens=tokens)
     return replace(arm_config, train=train).validate()
 
 

@@ -22,14 +22,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
-from moelab.accounting import CRITERIA
 from moelab.config import ModelConfig, from_dict, to_dict
 from moelab.errors import ConfigError, MoelabError
 from moelab.fileio import atomic_write_json, atomic_write_text
 from moelab.report import format_mean_std, format_number, format_p_value, markdown_table
 from moelab.runs.tokens import format_token_count
 from moelab.study.aggregate import aggregate
-from moelab.study.arms import MOE_ARM, dense_arm_name
+from moelab.study.arms import COMPARED_ARMS
 from moelab.study.records import find_runs
 from moelab.study.results import json_safe
 from moelab.study.stats import Gap, adjust_family, compare, summarize
@@ -243,11 +242,11 @@ def pool(sources: list[StudySource]) -> PooledStudy:
                        for arm in first.losses[budget]} for budget in budgets}
     keys, tests = [], []
     for budget in budgets:
-        for criterion in CRITERIA:
-            moe, dense = losses[budget].get(MOE_ARM), losses[budget].get(dense_arm_name(criterion))
+        for criterion, (moe_arm, dense_arm) in COMPARED_ARMS.items():
+            moe, dense = losses[budget].get(moe_arm), losses[budget].get(dense_arm)
             if moe is not None and dense is not None:
                 keys.append((budget, criterion))
-                tests.append(compare(criterion, MOE_ARM, dense_arm_name(criterion), moe, dense))
+                tests.append(compare(criterion, moe_arm, dense_arm, moe, dense))
     gaps: dict[Optional[int], dict[str, Gap]] = {budget: {} for budget in budgets}
     for (budget, criterion), gap in zip(keys, adjust_family(tests)):
         gaps[budget][criterion] = gap

@@ -31,6 +31,7 @@ CRITERION_TEXT = {
     "active": "matched on active parameters per token",
     "total": "matched on total stored parameters",
     "flops": "matched on training FLOPs per token (full count)",
+    "compute": "matched on total parameters at equal training FLOPs",
 }
 
 
@@ -165,13 +166,23 @@ def arms_section(arms: dict[str, ArmResult]) -> str:
         rows.append([
             arm, CRITERION_TEXT.get(r.criterion, "–") if r.criterion else "(the MoE)",
             r.description, format_count(r.active_params), format_count(r.total_params),
-            format_count(r.flops_per_token_6n),
+            format_count(r.flops_per_token_6n), format_count(r.runs[0].tokens),
+            _training_flops(r),
             f"{format_mean_std(loss.mean, loss.std)} (n={loss.n})",
             format_mean_std(r.best_val_bpb.mean, r.best_val_bpb.std),
         ])
     return "## Arms\n\n" + markdown_table(
         ["arm", "criterion", "FFN", "active params", "total params", "FLOPs/token (6N)",
-         "best val loss (mean ± std)", "bits/byte"], rows, "lllrrrrr")
+         "tokens", "training FLOPs (6N x tokens)", "best val loss (mean ± std)", "bits/byte"],
+        rows, "lllrrrrrrr")
+
+
+def _training_flops(arm: ArmResult) -> str:
+    """6 x active parameters x the tokens its first run trained (every seed trains as many)."""
+    tokens = arm.runs[0].tokens
+    if tokens is None or arm.flops_per_token_6n is None:
+        return "–"
+    return f"{arm.flops_per_token_6n * tokens:.3g}"
 
 
 def comparison_section(gaps: dict[str, Gap], heading: str = "## Comparisons") -> str:

@@ -17,8 +17,7 @@ from typing import Optional
 
 import numpy as np
 
-from moelab.accounting import CRITERIA
-from moelab.study.arms import MOE_ARM, dense_arm_name
+from moelab.study.arms import COMPARED_ARMS
 from moelab.study.records import RunRecord
 from moelab.study.stats import (
     Summary, decide, family_label, holm, mean_interval, paired_difference, summarize,
@@ -103,11 +102,10 @@ def zero_shot_result(arm_names: list[str], records: list[RunRecord]) -> dict[str
         if not arms:
             continue
         comparisons = {}
-        for criterion in CRITERIA:
-            dense_arm = dense_arm_name(criterion)
-            if MOE_ARM in arms and dense_arm in arms:
+        for criterion, (moe_arm, dense_arm) in COMPARED_ARMS.items():
+            if moe_arm in arms and dense_arm in arms:
                 comparisons[criterion] = accuracy_comparison(
-                    MOE_ARM, dense_arm, arms[MOE_ARM], arms[dense_arm])
+                    moe_arm, dense_arm, arms[moe_arm], arms[dense_arm])
         result[task] = TaskResult(arms, comparisons)
     return result
 
