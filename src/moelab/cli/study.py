@@ -40,8 +40,9 @@ def register(subparsers) -> None:
     add_config_arguments(study)
     _add_run_arguments(study, "study")
     study.add_argument("--criteria", metavar="LIST",
-                       help="fairness criteria, comma-separated from active,total "
-                       "(default: the preset's, else both)")
+                       help="fairness criteria, comma-separated from active,total,compute "
+                       "(compute: dense_total against the MoE trained on as many tokens as "
+                       "spend its training FLOPs; default: the preset's, else active,total)")
     study.add_argument("--budgets", metavar="LIST",
                        help="token budgets, e.g. 40.5M,426.3M: every arm x seed at each, "
                        "each with its own full schedule")
