@@ -51,6 +51,12 @@ class VertexFit:
     widened: bool = False
     """The window had to grow past its factor to find a parabola that opens upward."""
 
+    def uses(self, params) -> np.ndarray:
+        """Mask of the sizes in ``params`` (N) that this parabola was fitted to."""
+        log_n = np.log(np.asarray(params, dtype=np.float64))
+        used = np.log(self.sizes_used)
+        return np.isclose(log_n[:, None], used[None, :], rtol=0, atol=1e-9).any(axis=1)
+
 
 @dataclass
 class VertexSupport:
@@ -177,7 +183,7 @@ def vertex_support(fit: VertexFit, log_n: np.ndarray, loss: np.ndarray,
     log_n = np.asarray(log_n, dtype=np.float64)
     loss = np.asarray(loss, dtype=np.float64)
     sizes, means, counts = size_means(log_n, loss)
-    used = np.isin(np.round(sizes, 9), np.round(np.log(fit.sizes_used), 9))
+    used = fit.uses(np.exp(sizes))
     residuals = means[used] - np.polyval(fit.coefficients, sizes[used])
     dof = int(used.sum()) - 3
     # Unbiased for the noise of a mean when the parabola is right: sum of squares over dof.
