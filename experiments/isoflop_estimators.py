@@ -1,6 +1,6 @@
 """Which IsoFLOP vertex estimator to use: measured on simulated grids with a known N*(C).
 
-    python experiments/isoflop_estimators.py [--draws 400] [--published ISOFLOPS_CSV]
+    python experiments/isoflop_estimators.py [--draws 200] [--law epoch] [--published ISOFLOPS_CSV]
 
 The truth is a Chinchilla law (Besiroglu et al.'s refit: A = 482.01, B = 2085.43, E = 1.81686,
 alpha = 0.34781, beta = 0.36585), so N*(C) = G (C / 6)^a with a = beta / (alpha + beta) =
@@ -132,7 +132,7 @@ def published(path: str) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--draws", type=int, default=400)
+    parser.add_argument("--draws", type=int, default=200)
     parser.add_argument("--published", metavar="CSV")
     parser.add_argument("--law", choices=sorted(LAWS), default="epoch",
                         help="the truth: Besiroglu et al.'s refit, Hoffmann et al.'s own fit, or "

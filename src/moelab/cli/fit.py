@@ -355,6 +355,8 @@ def format_sparsity_optima(optima: dict) -> list[str]:
             ci = row["ci"]
             shown = f"S* = {row['sparsity']:.3f}" + (
                 f"  95% CI [{ci[0]:.3f}, {ci[1]:.3f}]" if ci else "  (no interval: one seed)")
+            if ci and ci[1] >= max(sparsities) - 1e-9:
+                shown += "  (interval reaches the grid's largest S: no upper bound)"
         lines.append(f"  C={row['flops']:.3g}: {shown}")
     trend = optima["trend"]
     if trend["clamped"]:

@@ -226,7 +226,10 @@ def _s_star_text(row: dict, sparsities: list[float]) -> str:
         return f"≥ {max(sparsities):g} (unbounded)"
     if edge == "lower":
         return f"≤ {min(sparsities):g} (unbounded)"
-    return _ci_text(row["sparsity"], row["ci"], "{:.3f}")
+    text = _ci_text(row["sparsity"], row["ci"], "{:.3f}")
+    if row["ci"] is not None and row["ci"][1] >= max(sparsities) - 1e-9:
+        text += " (interval reaches the grid's largest S)"
+    return text
 
 
 def _trend_sentence(optima: dict) -> str:
