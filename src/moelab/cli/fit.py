@@ -339,7 +339,7 @@ def _support_lines(row: dict) -> list[str]:
 
 
 def format_sparsity_optima(optima: dict) -> list[str]:
-    """S*(C) per budget with its interval, "S* >= edge (unbounded)" where it sits on the grid's
+    """S*(C) per budget with its interval, "S* ≥ edge (unbounded)" where it sits on the grid's
     end, and the slope of S*(C) only when no S* is clamped."""
     lines = [f"S*(C) from each sparsity's IsoFLOP minima ({optima['replicates']} bootstrap "
              f"replicates, resampling {optima['resampling']}):"]
@@ -348,9 +348,9 @@ def format_sparsity_optima(optima: dict) -> list[str]:
         if row["sparsity"] is None:
             shown = "no S* (a sparsity without a minimum)"
         elif row["at_edge"] == "upper":
-            shown = f"S* >= {max(sparsities):g} (unbounded: the grid's largest sparsity)"
+            shown = f"S* ≥ {max(sparsities):g} (unbounded: the grid's largest sparsity)"
         elif row["at_edge"] == "lower":
-            shown = f"S* <= {min(sparsities):g} (unbounded: the grid's smallest sparsity)"
+            shown = f"S* ≤ {min(sparsities):g} (unbounded: the grid's smallest sparsity)"
         else:
             ci = row["ci"]
             shown = f"S* = {row['sparsity']:.3f}" + (
