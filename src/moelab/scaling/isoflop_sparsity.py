@@ -37,7 +37,7 @@ import numpy as np
 
 from moelab.scaling.fitting import percentile_interval
 from moelab.scaling.isoflop_vertex import (
-    MIN_SIZES, WINDOW_FACTOR, VertexFit, check_estimator, fit_vertex, vertex_support,
+    WINDOW_FACTOR, VertexFit, check_estimator, fit_vertex, vertex_support,
 )
 
 EDGE_TOLERANCE = 1e-9
