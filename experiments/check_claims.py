@@ -477,6 +477,29 @@ def fitted(name: str, digits: int) -> str:
     return f"{name} {fit['params'][name]:.{digits}f} [{low:.{digits}f}, {high:.{digits}f}]"
 
 
+def isoflop_s_star() -> str:
+    """'The interpolated S* is 0.820 [0.750, 0.875], ...' from cpu-isoflop's isoflop.json."""
+    rows = load("sweeps/cpu-isoflop/isoflop.json")["sparsity_optima"]["optimal_sparsity"]
+    shown = [f"{r['sparsity']:.3f} [{r['ci'][0]:.3f}, {r['ci'][1]:.3f}]" for r in rows]
+    return f"The interpolated S* is {', '.join(shown[:-1])} and {shown[-1]}"
+
+
+def isoflop_slope() -> str:
+    trend = load("sweeps/cpu-isoflop/isoflop.json")["sparsity_optima"]["trend"]
+    low, high = trend["ci"]
+    return (f"The slope of S*(C) is {trend['slope_per_decade']:+.3f} [{low:+.3f}, {high:+.3f}] "
+            f"per decade of C over the {trend['n_budgets']} budgets (one-sided bootstrap p of no "
+            f"rise {trend['p_not_rising']:.2f}")
+
+
+def isoflop_minima(flops: float) -> str:
+    """'3.4569 (dense), 3.4160, 3.3996 and 3.3981' at one budget."""
+    cells = [c for c in load("sweeps/cpu-isoflop/isoflop.json")["sparsity_optima"]["cells"]
+             if c["flops"] == flops]
+    losses = [f"{c['loss']:.4f}" for c in cells]
+    return f"{losses[0]} (dense), {', '.join(losses[1:-1])} and {losses[-1]}"
+
+
 def effective_size_exponent() -> str:
     params = load("sweeps/cpu/fit.json")["params"]
     return f"N (1 - S)^{params['delta'] / params['gamma']:.3f}"
@@ -636,6 +659,11 @@ CLAIMS = [
     Claim(SCALING, "gamma 0.62 [0.43, 0.79], beta 0.80 [0.55, 1.16], e 2.18 [1.95, 2.34]",
           lambda: ", ".join(fitted(name, 2) for name in ("gamma", "beta", "e"))),
     Claim(SCALING, "N (1 - S)^0.047", effective_size_exponent),
+    Claim(SCALING, "The interpolated S* is 0.820 [0.750, 0.875], 0.853 [0.790, 0.875] and "
+          "0.797 [0.761, 0.869]", isoflop_s_star),
+    Claim(SCALING, "The slope of S*(C) is -0.024 [-0.103, +0.062] per decade of C over the 3 "
+          "budgets (one-sided bootstrap p of no rise 0.70", isoflop_slope),
+    Claim(SCALING, "3.4569 (dense), 3.4160, 3.3996 and 3.3981", lambda: isoflop_minima(3.6e11)),
     # The recipe (docs/recipe.md).
     Claim(RECIPE, "| untied_warmup0.5_b8 | 0-2 | 409,600 | 3.3581 ± 0.0118 | 3.3762 ± 0.0066 | "
           "3.3759 ± 0.0093 | +0.0181 ± 0.0122 (MDE 0.040) | +0.0178 ± 0.0031 (MDE 0.010) |",

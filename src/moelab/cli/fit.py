@@ -82,7 +82,10 @@ def register(subparsers) -> None:
     isoflop = subparsers.add_parser(
         "isoflop", help="IsoFLOP analysis: per-budget parabola in log N, N*(C) ~ C^a",
         description="Per compute budget, fit loss against log N (and -log(1-S) when the CSV has S) "
-                    "and report the compute-optimal N*(C) [and S*(C)] and the exponent a.",
+                    "and report the compute-optimal N*(C) [and S*(C)] and the exponent a. Each "
+                    "budget's vertex says which sizes it used and warns when the data support "
+                    "it poorly. With several sparsities and a seed column, S*(C) from each "
+                    "sparsity's IsoFLOP minima with bootstrap intervals.",
     )
     isoflop.add_argument("csv", metavar="CSV",
                          help="one row per training run; a sweep's results.csv needs no --columns")
@@ -91,6 +94,21 @@ def register(subparsers) -> None:
                          "in a sweep's results.csv)")
     isoflop.add_argument("--where", action="append", default=[], metavar="COLUMN=VALUE",
                          help="keep only rows whose COLUMN equals VALUE (repeatable)")
+    isoflop.add_argument("--estimator", choices=("window", "global"), default="window",
+                         help="window (default): a parabola through the sizes within "
+                              "--window-factor of the vertex; global: through every size of "
+                              "the budget (docs/scaling.md compares them)")
+    isoflop.add_argument("--window-factor", type=float, default=3.0, metavar="F",
+                         help="with --estimator window: sizes within F times the vertex (> 1; "
+                              "default 3)")
+    isoflop.add_argument("--seed-column", default="seed", metavar="COLUMN",
+                         help="the column naming each run's seed (default: seed, when present): "
+                              "the fits' residuals are compared with the seeds' noise, and S* "
+                              "gets bootstrap intervals over seeds")
+    isoflop.add_argument("--bootstrap", type=bounded_int(MAX_BOOTSTRAP), default=200,
+                         metavar="R", help="bootstrap replicates for the S* intervals (default "
+                                           "200; 0: none)")
+    isoflop.add_argument("--seed", type=seed_int, default=0, help="bootstrap seed")
     isoflop.add_argument("--json", action="store_true", help="print the analysis as JSON")
     isoflop.set_defaults(func=_isoflop)
 
@@ -253,24 +271,99 @@ def _dense_comparison(by_seconds: dict) -> str:
 
 def _isoflop(args) -> int:
     from moelab.scaling.isoflop import isoflop_analysis, read_isoflop_table, why_no_budget
+    from moelab.scaling.isoflop_sparsity import sparsity_isoflop
     from moelab.scaling.table import parse_column_map
 
-    columns = read_isoflop_table(args.csv, parse_column_map(args.columns), args.where)
-    result = isoflop_analysis(columns)
+    if not (math.isfinite(args.window_factor) and args.window_factor > 1.0):
+        raise MoelabError(f"--window-factor {args.window_factor} is invalid: must be a number > 1")
+    columns = read_isoflop_table(args.csv, parse_column_map(args.columns), args.where,
+                                 seed_column=args.seed_column)
+    options = {"estimator": args.estimator, "window_factor": args.window_factor}
+    result = isoflop_analysis(columns, **options)
     if not result["budgets"]:
         raise MoelabError(f"{args.csv}: no budget could be analysed: {why_no_budget(columns)}")
+    if "S" in columns and len(set(columns["S"])) > 1:
+        seeds = columns.get("seed")
+        result["sparsity_optima"] = sparsity_isoflop(
+            columns, seeds if seeds is not None else [str(i) for i in range(len(columns["N"]))],
+            replicates=args.bootstrap if seeds is not None else 0, seed=args.seed, **options)
     if args.json:
         print(json.dumps(result, indent=2))
         return 0
+    print(format_isoflop(result))
+    return 0
+
+
+def format_isoflop(result: dict) -> str:
+    """The budgets' optima with the sizes each used and its warnings, the exponent, and S*(C)
+    from the per-sparsity minima when there are several sparsities."""
+    window = (f", sizes within {result['window_factor']:g}x of the vertex"
+              if result["estimator"] == "window" else ", every size of the budget")
+    lines = [f"IsoFLOP vertices: {result['estimator']} parabola in log N{window}"]
     for row in result["budgets"]:
         sparsity = f"  S*={row['sparsity']:.3f}" if "sparsity" in row else ""
         outside = "" if row["inside_data"] else "  outside data: not used for the exponent"
-        print(f"  C={row['flops']:.3g}: N*={row['params']:.4g}  loss*={row['loss']:.4f}"
-              f"  ({row['n_points']} points){sparsity}{outside}")
+        lines.append(f"  C={row['flops']:.3g}: N*={row['params']:.4g}  loss*={row['loss']:.4f}"
+                     f"  ({row['n_points']} points){sparsity}{outside}")
+        lines.extend(f"      {line}" for line in _support_lines(row))
     fit = result["params_exponent"]
     if fit:
-        print(f"N*(C) = {fit['coefficient']:.4g} * C^{fit['exponent']:.4f}"
-              f"  (from the {fit['n_budgets']} budgets with their optimum inside the data)")
-    elif result["budgets"]:
-        print("N*(C): not fitted: fewer than 2 budgets have their optimum inside the data")
-    return 0
+        interval = (f"  95% CI [{fit['ci'][0]:.4f}, {fit['ci'][1]:.4f}]" if fit["ci"]
+                    else "  (no interval from 2 budgets)")
+        lines.append(f"N*(C) = {fit['coefficient']:.4g} * C^{fit['exponent']:.4f}{interval}"
+                     f"  (from the {fit['n_budgets']} budgets with their optimum inside the data)")
+    else:
+        lines.append("N*(C): not fitted: fewer than 2 budgets have their optimum inside the data")
+    if result["poorly_supported"]:
+        lines.append("warning: poorly supported vertices at C = "
+                     + ", ".join(f"{c:.3g}" for c in result["poorly_supported"]))
+    if result.get("sparsity_optima"):
+        lines.extend(format_sparsity_optima(result["sparsity_optima"]))
+    return "\n".join(lines)
+
+
+def _support_lines(row: dict) -> list[str]:
+    """Which sizes a budget's vertex used, the grid's balance about it, and its warnings."""
+    supports = ({"": row["support"]} if "parabola" in row
+                else {f"S={s}: ": one for s, one in row["support"].items()})
+    lines = []
+    for label, support in supports.items():
+        sizes = ", ".join(f"{n:.3g}" for n in support["sizes_used"])
+        noise = ("" if support["residual_to_noise"] is None
+                 else f"; residuals {support['residual_to_noise']:.2g}x seed noise")
+        lines.append(f"{label}sizes used {sizes} (span {support['span_used']:.3g}x of the "
+                     f"grid's {support['grid_span']:.3g}x; grid sizes below/above the vertex "
+                     f"{support['sizes_below']}/{support['sizes_above']}){noise}")
+    lines.extend(f"warning: {warning}" for warning in row["warnings"])
+    return lines
+
+
+def format_sparsity_optima(optima: dict) -> list[str]:
+    """S*(C) per budget with its interval, "S* ≥ edge (unbounded)" where it sits on the grid's
+    end, and the slope of S*(C) only when no S* is clamped."""
+    lines = [f"S*(C) from each sparsity's IsoFLOP minima ({optima['replicates']} bootstrap "
+             f"replicates, resampling {optima['resampling']}):"]
+    sparsities = optima["sparsities"]
+    for row in optima["optimal_sparsity"]:
+        if row["sparsity"] is None:
+            shown = "no S* (a sparsity without a minimum)"
+        elif row["at_edge"] == "upper":
+            shown = f"S* ≥ {max(sparsities):g} (unbounded: the grid's largest sparsity)"
+        elif row["at_edge"] == "lower":
+            shown = f"S* ≤ {min(sparsities):g} (unbounded: the grid's smallest sparsity)"
+        else:
+            ci = row["ci"]
+            shown = f"S* = {row['sparsity']:.3f}" + (
+                f"  95% CI [{ci[0]:.3f}, {ci[1]:.3f}]" if ci else "  (no interval: one seed)")
+            if ci and ci[1] >= max(sparsities) - 1e-9:
+                shown += "  (interval reaches the grid's largest S: no upper bound)"
+        lines.append(f"  C={row['flops']:.3g}: {shown}")
+    trend = optima["trend"]
+    if trend["clamped"]:
+        lines.append("  slope of S*(C): not given, an S* sits on the grid's edge")
+    elif trend["slope_per_decade"] is not None:
+        ci = trend["ci"]
+        interval = f" [{ci[0]:+.3f}, {ci[1]:+.3f}]" if ci else ""
+        lines.append(f"  slope of S*(C): {trend['slope_per_decade']:+.3f}{interval} per decade "
+                     f"of C over {trend['n_budgets']} budgets")
+    return lines

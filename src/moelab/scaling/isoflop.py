@@ -3,15 +3,22 @@
 Runs are grouped by compute budget C. Per budget:
 
 - dense (no S column, or one sparsity): loss is fitted as a parabola in log N; its vertex is the
-  compute-optimal size N*(C);
+  compute-optimal size N*(C). By default the parabola goes through the sizes near the lowest
+  loss only (``moelab.scaling.isoflop_vertex``: a window of sizes within 3x of the vertex);
+  ``estimator="global"`` fits every size, as Hoffmann et al. did;
 - with several sparsities: loss is fitted as a full quadratic surface in x = log N and
   y = -log(1 - S) (Abnar et al.'s polynomial fit per budget), minimised inside the box of the
   observed points, giving N*(C) and S*(C); N_active*(C) follows from the points' own
-  N_active / N ratios (``estimate_shared_fraction``).
+  N_active / N ratios (``estimate_shared_fraction``). With the window estimator, the surface
+  goes through each sparsity's windowed sizes only.
+
+Every budget row carries its diagnostics (``support``: the sizes used, the grid's span and
+balance about the vertex, the residuals against the seeds' noise) and its ``warnings``.
 
 Across budgets, log N*(C) = a log C + log k is fitted by least squares (N* = k C^a; Chinchilla's
 own IsoFLOP analysis gives a = 0.49, Besiroglu et al.'s refit ~0.5), on the budgets whose optimum
-lies inside the data only (see ``isoflop_analysis``).
+lies inside the data only (see ``isoflop_analysis``), with a 95 % t interval from the budgets'
+scatter about the line.
 
 Runs are grouped by their *nominal* budget. A run's actual compute can miss it (a sweep rounds D
 down to whole optimizer steps); ``compute_deviation`` measures by how much, and runs beyond
@@ -25,14 +32,21 @@ from pathlib import Path
 
 import numpy as np
 import scipy.optimize
+import scipy.stats
 
 from moelab.errors import MoelabError, short_repr
 from moelab.scaling.family import active_params, estimate_shared_fraction
+from moelab.scaling.isoflop_vertex import (
+    MIN_SIZES, WINDOW_FACTOR, check_estimator, fit_vertex, vertex_support,
+)
 from moelab.scaling.table import (
     numeric_column, read_csv_rows, require_column, validate_columns, with_default_columns,
 )
 
-MIN_POINTS_PARABOLA = 3
+MIN_POINTS_PARABOLA = MIN_SIZES
+SEED_COLUMN = "seed"
+"""A table's seed column, read when present: the seeds' scatter is the noise the IsoFLOP fits'
+residuals are compared with, and the unit S*'s bootstrap resamples."""
 MIN_POINTS_SURFACE = 6
 COMPUTE_TOLERANCE = 0.02
 """|C / C_budget - 1| above which a run is flagged as off its IsoFLOP budget. A rule of thumb:
@@ -42,9 +56,11 @@ not sit on its budget's curve."""
 
 
 def read_isoflop_table(path: str | Path, column_map: dict[str, str] | None = None,
-                       where: list[str] | None = None) -> dict[str, np.ndarray]:
+                       where: list[str] | None = None,
+                       seed_column: str | None = SEED_COLUMN) -> dict[str, np.ndarray]:
     """Columns N, C (the IsoFLOP budget), loss, and S / N_active when present (validated as for
-    ``moelab fit``: N, C, N_active, loss > 0 and S in [0, 1))."""
+    ``moelab fit``: N, C, N_active, loss > 0 and S in [0, 1)); ``seed`` (strings) when the
+    table has ``seed_column`` with a value in every row."""
     path = Path(path)
     header, rows = read_csv_rows(path)
     # In moelab's results.csv, C is a run's actual compute and C_budget the budget it was
@@ -73,6 +89,8 @@ def read_isoflop_table(path: str | Path, column_map: dict[str, str] | None = Non
     columns = {key: numeric_column(path, rows, names[key])
                for key in ("N", "C", "S", "N_active", "loss") if names[key] in header}
     validate_columns(path, columns)
+    if seed_column and seed_column in header and all((row[seed_column] or "").strip() for row in rows):
+        columns["seed"] = np.array([row[seed_column].strip() for row in rows])
     return columns
 
 
@@ -80,17 +98,6 @@ def compute_deviation(actual_flops, budget_flops) -> np.ndarray:
     """C / C_budget - 1 per run: how far a run's actual compute is from its IsoFLOP budget."""
     actual = np.asarray(actual_flops, dtype=np.float64)
     return actual / np.asarray(budget_flops, dtype=np.float64) - 1.0
-
-
-def fit_parabola(log_params: np.ndarray, loss: np.ndarray) -> dict | None:
-    """Vertex of loss = c2 x^2 + c1 x + c0 in x = log N; None when the parabola opens downward."""
-    c2, c1, c0 = np.polyfit(log_params, loss, 2)
-    if c2 <= 0:
-        return None
-    x_star = -c1 / (2 * c2)
-    return {"coefficients": [float(c2), float(c1), float(c0)], "log_params": float(x_star),
-            "loss": float(c0 - c1 * c1 / (4 * c2)),
-            "inside": bool(log_params.min() <= x_star <= log_params.max())}
 
 
 def _surface_terms(x: np.ndarray, y: np.ndarray) -> np.ndarray:
@@ -146,30 +153,38 @@ def budget_fit_loss(budget: dict, log_params: np.ndarray, sparsity: float = 0.0)
     return _surface_terms(log_params, y) @ np.asarray(budget["surface"])
 
 
-def isoflop_analysis(columns: dict[str, np.ndarray]) -> dict:
+def isoflop_analysis(columns: dict[str, np.ndarray], *, estimator: str = "window",
+                     window_factor: float = WINDOW_FACTOR) -> dict:
     """Per-budget optima and the power law N*(C) = k C^a across budgets.
 
     Every budget row says whether its optimum lies inside the data (``inside_data``): a
-    parabola's vertex within the sampled N range, or a surface minimum off the edge of the
-    sampled box. Only those budgets enter the exponent fit: an optimum outside the data is an
-    extrapolation (or, on the edge, only a bound), so it would bend the exponent towards the
-    sizes that happened to be sampled. ``outside_data`` lists the budgets left out.
+    parabola's vertex within the sizes it was fitted to, or a surface minimum off the edge of
+    the sampled box. Only those budgets enter the exponent fit: an optimum outside the data is
+    an extrapolation (or, on the edge, only a bound), so it would bend the exponent towards the
+    sizes that happened to be sampled. ``outside_data`` lists the budgets left out;
+    ``poorly_supported`` those with a warning (``isoflop_vertex.VertexSupport``).
     """
+    check_estimator(estimator, window_factor)
     has_sparsity = uses_surface(columns)
     shared = None
     if has_sparsity and "N_active" in columns:
         shared = estimate_shared_fraction(columns["N"], columns["N_active"], columns["S"])
+    vertex_options = {"estimator": estimator, "window_factor": window_factor}
     budgets = []
     for flops in np.unique(columns["C"]):
         at_budget = np.isclose(columns["C"], flops, rtol=1e-6)
         points = {key: values[at_budget] for key, values in columns.items()}
-        row = _surface_row(points, shared) if has_sparsity else _parabola_row(points)
+        row = (_surface_row(points, shared, vertex_options) if has_sparsity
+               else _parabola_row(points, vertex_options))
         if row is not None:
             budgets.append({"flops": float(flops), "n_points": int(at_budget.sum()), **row})
     inside = [b for b in budgets if b["inside_data"]]
     exponent = _power_law([b["flops"] for b in inside], [b["params"] for b in inside])
-    return {"budgets": budgets, "shared_fraction": shared, "params_exponent": exponent,
-            "outside_data": [b["flops"] for b in budgets if not b["inside_data"]]}
+    return {"estimator": estimator,
+            "window_factor": window_factor if estimator == "window" else None,
+            "budgets": budgets, "shared_fraction": shared, "params_exponent": exponent,
+            "outside_data": [b["flops"] for b in budgets if not b["inside_data"]],
+            "poorly_supported": [b["flops"] for b in budgets if b["warnings"]]}
 
 
 def uses_surface(columns: dict[str, np.ndarray]) -> bool:
@@ -177,39 +192,78 @@ def uses_surface(columns: dict[str, np.ndarray]) -> bool:
     return "S" in columns and len(np.unique(columns["S"])) > 1
 
 
-def _surface_row(points: dict[str, np.ndarray], shared: float | None) -> dict | None:
-    """N*, S* of one budget from the quadratic surface; None with too few points to fit it."""
-    log_n, sparsity = np.log(points["N"]), points["S"]
+def _surface_row(points: dict[str, np.ndarray], shared: float | None,
+                 vertex_options: dict) -> dict | None:
+    """N*, S* of one budget from the quadratic surface through each sparsity's windowed sizes;
+    None with too few points to fit it."""
+    keep, support = _windowed_points(points, vertex_options)
+    log_n, sparsity = np.log(points["N"][keep]), points["S"][keep]
     if (len(log_n) < MIN_POINTS_SURFACE or len(np.unique(sparsity)) < 2
             or len(np.unique(log_n)) < 2):
         return None
-    surface = fit_surface(log_n, sparsity, points["loss"])
+    surface = fit_surface(log_n, sparsity, points["loss"][keep])
+    warnings = [f"S={s}: {w}" for s, one in support.items() for w in one["warnings"]]
+    if surface["at_edge"]:
+        warnings.insert(0, "minimum on the edge of the sizes and sparsities fitted (a bound)")
     row = {"params": math.exp(surface["log_params"]), "sparsity": surface["sparsity"],
            "loss": surface["loss"], "surface": surface["coefficients"],
-           "at_edge": surface["at_edge"], "inside_data": not surface["at_edge"]}
+           "at_edge": surface["at_edge"], "inside_data": not surface["at_edge"],
+           "n_points_used": int(keep.sum()), "support": support, "warnings": warnings}
     if shared is not None:
         row["params_active"] = float(active_params(row["params"], row["sparsity"], shared))
     return row
 
 
-def _parabola_row(points: dict[str, np.ndarray]) -> dict | None:
+def _windowed_points(points: dict[str, np.ndarray],
+                     vertex_options: dict) -> tuple[np.ndarray, dict[str, dict]]:
+    """The points the surface is fitted to: per sparsity, those at the sizes its own IsoFLOP
+    vertex used (all of them where it has no vertex), and that vertex's diagnostics."""
+    keep = np.zeros(len(points["N"]), dtype=bool)
+    support = {}
+    log_n_all = np.log(points["N"])
+    for sparsity in np.unique(points["S"]):
+        mask = points["S"] == sparsity
+        fit = fit_vertex(log_n_all[mask], points["loss"][mask], **vertex_options)
+        if fit is None:
+            keep |= mask
+            continue
+        keep |= mask & fit.uses(points["N"])
+        seeds = points["seed"][mask] if "seed" in points else None
+        support[f"{sparsity:g}"] = vertex_support(
+            fit, log_n_all[mask], points["loss"][mask], seeds,
+            vertex_options["estimator"]).to_dict()
+    return keep, support
+
+
+def _parabola_row(points: dict[str, np.ndarray], vertex_options: dict) -> dict | None:
     """N* of one budget from the parabola in log N; None with too few sizes or no minimum."""
     log_n = np.log(points["N"])
-    if len(np.unique(log_n)) < MIN_POINTS_PARABOLA:
+    fit = fit_vertex(log_n, points["loss"], **vertex_options)
+    if fit is None:
         return None
-    parabola = fit_parabola(log_n, points["loss"])
-    if parabola is None:
-        return None
-    return {"params": math.exp(parabola["log_params"]), "loss": parabola["loss"],
-            "parabola": parabola["coefficients"], "inside_data": parabola["inside"]}
+    support = vertex_support(fit, log_n, points["loss"], points.get("seed"),
+                             vertex_options["estimator"])
+    return {"params": math.exp(fit.log_params), "loss": fit.loss,
+            "parabola": fit.coefficients, "inside_data": fit.inside,
+            "support": support.to_dict(), "warnings": support.warnings}
 
 
 def _power_law(flops: list[float], params: list[float]) -> dict | None:
+    """log N* = a log C + log k by least squares, with a's 95 % t interval from the budgets'
+    scatter about the line (None with 2 budgets: no degrees of freedom left)."""
     if len(flops) < 2:
         return None
-    exponent, log_coefficient = np.polyfit(np.log(flops), np.log(params), 1)
+    x, y = np.log(flops), np.log(params)
+    exponent, log_coefficient = np.polyfit(x, y, 1)
+    ci = None
+    if len(flops) > 2:
+        residuals = y - (exponent * x + log_coefficient)
+        standard_error = math.sqrt(np.sum(residuals ** 2) / (len(x) - 2)
+                                   / np.sum((x - x.mean()) ** 2))
+        half_width = float(scipy.stats.t.ppf(0.975, len(x) - 2)) * standard_error
+        ci = [float(exponent - half_width), float(exponent + half_width)]
     return {"exponent": float(exponent), "coefficient": float(math.exp(log_coefficient)),
-            "n_budgets": len(flops)}
+            "n_budgets": len(flops), "ci": ci}
 
 
 def why_no_budget(columns: dict) -> str:

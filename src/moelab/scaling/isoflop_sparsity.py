@@ -6,13 +6,17 @@ L - e ~ C^(-beta gamma / (beta + gamma)) g(S), so its S* cannot move with C. Thi
 IsoFLOP points themselves (Hoffmann et al.'s approach 2, per sparsity):
 
 1. per budget C and sparsity S, loss is fitted as a parabola in log N; its vertex gives
-   N*(C, S) and L*(C, S);
+   N*(C, S) and L*(C, S) (``moelab.scaling.isoflop_vertex``: by default through the sizes
+   within 3x of the vertex, recomputed on every replicate; each cell reports the sizes used and
+   its diagnostics);
 2. per budget, S*(C) is where L*(C, S) is lowest: the sampled sparsity with the lowest L*
    (``best_sampled``), and, between the sampled ones, the vertex of a parabola of L*(C, S) in
-   u = -log(1 - S) kept inside the sampled range (``sparsity``);
+   u = -log(1 - S) kept inside the sampled range (``sparsity``). Where that lands on the largest
+   (or smallest) sampled sparsity, S* is only bounded by the grid (``at_edge``);
 3. across budgets, the slope of S*(C) against log10 C is the statistic of "S* rises with
-   compute" (Abnar et al.'s claim); so is, per sparse S, the slope of L*(C, 0) - L*(C, S), the
-   sparse model's advantage over dense.
+   compute" (Abnar et al.'s claim), meaningful only when no S* is clamped to the grid's edge
+   (``clamped``); so is, per sparse S, the slope of L*(C, 0) - L*(C, S), the sparse model's
+   advantage over dense.
 
 Intervals come from one bootstrap over the whole table: within each size and sparsity the seeds
 are drawn with replacement, and a drawn seed brings its points at every budget (a wsd budget
@@ -32,27 +36,35 @@ import math
 import numpy as np
 
 from moelab.scaling.fitting import percentile_interval
+from moelab.scaling.isoflop_vertex import (
+    WINDOW_FACTOR, VertexFit, check_estimator, fit_vertex, vertex_support,
+)
 
-MIN_SIZES = 3
-"""Distinct sizes a parabola in log N needs."""
+EDGE_TOLERANCE = 1e-9
+"""|u* - u at a grid end| (u = -log(1 - S)) under which S* sits on the grid's edge."""
 MAX_FAILED_FRACTION = 0.025
 """Replicates without a minimum beyond which an interval is not finite (the 2.5 % tail)."""
 
 
 def sparsity_isoflop(columns: dict[str, np.ndarray], seeds: np.ndarray, *,
-                     replicates: int = 200, seed: int = 0) -> dict | None:
+                     replicates: int = 200, seed: int = 0, estimator: str = "window",
+                     window_factor: float = WINDOW_FACTOR) -> dict | None:
     """N*, L* per (C, S), S*(C) and the trend of S* with C, with bootstrap intervals.
 
     ``columns``: N, C (the budget), S and loss; ``seeds``: each point's training seed (the
-    resampling unit). None when fewer than two sparsities have a parabola at two budgets."""
-    table = _Table(columns, np.asarray(seeds))
-    estimate = table.solve(np.ones(len(table.loss)))
+    resampling unit). ``estimator`` and ``window_factor``: how each IsoFLOP vertex is read
+    (``isoflop_vertex.fit_vertex``). None when fewer than two sparsities have a parabola at
+    two budgets."""
+    check_estimator(estimator, window_factor)
+    table = _Table(columns, np.asarray(seeds), estimator, window_factor)
+    estimate = table.solve(np.ones(len(table.loss)), keep_fits=True)
     if np.sum(np.isfinite(estimate.loss).sum(axis=0) >= 2) < 2:
         return None
     draws = table.bootstrap_weights(replicates, seed)
     adjusted = table.adjusted_loss()
     solved = [table.solve(weights, adjusted) for weights in draws] if draws is not None else []
     return {
+        "estimator": estimator, "window_factor": window_factor if estimator == "window" else None,
         "budgets": table.budgets.tolist(), "sparsities": table.sparsities.tolist(),
         "replicates": len(solved),
         "resampling": ("seeds within each size and sparsity, a seed's points at every budget "
@@ -68,14 +80,20 @@ class _Solution:
     """One table's answers: (budgets, sparsities) arrays of log N* and L* (nan: no minimum),
     and per budget the S* estimates."""
 
-    def __init__(self, log_params, loss, inside, sparsities):
+    def __init__(self, log_params, loss, inside, sparsities, fits=None):
         self.log_params, self.loss, self.inside = log_params, loss, inside
+        self.fits: dict[tuple[int, int], VertexFit] = fits or {}
         self.best_sampled = np.array([_best_sampled(row, sparsities) for row in loss])
-        self.sparsity = np.array([_vertex_sparsity(row, sparsities) for row in loss])
+        vertices = [_vertex_sparsity(row, sparsities) for row in loss]
+        self.sparsity = np.array([v[0] for v in vertices])
+        self.edge = [v[1] for v in vertices]
+        """Per budget: "upper" or "lower" when S* sits on the grid's end, else None."""
 
 
 class _Table:
-    def __init__(self, columns: dict[str, np.ndarray], seeds: np.ndarray):
+    def __init__(self, columns: dict[str, np.ndarray], seeds: np.ndarray, estimator: str,
+                 window_factor: float):
+        self.vertex_options = {"estimator": estimator, "window_factor": window_factor}
         self.log_n = np.log(columns["N"])
         self.loss = np.asarray(columns["loss"], dtype=np.float64)
         self.budgets = np.unique(columns["C"])
@@ -104,18 +122,23 @@ class _Table:
                 adjusted[indices] = values.mean() + scale * (values - values.mean())
         return adjusted
 
-    def solve(self, weights: np.ndarray, point_loss: np.ndarray | None = None) -> _Solution:
+    def solve(self, weights: np.ndarray, point_loss: np.ndarray | None = None,
+              keep_fits: bool = False) -> _Solution:
         shape = (len(self.budgets), len(self.sparsities))
         log_params, loss = np.full(shape, np.nan), np.full(shape, np.nan)
         inside = np.zeros(shape, dtype=bool)
+        fits = {}
+        values = self.loss if point_loss is None else point_loss
         for c in range(shape[0]):
             for s in range(shape[1]):
                 points = self.cell(c, s)
-                values = self.loss if point_loss is None else point_loss
-                vertex = _weighted_vertex(self.log_n[points], values[points], weights[points])
-                if vertex is not None:
-                    log_params[c, s], loss[c, s], inside[c, s] = vertex
-        return _Solution(log_params, loss, inside, self.sparsities)
+                fit = fit_vertex(self.log_n[points], values[points], weights[points],
+                                 **self.vertex_options)
+                if fit is not None:
+                    log_params[c, s], loss[c, s], inside[c, s] = fit.log_params, fit.loss, fit.inside
+                    if keep_fits:
+                        fits[c, s] = fit
+        return _Solution(log_params, loss, inside, self.sparsities, fits)
 
     def bootstrap_weights(self, replicates: int, seed: int) -> list[np.ndarray] | None:
         """Point multiplicities per replicate: per (size, sparsity), seeds drawn with
@@ -137,21 +160,6 @@ class _Table:
         return draws
 
 
-def _weighted_vertex(log_n, loss, weights) -> tuple[float, float, bool] | None:
-    """(log N*, L*, inside the sampled sizes) of the parabola fitted to points counted
-    ``weights`` times; None with fewer than MIN_SIZES sizes or no minimum."""
-    keep = weights > 0
-    if len(np.unique(log_n[keep])) < MIN_SIZES:
-        return None
-    # polyfit weights multiply residuals: sqrt(count) counts a point `count` times.
-    c2, c1, c0 = np.polyfit(log_n[keep], loss[keep], 2, w=np.sqrt(weights[keep]))
-    if c2 <= 0:
-        return None
-    x_star = -c1 / (2 * c2)
-    return (float(x_star), float(c0 - c1 * c1 / (4 * c2)),
-            bool(log_n[keep].min() <= x_star <= log_n[keep].max()))
-
-
 def _best_sampled(loss_row: np.ndarray, sparsities: np.ndarray) -> float:
     """The sampled sparsity with the lowest L* (nan when any L* is missing: the comparison
     would be over a different set of sparsities)."""
@@ -160,19 +168,23 @@ def _best_sampled(loss_row: np.ndarray, sparsities: np.ndarray) -> float:
     return float(sparsities[int(np.argmin(loss_row))])
 
 
-def _vertex_sparsity(loss_row: np.ndarray, sparsities: np.ndarray) -> float:
-    """Where a parabola of L* in u = -log(1 - S) is lowest inside the sampled u range (the
-    lower end when it opens downward); the sampled argmin with two sparsities."""
+def _vertex_sparsity(loss_row: np.ndarray, sparsities: np.ndarray) -> tuple[float, str | None]:
+    """Where a parabola of L* in u = -log(1 - S) is lowest inside the sampled u range (an end
+    when it opens downward); the sampled argmin with two sparsities. With it, "upper" or
+    "lower" when that is an end of the grid (S* is then only bounded), else None."""
     if not np.all(np.isfinite(loss_row)):
-        return math.nan
+        return math.nan, None
     u = -np.log1p(-sparsities)
     if len(u) < 3:
-        return _best_sampled(loss_row, sparsities)
-    c2, c1, _ = np.polyfit(u, loss_row, 2)
-    candidates = [u.min(), u.max()] + ([-c1 / (2 * c2)] if c2 > 0 else [])
-    candidates = [x for x in candidates if u.min() <= x <= u.max()]
-    best = min(candidates, key=lambda x: c2 * x * x + c1 * x)
-    return float(-math.expm1(-best))
+        best = -math.log1p(-_best_sampled(loss_row, sparsities))
+    else:
+        c2, c1, _ = np.polyfit(u, loss_row, 2)
+        candidates = [u.min(), u.max()] + ([-c1 / (2 * c2)] if c2 > 0 else [])
+        candidates = [x for x in candidates if u.min() <= x <= u.max()]
+        best = min(candidates, key=lambda x: c2 * x * x + c1 * x)
+    edge = ("upper" if best >= u.max() - EDGE_TOLERANCE else
+            "lower" if best <= u.min() + EDGE_TOLERANCE else None)
+    return float(-math.expm1(-best)), edge
 
 
 def _interval(values: np.ndarray) -> list[float] | None:
@@ -192,9 +204,16 @@ def _cells(table: _Table, estimate: _Solution, solved: list[_Solution]) -> list[
             log_n = np.array([r.log_params[c, s] for r in solved])
             losses = np.array([r.loss[c, s] for r in solved])
             found = math.isfinite(estimate.loss[c, s])
+            fit = estimate.fits.get((c, s))
+            support = None if fit is None else vertex_support(
+                fit, table.log_n[points], table.loss[points], table.seeds[points],
+                table.vertex_options["estimator"])
             rows.append({
                 "flops": float(flops), "sparsity": float(sparsity), "n_points": int(len(points)),
                 "n_sizes": int(len(np.unique(table.log_n[points]))),
+                "sizes_used": None if fit is None else fit.sizes_used,
+                "support": None if support is None else support.to_dict(),
+                "warnings": [] if support is None else support.warnings,
                 "params": math.exp(estimate.log_params[c, s]) if found else None,
                 "params_ci": (None if (ci := _interval(log_n)) is None
                               else [math.exp(ci[0]), math.exp(ci[1])]),
@@ -214,6 +233,7 @@ def _optima(table: _Table, estimate: _Solution, solved: list[_Solution]) -> list
         rows.append({
             "flops": float(flops),
             "sparsity": _finite_or_none(estimate.sparsity[c]),
+            "at_edge": estimate.edge[c],
             "ci": _interval([r.sparsity[c] for r in solved]),
             "best_sampled": _finite_or_none(estimate.best_sampled[c]),
             "best_sampled_ci": _interval(best),
@@ -237,7 +257,9 @@ def _slope(log_flops: np.ndarray, values: np.ndarray) -> float:
 
 def _trend(table: _Table, estimate: _Solution, solved: list[_Solution]) -> dict:
     """Slope of S*(C) per decade of C, its interval and the bootstrap's one-sided p of "no
-    rise" (the share of replicates whose slope is <= 0); ``rises`` when the interval is above 0."""
+    rise" (the share of replicates whose slope is <= 0); ``rises`` when the interval is above 0.
+    ``clamped`` when some budget's S* sits on the grid's edge: the slope then measures where
+    the grid ends, not where S* is, and is no test (reports print no slope then)."""
     log_flops = np.log10(table.budgets)
     slopes = np.array([_slope(log_flops, r.sparsity) for r in solved])
     ci = _interval(slopes)
@@ -247,7 +269,8 @@ def _trend(table: _Table, estimate: _Solution, solved: list[_Solution]) -> dict:
             "p_not_rising": (float(np.mean(slopes[np.isfinite(slopes)] <= 0))
                              if np.isfinite(slopes).any() else None),
             "rises": bool(ci is not None and ci[0] > 0),
-            "falls": bool(ci is not None and ci[1] < 0)}
+            "falls": bool(ci is not None and ci[1] < 0),
+            "clamped": any(edge is not None for edge in estimate.edge)}
 
 
 def _advantage_trends(table: _Table, estimate: _Solution, solved: list[_Solution]) -> list[dict]:

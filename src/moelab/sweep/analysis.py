@@ -177,8 +177,10 @@ def _isoflop_record(rows: list[dict[str, str]], columns: dict,
     budgets = budget_column(rows)
     if budgets is None:
         return None
+    seeds = np.array([row_seed(row) for row in rows])
+    # The seeds let each IsoFLOP fit's residuals be compared with the seeds' noise.
     iso_columns = {"N": columns["N"], "C": budgets, "S": columns["S"],
-                   "N_active": columns["N_active"], "loss": columns["loss"]}
+                   "N_active": columns["N_active"], "loss": columns["loss"], "seed": seeds}
     # Actual compute (results.csv's C) against the budget each run was grouped under.
     deviation = compute_deviation([float(row["C"]) for row in rows], budgets)
     off_budget = np.flatnonzero(np.abs(deviation) > COMPUTE_TOLERANCE)
@@ -189,8 +191,7 @@ def _isoflop_record(rows: list[dict[str, str]], columns: dict,
             tolerance=COMPUTE_TOLERANCE, max_abs=float(np.max(np.abs(deviation))),
             per_run={row["run"]: float(d) for row, d in zip(rows, deviation)},
             off_budget_runs={rows[i]["run"]: float(deviation[i]) for i in off_budget}),
-        sparsity_optima=sparsity_isoflop(iso_columns, np.array([row_seed(row) for row in rows]),
-                                         replicates=replicates))
+        sparsity_optima=sparsity_isoflop(iso_columns, seeds, replicates=replicates))
 
 
 def _per_sparsity(iso_columns: dict[str, np.ndarray]) -> dict[float, dict]:

@@ -58,7 +58,8 @@ def isoflop_figure(path: Path, columns: dict, fit: LawFit | None, shared: float,
                                                       S=np.full_like(n_grid, sparsity)),
                         color=colour, lw=1)
             if budget_fit is not None:
-                ax.plot(n_grid, budget_fit_loss(budget_fit, np.log(n_grid), sparsity),
+                fitted = _fitted_range(n_grid, budget_fit, sparsity)
+                ax.plot(fitted, budget_fit_loss(budget_fit, np.log(fitted), sparsity),
                         color=colour, **ISOFLOP_FIT_STYLE)
         handles = ax.get_legend_handles_labels()[0]
         if fit is not None:
@@ -74,6 +75,19 @@ def isoflop_figure(path: Path, columns: dict, fit: LawFit | None, shared: float,
         ax.set_title(f"C = {budget_label} FLOPs")
         ax.legend(handles=handles, fontsize=8)
     return save_figure(fig, path)
+
+
+def _fitted_range(n_grid: np.ndarray, budget_fit: dict, sparsity: float) -> np.ndarray:
+    """The part of ``n_grid`` spanned by the sizes the fit used (its window): beyond them the
+    parabola describes nothing it was fitted to."""
+    support = budget_fit.get("support")
+    if support and "parabola" not in budget_fit:
+        support = support.get(f"{sparsity:g}")
+    if not support:
+        return n_grid
+    low, high = min(support["sizes_used"]), max(support["sizes_used"])
+    inside = n_grid[(n_grid >= low) & (n_grid <= high)]
+    return np.unique(np.concatenate([[low], inside, [high]]))
 
 
 def _mark_optimum(ax, budget_fit: dict):

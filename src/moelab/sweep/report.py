@@ -213,8 +213,9 @@ def _isoflop_section(out_dir: Path, rows: list[dict[str, str]], columns: dict,
         "parabola in log N per sparsity and budget (where a budget has 3 sizes).\n\n"
         if surface else
         "The runs have one sparsity, so per compute budget the loss is fitted as a parabola in "
-        "log N (Hoffmann et al.'s approach 2); its vertex is N*.\n\n")
+        "log N (Hoffmann et al.'s approach 2); its vertex is N*.\n\n") + _estimator_sentence(analysis)
     text += _budget_table(analysis["budgets"], budgets, deviation, surface)
+    text += _warnings_text(analysis["budgets"])
     text += _exponent_sentence(analysis)
     text += _compute_deviation_sentence(deviation, isoflop.compute_deviation.off_budget_runs,
                                         isoflop.compute_deviation.tolerance)
@@ -226,6 +227,35 @@ def _isoflop_section(out_dir: Path, rows: list[dict[str, str]], columns: dict,
     if isoflop.sparsity_optima is not None:
         text += isoflop_optima_text(out_dir, isoflop.sparsity_optima)
     return text
+
+
+def _estimator_sentence(analysis: dict) -> str:
+    """Which sizes each vertex is read from (``moelab.scaling.isoflop_vertex``)."""
+    if analysis.get("estimator", "global") == "global":
+        return "Each parabola goes through every size of its budget.\n\n"
+    return (f"Each parabola in log N goes through the sizes within {analysis['window_factor']:g}x "
+            "of its own vertex only (at least 3: far from its minimum an IsoFLOP curve is no "
+            "parabola, and one through a wide grid is pulled towards its longer side); the "
+            "surface goes through each sparsity's windowed sizes. `isoflop.json` lists each "
+            "vertex's sizes and diagnostics (support).\n\n")
+
+
+def _warnings_text(analysis_rows: list[dict]) -> str:
+    """The budgets whose vertex the data support poorly, and why."""
+    flagged = [row for row in analysis_rows if row.get("warnings")]
+    if not flagged:
+        return ""
+    return ("\n**Poorly supported vertices**: "
+            + "; ".join(f"C = {row['flops']:.3g}: {', '.join(row['warnings'])}"
+                        for row in flagged) + ".\n")
+
+
+def _sizes_used(row: dict) -> str:
+    """How many of the budget's sizes its vertex (each sparsity's, for a surface) used."""
+    supports = [row["support"]] if "parabola" in row else list(row.get("support", {}).values())
+    if not supports:
+        return "–"
+    return "/".join(f"{len(s['sizes_used'])} of {s['n_sizes']}" for s in supports)
 
 
 def _budget_table(analysis_rows: list[dict], budgets: np.ndarray, deviation: np.ndarray,
@@ -240,20 +270,20 @@ def _budget_table(analysis_rows: list[dict], budgets: np.ndarray, deviation: np.
         return f"{at_budget[np.argmax(np.abs(at_budget))]:+.1%}"
 
     if surface:
-        rows = [[f"{b['flops']:.3g}", b["n_points"], format_count(b["params"]),
+        rows = [[f"{b['flops']:.3g}", b["n_points"], _sizes_used(b), format_count(b["params"]),
                  format_count(b.get("params_active")), f"{b['sparsity']:.3f}",
                  format_number(b["loss"]), worst_deviation(b["flops"]),
                  "yes" if b["at_edge"] else ""] for b in analysis_rows]
-        return (markdown_table(["C", "points", "N*", "N_active*", "S*", "loss*",
-                                "worst C/C_budget - 1", "at edge"], rows, "rrrrrrrl")
+        return (markdown_table(["C", "points", "sizes used per S", "N*", "N_active*", "S*",
+                                "loss*", "worst C/C_budget - 1", "at edge"], rows, "rrrrrrrrl")
                 + "\n'At edge': the surface's minimum lies on the edge of the sizes and sparsities "
                   "tried, so the optimum is at least that far out; such budgets are left out of "
                   "the exponent fit.\n")
-    rows = [[f"{b['flops']:.3g}", b["n_points"], format_count(b["params"]),
+    rows = [[f"{b['flops']:.3g}", b["n_points"], _sizes_used(b), format_count(b["params"]),
              format_number(b["loss"]), worst_deviation(b["flops"]),
              "" if b["inside_data"] else "yes"] for b in analysis_rows]
-    return (markdown_table(["C", "points", "N*", "loss*", "worst C/C_budget - 1",
-                            "outside data"], rows, "rrrrrl")
+    return (markdown_table(["C", "points", "sizes used", "N*", "loss*", "worst C/C_budget - 1",
+                            "outside data"], rows, "rrrrrrl")
             + "\n'Outside data': the parabola's vertex lies beyond the sizes tried at that "
               "budget, an extrapolation; such budgets are left out of the exponent fit.\n")
 
@@ -263,8 +293,11 @@ def _exponent_sentence(analysis: dict) -> str:
     left_out = (f"; left out (optimum not inside the data): C = "
                 f"{', '.join(f'{c:.3g}' for c in outside)}" if outside else "")
     if exponent:
+        ci = exponent.get("ci")
+        interval = (f" (95 % t interval [{ci[0]:.3f}, {ci[1]:.3f}] from the budgets' scatter "
+                    "about the line)" if ci else " (no interval from 2 budgets)")
         return (f"\nAcross the {exponent['n_budgets']} budgets with their optimum inside the data, "
-                f"N*(C) ~ C^{exponent['exponent']:.3f}{left_out}.\n")
+                f"N*(C) ~ C^{exponent['exponent']:.3f}{interval}{left_out}.\n")
     inside = len(analysis["budgets"]) - len(outside)
     if analysis["budgets"]:
         return (f"\nNo exponent N*(C): it needs 2 budgets with their optimum inside the data, "

@@ -172,34 +172,76 @@ def isoflop_optima_text(out_dir: Path, optima: dict) -> str:
     intervals = (f"95 % intervals from {optima['replicates']} bootstrap replicates (resampling "
                  f"{optima['resampling']})" if optima["replicates"]
                  else f"no intervals (resampling {optima['resampling']})")
-    cells = [[f"{c['flops']:.3g}", f"{c['sparsity']:g}", c["n_sizes"],
+    cells = [[f"{c['flops']:.3g}", f"{c['sparsity']:g}", _cell_sizes(c),
               _ci_text(c["params"], c["params_ci"], ""),
-              _ci_text(c["loss"], c["loss_ci"], "{:.4f}"),
+              _ci_text(c["loss"], c["loss_ci"], "{:.4f}"), _residual_ratio(c),
               "" if c["inside_data"] or c["loss"] is None else "yes"] for c in optima["cells"]]
-    best = [[f"{r['flops']:.3g}", _ci_text(r["sparsity"], r["ci"], "{:.3f}"),
+    best = [[f"{r['flops']:.3g}", _s_star_text(r, optima["sparsities"]),
              _ci_text(r["best_sampled"], r["best_sampled_ci"], "{:g}"),
              ", ".join(f"{s}: {p:.2f}" for s, p in r["probability_best"].items()) or "–"]
             for r in optima["optimal_sparsity"]]
+    window = (f"within {optima['window_factor']:g}x of its vertex"
+              if optima.get("estimator", "global") == "window" else "all of them")
     return ("\n### Optimal sparsity per budget from the IsoFLOP minima (no law)\n\n"
-            "Per budget C and sparsity S, a parabola in log N through that sparsity's runs; its "
+            f"Per budget C and sparsity S, a parabola in log N through that sparsity's runs at "
+            f"the sizes {window}; its "
             "vertex is N*(C, S) and L*(C, S). S*(C) is where L*(C, S) is lowest: between the "
             "sampled sparsities, the vertex of a parabola of L* in -log(1 - S) kept inside "
             "them, and the sampled sparsity of lowest L* with the share of replicates in which "
             f"each sparsity is lowest. {intervals}; `isoflop.json`, sparsity_optima.\n\n"
-            + markdown_table(["C", "S", "sizes", "N*", "L*", "vertex outside sizes"], cells,
-                             "rrrrrl")
+            + markdown_table(["C", "S", "sizes used", "N*", "L*", "residual / seed noise",
+                              "vertex outside sizes"], cells, "rrrrrrl")
+            + _cell_warnings(optima["cells"])
             + "\n" + markdown_table(["C", "S*", "best sampled S", "share of replicates best"],
                                     best, "rrrl")
             + "\n" + _trend_sentence(optima)
             + ("\n![IsoFLOP minima and S*(C)](figures/isoflop_optima.png)\n" if drawn else ""))
 
 
+def _cell_sizes(cell: dict) -> str:
+    used = cell.get("sizes_used")
+    return f"{cell['n_sizes']}" if used is None else f"{len(used)} of {cell['n_sizes']}"
+
+
+def _residual_ratio(cell: dict) -> str:
+    support = cell.get("support")
+    if not support or support["residual_to_noise"] is None:
+        return "–"
+    return f"{support['residual_to_noise']:.2g}"
+
+
+def _cell_warnings(cells: list[dict]) -> str:
+    flagged = [c for c in cells if c.get("warnings")]
+    if not flagged:
+        return ""
+    return ("\n**Poorly supported minima**: "
+            + "; ".join(f"C = {c['flops']:.3g}, S = {c['sparsity']:g}: {', '.join(c['warnings'])}"
+                        for c in flagged) + ".\n")
+
+
+def _s_star_text(row: dict, sparsities: list[float]) -> str:
+    """S* with its interval; where it sits on the grid's end, only the bound it gives."""
+    edge = row.get("at_edge")
+    if edge == "upper":
+        return f"≥ {max(sparsities):g} (unbounded)"
+    if edge == "lower":
+        return f"≤ {min(sparsities):g} (unbounded)"
+    text = _ci_text(row["sparsity"], row["ci"], "{:.3f}")
+    if row["ci"] is not None and row["ci"][1] >= max(sparsities) - 1e-9:
+        text += " (interval reaches the grid's largest S)"
+    return text
+
+
 def _trend_sentence(optima: dict) -> str:
-    """Does S* rise with compute? The slope of S*(C) per decade of C, and per sparse S the
-    slope of its advantage over dense."""
+    """Does S* rise with compute? The slope of S*(C) per decade of C (not when an S* sits on
+    the grid's edge), and per sparse S the slope of its advantage over dense."""
     trend = optima["trend"]
     if trend["slope_per_decade"] is None:
         return "No trend of S* with C: fewer than 2 budgets have an S*.\n"
+    if trend.get("clamped"):
+        return ("No slope of S*(C) is given: at some budget S* sits on the grid's edge, so a "
+                "slope would measure where the grid ends, not how S* moves; a grid reaching "
+                "further in S is needed to test whether S* rises with C.\n")
     slope = f"{trend['slope_per_decade']:+.3f}"
     if trend["ci"] is None:
         return (f"S*(C) changes by {slope} per decade of C over {trend['n_budgets']} budgets; "
