@@ -10,8 +10,10 @@ IsoFLOP points themselves (Hoffmann et al.'s approach 2, per sparsity):
 2. per budget, S*(C) is where L*(C, S) is lowest: the sampled sparsity with the lowest L*
    (``best_sampled``), and, between the sampled ones, the vertex of a parabola of L*(C, S) in
    u = -log(1 - S) kept inside the sampled range (``sparsity``);
-3. across budgets, the slope of S*(C) against log10 C is the statistic of "S* rises with
-   compute" (Abnar et al.'s claim); so is, per sparse S, the slope of L*(C, 0) - L*(C, S), the
+3. across budgets, the slope of S*(C) against log10 C is the statistic of how S* moves with
+   compute (with N free, Abnar et al. 2025 find S* at the top of their grid at every budget, §3;
+   a slope through an S* clamped to the grid's edge is not an estimate); so is, per sparse S,
+   the slope of L*(C, 0) - L*(C, S), the
    sparse model's advantage over dense.
 
 Intervals come from one bootstrap over the whole table: within each size and sparsity the seeds
