@@ -22,9 +22,10 @@ synchronisations; peak memory is reset before each. Compiled runs first: the goa
 it, and a phase cut short by its limit loses eager rows rather than compiled ones.
 
 MFU = tokens/s x FLOPs per token / peak, under two conventions, both recorded by name:
-``full_6LTd`` is ``flops_per_token(cfg).full`` (6 x active non-embedding parameters +
-attention 6 n_layers n_ctx d_model + the unembedding 6 d_model V; moelab's accounting),
-``palm_12LTd`` the same with the attention term of PaLM and nanoGPT, 12 n_layers n_ctx d_model.
+``full_6LTd`` is ``flops_per_token(cfg).kaplan`` (6 x active non-embedding parameters +
+attention 6 n_layers n_ctx d_model + the unembedding 6 d_model V; moelab's accounting, called
+``full`` before), ``palm_12LTd`` is ``flops_per_token(cfg).palm``, the same with the attention
+term of PaLM and nanoGPT, 12 n_layers n_ctx d_model. (The keys keep their recorded names.)
 The MoE's routed experts count k of E (its active FLOPs), so MoE and dense_active have about the
 same count and their MFU ratio is their tokens/s ratio. The peak is the spec sheet's dense bf16
 figure of the GPU found (``peak_bf16``): an H200 SXM 989 TFLOP/s, an H200 NVL 835, told apart
@@ -238,13 +239,12 @@ def measure(config, mode: str, args, device: torch.device) -> dict:
 
 
 def flops_per_token_conventions(model_cfg) -> dict[str, int]:
-    """Training FLOPs per token, attention counted as 6 (moelab's ``full``) or 12 (PaLM,
-    nanoGPT) x n_layers x n_ctx x d_model."""
+    """Training FLOPs per token, attention counted as 6 (moelab's ``kaplan``) or 12 (``palm``:
+    PaLM, nanoGPT, Abnar et al.'s eq. 9) x n_layers x n_ctx x d_model."""
     from moelab.accounting import flops_per_token
 
-    full = flops_per_token(model_cfg).full
-    attention_6 = 6 * model_cfg.n_layers * model_cfg.max_seq_len * model_cfg.d_model
-    return {"full_6LTd": full, "palm_12LTd": full + attention_6}
+    flops = flops_per_token(model_cfg)
+    return {"full_6LTd": flops.kaplan, "palm_12LTd": flops.palm}
 
 
 def _experts_name(model, device: torch.device) -> str | None:

@@ -14,7 +14,7 @@ gradient clipping, fused AdamW, ``zero_grad(set_to_none=True)``.
 Machines shared with other jobs are noisy, so every configuration is built and warmed up first,
 then timed one step at a time in round-robin order. Ratios use the *fastest* step of each
 configuration (the one least disturbed by other processes); medians are recorded too. Achieved
-FLOP/s use ``flops_per_token(cfg).full`` and are compared with a measured matmul peak.
+FLOP/s use ``flops_per_token(cfg).kaplan`` and are compared with a measured matmul peak.
 Raw results go to benchmarks/results/train_step.json, one entry per --label (default: the
 --modes text), so repeated runs and separate invocations (compile warms up for a while) are
 kept side by side.
@@ -182,7 +182,7 @@ def main() -> None:
     for (impl, arm, mode), samples in times.items():
         best_s, median_s = min(samples), statistics.median(samples)
         tokens_per_s = tokens_per_step / best_s
-        flops_per_s = tokens_per_s * flops_per_token(arms[arm]).full
+        flops_per_s = tokens_per_s * flops_per_token(arms[arm]).kaplan
         peak = peaks["bfloat16" if mode == "bf16" else "float32"]
         rows.append({"impl": impl, "arm": arm, "mode": mode, "step_s": samples,
                      "best_step_s": best_s, "median_step_s": median_s,

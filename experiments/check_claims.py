@@ -561,6 +561,27 @@ def replication_holm(study: str, criterion: str) -> str:
 # The claims
 # --------------------------------------------------------------------------------------------
 
+# --------------------------------------------------------------------------------------------
+# Paper B's published law (Table 3, as transcribed): S* at fixed N and C, by brute force
+# --------------------------------------------------------------------------------------------
+
+
+def published_law_row(flops: float) -> str:
+    """'| C = 1e21 | 0 | 0.05 | ... |': S* of eq. 6 with tests/fixtures/abnar2025_table3_fit.json
+    at N = 1e8 .. 1e10, N_active = (1 - S) N, D = C / (6 N_active), on a grid of steps 1e-5."""
+    p = json.loads((ROOT / "tests" / "fixtures" / "abnar2025_table3_fit.json").read_text())["params"]
+    sparsity = np.linspace(0.0, 0.98, 98_001)
+    cells = []
+    for total in (1e8, 3e8, 1e9, 3e9, 1e10):
+        u = 1.0 - sparsity
+        tokens = flops / (6.0 * u * total)
+        loss = (p["a"] / total ** p["alpha"] + p["b"] / tokens ** p["beta"] + p["c"] / u ** p["lam"]
+                + p["d"] / (u ** p["delta"] * total ** p["gamma"]) + p["e"])
+        best = float(sparsity[int(np.argmin(loss))])
+        cells.append("0" if best == 0 else f"{best:.2f}" + (" (edge)" if best >= 0.98 else ""))
+    return f"| C = 1e{round(math.log10(flops))} | " + " | ".join(cells) + " |"
+
+
 STUDY, SCALING, RECIPE, README = "docs/study.md", "docs/scaling.md", "docs/recipe.md", "README.md"
 
 def total_gap_by_seed(study: str, tokens: Optional[int] = None) -> list[float]:
@@ -737,6 +758,10 @@ CLAIMS = [
           lambda: "lowers the worst busiest fraction by "
           + cpu_ladder_busiest().removeprefix("falls by ").split(" (")[0]),
     Claim(README, "+0.161 [+0.055, +0.267] nats, Holm p 0.084", readme_top2),
+    Claim(SCALING, "| C = 1e20 | 0.12 | 0.65 | 0.87 | 0.95 | 0.98 (edge) |",
+          partial(published_law_row, 1e20)),
+    Claim(SCALING, "| C = 1e21 | 0 | 0.05 | 0.62 | 0.84 | 0.94 |", partial(published_law_row, 1e21)),
+    Claim(SCALING, "| C = 1e22 | 0 | 0 | 0.15 | 0.61 | 0.84 |", partial(published_law_row, 1e22)),
 ]
 
 

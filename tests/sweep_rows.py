@@ -23,7 +23,7 @@ def synthetic_results(grid, truth: dict, law=SPARSITY) -> list[dict]:
             "C_budget": f"{point.flops_budget:.6g}", "N_total": counts.total,
             "N_active": counts.active, "N_non_embedding": counts.non_embedding, "D": tokens,
             "C": flops.six_n * tokens, "S": point.sparsity, "E": point.num_experts, "k": 1,
-            "d_expert": "", "flops_per_token_6n": flops.six_n, "flops_per_token_full": flops.full,
+            "d_expert": "", "flops_per_token_6n": flops.six_n, "flops_per_token_kaplan": flops.kaplan,
             "best_val_loss": loss * float(np.exp(rng.normal(0, 0.001))), "final_val_loss": loss,
             "collapse": False,
         })

@@ -94,8 +94,34 @@ def test_flops_hand_count():
     flops = flops_per_token(MOE_TIED)
     assert flops.six_n == 6 * 5392
     # 6 * active non-embedding + attention 6 * L * n_ctx * d + unembedding 6 * d * V
-    assert flops.full == 6 * 3792 + 6 * 2 * 32 * 16 + 6 * 16 * 100
-    assert flops_per_token(MOE_TIED, seq_len=64).full == flops.full + 6 * 2 * 32 * 16
+    assert flops.kaplan == 6 * 3792 + 6 * 2 * 32 * 16 + 6 * 16 * 100
+    assert flops_per_token(MOE_TIED, seq_len=64).kaplan == flops.kaplan + 6 * 2 * 32 * 16
+
+
+def test_palm_count_is_eq_9s_attention_by_hand():
+    # Per token and layer, forward: QK^T is n_ctx dot products of length d (2 n_ctx d FLOPs) and
+    # AV another 2 n_ctx d; x 3 for forward + backward = 12 n_ctx d per layer, the PaLM count
+    # Abnar et al.'s eq. 9 uses. MOE_TIED: L = 2, n_ctx = 32, d = 16, V = 100, active
+    # non-embedding 3792: 22752 + 12288 + 9600 = 44640.
+    flops = flops_per_token(MOE_TIED)
+    assert flops.palm == 6 * 3792 + 12 * 2 * 32 * 16 + 6 * 16 * 100 == 44_640
+    assert flops.palm - flops.kaplan == 6 * 2 * 32 * 16  # only the attention term differs
+    assert flops_per_token(MOE_TIED, seq_len=64).palm == flops.palm + 12 * 2 * 32 * 16
+    # The budget count is neither: 6 N_active with embeddings, no attention over the context.
+    assert flops.six_n == 6 * 5392
+
+
+def test_dense_model_flop_counts_by_hand():
+    # A dense model of d 8, 1 layer, d_ff 16, vocab 10, context 4, tied embeddings, 2 heads:
+    # attention 4 * 8 * 8 = 256, FFN 3 * 8 * 16 = 384, norms 2 * 8 + final 8, embedding 80.
+    # Non-embedding 256 + 384 + 16 + 8 = 664; total 744.
+    cfg = dataclasses.replace(MOE_TIED, moe=None, d_model=8, n_layers=1, n_heads=2, n_kv_heads=2,
+                              d_ff=16, vocab_size=10, max_seq_len=4)
+    assert count_params(cfg).total == 744
+    flops = flops_per_token(cfg)
+    assert flops.six_n == 6 * 744
+    assert flops.kaplan == 6 * 664 + 6 * 1 * 4 * 8 + 6 * 8 * 10 == 4656
+    assert flops.palm == 6 * 664 + 12 * 1 * 4 * 8 + 6 * 8 * 10 == 4848
 
 
 @pytest.mark.parametrize(

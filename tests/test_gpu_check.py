@@ -108,12 +108,12 @@ def test_dry_run_measures_every_arm_and_mode_with_the_documented_mfu(tmp_path):
     for name, modes in results["arms"].items():
         assert set(modes) == {"eager", "compiled"}
         model = arms[name].model
-        # PaLM / nanoGPT count attention as 12 L T d; moelab's full as 6 L T d.
+        # PaLM / nanoGPT count attention as 12 L T d; moelab's kaplan count as 6 L T d.
         attention_6 = 6 * model.n_layers * model.max_seq_len * model.d_model
         for row in modes.values():
             assert "error" not in row, row
-            assert row["flops_per_token"] == {"full_6LTd": flops_per_token(model).full,
-                                              "palm_12LTd": flops_per_token(model).full + attention_6}
+            kaplan = flops_per_token(model).kaplan
+            assert row["flops_per_token"] == {"full_6LTd": kaplan, "palm_12LTd": kaplan + attention_6}
             for convention, flops in row["flops_per_token"].items():
                 assert row["mfu"][convention] == pytest.approx(row["tokens_per_s"] * flops / 989e12)
             assert row["tokens_per_s"] > 0 and row["batch"] == 2

@@ -21,7 +21,7 @@ def test_a_run_writes_every_field_of_the_typed_summary_once(tmp_path):
     train(config, tmp_path / "run")
     written = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert list(written) == [f.name for f in fields(RunSummary)]
-    assert written["schema_version"] == SCHEMA_VERSION == 1
+    assert written["schema_version"] == SCHEMA_VERSION == 2
     summary = RunFolder(tmp_path / "run").summary()
     assert summary.to_dict() == written
     # Hand counts of the tiny run: 2 steps of batch 8 x context 32.
@@ -36,9 +36,19 @@ def test_a_summary_from_before_the_schema_version_is_upgraded():
     assert summary.flops_per_token_6n == 600  # its old name
     assert summary.step_time_s == 2.5         # 10 s over 4 steps
     assert summary.schema_version == 0 and summary.peak_memory_bytes is None
-    with pytest.raises(MoelabError, match=r"old\.json lacks tokens, flops_per_token_full: it was "
+    with pytest.raises(MoelabError, match=r"old\.json lacks tokens, flops_per_token_kaplan: it was "
                                           r"written by an older moelab"):
-        summary.require(("best_val_loss", "tokens", "flops_per_token_full"), "old.json")
+        summary.require(("best_val_loss", "tokens", "flops_per_token_kaplan"), "old.json")
+
+
+def test_a_version_1_summary_reads_its_full_count_as_kaplan():
+    # Schema version 1 named the count with attention at 6 n_layers n_ctx d_model ``full``.
+    record = {"status": "complete", "schema_version": 1, "best_val_loss": 3.0,
+              "flops_per_token_6n": 600, "flops_per_token_full": 750}
+    summary = RunSummary.from_dict(record)
+    assert (summary.flops_per_token_6n, summary.flops_per_token_kaplan) == (600, 750)
+    assert summary.schema_version == 1
+    assert "flops_per_token_full" not in summary.to_dict()
 
 
 @pytest.mark.parametrize("edit, message", [

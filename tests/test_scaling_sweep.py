@@ -315,7 +315,7 @@ def test_results_rows_come_from_the_run_folders_not_the_plan(tmp_path):
     # results.csv must describe what was trained.
     trained = override(sparse.config, ["model.moe.num_experts=4", "model.moe.d_expert=16"])
     summary = {"total_params": 123_457, "active_params": 45_679, "non_embedding_params": 33_331,
-               "tokens": 4_096, "flops_per_token_6n": 274_074, "flops_per_token_full": 300_001,
+               "tokens": 4_096, "flops_per_token_6n": 274_074, "flops_per_token_full": 300_001,  # an older summary's name
                "best_val_loss": 5.25, "final_val_loss": 5.5}
     run_dir = f"runs/{sparse.arm}/seed0"
     fake_run(tmp_path / run_dir, trained, summary)
@@ -323,7 +323,7 @@ def test_results_rows_come_from_the_run_folders_not_the_plan(tmp_path):
     assert row["run"] == run_dir
     assert (row["N_total"], row["N_active"], row["N_non_embedding"], row["D"]) == (
         123_457, 45_679, 33_331, 4_096)
-    assert (row["flops_per_token_6n"], row["flops_per_token_full"]) == (274_074, 300_001)
+    assert (row["flops_per_token_6n"], row["flops_per_token_kaplan"]) == (274_074, 300_001)
     assert row["C"] == 274_074 * 4_096
     assert (row["E"], row["k"], row["d_expert"], row["S"]) == (4, 1, 16, 0.75)
     assert (row["best_val_loss"], row["final_val_loss"]) == (5.25, 5.5)

@@ -212,15 +212,16 @@ def test_tiny_run_learns_and_its_files_agree(tiny_run):
     data_bytes_per_token = summary["final_val_loss"] / math.log(2) / summary["final_val_bpb"]
     assert 1.0 < data_bytes_per_token < 8.0
 
-    # FLOPs per token, by hand: 6N over the active parameters, and the full count (6N without
+    # FLOPs per token, by hand: 6N over the active parameters, and the kaplan count (6N without
     # the tied embedding, plus attention over the 32-token context of 2 layers of width 32 and
-    # the 32 x 512 output matmul). The logged FLOP/s use the full count.
+    # the 32 x 512 output matmul). The logged FLOP/s use the kaplan count.
     embedding = model.tok_embeddings.weight.numel()
     assert "flops_per_token" not in summary  # the old, ambiguous name
     assert summary["flops_per_token_6n"] == 6 * summary["active_params"]
-    assert summary["flops_per_token_full"] == (6 * (summary["active_params"] - embedding)
-                                               + 6 * 2 * 32 * 32 + 6 * 32 * 512)
-    flops_full = summary["flops_per_token_full"]
+    assert "flops_per_token_full" not in summary  # renamed in schema version 2
+    assert summary["flops_per_token_kaplan"] == (6 * (summary["active_params"] - embedding)
+                                                 + 6 * 2 * 32 * 32 + 6 * 32 * 512)
+    flops_full = summary["flops_per_token_kaplan"]
     for e in train_events:
         assert e["flops_per_s"] == pytest.approx(e["tokens_per_s"] * flops_full, rel=1e-12)
 

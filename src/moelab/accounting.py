@@ -9,13 +9,21 @@ Definitions (tests hold them equal to the built model and to hand counts):
 - **embedding**: the token-embedding matrix, plus the output matrix when it is not tied.
 - **non_embedding**: total - embedding.
 
-FLOPs per token of training (forward + backward = 3 x forward, 2 FLOPs per multiply-add):
+FLOPs per token of training (forward + backward = 3 x forward, 2 FLOPs per multiply-add). Three
+counts, named for where they come from; they differ only in the attention over the context:
 
-- ``six_n`` = 6 * active. The common default (Kaplan et al. 2020, Chinchilla), embeddings included.
-- ``full`` = 6 * active_non_embedding + 6 * n_layers * n_ctx * d_model + 6 * d_model * vocab:
-  the weight matmuls of the active path, the attention scores and weighted sum (QK^T and AV over
-  a context of n_ctx, without halving for the causal mask, as in Kaplan et al. and the appendix of
-  Abnar et al. 2025), and the unembedding matmul; the embedding lookup costs nothing.
+- ``six_n`` = 6 * active, embeddings included. The budget convention of scaling-law work
+  (Kaplan et al. 2020's C = 6 N D, Chinchilla) and of Abnar et al. 2025 (C = 6 N_active D):
+  every moelab budget, IsoFLOP curve and S* uses it.
+- ``kaplan`` = 6 * active_non_embedding + 6 * n_layers * n_ctx * d_model + 6 * d_model * vocab:
+  the weight matmuls of the active path, the attention over a context of n_ctx as Kaplan et al.
+  2020 (Table 1) count it, 2 n_layers n_ctx d_model per token forward (one n_ctx x d_model
+  product per layer), and the unembedding matmul; the embedding lookup costs nothing. The
+  FLOP/s a run logs use it. (Summaries before schema version 2 called it ``full``.)
+- ``palm`` = the same with the attention at 12 * n_layers * n_ctx * d_model: QK^T and AV, each
+  2 n_ctx d_model per token and layer forward, without halving for the causal mask. This is
+  PaLM's count (Chowdhery et al. 2022, App. B: 6N + 12 L H Q T), the one Abnar et al. 2025's
+  eq. 9 (App. C) uses for FLOPs per token.
 """
 
 from __future__ import annotations
@@ -44,9 +52,11 @@ class ParamCounts:
 @dataclass(frozen=True)
 class FlopCounts:
     six_n: int
-    """6 * active params (embeddings included)."""
-    full: int
-    """Active weight matmuls + attention over the context + unembedding (see module doc)."""
+    """6 * active params (embeddings included): the budget count (C = 6 N_active D)."""
+    kaplan: int
+    """Active weight matmuls + attention at 6 n_layers n_ctx d_model + unembedding."""
+    palm: int
+    """As ``kaplan`` with the attention at 12 n_layers n_ctx d_model (PaLM; Abnar et al. eq. 9)."""
 
 
 def _attention_params(cfg: ModelConfig) -> int:
@@ -93,11 +103,12 @@ def flops_per_token(cfg: ModelConfig, seq_len: int | None = None) -> FlopCounts:
     """Training FLOPs per token (see the module doc); ``seq_len`` defaults to max_seq_len."""
     n_ctx = cfg.max_seq_len if seq_len is None else seq_len
     counts = count_params(cfg)
-    attention = 6 * cfg.n_layers * n_ctx * cfg.d_model
-    unembedding = 6 * cfg.d_model * cfg.vocab_size
+    weights = 6 * counts.active_non_embedding + 6 * cfg.d_model * cfg.vocab_size  # + unembedding
+    attention_one_product = 6 * cfg.n_layers * n_ctx * cfg.d_model  # QK^T or AV, fwd + bwd
     return FlopCounts(
         six_n=6 * counts.active,
-        full=6 * counts.active_non_embedding + attention + unembedding,
+        kaplan=weights + attention_one_product,
+        palm=weights + 2 * attention_one_product,
     )
 
 
@@ -124,13 +135,14 @@ class MatchedDense:
 
 
 def criterion_value(cfg: ModelConfig, criterion: str) -> int:
-    """The number a matched baseline equalises: active params, total params or full FLOPs/token."""
+    """The number a matched baseline equalises: active params, total params or FLOPs/token (the
+    ``kaplan`` count; every count gives the same matched model, see ``match_dense``)."""
     if criterion == "active":
         return count_params(cfg).active
     if criterion == "total":
         return count_params(cfg).total
     if criterion == "flops":
-        return flops_per_token(cfg).full
+        return flops_per_token(cfg).kaplan
     raise ConfigError(f"criterion={short_repr(criterion)} is invalid: allowed {', '.join(CRITERIA)}")
 
 
@@ -166,8 +178,9 @@ def equal_compute_tokens(moe_cfg: ModelConfig, dense_cfg: ModelConfig, dense_tok
     """The tokens an MoE trains on to spend the training FLOPs of ``dense_cfg`` trained on
     ``dense_tokens``: D_moe = D_dense * N_dense / N_moe,active under the ``six_n`` count
     (C = 6 * N_active * D), in whole steps of ``tokens_per_step``, the nearest (the smaller on a
-    tie), at least one. The count is the one the study's tables use; under the ``full`` count
-    the attention and unembedding terms, equal for both models, make the ratio closer to 1.
+    tie), at least one. The count is the one the study's tables use; under the ``kaplan`` or
+    ``palm`` count the attention and unembedding terms, equal for both models, make the ratio
+    closer to 1.
 
     Both runs train whole steps, so ``dense_tokens`` counts the dense run's whole steps too.
     """

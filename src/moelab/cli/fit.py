@@ -173,7 +173,7 @@ def _optimal(args) -> int:
                                               max_sparsity=args.max_sparsity)
         question = f"fixed total parameters N={args.params:.4g}" + (
             f", tokens D={args.tokens:.4g}" if args.tokens is not None
-            else f", compute C={args.flops:.4g}")
+            else f", compute C={args.flops:.4g} (C = 6 N_active D)")
     elif args.flops is not None:
         if args.tokens is not None:
             raise MoelabError("--tokens D needs --params N (with --flops alone, D is derived)")
@@ -181,7 +181,7 @@ def _optimal(args) -> int:
         def solve(p):
             return compute_optimal(law, p, args.flops, shared_fraction=shared,
                                    max_sparsity=args.max_sparsity)
-        question = f"fixed compute C={args.flops:.4g}"
+        question = f"fixed compute C={args.flops:.4g} (C = 6 N_active D)"
     else:
         raise MoelabError("give --params N (with --tokens D or --flops C) or --flops C")
     result = with_intervals(solve, params, replicas)

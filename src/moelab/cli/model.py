@@ -62,7 +62,8 @@ def model_counts(cfg: ModelConfig) -> dict[str, int]:
         "non_embedding_params": params.non_embedding,
         "active_non_embedding_params": params.active_non_embedding,
         "flops_per_token_6n": flops.six_n,
-        "flops_per_token_full": flops.full,
+        "flops_per_token_kaplan": flops.kaplan,
+        "flops_per_token_palm": flops.palm,
     }
 
 
@@ -99,10 +100,11 @@ def resolved_yaml(source: str, overrides: list[str]) -> str:
 
 
 def training_budget(cfg: ModelConfig, tokens: int) -> dict[str, int]:
-    """The tokens a run trains and its training FLOPs under both counts."""
+    """The tokens a run trains and its training FLOPs under each count."""
     flops = flops_per_token(cfg)
     return {"tokens": tokens, "training_flops_6n": flops.six_n * tokens,
-            "training_flops_full": flops.full * tokens}
+            "training_flops_kaplan": flops.kaplan * tokens,
+            "training_flops_palm": flops.palm * tokens}
 
 
 def run_match(args: argparse.Namespace) -> int:
@@ -161,7 +163,7 @@ def _side_by_side(arms: dict[str, dict]) -> str:
         *[(key, [format_count(a["counts"][key]) for a in arms.values()]) for key in next(iter(arms.values()))["counts"]],
         ("training tokens", [format_count(a["training"]["tokens"]) for a in arms.values()]),
         *[(key, [f"{a['training'][key]:.3g}" for a in arms.values()])
-          for key in ("training_flops_6n", "training_flops_full")],
+          for key in ("training_flops_6n", "training_flops_kaplan", "training_flops_palm")],
         ("mismatch", ["-" if "mismatch" not in a else f"{a['mismatch']:+.3%}" for a in arms.values()]),
     ]
     width = max(14, *(len(name) for name in arms))

@@ -7,7 +7,8 @@ Runs are grouped by compute budget C. Per budget:
   loss only (``moelab.scaling.isoflop_vertex``: a window of sizes within 3x of the vertex);
   ``estimator="global"`` fits every size, as Hoffmann et al. did;
 - with several sparsities: loss is fitted as a full quadratic surface in x = log N and
-  y = -log(1 - S) (Abnar et al.'s polynomial fit per budget), minimised inside the box of the
+  y = -log(1 - S) (after Abnar et al.'s eq. 8, which adds an (x y)^2 term and chooses its
+  degrees by cross-validation), minimised inside the box of the
   observed points, giving N*(C) and S*(C); N_active*(C) follows from the points' own
   N_active / N ratios (``estimate_shared_fraction``). With the window estimator, the surface
   goes through each sparsity's windowed sizes only.

@@ -13,10 +13,11 @@ IsoFLOP points themselves (Hoffmann et al.'s approach 2, per sparsity):
    (``best_sampled``), and, between the sampled ones, the vertex of a parabola of L*(C, S) in
    u = -log(1 - S) kept inside the sampled range (``sparsity``). Where that lands on the largest
    (or smallest) sampled sparsity, S* is only bounded by the grid (``at_edge``);
-3. across budgets, the slope of S*(C) against log10 C is the statistic of "S* rises with
-   compute" (Abnar et al.'s claim), meaningful only when no S* is clamped to the grid's edge
-   (``clamped``); so is, per sparse S, the slope of L*(C, 0) - L*(C, S), the sparse model's
-   advantage over dense.
+3. across budgets, the slope of S*(C) against log10 C is the statistic of how S* moves with
+   compute (with N free, Abnar et al. 2025 find S* at the top of their grid at every budget,
+   §3), meaningful only when no S* is clamped to the grid's edge (``clamped``: a slope through
+   a clamped S* is not an estimate); so is, per sparse S, the slope of L*(C, 0) - L*(C, S), the
+   sparse model's advantage over dense.
 
 Intervals come from one bootstrap over the whole table: within each size and sparsity the seeds
 are drawn with replacement, and a drawn seed brings its points at every budget (a wsd budget

@@ -155,7 +155,8 @@ def _chinchilla_starts(max_starts: int | None = None) -> np.ndarray:
 
 
 SPARSITY_LOG_E_GRID = (-1.0, 0.0, 1.0)
-"""Start values of log e for the sparsity law (our choice; Abnar et al. do not list one)."""
+"""Start values of log e for the sparsity law (our choice; Abnar et al.'s Table 2 starts it at
+1.5, outside this grid)."""
 
 SPARSITY_DEFAULT_STARTS = 4096
 """The full sparsity grid has 3^4 * 6^3 * 5^2 * 3 = 1,312,200 starts; we use a seeded subset."""
@@ -167,7 +168,7 @@ SPARSITY_START_AXES = {
     **{name: tuple(np.arange(0.0, 1.25 + 1e-9, 0.25)) for name in ("alpha", "beta", "gamma")},
     **{name: (-1.0, -0.5, 0.0, 0.5, 1.0) for name in ("lam", "delta")},
 }
-"""Abnar et al.'s grid: log a..log d in {0, 10, 20}; alpha, beta, gamma in {0, 0.25, ..., 1.25};
+"""Abnar et al.'s grid (their Table 2): log a..log d in {0, 10, 20}; alpha, beta, gamma in {0, 0.25, ..., 1.25};
 lambda, delta in {-1, -0.5, 0, 0.5, 1}; log e in SPARSITY_LOG_E_GRID. A reduced form starts from
 the same values of the parameters it keeps."""
 

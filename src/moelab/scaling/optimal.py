@@ -1,6 +1,7 @@
 """Optimal sparsity (and size) read off a fitted law.
 
-Two questions, after Abnar et al. (2025):
+Two questions, after Abnar et al. (2025), with their budget convention C = 6 N_active D
+(moelab's ``six_n`` FLOP count; attention over the context is not counted):
 
 - **Fixed total parameters** N (and a data budget: tokens D, or compute C): which sparsity S
   minimises L(N, D, S)? With C given, D = C / (6 N_active(N, S)) grows with S because a sparser

@@ -30,7 +30,7 @@ from moelab.study.zero_shot import TaskResult
 CRITERION_TEXT = {
     "active": "matched on active parameters per token",
     "total": "matched on total stored parameters",
-    "flops": "matched on training FLOPs per token (full count)",
+    "flops": "matched on training FLOPs per token (the kaplan count)",
     "compute": "matched on total parameters at equal training FLOPs",
 }
 

@@ -29,7 +29,7 @@ RUN_FIELDS = (
 SEED_STATISTICS = ("best_val_loss", "best_val_bpb", "final_val_loss", "tokens_per_s", "wall_time_s")
 # Sizes, identical for every seed of an arm.
 SIZE_FIELDS = ("active_params", "total_params", "non_embedding_params", "flops_per_token_6n",
-               "flops_per_token_full")
+               "flops_per_token_kaplan")
 # Routing diagnostics (per layer in summary.json), averaged over layers then seeds.
 ROUTING_KEYS = (
     "busiest_fraction", "usage_variance_scaled", "routing_entropy", "load_entropy",
@@ -98,7 +98,7 @@ class ArmResult:
     total_params: Optional[int]
     non_embedding_params: Optional[int]
     flops_per_token_6n: Optional[int]
-    flops_per_token_full: Optional[int]
+    flops_per_token_kaplan: Optional[int]
     model: dict
     """The ``model`` section of the arm's config, as its config.yaml holds it."""
     best_val_loss: Summary

@@ -1,8 +1,11 @@
 """Fine-tuning against sparsity, from results.csv's finetune columns (a grid with ``finetune``).
 
-Paper B's third stage (Abnar et al. 2025 evaluate each sparsity by pretraining loss, downstream
-accuracy and fine-tuning): every run's final weights are fine-tuned by one recipe on the same
-new text, and two numbers are read per run: the fine-tuned val loss on the text's held-out part
+moelab's own question, not paper B's: Abnar et al. 2025 read each sparsity by pretraining loss,
+in-context few-shot tasks (their §4, App. D.3) and chain-of-thought prompting (App. E), and have
+no fine-tuning study. Whether MoEs fine-tune worse than their pretraining suggests is the
+question of Artetxe et al. 2021 (arXiv 2112.10684) and ST-MoE (Zoph et al. 2022, arXiv
+2202.08906); here it is asked against S. Every run's final weights are fine-tuned by one recipe
+on the same new text, and two numbers are read per run: the fine-tuned val loss on the text's held-out part
 (``finetune_val_loss``) and the improvement over the weights before fine-tuning
 (``finetune_gain`` = ``finetune_source_val_loss`` - ``finetune_val_loss``). For each:
 

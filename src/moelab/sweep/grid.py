@@ -9,8 +9,10 @@ It names a base config and varies three things:
 - **sparsity** S = (E - k) / E at a fixed top_k k, so E = k / (1 - S); S = 0 is the dense
   model with FFN width d_ff. How the experts are sized (``mode``):
   - ``fixed_total``: d_expert = d_ff / E, so every sparsity of a size stores the dense model's
-    FFN parameters (plus a small router) and activates k / E of them: the "fixed total
-    parameters" question of Abnar et al.;
+    FFN parameters (plus a small router) and activates k / E of them: the fixed-total-parameters
+    question of Abnar et al. 2025 (§2.2), asked with experts that narrow as E grows, so S and
+    expert granularity move together (their expert width is set by a granularity G = 1 or
+    2, not by E);
   - ``fixed_expert``: d_expert = d_ff / k, so the active FFN equals the dense one and the
     total grows with E (vary E at fixed k and expert size);
 - **finetune** (optional): every run fine-tuned by one fixed recipe once it has finished;

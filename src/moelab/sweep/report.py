@@ -149,7 +149,10 @@ def _setup(grid: GridRecord) -> str:
             f"- Grid: {grid.describe()}.\n"
             "- S = (E - k) / E; S = 0 is the dense model. N is the *total* parameter count, "
             "N_active the parameters one token uses; D is the tokens trained; C = 6 N_active D "
-            "is the compute a run actually spent, C_budget the budget it was planned for.\n"
+            "is the compute a run actually spent, C_budget the budget it was planned for. "
+            "Every budget, IsoFLOP fit and S* below counts FLOPs this way (moelab's `six_n` "
+            "count, the budget convention of Abnar et al. 2025), not with the attention "
+            "FLOPs over the context.\n"
             "- Loss: best validation loss (nats/token) over training, on the same validation "
             "windows for every run. Every number below comes from `results.csv`, whose rows come "
             "from the runs' `summary.json` and `config.yaml`, or from the analysis files next to "
@@ -209,7 +212,8 @@ def _isoflop_section(out_dir: Path, rows: list[dict[str, str]], columns: dict,
                             0.0 if shared is None else shared, isoflop_fits=analysis)
     text = "## IsoFLOP analysis\n\n" + (
         "Per compute budget, the loss is fitted as a quadratic surface in (log N, -log(1 - S)) "
-        "and minimised inside the observed box (Abnar et al.); `isoflop.json` also holds a "
+        "and minimised inside the observed box (after Abnar et al.'s eq. 8, without its "
+        "(log N x -log(1 - S))^2 term); `isoflop.json` also holds a "
         "parabola in log N per sparsity and budget (where a budget has 3 sizes).\n\n"
         if surface else
         "The runs have one sparsity, so per compute budget the loss is fitted as a parabola in "
@@ -466,8 +470,8 @@ def _ratio_sentence(by_seconds: dict) -> str:
             f"{optimum['dense_seconds']:.3g} s: **throughput ratio "
             f"{optimum['throughput_ratio']:.2f}{interval('throughput_ratio')}** at equal loss, "
             f"and the optimum gets there {optimum['seconds_ratio']:.2f}"
-            f"{interval('seconds_ratio')} x sooner (Abnar et al. report 1.3-1.8 x higher "
-            "training throughput at the optimal sparsity).\n")
+            f"{interval('seconds_ratio')} x sooner on this hardware (moelab's measurement: "
+            "Abnar et al. count cost in FLOPs only).\n")
 
 
 def _with_ci(result: dict, key: str, fmt: str | None) -> str:

@@ -21,7 +21,7 @@ from moelab.train.summary import RunSummary
 
 RESULT_COLUMNS = (
     "run", "size", "budget", "seed", "C_budget", "N_total", "N_active", "N_non_embedding", "D",
-    "C", "S", "E", "k", "d_expert", "flops_per_token_6n", "flops_per_token_full", "best_val_loss",
+    "C", "S", "E", "k", "d_expert", "flops_per_token_6n", "flops_per_token_kaplan", "best_val_loss",
     "final_val_loss", "collapse", "tokens_per_s", "step_time_s", "tokens_per_step",
     "peak_memory_bytes", "device",
 )
@@ -66,7 +66,7 @@ def _task_fields(run_dir: Path) -> dict:
 
 
 SUMMARY_KEYS = ("total_params", "active_params", "non_embedding_params", "tokens",
-                "flops_per_token_6n", "flops_per_token_full", "best_val_loss", "final_val_loss")
+                "flops_per_token_6n", "flops_per_token_kaplan", "best_val_loss", "final_val_loss")
 
 
 def _run_summary(run: RunFolder) -> RunSummary:
@@ -86,7 +86,7 @@ def result_row(point: SweepPoint, run_dir: str, summary: RunSummary, config: Con
         "C": summary.flops_per_token_6n * summary.tokens, "S": (experts - top_k) / experts,
         "E": experts, "k": top_k, "d_expert": moe.d_expert if moe else "",
         "flops_per_token_6n": summary.flops_per_token_6n,
-        "flops_per_token_full": summary.flops_per_token_full,
+        "flops_per_token_kaplan": summary.flops_per_token_kaplan,
         "best_val_loss": summary.best_val_loss, "final_val_loss": summary.final_val_loss,
         "collapse": bool(summary.collapse),
         **_throughput_fields(summary),

@@ -1,7 +1,8 @@
 """Downstream accuracy against sparsity, from results.csv's zero-shot columns.
 
-Two questions, per task (Abnar et al. claim that under a fixed budget sparsity helps downstream
-as it helps the loss):
+Two questions, per task. (Abnar et al. 2025, §4 and App. D.3, find with in-context few-shot
+tasks that at equal pretraining loss most tasks do not depend on S, and that reading
+comprehension favours denser models; moelab's tasks are its own small zero-shot set, not theirs.)
 
 - **at equal loss**: accuracy = a + b (loss - mean loss) + c S over every run, by least squares;
   c is what sparsity adds to accuracy beyond what its loss predicts, with a 95 % t interval

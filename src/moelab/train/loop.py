@@ -253,7 +253,7 @@ def _train_steps(config: Config, run: RunFolder, dist: Distributed, plan: StepPl
     tc, state, clock = config.train, session.state, session.clock
     nonfinite = NonFiniteGuard(dist.device)
     throughput = Throughput(state.step, clock.train_s, plan.tokens_per_step)
-    flops_full = flops_per_token(config.model).full
+    flops_kaplan = flops_per_token(config.model).kaplan
     bar = tqdm(total=plan.total_steps, initial=state.step, unit="step", dynamic_ncols=True,
                disable=not (tc.progress and dist.is_main))
     schedule = Schedule.from_config(tc, plan.total_steps)
@@ -270,7 +270,7 @@ def _train_steps(config: Config, run: RunFolder, dist: Distributed, plan: StepPl
         if is_log:
             losses = dist.average(losses_4).tolist()  # syncs: the only per-log host wait
             tokens_per_s = throughput.since_last(step, clock.train_s)
-            log(_train_event(state, losses, lr, grad_norm, tokens_per_s, flops_full))
+            log(_train_event(state, losses, lr, grad_norm, tokens_per_s, flops_kaplan))
             bar.set_postfix(loss=f"{losses[0]:.3f}", tok_s=f"{tokens_per_s:,.0f}")
         if is_eval and dist.is_main:
             with clock.paused():
@@ -448,10 +448,10 @@ def _due(step: int, total_steps: int, tc) -> tuple[bool, bool, bool]:
 
 
 def _train_event(state: TrainState, losses: list[float], lr: float, grad_norm: torch.Tensor,
-                 tokens_per_s: float, flops_per_token_full: int) -> dict[str, Any]:
+                 tokens_per_s: float, flops_per_token_kaplan: int) -> dict[str, Any]:
     return {"kind": "train", "step": state.step, "tokens": state.tokens,
             **dict(zip(LOSS_NAMES, losses)), "lr": lr, "grad_norm": float(grad_norm),
-            "tokens_per_s": tokens_per_s, "flops_per_s": tokens_per_s * flops_per_token_full}
+            "tokens_per_s": tokens_per_s, "flops_per_s": tokens_per_s * flops_per_token_kaplan}
 
 
 def _eval_event(result: EvalResult, state: TrainState,
@@ -490,14 +490,14 @@ def _summary(config: Config, state: TrainState, plan: StepPlan, clock: Clock,
         active_params=counts.active,
         non_embedding_params=counts.non_embedding,
         flops_per_token_6n=flops.six_n,
-        flops_per_token_full=flops.full,
+        flops_per_token_kaplan=flops.kaplan,
         tokens=state.tokens,
         steps=state.step,
         tokens_per_step=plan.tokens_per_step,
         wall_time_s=clock.wall_s,
         train_time_s=train_s,
         tokens_per_s=tokens_per_s,
-        flops_per_s=tokens_per_s * flops.full,
+        flops_per_s=tokens_per_s * flops.kaplan,
         step_time_s=train_s / max(state.step, 1),
         peak_memory_bytes=peak_memory_bytes(dist.device),
         seed=config.train.seed,

@@ -4,7 +4,9 @@ it through ``RunSummary.from_dict``, never by key strings of their own.
 
 ``schema_version`` counts changes of meaning. A summary without one was written before it
 existed: ``from_dict`` upgrades it (``flops_per_token`` was ``flops_per_token_6n``; its step
-time follows from train time and steps), so older run folders stay readable.
+time follows from train time and steps), so older run folders stay readable. Version 2 renamed
+``flops_per_token_full`` to ``flops_per_token_kaplan`` (the same number, named for the attention
+count it uses, ``moelab.accounting``); older summaries are read under the new name.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from typing import Any, Optional
 
 from moelab.errors import MoelabError, short_repr
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 
 @dataclass
@@ -32,8 +34,9 @@ class RunSummary:
     non_embedding_params: Optional[int] = None
     flops_per_token_6n: Optional[int] = None
     """6 N_active: the FLOPs per token scaling laws count (``moelab.accounting``)."""
-    flops_per_token_full: Optional[int] = None
-    """Every matmul and attention FLOP per token, forward and backward."""
+    flops_per_token_kaplan: Optional[int] = None
+    """Active matmuls, attention over the context (Kaplan et al.'s count) and the unembedding,
+    forward and backward (``moelab.accounting``, ``kaplan``)."""
     tokens: Optional[int] = None
     steps: Optional[int] = None
     tokens_per_step: Optional[int] = None
@@ -92,10 +95,12 @@ _NUMBERS = tuple(f.name for f in fields(RunSummary)
 
 
 def _upgraded(record: dict[str, Any]) -> dict[str, Any]:
-    """A summary written before schema_version 1, in today's names."""
+    """A summary written by an older schema version, in today's names."""
+    record = dict(record)
+    if record.get("schema_version", 0) < 2 and "flops_per_token_full" in record:
+        record.setdefault("flops_per_token_kaplan", record.pop("flops_per_token_full"))
     if "schema_version" in record:
         return record
-    record = dict(record)
     if "flops_per_token_6n" not in record and "flops_per_token" in record:
         record["flops_per_token_6n"] = record["flops_per_token"]  # the same 6 N_active number
     train_s, steps = record.get("train_time_s"), record.get("steps")
