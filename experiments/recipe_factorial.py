@@ -1,5 +1,6 @@
 """Does the sign of the matched-total gap follow the recipe? The demo study as a 2 x 2 factorial.
 
+    .venv/bin/python experiments/recipe_factorial.py --plot    # the figure, from the results file
     .venv/bin/python experiments/recipe_factorial.py [--phase select|report|all] [--cells A,B]
         [--lrs 0.0025,0.005,0.01,0.02] [--select-seeds 3000,3001] [--report-seeds 3100-3105]
         [--jobs 2] [--out factorial_out]
@@ -221,8 +222,41 @@ def analyse(cells: dict) -> tuple[list[dict], list[dict]]:
     return gaps, tests[len(gaps):]
 
 
+FIGURE = Path(__file__).parents[1] / "docs" / "figures" / "recipe_factorial.png"
+
+
+def plot(entry: dict) -> None:
+    """Per cell, each criterion's paired gap with its 95 % interval (dense - MoE)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    cells = [cell for cell in CELLS if cell in entry["report"]]
+    fig, ax = plt.subplots(figsize=(7.5, 3.6))
+    for offset, criterion in zip((-0.2, 0.0, 0.2), COMPARISONS):
+        rows = {row["cell"]: row for row in entry["gaps"] if row["criterion"] == criterion}
+        xs = [i + offset for i, cell in enumerate(cells)]
+        gaps = [rows[cell]["gap"] for cell in cells]
+        errors = [[rows[c]["gap"] - rows[c]["ci_low"] for c in cells],
+                  [rows[c]["ci_high"] - rows[c]["gap"] for c in cells]]
+        label = {"active": "matched active", "total": "matched total",
+                 "compute": "matched total, equal FLOPs"}[criterion]
+        ax.errorbar(xs, gaps, yerr=errors, fmt="o", capsize=3, label=label)
+    ax.axhline(0.0, color="grey", linewidth=0.8)
+    ax.set_xticks(range(len(cells)), [cell.replace("_", "\n") for cell in cells])
+    ax.set_ylabel("dense − MoE best val loss (nats)\n> 0: MoE better")
+    ax.set_title(f"The demo study by recipe, seeds {entry['report_seeds'][0]}-"
+                 f"{entry['report_seeds'][-1]} (95 % paired intervals)", fontsize=10)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(FIGURE, dpi=120)
+    print(f"wrote {FIGURE}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--plot", action="store_true", help="only draw the figure")
     parser.add_argument("--phase", choices=("select", "report", "all"), default="all")
     parser.add_argument("--cells", default=",".join(CELLS))
     parser.add_argument("--lrs", default="0.0025,0.005,0.01,0.02")
@@ -231,6 +265,9 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--out", type=Path, default=Path("factorial_out"))
     args = parser.parse_args()
+    if args.plot:
+        plot(json.loads(RESULTS.read_text("utf-8")))
+        return
     cells = args.cells.split(",")
     unknown = [cell for cell in cells if cell not in CELLS]
     if unknown:
