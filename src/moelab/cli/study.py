@@ -191,19 +191,23 @@ def _add_fair_arguments(parser) -> None:
                         "excludes 0 or lies inside +-threshold (group-sequential, "
                         "O'Brien-Fleming-type spending), or --max-seeds is reached; --seeds is "
                         "the first round")
-    parser.add_argument("--max-seeds", metavar="M", type=_whole,
+    parser.add_argument("--max-seeds", metavar="M",
                         help="with --until-resolved: the most seeds per arm (default 12)")
-    parser.add_argument("--round-seeds", metavar="R", type=_whole,
+    parser.add_argument("--round-seeds", metavar="R",
                         help="with --until-resolved: seeds added per round (default 2)")
     parser.add_argument("--threshold", metavar="NATS",
                         help="with --until-resolved: the smallest gap that matters, nats/token "
                         "(default 0.01)")
 
 
-def _whole(text: str) -> int:
-    from moelab.cli import positive_int
-
-    return positive_int(text)
+def _whole(text: str, flag: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise MoelabError(f"{flag}={text} is invalid: allowed a whole number >= 1")
+    return value
 
 
 def fair_options(args, seeds):
@@ -228,9 +232,9 @@ def fair_options(args, seeds):
     if args.until_resolved:
         until = UntilResolved()
         if args.max_seeds is not None:
-            until.max_seeds = args.max_seeds
+            until.max_seeds = _whole(args.max_seeds, "--max-seeds")
         if args.round_seeds is not None:
-            until.round_seeds = args.round_seeds
+            until.round_seeds = _whole(args.round_seeds, "--round-seeds")
         if args.threshold is not None:
             until.threshold = _threshold(args.threshold)
         until.check(seeds)
