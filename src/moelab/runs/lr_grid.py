@@ -159,16 +159,22 @@ def run_selection(folder: Path, specs_by_lr: dict[float, list[RunSpec]], launche
 
 def read_choices(folder: Path, record: dict) -> dict[str, LrChoice]:
     """Every unit's choice from the selection runs a plan's record names, read from their run
-    folders (a run not complete counts as failed)."""
+    folders (a run not complete counts as failed). A unit with several runs per lr and seed (a
+    sweep's budget family) takes their mean, missing when one is."""
     grid = [float(lr) for lr in record["grid"]]
     seeds = [int(seed) for seed in record["seeds"]]
     metric = record.get("metric", "best_val_loss")
-    losses: dict[str, dict[float, dict[int, Optional[float]]]] = {}
+    runs: dict[str, dict[float, dict[int, list[Optional[float]]]]] = {}
     for run in record["runs"]:
-        by_lr = losses.setdefault(run["unit"], {})
-        by_lr.setdefault(float(run["lr"]), {})[int(run["seed"])] = _run_loss(
-            folder / run["run_dir"], metric)
+        by_seed = runs.setdefault(run["unit"], {}).setdefault(float(run["lr"]), {})
+        by_seed.setdefault(int(run["seed"]), []).append(_run_loss(folder / run["run_dir"], metric))
+    losses = {unit: {lr: {seed: _mean(values) for seed, values in by_seed.items()}
+                     for lr, by_seed in by_lr.items()} for unit, by_lr in runs.items()}
     return {unit: choose_lr(unit, grid, seeds, by_lr) for unit, by_lr in losses.items()}
+
+
+def _mean(values: list[Optional[float]]) -> Optional[float]:
+    return None if any(v is None for v in values) else sum(values) / len(values)
 
 
 def _run_loss(run_dir: Path, metric: str) -> Optional[float]:
