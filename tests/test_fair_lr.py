@@ -122,7 +122,8 @@ def test_each_arm_reports_at_the_lr_its_selection_seeds_chose(tmp_path):
     assert (folder / "select" / "lr0.02" / "runs" / "moe" / "seed500" / "summary.json").is_file()
     record = json.loads((folder / "results.json").read_text())["lr_selection"]
     assert record["selection_seeds"] == SELECT and record["reporting_seeds"] == REPORT
-    assert {arm: r["lr"] for arm, r in record["arms"].items()} == BEST_LR_SELECTING
+    assert {arm: r["lr"] for arm, r in record["arms"].items()} == {
+        arm: BEST_LR_SELECTING[arm] for arm in ("moe", "dense_active", "dense_total")}
     assert record["arms"]["moe"]["edge"] == "highest"
     assert record["arms"]["dense_total"]["edge"] == "lowest"
     assert record["arms"]["dense_active"]["edge"] is None
@@ -184,3 +185,42 @@ def test_bad_tuning_input_is_one_line_and_exit_2(argv, message, capsys, tmp_path
     err = capsys.readouterr().err
     assert message in err and len(err.strip().splitlines()) == 1
     assert not (tmp_path / "out").exists()  # refused before anything was written
+
+
+# --------------------------------------------------------------------------------------------
+# compare --tune-lr
+# --------------------------------------------------------------------------------------------
+
+ARM_LOSS.update({"A": 3.0, "B": 3.05})
+BEST_LR_SELECTING.update({"A": 0.005, "B": 0.02})
+
+
+def test_compare_tunes_each_side_on_the_selection_seeds(tmp_path, monkeypatch):
+    from moelab.runs.launchers.local import LocalLauncher
+    from moelab.study import compare as compare_module
+
+    monkeypatch.setattr(compare_module, "prepare_shared_data", lambda config, log: None)
+    config, _ = load_study("demo", ["train.max_tokens=1000000"])
+    train = LrTrain()
+    result = compare_module.run_comparison(
+        {"A": config, "B": config}, {"A": "demo", "B": "demo"}, list(REPORT), tmp_path / "c",
+        launcher=LocalLauncher(train_fn=train), log=lambda line: None,
+        tuning=LrTuning(list(GRID), list(SELECT)))
+    # hand count: 3 lrs x 2 sides x 2 selection seeds, then 2 sides x 2 reporting seeds
+    assert len(train.calls) == 16
+    reporting = [(Path(path).parent.name, lr, seed) for path, lr, seed in train.calls
+                 if "/select/" not in path]
+    assert sorted(reporting) == [("A", 0.005, 0), ("A", 0.005, 1), ("B", 0.02, 0), ("B", 0.02, 1)]
+    record = json.loads((tmp_path / "c" / "compare.json").read_text())["lr_selection"]
+    assert record["selection_seeds"] == SELECT and record["reporting_seeds"] == REPORT
+    assert record["sides"]["A"]["edge"] == "lowest" and record["sides"]["B"]["edge"] == "highest"
+    assert result.losses["A"][0] == pytest.approx(fake_loss("A", 0.005, 0))
+
+
+def test_compare_refuses_selection_seeds_that_report(capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert main(["compare", "demo", "demo", "--seeds", "0,1", "--tune-lr", "0.01,0.02",
+                 "--select-seeds", "1,2"]) == 2
+    err = capsys.readouterr().err
+    assert "--select-seeds=1,2 is invalid: seed 1 is also a reporting seed" in err
+    assert len(err.strip().splitlines()) == 1 and not (tmp_path / "out").exists()

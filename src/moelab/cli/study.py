@@ -108,6 +108,12 @@ def _register_compare(subparsers) -> None:
     compare.add_argument("--out", metavar="DIR",
                          help="comparison folder (default: out/<A name>-vs-<B name>-compare)")
     compare.add_argument("--json", action="store_true", help="print compare.json's record")
+    compare.add_argument("--tune-lr", metavar="GRID",
+                         help="choose each side's lr from GRID (e.g. 0.005,0.01,0.02) on "
+                         "selection seeds that never report, then compare at those lrs")
+    compare.add_argument("--select-seeds", metavar="N|LIST",
+                         help="with --tune-lr: the selection seeds, a count N (A's train.seed + "
+                         "1000000, ...) or a list disjoint from --seeds (default 2)")
     add_launcher_arguments(compare)
     compare.set_defaults(func=_compare)
 
@@ -128,6 +134,12 @@ def _compare(args) -> int:
         labels[side] = " ".join([source] + [f"--set {o}" for o in own])
     seeds = StudySettings(seeds=check_seeds(args.seeds, "--seeds")).seed_list(
         configs["A"].train.seed)
+    args.until_resolved, args.max_seeds, args.round_seeds, args.threshold = False, None, None, None
+    tuning, _ = fair_options(args, seeds)
+    if tuning is not None:
+        from moelab.runs.lr_grid import check_disjoint
+
+        check_disjoint(tuning.seed_list(configs["A"].train.seed), seeds)
     out = Path(args.out) if args.out else (
         Path("out") / f"{Path(args.config_a).stem}-vs-{Path(args.config_b).stem}-compare")
     if wants_commands(args):
@@ -141,7 +153,7 @@ def _compare(args) -> int:
     launcher = build_launcher(args)
     with writer_lock(out):
         result = run_comparison(configs, labels, seeds, out, common=args.overrides,
-                                launcher=launcher)
+                                launcher=launcher, tuning=tuning)
     if args.json:
         print(json.dumps(result.to_dict(), indent=2))
     else:
@@ -159,6 +171,13 @@ def print_comparison(result, out: Path) -> None:
     for side, label in result.labels.items():
         mean, std, n = side_summary(result.losses[side])
         print(f"{side}: {label}\n    best val loss {format_mean_std(mean, std)} (n={n})")
+    if result.lr_selection is not None:
+        selection = result.lr_selection
+        for side, choice in selection["sides"].items():
+            edge = f" (at the grid's {choice['edge']} lr: the best may lie beyond)" if choice["edge"] else ""
+            print(f"{side}: lr {choice['lr']:g}{edge}")
+        print(f"lrs chosen on seeds {', '.join(map(str, selection['selection_seeds']))}; "
+              f"reported on seeds {', '.join(map(str, selection['reporting_seeds']))}")
     gap = result.gap
     print(f"gap A - B {gap.gap:+.4f} (positive: B better): {result.outcome}")
     print(f"    paired t: {_interval(gap.paired)}, n={gap.paired.n_pairs} pairs")
