@@ -99,7 +99,7 @@ def tune_sides(configs: dict[str, Config], seeds: list[int], folder: Path, tunin
     seeds (``select/lr<X>/runs/<side>/seed<k>``); the configs at those lrs and the record."""
     selection_seeds = tuning.seed_list(configs["A"].train.seed)
     check_disjoint(selection_seeds, seeds)
-    specs_by_lr = {lr: comparison_specs({side: with_lr(config, lr)
+    specs_by_lr = {lr: comparison_specs({side: with_lr(config, lr, selecting=True)
                                          for side, config in configs.items()}, selection_seeds)
                    for lr in tuning.grid}
     if any(not is_complete(folder / SELECTION_FOLDER / lr_folder(lr) / spec.run_dir)

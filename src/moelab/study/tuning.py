@@ -46,10 +46,15 @@ class LrTuning:
         return list(self.select_seeds)
 
 
-def with_lr(config: Config, lr: float, max_tokens: Optional[int] = None) -> Config:
+def with_lr(config: Config, lr: float, max_tokens: Optional[int] = None,
+            selecting: bool = False) -> Config:
+    """``config`` at peak lr ``lr`` (and ``max_tokens``); ``selecting``: a selection run,
+    judged on its loss alone, scores no zero-shot tasks."""
     train = replace(config.train, lr=lr)
     if max_tokens is not None:
         train = replace(train, max_tokens=max_tokens)
+    if selecting:
+        train = replace(train, eval_tasks=[])
     return replace(config, train=train).validate()
 
 
@@ -68,7 +73,8 @@ def selection_specs(arms_at, seeds: list[int], tuning: LrTuning, config: Config,
     largest = max(budgets) if budgets else None
     specs_by_lr = {}
     for lr in tuning.grid:
-        arms = [arm for arm in arms_at(with_lr(config, lr, largest)) if arm.name not in SHARED_LR]
+        arms = [arm for arm in arms_at(with_lr(config, lr, largest, selecting=True))
+                if arm.name not in SHARED_LR]
         specs_by_lr[lr] = plan_runs(arms, seeds, [])
     return specs_by_lr
 
@@ -79,7 +85,7 @@ def check_selection_folders(study_dir: Path, kind: str, config: Config,
     for lr, specs in specs_by_lr.items():
         where = study_dir / SELECTION_FOLDER / lr_folder(lr)
         if where.is_dir():
-            check_same_study(where, kind, with_lr(config, lr), specs)
+            check_same_study(where, kind, with_lr(config, lr, selecting=True), specs)
 
 
 def tuning_record(tuning: LrTuning, seeds: list[int],

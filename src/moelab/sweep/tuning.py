@@ -62,8 +62,10 @@ def cell_of(spec_or_point, family: bool) -> str:
 def selection_specs(sweep: SweepGrid, tuning: SweepLrGrid) -> dict[float, list[RunSpec]]:
     """lr -> the grid's runs on the selection seeds at that lr (no finetunes)."""
     seeds = tuning.seed_list(sweep)
-    return {lr: run_specs(plan_sweep(replace(sweep, seeds=seeds,
-                                             overrides=[*sweep.overrides, f"train.lr={lr!r}"])))
+    # A selection run is judged on its loss alone: it scores no zero-shot tasks.
+    return {lr: run_specs(plan_sweep(replace(
+                sweep, seeds=seeds,
+                overrides=[*sweep.overrides, f"train.lr={lr!r}", "train.eval_tasks=[]"])))
             for lr in tuning.grid}
 
 
@@ -147,7 +149,7 @@ def dry_run_lines(sweep: SweepGrid, tuning: SweepLrGrid, sweep_specs: list[RunSp
     return [
         f"lr selection: {len(cells)} cells (per {'budget family' if family else 'budget'}) x "
         f"{len(tuning.grid)} lrs ({', '.join(f'{lr:g}' for lr in tuning.grid)}) x "
-        f"{len(tuning.seed_list(sweep))} selection seeds "
+        f"{len(tuning.seed_list(sweep))} selection seed{'' if len(tuning.seed_list(sweep)) == 1 else 's'} "
         f"({', '.join(str(s) for s in tuning.seed_list(sweep))}): {selection.text()}",
         f"then the sweep at each cell's lr: {sweep_cost.text()}",
         f"total: {selection.runs + sweep_cost.runs} runs, "
