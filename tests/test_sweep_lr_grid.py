@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -18,7 +17,7 @@ from moelab.runs.launchers.local import LocalLauncher
 from moelab.sweep import commands as sweep_commands
 from moelab.sweep.grid import load_sweep_grid
 from moelab.sweep.plan import plan_sweep
-from moelab.sweep.tuning import SweepLrGrid, dry_run_lines, selection_specs
+from moelab.sweep.tuning import SweepLrGrid, selection_specs
 
 GRID = [0.005, 0.01, 0.02]
 SELECT = [70, 71]
@@ -115,6 +114,21 @@ def test_a_folder_planned_without_the_lr_grid_is_refused(tmp_path, monkeypatch):
     sweep_commands._plan_folder(grid, tmp_path, 0, None)
     with pytest.raises(Exception, match="planned with no --lr-grid"):
         sweep_commands.choose_cell_lrs(grid, tmp_path, SweepLrGrid(GRID, SELECT),
+                                       LocalLauncher(train_fn=CellTrain()), lambda _: None)
+
+
+def test_a_folder_planned_with_the_lr_grid_is_refused_without_it(tmp_path, monkeypatch):
+    monkeypatch.setattr(sweep_commands, "prepare_shared_data", lambda config, log: None)
+    grid = load_sweep_grid("micro", [])
+    adjust, extra = sweep_commands.choose_cell_lrs(
+        grid, tmp_path, SweepLrGrid(GRID, SELECT), LocalLauncher(train_fn=CellTrain()),
+        lambda _: None)
+    sweep_commands._plan_folder(grid, tmp_path, 0, None, adjust, extra)
+    with pytest.raises(Exception, match="planned with --lr-grid 0.005,0.01,0.02 on selection "
+                                        "seeds 70,71"):
+        sweep_commands._plan_folder(grid, tmp_path, 0, None)
+    with pytest.raises(Exception, match="planned with --lr-grid"):
+        sweep_commands.choose_cell_lrs(grid, tmp_path, SweepLrGrid([0.01, 0.02], SELECT),
                                        LocalLauncher(train_fn=CellTrain()), lambda _: None)
 
 

@@ -144,3 +144,21 @@ def test_bad_input_is_one_line_and_exit_2(argv, message, capsys, tmp_path, monke
     err = capsys.readouterr().err
     assert message in err and len(err.strip().splitlines()) == 1
     assert not (tmp_path / "out").exists()
+
+
+def test_tuned_arms_then_rounds_on_fresh_seeds(tmp_path):
+    from moelab.study.tuning import LrTuning
+
+    config, _ = load_study("demo", ["train.max_tokens=1000000"])
+    train = SeedTrain()
+    study_commands.run_study(
+        "study", config, StudySettings(seeds=2, criteria=["active"]), tmp_path / "s",
+        train_fn=train, log=lambda line: None, tuning=LrTuning([0.01, 0.02], [500, 501]),
+        until_resolved=UntilResolved(max_seeds=10, threshold=0.01, round_seeds=2))
+    look, _ = expected_stop("dense_active", 1, 0.01)
+    # hand count: 2 lrs x 2 arms x 2 selection seeds, then 2 arms x the seeds of the stop
+    assert len(train.calls) == 8 + 2 * LOOKS[look]
+    assert {seed for _, seed in train.calls[:8]} == {500, 501}
+    assert {seed for _, seed in train.calls[8:]} == set(range(LOOKS[look]))
+    results = json.loads((tmp_path / "s" / "results.json").read_text())
+    assert "lr_selection" in results and results["sequential"]["rounds_run"] == look + 1

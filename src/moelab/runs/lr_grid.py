@@ -194,3 +194,20 @@ def require_choices(choices: dict[str, LrChoice], folder: Path) -> dict[str, flo
                 f"has a loss on every selection seed; see "
                 f"{folder / SELECTION_FOLDER}/lr*/failures.json")
     return {unit: choice.lr for unit, choice in choices.items()}
+
+
+def check_same_selection(plan: dict, record: Optional[dict], key: str = "--lr-grid") -> None:
+    """A folder's planned runs were trained at the lrs of one selection (or of none): planning
+    them again without it, or with another grid or seeds, would mix runs at other lrs."""
+    if not plan.get("runs"):
+        return
+    old = plan.get("lr_selection")
+    if old is None and record is None:
+        return
+    if old is not None and record is not None and all(
+            old.get(k) == record.get(k) for k in ("grid", "seeds")):
+        return
+    was = (f"no {key}" if old is None else f"{key} {','.join(f'{lr:g}' for lr in old['grid'])} "
+           f"on selection seeds {','.join(str(s) for s in old['seeds'])}")
+    raise MoelabError(f"the folder's runs were planned with {was}: planning them otherwise "
+                      "would mix runs at other lrs; use another --out folder")

@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Optional
 
 from moelab.config import Config
-from moelab.errors import MoelabError
 from moelab.report import format_number, markdown_table
 from moelab.runs.lr_grid import (
     DEFAULT_SELECTION_SEEDS, SELECTION_FOLDER, LrChoice, default_selection_seeds, lr_folder,
@@ -153,15 +152,3 @@ def tuning_section(plan: dict, choices: dict[str, LrChoice], reporting_seeds: li
 
 def _loss(value: Optional[float]) -> str:
     return "–" if value is None else format_number(value)
-
-
-def check_tuning_seeds(selection: list[int], reporting: list[int]) -> None:
-    from moelab.runs.lr_grid import check_disjoint
-
-    check_disjoint(selection, reporting)
-
-
-def refuse_without_arms(choices: dict[str, LrChoice], arms: list[Arm]) -> None:
-    missing = [arm.name for arm in arms if SHARED_LR.get(arm.name, arm.name) not in choices]
-    if missing:
-        raise MoelabError(f"lr selection has no choice for arm {missing[0]}")

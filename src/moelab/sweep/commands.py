@@ -22,7 +22,8 @@ from moelab.runs.records import check_run_files
 from moelab.scaling.fitting import check_num_starts
 from moelab.sweep.grid import SweepGrid, load_grid
 from moelab.runs.lr_grid import (
-    SELECTION_FOLDER, lr_folder, read_choices, require_choices, run_selection,
+    SELECTION_FOLDER, check_same_selection, lr_folder, read_choices, require_choices,
+    run_selection,
 )
 from moelab.sweep import tuning as sweep_tuning
 from moelab.sweep.plan import (
@@ -91,7 +92,7 @@ def choose_cell_lrs(grid: SweepGrid, out_dir: Path, tuning: SweepLrGrid, launche
     record = sweep_tuning.sweep_selection_record(grid, tuning, specs_by_lr)
     check_same_grid(out_dir, grid)
     old_plan = _read_plan(out_dir)
-    sweep_tuning.check_same_selection(old_plan, record)
+    check_same_selection(old_plan, record)
     if any(not is_complete(out_dir / SELECTION_FOLDER / lr_folder(lr) / spec.run_dir)
            for lr, specs in specs_by_lr.items() for spec in specs):
         prepare_shared_data(next(iter(specs_by_lr.values()))[0].config, log)

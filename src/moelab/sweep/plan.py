@@ -21,6 +21,7 @@ from moelab.fileio import atomic_write_json, remove_stale_temporaries
 from moelab.runs import RunSpec, write_run_configs
 from moelab.runs.spec import shown_in_wandb
 from moelab.runs.families import as_budget_family
+from moelab.runs.lr_grid import check_same_selection
 from moelab.runs.spec import Finetune, branch_record
 from moelab.scaling.isoflop import compute_deviation
 from moelab.sweep.grid import (GRID_KEYS, SIZE_KEYS, FinetuneRecipe, SweepGrid, experts_for,
@@ -228,6 +229,14 @@ def plan_sweep_folder(grid: SweepGrid, out_dir: Path, fit_settings: dict | None 
     return points, specs
 
 
+def _read_json_dict(path: Path) -> dict:
+    try:
+        content = json.loads(path.read_text("utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return content if isinstance(content, dict) else {}
+
+
 def recorded_fit_settings(out_dir: Path) -> dict:
     """The fit settings a sweep recorded in plan.json (the defaults when it recorded none)."""
     try:
@@ -262,6 +271,9 @@ def _write_plan(out_dir: Path, grid: SweepGrid, points: list[SweepPoint], specs:
     grid_record = grid_json_record(grid)
     grid_path = out_dir / "grid.json"
     check_same_grid(out_dir, grid)
+    if (out_dir / "plan.json").is_file():  # runs at tuned lrs must not be mixed with others
+        check_same_selection(_read_json_dict(out_dir / "plan.json"),
+                             (extra or {}).get("lr_selection"))
     remove_stale_temporaries(out_dir, out_dir / "configs", out_dir / "figures")
     atomic_write_json(grid_path, grid_record)
     write_run_configs(out_dir, specs)

@@ -18,10 +18,9 @@ from pathlib import Path
 from typing import Optional
 
 from moelab.accounting import flops_per_token
-from moelab.errors import MoelabError
 from moelab.report import format_count, format_number, markdown_table
 from moelab.runs.lr_grid import (
-    DEFAULT_SELECTION_SEEDS, SELECTION_FOLDER, LrChoice, check_disjoint, default_selection_seeds,
+    DEFAULT_SELECTION_SEEDS, SELECTION_FOLDER, check_disjoint, default_selection_seeds,
     read_choices, selection_record,
 )
 from moelab.runs.spec import RunSpec
@@ -83,27 +82,6 @@ def with_cell_lrs(points: list[SweepPoint], lrs: dict[str, float], family: bool)
     return [dataclasses.replace(point, config=replace(
         point.config, train=replace(point.config.train, lr=lrs[cell_of(point, family)])).validate())
         for point in points]
-
-
-def check_same_selection(plan: dict, record: dict) -> None:
-    """A folder's runs were trained at the lrs of one selection: a sweep planned without
-    ``--lr-grid``, or with another grid or seeds, would mix runs at other lrs."""
-    if not plan.get("runs"):
-        return
-    old = plan.get(RECORD_KEY)
-    if old is None and record is None:
-        return
-    if old is None or record is None or any(old.get(key) != record.get(key)
-                                            for key in ("grid", "seeds")):
-        was = "no --lr-grid" if old is None else f"--lr-grid {','.join(f'{lr:g}' for lr in old['grid'])} on seeds {old['seeds']}"
-        raise MoelabError(f"the sweep folder's runs were planned with {was}: its runs would mix "
-                          "lrs; use another --out folder")
-
-
-def require_cell_choices(choices: dict[str, LrChoice], folder: Path) -> dict[str, float]:
-    from moelab.runs.lr_grid import require_choices
-
-    return require_choices(choices, folder)
 
 
 # --------------------------------------------------------------------------------------------
