@@ -141,8 +141,9 @@ def tuning_section(plan: dict, choices: dict[str, LrChoice], reporting_seeds: li
         edge = (f" **at the grid's {choice.edge} lr: the best lr may lie beyond the grid; "
                 "read this arm's loss as an upper bound of its tuned loss**" if choice.edge else "")
         lines.append(f"- {unit}: lr {chosen}{edge}")
+    planned_arms = {arm.get("name") for arm in plan.get("arms", [])}
     for untuned, partner in record.get("shared", {}).items():
-        if partner in choices:
+        if partner in choices and untuned in planned_arms:
             lines.append(f"- {untuned}: not tuned, it takes {partner}'s lr (the same model and "
                          "recipe, trained on more tokens)")
     lines.append("\nWarmup, head tying, batch size and every other setting stay shared by all "
