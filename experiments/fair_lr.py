@@ -6,7 +6,8 @@
 The preset's learning rate was chosen on the MoE's loss and is shared by every arm. Here each
 arm gets its own: phase 1 trains every arm (the MoE and its dense baselines matched on active
 and on total parameters) at each lr of the grid on the selection seeds and picks, per arm, the
-lr with the lowest mean best validation loss. Phase 2 trains every arm on fresh reporting
+lr with the lowest mean best validation loss (moelab's own selection, as ``moelab study
+--tune-lr`` runs it: moelab.runs.lr_grid). Phase 2 trains every arm on fresh reporting
 seeds, disjoint from the selection seeds, at its own best lr and at the preset's shared lr, and
 pairs each dense arm with the MoE seed by seed (dense - MoE: positive means the MoE is better).
 The verdicts use Holm's adjustment over the tests it makes.
@@ -30,10 +31,14 @@ from moelab.fileio import atomic_write_json
 from moelab.runs import execute_plan, is_complete
 from moelab.runs.data import prepare_shared_data
 from moelab.runs.launchers.local import LocalLauncher
-from moelab.study.commands import plan
+from moelab.runs.lr_grid import (
+    SELECTION_FOLDER, lr_folder, parse_lr_grid, read_choices, run_selection,
+)
+from moelab.study.commands import plan, plan_arms
 from moelab.study.results import json_safe
 from moelab.study.settings import load_study
 from moelab.study.stats import holm, min_detectable_gap, paired_test
+from moelab.study.tuning import LrTuning, selection_specs, tuning_record
 from moelab.train.run_folder import RunFolder
 
 RESULTS = Path(__file__).parent / "results" / "fair_lr.json"
@@ -74,6 +79,31 @@ def train_arms(preset: str, lr: float, seeds: list[int], arms_wanted: set[str] |
     return losses
 
 
+def select_lrs(preset: str, lrs: list[float], seeds: list[int], out: Path, jobs: int):
+    """Phase 1 through moelab's own lr selection (``moelab study --tune-lr``'s): every arm at
+    each lr on the selection seeds in ``out/select/lr<X>``; returns the per-arm choices and
+    {lr: {arm: {seed: {best_val_loss, run_dir (under out)}}}}."""
+    config, settings = load_study(preset, [])
+    tuning = LrTuning(lrs, seeds)
+    specs_by_lr = selection_specs(lambda base: plan_arms("study", base, settings), seeds, tuning,
+                                  config, settings.budgets)
+    if any(not is_complete(out / SELECTION_FOLDER / lr_folder(lr) / spec.run_dir)
+           for lr, specs in specs_by_lr.items() for spec in specs):
+        prepare_shared_data(config, print)
+    run_selection(out, specs_by_lr, LocalLauncher(jobs=jobs), print)
+    record = tuning_record(tuning, seeds, specs_by_lr)
+    missing = [run["run_dir"] for run in record["runs"] if not is_complete(out / run["run_dir"])]
+    if missing:
+        sys.exit(f"fair_lr: selection runs failed: {', '.join(missing)}")
+    choices = read_choices(out, record)
+    runs: dict[str, dict[str, dict[int, dict]]] = {}
+    for run in record["runs"]:
+        runs.setdefault(f"{run['lr']:g}", {}).setdefault(run["unit"], {})[run["seed"]] = {
+            "best_val_loss": choices[run["unit"]].losses[run["lr"]][run["seed"]],
+            "run_dir": run["run_dir"]}
+    return choices, runs
+
+
 def mean_loss(by_seed: dict[int, dict]) -> float:
     return float(np.mean([run["best_val_loss"] for run in by_seed.values()]))
 
@@ -103,7 +133,7 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--out", type=Path, default=Path("fair_lr_out"))
     args = parser.parse_args()
-    lrs = [float(lr) for lr in args.lrs.split(",")]
+    lrs = parse_lr_grid(args.lrs, "--lrs")
     select_seeds, report_seeds = parse_seeds(args.select_seeds), parse_seeds(args.report_seeds)
     if set(select_seeds) & set(report_seeds):
         sys.exit("fair_lr: the selection and reporting seeds must be disjoint")
@@ -111,11 +141,10 @@ def main() -> None:
     shared_lr = shared_config.train.lr
     started = time.time()
 
-    selection = {lr: train_arms(args.preset, lr, select_seeds, None, args.out,
-                                f"select/lr{lr:g}", args.jobs) for lr in lrs}
-    arms = sorted(next(iter(selection.values())))
-    means = {arm: {lr: mean_loss(selection[lr][arm]) for lr in lrs} for arm in arms}
-    best_lr = {arm: min(lrs, key=lambda lr: means[arm][lr]) for arm in arms}
+    choices, selection_runs = select_lrs(args.preset, lrs, select_seeds, args.out, args.jobs)
+    arms = sorted(choices)
+    means = {arm: {lr: choices[arm].means[lr] for lr in lrs} for arm in arms}
+    best_lr = {arm: choices[arm].lr for arm in arms}
     print("best lr per arm (selection seeds):", best_lr)
 
     # Reporting seeds: each arm at its own best lr and at the shared lr (each (arm, lr) once).
@@ -148,7 +177,7 @@ def main() -> None:
         "select_seeds": select_seeds, "report_seeds": report_seeds,
         "selection_mean_best_val_loss": {arm: {f"{lr:g}": v for lr, v in m.items()}
                                          for arm, m in means.items()},
-        "selection_runs": {f"{lr:g}": runs for lr, runs in selection.items()},
+        "selection_runs": selection_runs,
         "best_lr": best_lr,
         "report_runs": {"own": own, "shared": shared},
         "gaps": rows, "multiple_testing": f"Holm over {len(rows)} tests",

@@ -19,7 +19,7 @@ LAYERS = (
     ("fileio",),
     ("config",),
     ("report",),
-    ("scaling",),
+    ("scaling", "stats"),
     ("accounting", "precision"),
     ("linear_cross_entropy", "moe", "data"),
     ("model",),
@@ -33,7 +33,7 @@ LAYERS = (
 """Bottom to top. A package may import those of lower rows; packages of one row are siblings
 and import neither each other nor anything above."""
 RANK = {package: rank for rank, row in enumerate(LAYERS) for package in row}
-TORCH_FREE = ("errors", "fileio", "config", "report", "scaling")
+TORCH_FREE = ("errors", "fileio", "config", "report", "scaling", "stats")
 """Importable without torch: the law maths runs where no torch is installed."""
 
 

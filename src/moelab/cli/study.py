@@ -46,6 +46,7 @@ def register(subparsers) -> None:
     study.add_argument("--budgets", metavar="LIST",
                        help="token budgets, e.g. 40.5M,426.3M: every arm x seed at each, "
                        "each with its own full schedule")
+    _add_fair_arguments(study)
     study.set_defaults(func=_study, kind="study")
 
     ladder = subparsers.add_parser(
@@ -57,7 +58,9 @@ def register(subparsers) -> None:
     )
     add_config_arguments(ladder)
     _add_run_arguments(ladder, "ablation")
-    ladder.set_defaults(func=_study, kind="ablation", criteria=None, budgets=None)
+    ladder.set_defaults(func=_study, kind="ablation", criteria=None, budgets=None, tune_lr=None,
+                        select_seeds=None, until_resolved=False, max_seeds=None,
+                        round_seeds=None, threshold=None)
 
     _register_compare(subparsers)
 
@@ -105,6 +108,12 @@ def _register_compare(subparsers) -> None:
     compare.add_argument("--out", metavar="DIR",
                          help="comparison folder (default: out/<A name>-vs-<B name>-compare)")
     compare.add_argument("--json", action="store_true", help="print compare.json's record")
+    compare.add_argument("--tune-lr", metavar="GRID",
+                         help="choose each side's lr from GRID (e.g. 0.005,0.01,0.02) on "
+                         "selection seeds that never report, then compare at those lrs")
+    compare.add_argument("--select-seeds", metavar="N|LIST",
+                         help="with --tune-lr: the selection seeds, a count N (A's train.seed + "
+                         "1000000, ...) or a list disjoint from --seeds (default 2)")
     add_launcher_arguments(compare)
     compare.set_defaults(func=_compare)
 
@@ -125,6 +134,12 @@ def _compare(args) -> int:
         labels[side] = " ".join([source] + [f"--set {o}" for o in own])
     seeds = StudySettings(seeds=check_seeds(args.seeds, "--seeds")).seed_list(
         configs["A"].train.seed)
+    args.until_resolved, args.max_seeds, args.round_seeds, args.threshold = False, None, None, None
+    tuning, _ = fair_options(args, seeds)
+    if tuning is not None:
+        from moelab.runs.lr_grid import check_disjoint
+
+        check_disjoint(tuning.seed_list(configs["A"].train.seed), seeds)
     out = Path(args.out) if args.out else (
         Path("out") / f"{Path(args.config_a).stem}-vs-{Path(args.config_b).stem}-compare")
     if wants_commands(args):
@@ -138,7 +153,7 @@ def _compare(args) -> int:
     launcher = build_launcher(args)
     with writer_lock(out):
         result = run_comparison(configs, labels, seeds, out, common=args.overrides,
-                                launcher=launcher)
+                                launcher=launcher, tuning=tuning)
     if args.json:
         print(json.dumps(result.to_dict(), indent=2))
     else:
@@ -156,6 +171,13 @@ def print_comparison(result, out: Path) -> None:
     for side, label in result.labels.items():
         mean, std, n = side_summary(result.losses[side])
         print(f"{side}: {label}\n    best val loss {format_mean_std(mean, std)} (n={n})")
+    if result.lr_selection is not None:
+        selection = result.lr_selection
+        for side, choice in selection["sides"].items():
+            edge = f" (at the grid's {choice['edge']} lr: the best may lie beyond)" if choice["edge"] else ""
+            print(f"{side}: lr {choice['lr']:g}{edge}")
+        print(f"lrs chosen on seeds {', '.join(map(str, selection['selection_seeds']))}; "
+              f"reported on seeds {', '.join(map(str, selection['reporting_seeds']))}")
     gap = result.gap
     print(f"gap A - B {gap.gap:+.4f} (positive: B better): {result.outcome}")
     print(f"    paired t: {_interval(gap.paired)}, n={gap.paired.n_pairs} pairs")
@@ -174,6 +196,85 @@ def _add_run_arguments(parser, kind: str) -> None:
     add_launcher_arguments(parser)
 
 
+def _add_fair_arguments(parser) -> None:
+    """--tune-lr and --until-resolved (docs/study.md, "Fair comparisons")."""
+    parser.add_argument("--tune-lr", metavar="GRID",
+                        help="choose each arm's lr from GRID (e.g. 0.005,0.01,0.02) on selection "
+                        "seeds that never report, then run the study at each arm's own lr "
+                        "(moe_compute takes moe's)")
+    parser.add_argument("--select-seeds", metavar="N|LIST",
+                        help="with --tune-lr: the selection seeds, a count N (train.seed + "
+                        "1000000, ...) or a list disjoint from the reporting seeds (default 2)")
+    parser.add_argument("--until-resolved", action="store_true",
+                        help="add seeds in rounds until every comparison's repeated interval "
+                        "excludes 0 or lies inside +-threshold (group-sequential, "
+                        "O'Brien-Fleming-type spending), or --max-seeds is reached; --seeds is "
+                        "the first round")
+    parser.add_argument("--max-seeds", metavar="M",
+                        help="with --until-resolved: the most seeds per arm (default 12)")
+    parser.add_argument("--round-seeds", metavar="R",
+                        help="with --until-resolved: seeds added per round (default 2)")
+    parser.add_argument("--threshold", metavar="NATS",
+                        help="with --until-resolved: the smallest gap that matters, nats/token "
+                        "(default 0.01)")
+
+
+def _whole(text: str, flag: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise MoelabError(f"{flag}={text} is invalid: allowed a whole number >= 1")
+    return value
+
+
+def fair_options(args, seeds):
+    """The LrTuning and UntilResolved the flags ask for (None when not asked); a flag that
+    needs another, or a bad value, is one line."""
+    from moelab.runs.lr_grid import parse_lr_grid
+    from moelab.study.rounds import UntilResolved
+    from moelab.study.tuning import LrTuning
+
+    if args.select_seeds is not None and args.tune_lr is None:
+        raise MoelabError("--select-seeds is invalid without --tune-lr: only the lr selection "
+                          "uses selection seeds")
+    for name in ("max_seeds", "round_seeds", "threshold"):
+        if getattr(args, name) is not None and not args.until_resolved:
+            raise MoelabError(f"--{name.replace('_', '-')} is invalid without --until-resolved")
+    tuning = None
+    if args.tune_lr is not None:
+        tuning = LrTuning(parse_lr_grid(args.tune_lr, "--tune-lr"))
+        if args.select_seeds is not None:
+            tuning.select_seeds = check_seeds(args.select_seeds, "--select-seeds")
+    until = None
+    if args.until_resolved:
+        until = UntilResolved()
+        if args.max_seeds is not None:
+            until.max_seeds = _whole(args.max_seeds, "--max-seeds")
+        if args.round_seeds is not None:
+            until.round_seeds = _whole(args.round_seeds, "--round-seeds")
+        if args.threshold is not None:
+            until.threshold = _threshold(args.threshold)
+        until.check(seeds)
+    if (tuning or until) and (wants_commands(args) or args.detach):
+        flag = "--tune-lr" if tuning else "--until-resolved"
+        raise MoelabError(f"{flag} is invalid with {'--detach' if args.detach else '--list-runs'}: "
+                          "the runs it plans depend on runs that must finish first; run without it")
+    return tuning, until
+
+
+def _threshold(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise MoelabError(f"--threshold={text} is invalid: allowed a positive gap in nats/token, "
+                          "e.g. 0.01")
+    return value
+
+
 def _study(args) -> int:
     from moelab.study.commands import list_runs, run_study, submit_study
 
@@ -187,6 +288,13 @@ def _study(args) -> int:
         settings.budgets = parse_budget_list(args.budgets)
     settings.check_size("--budgets" if args.budgets is not None else "study.budgets",
                         "--seeds" if args.seeds is not None else "study.seeds")
+    tuning, until_resolved = fair_options(args, settings.seeds)
+    if tuning is not None:
+        from moelab.runs.lr_grid import check_disjoint
+
+        reporting = (list(range(config.train.seed, config.train.seed + until_resolved.max_seeds))
+                     if until_resolved else settings.seed_list(config.train.seed))
+        check_disjoint(tuning.seed_list(config.train.seed), reporting)
     out = Path(args.out) if args.out else Path("out") / f"{Path(args.config).stem}-{args.kind}"
     if wants_commands(args):  # it writes the plan: the same one writer as a study
         with writer_lock(out):
@@ -201,7 +309,8 @@ def _study(args) -> int:
         print_submitted(job_id, out, local=args.slurm_local)
         return 0
     with writer_lock(out):
-        results = run_study(args.kind, config, settings, out, launcher=launcher)
+        results = run_study(args.kind, config, settings, out, launcher=launcher, tuning=tuning,
+                            until_resolved=until_resolved)
     print_results(results, out)
     return 0
 

@@ -43,6 +43,13 @@ def register(subparsers) -> None:
     sweep.add_argument("--starts", type=positive_int, default=None, metavar="K",
                        help="fit the law from a seeded subset of K grid starts (as moelab fit; "
                             "default 4,096 of 1.3 million)")
+    sweep.add_argument("--lr-grid", metavar="GRID",
+                       help="choose each cell's lr (size x sparsity, per budget or wsd budget "
+                       "family) from GRID, e.g. 0.005,0.01,0.02, on selection seeds no result "
+                       "uses; --dry-run shows the cost first")
+    sweep.add_argument("--select-seeds", metavar="N|LIST",
+                       help="with --lr-grid: the selection seeds, a count N (the first seed + "
+                       "1000000, ...) or a list disjoint from the grid's seeds (default 2)")
     add_launcher_arguments(sweep)
     sweep.set_defaults(func=_sweep)
     _register_throughput(subparsers)
@@ -62,6 +69,7 @@ def _sweep(args) -> int:
                           f"letters, digits and _ . + -): pass --out DIR")
     out_dir = Path(args.out) if args.out else Path("out") / f"{grid.name}-sweep"
     plan = plan_sweep(grid)
+    tuning = _sweep_tuning(args, grid)
     if args.dry_run:
         for point in plan:
             print(point.describe())
@@ -69,7 +77,17 @@ def _sweep(args) -> int:
         print(f"{len(plan)} runs" + (
             "" if recipe is None else f", each then fine-tuned on {recipe.data} ({recipe.steps} "
             f"steps at lr {recipe.lr:g}) into runs/finetune/<run>"))
+        if tuning is not None:
+            from moelab.sweep.plan import run_specs
+            from moelab.sweep.tuning import dry_run_lines
+
+            for line in dry_run_lines(grid, tuning, run_specs(plan)):
+                print(line)
         return 0
+    if tuning is not None and (wants_commands(args) or args.detach):
+        raise MoelabError(f"--lr-grid is invalid with {'--detach' if args.detach else '--list-runs'}: "
+                          "the sweep's runs take the lrs its selection runs choose, which must "
+                          "finish first; run without it")
     if wants_commands(args):
         from moelab.runs import is_complete
         from moelab.runs.launchers.commands import train_commands
@@ -90,9 +108,27 @@ def _sweep(args) -> int:
         return 0
     with writer_lock(out_dir):
         report_path = run_sweep(grid, out_dir, bootstrap_replicates=args.bootstrap,
-                                max_starts=args.starts, launcher=launcher)
+                                max_starts=args.starts, launcher=launcher, tuning=tuning)
     print(f"results: {out_dir / 'results.csv'}\nreport: {report_path}")
     return 0
+
+
+def _sweep_tuning(args, grid):
+    """The SweepLrGrid --lr-grid asks for (None without it); bad values one line."""
+    from moelab.runs.lr_grid import parse_lr_grid
+    from moelab.study.settings import check_seeds
+    from moelab.sweep.tuning import SweepLrGrid
+
+    if args.lr_grid is None:
+        if args.select_seeds is not None:
+            raise MoelabError("--select-seeds is invalid without --lr-grid: only the lr "
+                              "selection uses selection seeds")
+        return None
+    tuning = SweepLrGrid(parse_lr_grid(args.lr_grid, "--lr-grid"))
+    if args.select_seeds is not None:
+        tuning.select_seeds = check_seeds(args.select_seeds, "--select-seeds")
+    tuning.seed_list(grid)  # refuses selection seeds that are also the grid's
+    return tuning
 
 
 def report_sweep(out_dir: Path) -> int:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Optional
 
 from moelab.config import Config
 from moelab.errors import MoelabError
@@ -21,8 +21,13 @@ from moelab.fileio import atomic_write_json
 from moelab.runs import RunSpec, execute_plan, is_complete, write_run_configs
 from moelab.runs.data import prepare_shared_data
 from moelab.runs.launchers.local import LocalLauncher
+from moelab.runs.lr_grid import (
+    SELECTION_FOLDER, check_disjoint, lr_folder, read_choices, require_choices, run_selection,
+    selection_record,
+)
 from moelab.study.results import json_safe
 from moelab.study.stats import Gap, compare, summarize
+from moelab.study.tuning import LrTuning, with_lr
 from moelab.train.run_folder import RunFolder
 
 SIDES = ("A", "B")
@@ -42,12 +47,18 @@ class Comparison:
     gap: Gap
     outcome: str
     """'B better', 'A better', 'not significant' or 'not testable'."""
+    lr_selection: Optional[dict] = None
+    """With ``--tune-lr``: each side's choice (``LrChoice.to_dict``) and the seeds that chose
+    and that report."""
 
     def to_dict(self) -> dict:
-        return json_safe({"labels": self.labels, "common_overrides": self.common,
-                          "best_val_loss": {side: {str(s): v for s, v in by_seed.items()}
-                                            for side, by_seed in self.losses.items()},
-                          "outcome": self.outcome, "gap_a_minus_b": self.gap.to_dict()})
+        record = {"labels": self.labels, "common_overrides": self.common,
+                  "best_val_loss": {side: {str(s): v for s, v in by_seed.items()}
+                                    for side, by_seed in self.losses.items()},
+                  "outcome": self.outcome, "gap_a_minus_b": self.gap.to_dict()}
+        if self.lr_selection is not None:
+            record["lr_selection"] = self.lr_selection
+        return json_safe(record)
 
 
 def comparison_specs(configs: dict[str, Config], seeds: list[int]) -> list[RunSpec]:
@@ -60,19 +71,50 @@ def comparison_specs(configs: dict[str, Config], seeds: list[int]) -> list[RunSp
 
 def run_comparison(configs: dict[str, Config], labels: dict[str, str], seeds: list[int],
                    folder: Path, *, common: list[str] = (), launcher=None, jobs: int = 1,
-                   log: Callable[[str], None] = print) -> Comparison:
-    """Train what is missing of both sides, then test and write compare.json."""
+                   log: Callable[[str], None] = print,
+                   tuning: Optional[LrTuning] = None) -> Comparison:
+    """Train what is missing of both sides, then test and write compare.json. With ``tuning``
+    (``--tune-lr``) each side first gets its own lr, chosen on the selection seeds."""
     folder = Path(folder)
+    launcher = launcher or LocalLauncher(jobs=jobs)
+    selection = None
+    if tuning is not None:
+        configs, selection = tune_sides(configs, seeds, folder, tuning, launcher, log)
     specs = comparison_specs(configs, seeds)
     write_run_configs(folder, specs)
     todo = [spec for spec in specs if not is_complete(folder / spec.run_dir)]
     for side in SIDES:
         if any(spec.labels["side"] == side for spec in todo):
             prepare_shared_data(configs[side], log)
-    execute_plan(folder, specs, launcher or LocalLauncher(jobs=jobs), log)
+    execute_plan(folder, specs, launcher, log)
     result = compare_runs(folder, specs, labels, list(common))
+    result.lr_selection = selection
     atomic_write_json(folder / "compare.json", result.to_dict())
     return result
+
+
+def tune_sides(configs: dict[str, Config], seeds: list[int], folder: Path, tuning: LrTuning,
+               launcher, log: Callable[[str], None]) -> tuple[dict[str, Config], dict]:
+    """Each side at the lr of the grid with its lowest mean best val loss on the selection
+    seeds (``select/lr<X>/runs/<side>/seed<k>``); the configs at those lrs and the record."""
+    selection_seeds = tuning.seed_list(configs["A"].train.seed)
+    check_disjoint(selection_seeds, seeds)
+    specs_by_lr = {lr: comparison_specs({side: with_lr(config, lr, selecting=True)
+                                         for side, config in configs.items()}, selection_seeds)
+                   for lr in tuning.grid}
+    if any(not is_complete(folder / SELECTION_FOLDER / lr_folder(lr) / spec.run_dir)
+           for lr, specs in specs_by_lr.items() for spec in specs):
+        for config in configs.values():
+            prepare_shared_data(config, log)
+    run_selection(folder, specs_by_lr, launcher, log)
+    record = selection_record(tuning.grid, selection_seeds, specs_by_lr,
+                              lambda spec: spec.labels["side"])
+    choices = read_choices(folder, record)
+    lrs = require_choices(choices, folder)
+    return ({side: with_lr(config, lrs[side]) for side, config in configs.items()},
+            {"grid": list(tuning.grid), "selection_seeds": selection_seeds,
+             "reporting_seeds": list(seeds),
+             "sides": {side: choice.to_dict() for side, choice in choices.items()}})
 
 
 def compare_runs(folder: Path, specs: list[RunSpec], labels: dict[str, str],

@@ -82,8 +82,9 @@ def run_config(arm_config: Config, seed: int, tokens: Optional[int]) -> Config:
 
 
 def write_plan(study_dir: Path, kind: str, base: Config, settings: dict, arms: list[Arm],
-               specs: list[RunSpec]) -> None:
+               specs: list[RunSpec], extra: Optional[dict] = None) -> None:
     """Write study.yaml, plan.json and every run's config; refuse to mix two studies in a folder.
+    ``extra`` adds records to plan.json (``lr_selection``, ``sequential``) when given.
 
     Temporary files a killed write left in the folder are removed first (one process drives a
     study, so none is being written now)."""
@@ -107,6 +108,7 @@ def write_plan(study_dir: Path, kind: str, base: Config, settings: dict, arms: l
              "config": str(spec.config_path), **branch_record(spec)}
             for spec in specs
         ],
+        **(extra or {}),
     })
 
 
@@ -119,7 +121,7 @@ def check_same_study(study_dir: Path, kind: str, base: Config, specs: list[RunSp
     """
     plan_path, study_path = study_dir / "plan.json", study_dir / "study.yaml"
     if study_dir.is_dir() and not any((study_dir / name).exists()
-                                      for name in ("plan.json", "study.yaml", "runs")):
+                                      for name in ("plan.json", "study.yaml", "runs", "select")):
         others = sorted(p.name for p in study_dir.iterdir() if not is_bookkeeping(p))
         if others:
             raise MoelabError(f"{study_dir} is not empty and holds no study (it has "

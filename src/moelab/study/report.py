@@ -20,7 +20,8 @@ from moelab.report import (
 from moelab.study import figures
 from moelab.study.arms import LADDER_DESCRIPTIONS
 from moelab.study.aggregate import aggregate
-from moelab.study.records import RunRecord, find_runs
+from moelab.study import rounds, tuning
+from moelab.study.records import RunRecord, find_runs, read_plan
 from moelab.study.results import (
     ArmResult, BudgetFamilyTokens, RoutingResult, StudyResults, results_csv,
 )
@@ -46,11 +47,31 @@ def write_outputs(study_dir: Path) -> StudyResults:
     # What a killed report left; its writer holds the folder's lock, so none is being written.
     remove_stale_temporaries(study_dir, study_dir / "figures")
     results = aggregate(study_dir, records)
-    atomic_write_json(study_dir / "results.json", results.to_dict())
+    fair_json, fair_text = fair_sections(study_dir, results, records)
+    atomic_write_json(study_dir / "results.json", {**results.to_dict(), **fair_json})
     atomic_write_text(study_dir / "results.csv", results_csv(results))
     figure_paths = draw_figures(study_dir, results, records)
-    atomic_write_text(study_dir / "report.md", render_report(results, records, figure_paths))
+    atomic_write_text(study_dir / "report.md",
+                      render_report(results, records, figure_paths, fair_text))
     return results
+
+
+def fair_sections(study_dir: Path, results: StudyResults,
+                  records: list[RunRecord]) -> tuple[dict, str]:
+    """results.json's records and report.md's sections of ``--tune-lr`` (each arm's lr) and
+    ``--until-resolved`` (where each comparison stopped), from plan.json and the run folders;
+    nothing for a study without them."""
+    plan = read_plan(study_dir)
+    records_json, sections = {}, []
+    choices = tuning.read_tuning(study_dir, plan)
+    if choices is not None:
+        records_json[tuning.RECORD_KEY] = tuning.tuning_json(plan, choices, results.seeds)
+        sections.append(tuning.tuning_section(plan, choices, results.seeds))
+    if plan.get(rounds.RECORD_KEY):
+        comparisons = rounds.analyse(plan[rounds.RECORD_KEY], records)
+        records_json[rounds.RECORD_KEY] = rounds.rounds_json(plan[rounds.RECORD_KEY], comparisons)
+        sections.append(rounds.rounds_section(plan[rounds.RECORD_KEY], comparisons))
+    return records_json, "\n".join(sections)
 
 
 def check_recorded_runs(study_dir: Path) -> None:
@@ -119,10 +140,10 @@ def draw_figures(study_dir: Path, results: StudyResults,
 
 
 def render_report(results: StudyResults, records: list[RunRecord],
-                  figure_paths: dict[str, str]) -> str:
+                  figure_paths: dict[str, str], fair_text: str = "") -> str:
     ablation = results.is_ablation
     title = "Routing-stability ladder" if ablation else "Dense vs MoE study"
-    parts = [f"# {title}: {results.study_dir}\n", setup_section(results, records)]
+    parts = [f"# {title}: {results.study_dir}\n", setup_section(results, records), fair_text]
     if ablation:
         parts += [ladder_section(results.arms), rung_steps_section(results.rung_steps)]
     else:
@@ -147,12 +168,15 @@ def setup_section(results: StudyResults, records: list[RunRecord]) -> str:
     model, data, train = config.model, config.data, config.train
     seeds = ", ".join(str(s) for s in results.seeds)
     budgets = ", ".join(g.label for g in results.budgets) or format_count(train.max_tokens)
+    lrs = {r.config.train.lr for r in records if r.config is not None}
+    lr_text = (f"peak lr {train.lr}" if len(lrs) <= 1
+               else "peak lr per arm (see Learning rate per arm)")
     return (
         "## Setup\n\n"
         f"- Shared by every arm: d_model {model.d_model}, {model.n_layers} layers, "
         f"{model.n_heads} heads, context {model.max_seq_len}, vocab "
         f"{model.vocab_size}; data `{data.source}`; batch {train.batch_size} "
-        f"sequences; peak lr {train.lr}; token budget per run {budgets}.\n"
+        f"sequences; {lr_text}; token budget per run {budgets}.\n"
         f"- Seeds: {seeds} (n = {len(results.seeds)}); a seed sets the weight init and the "
         "data order; the validation windows are the same for every run.\n"
         "- Loss: best validation loss over training, nats/token (bits/byte alongside).\n"

@@ -21,7 +21,15 @@ from moelab.runs.training import TrainFn
 from moelab.runs.records import check_run_files
 from moelab.scaling.fitting import check_num_starts
 from moelab.sweep.grid import SweepGrid, load_grid
-from moelab.sweep.plan import SweepPoint, plan_sweep, plan_sweep_folder, recorded_fit_settings
+from moelab.runs.lr_grid import (
+    SELECTION_FOLDER, check_same_selection, lr_folder, read_choices, require_choices,
+    run_selection,
+)
+from moelab.sweep import tuning as sweep_tuning
+from moelab.sweep.plan import (
+    SweepPoint, check_same_grid, plan_sweep, plan_sweep_folder, recorded_fit_settings,
+)
+from moelab.sweep.tuning import SweepLrGrid
 from moelab.sweep.folder import read_results
 from moelab.sweep.report import render_sweep_report, write_sweep_report
 from moelab.sweep.results import collect_results, write_results_csv
@@ -29,14 +37,19 @@ from moelab.sweep.results import collect_results, write_results_csv
 
 def run_sweep(grid: SweepGrid, out_dir: Path, *, bootstrap_replicates: int = 200,
               max_starts: int | None = None, train_fn: Optional[TrainFn] = None,
-              log: Callable[[str], None] = print, jobs: int = 1, launcher=None) -> Path:
+              log: Callable[[str], None] = print, jobs: int = 1, launcher=None,
+              tuning: Optional[SweepLrGrid] = None) -> Path:
     """Plan, train what is missing (with ``launcher``; default: this machine, ``jobs`` at a
     time), write results.csv, fit, and write report.md; returns its path. ``max_starts``
-    limits the law fit's start grid (``--starts``)."""
+    limits the law fit's start grid (``--starts``). ``tuning`` (``--lr-grid``) first chooses
+    each cell's lr on the selection seeds (``moelab.sweep.tuning``)."""
     out_dir = Path(out_dir)
-    points, specs = _plan_folder(grid, out_dir, bootstrap_replicates, max_starts)
     if launcher is None:
         launcher = LocalLauncher(jobs=jobs, train_fn=train_fn)
+    adjust, extra = None, None
+    if tuning is not None:
+        adjust, extra = choose_cell_lrs(grid, out_dir, tuning, launcher, log)
+    points, specs = _plan_folder(grid, out_dir, bootstrap_replicates, max_starts, adjust, extra)
     if any(not is_complete(out_dir / spec.run_dir) for spec in specs):
         prepare_shared_data(points[0].config, log)
     execute_plan(out_dir, specs, launcher, log)
@@ -57,14 +70,49 @@ def submit_sweep(grid: SweepGrid, out_dir: Path, launcher, *, bootstrap_replicat
 
 
 def _plan_folder(grid: SweepGrid, out_dir: Path, bootstrap_replicates: int,
-                 max_starts: int | None):
+                 max_starts: int | None, adjust_points=None, extra: Optional[dict] = None):
     """The sweep's points and run specs, written to ``out_dir`` with the fit settings."""
+    check_fit_settings(bootstrap_replicates, max_starts)
+    return plan_sweep_folder(grid, out_dir, {"bootstrap_replicates": bootstrap_replicates,
+                                             "max_starts": max_starts}, adjust_points, extra)
+
+
+def check_fit_settings(bootstrap_replicates: int, max_starts: int | None) -> None:
     # The fit runs after all the training: check its settings first.
     if bootstrap_replicates < 0:
         raise MoelabError(f"--bootstrap {bootstrap_replicates} is invalid: must be >= 0")
     check_num_starts(max_starts)
-    return plan_sweep_folder(grid, out_dir, {"bootstrap_replicates": bootstrap_replicates,
-                                             "max_starts": max_starts})
+
+
+def choose_cell_lrs(grid: SweepGrid, out_dir: Path, tuning: SweepLrGrid, launcher,
+                    log: Callable[[str], None]):
+    """Train the selection runs (the grid at every lr on the selection seeds) and return how
+    to set each point's lr, with plan.json's record of the selection."""
+    specs_by_lr = sweep_tuning.selection_specs(grid, tuning)
+    record = sweep_tuning.sweep_selection_record(grid, tuning, specs_by_lr)
+    check_same_grid(out_dir, grid)
+    old_plan = _read_plan(out_dir)
+    check_same_selection(old_plan, record)
+    if any(not is_complete(out_dir / SELECTION_FOLDER / lr_folder(lr) / spec.run_dir)
+           for lr, specs in specs_by_lr.items() for spec in specs):
+        prepare_shared_data(next(iter(specs_by_lr.values()))[0].config, log)
+    run_selection(out_dir, specs_by_lr, launcher, log)
+    lrs = require_choices(read_choices(out_dir, record), out_dir)
+    family = record["per"] == "budget family"
+    log(f"lr per cell chosen on seeds {record['seeds']}: "
+        + ", ".join(f"{cell} {lr:g}" for cell, lr in sorted(lrs.items())))
+    return (lambda points: sweep_tuning.with_cell_lrs(points, lrs, family),
+            {sweep_tuning.RECORD_KEY: record})
+
+
+def _read_plan(out_dir: Path) -> dict:
+    import json
+
+    try:
+        plan = json.loads((out_dir / "plan.json").read_text("utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return plan if isinstance(plan, dict) else {}
 
 
 def write_sweep_outputs(out_dir: Path, grid: SweepGrid, points: list[SweepPoint], *,

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 from moelab.accounting import count_params, flops_per_token
 from moelab.config import Config, MoEConfig, apply_overrides, build_config, load_config, to_dict
@@ -21,6 +21,7 @@ from moelab.fileio import atomic_write_json, remove_stale_temporaries
 from moelab.runs import RunSpec, write_run_configs
 from moelab.runs.spec import shown_in_wandb
 from moelab.runs.families import as_budget_family
+from moelab.runs.lr_grid import check_same_selection
 from moelab.runs.spec import Finetune, branch_record
 from moelab.scaling.isoflop import compute_deviation
 from moelab.sweep.grid import (GRID_KEYS, SIZE_KEYS, FinetuneRecipe, SweepGrid, experts_for,
@@ -208,20 +209,32 @@ def finetune_specs(recipe: FinetuneRecipe, specs: list[RunSpec]) -> list[RunSpec
     return planned
 
 
-def plan_sweep_folder(grid: SweepGrid, out_dir: Path, fit_settings: dict | None = None
-                      ) -> tuple[list[SweepPoint], list[RunSpec]]:
+def plan_sweep_folder(grid: SweepGrid, out_dir: Path, fit_settings: dict | None = None,
+                      adjust_points: Optional[Callable[[list[SweepPoint]], list[SweepPoint]]] = None,
+                      extra: Optional[dict] = None) -> tuple[list[SweepPoint], list[RunSpec]]:
     """Plan the grid and write its grid.json, plan.json and run configs into ``out_dir``.
     ``fit_settings`` (``bootstrap_replicates``, ``max_starts``) are kept in plan.json, so that
     ``moelab report DIR`` fits as the sweep did. The specs are the points' runs, in the points'
-    order, then (with a ``finetune`` recipe) one finetune per run."""
+    order, then (with a ``finetune`` recipe) one finetune per run. ``adjust_points`` changes the
+    planned points (each cell's lr, ``--lr-grid``); ``extra`` adds records to plan.json."""
     points = plan_sweep(grid)
+    if adjust_points is not None:
+        points = adjust_points(points)
     specs = run_specs(points)
     if grid.finetune is not None:
         specs += finetune_specs(grid.finetune, specs)
     specs = shown_in_wandb(specs, group=Path(out_dir).resolve().name,
                            tags=["sweep-sparsity", f"grid={grid.name}"])
-    _write_plan(Path(out_dir), grid, points, specs, fit_settings or {})
+    _write_plan(Path(out_dir), grid, points, specs, fit_settings or {}, extra)
     return points, specs
+
+
+def _read_json_dict(path: Path) -> dict:
+    try:
+        content = json.loads(path.read_text("utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return content if isinstance(content, dict) else {}
 
 
 def recorded_fit_settings(out_dir: Path) -> dict:
@@ -242,16 +255,25 @@ def grid_json_record(grid: SweepGrid) -> dict:
             if (key != "top_ks" or grid.top_ks) and (key != "finetune" or grid.finetune)}
 
 
-def _write_plan(out_dir: Path, grid: SweepGrid, points: list[SweepPoint], specs: list[RunSpec],
-                fit_settings: dict) -> None:
-    """grid.json + plan.json; refuse to mix another grid's runs into this folder."""
-    grid_record = grid_json_record(grid)
+def check_same_grid(out_dir: Path, grid: SweepGrid) -> None:
+    """Refuse to mix another grid's runs into this folder."""
     grid_path = out_dir / "grid.json"
     if grid_path.is_file():
         old = with_seeds_key(json.loads(grid_path.read_text("utf-8")))
-        if not _same_grid_or_more_seeds(old, json.loads(json.dumps(grid_record))):
+        if not _same_grid_or_more_seeds(old, json.loads(json.dumps(grid_json_record(grid)))):
             raise MoelabError(f"{out_dir} already holds another sweep grid ({short_repr(old.get('name'))}): "
                               "use another --out folder")
+
+
+def _write_plan(out_dir: Path, grid: SweepGrid, points: list[SweepPoint], specs: list[RunSpec],
+                fit_settings: dict, extra: Optional[dict] = None) -> None:
+    """grid.json + plan.json; refuse to mix another grid's runs into this folder."""
+    grid_record = grid_json_record(grid)
+    grid_path = out_dir / "grid.json"
+    check_same_grid(out_dir, grid)
+    if (out_dir / "plan.json").is_file():  # runs at tuned lrs must not be mixed with others
+        check_same_selection(_read_json_dict(out_dir / "plan.json"),
+                             (extra or {}).get("lr_selection"))
     remove_stale_temporaries(out_dir, out_dir / "configs", out_dir / "figures")
     atomic_write_json(grid_path, grid_record)
     write_run_configs(out_dir, specs)
@@ -266,6 +288,7 @@ def _write_plan(out_dir: Path, grid: SweepGrid, points: list[SweepPoint], specs:
         **({"finetunes": [{"name": spec.name, "run_dir": str(spec.run_dir),
                            "config": str(spec.config_path), **branch_record(spec)}
                           for spec in specs[len(points):]]} if len(specs) > len(points) else {}),
+        **(extra or {}),
     })
 
 

@@ -30,6 +30,7 @@ from moelab.sweep.report_sections import (
     zero_shot_analysis_text,
 )
 from moelab.sweep.run_tables import budget_family_text, runs_table, zero_shot_section
+from moelab.sweep.tuning import lr_selection_text, read_plan_record
 
 
 def write_sweep_report(out_dir: Path, *, bootstrap_replicates: int = 200,
@@ -49,6 +50,9 @@ def render_sweep_report(out_dir: Path) -> Path:
     grid = read_grid(out_dir)
     analysis = read_analysis(out_dir)
     sections = [f"# Sparsity sweep `{grid.name}`\n", _setup(grid)]
+    lr_text = lr_selection_text(out_dir, read_plan_record(out_dir))
+    if lr_text:  # only a sweep run with --lr-grid
+        sections.append(lr_text)
     results = read_results(out_dir)
     if results is None:
         sections.append("No results to analyse yet (results.csv has no complete runs).\n")

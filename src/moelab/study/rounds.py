@@ -1,0 +1,185 @@
+"""``--until-resolved``: a study's seeds added in rounds until every comparison is decided.
+
+The design is fixed before the first run (``moelab.stats.sequential``): the seeds at each look
+(the study's seed count, then ``round_seeds`` more a round, up to ``max_seeds``), alpha and the
+practical threshold. After each round every comparison (criterion x budget, dense - moe of the
+best validation loss, paired by seed) gets its repeated confidence interval; a comparison stops
+once it is resolved (the interval excludes 0) or smaller than the threshold (the interval lies
+inside +- threshold), and the study stops once every comparison has, or at the maximum. Every
+arm trains every seed of a round, so the paired tests of the rest of the report keep their
+pairs. plan.json keeps the design and the rounds run (``sequential``); the report recomputes
+every look from the run folders.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Optional
+
+from moelab.errors import MoelabError
+from moelab.report import format_number, markdown_table
+from moelab.stats.sequential import (
+    METHOD, SequentialDesign, SequentialOutcome, round_looks, run_looks,
+)
+from moelab.study.arms import COMPARED_ARMS
+from moelab.study.records import RunRecord
+from moelab.study.stats import ALPHA
+
+RECORD_KEY = "sequential"
+DEFAULT_MAX_SEEDS = 12
+DEFAULT_ROUND_SEEDS = 2
+DEFAULT_THRESHOLD = 0.01
+"""nats/token: a gap smaller than this does not matter in moelab's CPU settings."""
+MAX_SEEDS = 1000
+
+
+@dataclass
+class UntilResolved:
+    """What ``--until-resolved [--max-seeds M] [--round-seeds R] [--threshold T]`` asks for."""
+
+    max_seeds: int = DEFAULT_MAX_SEEDS
+    threshold: float = DEFAULT_THRESHOLD
+    round_seeds: int = DEFAULT_ROUND_SEEDS
+    alpha: float = ALPHA
+
+    def check(self, first_seeds: int | list[int]) -> None:
+        """One line naming the bad value: the first round is a count of at least 2 seeds, the
+        maximum above it, a positive finite threshold, rounds of at least one seed."""
+        if not isinstance(first_seeds, int) or first_seeds < 2:
+            raise MoelabError(f"--seeds={first_seeds} is invalid with --until-resolved: the first "
+                              "round is a seed count of at least 2 (train.seed, train.seed + 1, "
+                              "...)")
+        if not first_seeds < self.max_seeds <= MAX_SEEDS:
+            raise MoelabError(f"--max-seeds={self.max_seeds} is invalid: allowed more than the "
+                              f"first round's {first_seeds} seeds and at most {MAX_SEEDS}")
+        if not (math.isfinite(self.threshold) and self.threshold > 0):
+            raise MoelabError(f"--threshold={self.threshold} is invalid: allowed a positive gap "
+                              "in nats/token, e.g. 0.01")
+        if self.round_seeds < 1:
+            raise MoelabError(f"--round-seeds={self.round_seeds} is invalid: allowed 1 or more")
+
+    def design(self, first_seeds: int, comparisons: int) -> SequentialDesign:
+        return SequentialDesign(round_looks(first_seeds, self.round_seeds, self.max_seeds),
+                                self.alpha, self.threshold, comparisons)
+
+
+def comparison_keys(criteria: list[str], budgets: list[int]) -> list[tuple[Optional[int], str]]:
+    """(budget, criterion) of every comparison the rounds decide: the family, fixed in
+    advance."""
+    return [(budget, criterion) for budget in (budgets or [None]) for criterion in criteria]
+
+
+def sequential_record(design: SequentialDesign, seed_order: list[int],
+                      keys: list[tuple[Optional[int], str]], rounds_run: int) -> dict:
+    return {**design.to_dict(), "seed_order": list(seed_order),
+            "comparisons_planned": [{"budget": b, "criterion": c} for b, c in keys],
+            "rounds_run": rounds_run}
+
+
+def check_same_design(plan: dict, record: dict) -> None:
+    """A folder's rounds continue only under the design they started with: another threshold,
+    maximum or round size chosen after seeing results would void the error control."""
+    old = plan.get(RECORD_KEY)
+    if not old:
+        return
+    for key in ("looks", "alpha", "threshold", "comparisons", "seed_order"):
+        if old.get(key) != record.get(key):
+            raise MoelabError(f"the study folder already holds rounds with another {key} "
+                              f"({old.get(key)}, now {record.get(key)}): the design is fixed "
+                              "before the first round; use another --out folder")
+
+
+@dataclass
+class ComparisonRounds:
+    budget: Optional[int]
+    criterion: str
+    moe_arm: str
+    dense_arm: str
+    outcome: SequentialOutcome
+
+
+def analyse(record: dict, records: list[RunRecord]) -> list[ComparisonRounds]:
+    """Every planned comparison read look by look from the complete runs, up to the rounds
+    run: where it stopped and why."""
+    design = SequentialDesign(record["looks"], record["alpha"], record["threshold"],
+                              record["comparisons"])
+    order = [int(seed) for seed in record["seed_order"]]
+    looks = record["looks"][:record["rounds_run"]]
+    results = []
+    for entry in record["comparisons_planned"]:
+        budget, criterion = entry["budget"], entry["criterion"]
+        moe_arm, dense_arm = COMPARED_ARMS[criterion]
+        loss = {(r.arm, r.seed): r.summary.best_val_loss for r in records if r.budget == budget}
+        by_look = []
+        for n in looks:
+            by_look.append([loss[dense_arm, seed] - loss[moe_arm, seed] for seed in order[:n]
+                            if (dense_arm, seed) in loss and (moe_arm, seed) in loss])
+        results.append(ComparisonRounds(budget, criterion, moe_arm, dense_arm,
+                                        run_looks(by_look, design)))
+    return results
+
+
+def all_stopped(comparisons: list[ComparisonRounds]) -> bool:
+    return all(c.outcome.reason is not None for c in comparisons)
+
+
+def rounds_json(record: dict, comparisons: list[ComparisonRounds]) -> dict:
+    return {
+        "method": METHOD, "alpha": record["alpha"], "threshold": record["threshold"],
+        "alpha_per_comparison": record["alpha_per_comparison"], "looks": record["looks"],
+        "rounds_run": record["rounds_run"],
+        "comparisons": [{
+            "budget": c.budget, "criterion": c.criterion, "moe_arm": c.moe_arm,
+            "dense_arm": c.dense_arm,
+            "stopped_at_round": None if c.outcome.stopped_at is None else c.outcome.stopped_at + 1,
+            "reason": c.outcome.reason,
+            "looks": [{"round": look.look + 1, "n": look.n, "gap": _finite(look.mean),
+                       "low": _finite(look.low), "high": _finite(look.high)}
+                      for look in c.outcome.looks],
+        } for c in comparisons],
+    }
+
+
+def _finite(value: float) -> Optional[float]:
+    return value if math.isfinite(value) else None
+
+
+def rounds_section(record: dict, comparisons: list[ComparisonRounds]) -> str:
+    """Where each comparison stopped, why, and its interval at every look."""
+    looks = record["looks"]
+    rows = []
+    for c in comparisons:
+        name = f"{c.criterion}" + ("" if c.budget is None else f" @ {c.budget:,} tokens")
+        for look in c.outcome.looks:
+            stop = look.look == c.outcome.stopped_at
+            rows.append([name, f"{look.look + 1} ({look.n} seeds)", format_number(look.mean),
+                         f"[{_bound(look.low)}, {_bound(look.high)}]",
+                         c.outcome.reason if stop else ""])
+    table = markdown_table(["comparison (dense - moe)", "round", "gap", "repeated 95% interval",
+                            "stopped"], rows, "llrrl")
+    summary = []
+    for c in comparisons:
+        name = c.criterion + ("" if c.budget is None else f" @ {c.budget:,} tokens")
+        if c.outcome.reason is None:
+            summary.append(f"- {name}: still open after round {record['rounds_run']}")
+        else:
+            summary.append(f"- {name}: stopped at round {c.outcome.stopped_at + 1} "
+                           f"({c.outcome.final.n} seeds): {c.outcome.reason}")
+    return "\n".join([
+        "## Seeds until resolved\n",
+        f"Method: {METHOD}. Seeds per look: {', '.join(str(n) for n in looks)} (fixed before "
+        f"the first run); two-sided alpha {record['alpha']:g}, split over "
+        f"{record['comparisons']} comparisons ({record['alpha_per_comparison']:.3g} each); "
+        f"practical threshold {record['threshold']:g} nats/token. A comparison stops when its "
+        "repeated interval excludes 0 (resolved) or lies inside +- the threshold (smaller than "
+        "threshold); the intervals of all looks hold together, so stopping on them keeps the "
+        f"error rate. Rounds run: {record['rounds_run']}.\n",
+        *summary, "", table, "",
+        "The fixed-sample tests of the other sections (paired t, Holm) do not account for this "
+        "optional stopping: read the decisions from this section.\n",
+    ])
+
+
+def _bound(value: float) -> str:
+    return format_number(value) if math.isfinite(value) else "∞" if value > 0 else "-∞"
