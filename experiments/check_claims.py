@@ -295,6 +295,26 @@ def factorial_contrasts() -> str:
             f"(Holm {holm_text(p_both)})")
 
 
+def ladder_trace(preset: str, rung: str) -> list[list[float]]:
+    """Per seed (1-4), the worst layer's busiest fraction at every evaluation."""
+    entry = next(e for e in load("ladder_trace.json") if e["preset"] == preset)
+    return [entry["runs"][f"{rung}/seed{seed}"]["worst_layer_busiest_fraction"]
+            for seed in entry["seeds"]]
+
+
+def ladder_trace_columns(preset: str, rung: str) -> str:
+    """'at step 10' and 'at the end' of the table, per seed: the first and last evaluations."""
+    traces = ladder_trace(preset, rung)
+    first = " / ".join(f"{trace[0]:.2f}" for trace in traces)
+    return first + " | ... | " + " / ".join(f"{trace[-1]:.2f}" for trace in traces)
+
+
+def ladder_peaks() -> str:
+    peaks = [max(trace) for preset in ("cpu-ablation", "demo")
+             for trace in ladder_trace(preset, "naive_top1")]
+    return f"one expert takes {min(peaks):.3f}-{max(peaks):.3f} of the worst layer's slots"
+
+
 def readme_pooled_gap(criterion: str) -> str:
     t, _ = demo_pooled("first", criterion)
     return f"{signed(t.gap, 4)} {interval(t, 4)}"
@@ -475,13 +495,6 @@ def cpu_ladder_busiest() -> str:
                 for name, run in runs.items() if name.startswith(f"{rung}/")}
     t = paired(worst("naive_top1"), worst("top1_lb"))
     return f"falls by {t.gap:.2f} {interval(t, 2)} (paired over the {t.n} seeds, p {t.p:.3f})"
-
-
-def readme_collapse() -> str:
-    runs = load("studies/cpu-ablation-seeds1-4-routing.json")["runs"]
-    worst = max(max(run["busiest_fraction"]) for name, run in runs.items()
-                if name.startswith("naive_top1/"))
-    return f"one expert takes {worst:.3f} of a layer"
 
 
 def readme_top2() -> str:
@@ -840,6 +853,20 @@ CLAIMS = [
     Claim(STUDY, "tying moves the matched-total gap by −0.076 [−0.164, +0.013] (Holm 0.47), the "
           "short warmup by −0.112 [−0.198, −0.026] (raw p 0.02, Holm 0.18), and the "
           "interaction is −0.019 [−0.173, +0.135] (Holm 1.0)", factorial_contrasts),
+    # The ladder over the whole run (experiments/ladder_trace.py).
+    Claim(STUDY, "0.97 / 0.99 / 0.99 / 0.99", lambda: ladder_trace_columns("cpu-ablation", "naive_top1").split(" | ... | ")[0]),
+    Claim(STUDY, "1.00 / 0.40 / 0.80 / 0.88 |", lambda: ladder_trace_columns("cpu-ablation", "naive_top1").split(" | ... | ")[1] + " |"),
+    Claim(STUDY, "0.55 / 0.72 / 0.46 / 0.78", lambda: ladder_trace_columns("cpu-ablation", "top1_lb").split(" | ... | ")[0]),
+    Claim(STUDY, "0.29 / 0.31 / 0.25 / 0.22 |", lambda: ladder_trace_columns("cpu-ablation", "top1_lb").split(" | ... | ")[1] + " |"),
+    Claim(STUDY, "0.45 / 0.45 / 0.45 / 0.48", lambda: ladder_trace_columns("cpu-ablation", "top2_lb").split(" | ... | ")[0]),
+    Claim(STUDY, "0.25 / 0.18 / 0.18 / 0.17 |", lambda: ladder_trace_columns("cpu-ablation", "top2_lb").split(" | ... | ")[1] + " |"),
+    Claim(STUDY, "0.84 / 0.63 / 0.70 / 0.65", lambda: ladder_trace_columns("demo", "naive_top1").split(" | ... | ")[0]),
+    Claim(STUDY, "0.46 / 0.59 / 0.40 / 0.42 |", lambda: ladder_trace_columns("demo", "naive_top1").split(" | ... | ")[1] + " |"),
+    Claim(STUDY, "0.68 / 0.55 / 0.63 / 0.62", lambda: ladder_trace_columns("demo", "top1_lb").split(" | ... | ")[0]),
+    Claim(STUDY, "0.32 / 0.31 / 0.35 / 0.31 |", lambda: ladder_trace_columns("demo", "top1_lb").split(" | ... | ")[1] + " |"),
+    Claim(STUDY, "0.46 / 0.41 / 0.48 / 0.42", lambda: ladder_trace_columns("demo", "top2_lb").split(" | ... | ")[0]),
+    Claim(STUDY, "0.45 / 0.48 / 0.48 / 0.48 |", lambda: ladder_trace_columns("demo", "top2_lb").split(" | ... | ")[1] + " |"),
+    Claim(STUDY, "one expert takes 0.995-0.999 of the worst layer's slots", ladder_peaks),
     # The README.
     Claim(README, "| matched active | +0.0120 | [0.0047, 0.0194] | 0.0037 | 0.0103 |",
           partial(readme_headline_row, "active")),
@@ -854,7 +881,7 @@ CLAIMS = [
     Claim(README, "−0.039 [−0.050, −0.028] and −0.075 [−0.115, −0.036], Holm 0.003 and 0.049",
           readme_factorial_total),
     Claim(README, "+0.018, +0.057, +0.058, +0.040 at 0.4M-3.3M tokens", readme_active_trend),
-    Claim(README, "one expert takes 0.994 of a layer", readme_collapse),
+    Claim(README, "one expert takes 0.995-0.999 of the worst layer's slots", ladder_peaks),
     Claim(README, "lowers the worst busiest fraction by 0.52 [0.30, 0.75]",
           lambda: "lowers the worst busiest fraction by "
           + cpu_ladder_busiest().removeprefix("falls by ").split(" (")[0]),
