@@ -56,8 +56,8 @@ def fixed_size_section(out_dir: Path, record: dict) -> str:
             "every cell. `fixed_size.json`.\n\n"
             + markdown_table(headers, rows, "llrlll") + "\n"
             + "".join(f"- {note}.\n" for note in record["notes"])
-            + "\n" + _trend_text(record.get("rises_with_size"))
-            + _trend_text(record.get("falls_with_budget")))
+            + "\n" + _trend_text(record.get("rises_with_size"), "two sizes at one budget")
+            + _trend_text(record.get("falls_with_budget"), "two budgets of one size"))
     if figure is not None:
         text += f"\n![loss against S per size]({Path('figures') / FIGURE})\n"
     return text
@@ -74,9 +74,9 @@ def _loss_row(cell: dict) -> str:
     return ", ".join(f"{loss:.3f}" for loss in cell["mean_loss"])
 
 
-def _trend_text(trend: dict | None) -> str:
+def _trend_text(trend: dict | None, needs: str) -> str:
     if trend is None:
-        return ""
+        return f"Not tested along this axis: the grid has no {needs}.\n\n"
     verdict = {"rises": "S* rises", "falls": "S* falls", "undetermined": "undetermined"}[
         trend["verdict"]]
     groups = ", ".join(f"{name}: {value:+d}" for name, value in trend["per_group"].items())
