@@ -136,8 +136,9 @@ def test_s_star_falling_with_budget_at_fixed_size():
 
 
 def _rows(runs: list[Run], mode: str) -> list[dict]:
-    return [{"size": r.size, "budget": r.budget, "C": str(r.flops), "N_total":
-             str(r.params * (1 + 4 * r.sparsity if mode == "fixed_expert" else 1)),
+    grows = 4 if mode == "fixed_expert" else 0  # N grows with S only when experts keep d_ff
+    return [{"size": r.size, "budget": r.budget, "C": str(r.flops), "C_budget": str(r.flops),
+             "N_total": str(r.params * (1 + grows * r.sparsity)),
              "N_active": str(r.active), "S": str(r.sparsity), "seed": r.seed, "k": "1",
              "final_val_loss": str(r.loss), "run": f"{r.budget}/{r.size}/S{r.sparsity}/seed{r.seed}"}
             for r in runs]
@@ -155,3 +156,21 @@ def test_the_sweep_record_and_section_name_what_is_held_fixed(tmp_path, mode, fi
     text = fixed_size_section(tmp_path, record)
     assert text.startswith(title)
     assert (tmp_path / "figures" / "fixed_size.png").stat().st_size > 0
+
+
+def test_one_seed_gives_its_argmins_without_intervals_or_verdicts():
+    result = fixed_size_optima(_synthetic({"a": 0.5, "b": 0.75, "c": 0.875}, 1, 0.0))
+    assert [c.s_star for c in result.cells] == [0.5, 0.75, 0.875]
+    assert all(c.interval is None for c in result.cells)
+    assert result.cells[0].text == "0.5"
+    assert result.rises_with_size.statistic == 3 and result.rises_with_size.interval is None
+    assert result.rises_with_size.verdict == "undetermined"
+
+
+def test_token_budgets_are_labelled_fixed_d_not_fixed_compute(tmp_path):
+    runs = _synthetic({"a": 0.5, "b": 0.75}, 2, 0.001)
+    rows = [dict(row, C_budget="") for row in _rows(runs, "fixed_total")]
+    record = fixed_size_record(rows, "fixed_total")
+    assert record["budget_kind"] == "D"
+    assert record["rises_with_size"]["claim"] == "S* rises with N at fixed D"
+    assert "not fixed compute" in record["question"]

@@ -22,7 +22,8 @@ and budgets. With n seeds there are C(2n - 1, n) distinct draws (as multisets; 3
 10 for 3) with multinomial probabilities, so up to ``EXACT_SEEDS`` seeds every draw is
 enumerated with its exact probability instead of sampling (no resampling noise, no seed to
 choose); above that ``replicates`` draws are sampled with a fixed seed. The interval is the
-2.5 % and 97.5 % quantiles of the replicates' argmin S. With 2 seeds the three draws are
+2.5 % and 97.5 % quantiles of the replicates' argmin S (no interval and no trend verdict with
+one seed: nothing replicates them). With 2 seeds the three draws are
 "seed a alone", "seed b alone" and "both": the interval is then the span of the two seeds'
 own argmins and the pooled one, and a share of replicates says no more than whether the seeds
 agree, so shares are reported only with >= ``MIN_SEEDS_FOR_SHARES`` seeds.
@@ -124,7 +125,9 @@ class TrendTest:
     """An ordinal test of one trend of S* along one axis (sizes or budgets)."""
 
     claim: str
-    """"S* rises with N at fixed C" or "S* falls with C at fixed N"."""
+    """"S* rises with N at fixed C" or "S* falls with C at fixed N" (D for token budgets)."""
+    axis: str
+    """What the cells are ordered by: "N", "N_active" or "C"."""
     expected_sign: int
     """+1 for "rises", -1 for "falls"."""
     per_group: dict[str, int]
@@ -135,10 +138,11 @@ class TrendTest:
     """The ordered pairs compared (the statistic's range is -pairs..pairs)."""
     undetermined_pairs: int
     """Pairs whose order is unknown: both S* censored at the same edge."""
-    interval: list[float]
-    """The replicates' 2.5 % and 97.5 % quantiles of the statistic."""
+    interval: Optional[list[float]]
+    """The replicates' 2.5 % and 97.5 % quantiles of the statistic (None with one seed)."""
     verdict: str
-    """"rises", "falls" (the direction the replicates agree on) or "undetermined"."""
+    """"rises", "falls" (the direction the replicates agree on) or "undetermined" (always with
+    one seed: nothing replicates the order)."""
     agrees_with_claim: Optional[bool]
     """True when the verdict is the claim's direction, False when opposite, None undetermined."""
     share_in_claimed_direction: Optional[float] = None
@@ -152,6 +156,8 @@ class FixedSizeAnalysis:
     holds_fixed: str
     """"N" (fixed_total: N fixed across S within a size) or "N_active" (fixed_expert: N grows
     with S at a fixed N_active)."""
+    budget_kind: str
+    """"C" (FLOPs budgets: a cell holds the compute fixed) or "D" (token budgets)."""
     question: str
     """What each cell's curve is, in words."""
     loss_column: str
@@ -251,7 +257,7 @@ def _cell(runs: list[Run], seeds: list[str], draws, weights) -> tuple[CellOptimu
     finite = [(s, w) for s, w in zip(replicate_stars, weights) if not math.isnan(s)]
     values, kept = [s for s, _ in finite], np.array([w for _, w in finite])
     interval = None
-    if censored is None and values:
+    if censored is None and values and len(seeds) >= 2:
         tail = (1 - LEVEL) / 2
         interval = [weighted_quantile(values, kept, tail), weighted_quantile(values, kept, 1 - tail)]
     top = sparsities[-1]
@@ -302,8 +308,8 @@ def _trend_statistic(groups: list[list[tuple[float, Optional[str]]]]) -> tuple[l
     return sums, pairs, unknown
 
 
-def _trend(claim: str, expected: int, group_names: list[str], point_groups, replicate_groups,
-           weights: np.ndarray, seeds: int) -> Optional[TrendTest]:
+def _trend(claim: str, axis: str, expected: int, group_names: list[str], point_groups,
+           replicate_groups, weights: np.ndarray, seeds: int) -> Optional[TrendTest]:
     """``point_groups``: per group, the cells' (S*, censoring) along the axis on the pooled
     seeds; ``replicate_groups``: the same for every replicate."""
     sums, pairs, unknown = _trend_statistic(point_groups)
@@ -311,13 +317,16 @@ def _trend(claim: str, expected: int, group_names: list[str], point_groups, repl
         return None
     replicate_totals = np.array([sum(_trend_statistic(groups)[0]) for groups in replicate_groups])
     tail = (1 - LEVEL) / 2
-    interval = [weighted_quantile(replicate_totals, weights, tail),
-                weighted_quantile(replicate_totals, weights, 1 - tail)]
-    verdict = "rises" if interval[0] > 0 else "falls" if interval[1] < 0 else "undetermined"
+    interval = None
+    verdict = "undetermined"
+    if seeds >= 2:
+        interval = [weighted_quantile(replicate_totals, weights, tail),
+                    weighted_quantile(replicate_totals, weights, 1 - tail)]
+        verdict = "rises" if interval[0] > 0 else "falls" if interval[1] < 0 else "undetermined"
     direction = {"rises": 1, "falls": -1}.get(verdict)
     share = float(weights[np.sign(replicate_totals) == expected].sum() / weights.sum())
     return TrendTest(
-        claim=claim, expected_sign=expected, per_group=dict(zip(group_names, sums)),
+        claim=claim, axis=axis, expected_sign=expected, per_group=dict(zip(group_names, sums)),
         statistic=int(sum(sums)), pairs=pairs, undetermined_pairs=int(unknown), interval=interval,
         verdict=verdict, agrees_with_claim=None if direction is None else direction == expected,
         share_in_claimed_direction=share if seeds >= MIN_SEEDS_FOR_SHARES else None)
@@ -332,10 +341,12 @@ def _censoring_at(star: float, sparsities: list[float]) -> Optional[str]:
 # --------------------------------------------------------------------------------------------
 
 
-def fixed_size_optima(runs: Iterable[Run], *, holds_fixed: str = "N", loss_column: str = "loss",
-                      replicates: int = 1000, rng_seed: int = 0) -> Optional[FixedSizeAnalysis]:
+def fixed_size_optima(runs: Iterable[Run], *, holds_fixed: str = "N", budget_kind: str = "C",
+                      loss_column: str = "loss", replicates: int = 1000, rng_seed: int = 0
+                      ) -> Optional[FixedSizeAnalysis]:
     """S*(size; budget) per cell and the two trend tests (module docstring); None when no cell
-    has two sparsities."""
+    has two sparsities. ``budget_kind``: "C" for FLOPs budgets, "D" for token budgets (a cell
+    then holds the tokens fixed, not the compute)."""
     runs = list(runs)
     cells_runs: dict[tuple[str, str], list[Run]] = {}
     for run in runs:
@@ -352,19 +363,20 @@ def fixed_size_optima(runs: Iterable[Run], *, holds_fixed: str = "N", loss_colum
     budget_order = _axis_order(cells.values(), "budget")
     ordered = sorted(cells.values(), key=lambda c: (budget_order[c.budget], size_order[c.size]))
     rises = _trend_along(cells, stars, weights, len(seeds), along="size", order=size_order,
-                         fixed_by=budget_order, claim=f"S* rises with {holds_fixed} at fixed C",
-                         expected=1)
+                         fixed_by=budget_order, claim=f"S* rises with {holds_fixed} at fixed {budget_kind}",
+                         axis=holds_fixed, expected=1)
     falls = _trend_along(cells, stars, weights, len(seeds), along="budget", order=budget_order,
-                         fixed_by=size_order, claim=f"S* falls with C at fixed {holds_fixed}",
-                         expected=-1)
+                         fixed_by=size_order, claim=f"S* falls with {budget_kind} at fixed {holds_fixed}",
+                         axis=budget_kind, expected=-1)
     return FixedSizeAnalysis(
-        holds_fixed=holds_fixed, question=_question(holds_fixed), loss_column=loss_column,
+        holds_fixed=holds_fixed, budget_kind=budget_kind,
+        question=_question(holds_fixed, budget_kind), loss_column=loss_column,
         seeds=seeds, draws=len(draws), exact=exact,
         sparsities=sorted({run.sparsity for run in runs}), cells=ordered,
         rises_with_size=rises, falls_with_budget=falls, notes=_notes(len(seeds), holds_fixed))
 
 
-def _trend_along(cells, stars, weights, n_seeds, *, along, order, fixed_by, claim, expected):
+def _trend_along(cells, stars, weights, n_seeds, *, along, order, fixed_by, claim, axis, expected):
     """Group the cells by the fixed axis, order each group along the other, and test."""
     fixed_axis = "budget" if along == "size" else "size"
     groups: dict[str, list] = {}
@@ -379,7 +391,7 @@ def _trend_along(cells, stars, weights, n_seeds, *, along, order, fixed_by, clai
     draws = len(next(iter(stars.values())))
     replicate = [[[(stars[k][i], _censoring_at(stars[k][i], cells[k].sparsities))
                    for k in groups[g]] for g in names] for i in range(draws)]
-    return _trend(claim, expected, names, point, replicate, weights, n_seeds)
+    return _trend(claim, axis, expected, names, point, replicate, weights, n_seeds)
 
 
 def _axis_order(cells: Iterable[CellOptimum], axis: str) -> dict[str, int]:
@@ -396,20 +408,26 @@ def _seed_order(seed: str):
     return (0, int(seed), seed) if seed.isdigit() else (1, 0, seed)
 
 
-def _question(holds_fixed: str) -> str:
+def _question(holds_fixed: str, budget_kind: str) -> str:
+    budget = ("fixed compute C" if budget_kind == "C"
+              else "fixed training tokens D (not fixed compute: sparser models spend fewer FLOPs)")
     if holds_fixed == "N":
-        return ("loss against S at fixed total parameters N and fixed compute C (each size keeps "
-                "N across S): paper B's fixed-N question")
-    return ("loss against S at fixed active parameters N_active and fixed compute C (N grows "
-            "with S): not the fixed-N question")
+        return (f"loss against S at fixed total parameters N and {budget} (each size keeps N "
+                "across S)" + (": paper B's fixed-N question" if budget_kind == "C" else ""))
+    return (f"loss against S at fixed active parameters N_active and {budget} (N grows with S): "
+            "not the fixed-N question")
 
 
 def _notes(n_seeds: int, holds_fixed: str) -> list[str]:
     notes = []
-    if n_seeds < MIN_SEEDS_FOR_SHARES:
-        notes.append(f"{n_seeds} seed(s): {math.comb(2 * n_seeds - 1, n_seeds)} distinct draws; "
-                     "an interval spans the seeds' own argmins and a verdict means the seeds "
-                     "agree; no shares of replicates are given")
+    if n_seeds == 1:
+        notes.append("one seed: no intervals and no trend verdicts (nothing replicates an "
+                     "argmin or an order); the S* are the seed's own")
+    elif n_seeds < MIN_SEEDS_FOR_SHARES:
+        notes.append(f"{n_seeds} seeds: {math.comb(2 * n_seeds - 1, n_seeds)} distinct draws; "
+                     "an interval spans the seeds' own argmins and the pooled one, a verdict "
+                     "means that each seed alone and both together agree; no shares of "
+                     "replicates are given")
     if holds_fixed != "N":
         notes.append("experts keep the dense FFN's width, so N grows with S within a size: the "
                      "trend along sizes is along N_active")

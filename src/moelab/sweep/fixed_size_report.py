@@ -27,7 +27,9 @@ def fixed_size_record(rows: list[dict[str, str]], mode: str, top_k: int = 1) -> 
                 sparsity=float(row["S"]), seed=row_seed(row), loss=float(row[column]))
             for row in rows]
     holds_fixed = "N" if mode == "fixed_total" else "N_active"
-    analysis = fixed_size_optima(runs, holds_fixed=holds_fixed, loss_column=column)
+    budget_kind = "C" if all(row.get("C_budget") for row in rows) else "D"
+    analysis = fixed_size_optima(runs, holds_fixed=holds_fixed, budget_kind=budget_kind,
+                                 loss_column=column)
     return None if analysis is None else analysis.to_dict() | {"mode": mode}
 
 
@@ -41,6 +43,10 @@ def fixed_size_section(out_dir: Path, record: dict) -> str:
     draws = (f"every one of the {record['draws']} distinct draws of the {len(record['seeds'])} "
              "seeds with replacement, with its exact probability" if record["exact"]
              else f"{record['draws']} sampled draws of the seeds with replacement")
+    intervals = ("Intervals: the 2.5-97.5 % quantiles of S* over " + draws + "; a draw takes "
+                 "each drawn seed's whole wsd budget family (every budget of a size, S and seed "
+                 "shares one trunk), the same draw for every cell." if len(record["seeds"]) > 1
+                 else "One seed: no intervals.")
     rows = [[c["budget"], c["size"], _params_text(c, fixed), _loss_row(c), c["text"],
              ", ".join(f"{seed}: {star:g}" for seed, star in c["seed_s_star"].items())]
             for c in record["cells"]]
@@ -50,14 +56,14 @@ def fixed_size_section(out_dir: Path, record: dict) -> str:
     text = (f"## {title}\n\n"
             f"Per size and budget, {record['question']}. S* is the sparsity tried of lowest "
             f"mean {record['loss_column']} over seeds (no curve fitted); at the grid's largest S "
-            "it is a bound, \"S* ≥ edge, unbounded\", not an estimate. Intervals: the 2.5-97.5 % "
-            f"quantiles of S* over {draws}; a draw takes each drawn seed's whole wsd budget "
-            "family (every budget of a size, S and seed shares one trunk), the same draw for "
-            "every cell. `fixed_size.json`.\n\n"
+            "it is a bound, \"S* ≥ edge, unbounded\", not an estimate. "
+            f"{intervals} `fixed_size.json`.\n\n"
             + markdown_table(headers, rows, "llrlll") + "\n"
             + "".join(f"- {note}.\n" for note in record["notes"])
-            + "\n" + _trend_text(record.get("rises_with_size"), "two sizes at one budget")
-            + _trend_text(record.get("falls_with_budget"), "two budgets of one size"))
+            + "\n" + _trend_text(record.get("rises_with_size"), "two sizes at one budget",
+                                  f"S* rises with {fixed} at fixed {record['budget_kind']}")
+            + _trend_text(record.get("falls_with_budget"), "two budgets of one size",
+                          f"S* falls with {record['budget_kind']} at fixed {fixed}"))
     if figure is not None:
         text += f"\n![loss against S per size]({Path('figures') / FIGURE})\n"
     return text
@@ -74,19 +80,21 @@ def _loss_row(cell: dict) -> str:
     return ", ".join(f"{loss:.3f}" for loss in cell["mean_loss"])
 
 
-def _trend_text(trend: dict | None, needs: str) -> str:
+def _trend_text(trend: dict | None, needs: str, claim: str) -> str:
     if trend is None:
-        return f"Not tested along this axis: the grid has no {needs}.\n\n"
-    verdict = {"rises": "S* rises", "falls": "S* falls", "undetermined": "undetermined"}[
-        trend["verdict"]]
+        return f"**{claim}**: not tested, the grid has no {needs}.\n\n"
+    axis = trend["axis"]
+    verdict = {"rises": f"S* rises with {axis}", "falls": f"S* falls with {axis}",
+               "undetermined": "undetermined"}[trend["verdict"]]
     groups = ", ".join(f"{name}: {value:+d}" for name, value in trend["per_group"].items())
+    interval = ("" if trend["interval"] is None
+                else f" [{trend['interval'][0]:+g}, {trend['interval'][1]:+g}]")
     share = ("" if trend["share_in_claimed_direction"] is None else
              f"; {trend['share_in_claimed_direction']:.0%} of draws in the claimed direction")
-    return (f"**{trend['claim']}**: {verdict}. The sum of the signs of S*(later) - S*(earlier) "
-            f"over {trend['pairs']} ordered pairs of cells is {trend['statistic']:+d} "
-            f"[{trend['interval'][0]:+g}, {trend['interval'][1]:+g}] ({groups}); "
-            f"{trend['undetermined_pairs']} pairs have both S* at the same edge and count 0"
-            f"{share}.\n\n")
+    return (f"**{trend['claim']}** (the claim tested): {verdict}. The sum of the signs of "
+            f"S*(larger {axis}) - S*(smaller) over {trend['pairs']} ordered pairs of cells is "
+            f"{trend['statistic']:+d}{interval} ({groups}); {trend['undetermined_pairs']} of "
+            f"the pairs have both S* at the same edge and count 0{share}.\n\n")
 
 
 def fixed_size_figure(path: Path, record: dict) -> Path | None:
@@ -112,7 +120,8 @@ def fixed_size_figure(path: Path, record: dict) -> Path | None:
     ax.set_xlabel("sparsity S")
     ax.set_ylabel(f"{record['loss_column']} (nats)")
     fixed = "N" if record["holds_fixed"] == "N" else "N_active"
-    ax.set_title(f"budget {budget}: loss against S at fixed {fixed} (star: S*, hollow at the edge)",
+    ax.set_title(f"budget {budget}: loss against S at fixed {fixed} and {record['budget_kind']} "
+                 "(star: S*, hollow at the edge)",
                  fontsize=9)
     ax.legend(fontsize=8)
     return save_figure(fig, path)
