@@ -666,6 +666,16 @@ def finetune_b_text() -> str:
     return f"b = {beta[0]:+.3f} [{beta[0] - half:+.3f}, {beta[0] + half:+.3f}] per nat"
 
 
+def finetune_b_within_and_pooled() -> str:
+    """b over the pairs (within cells) and the pooled OLS of y on (1, L, S) over all runs."""
+    rows = sweep_rows("cpu-finetune")
+    x = np.array([[1.0, float(r["final_val_loss"]), float(r["S"])] for r in rows])
+    y = np.array([float(r["finetune_val_loss"]) for r in rows])
+    pooled_b = np.linalg.lstsq(x, y, rcond=None)[0][1]
+    within_b = finetune_clustered(5)[0][0]
+    return f"(within cells b is {within_b:.2f}, pooled {pooled_b:.2f})"
+
+
 def finetune_cell_text(budget: str, size: str, sparsity: float) -> str:
     members = [p[5] for p in finetune_pairs() if (p[1], p[0], p[2]) == (budget, size, sparsity)]
     mean, half = np.mean(members), stats.t.ppf(0.975, 2) * np.std(members, ddof=1) / np.sqrt(3)
@@ -867,6 +877,7 @@ CLAIMS = [
     Claim(SCALING, "c = -0.018 [-0.049, +0.013] (p 0.20, Holm 1)",
           lambda: "c = " + finetune_slope_text(6)),
     Claim(SCALING, "b = +0.649 [+0.532, +0.767] per nat", finetune_b_text),
+    Claim(SCALING, "(within cells b is 0.65, pooled 0.87)", finetune_b_within_and_pooled),
     Claim(SCALING, "-0.036 [-0.041, -0.032] (Holm p 0.023)",
           lambda: finetune_cell_text("C3.24e+12", "s1", 0.75)),
     Claim(SCALING, "below 0 in every (size, budget, S) cell (-0.002 to -0.088 nats)",
