@@ -678,6 +678,174 @@ def published_law_row(flops: float) -> str:
     return f"| C = 1e{round(math.log10(flops))} | " + " | ".join(cells) + " |"
 
 
+# --------------------------------------------------------------------------------------------
+# S* at fixed N (cpu-isoflop) and fine-tuning against S (cpu-finetune), from results.csv
+# --------------------------------------------------------------------------------------------
+
+
+@functools.cache
+def sweep_rows(sweep: str) -> tuple[dict, ...]:
+    with (RESULTS / "sweeps" / sweep / "results.csv").open(newline="") as handle:
+        return tuple(csv.DictReader(handle))
+
+
+def fixed_n_argmins() -> dict:
+    """{(budget, size): {draw: argmin S}} over cpu-isoflop's 3 draws of its 2 seeds (seed 0
+    alone, seed 1 alone, both), and the grid's sparsities; the final val loss's mean."""
+    table: dict = {}
+    for row in sweep_rows("cpu-isoflop"):
+        cell = table.setdefault((row["budget"], row["size"]), {})
+        cell.setdefault(float(row["S"]), {})[row["seed"]] = float(row["final_val_loss"])
+    draws = {"0": ("0",), "1": ("1",), "both": ("0", "1")}
+    return {key: {name: min(sorted(by_s), key=lambda s: np.mean([by_s[s][x] for x in seeds]))
+                  for name, seeds in draws.items()} for key, by_s in table.items()}
+
+
+def fixed_n_cell(budget: str, size: str) -> str:
+    """'0.5 [0.5, 0.75]' or '≥ 0.875': the pooled argmin, bounded at the grid's top; the
+    interval of 3 draws with weights 1/4, 1/2, 1/4 spans their argmins."""
+    draws = fixed_n_argmins()[budget, size]
+    top = 0.875
+    if draws["both"] == top:
+        return "≥ 0.875"
+    low, high = min(draws.values()), max(draws.values())
+    return f"{draws['both']:g} [{low:g}, {'≥ ' if high == top else ''}{high:g}]"
+
+
+def fixed_n_row(label: str, budget: str) -> str:
+    sizes = ("sA", "s0", "s1", "s2", "s3")
+    return f"| {label} | " + " | ".join(fixed_n_cell(budget, size) for size in sizes) + " |"
+
+
+def fixed_n_trend(axis: str) -> tuple[dict, int, int]:
+    """Per draw, the sum of sign(S* later - S* earlier) over pairs of cells along ``axis``
+    (sizes by N at each budget, or budgets by C at each size), 0 when both are at the top."""
+    argmins = fixed_n_argmins()
+    sizes, budgets = ("sA", "s0", "s1", "s2", "s3"), ("C3.6e+11", "C1.08e+12", "C3.24e+12")
+    lines = ([[(b, s) for s in sizes] for b in budgets] if axis == "size"
+             else [[(b, s) for b in budgets] for s in sizes])
+    sums, pairs, tied_at_top = {}, 0, 0
+    for draw in ("0", "1", "both"):
+        total = 0
+        for line in lines:
+            for i in range(len(line)):
+                for j in range(i + 1, len(line)):
+                    a, b = argmins[line[i]][draw], argmins[line[j]][draw]
+                    if draw == "both":
+                        pairs += 1
+                        tied_at_top += a == b == 0.875
+                    total += 0 if a == b == 0.875 else int(np.sign(b - a))
+        sums[draw] = total
+    return sums, pairs, tied_at_top
+
+
+def fixed_n_trend_text(axis: str) -> str:
+    """'+13 [+7, +13] over 30 pairs (9 ...': the pooled sum; the interval of 3 draws spans them."""
+    sums, pairs, tied = fixed_n_trend(axis)
+    low, high = min(sums.values()), max(sums.values())
+    return f"{sums['both']:+d} [{low:+d}, {high:+d}] over {pairs} pairs ({tied} with both"
+
+
+def finetune_pairs() -> list[tuple]:
+    """(size, budget, S, seed, dL, d fine-tuned loss, d gain): each sparse run of cpu-finetune
+    minus its (size, budget) cell's dense run of the same seed."""
+    rows = sweep_rows("cpu-finetune")
+    dense = {(r["size"], r["budget"], r["seed"]): r for r in rows if float(r["S"]) == 0}
+    out = []
+    for r in rows:
+        if float(r["S"]) == 0:
+            continue
+        d = dense[r["size"], r["budget"], r["seed"]]
+        out.append((r["size"], r["budget"], float(r["S"]), r["seed"],
+                    *(float(r[k]) - float(d[k]) for k in
+                      ("final_val_loss", "finetune_val_loss", "finetune_gain"))))
+    return out
+
+
+def finetune_clustered(metric: int) -> tuple[np.ndarray, np.ndarray, int]:
+    """dy = b dL + c S by least squares over the pairs; CR1 standard errors over (size, seed)."""
+    pairs = finetune_pairs()
+    x = np.array([[p[4], p[2]] for p in pairs])
+    y = np.array([p[metric] for p in pairs])
+    beta, *_ = np.linalg.lstsq(x, y, rcond=None)
+    e = y - x @ beta
+    groups = sorted({(p[0], p[3]) for p in pairs})
+    meat = sum(np.outer(v, v) for v in (
+        sum(x[i] * e[i] for i, p in enumerate(pairs) if (p[0], p[3]) == g) for g in groups))
+    inv = np.linalg.inv(x.T @ x)
+    g, n = len(groups), len(y)
+    se = np.sqrt(np.diag(inv @ meat @ inv * g / (g - 1) * (n - 1) / (n - 2)))
+    return beta, se, g - 1
+
+
+def finetune_family() -> list[tuple[str, float]]:
+    """The 26 tests: the two equal-loss c, then each cell's paired t for both metrics."""
+    tests = []
+    for metric, name in ((5, "c loss"), (6, "c gain")):
+        beta, se, df = finetune_clustered(metric)
+        tests.append((name, float(2 * stats.t.sf(abs(beta[1] / se[1]), df))))
+    cells: dict = {}
+    for p in finetune_pairs():
+        cells.setdefault((p[1], p[0], p[2]), []).append(p)
+    for key, members in sorted(cells.items()):
+        for metric in (5, 6):
+            tests.append((f"{key} {metric}",
+                          float(stats.ttest_1samp([m[metric] for m in members], 0.0).pvalue)))
+    return tests
+
+
+def holm_adjusted() -> dict[str, float]:
+    """Holm over the family: the k-th smallest p times (m - k + 1), a running maximum, capped."""
+    tests = sorted(finetune_family(), key=lambda t: t[1])
+    adjusted, running = {}, 0.0
+    for k, (name, p) in enumerate(tests):
+        running = max(running, min(1.0, (len(tests) - k) * p))
+        adjusted[name] = running
+    return adjusted
+
+
+def finetune_slope_text(metric: int) -> str:
+    """'-0.000 [-0.010, +0.010] per unit S** (p 0.96, Holm 1)'."""
+    beta, se, df = finetune_clustered(metric)
+    half = stats.t.ppf(0.975, df) * se[1]
+    p = 2 * stats.t.sf(abs(beta[1] / se[1]), df)
+    adjusted = holm_adjusted()["c loss" if metric == 5 else "c gain"]
+    return (f"{beta[1]:+.3f} [{beta[1] - half:+.3f}, {beta[1] + half:+.3f}]"
+            + f" (p {p:.2f}, Holm {adjusted:.2g})")
+
+
+def finetune_b_text() -> str:
+    beta, se, df = finetune_clustered(5)
+    half = stats.t.ppf(0.975, df) * se[0]
+    return f"b = {beta[0]:+.3f} [{beta[0] - half:+.3f}, {beta[0] + half:+.3f}] per nat"
+
+
+def finetune_b_within_and_pooled() -> str:
+    """b over the pairs (within cells) and the pooled OLS of y on (1, L, S) over all runs."""
+    rows = sweep_rows("cpu-finetune")
+    x = np.array([[1.0, float(r["final_val_loss"]), float(r["S"])] for r in rows])
+    y = np.array([float(r["finetune_val_loss"]) for r in rows])
+    pooled_b = np.linalg.lstsq(x, y, rcond=None)[0][1]
+    within_b = finetune_clustered(5)[0][0]
+    return f"(within cells b is {within_b:.2f}, pooled {pooled_b:.2f})"
+
+
+def finetune_cell_text(budget: str, size: str, sparsity: float) -> str:
+    members = [p[5] for p in finetune_pairs() if (p[1], p[0], p[2]) == (budget, size, sparsity)]
+    mean, half = np.mean(members), stats.t.ppf(0.975, 2) * np.std(members, ddof=1) / np.sqrt(3)
+    adjusted = holm_adjusted()[f"{(budget, size, sparsity)} 5"]
+    return f"{mean:.3f} [{mean - half:.3f}, {mean + half:.3f}] (Holm p {adjusted:.2g})"
+
+
+def finetune_cell_range() -> str:
+    cells: dict = {}
+    for p in finetune_pairs():
+        cells.setdefault((p[1], p[0], p[2]), []).append(p[5])
+    means = [np.mean(v) for v in cells.values()]
+    assert max(means) < 0, "a cell's fine-tuned loss is above its dense run's"
+    return f"below 0 in every (size, budget, S) cell ({max(means):.3f} to {min(means):.3f} nats)"
+
+
 STUDY, SCALING, RECIPE, README = "docs/study.md", "docs/scaling.md", "docs/recipe.md", "README.md"
 
 def total_gap_by_seed(study: str, tokens: Optional[int] = None) -> list[float]:
@@ -886,10 +1054,43 @@ CLAIMS = [
           lambda: "lowers the worst busiest fraction by "
           + cpu_ladder_busiest().removeprefix("falls by ").split(" (")[0]),
     Claim(README, "+0.161 [+0.055, +0.267] nats, Holm p 0.084", readme_top2),
+    Claim(README, "(+13 [+7, +13] over 30 pairs of cells",
+          lambda: "(" + fixed_n_trend_text("size").split(" (")[0] + " of cells"),
+    Claim(README, "undetermined: −2 [−2, +2] over 15 pairs of budgets, 7 of them",
+          lambda: "undetermined: " + fixed_n_trend_text("budget").split(" (")[0].replace("-", "−")
+          + " of budgets, " + fixed_n_trend_text("budget").split("(")[1].split(" ")[0] + " of them"),
+    Claim(README, "S\\* is 0.820 [0.750, 0.875], 0.853 [0.790, 0.875] and 0.797 [0.761, 0.869]",
+          lambda: "S\\* is " + isoflop_s_star().removeprefix("The interpolated S* is ")),
     Claim(SCALING, "| C = 1e20 | 0.12 | 0.65 | 0.87 | 0.95 | 0.98 (edge) |",
           partial(published_law_row, 1e20)),
     Claim(SCALING, "| C = 1e21 | 0 | 0.05 | 0.62 | 0.84 | 0.94 |", partial(published_law_row, 1e21)),
     Claim(SCALING, "| C = 1e22 | 0 | 0 | 0.15 | 0.61 | 0.84 |", partial(published_law_row, 1e22)),
+    # S* at fixed total parameters (cpu-isoflop): argmins over the 3 draws of 2 seeds.
+    Claim(SCALING, "| 3.6e11 | 0.75 [0.75, 0.75] | ≥ 0.875 | ≥ 0.875 | ≥ 0.875 | 0.5 [0, 0.5] |",
+          lambda: fixed_n_row("3.6e11", "C3.6e+11")),
+    Claim(SCALING, "| 1.08e12 | 0.5 [0.5, 0.75] | 0.75 [0.75, ≥ 0.875] | ≥ 0.875 | ≥ 0.875 | ≥ 0.875 |",
+          lambda: fixed_n_row("1.08e12", "C1.08e+12")),
+    Claim(SCALING, "| 3.24e12 | 0.5 [0.5, 0.5] | 0.75 [0.75, 0.75] | ≥ 0.875 | ≥ 0.875 | ≥ 0.875 |",
+          lambda: fixed_n_row("3.24e12", "C3.24e+12")),
+    Claim(SCALING, "+13 [+7, +13] over 30 pairs (9 with both", lambda: fixed_n_trend_text("size")),
+    Claim(SCALING, "-2 [-2, +2] over 15 pairs (7 with both", lambda: fixed_n_trend_text("budget")),
+    # Fine-tuning against S (cpu-finetune): within cells, paired, clustered, Holm over 26.
+    Claim(SCALING, "-0.000 [-0.010, +0.010] per unit S** (p 0.96, Holm 1)",
+          lambda: finetune_slope_text(5).replace(" (p", " per unit S** (p")),
+    Claim(SCALING, "c = -0.018 [-0.049, +0.013] (p 0.20, Holm 1)",
+          lambda: "c = " + finetune_slope_text(6)),
+    Claim(SCALING, "b = +0.649 [+0.532, +0.767] per nat", finetune_b_text),
+    Claim(SCALING, "(within cells b is 0.65, pooled 0.87)", finetune_b_within_and_pooled),
+    Claim(SCALING, "-0.036 [-0.041, -0.032] (Holm p 0.023)",
+          lambda: finetune_cell_text("C3.24e+12", "s1", 0.75)),
+    Claim(SCALING, "below 0 in every (size, budget, S) cell (-0.002 to -0.088 nats)",
+          finetune_cell_range),
+    Claim(README, "−0.000 [−0.010, +0.010] nats per unit S (Holm p 1,",
+          lambda: finetune_slope_text(5).split(" (p")[0].replace("-", "−") + " nats per unit S (Holm p "
+          + f"{holm_adjusted()['c loss']:.2g},"),
+    Claim(README, "one cell significantly after Holm over 26 tests",
+          lambda: f"{['no', 'one', 'two', 'three'][sum(p < 0.05 for n, p in holm_adjusted().items() if n.endswith(' 5'))]} "
+          f"cell significantly after Holm over {len(finetune_family())} tests"),
 ]
 
 

@@ -421,8 +421,8 @@ def test_cpu_grid_sizes_and_runs_in_docs_are_the_counted_ones():
 def test_sweep_help_lists_every_preset(capsys):
     assert exit_code(["sweep-sparsity", "--help"]) == 0
     help_text = " ".join(capsys.readouterr().out.split())
-    assert grid_preset_names() == ["cpu", "cpu-finetune", "cpu-isoflop", "cpu-topk", "demo", "micro",
-                                   "paper"]
+    assert grid_preset_names() == ["cpu", "cpu-expertn", "cpu-finetune", "cpu-fixedn",
+                                   "cpu-isoflop", "cpu-topk", "demo", "micro", "paper"]
     for name in grid_preset_names():
         assert re.search(rf"\b{name}\b", help_text), name
 

@@ -1,11 +1,12 @@
 """Sweeps fine-tune their runs (a grid's ``finetune`` recipe): each run's finetune is a separate
 ``moelab finetune`` of that run, bit for bit; results.csv and the report carry its before/after
-loss; the analysis's equal-loss slope and paired differences match hand computations.
+loss; the analysis's paired, cluster-robust equal-loss slope, its paired differences within
+cells and Holm's adjustment match hand computations.
 
 References: a second, separate ``moelab finetune`` of the same run with the overrides plan.json
 recorded (val losses equal, the final weights' sha256 equal), the finetune's own files read
-back by hand, numpy's lstsq and the textbook OLS standard errors, t intervals of paired
-differences computed here.
+back by hand, numpy's lstsq with the CR1 cluster sandwich written out here, t intervals and
+scipy's one-sample t test of paired differences, Holm's first step by hand.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from moelab.cli import main
 from moelab.errors import MoelabError
 from moelab.runs.launchers.commands import train_commands
 from moelab.sweep.commands import run_sweep
-from moelab.sweep.finetune import finetune_analysis
+from moelab.sweep.finetune import finetune_analysis, holm
 from moelab.sweep.grid import FinetuneRecipe, load_grid
 from moelab.sweep.plan import plan_sweep_folder
 from moelab.sweep.report_sections import finetune_analysis_text
@@ -157,24 +158,53 @@ def synthetic_rows(per_sparsity: float, seed: int = 0) -> list[dict]:
     return rows
 
 
-def test_the_equal_loss_slope_is_numpy_lstsq_with_textbook_intervals():
+def _pairs_by_hand(rows):
+    """(size, budget, S, seed) -> sparse minus the same cell's dense of that seed, by hand."""
+    dense = {(r["size"], r["budget"], r["seed"]): r for r in rows if r["S"] == "0.0"}
+    return {(r["size"], r["budget"], r["S"], r["seed"]):
+            {k: float(r[k]) - float(dense[r["size"], r["budget"], r["seed"]][k])
+             for k in ("final_val_loss", "finetune_val_loss", "finetune_gain")}
+            for r in rows if r["S"] != "0.0"}
+
+
+def test_the_equal_loss_slope_is_paired_within_cells_with_errors_clustered_by_size_and_seed():
     rows = synthetic_rows(per_sparsity=-0.2)
     fit = finetune_analysis(rows, HEADER)["metrics"]["finetune_val_loss"]["equal_loss"]
-    y = np.array([float(r["finetune_val_loss"]) for r in rows])
-    loss = np.array([float(r["final_val_loss"]) for r in rows])
-    s = np.array([float(r["S"]) for r in rows])
-    design = np.column_stack([np.ones_like(y), loss - loss.mean(), s])
-    beta = np.linalg.lstsq(design, y, rcond=None)[0]
-    residual = y - design @ beta
-    sigma2 = residual @ residual / (len(y) - 3)
-    se = np.sqrt(sigma2 * np.linalg.inv(design.T @ design)[2, 2])
-    half = scipy.stats.t.ppf(0.975, len(y) - 3) * se
-    assert fit["sparsity"]["value"] == pytest.approx(beta[2], rel=1e-9)
-    assert fit["sparsity"]["ci"] == pytest.approx([beta[2] - half, beta[2] + half], rel=1e-9)
-    assert fit["loss"]["value"] == pytest.approx(beta[1], rel=1e-9)
+    pairs = _pairs_by_hand(rows)
+    keys = sorted(pairs)
+    x = np.array([[pairs[k]["final_val_loss"], float(k[2])] for k in keys])
+    y = np.array([pairs[k]["finetune_val_loss"] for k in keys])
+    beta = np.linalg.lstsq(x, y, rcond=None)[0]
+    residual = y - x @ beta
+    clusters = sorted({(k[0], k[3]) for k in keys})  # 2 sizes x 3 seeds
+    scores = [sum(x[i] * residual[i] for i, k in enumerate(keys) if (k[0], k[3]) == c)
+              for c in clusters]
+    bread = np.linalg.inv(x.T @ x)
+    g, n = len(clusters), len(y)
+    covariance = bread @ sum(np.outer(s, s) for s in scores) @ bread * g / (g - 1) * (n - 1) / (n - 2)
+    se = np.sqrt(covariance[1, 1])
+    half = scipy.stats.t.ppf(0.975, g - 1) * se
+    assert (g, n) == (6, 36)
+    assert fit["sparsity"]["value"] == pytest.approx(beta[1], rel=1e-9)
+    assert fit["sparsity"]["df"] == 5
+    assert fit["sparsity"]["ci"] == pytest.approx([beta[1] - half, beta[1] + half], rel=1e-9)
+    assert fit["sparsity"]["p"] == pytest.approx(2 * scipy.stats.t.sf(abs(beta[1] / se), 5))
+    assert fit["loss"]["value"] == pytest.approx(beta[0], rel=1e-9)
     assert fit["sparsity"]["ci"][0] < -0.2 < fit["sparsity"]["ci"][1]
     analysis = finetune_analysis(rows, HEADER)
     assert analysis["metrics"]["finetune_val_loss"]["separates"]
+    assert (analysis["pairs"], analysis["clusters"]) == (36, 6)
+
+
+def test_a_shared_size_offset_does_not_enter_the_paired_effect():
+    # Size a fine-tunes 0.3 nats worse at every S, dense included: a between-cell difference
+    # that a pooled fit over runs could read as an effect; within cells it cancels exactly.
+    rows = synthetic_rows(per_sparsity=0.0, seed=5)
+    shifted = [dict(r, finetune_val_loss=str(float(r["finetune_val_loss"]) + 0.3))
+               if r["size"] == "a" else r for r in rows]
+    before = finetune_analysis(rows, HEADER)["metrics"]["finetune_val_loss"]["equal_loss"]
+    after = finetune_analysis(shifted, HEADER)["metrics"]["finetune_val_loss"]["equal_loss"]
+    assert after["sparsity"]["value"] == pytest.approx(before["sparsity"]["value"], abs=1e-12)
 
 
 def test_no_effect_is_said_in_words_with_the_minimum_detectable_difference():
@@ -188,19 +218,37 @@ def test_no_effect_is_said_in_words_with_the_minimum_detectable_difference():
     assert "nothing separates the sparsities" in text and f"{mdd:.3f}" in text
 
 
-def test_per_budget_cells_take_the_lowest_loss_size_and_pair_with_dense_by_seed():
+def test_cells_pair_each_sparse_run_with_its_own_cells_dense_run_and_holm_covers_every_test():
     rows = synthetic_rows(per_sparsity=-0.2)
-    cells = finetune_analysis(rows, HEADER)["per_budget"]
+    analysis = finetune_analysis(rows, HEADER)
     assert analysis_basis(rows) == "flops"
-    cell = next(c for c in cells if c["budget"] == "C3e+12" and c["sparsity"] == 0.75)
-    assert cell["size"] == "b"  # size b has the lower pretraining loss
-    by_seed = {(r["S"], r["seed"]): float(r["finetune_val_loss"]) for r in rows
-               if r["budget"] == "C3e+12" and r["size"] == "b"}
-    differences = np.array([by_seed[("0.75", s)] - by_seed[("0.0", s)] for s in "123"])
+    # 2 budgets x 2 sizes x 3 sparse S x 2 metrics + the 2 equal-loss slopes
+    assert len(analysis["cells"]) == 12 and analysis["tests"] == 26
+    cell = next(c for c in analysis["cells"]
+                if (c["budget"], c["size"], c["sparsity"]) == ("C3e+12", "a", 0.75))
+    pairs = _pairs_by_hand(rows)
+    differences = np.array([pairs["a", "C3e+12", "0.75", s]["finetune_val_loss"] for s in "123"])
     half = scipy.stats.t.ppf(0.975, 2) * differences.std(ddof=1) / np.sqrt(3)
     paired = cell["finetune_val_loss"]["minus_dense"]
     assert paired["pairs"] == 3 and paired["value"] == pytest.approx(differences.mean())
     assert paired["ci"] == pytest.approx([differences.mean() - half, differences.mean() + half])
+    assert paired["p"] == pytest.approx(scipy.stats.ttest_1samp(differences, 0.0).pvalue)
+    raw = [analysis["metrics"][m]["equal_loss"]["sparsity"]["p"]
+           for m in ("finetune_val_loss", "finetune_gain")]
+    raw += [c[m]["minus_dense"]["p"] for c in analysis["cells"]
+            for m in ("finetune_val_loss", "finetune_gain")]
+    smallest = min(range(26), key=raw.__getitem__)  # Holm's first step: 26 x the smallest p
+    adjusted = ([analysis["metrics"][m]["equal_loss"]["sparsity"]["p_holm"]
+                 for m in ("finetune_val_loss", "finetune_gain")]
+                + [c[m]["minus_dense"]["p_holm"] for c in analysis["cells"]
+                   for m in ("finetune_val_loss", "finetune_gain")])
+    assert adjusted[smallest] == pytest.approx(min(1.0, 26 * raw[smallest]))
+    assert all(a >= p for a, p in zip(adjusted, raw))
+
+
+def test_holm_by_hand():
+    # m = 3 tested: 0.01 x 3 = 0.03; 0.03 x 2 = 0.06; 0.04 x 1 = 0.04 -> running max 0.06
+    assert holm([0.01, 0.04, 0.03, None]) == pytest.approx([0.03, 0.06, 0.06, None])
 
 
 def analysis_basis(rows) -> str:

@@ -18,6 +18,9 @@ into JSON files next to results.csv, which ``sweep_report`` renders:
   equal FLOPs (``moelab.sweep.zero_shot``);
 - ``finetune.json`` (grids with ``finetune``): the fine-tuned loss and the gain against S at
   equal pretraining loss and per budget (``moelab.sweep.finetune``);
+- ``fixed_size.json`` (two or more sparsities per size and budget): S* of each (size, budget)
+  cell read off the runs, with intervals resampling seeds as whole wsd families, and the
+  ordinal tests of "S* rises with N" and "S* falls with C" (``moelab.scaling.fixed_size``);
 - ``throughput.json``: tokens/s per (N, S) measured by the runs themselves, and the throughput
   model fitted to them (``moelab.scaling.throughput``); a throughput table, so ``moelab optimal
   fit.json --seconds T`` finds it next to fit.json;
@@ -59,6 +62,7 @@ from moelab.sweep.records import (
     ThroughputRecord,
 )
 from moelab.sweep.finetune import finetune_analysis
+from moelab.sweep.fixed_size_report import fixed_size_record
 from moelab.sweep.zero_shot import zero_shot_analysis
 
 CURVE_POINTS = 9
@@ -93,6 +97,7 @@ def analyse_sweep(out_dir: Path, *, bootstrap_replicates: int = 200, max_starts:
     analysis.zero_shot = zero_shot_analysis(rows, header)
     analysis.finetune = finetune_analysis(rows, header)
     analysis.isoflop = _isoflop_record(rows, columns, bootstrap_replicates)
+    analysis.fixed_size = fixed_size_record(rows, grid.mode, grid.top_k)
     analysis.throughput = _throughput_record(header, rows, analysis)
     analysis.optima = _optima_record(columns, grid, analysis)
     write_analysis(out_dir, analysis)

@@ -1,40 +1,76 @@
 """Fine-tuning against sparsity, from results.csv's finetune columns (a grid with ``finetune``).
 
-moelab's own question, not paper B's: Abnar et al. 2025 read each sparsity by pretraining loss,
-in-context few-shot tasks (their §4, App. D.3) and chain-of-thought prompting (App. E), and have
-no fine-tuning study. Whether MoEs fine-tune worse than their pretraining suggests is the
-question of Artetxe et al. 2021 (arXiv 2112.10684) and ST-MoE (Zoph et al. 2022, arXiv
-2202.08906); here it is asked against S. Every run's final weights are fine-tuned by one recipe
-on the same new text, and two numbers are read per run: the fine-tuned val loss on the text's held-out part
-(``finetune_val_loss``) and the improvement over the weights before fine-tuning
-(``finetune_gain`` = ``finetune_source_val_loss`` - ``finetune_val_loss``). For each:
+moelab's own stage, not Abnar et al.'s (paper B evaluates pretraining loss, few-shot tasks and
+chain-of-thought prompting, and fine-tunes nothing). Its anchors are Artetxe et al. 2021 (arXiv
+2112.10684) and ST-MoE (Zoph et al. 2022, arXiv 2202.08906), which report that MoEs fine-tune
+worse than their pretraining suggests. Every run's final weights are fine-tuned by one recipe
+on the same new text, and two numbers are read per run: the fine-tuned val loss on the text's
+held-out part (``finetune_val_loss``) and the improvement over the weights before fine-tuning
+(``finetune_gain`` = ``finetune_source_val_loss`` - ``finetune_val_loss``).
 
-- **at equal pretraining loss**: y = a + b (L - mean L) + c S over every run by least squares,
-  L the run's final pretraining val loss (the weights fine-tuned); c, per unit S, is what
-  sparsity does to y beyond what the pretraining loss predicts, with a 95 % t interval;
-- **at equal pretraining FLOPs** (FLOPs budgets): per budget and S, the size of lowest mean
-  pretraining loss (the IsoFLOP optimum among the sizes tried), its mean over seeds with a
-  95 % t interval, and its difference from the dense cell paired by seed (the seeds both
-  have), with a 95 % t interval over the pairs. Token budgets are not equal FLOPs across S:
-  there each size is compared with its own dense model at equal tokens instead.
+**Within cells, paired to dense.** A cell is one (size, budget): at a FLOPs budget its runs
+share the total parameters N (fixed_total) and the training compute, at a token budget the
+tokens. Each sparse run is paired with its cell's own dense run of the same seed, and every
+effect is a difference sparse - dense within the pair, so what differs between sizes and
+budgets (and a slope of fine-tuned loss on pretraining loss that differs between them) does not
+enter. For each metric y:
 
-When an interval includes 0 nothing separates the sparsities; the analysis then gives the
-minimum detectable difference, (t_0.975 + t_0.80) x standard error: the true effect that this
-many runs would detect at the 5 % level four times out of five.
+- **per cell and S** (equal FLOPs and N, or equal tokens): the mean over seeds of
+  y(S) - y(dense), with a 95 % t interval and a two-sided p over the pairs (the seeds of one
+  cell are separate families, so the pairs are independent);
+- **at equal pretraining loss**: over every pair, dy = b dL + c S by least squares without an
+  intercept (a dense run paired with itself is 0), dL the pair's difference of final
+  pretraining val loss; c per unit S is what sparsity does to y beyond what its pretraining
+  loss predicts, b one slope shared by the cells (the within-cell differences span a few
+  hundredths of a nat).
+
+**Errors clustered by wsd family.** The budgets of one (size, S, seed) are cooldown branches of
+one trunk, and every pair of a (size, seed) shares its dense family, so the pairs of one
+(size, seed) are not independent: the equal-loss fit's standard errors are cluster-robust over
+(size, seed) clusters (the CR1 sandwich, G / (G - 1) x (n - 1) / (n - k)), its intervals and p
+from t with G - 1 degrees of freedom (a pooled OLS over runs would count each trunk several
+times).
+
+**One family of tests.** The p of every test the report makes -- c for each metric and every
+cell's difference for each metric -- is adjusted together by Holm's step-down (Holm 1979):
+the family is fixed by the grid, not by which tests came out small. Where an interval includes
+0 nothing separates the sparsities; the analysis then gives the minimum detectable difference,
+(t_0.975 + t_0.80) x standard error: the true effect that this many runs would detect at the 5 %
+level four times out of five.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 import scipy.stats
 
-from moelab.sweep.zero_shot import equal_loss_fit, mean_interval
+from moelab.sweep.zero_shot import mean_interval
 
 METRICS = ("finetune_val_loss", "finetune_gain")
 PRETRAINING_LOSS = "final_val_loss"
 """The pretraining loss a finetune is read against: the final weights' (those fine-tuned)."""
+CLUSTER_UNIT = "size and seed (the dense family every pair of the size shares, and the sparse ones)"
+
+
+@dataclass(frozen=True)
+class Pair:
+    """A sparse run and its cell's dense run of the same seed: the differences sparse - dense."""
+
+    size: str
+    budget: str
+    sparsity: float
+    seed: str
+    pretraining: float
+    """Sparse minus dense final pretraining val loss."""
+    metrics: dict[str, float]
+    """Sparse minus dense, per metric."""
+
+    @property
+    def cluster(self) -> tuple[str, str]:
+        return (self.size, self.seed)
 
 
 def minimum_detectable(se: float, df: int) -> float:
@@ -42,81 +78,141 @@ def minimum_detectable(se: float, df: int) -> float:
     return float((scipy.stats.t.ppf(0.975, df) + scipy.stats.t.ppf(0.80, df)) * se)
 
 
+def holm(p_values: list[float | None]) -> list[float | None]:
+    """Holm's step-down adjusted p, in the order given; None stays None (no test). The same rule
+    as ``moelab.study.stats.holm``, which this package may not import (sibling packages)."""
+    tested = sorted((i for i, p in enumerate(p_values) if p is not None), key=lambda i: p_values[i])
+    adjusted: list[float | None] = [None] * len(p_values)
+    running = 0.0
+    for rank, index in enumerate(tested):
+        running = max(running, min(1.0, (len(tested) - rank) * p_values[index]))
+        adjusted[index] = running
+    return adjusted
+
+
 def finetune_analysis(rows: list[dict[str, str]], header: list[str]) -> dict | None:
-    """Both metrics at equal pretraining loss and per budget (module docstring); None without
-    fine-tuned runs."""
+    """Both metrics per cell and at equal pretraining loss, Holm over every test (module
+    docstring); None without fine-tuned runs."""
     tuned = [row for row in rows if row.get("finetune_val_loss")]
     if not tuned or any(column not in header for column in METRICS):
         return None
-    loss = np.array([float(row[PRETRAINING_LOSS]) for row in tuned])
-    sparsity = np.array([float(row["S"]) for row in tuned])
+    pairs = paired_with_dense(tuned)
     metrics = {}
     for metric in METRICS:
         values = np.array([float(row[metric]) for row in tuned])
-        fit = equal_loss_fit(values, loss, sparsity)
-        if fit is not None:
-            for coefficient in fit.values():
-                coefficient["mdd"] = minimum_detectable(coefficient["se"], coefficient["df"])
         metrics[metric] = {"range": [float(values.min()), float(values.max())],
-                           "equal_loss": fit,
-                           "separates": bool(fit is not None and _excludes_zero(
-                               fit["sparsity"]["ci"]))}
+                           "equal_loss": clustered_equal_loss_fit(pairs, metric)}
+    cells = _cells(pairs)
+    tests = _adjust_family(metrics, cells)
+    for result in metrics.values():
+        fit = result["equal_loss"]
+        result["separates"] = bool(fit is not None and _excludes_zero(fit["sparsity"]["ci"]))
     flops = all(row.get("C_budget") for row in tuned)
-    return {"runs": len(tuned), "pretraining_loss": PRETRAINING_LOSS, "metrics": metrics,
-            "basis": "flops" if flops else "tokens", "per_budget": _per_budget(tuned, flops)}
+    return {"runs": len(tuned), "pretraining_loss": PRETRAINING_LOSS, "pairs": len(pairs),
+            "clusters": len({pair.cluster for pair in pairs}), "cluster_unit": CLUSTER_UNIT,
+            "tests": tests, "basis": "flops" if flops else "tokens", "metrics": metrics,
+            "cells": cells}
+
+
+def paired_with_dense(rows: list[dict[str, str]]) -> list[Pair]:
+    """Every sparse run with its (size, budget) cell's dense run of the same seed (a sparse run
+    whose cell has no dense run of its seed is left out)."""
+    dense = {(row["size"], row["budget"], row["seed"]): row for row in rows if float(row["S"]) == 0}
+    pairs = []
+    for row in rows:
+        partner = dense.get((row["size"], row["budget"], row["seed"]))
+        if float(row["S"]) == 0 or partner is None:
+            continue
+        pairs.append(Pair(row["size"], row["budget"], float(row["S"]), row["seed"],
+                          float(row[PRETRAINING_LOSS]) - float(partner[PRETRAINING_LOSS]),
+                          {m: float(row[m]) - float(partner[m]) for m in METRICS}))
+    return pairs
+
+
+def clustered_equal_loss_fit(pairs: list[Pair], metric: str) -> dict | None:
+    """dy = b dL + c S over the pairs, cluster-robust over (size, seed): b ("loss") and c
+    ("sparsity") with se, df = G - 1, p, a 95 % t interval and the minimum detectable value;
+    None with fewer than 3 clusters or no spread in S or dL."""
+    clusters = sorted({pair.cluster for pair in pairs})
+    if len(clusters) < 3 or len(pairs) < 4:
+        return None
+    design = np.array([[pair.pretraining, pair.sparsity] for pair in pairs])
+    y = np.array([pair.metrics[metric] for pair in pairs])
+    if np.linalg.matrix_rank(design) < 2:
+        return None
+    bread = np.linalg.inv(design.T @ design)
+    coefficients = bread @ design.T @ y
+    residual = y - design @ coefficients
+    labels = [pair.cluster for pair in pairs]
+    meat = np.zeros((2, 2))
+    for cluster in clusters:
+        members = [i for i, label in enumerate(labels) if label == cluster]
+        score = design[members].T @ residual[members]
+        meat += np.outer(score, score)
+    n, k, groups = len(y), 2, len(clusters)
+    covariance = bread @ meat @ bread * groups / (groups - 1) * (n - 1) / (n - k)
+    df = groups - 1
+    quantile = float(scipy.stats.t.ppf(0.975, df))
+    fit = {}
+    for name, value, se in zip(("loss", "sparsity"), coefficients, np.sqrt(np.diag(covariance))):
+        fit[name] = {"value": float(value), "se": float(se), "df": df,
+                     "ci": [float(value - quantile * se), float(value + quantile * se)],
+                     "p": float(2 * scipy.stats.t.sf(abs(value / se), df)) if se > 0 else None,
+                     "mdd": minimum_detectable(float(se), df)}
+    return fit
 
 
 def _excludes_zero(ci: list[float] | None) -> bool:
     return ci is not None and (ci[0] > 0 or ci[1] < 0)
 
 
-def _per_budget(rows: list[dict[str, str]], flops: bool) -> list[dict]:
-    """Per budget (and, at token budgets, per size) and S: the lowest-loss size's cell, its
-    metrics over seeds and each minus dense, paired by seed."""
-    cells: dict[tuple, dict[str, list[dict]]] = {}
-    for row in rows:
-        group = (row["budget"],) if flops else (row["budget"], row["size"])
-        cells.setdefault((group, float(row["S"])), {}).setdefault(row["size"], []).append(row)
-    chosen = {}
-    for key, by_size in cells.items():
-        size, runs = min(by_size.items(), key=lambda item: (
-            np.mean([float(r[PRETRAINING_LOSS]) for r in item[1]]), item[0]))
-        chosen[key] = (size, {int(r["seed"]): r for r in runs})
-    table = []
-    for (group, sparsity), (size, by_seed) in sorted(chosen.items(), key=_budget_order):
-        entry = {"budget": group[0], "sparsity": sparsity, "size": size, "seeds": len(by_seed),
-                 "pretraining_loss": float(np.mean([float(r[PRETRAINING_LOSS])
-                                                    for r in by_seed.values()]))}
-        dense = chosen.get((group, 0.0))
+def _cells(pairs: list[Pair]) -> list[dict]:
+    """Per (size, budget, S): the pairs' mean differences from dense, each with its interval,
+    p and minimum detectable difference; the pretraining loss's difference beside them."""
+    grouped: dict[tuple, list[Pair]] = {}
+    for pair in pairs:
+        grouped.setdefault((pair.budget, pair.size, pair.sparsity), []).append(pair)
+    cells = []
+    for (budget, size, sparsity), members in sorted(grouped.items(), key=_cell_order):
+        entry = {"budget": budget, "size": size, "sparsity": sparsity, "pairs": len(members),
+                 "pretraining_minus_dense": _paired_mean(
+                     np.array([p.pretraining for p in members]))}
         for metric in METRICS:
-            values = np.array([float(r[metric]) for r in by_seed.values()])
-            entry[metric] = {"mean": float(values.mean()), "ci": mean_interval(values)}
-            if sparsity > 0 and dense is not None:
-                entry[metric]["minus_dense"] = _paired(by_seed, dense[1], metric)
-        table.append(entry)
-    return table
+            entry[metric] = {"minus_dense": _paired_mean(
+                np.array([p.metrics[metric] for p in members]))}
+        cells.append(entry)
+    return cells
 
 
-def _budget_order(item) -> tuple:
-    (group, sparsity), _ = item
-    budget = group[0]
+def _cell_order(item) -> tuple:
+    (budget, size, sparsity), _ = item
     try:
-        value = float(budget[1:])
+        value = float(budget.lstrip("CD").rstrip("KMG"))
     except ValueError:
         value = math.inf
-    return (value, budget, *group[1:], sparsity)
+    return (value, budget, size, sparsity)
 
 
-def _paired(runs: dict[int, dict], dense: dict[int, dict], metric: str) -> dict:
-    """Mean of (sparse - dense) over the seeds both have, with its 95 % t interval and minimum
-    detectable difference (no interval with fewer than two pairs)."""
-    seeds = sorted(set(runs) & set(dense))
-    if not seeds:
-        return {"pairs": 0, "value": None, "ci": None, "mdd": None}
-    differences = np.array([float(runs[s][metric]) - float(dense[s][metric]) for s in seeds])
-    record = {"pairs": len(seeds), "value": float(differences.mean()),
-              "ci": mean_interval(differences), "mdd": None}
-    if len(seeds) >= 2:
-        se = float(differences.std(ddof=1) / math.sqrt(len(seeds)))
-        record["mdd"] = minimum_detectable(se, len(seeds) - 1)
+def _paired_mean(differences: np.ndarray) -> dict:
+    """The mean difference with its 95 % t interval, two-sided p and minimum detectable
+    difference (no interval or p with fewer than two pairs)."""
+    record = {"pairs": len(differences), "value": float(differences.mean()),
+              "ci": mean_interval(differences), "p": None, "mdd": None}
+    if len(differences) >= 2:
+        se = float(differences.std(ddof=1) / math.sqrt(len(differences)))
+        df = len(differences) - 1
+        record["mdd"] = minimum_detectable(se, df)
+        record["p"] = float(2 * scipy.stats.t.sf(abs(record["value"] / se), df)) if se > 0 else None
     return record
+
+
+def _adjust_family(metrics: dict, cells: list[dict]) -> int:
+    """Holm over every fine-tuning test the report makes; each record gains ``p_holm``.
+    Returns the number of tests."""
+    records = [result["equal_loss"]["sparsity"] for result in metrics.values()
+               if result["equal_loss"] is not None]
+    records += [cell[metric]["minus_dense"] for cell in cells for metric in METRICS]
+    tested = [record for record in records if record["p"] is not None]
+    for record, adjusted in zip(tested, holm([record["p"] for record in tested])):
+        record["p_holm"] = adjusted
+    return len(tested)

@@ -95,7 +95,7 @@ def row_seed(row: dict[str, str]) -> str:
 
 ANALYSIS_FILES = ("analysis.json", "forms.json", "fit.json", "fit_holdout.json", "isoflop.json",
                   "throughput.json", "optima.json", "form_tests.json", "zero_shot.json",
-                  "finetune.json")
+                  "finetune.json", "fixed_size.json")
 
 
 def write_analysis(out_dir: Path, analysis: SweepAnalysis) -> None:
@@ -111,6 +111,7 @@ def write_analysis(out_dir: Path, analysis: SweepAnalysis) -> None:
         "form_tests.json": analysis.form_tests,
         "zero_shot.json": analysis.zero_shot,
         "finetune.json": analysis.finetune,
+        "fixed_size.json": analysis.fixed_size,
     }
     for name, record in records.items():
         path = Path(out_dir) / name
@@ -148,4 +149,5 @@ def with_derived_files(out_dir: Path, analysis: SweepAnalysis) -> SweepAnalysis:
         isoflop=optional("isoflop.json", IsoflopRecord.from_dict),
         form_tests=optional("form_tests.json", dict),
         zero_shot=optional("zero_shot.json", dict),
-        finetune=optional("finetune.json", dict))
+        finetune=optional("finetune.json", dict),
+        fixed_size=optional("fixed_size.json", dict))

@@ -258,6 +258,9 @@ class SweepAnalysis:
     finetune: Optional[dict] = None
     """finetune.json: the fine-tuned loss and the gain against S at equal pretraining loss and
     per budget (``moelab.sweep.finetune``); None when no run was fine-tuned."""
+    fixed_size: Optional[dict] = None
+    """fixed_size.json: S* per (size, budget) cell read off the runs and the trend tests of S*
+    along N and C (``moelab.scaling.fixed_size``); None when no cell has two sparsities."""
 
     def settings_dict(self) -> dict:
         """analysis.json."""

@@ -23,6 +23,7 @@ from moelab.scaling.laws import SPARSITY, get_law
 from moelab.scaling.table import fit_table_from_rows
 from moelab.sweep.analysis import analyse_sweep
 from moelab.sweep.figures import isoflop_figure, optima_figure
+from moelab.sweep.fixed_size_report import fixed_size_section
 from moelab.sweep.folder import read_analysis, read_grid, read_results, with_derived_files
 from moelab.sweep.records import FormsRecord, GridRecord, LawFit, OptimaRecord, SweepAnalysis
 from moelab.sweep.report_sections import (
@@ -72,6 +73,8 @@ def render_sweep_report(out_dir: Path) -> Path:
         sections.append(form_tests_section(out_dir, analysis.form_tests, analysis.forms))
     if analysis.isoflop is not None:
         sections.append(_isoflop_section(out_dir, rows, columns, analysis))
+    if analysis.fixed_size is not None:
+        sections.append(fixed_size_section(out_dir, analysis.fixed_size))
     sections.append(_throughput_section(analysis))
     sections.append(_optima_section(out_dir, analysis, float(rows[0]["S"])))
     sections.append(_reproduce_section(grid, analysis))

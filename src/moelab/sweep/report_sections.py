@@ -313,58 +313,70 @@ FINETUNE_LABELS = {"finetune_val_loss": "fine-tuned val loss", "finetune_gain": 
 
 
 def finetune_analysis_text(analysis: dict) -> str:
-    """The fine-tuned loss and the gain against S: at equal pretraining loss, and per budget
-    against dense paired by seed; what nothing separates is said in words, with the minimum
-    detectable difference."""
+    """The fine-tuned loss and the gain against S: every effect within a (size, budget) cell,
+    paired to the cell's dense run of the same seed; at equal pretraining loss with errors
+    clustered by (size, seed); Holm over every test; what nothing separates is said in words,
+    with the minimum detectable difference (``moelab.sweep.finetune``)."""
+    if "cells" not in analysis:  # finetune.json of an older analysis: `moelab report DIR` redoes it
+        return ("## Fine-tuning against sparsity\n\nfinetune.json is from an older analysis; "
+                "`moelab report DIR` recomputes it.\n")
+    equal = ("equal FLOPs and total parameters" if analysis["basis"] == "flops"
+             else "equal tokens")
     text = ("## Fine-tuning against sparsity\n\n"
             f"Every run's final weights fine-tuned by the grid's one recipe ({analysis['runs']} "
             "finetunes, runs/finetune/): the fine-tuned val loss on the new text's held-out part "
-            "and the gain (the weights' loss there before fine-tuning minus after). At equal "
-            "pretraining loss: y = a + b (L - mean L) + c S over every run by least squares, L "
-            "the run's final pretraining val loss; c per unit S with its 95 % interval and its "
-            "minimum detectable value (80 % power, 5 % level) (`finetune.json`).\n\n")
+            "and the gain (the weights' loss there before fine-tuning minus after); moelab's own "
+            "stage (anchored on Artetxe et al. 2021 and ST-MoE, Zoph et al. 2022), not paper B's. "
+            f"Each sparse run is paired with its cell's (size, budget: {equal}) dense run of the "
+            f"same seed ({analysis['pairs']} pairs), and every effect is sparse minus dense. At "
+            "equal pretraining loss: dy = b dL + c S over the pairs without intercept, dL the "
+            "pair's difference of final pretraining val loss; c per unit S with its 95 % "
+            f"interval, errors clustered by {analysis['cluster_unit']} ({analysis['clusters']} "
+            f"clusters, t with {analysis['clusters'] - 1} df). Holm over all "
+            f"{analysis['tests']} fine-tuning tests of this section (`finetune.json`).\n\n")
     rows, silent = [], []
     for metric, result in analysis["metrics"].items():
         fit = result["equal_loss"]
         if fit is None:
-            rows.append([FINETUNE_LABELS[metric], "–", "–", "–", "–"])
+            rows.append([FINETUNE_LABELS[metric], "–", "–", "–", "–", "–"])
             continue
         loss, sparsity = fit["loss"], fit["sparsity"]
         rows.append([FINETUNE_LABELS[metric], _coefficient_text(loss),
-                     _coefficient_text(sparsity), f"±{sparsity['mdd']:.3f}",
+                     _coefficient_text(sparsity), _p_pair(sparsity), f"±{sparsity['mdd']:.3f}",
                      "yes" if result["separates"] else "**no**"])
         if not result["separates"]:
             silent.append(f"{FINETUNE_LABELS[metric]} (an effect smaller than "
                           f"{sparsity['mdd']:.3f} per unit S would go unseen)")
     text += markdown_table(["metric", "b (per nat of pretraining loss)", "c (per unit S)",
-                            "detectable c", "S separates"], rows, "lrrrl")
+                            "p (Holm)", "detectable c", "S separates"], rows, "lrrrrl")
     if any(result["equal_loss"] is None for result in analysis["metrics"].values()):
-        text += ("\nThe equal-loss fit needs at least 4 fine-tuned runs over 2 or more "
-                 "sparsities: too few here.\n")
+        text += ("\nThe equal-loss fit needs at least 4 pairs in 3 or more (size, seed) "
+                 "clusters: too few here.\n")
     if silent:
         text += ("\n**At equal pretraining loss nothing separates the sparsities** for "
                  + "; ".join(silent) + ": the interval of c includes 0.\n")
     table = []
-    for cell in analysis["per_budget"]:
-        line = [cell["budget"], cell["size"], f"{cell['sparsity']:g}", str(cell["seeds"]),
-                f"{cell['pretraining_loss']:.4f}"]
+    for cell in analysis["cells"]:
+        line = [cell["budget"], cell["size"], f"{cell['sparsity']:g}", str(cell["pairs"]),
+                _minus_dense_text(cell["pretraining_minus_dense"])]
         for metric in FINETUNE_LABELS:
-            entry = cell[metric]
-            line.append(f"{entry['mean']:.4f}" + (
-                f" [{entry['ci'][0]:.4f}, {entry['ci'][1]:.4f}]" if entry["ci"] else ""))
-            line.append(_minus_dense_text(entry.get("minus_dense")))
+            record = cell[metric]["minus_dense"]
+            line.append(_minus_dense_text(record) + (f", p {_p_pair(record)}"
+                                                     if record.get("p") is not None else ""))
         table.append(line)
-    basis = ("at equal pretraining FLOPs: per FLOPs budget the lowest-loss size of each "
-             "sparsity" if analysis["basis"] == "flops" else
-             "at equal pretraining tokens (token budgets are not equal FLOPs across S): each "
-             "size against its own dense model")
-    text += (f"\nPer budget, {basis}; means over seeds and the difference from dense paired by "
-             "seed, with 95 % intervals over seeds (where a difference's interval includes 0 "
+    text += (f"\nPer cell and S, at {equal}: the mean over seeds of sparse minus dense, paired "
+             "by seed, with its 95 % t interval, p and Holm's p (where an interval includes 0 "
              "nothing separates it from dense; ± is its minimum detectable difference):\n\n")
-    text += markdown_table(["budget", "size", "S", "seeds", "pretraining loss",
-                            "fine-tuned loss", "minus dense", "gain", "minus dense"],
-                           table, "llrrrrrrr")
+    text += markdown_table(["budget", "size", "S", "pairs", "pretraining loss minus dense",
+                            "fine-tuned loss minus dense", "gain minus dense"], table, "llrrrrr")
     return text + "\n"
+
+
+def _p_pair(record: dict) -> str:
+    """'0.018 (0.21)': raw p and Holm's."""
+    if record.get("p") is None:
+        return "–"
+    return f"{record['p']:.2g} ({record['p_holm']:.2g})"
 
 
 def _coefficient_text(coefficient: dict) -> str:
