@@ -598,8 +598,7 @@ def isoflop_slope() -> str:
     trend = load("sweeps/cpu-isoflop/isoflop.json")["sparsity_optima"]["trend"]
     low, high = trend["ci"]
     return (f"The slope of S*(C) is {trend['slope_per_decade']:+.3f} [{low:+.3f}, {high:+.3f}] "
-            f"per decade of C over the {trend['n_budgets']} budgets (one-sided bootstrap p of no "
-            f"rise {trend['p_not_rising']:.2f}")
+            f"per decade of C over the {trend['n_budgets']} budgets")
 
 
 def isoflop_minima(flops: float) -> str:
@@ -961,7 +960,7 @@ CLAIMS = [
     Claim(SCALING, "The interpolated S* is 0.820 [0.750, 0.875], 0.853 [0.790, 0.875] and "
           "0.797 [0.761, 0.869]", isoflop_s_star),
     Claim(SCALING, "The slope of S*(C) is -0.024 [-0.103, +0.062] per decade of C over the 3 "
-          "budgets (one-sided bootstrap p of no rise 0.70", isoflop_slope),
+          "budgets", isoflop_slope),
     Claim(SCALING, "3.4569 (dense), 3.4160, 3.3996 and 3.3981", lambda: isoflop_minima(3.6e11)),
     # The recipe (docs/recipe.md).
     Claim(RECIPE, "| untied_warmup0.5_b8 | 0-2 | 409,600 | 3.3581 ± 0.0118 | 3.3762 ± 0.0066 | "
@@ -1059,8 +1058,8 @@ CLAIMS = [
     Claim(README, "undetermined: −2 [−2, +2] over 15 pairs of budgets, 7 of them",
           lambda: "undetermined: " + fixed_n_trend_text("budget").split(" (")[0].replace("-", "−")
           + " of budgets, " + fixed_n_trend_text("budget").split("(")[1].split(" ")[0] + " of them"),
-    Claim(README, "S\\* is 0.820 [0.750, 0.875], 0.853 [0.790, 0.875] and 0.797 [0.761, 0.869]",
-          lambda: "S\\* is " + isoflop_s_star().removeprefix("The interpolated S* is ")),
+    Claim(README, "S\\* at 0.820 [0.750, 0.875], 0.853 [0.790, 0.875] and 0.797 [0.761, 0.869]",
+          lambda: "S\\* at " + isoflop_s_star().removeprefix("The interpolated S* is ")),
     Claim(SCALING, "| C = 1e20 | 0.12 | 0.65 | 0.87 | 0.95 | 0.98 (edge) |",
           partial(published_law_row, 1e20)),
     Claim(SCALING, "| C = 1e21 | 0 | 0.05 | 0.62 | 0.84 | 0.94 |", partial(published_law_row, 1e21)),
