@@ -23,7 +23,7 @@ from moelab.study.results import json_safe
 from moelab.study.stats import holm, min_detectable_gap, paired_test
 
 RESULTS_DIR = Path(__file__).parent / "results"
-STUDY = RESULTS_DIR / "studies" / "demo-seeds617-622.json"
+STUDY = RESULTS_DIR / "studies" / "demo-seeds617-622-cpu3.json"  # the CPU the fair-lr runs ran on
 FAIR_LR = RESULTS_DIR / "fair_lr.json"
 ARMS = ("moe", "dense_active", "dense_total")
 
