@@ -184,18 +184,31 @@ class DataConfig:
 
     source: str = "sample"
     """'sample' (bundled TinyStories), 'tinystories' (TinyStories: the local copy $MOELAB_DATA
-    names, else roneneldan/TinyStories from the hub), 'hf' (the hub), 'adaptation' (the bundled
-    fine-tuning text: docs/data.md, "The adaptation set"), a folder with train.txt and
-    valid.txt, or one .txt (stories separated by <|endoftext|> lines) or .jsonl file."""
+    names, else roneneldan/TinyStories from the hub), 'hf' (the hub), 'hf:NAME' (any Hugging
+    Face dataset, streamed), 'adaptation' (the bundled fine-tuning text: docs/data.md, "The
+    adaptation set"), a folder with train.txt and valid.txt, a datasets save_to_disk folder,
+    or one .txt (stories separated by <|endoftext|> lines), .jsonl, .parquet or .arrow file."""
     vocab_size: Optional[int] = None
     """BPE vocabulary size to train; null means model.vocab_size."""
     cache_dir: Optional[str] = None
     """Where tokenizers and token caches live; null means $MOELAB_CACHE/data, else
     $XDG_CACHE_HOME/moelab/data, else ~/.cache/moelab/data."""
     valid_fraction: float = 0.05
-    """Share of stories held out for validation when the source is a single file."""
+    """Share of stories held out for validation when the source is a single file (or a
+    dataset without a validation split)."""
     max_train_stories: Optional[int] = None
-    """Use only the first N training stories (null: all)."""
+    """Use only the first N training stories (null: all); of a streamed hub dataset, the cap
+    that lets a laptop take a slice."""
+    text_field: Optional[str] = None
+    """The column holding the text of a dataset source (hf:NAME, .parquet, .arrow, a
+    save_to_disk folder); null means 'text', else 'story'."""
+    hf_config: Optional[str] = None
+    """The configuration (subset) of an hf:NAME dataset, e.g. sample-10BT; null: its default."""
+    train_split: str = "train"
+    """The split of a dataset source to train on."""
+    valid_split: Optional[str] = None
+    """The split of a dataset source to validate on; null means validation, valid or test,
+    whichever it has, else a valid_fraction slice held out of the training split."""
 
     def validate(self, prefix: str = "data") -> None:
         if not self.source:
@@ -217,6 +230,15 @@ class DataConfig:
             raise ConfigError(
                 f"{prefix}.max_train_stories={self.max_train_stories} is invalid: must be > 0"
             )
+        for name in ("text_field", "hf_config", "train_split", "valid_split"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, str) or not value.strip()):
+                raise ConfigError(f"{prefix}.{name}={short_repr(value)} is invalid: expected a "
+                                  "non-empty name" + ("" if name == "train_split" else ", or null"))
+        if self.valid_split is not None and self.valid_split == self.train_split:
+            raise ConfigError(f"{prefix}.valid_split={short_repr(self.valid_split)} is invalid: it "
+                              f"is the training split; name another split, or null to hold out "
+                              f"data.valid_fraction of it")
 
 
 # The train.device names (moelab.train.distributed resolves them to a torch device).

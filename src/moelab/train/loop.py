@@ -28,6 +28,7 @@ from tqdm import tqdm
 from moelab.accounting import count_params, flops_per_token
 from moelab.config import Config, TrainConfig
 from moelab.data import Tokenizer, TrainBatches, prepare_data, validation_windows
+from moelab.data.sources import check_source
 from moelab.errors import MoelabError, Preempted
 from moelab.model import Transformer
 from moelab.train.checkpoint import (
@@ -143,6 +144,7 @@ def _train(config: Config, run: RunFolder, resume: bool,
     if config.train.compile and dist.device.type == "cpu":
         check_cpp_compiler()
     if dist.is_main:
+        check_source(config.data)  # a dataset without the text asked for writes no run folder
         run.start(config, resume)
     loggers = (ExternalLoggers(config, run, continuing=resume and run.has_progress())
                if dist.is_main else None)  # fails fast if a package is missing
