@@ -319,6 +319,9 @@ class TrainConfig:
     a run may be planned on a machine without it)."""
     collapse_threshold: float = 0.9
     """Flag routing collapse when one expert takes more than this share of token slots."""
+    peak_flops: Optional[float] = None
+    """The device's peak FLOP/s that MFU divides by; null: looked up for a known GPU (bf16
+    dense), measured once with a matmul on a CPU (docs/training.md, "Throughput and MFU")."""
     sample_tokens: int = 32
     """Tokens generated per prompt for samples.txt at the end of a run (0: no samples)."""
     progress: bool = True
@@ -392,6 +395,10 @@ class TrainConfig:
             raise ConfigError(
                 f"{prefix}.collapse_threshold={self.collapse_threshold} is invalid: allowed (0, 1]"
             )
+        if self.peak_flops is not None and not (isinstance(self.peak_flops, (int, float))
+                                                and 0 < self.peak_flops < float("inf")):
+            raise ConfigError(f"{prefix}.peak_flops={short_repr(self.peak_flops)} is invalid: "
+                              "expected FLOP/s > 0 (e.g. 989e12), or null to detect it")
         self._validate_wandb_fields(prefix)
         if (any(name not in EVAL_TASK_NAMES for name in self.eval_tasks)
                 or len(set(self.eval_tasks)) < len(self.eval_tasks)):
