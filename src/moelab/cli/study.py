@@ -174,6 +174,7 @@ def _add_run_arguments(parser, kind: str) -> None:
 
 
 def _study(args) -> int:
+    from moelab.runs.data import check_shared_data
     from moelab.study.commands import list_runs, run_study, submit_study
 
     check_launcher_options(args)
@@ -187,6 +188,7 @@ def _study(args) -> int:
     settings.check_size("--budgets" if args.budgets is not None else "study.budgets",
                         "--seeds" if args.seeds is not None else "study.seeds")
     out = Path(args.out) if args.out else Path("out") / f"{Path(args.config).stem}-{args.kind}"
+    check_shared_data(config)  # a source without the text asked for: before the folder exists
     if wants_commands(args):  # it writes the plan: the same one writer as a study
         with writer_lock(out):
             commands = list_runs(args.kind, config, settings, out)
