@@ -29,7 +29,10 @@ from moelab.sweep.report_sections import (
     constant_s_star_text, finetune_analysis_text, form_tests_section, isoflop_optima_text,
     zero_shot_analysis_text,
 )
-from moelab.sweep.run_tables import budget_family_text, runs_table, zero_shot_section
+from moelab.sweep.run_tables import (
+    budget_family_text, format_tokens_per_param, runs_table, tokens_per_param_caption,
+    zero_shot_section,
+)
 
 
 def write_sweep_report(out_dir: Path, *, bootstrap_replicates: int = 200,
@@ -222,7 +225,7 @@ def _isoflop_section(out_dir: Path, rows: list[dict[str, str]], columns: dict,
         text += ("\n![IsoFLOP curves per sparsity](figures/isoflop.png)\n\n"
                  "Points: runs; lines: the fitted law along each budget (D = C / (6 N_active)); "
                  "dashed: the budget's IsoFLOP fit above, star: its N* (hollow: at the edge of "
-                 "the data).\n")
+                 "the data). " + tokens_per_param_caption(rows))
     if isoflop.sparsity_optima is not None:
         text += isoflop_optima_text(out_dir, isoflop.sparsity_optima)
     return text
@@ -242,10 +245,12 @@ def _budget_table(analysis_rows: list[dict], budgets: np.ndarray, deviation: np.
     if surface:
         rows = [[f"{b['flops']:.3g}", b["n_points"], format_count(b["params"]),
                  format_count(b.get("params_active")), f"{b['sparsity']:.3f}",
+                 _optimum_tokens_per_param(b["flops"], b["params"], b.get("params_active")),
                  format_number(b["loss"]), worst_deviation(b["flops"]),
                  "yes" if b["at_edge"] else ""] for b in analysis_rows]
-        return (markdown_table(["C", "points", "N*", "N_active*", "S*", "loss*",
-                                "worst C/C_budget - 1", "at edge"], rows, "rrrrrrrl")
+        return (markdown_table(["C", "points", "N*", "N_active*", "S*",
+                                "D*/N* (total / active)", "loss*", "worst C/C_budget - 1",
+                                "at edge"], rows, "rrrrrrrrl")
                 + "\n'At edge': the surface's minimum lies on the edge of the sizes and sparsities "
                   "tried, so the optimum is at least that far out; such budgets are left out of "
                   "the exponent fit.\n")
@@ -364,6 +369,8 @@ def _optima_section(out_dir: Path, analysis: SweepAnalysis, first_sparsity: floa
              else "without bands (no bootstrap fits)")
     rows = [[f"{r['flops']:.3g}", _with_ci(r, "sparsity", "{:.3f}"),
              _with_ci(r, "params_total", None), _with_ci(r, "params_active", None),
+             _optimum_tokens_per_param(r["flops"], r["optimum"]["params_total"],
+                                       r["optimum"]["params_active"]),
              "yes" if r["optimum"]["at_boundary"] else ""] for r in vs_c]
     text = (head + f"From the fitted law (`optima.json`), {bands}. Left: S* at a fixed total "
             "parameter count N, trained with the median compute of the sweep (C = "
@@ -374,7 +381,10 @@ def _optima_section(out_dir: Path, analysis: SweepAnalysis, first_sparsity: floa
             "[0, 0.98]) mean the law has no interior optimum there; beyond the sweep's range "
             "they are extrapolations.\n\n"
             "![Optimal sparsity](figures/optimal_sparsity.png)\n\n"
-            + markdown_table(["C", "S*", "N*", "N_active*", "at edge"], rows, "rrrrl"))
+            "D*/N*: the optimum's tokens D = C / (6 N_active) per total and per active "
+            "parameter.\n\n"
+            + markdown_table(["C", "S*", "N*", "N_active*", "D*/N* (total / active)", "at edge"],
+                             rows, "rrrrrl"))
     return text + _three_optima_text(optima, analysis)
 
 
@@ -391,8 +401,11 @@ def _three_optima_text(optima: OptimaRecord, analysis: SweepAnalysis) -> str:
         r = three[key]
         sparsity = (_undetermined_or_ci(r) if key == "by_seconds"
                     else _with_ci(r, "sparsity", "{:.3f}"))
+        optimum = r["optimum"]
         rows.append([label, sparsity, _with_ci(r, "params_total", None),
-                     _with_ci(r, "params_active", None), format_count(r["optimum"]["tokens"]),
+                     _with_ci(r, "params_active", None), format_count(optimum["tokens"]),
+                     format_tokens_per_param(optimum["tokens"], optimum["params_total"],
+                                             optimum["params_active"]),
                      format_number(r["optimum"]["loss"]),
                      "yes" if r["optimum"]["at_boundary"] else ""])
     by_seconds = three["by_seconds"]
@@ -401,13 +414,21 @@ def _three_optima_text(optima: OptimaRecord, analysis: SweepAnalysis) -> str:
             "(D / tokens/s). The FLOPs question is asked at the compute the seconds optimum "
             "spends, the parameters question at its total size with that compute "
             "(`optima.json`, three).\n\n"
-            + markdown_table(["budget", "S*", "N*", "N_active*", "D*", "loss", "at edge"], rows,
-                             "lrrrrrl")
+            + markdown_table(["budget", "S*", "N*", "N_active*", "D*", "D*/N* (total / active)",
+                              "loss", "at edge"], rows, "lrrrrrrl")
             + "\n" + _ratio_sentence(by_seconds))
 
 
 UNDETERMINED_WIDTH = 0.5
 """A 95 % interval of S* wider than this spans most of [0, 1]: no optimum is measured."""
+
+
+def _optimum_tokens_per_param(flops: float, total: float, active: float | None) -> str:
+    """D*/N* of an optimum at compute C: its tokens D = C / (6 N_active) per total and per
+    active parameter; '–' without N_active."""
+    if not active or not total:
+        return "–"
+    return format_tokens_per_param(flops / (6 * active), total, active)
 
 
 def _undetermined_or_ci(result: dict) -> str:
