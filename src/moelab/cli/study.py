@@ -188,13 +188,13 @@ def _study(args) -> int:
     settings.check_size("--budgets" if args.budgets is not None else "study.budgets",
                         "--seeds" if args.seeds is not None else "study.seeds")
     out = Path(args.out) if args.out else Path("out") / f"{Path(args.config).stem}-{args.kind}"
-    check_shared_data(config)  # a source without the text asked for: before the folder exists
     if wants_commands(args):  # it writes the plan: the same one writer as a study
         with writer_lock(out):
             commands = list_runs(args.kind, config, settings, out)
         for command in commands:
             print(command)
         return 0
+    check_shared_data(config)  # a source without the text asked for: before the folder exists
     launcher = build_launcher(args)
     if args.detach:
         with writer_lock(out):
