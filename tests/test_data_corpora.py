@@ -20,7 +20,8 @@ import pytest
 
 from moelab.config import DataConfig
 from moelab.data import EOT_TEXT, prepare_data
-from moelab.data.sources import check_source, resolve_source
+from moelab.data.prepare import check_data
+from moelab.data.sources import resolve_source
 from moelab.errors import MoelabError
 from one_line_errors import refused_on_one_line
 
@@ -149,6 +150,21 @@ def test_a_hub_dataset_by_name_streamed_and_from_the_cache(hub_folder, stories, 
         DataConfig(source=f"hf:{hub_folder}", max_train_stories=81)).fingerprint
 
 
+def test_a_built_hub_cache_trains_without_the_hub(hub_folder, tmp_path, monkeypatch):
+    cfg = DataConfig(source=f"hf:{hub_folder}", max_train_stories=100, cache_dir=str(tmp_path))
+    prepared = prepare_data(cfg, VOCAB, progress=False)
+    assert (prepared.train.stories, prepared.valid.stories) == (100, 20)
+
+    def no_hub(*args, **kwargs):
+        raise ConnectionError("Couldn't reach the Hub")
+
+    monkeypatch.setattr(datasets, "load_dataset", no_hub)
+    check_data(cfg, VOCAB)  # the cache is built: the hub is not asked
+    assert prepare_data(cfg, VOCAB, progress=False).cache_dir == prepared.cache_dir
+    with pytest.raises(MoelabError, match="cannot load the dataset .*Couldn't reach the Hub"):
+        check_data(DataConfig(**{**cfg.__dict__, "max_train_stories": 99}), VOCAB)
+
+
 def run_offline(*argv: str, home: Path) -> subprocess.CompletedProcess:
     """``moelab ARGS`` in a fresh process with the hub offline (the libraries read it at import)."""
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "HF_HOME": str(home),
@@ -215,10 +231,10 @@ def test_a_bad_source_writes_no_run_and_no_study(parquet_file, tmp_path, capsys)
     assert not (tmp_path / "run").exists() and not (tmp_path / "study").exists()
 
 
-def test_without_pyarrow_the_error_names_the_extra(parquet_file, monkeypatch):
+def test_without_pyarrow_the_error_names_the_extra(parquet_file, monkeypatch, tmp_path):
     monkeypatch.setitem(sys.modules, "pyarrow.parquet", None)  # import fails as if absent
     with pytest.raises(MoelabError, match=r"needs the 'pyarrow' package: pip install 'moelab\[hf\]'"):
-        check_source(DataConfig(source=str(parquet_file)))
+        check_data(DataConfig(source=str(parquet_file), cache_dir=str(tmp_path)), VOCAB)
 
 
 @pytest.mark.slow

@@ -35,8 +35,7 @@ TINY_MOE_BIAS = TINY_MOE.replace(
                      "lb_scope: global_batch}")
 # Fields that measure the machine, not the computation.
 TIMING_KEYS = ("tokens_per_s", "flops_per_s", "mfu", "peak_flops_per_s", "wall_time_s",
-               "train_time_s", "step_time_s",
-               "peak_memory_bytes")
+               "train_time_s", "step_time_s", "peak_memory_bytes")
 
 
 # ``moelab train`` that SIGKILLs itself as step 11 begins: after the checkpoint of step 8 and

@@ -94,12 +94,6 @@ def resolve_source(data_cfg: DataConfig) -> Source:
     return _path_source(Path(data_cfg.source).expanduser(), data_cfg)
 
 
-def check_source(data_cfg: DataConfig) -> None:
-    """Refuse a source that cannot give both splits, before anything is written: a missing
-    path or package, and for a dataset source an unknown dataset, a missing or non-text
-    column or an empty split (the first batch of each split is read)."""
-    resolve_source(data_cfg).check()
-
 
 def _tinystories_source(data_cfg: DataConfig) -> Source:
     """``$MOELAB_DATA`` when set, else the hub. The local copy is read exactly as
@@ -730,13 +724,34 @@ def _hub_dataset_source(data_cfg: DataConfig) -> Source:
     (HF_DATASETS_OFFLINE=1 or HF_HUB_OFFLINE=1) it is read, not streamed, from the datasets
     cache, where an earlier online run or a download left it.
 
-    A hub dataset is keyed by its name, config, splits and text column (and the cap), not by
-    its content, which would have to be downloaded to be hashed.
+    A hub dataset is keyed by the settings that select its text (its name, config, splits,
+    text field, cap and held-out fraction), not by its content, which would have to be
+    downloaded to be hashed; so the hub is asked nothing until a cache has to be built, and a
+    built token cache trains offline.
     """
     name = data_cfg.source[len(HUB_PREFIX):].strip()
     if not name:
         raise MoelabError(f"data.source={short_repr(data_cfg.source)} is invalid: name a dataset "
                           "after hf:, e.g. hf:HuggingFaceFW/fineweb-edu")
+    _import_optional("datasets", data_cfg, "a Hugging Face dataset")
+    loaded: list[Source] = []
+
+    def streamed() -> Source:
+        if not loaded:
+            loaded.append(_load_hub_dataset(name, data_cfg))
+        return loaded[0]
+
+    fingerprint = _fingerprint({
+        "kind": "hub", "name": name, "config": data_cfg.hf_config,
+        "splits": [data_cfg.train_split, data_cfg.valid_split], "text_field": data_cfg.text_field,
+        "valid_fraction": data_cfg.valid_fraction, "max_train_stories": data_cfg.max_train_stories,
+    })
+    return Source(_safe_label(name.rstrip("/").split("/")[-1]), fingerprint,
+                  load=lambda: streamed().load(), check=lambda: streamed().check())
+
+
+def _load_hub_dataset(name: str, data_cfg: DataConfig) -> Source:
+    """The dataset itself, its splits and columns found (the network, or the datasets cache)."""
     datasets = _import_optional("datasets", data_cfg, "a Hugging Face dataset")
     where = HUB_PREFIX + name + (f" (config {data_cfg.hf_config})" if data_cfg.hf_config else "")
     offline = _hub_offline(datasets)

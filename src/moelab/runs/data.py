@@ -5,8 +5,7 @@ from __future__ import annotations
 from typing import Callable
 
 from moelab.config import Config
-from moelab.data import prepare_data
-from moelab.data.sources import check_source
+from moelab.data.prepare import check_data, prepare_data
 
 
 def prepare_shared_data(config: Config, log: Callable[[str], None]) -> None:
@@ -19,4 +18,4 @@ def prepare_shared_data(config: Config, log: Callable[[str], None]) -> None:
 def check_shared_data(config: Config) -> None:
     """Refuse a data source that cannot serve the runs before the plan is written: a missing
     path or package, an unknown dataset, a missing or non-text column, an empty split."""
-    check_source(config.data)
+    check_data(config.data, config.tokenizer_vocab_size)

@@ -28,7 +28,7 @@ from tqdm import tqdm
 from moelab.accounting import count_params, flops_per_token
 from moelab.config import Config, TrainConfig
 from moelab.data import Tokenizer, TrainBatches, prepare_data, validation_windows
-from moelab.data.sources import check_source
+from moelab.data.prepare import check_data
 from moelab.errors import MoelabError, Preempted
 from moelab.model import Transformer
 from moelab.moe.routing import load_balance, max_violation
@@ -157,7 +157,7 @@ def _train(config: Config, run: RunFolder, resume: bool,
     if config.train.compile and dist.device.type == "cpu":
         check_cpp_compiler()
     if dist.is_main:
-        check_source(config.data)  # a dataset without the text asked for writes no run folder
+        check_data(config.data, config.tokenizer_vocab_size)  # a bad source writes no folder
         run.start(config, resume)
     loggers = (ExternalLoggers(config, run, continuing=resume and run.has_progress())
                if dist.is_main else None)  # fails fast if a package is missing
