@@ -222,13 +222,15 @@ def test_a_missing_split_names_the_ones_there(hub_folder, capsys, tmp_path):
                         "data.train_split='training'", "train, validation")
 
 
-def test_a_bad_source_writes_no_run_and_no_study(parquet_file, tmp_path, capsys):
+def test_a_bad_source_writes_no_run_study_or_sweep(parquet_file, tmp_path, capsys):
     sets = ["--set", f"data.source={parquet_file}", "--set", "data.text_field=nope"]
     refused_on_one_line(capsys, ["train", "demo", "--out", str(tmp_path / "run"), *sets],
                         "data.text_field='nope'")
     refused_on_one_line(capsys, ["study", "demo", "--out", str(tmp_path / "study"), *sets],
                         "data.text_field='nope'")
-    assert not (tmp_path / "run").exists() and not (tmp_path / "study").exists()
+    refused_on_one_line(capsys, ["sweep-sparsity", "micro", "--out", str(tmp_path / "sweep"),
+                                 *sets], "data.text_field='nope'")
+    assert not any((tmp_path / name).exists() for name in ("run", "study", "sweep"))
 
 
 def test_without_pyarrow_the_error_names_the_extra(parquet_file, monkeypatch, tmp_path):
