@@ -72,7 +72,7 @@ def render_sweep_report(out_dir: Path) -> Path:
     if analysis.isoflop is not None:
         sections.append(_isoflop_section(out_dir, rows, columns, analysis))
     sections.append(_throughput_section(analysis))
-    sections.append(_optima_section(out_dir, analysis, float(rows[0]["S"])))
+    sections.append(_optima_section(out_dir, analysis, rows))
     sections.append(_reproduce_section(grid, analysis))
     return atomic_write_text(out_dir / "report.md", "\n".join(s for s in sections if s))
 
@@ -340,10 +340,10 @@ def _throughput_section(analysis: SweepAnalysis) -> str:
 # --------------------------------------------------------------------------------------------
 
 
-def _optima_section(out_dir: Path, analysis: SweepAnalysis, first_sparsity: float) -> str:
-    """The optima curves and the three optima; ``first_sparsity`` is the first run's S (the
-    only one when every run has the same)."""
+def _optima_section(out_dir: Path, analysis: SweepAnalysis, run_rows: list[dict[str, str]]) -> str:
+    """The optima curves and the three optima, beside the runs (results.csv's rows)."""
     status, fit, optima = analysis.status.optima, analysis.fit, analysis.optima
+    first_sparsity = float(run_rows[0]["S"])  # the only one when every run has the same
     head = "## Optimal sparsity\n\n"
     if status == "no_law":
         return head + ("Not computed: the optima (under parameters, FLOPs and wall-clock seconds) "
@@ -381,7 +381,8 @@ def _optima_section(out_dir: Path, analysis: SweepAnalysis, first_sparsity: floa
             "[0, 0.98]) mean the law has no interior optimum there; beyond the sweep's range "
             "they are extrapolations.\n\n"
             "![Optimal sparsity](figures/optimal_sparsity.png)\n\n"
-            "D*/N*: the optimum's tokens D = C / (6 N_active) per total and per active "
+            + tokens_per_param_caption(run_rows)
+            + "D*/N*: the optimum's tokens D = C / (6 N_active) per total and per active "
             "parameter.\n\n"
             + markdown_table(["C", "S*", "N*", "N_active*", "D*/N* (total / active)", "at edge"],
                              rows, "rrrrrl"))
