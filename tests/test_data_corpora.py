@@ -235,7 +235,8 @@ def test_a_bad_source_writes_no_run_study_or_sweep(parquet_file, tmp_path, capsy
 
 def test_without_pyarrow_the_error_names_the_extra(parquet_file, monkeypatch, tmp_path):
     monkeypatch.setitem(sys.modules, "pyarrow.parquet", None)  # import fails as if absent
-    with pytest.raises(MoelabError, match=r"needs the 'pyarrow' package: pip install 'moelab\[hf\]'"):
+    extra = r"needs the 'pyarrow' package: pip install 'moelab\[hf\]'"
+    with pytest.raises(MoelabError, match=extra):
         check_data(DataConfig(source=str(parquet_file), cache_dir=str(tmp_path)), VOCAB)
 
 
@@ -258,7 +259,7 @@ def test_the_demo_study_runs_on_a_parquet_corpus_with_one_set(tmp_path, capsys):
     report = (tmp_path / "study" / "report.md").read_text()
     assert f"data `{corpus}`" in report
     assert "| MaxVio | load p90 |" in report and "tokens/param (total / active)" in report
-    summary = json.loads((tmp_path / "study" / "runs" / "moe" / "seed0" / "summary.json").read_text())
+    summary = json.loads((tmp_path / "study/runs/moe/seed0/summary.json").read_text())
     assert summary["routing"][0]["max_violation"] >= 0 and summary["mfu"] > 0
     tokens_per_param = f"{summary['tokens'] / summary['total_params']:.3g}"
     assert f"moe {tokens_per_param} / " in report

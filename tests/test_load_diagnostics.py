@@ -51,7 +51,7 @@ def test_max_violation_per_layer_from_a_fixed_routing():
 
 
 class OneProcess:
-    """The distributed helper of a single process: sums and means over one rank."""
+    """``Distributed`` of a single process: sums and means over one rank are the values."""
 
     def sum(self, values):
         return values

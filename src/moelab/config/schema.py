@@ -212,7 +212,8 @@ class DataConfig:
 
     def validate(self, prefix: str = "data") -> None:
         if not self.source:
-            raise ConfigError(f"{prefix}.source='' is invalid: use sample, tinystories, hf, adaptation or a path")
+            raise ConfigError(f"{prefix}.source='' is invalid: use sample, tinystories, hf, "
+                              "hf:NAME, adaptation or a path")
         if self.cache_dir is not None and not self.cache_dir.strip():
             raise ConfigError(f"{prefix}.cache_dir={short_repr(self.cache_dir)} is invalid: expected a "
                               f"folder, or null for the default cache")

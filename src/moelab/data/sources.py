@@ -599,7 +599,8 @@ def _refuse_valid_split(data_cfg: DataConfig, where: str) -> None:
 def _table_file_source(path: Path, data_cfg: DataConfig) -> Source:
     """One .parquet or .arrow file: one split, a slice held out for validation."""
     _refuse_valid_split(data_cfg, str(path))
-    table = _parquet_table(path, data_cfg) if path.suffix == ".parquet" else _arrow_table(path, data_cfg)
+    read_table = _parquet_table if path.suffix == ".parquet" else _arrow_table
+    table = read_table(path, data_cfg)
     identity = {"kind": path.suffix[1:], "file": [path.name, path.stat().st_size, _file_hash(path)]}
     return _dataset_source(_safe_label(path.stem), identity, table, None, data_cfg)
 
@@ -715,7 +716,8 @@ def _saved_dataset_source(folder: Path, data_cfg: DataConfig) -> Source:
 def _saved_fingerprint(dataset, folder: Path) -> str:
     """The datasets library's fingerprint of a saved split (kept in its state.json): it
     changes whenever the saved content does."""
-    return getattr(dataset, "_fingerprint", None) or _dataset_content_hash(dataset, dataset.column_names[0])
+    return (getattr(dataset, "_fingerprint", None)
+            or _dataset_content_hash(dataset, dataset.column_names[0]))
 
 
 def _hub_dataset_source(data_cfg: DataConfig) -> Source:

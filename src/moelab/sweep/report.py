@@ -340,7 +340,8 @@ def _throughput_section(analysis: SweepAnalysis) -> str:
 # --------------------------------------------------------------------------------------------
 
 
-def _optima_section(out_dir: Path, analysis: SweepAnalysis, run_rows: list[dict[str, str]]) -> str:
+def _optima_section(out_dir: Path, analysis: SweepAnalysis,
+                    run_rows: list[dict[str, str]]) -> str:
     """The optima curves and the three optima, beside the runs (results.csv's rows)."""
     status, fit, optima = analysis.status.optima, analysis.fit, analysis.optima
     first_sparsity = float(run_rows[0]["S"])  # the only one when every run has the same

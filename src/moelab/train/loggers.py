@@ -60,8 +60,9 @@ class ExternalLoggers:
         """The run summary's throughput numbers (tokens/s, MFU and its peak) into the W&B
         run's summary, where its table of runs shows them."""
         if self._wandb_run is not None:
-            self._wandb_run.summary.update({f"summary/{key}": summary.get(key)
-                                            for key in SUMMARY_KEYS if summary.get(key) is not None})
+            shown = {key: summary.get(key) for key in SUMMARY_KEYS}
+            self._wandb_run.summary.update({f"summary/{key}": value for key, value in shown.items()
+                                            if value is not None})
 
     def close(self) -> None:
         if self._tensorboard is not None:
