@@ -8,7 +8,7 @@ from typing import Callable, Optional
 from moelab.config import Config
 from moelab.errors import MoelabError
 from moelab.runs import RunSpec, execute_plan, is_complete, submit_plan
-from moelab.runs.data import check_shared_data, prepare_shared_data
+from moelab.runs.data import prepare_shared_data
 from moelab.runs.launchers.commands import train_commands
 from moelab.runs.launchers.local import LocalLauncher
 from moelab.runs.spec import shown_in_wandb
@@ -58,7 +58,6 @@ def run_study(kind: str, config: Config, settings: StudySettings, study_dir: Pat
     """Plan, train every run that is not complete (with ``launcher``; default: this machine,
     ``jobs`` at a time, ``train_fn`` in this process), then write results and report."""
     study_dir = Path(study_dir)
-    check_shared_data(config)  # a bad source writes nothing
     specs = write_study_plan(kind, config, settings, study_dir)
     if launcher is None:
         launcher = LocalLauncher(jobs=jobs, train_fn=train_fn)
@@ -80,7 +79,6 @@ def submit_study(kind: str, config: Config, settings: StudySettings, study_dir: 
     the job id, or None when there is nothing to train. ``moelab report`` writes the results
     once the runs are done."""
     study_dir = Path(study_dir)
-    check_shared_data(config)  # a bad source writes nothing
     specs = write_study_plan(kind, config, settings, study_dir)
     if any(not is_complete(study_dir / spec.run_dir) for spec in specs):
         prepare_shared_data(config, log)  # once, here: not raced by the array's tasks
