@@ -304,6 +304,12 @@ def test_routing_stats_summary_by_hand():
         "mean_log_z": sum(log_z) / 4,
         "mean_z_sq": sum(v * v for v in log_z) / 4,
         "dead_experts": 2,  # experts 2 and 3: load 0 < 1 % of the mean 1/4
+        # Loads over the mean 1/4: 3, 1, 0, 0. MaxVio = 3 - 1; percentiles of the sorted
+        # 0, 0, 1, 3 at positions 0.5 * 3 = 1.5 and 0.9 * 3 = 2.7, interpolated linearly.
+        "max_violation": 2.0,
+        "load_p50": 0.5,
+        "load_p90": 1 + 0.7 * (3 - 1),
+        "load_max": 3.0,
         "expert_load": loads,
     }
     assert set(summary) == set(expected)

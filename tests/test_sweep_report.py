@@ -207,3 +207,21 @@ def test_a_sweep_of_several_seeds_tabulates_each_runs_seed_and_the_spread_betwee
     table = text.split("## Runs")[1].split("\n\n")[2].splitlines()
     assert "| seed |" in table[0]
     assert sorted(line.split("|")[5].strip() for line in table[2:]) == ["0"] * points + ["1"] * points
+
+
+def test_every_run_and_optimum_says_its_tokens_per_parameter(tmp_path):
+    grid = load_grid("demo")
+    rows = timed_rows(grid)
+    write_results_csv(tmp_path / "results.csv", rows)
+    text = write_sweep_report(write_grid_json(tmp_path, grid), bootstrap_replicates=0,
+                              max_starts=200, log=lambda _: None).read_text()
+    assert "| D/N (total / active) |" in text
+    for row in rows:  # D over each count, by hand, in the run's table row
+        assert f"{row['D'] / row['N_total']:.3g} / {row['D'] / row['N_active']:.3g}" in text
+    per_total = [row["D"] / row["N_total"] for row in rows]
+    assert f"D/N_total {min(per_total):.3g} to {max(per_total):.3g}" in text  # under a figure
+    three = json.loads((tmp_path / "optima.json").read_text())["three"]
+    for key in ("by_params", "by_flops", "by_seconds"):
+        optimum = three[key]["optimum"]
+        assert (f"{optimum['tokens'] / optimum['params_total']:.3g} / "
+                f"{optimum['tokens'] / optimum['params_active']:.3g}") in text

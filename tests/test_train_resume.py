@@ -34,8 +34,8 @@ TINY_MOE_BIAS = TINY_MOE.replace(
     "d_expert: 32}", "d_expert: 32, balance: bias, bias_update_rate: 0.01, "
                      "lb_scope: global_batch}")
 # Fields that measure the machine, not the computation.
-TIMING_KEYS = ("tokens_per_s", "flops_per_s", "wall_time_s", "train_time_s", "step_time_s",
-               "peak_memory_bytes")
+TIMING_KEYS = ("tokens_per_s", "flops_per_s", "mfu", "peak_flops_per_s", "wall_time_s",
+               "train_time_s", "step_time_s", "peak_memory_bytes")
 
 
 # ``moelab train`` that SIGKILLs itself as step 11 begins: after the checkpoint of step 8 and

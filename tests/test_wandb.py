@@ -193,3 +193,35 @@ def test_a_sweep_names_each_point_in_wandb(tmp_path, capsys):
         assert train_section["wandb_name"] == run["name"]
         assert train_section["wandb_tags"][:2] == ["sweep-sparsity", "grid=micro"]
         assert f"sparsity={run['sparsity']}" in train_section["wandb_tags"]
+
+
+def logged_keys(run_dir: Path) -> tuple[set[str], dict[str, str]]:
+    """Every history key a run's W&B session logged, and its summary's keys and values."""
+    (folder,) = (run_dir / "wandb").glob("offline-run-*")
+    (file,) = folder.glob("run-*.wandb")
+    _session(file)  # wait for the exit record
+    history, summary = set(), {}
+    for record in wandb_records(file):
+        kind = record.WhichOneof("record_type")
+        if kind == "history":
+            history |= {item.key or "/".join(item.nested_key) for item in record.history.item}
+        elif kind == "summary":
+            summary.update({item.key or "/".join(item.nested_key): item.value_json
+                            for item in record.summary.update})
+    return history, summary
+
+
+def test_the_load_diagnostics_and_mfu_reach_wandb(tmp_path):
+    config = tiny_config("train.max_tokens=512", "train.micro_batch_size=4",
+                         "train.eval_interval=2")
+    train(config, tmp_path / "run")
+    history, summary = logged_keys(tmp_path / "run")
+    for layer in (0, 1):
+        for key in ("max_violation", "micro_max_violation", "load_p50", "load_p90", "load_max",
+                    "dead_experts"):
+            assert f"balance/layer{layer}/{key}" in history  # every logged training step
+        for key in ("max_violation", "load_p90", "dead_experts"):
+            assert f"routing/layer{layer}/{key}" in history  # every evaluation
+    assert {"train/tokens_per_s", "train/mfu"} <= history
+    assert json.loads(summary["summary/mfu"]) > 0
+    assert json.loads(summary["summary/peak_flops_source"]).startswith("measured: CPU")

@@ -17,12 +17,24 @@ def register(subparsers) -> None:
         "source (reused when its inputs are unchanged); print stories, bytes and tokens per split.",
     )
     parser.add_argument(
-        "--source", default="sample", metavar="sample|tinystories|hf|PATH",
+        "--source", default="sample", metavar="sample|tinystories|hf|hf:NAME|PATH",
         help="'sample' (bundled TinyStories), 'tinystories' (what the CPU presets read: the "
         "local copy $MOELAB_DATA names, else roneneldan/TinyStories from the hub, "
-        "downloaded once), 'hf' (the hub), a folder with train.txt and valid.txt, or one "
-        ".txt/.jsonl file (default: sample)",
+        "downloaded once), 'hf' (the hub), 'hf:NAME' (any Hugging Face dataset, streamed), "
+        "a folder with train.txt and valid.txt, a datasets save_to_disk folder, or one "
+        ".txt/.jsonl/.parquet/.arrow file (default: sample)",
     )
+    parser.add_argument("--text-field", metavar="COLUMN",
+                        help="data.text_field: the column holding the text of a dataset source "
+                        "(default: text, else story)")
+    parser.add_argument("--hf-config", metavar="NAME", help="data.hf_config: the configuration "
+                        "of an hf:NAME dataset")
+    parser.add_argument("--train-split", default=DataConfig().train_split, metavar="SPLIT",
+                        help="data.train_split (default: train)")
+    parser.add_argument("--valid-split", metavar="SPLIT", help="data.valid_split (default: "
+                        "validation, valid or test, else a slice held out of the training split)")
+    parser.add_argument("--max-train-stories", type=int, metavar="N",
+                        help="data.max_train_stories: read only the first N training documents")
     parser.add_argument(
         "--vocab-size", type=int, default=ModelConfig().vocab_size, metavar="N",
         help=f"BPE vocabulary size (default: {ModelConfig().vocab_size})",
@@ -43,7 +55,9 @@ def prepare_data_command(args) -> int:
 
     refuse_overwriting_inputs(args.out, "--out", [args.source])
     data_cfg = DataConfig(source=args.source, cache_dir=args.out,
-                          valid_fraction=args.valid_fraction)
+                          valid_fraction=args.valid_fraction, text_field=args.text_field,
+                          hf_config=args.hf_config, train_split=args.train_split,
+                          valid_split=args.valid_split, max_train_stories=args.max_train_stories)
     data_cfg.validate()
     prepared = prepare_data(data_cfg, args.vocab_size, progress=not args.no_progress)
     summary = data_summary(prepared)

@@ -276,6 +276,7 @@ def _threshold(text: str) -> float:
 
 
 def _study(args) -> int:
+    from moelab.runs.data import check_shared_data
     from moelab.study.commands import list_runs, run_study, submit_study
 
     check_launcher_options(args)
@@ -302,6 +303,7 @@ def _study(args) -> int:
         for command in commands:
             print(command)
         return 0
+    check_shared_data(config)  # a source without the text asked for: before the folder exists
     launcher = build_launcher(args)
     if args.detach:
         with writer_lock(out):

@@ -56,6 +56,7 @@ def register(subparsers) -> None:
 
 
 def _sweep(args) -> int:
+    from moelab.runs.data import check_shared_data
     from moelab.sweep.commands import run_sweep, submit_sweep
     from moelab.sweep.grid import load_sweep_grid
     from moelab.sweep.plan import plan_sweep, plan_sweep_folder
@@ -100,6 +101,7 @@ def _sweep(args) -> int:
             print(command)
         return 0
     launcher = build_launcher(args)
+    check_shared_data(plan[0].config)  # a source without the text asked for: before the folder
     if args.detach:
         with writer_lock(out_dir):
             job_id = submit_sweep(grid, out_dir, launcher, bootstrap_replicates=args.bootstrap,

@@ -184,22 +184,36 @@ class DataConfig:
 
     source: str = "sample"
     """'sample' (bundled TinyStories), 'tinystories' (TinyStories: the local copy $MOELAB_DATA
-    names, else roneneldan/TinyStories from the hub), 'hf' (the hub), 'adaptation' (the bundled
-    fine-tuning text: docs/data.md, "The adaptation set"), a folder with train.txt and
-    valid.txt, or one .txt (stories separated by <|endoftext|> lines) or .jsonl file."""
+    names, else roneneldan/TinyStories from the hub), 'hf' (the hub), 'hf:NAME' (any Hugging
+    Face dataset, streamed), 'adaptation' (the bundled fine-tuning text: docs/data.md, "The
+    adaptation set"), a folder with train.txt and valid.txt, a datasets save_to_disk folder,
+    or one .txt (stories separated by <|endoftext|> lines), .jsonl, .parquet or .arrow file."""
     vocab_size: Optional[int] = None
     """BPE vocabulary size to train; null means model.vocab_size."""
     cache_dir: Optional[str] = None
     """Where tokenizers and token caches live; null means $MOELAB_CACHE/data, else
     $XDG_CACHE_HOME/moelab/data, else ~/.cache/moelab/data."""
     valid_fraction: float = 0.05
-    """Share of stories held out for validation when the source is a single file."""
+    """Share of stories held out for validation when the source is a single file (or a
+    dataset without a validation split)."""
     max_train_stories: Optional[int] = None
-    """Use only the first N training stories (null: all)."""
+    """Use only the first N training stories (null: all); of a streamed hub dataset, the cap
+    that lets a laptop take a slice."""
+    text_field: Optional[str] = None
+    """The column holding the text of a dataset source (hf:NAME, .parquet, .arrow, a
+    save_to_disk folder); null means 'text', else 'story'."""
+    hf_config: Optional[str] = None
+    """The configuration (subset) of an hf:NAME dataset, e.g. sample-10BT; null: its default."""
+    train_split: str = "train"
+    """The split of a dataset source to train on."""
+    valid_split: Optional[str] = None
+    """The split of a dataset source to validate on; null means validation, valid or test,
+    whichever it has, else a valid_fraction slice held out of the training split."""
 
     def validate(self, prefix: str = "data") -> None:
         if not self.source:
-            raise ConfigError(f"{prefix}.source='' is invalid: use sample, tinystories, hf, adaptation or a path")
+            raise ConfigError(f"{prefix}.source='' is invalid: use sample, tinystories, hf, "
+                              "hf:NAME, adaptation or a path")
         if self.cache_dir is not None and not self.cache_dir.strip():
             raise ConfigError(f"{prefix}.cache_dir={short_repr(self.cache_dir)} is invalid: expected a "
                               f"folder, or null for the default cache")
@@ -217,6 +231,15 @@ class DataConfig:
             raise ConfigError(
                 f"{prefix}.max_train_stories={self.max_train_stories} is invalid: must be > 0"
             )
+        for name in ("text_field", "hf_config", "train_split", "valid_split"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, str) or not value.strip()):
+                raise ConfigError(f"{prefix}.{name}={short_repr(value)} is invalid: expected a "
+                                  "non-empty name" + ("" if name == "train_split" else ", or null"))
+        if self.valid_split is not None and self.valid_split == self.train_split:
+            raise ConfigError(f"{prefix}.valid_split={short_repr(self.valid_split)} is invalid: it "
+                              f"is the training split; name another split, or null to hold out "
+                              f"data.valid_fraction of it")
 
 
 # The train.device names (moelab.train.distributed resolves them to a torch device).
@@ -297,6 +320,9 @@ class TrainConfig:
     a run may be planned on a machine without it)."""
     collapse_threshold: float = 0.9
     """Flag routing collapse when one expert takes more than this share of token slots."""
+    peak_flops: Optional[float] = None
+    """The device's peak FLOP/s that MFU divides by; null: looked up for a known GPU (bf16
+    dense), measured once with a matmul on a CPU (docs/training.md, "Throughput and MFU")."""
     sample_tokens: int = 32
     """Tokens generated per prompt for samples.txt at the end of a run (0: no samples)."""
     progress: bool = True
@@ -370,6 +396,10 @@ class TrainConfig:
             raise ConfigError(
                 f"{prefix}.collapse_threshold={self.collapse_threshold} is invalid: allowed (0, 1]"
             )
+        if self.peak_flops is not None and not (isinstance(self.peak_flops, (int, float))
+                                                and 0 < self.peak_flops < float("inf")):
+            raise ConfigError(f"{prefix}.peak_flops={short_repr(self.peak_flops)} is invalid: "
+                              "expected FLOP/s > 0 (e.g. 989e12), or null to detect it")
         self._validate_wandb_fields(prefix)
         if (any(name not in EVAL_TASK_NAMES for name in self.eval_tasks)
                 or len(set(self.eval_tasks)) < len(self.eval_tasks)):

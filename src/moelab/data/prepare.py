@@ -48,6 +48,16 @@ def cache_base() -> Path:
     return Path.home() / ".cache" / "moelab"
 
 
+def check_data(data_cfg: DataConfig, vocab_size: int) -> None:
+    """Refuse, before anything is written, a source that cannot give both splits: a missing
+    path or package, and for a dataset source an unknown dataset, a missing or non-text
+    column or an empty split (the first batch of each split is read). A source whose token
+    cache is built is not read again: its cache is what training reads."""
+    source = resolve_source(data_cfg)
+    if not has_manifest(cache_root(data_cfg) / cache_folder_name(source, vocab_size)):
+        source.check()
+
+
 def prepare_data(data_cfg: DataConfig, vocab_size: int, *, progress: bool = True) -> PreparedData:
     """Tokenizer and token caches for ``data_cfg``, built on first use and reused afterwards.
 

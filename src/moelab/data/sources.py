@@ -15,6 +15,7 @@ in UTF-8), which is exactly the file size of a file already in it.
 from __future__ import annotations
 
 import hashlib
+import importlib
 import json
 import logging
 import lzma
@@ -43,6 +44,10 @@ ADAPTATION_FILES = {"train": "adaptation-train.txt.xz", "valid": "adaptation-val
 """The adaptation set (``data.source: adaptation``, built by ``moelab.data.adaptation``): the
 bundled validation stories rewritten in an instruction format, the text sweeps fine-tune on."""
 NAMED_SOURCES = ("sample", "tinystories", "hf", "adaptation")
+HUB_PREFIX = "hf:"
+"""``data.source: hf:NAME`` streams the Hugging Face dataset NAME (``load_dataset(NAME)``)."""
+TABLE_SUFFIXES = (".parquet", ".arrow")
+VALID_SPLIT_NAMES = ("validation", "valid", "test")
 JSONL_TEXT_FIELDS = ("text", "story")
 # Stories per batch, the unit of work of tokenizer training and of the encoding workers
 # (about 1.7 MB of TinyStories).
@@ -69,6 +74,8 @@ class Source:
     """sha256 hex of the raw content plus the settings that pick stories from it."""
     load: Callable[[], tuple[StorySplit, StorySplit]]
     """Parse and return (train, valid)."""
+    check: Callable[[], None] = lambda: None
+    """Read what it takes to know that both splits have text (cheap; ``check_source``)."""
 
 
 def resolve_source(data_cfg: DataConfig) -> Source:
@@ -82,7 +89,10 @@ def resolve_source(data_cfg: DataConfig) -> Source:
         return _tinystories_source(data_cfg)
     if data_cfg.source == "hf":
         return _hf_source(data_cfg)
+    if data_cfg.source.startswith(HUB_PREFIX):
+        return _hub_dataset_source(data_cfg)
     return _path_source(Path(data_cfg.source).expanduser(), data_cfg)
+
 
 
 def _tinystories_source(data_cfg: DataConfig) -> Source:
@@ -312,14 +322,18 @@ def _dataset_content_hash(dataset, column: str) -> str:
 # --------------------------------------------------------------------------------------------
 
 ALLOWED_PATHS = (
-    "allowed: sample, tinystories, hf, adaptation, a folder with train.txt and valid.txt (or .jsonl), "
-    "or one .txt/.jsonl file"
+    "allowed: sample, tinystories, hf, hf:NAME, adaptation, a folder with train.txt and valid.txt "
+    "(or .jsonl), a datasets save_to_disk folder, or one .txt/.jsonl/.parquet/.arrow file"
 )
 
 
 def _path_source(path: Path, data_cfg: DataConfig) -> Source:
+    if path.is_dir() and is_saved_dataset(path):
+        return _saved_dataset_source(path, data_cfg)
     if path.is_dir():
         return _folder_source(path, data_cfg)
+    if path.is_file() and path.suffix in TABLE_SUFFIXES:
+        return _table_file_source(path, data_cfg)
     if path.is_file():
         return _file_source(path, data_cfg)
     raise MoelabError(f"data.source={str(path)!r}: no such file or folder; {ALLOWED_PATHS}")
@@ -401,3 +415,363 @@ def _file_source(path: Path, data_cfg: DataConfig) -> Source:
 def _safe_label(name: str) -> str:
     label = "".join(c if c.isalnum() or c in "-_" else "_" for c in name)[:32]
     return label or "data"
+
+
+# --------------------------------------------------------------------------------------------
+# Datasets: Parquet and Arrow files, save_to_disk folders, any hub dataset by name
+# --------------------------------------------------------------------------------------------
+#
+# Each is read as tables of rows; one column (data.text_field, else 'text' or 'story') holds a
+# document per row. A dataset with a validation split validates on it; one without holds out
+# data.valid_fraction of its training documents as a single file does. data.max_train_stories
+# stops the read after that many training documents, so a streamed corpus is sliced, not
+# downloaded whole.
+
+
+@dataclass
+class Table:
+    """One split of a tabular dataset: its column names, and one column read in batches."""
+
+    where: str
+    """How messages name it: the file, or the dataset and its split."""
+    columns: list[str]
+    read_column: Callable[[str], Iterator[list]]
+    """The values of one column, batch by batch."""
+
+
+def _import_optional(module: str, data_cfg: DataConfig, what: str):
+    """``module``, or one line naming the extra that installs it."""
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        package = module.split(".")[0]
+        raise MoelabError(f"data.source={short_repr(data_cfg.source)} ({what}) needs the "
+                          f"{package!r} package: pip install 'moelab[hf]'") from None
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+
+
+def text_column(table: Table, data_cfg: DataConfig) -> str:
+    """The column holding the text: data.text_field, else 'text', else 'story'."""
+    if data_cfg.text_field is not None:
+        if data_cfg.text_field in table.columns:
+            return data_cfg.text_field
+        raise MoelabError(f"data.text_field={short_repr(data_cfg.text_field)} is not a column of "
+                          f"{table.where}; its columns: {', '.join(table.columns) or 'none'}")
+    found = next((c for c in JSONL_TEXT_FIELDS if c in table.columns), None)
+    if found is None:
+        raise MoelabError(f"{table.where} has no 'text' or 'story' column (its columns: "
+                          f"{', '.join(table.columns) or 'none'}): set data.text_field to the "
+                          "one holding the text")
+    return found
+
+
+def table_documents(table: Table, column: str) -> Iterator[list[str]]:
+    """The stripped, non-empty texts of ``column`` in batches (nulls skipped); a value that is
+    not a string is refused: a number or a list is no document."""
+    for values in table.read_column(column):
+        stories = []
+        for value in values:
+            if value is None:
+                continue
+            if not isinstance(value, str):
+                raise MoelabError(f"column {column!r} of {table.where} holds "
+                                  f"{type(value).__name__} values, not text: set "
+                                  "data.text_field to a string column")
+            story = value.strip()
+            if story:
+                stories.append(story)
+        if stories:
+            yield stories
+
+
+def capped_stream(batches: Iterator[list[str]], cap: Optional[int]) -> Iterator[list[str]]:
+    """The first ``cap`` stories of ``batches`` (all when None), in batches of BATCH_STORIES;
+    the source is not read past them."""
+    return held_out_stream(batches, 0.0, want_valid=False, max_train=cap)
+
+
+def held_out_stream(batches: Iterator[list[str]], valid_fraction: float, want_valid: bool,
+                    max_train: Optional[int]) -> Iterator[list[str]]:
+    """The training or the held-out stories of one stream, in batches of BATCH_STORIES.
+
+    Story i is held out as ``held_out_mask`` says (one in every 1/f, over the whole stream).
+    With ``max_train`` the stream is read up to its max_train-th training story and no
+    further; the stories held out before it are the validation ones, so both reads stop at
+    the same place.
+    """
+    index = trained = 0
+    chosen: list[str] = []
+    for batch in batches:
+        for story in batch:
+            held = int((index + 1) * valid_fraction) > int(index * valid_fraction)
+            index += 1
+            if held == want_valid:
+                chosen.append(story)
+            trained += not held
+            if max_train is not None and trained >= max_train:
+                if chosen:
+                    yield chosen
+                return
+            if len(chosen) == BATCH_STORIES:
+                yield chosen
+                chosen = []
+    if chosen:
+        yield chosen
+
+
+def _dataset_source(label: str, identity: dict, train: Table, valid: Optional[Table],
+                    data_cfg: DataConfig) -> Source:
+    """A ``Source`` over a training table and a validation table (None: hold one out)."""
+    columns = {"train": text_column(train, data_cfg)}
+    if valid is not None:
+        columns["valid"] = text_column(valid, data_cfg)
+    cap = data_cfg.max_train_stories
+
+    def stream(split: str) -> Iterator[list[str]]:
+        documents = table_documents(train, columns["train"])
+        if valid is None:
+            return held_out_stream(documents, data_cfg.valid_fraction, split == "valid", cap)
+        if split == "train":
+            return capped_stream(documents, cap)
+        return _rebatched(table_documents(valid, columns["valid"]))
+
+    def check() -> None:
+        for split in ("train", "valid"):
+            if next(stream(split), None) is None:
+                raise MoelabError(_empty_split_message(split, label, train, valid, data_cfg))
+
+    def load() -> tuple[StorySplit, StorySplit]:
+        check()  # before the cache folder is written
+        return (StorySplit("train", lambda: stream("train")),
+                StorySplit("valid", lambda: stream("valid")))
+
+    fingerprint = _fingerprint({
+        **identity,
+        "text_columns": columns,
+        "valid_fraction": data_cfg.valid_fraction if valid is None else None,
+        "max_train_stories": cap,
+    })
+    return Source(label, fingerprint, load, check)
+
+
+def _empty_split_message(split: str, label: str, train: Table, valid: Optional[Table],
+                         data_cfg: DataConfig) -> str:
+    if split == "valid" and valid is None:
+        return (f"{train.where} has too few documents to hold out data.valid_fraction="
+                f"{data_cfg.valid_fraction} for validation (one in every "
+                f"{1 / data_cfg.valid_fraction:g}): raise data.max_train_stories or "
+                "data.valid_fraction, or name data.valid_split")
+    table = train if split == "train" else valid
+    return f"{table.where} has no text: the split is empty or its documents are blank"
+
+
+def _rebatched(batches: Iterator[list[str]]) -> Iterator[list[str]]:
+    return held_out_stream(batches, 0.0, want_valid=False, max_train=None)
+
+
+def pick_splits(available: Sequence[str], data_cfg: DataConfig, where: str
+                ) -> tuple[str, Optional[str]]:
+    """(training split, validation split or None to hold one out) among ``available``."""
+    for setting, name in (("train_split", data_cfg.train_split),
+                          ("valid_split", data_cfg.valid_split)):
+        if name is not None and name not in available:
+            raise MoelabError(f"data.{setting}={short_repr(name)} is not a split of {where}; "
+                              f"its splits: {', '.join(available)}")
+    if data_cfg.valid_split is not None:
+        return data_cfg.train_split, data_cfg.valid_split
+    valid = next((n for n in VALID_SPLIT_NAMES if n in available and n != data_cfg.train_split),
+                 None)
+    return data_cfg.train_split, valid
+
+
+def _refuse_valid_split(data_cfg: DataConfig, where: str) -> None:
+    if data_cfg.valid_split is not None:
+        raise MoelabError(f"data.valid_split={short_repr(data_cfg.valid_split)} is invalid for "
+                          f"{where}: it has one split; null holds out data.valid_fraction of it")
+
+
+# Files --------------------------------------------------------------------------------------
+
+
+def _table_file_source(path: Path, data_cfg: DataConfig) -> Source:
+    """One .parquet or .arrow file: one split, a slice held out for validation."""
+    _refuse_valid_split(data_cfg, str(path))
+    read_table = _parquet_table if path.suffix == ".parquet" else _arrow_table
+    table = read_table(path, data_cfg)
+    identity = {"kind": path.suffix[1:], "file": [path.name, path.stat().st_size, _file_hash(path)]}
+    return _dataset_source(_safe_label(path.stem), identity, table, None, data_cfg)
+
+
+def _file_hash(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _parquet_table(path: Path, data_cfg: DataConfig) -> Table:
+    parquet = _import_optional("pyarrow.parquet", data_cfg, "a Parquet file")
+    try:
+        columns = parquet.ParquetFile(path).schema_arrow.names
+    except Exception as exc:  # pyarrow's ArrowInvalid, OSError: the file is the user's
+        raise MoelabError(f"{path} is not a readable Parquet file ({_first_line(exc)})") from None
+
+    def read_column(column: str) -> Iterator[list]:
+        for batch in parquet.ParquetFile(path).iter_batches(batch_size=BATCH_STORIES,
+                                                            columns=[column]):
+            yield batch.column(0).to_pylist()
+
+    return Table(str(path), list(columns), read_column)
+
+
+def _arrow_table(path: Path, data_cfg: DataConfig) -> Table:
+    """An Arrow IPC file, in the file format or the stream format (the one datasets writes)."""
+    pyarrow = _import_optional("pyarrow", data_cfg, "an Arrow file")
+
+    def record_batches() -> Iterator:
+        source = pyarrow.memory_map(str(path))
+        try:
+            reader = pyarrow.ipc.open_file(source)
+            return (reader.get_batch(i) for i in range(reader.num_record_batches))
+        except pyarrow.ArrowInvalid:
+            return iter(pyarrow.ipc.open_stream(pyarrow.memory_map(str(path))))
+
+    try:
+        columns = next(record_batches()).schema.names
+    except StopIteration:
+        columns = []
+    except Exception as exc:  # not Arrow at all
+        raise MoelabError(f"{path} is not a readable Arrow file ({_first_line(exc)})") from None
+
+    def read_column(column: str) -> Iterator[list]:
+        for batch in record_batches():
+            yield batch.column(batch.schema.get_field_index(column)).to_pylist()
+
+    return Table(str(path), list(columns), read_column)
+
+
+# save_to_disk folders and the hub ---------------------------------------------------------
+
+
+def is_saved_dataset(folder: Path) -> bool:
+    """A folder ``Dataset.save_to_disk`` or ``DatasetDict.save_to_disk`` wrote."""
+    return (folder / "dataset_dict.json").is_file() or (folder / "state.json").is_file()
+
+
+def _hf_dataset_table(dataset, where: str) -> Table:
+    """A ``datasets`` Dataset or IterableDataset as a ``Table``; a failure while reading (a
+    dropped connection mid-stream) is one line too."""
+    columns = dataset.column_names
+    if columns is None:  # a stream whose features are unknown until a row is read
+        try:
+            columns = list(next(iter(dataset), {}))
+        except Exception as exc:
+            raise MoelabError(f"{where}: cannot read it ({_first_line(exc)})") from None
+
+    def read_column(column: str) -> Iterator[list]:
+        try:
+            for batch in dataset.select_columns([column]).iter(batch_size=BATCH_STORIES):
+                yield batch[column]
+        except MoelabError:
+            raise
+        except Exception as exc:
+            raise MoelabError(f"{where}: reading failed ({_first_line(exc)})") from None
+
+    return Table(where, list(columns), read_column)
+
+
+def _source_from_splits(label: str, kind: str, splits: dict, data_cfg: DataConfig,
+                        where: str, identity: dict) -> Source:
+    """A ``Source`` over a mapping of split names to datasets (a DatasetDict)."""
+    train_name, valid_name = pick_splits(list(splits), data_cfg, where)
+    train = _hf_dataset_table(splits[train_name], f"split {train_name!r} of {where}")
+    valid = (None if valid_name is None else
+             _hf_dataset_table(splits[valid_name], f"split {valid_name!r} of {where}"))
+    return _dataset_source(label, {"kind": kind, **identity,
+                                   "splits": [train_name, valid_name]}, train, valid, data_cfg)
+
+
+def _saved_dataset_source(folder: Path, data_cfg: DataConfig) -> Source:
+    datasets = _import_optional("datasets", data_cfg, "a datasets save_to_disk folder")
+    try:
+        with _quiet_hub_logs():
+            loaded = datasets.load_from_disk(str(folder))
+    except Exception as exc:
+        raise MoelabError(f"data.source={short_repr(data_cfg.source)}: cannot load the saved "
+                          f"dataset ({_first_line(exc)})") from None
+    label = _safe_label(folder.name)
+    if not isinstance(loaded, datasets.DatasetDict):  # one Dataset: one split, hold a slice out
+        _refuse_valid_split(data_cfg, str(folder))
+        identity = {"kind": "saved", "fingerprint": _saved_fingerprint(loaded, folder)}
+        return _dataset_source(label, identity, _hf_dataset_table(loaded, str(folder)), None,
+                               data_cfg)
+    identity = {"fingerprints": {name: _saved_fingerprint(d, folder) for name, d in loaded.items()}}
+    return _source_from_splits(label, "saved", dict(loaded), data_cfg, str(folder), identity)
+
+
+def _saved_fingerprint(dataset, folder: Path) -> str:
+    """The datasets library's fingerprint of a saved split (kept in its state.json): it
+    changes whenever the saved content does."""
+    return (getattr(dataset, "_fingerprint", None)
+            or _dataset_content_hash(dataset, dataset.column_names[0]))
+
+
+def _hub_dataset_source(data_cfg: DataConfig) -> Source:
+    """``hf:NAME``: ``datasets.load_dataset(NAME, data.hf_config)``, streamed, so that
+    data.max_train_stories reads a slice of a corpus too big to download. Offline
+    (HF_DATASETS_OFFLINE=1 or HF_HUB_OFFLINE=1) it is read, not streamed, from the datasets
+    cache, where an earlier online run or a download left it.
+
+    A hub dataset is keyed by the settings that select its text (its name, config, splits,
+    text field, cap and held-out fraction), not by its content, which would have to be
+    downloaded to be hashed; so the hub is asked nothing until a cache has to be built, and a
+    built token cache trains offline.
+    """
+    name = data_cfg.source[len(HUB_PREFIX):].strip()
+    if not name:
+        raise MoelabError(f"data.source={short_repr(data_cfg.source)} is invalid: name a dataset "
+                          "after hf:, e.g. hf:HuggingFaceFW/fineweb-edu")
+    _import_optional("datasets", data_cfg, "a Hugging Face dataset")
+    loaded: list[Source] = []
+
+    def streamed() -> Source:
+        if not loaded:
+            loaded.append(_load_hub_dataset(name, data_cfg))
+        return loaded[0]
+
+    fingerprint = _fingerprint({
+        "kind": "hub", "name": name, "config": data_cfg.hf_config,
+        "splits": [data_cfg.train_split, data_cfg.valid_split], "text_field": data_cfg.text_field,
+        "valid_fraction": data_cfg.valid_fraction, "max_train_stories": data_cfg.max_train_stories,
+    })
+    return Source(_safe_label(name.rstrip("/").split("/")[-1]), fingerprint,
+                  load=lambda: streamed().load(), check=lambda: streamed().check())
+
+
+def _load_hub_dataset(name: str, data_cfg: DataConfig) -> Source:
+    """The dataset itself, its splits and columns found (the network, or the datasets cache)."""
+    datasets = _import_optional("datasets", data_cfg, "a Hugging Face dataset")
+    where = HUB_PREFIX + name + (f" (config {data_cfg.hf_config})" if data_cfg.hf_config else "")
+    offline = _hub_offline(datasets)
+    try:
+        with _quiet_hub_logs():
+            splits = datasets.load_dataset(name, data_cfg.hf_config, streaming=not offline)
+    except Exception as exc:  # no network, unknown dataset or config, no cache: all the user's
+        remedy = ("it is not in the datasets cache (offline)" if offline else
+                  "check the name and data.hf_config, and the network")
+        raise MoelabError(f"data.source={short_repr(data_cfg.source)}: cannot load the dataset "
+                          f"({_first_line(exc)}); {remedy}") from None
+    identity = {"name": name, "config": data_cfg.hf_config}
+    return _source_from_splits(_safe_label(name.rstrip("/").split("/")[-1]), "hub", dict(splits),
+                               data_cfg, where, identity)
+
+
+def _hub_offline(datasets) -> bool:
+    """Whether the datasets library is set to work offline (its config reads the variables)."""
+    config = datasets.config
+    return bool(getattr(config, "HF_HUB_OFFLINE", False) or
+                getattr(config, "HF_DATASETS_OFFLINE", False))

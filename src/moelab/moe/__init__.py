@@ -41,9 +41,12 @@ from moelab.moe.grouped import grouped_experts_forward
 from moelab.moe.kernels import sorted_experts_forward
 from moelab.moe.layer import MoEAux, MoEFeedForward
 from moelab.moe.routing import (
+    LoadBalance,
     Routing,
     RoutingStats,
+    load_balance,
     load_balancing_loss,
+    max_violation,
     route,
     router_logits,
     router_z_loss,
@@ -52,12 +55,15 @@ from moelab.moe.routing import (
 
 __all__ = [
     "EXPERTS_IMPLEMENTATIONS",
+    "LoadBalance",
     "grouped_experts_forward",
     "MoEAux",
     "MoEFeedForward",
     "Routing",
     "RoutingStats",
+    "load_balance",
     "load_balancing_loss",
+    "max_violation",
     "reference_experts_forward",
     "route",
     "router_logits",

@@ -147,6 +147,48 @@ DEAD_EXPERT_LOAD = 0.01
 """An expert is dead when its load is under this fraction of the mean load 1/E."""
 
 
+@dataclass(frozen=True)
+class LoadBalance:
+    """How evenly one layer's token-slots fall on its experts: the numbers peer tools report.
+
+    Loads are relative to the mean load (c_i / mean_j c_j), so 1 is a perfectly balanced
+    expert whatever E: ``load_p50`` and ``load_p90`` are percentiles across the E experts
+    (linear interpolation, numpy's default), ``load_max`` the busiest expert's.
+    """
+
+    max_violation: float
+    """MaxVio = max_i c_i / mean_j c_j - 1 (Wang et al. 2024, arXiv 2408.15664): 0 balanced,
+    E - 1 when every slot goes to one expert."""
+    load_p50: float
+    load_p90: float
+    load_max: float
+    dead_experts: int
+    """Experts whose load is under DEAD_EXPERT_LOAD (1 %) of the mean."""
+
+    def to_dict(self) -> dict[str, float]:
+        return {"max_violation": self.max_violation, "load_p50": self.load_p50,
+                "load_p90": self.load_p90, "load_max": self.load_max,
+                "dead_experts": self.dead_experts}
+
+
+def load_balance(slot_counts_E: torch.Tensor) -> LoadBalance:
+    """``LoadBalance`` of one layer from its token-slots per expert (host floats: a sync)."""
+    counts_E = slot_counts_E.detach().double().cpu()
+    relative_E = counts_E / counts_E.mean().clamp_min(1e-300)
+    p50, p90 = torch.quantile(relative_E, torch.tensor([0.5, 0.9], dtype=torch.float64)).tolist()
+    load_max = float(relative_E.max())
+    return LoadBalance(max_violation=load_max - 1.0, load_p50=p50, load_p90=p90,
+                       load_max=load_max,
+                       dead_experts=int((relative_E < DEAD_EXPERT_LOAD).sum()))
+
+
+def max_violation(slot_counts_LE: torch.Tensor) -> torch.Tensor:
+    """(L,) MaxVio of each layer's slot counts, on their device (no sync): what a micro batch's
+    balance is measured by before its counts are summed into the step's."""
+    counts_LE = slot_counts_LE.float()
+    return counts_LE.amax(dim=-1) / counts_LE.mean(dim=-1).clamp_min(1e-30) - 1.0
+
+
 @dataclass
 class RoutingStats:
     """Detached, summable sufficient statistics of one MoE layer's routing.
@@ -197,6 +239,8 @@ class RoutingStats:
         mean_log_z, mean_z_sq: mean logsumexp of the router logits and of its square.
         dead_experts: how many experts have a load under DEAD_EXPERT_LOAD (1 %) of the mean
             load 1/E, i.e. c_i / sum c < 0.01 / E (nearly never chosen).
+        max_violation, load_p50, load_p90, load_max: ``LoadBalance`` (loads relative to the
+            mean load).
         expert_load: the loads c_i / sum c themselves (a list of E floats).
         """
         counts_E = self.expert_counts.detach().double().cpu()
@@ -215,6 +259,8 @@ class RoutingStats:
             "mean_log_z": float(self.logz_sum) / tokens,
             "mean_z_sq": float(self.z_sq_sum) / tokens,
             "dead_experts": int((load_E < DEAD_EXPERT_LOAD / num_experts).sum()),
+            **{key: value for key, value in load_balance(counts_E).to_dict().items()
+               if key != "dead_experts"},
             "expert_load": load_E.tolist(),
         }
 

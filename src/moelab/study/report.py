@@ -149,12 +149,14 @@ def render_report(results: StudyResults, records: list[RunRecord],
     else:
         parts += [arms_section(results.arms), comparison_section(results.gaps),
                   figure_block("Gap per criterion", figure_paths, "gaps"),
-                  figure_block("Per-seed differences", figure_paths, "paired_differences")]
+                  figure_block("Per-seed differences", figure_paths, "paired_differences")
+                  + (tokens_per_param_caption(results.arms) if "gaps" in figure_paths else "")]
         if results.budgets:
             parts.append(budget_section(results, figure_paths))
     parts += [
         zero_shot_section(results.zero_shot),
-        figure_block("Validation loss", figure_paths, "val_loss"),
+        figure_block("Validation loss", figure_paths, "val_loss")
+        + (tokens_per_param_caption(results.arms) if "val_loss" in figure_paths else ""),
         routing_section(results.arms, figure_paths),
         throughput_section(results.arms),
         runs_section(results),
@@ -190,23 +192,37 @@ def arms_section(arms: dict[str, ArmResult]) -> str:
         rows.append([
             arm, CRITERION_TEXT.get(r.criterion, "–") if r.criterion else "(the MoE)",
             r.description, format_count(r.active_params), format_count(r.total_params),
-            format_count(r.flops_per_token_6n), format_count(r.runs[0].tokens),
-            _training_flops(r),
+            format_count(r.flops_per_token_6n), format_count(r.tokens),
+            _training_flops(r), format_tokens_per_param(r),
             f"{format_mean_std(loss.mean, loss.std)} (n={loss.n})",
             format_mean_std(r.best_val_bpb.mean, r.best_val_bpb.std),
         ])
     return "## Arms\n\n" + markdown_table(
         ["arm", "criterion", "FFN", "active params", "total params", "FLOPs/token (6N)",
-         "tokens", "training FLOPs (6N x tokens)", "best val loss (mean ± std)", "bits/byte"],
-        rows, "lllrrrrrrr")
+         "tokens", "training FLOPs (6N x tokens)", "tokens/param (total / active)",
+         "best val loss (mean ± std)", "bits/byte"], rows, "lllrrrrrrrr")
 
 
 def _training_flops(arm: ArmResult) -> str:
-    """6 x active parameters x the tokens its first run trained (every seed trains as many)."""
-    tokens = arm.runs[0].tokens
-    if tokens is None or arm.flops_per_token_6n is None:
+    """6 x active parameters x the tokens every seed of the arm trained."""
+    if not arm.tokens or arm.flops_per_token_6n is None:
         return "–"
-    return f"{arm.flops_per_token_6n * tokens:.3g}"
+    return f"{arm.flops_per_token_6n * arm.tokens:.3g}"
+
+
+def format_tokens_per_param(arm: ArmResult) -> str:
+    """Training tokens per total and per active parameter, e.g. ``28.6 / 37.1``."""
+    tokens = arm.tokens
+    if not tokens or not arm.total_params or not arm.active_params:
+        return "–"
+    return f"{tokens / arm.total_params:.3g} / {tokens / arm.active_params:.3g}"
+
+
+def tokens_per_param_caption(arms: dict[str, ArmResult]) -> str:
+    """The line under a figure saying how long each arm trained for its size."""
+    shown = [f"{arm} {format_tokens_per_param(r)}" for arm, r in arms.items()
+             if format_tokens_per_param(r) != "–"]
+    return ("Tokens per parameter (total / active): " + "; ".join(shown) + ".\n") if shown else ""
 
 
 def comparison_section(gaps: dict[str, Gap], heading: str = "## Comparisons") -> str:
@@ -346,23 +362,26 @@ def ladder_section(arms: dict[str, ArmResult]) -> str:
         routing, loss = r.routing, r.best_val_loss
         rows.append([
             rung, LADDER_DESCRIPTIONS.get(rung, r.description), format_count(r.active_params),
+            format_tokens_per_param(r),
             f"{format_mean_std(loss.mean, loss.std)} (n={loss.n})",
             f"{r.collapsed_runs}/{loss.n}",
             format_number(routing.max_busiest_fraction, 3),
             format_number(routing.routing_entropy, 3),
             format_number(routing.mean_log_z, 3),
+            format_number(routing.max_violation, 3),
             format_dead_experts(routing),
         ])
     return (
         "## Ladder\n\nSame base model, budget and seeds; only the routing changes. Collapse is the "
         "training engine's flag (one expert takes more than `train.collapse_threshold` of the "
         "token-slots in some layer); busiest fraction is the worst layer at the end, routing "
-        "entropy (÷ log E) and log-z are means over layers and seeds; dead experts (load under "
-        "1 % of the mean) are per layer, first layer first, mean over seeds.\n\n"
-        + markdown_table(["rung", "routing", "active params", "best val loss (mean ± std)",
-                          "collapsed runs", "busiest fraction", "routing entropy", "mean log-z",
-                          "dead experts per layer"],
-                         rows, "llrrrrrrr")
+        "entropy (÷ log E), log-z and MaxVio (max load / mean load − 1) are means over layers "
+        "and seeds; dead experts (load under 1 % of the mean) are per layer, first layer "
+        "first, mean over seeds.\n\n"
+        + markdown_table(["rung", "routing", "active params", "tokens/param (total / active)",
+                          "best val loss (mean ± std)", "collapsed runs", "busiest fraction",
+                          "routing entropy", "mean log-z", "MaxVio", "dead experts per layer"],
+                         rows, "llrrrrrrrrr")
     )
 
 
@@ -441,6 +460,8 @@ def routing_section(arms: dict[str, ArmResult], figure_paths: dict[str, str]) ->
             format_number(routing.routing_entropy, 3),
             format_number(routing.effective_experts, 2),
             format_number(routing.mean_log_z, 3),
+            format_number(routing.max_violation, 3),
+            format_number(routing.load_p90, 3),
             format_dead_experts(routing),
             f"{r.collapsed_runs}/{len(r.runs)}",
         ])
@@ -448,11 +469,15 @@ def routing_section(arms: dict[str, ArmResult], figure_paths: dict[str, str]) ->
         return ""
     return (
         "## Routing diagnostics\n\nAt the end of training, on the validation windows; mean over "
-        "layers and seeds (worst layer for the max). Dead experts: experts whose load is under "
-        "1 % of the mean load 1/E, per layer (first layer first), mean over seeds.\n\n"
+        "layers and seeds (worst layer for the max). MaxVio: max load / mean load − 1 (Wang et "
+        "al. 2024); load p90: the 90th percentile over experts of load / mean load (per layer "
+        "and per logged step in metrics.jsonl, with p50 and max). Dead experts: experts whose "
+        "load is under 1 % of the mean load 1/E, per layer (first layer first), mean over "
+        "seeds.\n\n"
         + markdown_table(["arm", "busiest fraction", "max over layers", "E²·usage variance",
                           "routing entropy / log E", "effective experts", "mean log-z",
-                          "dead experts per layer", "collapsed runs"], rows, "lrrrrrrrr")
+                          "MaxVio", "load p90", "dead experts per layer", "collapsed runs"],
+                         rows, "lrrrrrrrrrr")
         + "\n" + figure_block("Routing over training", figure_paths, "routing", level=3)
         + figure_block("Expert load per layer", figure_paths, "expert_load", level=3)
         + figure_block("Busiest expert per layer over training", figure_paths, "layer_load", level=3)

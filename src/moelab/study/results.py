@@ -33,7 +33,7 @@ SIZE_FIELDS = ("active_params", "total_params", "non_embedding_params", "flops_p
 # Routing diagnostics (per layer in summary.json), averaged over layers then seeds.
 ROUTING_KEYS = (
     "busiest_fraction", "usage_variance_scaled", "routing_entropy", "load_entropy",
-    "effective_experts", "mean_log_z", "mean_z_sq",
+    "effective_experts", "mean_log_z", "mean_z_sq", "max_violation", "load_p90",
 )
 
 
@@ -67,6 +67,10 @@ class RoutingResult:
     effective_experts: Optional[float] = None
     mean_log_z: Optional[float] = None
     mean_z_sq: Optional[float] = None
+    max_violation: Optional[float] = None
+    """MaxVio, max load / mean load - 1 (``moelab.moe.routing.LoadBalance``)."""
+    load_p90: Optional[float] = None
+    """The 90th percentile over experts of load / mean load."""
     max_busiest_fraction: Optional[float] = None
     dead_experts_per_layer: Optional[list[float]] = None
     """Experts whose load is under 1 % of the mean, per layer (first layer first), mean over
@@ -109,6 +113,11 @@ class ArmResult:
     routing: RoutingResult
     collapsed_runs: int
     runs: list[RunResult]
+
+    @property
+    def tokens(self) -> Optional[int]:
+        """Training tokens of a run of this arm (every seed trains the same budget)."""
+        return next((run.tokens for run in self.runs if run.tokens), None)
 
     def by_seed(self, key: str) -> dict[int, float]:
         """{seed: the run's ``key``} over the runs that have it."""

@@ -30,7 +30,10 @@ from moelab.sweep.report_sections import (
     constant_s_star_text, finetune_analysis_text, form_tests_section, isoflop_optima_text,
     zero_shot_analysis_text,
 )
-from moelab.sweep.run_tables import budget_family_text, runs_table, zero_shot_section
+from moelab.sweep.run_tables import (
+    budget_family_text, format_tokens_per_param, runs_table, tokens_per_param_caption,
+    zero_shot_section,
+)
 from moelab.sweep.tuning import lr_selection_text, read_plan_record
 
 
@@ -76,7 +79,7 @@ def render_sweep_report(out_dir: Path) -> Path:
     if analysis.fixed_size is not None:
         sections.append(fixed_size_section(out_dir, analysis.fixed_size))
     sections.append(_throughput_section(analysis))
-    sections.append(_optima_section(out_dir, analysis, float(rows[0]["S"])))
+    sections.append(_optima_section(out_dir, analysis, rows))
     sections.append(_reproduce_section(grid, analysis))
     return atomic_write_text(out_dir / "report.md", "\n".join(s for s in sections if s))
 
@@ -234,7 +237,7 @@ def _isoflop_section(out_dir: Path, rows: list[dict[str, str]], columns: dict,
         text += ("\n![IsoFLOP curves per sparsity](figures/isoflop.png)\n\n"
                  "Points: runs; lines: the fitted law along each budget (D = C / (6 N_active)); "
                  "dashed: the budget's IsoFLOP fit above, star: its N* (hollow: at the edge of "
-                 "the data).\n")
+                 "the data). " + tokens_per_param_caption(rows))
     if isoflop.sparsity_optima is not None:
         text += isoflop_optima_text(out_dir, isoflop.sparsity_optima)
     return text
@@ -283,10 +286,12 @@ def _budget_table(analysis_rows: list[dict], budgets: np.ndarray, deviation: np.
     if surface:
         rows = [[f"{b['flops']:.3g}", b["n_points"], _sizes_used(b), format_count(b["params"]),
                  format_count(b.get("params_active")), f"{b['sparsity']:.3f}",
+                 _optimum_tokens_per_param(b["flops"], b["params"], b.get("params_active")),
                  format_number(b["loss"]), worst_deviation(b["flops"]),
                  "yes" if b["at_edge"] else ""] for b in analysis_rows]
         return (markdown_table(["C", "points", "sizes used per S", "N*", "N_active*", "S*",
-                                "loss*", "worst C/C_budget - 1", "at edge"], rows, "rrrrrrrrl")
+                                "D*/N* (total / active)", "loss*", "worst C/C_budget - 1",
+                                "at edge"], rows, "rrrrrrrrrl")
                 + "\n'At edge': the surface's minimum lies on the edge of the sizes and sparsities "
                   "tried, so the optimum is at least that far out; such budgets are left out of "
                   "the exponent fit.\n")
@@ -379,10 +384,11 @@ def _throughput_section(analysis: SweepAnalysis) -> str:
 # --------------------------------------------------------------------------------------------
 
 
-def _optima_section(out_dir: Path, analysis: SweepAnalysis, first_sparsity: float) -> str:
-    """The optima curves and the three optima; ``first_sparsity`` is the first run's S (the
-    only one when every run has the same)."""
+def _optima_section(out_dir: Path, analysis: SweepAnalysis,
+                    run_rows: list[dict[str, str]]) -> str:
+    """The optima curves and the three optima, beside the runs (results.csv's rows)."""
     status, fit, optima = analysis.status.optima, analysis.fit, analysis.optima
+    first_sparsity = float(run_rows[0]["S"])  # the only one when every run has the same
     head = "## Optimal sparsity\n\n"
     if status == "no_law":
         return head + ("Not computed: the optima (under parameters, FLOPs and wall-clock seconds) "
@@ -408,6 +414,8 @@ def _optima_section(out_dir: Path, analysis: SweepAnalysis, first_sparsity: floa
              else "without bands (no bootstrap fits)")
     rows = [[f"{r['flops']:.3g}", _with_ci(r, "sparsity", "{:.3f}"),
              _with_ci(r, "params_total", None), _with_ci(r, "params_active", None),
+             _optimum_tokens_per_param(r["flops"], r["optimum"]["params_total"],
+                                       r["optimum"]["params_active"]),
              "yes" if r["optimum"]["at_boundary"] else ""] for r in vs_c]
     text = (head + f"From the fitted law (`optima.json`), {bands}. Left: S* at a fixed total "
             "parameter count N, trained with the median compute of the sweep (C = "
@@ -418,7 +426,11 @@ def _optima_section(out_dir: Path, analysis: SweepAnalysis, first_sparsity: floa
             "[0, 0.98]) mean the law has no interior optimum there; beyond the sweep's range "
             "they are extrapolations.\n\n"
             "![Optimal sparsity](figures/optimal_sparsity.png)\n\n"
-            + markdown_table(["C", "S*", "N*", "N_active*", "at edge"], rows, "rrrrl"))
+            + tokens_per_param_caption(run_rows)
+            + "D*/N*: the optimum's tokens D = C / (6 N_active) per total and per active "
+            "parameter.\n\n"
+            + markdown_table(["C", "S*", "N*", "N_active*", "D*/N* (total / active)", "at edge"],
+                             rows, "rrrrrl"))
     return text + _three_optima_text(optima, analysis)
 
 
@@ -435,8 +447,11 @@ def _three_optima_text(optima: OptimaRecord, analysis: SweepAnalysis) -> str:
         r = three[key]
         sparsity = (_undetermined_or_ci(r) if key == "by_seconds"
                     else _with_ci(r, "sparsity", "{:.3f}"))
+        optimum = r["optimum"]
         rows.append([label, sparsity, _with_ci(r, "params_total", None),
-                     _with_ci(r, "params_active", None), format_count(r["optimum"]["tokens"]),
+                     _with_ci(r, "params_active", None), format_count(optimum["tokens"]),
+                     format_tokens_per_param(optimum["tokens"], optimum["params_total"],
+                                             optimum["params_active"]),
                      format_number(r["optimum"]["loss"]),
                      "yes" if r["optimum"]["at_boundary"] else ""])
     by_seconds = three["by_seconds"]
@@ -445,13 +460,21 @@ def _three_optima_text(optima: OptimaRecord, analysis: SweepAnalysis) -> str:
             "(D / tokens/s). The FLOPs question is asked at the compute the seconds optimum "
             "spends, the parameters question at its total size with that compute "
             "(`optima.json`, three).\n\n"
-            + markdown_table(["budget", "S*", "N*", "N_active*", "D*", "loss", "at edge"], rows,
-                             "lrrrrrl")
+            + markdown_table(["budget", "S*", "N*", "N_active*", "D*", "D*/N* (total / active)",
+                              "loss", "at edge"], rows, "lrrrrrrl")
             + "\n" + _ratio_sentence(by_seconds))
 
 
 UNDETERMINED_WIDTH = 0.5
 """A 95 % interval of S* wider than this spans most of [0, 1]: no optimum is measured."""
+
+
+def _optimum_tokens_per_param(flops: float, total: float, active: float | None) -> str:
+    """D*/N* of an optimum at compute C: its tokens D = C / (6 N_active) per total and per
+    active parameter; '–' without N_active."""
+    if not active or not total:
+        return "–"
+    return format_tokens_per_param(flops / (6 * active), total, active)
 
 
 def _undetermined_or_ci(result: dict) -> str:

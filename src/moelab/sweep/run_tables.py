@@ -40,10 +40,26 @@ def budget_family_text(out_dir: Path, rows: list[dict[str, str]]) -> str:
 def runs_table(rows: list[dict[str, str]]) -> str:
     body = [[r["size"], r["budget"], r["S"], r["E"], row_seed(r), format_count(float(r["N_total"])),
              format_count(float(r["N_active"])), format_count(float(r["D"])),
+             format_tokens_per_param(float(r["D"]), float(r["N_total"]), float(r["N_active"])),
              f"{float(r['C']):.3g}", format_number(float(r["best_val_loss"]))] for r in rows]
     return "## Runs\n\n" + seed_spread_text(rows) + markdown_table(
-        ["size", "budget", "S", "E", "seed", "N total", "N active", "D", "C", "best val loss"],
-        body, "llrrrrrrrr")
+        ["size", "budget", "S", "E", "seed", "N total", "N active", "D",
+         "D/N (total / active)", "C", "best val loss"], body, "llrrrrrrrrr")
+
+
+def format_tokens_per_param(tokens: float, total: float, active: float) -> str:
+    """Tokens per total and per active parameter, e.g. ``12.5 / 20.1``."""
+    return f"{tokens / total:.3g} / {tokens / active:.3g}"
+
+
+def tokens_per_param_caption(rows: list[dict[str, str]]) -> str:
+    """The sentence under a figure: how long the runs trained for their size."""
+    if not rows:
+        return ""
+    per_total = [float(r["D"]) / float(r["N_total"]) for r in rows]
+    per_active = [float(r["D"]) / float(r["N_active"]) for r in rows]
+    return (f"Tokens per parameter of the runs: D/N_total {min(per_total):.3g} to "
+            f"{max(per_total):.3g}, D/N_active {min(per_active):.3g} to {max(per_active):.3g}.\n")
 
 
 def seed_spread(rows: list[dict[str, str]]) -> dict | None:

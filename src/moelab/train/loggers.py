@@ -18,6 +18,10 @@ from moelab.fileio import atomic_write_json
 from moelab.train.run_folder import RunFolder
 
 DEFAULT_WANDB_PROJECT = "moelab"
+PER_LAYER_KEYS = ("routing", "balance")
+"""Event keys holding one dict per MoE layer, logged as ``<key>/layer<i>/<name>``."""
+SUMMARY_KEYS = ("tokens_per_s", "flops_per_s", "mfu", "mfu_convention", "peak_flops_per_s",
+                "peak_flops_source", "total_params", "active_params", "tokens", "final_val_loss")
 
 
 class ExternalLoggers:
@@ -42,14 +46,23 @@ class ExternalLoggers:
         scalars = {f"{event['kind']}/{key}": value for key, value in event.items()
                    if key not in ("kind", "step") and isinstance(value, (int, float))
                    and not isinstance(value, bool)}
-        for layer, stats in enumerate(event.get("routing", [])):
-            scalars.update({f"routing/layer{layer}/{key}": v for key, v in stats.items()
-                            if isinstance(v, (int, float))})  # expert_load is a list
+        for name in PER_LAYER_KEYS:  # routing at evals, the step's load balance at logs
+            for layer, stats in enumerate(event.get(name, [])):
+                scalars.update({f"{name}/layer{layer}/{key}": v for key, v in stats.items()
+                                if isinstance(v, (int, float))})  # expert_load is a list
         if self._tensorboard is not None:
             for key, value in scalars.items():
                 self._tensorboard.add_scalar(key, value, event["step"])
         if self._wandb_run is not None:
             self._wandb_run.log(scalars, step=event["step"])
+
+    def summarize(self, summary: dict[str, Any]) -> None:
+        """The run summary's throughput numbers (tokens/s, MFU and its peak) into the W&B
+        run's summary, where its table of runs shows them."""
+        if self._wandb_run is not None:
+            shown = {key: summary.get(key) for key in SUMMARY_KEYS}
+            self._wandb_run.summary.update({f"summary/{key}": value for key, value in shown.items()
+                                            if value is not None})
 
     def close(self) -> None:
         if self._tensorboard is not None:

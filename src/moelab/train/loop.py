@@ -28,8 +28,10 @@ from tqdm import tqdm
 from moelab.accounting import count_params, flops_per_token
 from moelab.config import Config, TrainConfig
 from moelab.data import Tokenizer, TrainBatches, prepare_data, validation_windows
+from moelab.data.prepare import check_data
 from moelab.errors import MoelabError, Preempted
 from moelab.model import Transformer
+from moelab.moe.routing import load_balance, max_violation
 from moelab.train.checkpoint import (
     latest_checkpoint, load_checkpoint, load_initial_weights, save_checkpoint,
 )
@@ -42,6 +44,7 @@ from moelab.train.generate import sample_text
 from moelab.train.loggers import ExternalLoggers
 from moelab.train.memory import check_training_fits, peak_memory_bytes
 from moelab.train.optim import build_optimizer
+from moelab.train.peak import MFU_CONVENTION, PeakFlops, mfu, peak_flops
 from moelab.train.preemption import preemptible, preemption_requested
 from moelab.train.run_folder import RunFolder
 from moelab.train.schedule import Schedule
@@ -50,6 +53,17 @@ from moelab.train.summary import RunSummary
 from moelab.version import __version__
 
 LOSS_NAMES = ("loss", "ce_loss", "lb_loss", "z_loss")
+
+
+@dataclass
+class StepLoads:
+    """What one optimizer step routed on this rank, kept on the device until a log step."""
+
+    slot_counts_LE: torch.Tensor
+    """(MoE layers, E) token-slots per expert, summed over the rank's micro batches."""
+    micro_max_violation_sum_L: torch.Tensor
+    """(MoE layers,) each micro batch's MaxVio, summed over the micro batches."""
+    micro_batches: int
 
 
 @dataclass(frozen=True)
@@ -143,6 +157,7 @@ def _train(config: Config, run: RunFolder, resume: bool,
     if config.train.compile and dist.device.type == "cpu":
         check_cpp_compiler()
     if dist.is_main:
+        check_data(config.data, config.tokenizer_vocab_size)  # a bad source writes no folder
         run.start(config, resume)
     loggers = (ExternalLoggers(config, run, continuing=resume and run.has_progress())
                if dist.is_main else None)  # fails fast if a package is missing
@@ -152,7 +167,12 @@ def _train(config: Config, run: RunFolder, resume: bool,
         _train_steps(config, run, dist, plan, session, log)
         if dist.is_main and preemption_requested():  # the last step's checkpoint is saved
             raise _preempted(run, session.state.step, plan.total_steps)
-        return _write_up(config, run, dist, plan, session) if dist.is_main else None
+        if not dist.is_main:
+            return None
+        summary = _write_up(config, run, dist, plan, session)
+        if loggers:
+            loggers.summarize(summary.to_dict())
+        return summary
     finally:
         if loggers:
             loggers.close()
@@ -253,13 +273,16 @@ def _train_steps(config: Config, run: RunFolder, dist: Distributed, plan: StepPl
     tc, state, clock = config.train, session.state, session.clock
     nonfinite = NonFiniteGuard(dist.device)
     throughput = Throughput(state.step, clock.train_s, plan.tokens_per_step)
-    flops_kaplan = flops_per_token(config.model).kaplan
+    flops = flops_per_token(config.model)
+    with clock.paused():  # a CPU's peak is measured (once per process), not trained
+        peak = run_peak_flops(config, dist)
+    splits_step = plan.accumulation_steps > 1 or dist.is_ddp
     bar = tqdm(total=plan.total_steps, initial=state.step, unit="step", dynamic_ncols=True,
                disable=not (tc.progress and dist.is_main))
     schedule = Schedule.from_config(tc, plan.total_steps)
     for step in range(state.step + 1, plan.total_steps + 1):
         lr = schedule.lr_at(step - 1)
-        losses_4, grad_norm = optimizer_step(session, plan, lr, tc.grad_clip)
+        losses_4, grad_norm, loads = optimizer_step(session, plan, lr, tc.grad_clip)
         nonfinite.note(step, losses_4[0], grad_norm)
         state.step, state.tokens = step, step * plan.tokens_per_step
         bar.update(1)
@@ -270,7 +293,8 @@ def _train_steps(config: Config, run: RunFolder, dist: Distributed, plan: StepPl
         if is_log:
             losses = dist.average(losses_4).tolist()  # syncs: the only per-log host wait
             tokens_per_s = throughput.since_last(step, clock.train_s)
-            log(_train_event(state, losses, lr, grad_norm, tokens_per_s, flops_kaplan))
+            event = _train_event(state, losses, lr, grad_norm, tokens_per_s, flops, peak)
+            log({**event, "balance": step_balance(loads, dist, splits_step)})
             bar.set_postfix(loss=f"{losses[0]:.3f}", tok_s=f"{tokens_per_s:,.0f}")
         if is_eval and dist.is_main:
             with clock.paused():
@@ -314,10 +338,11 @@ def _preempted(run: RunFolder, step: int, total_steps: int) -> Preempted:
                      f"continue it")
 
 
-def optimizer_step(session: Session, plan: StepPlan, lr: float,
-                   grad_clip: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """One step on the next global batch; returns (the four losses, the gradient norm) on the
-    device (clipping at 0 = off still measures the norm)."""
+def optimizer_step(session: Session, plan: StepPlan, lr: float, grad_clip: float
+                   ) -> tuple[torch.Tensor, torch.Tensor, StepLoads | None]:
+    """One step on the next global batch; returns (the four losses, the gradient norm, what
+    was routed: None for a dense model) on the device (clipping at 0 = off still measures the
+    norm)."""
     for group in session.optimizer.param_groups:
         group["lr"] = lr
     x_BT, y_BT = (host_to_device(t, session.device) for t in session.batches.next())
@@ -327,14 +352,14 @@ def optimizer_step(session: Session, plan: StepPlan, lr: float,
             and (plan.accumulation_steps > 1 or session.dist.is_ddp)):
         lb_slot_counts_LE = step_slot_counts(session.model, x_BT, plan, session.autocast,
                                              session.dist.sum)
-    losses_4, slot_counts_LE = forward_backward(session.train_model, session.ddp_model, x_BT,
-                                                y_BT, plan, session.autocast, lb_slot_counts_LE)
+    losses_4, loads = forward_backward(session.train_model, session.ddp_model, x_BT, y_BT, plan,
+                                       session.autocast, lb_slot_counts_LE)
     grad_norm = torch.nn.utils.clip_grad_norm_(session.model.parameters(), grad_clip or math.inf)
     session.optimizer.step()
     session.optimizer.zero_grad(set_to_none=True)
     if moe is not None and moe.uses_expert_bias:  # the same loads, so the same bias, on every rank
-        session.model.update_expert_bias(session.dist.sum(slot_counts_LE))
-    return losses_4, grad_norm
+        session.model.update_expert_bias(session.dist.sum(loads.slot_counts_LE))
+    return losses_4, grad_norm, loads
 
 
 def step_slot_counts(model: Transformer, x_BT: torch.Tensor, plan: StepPlan, autocast,
@@ -357,17 +382,17 @@ def step_slot_counts(model: Transformer, x_BT: torch.Tensor, plan: StepPlan, aut
 def forward_backward(train_model, ddp_model, x_BT: torch.Tensor, y_BT: torch.Tensor,
                      plan: StepPlan, autocast,
                      lb_slot_counts_LE: torch.Tensor | None = None
-                     ) -> tuple[torch.Tensor, torch.Tensor | None]:
+                     ) -> tuple[torch.Tensor, StepLoads | None]:
     """Accumulate the gradient of the mean loss over this rank's micro batches.
 
-    Returns the four losses (loss, ce, lb, z) averaged over micro batches, and the (MoE layers,
-    E) token-slots routed to each expert summed over them (None for a dense model), on the
-    device.
+    Returns the four losses (loss, ce, lb, z) averaged over micro batches, and what they
+    routed (``StepLoads``: the token-slots per expert summed over them and each one's MaxVio;
+    None for a dense model), on the device.
     DDP averages gradients over ranks on the last micro batch only (``no_sync`` before it).
     ``lb_slot_counts_LE`` (``step_slot_counts``): the loads every micro batch's balancing loss
     uses; None: each micro batch's own.
     """
-    losses, slot_counts_LE = [], None
+    losses, slot_counts_LE, micro_max_violation_L = [], None, None
     micro_batches = list(zip(x_BT.split(plan.micro_batch_size), y_BT.split(plan.micro_batch_size)))
     for index, (x_bT, y_bT) in enumerate(micro_batches):
         is_last = index == len(micro_batches) - 1
@@ -380,7 +405,36 @@ def forward_backward(train_model, ddp_model, x_BT: torch.Tensor, y_BT: torch.Ten
         if out.slot_counts_LE is not None:
             slot_counts_LE = (out.slot_counts_LE if slot_counts_LE is None
                               else slot_counts_LE + out.slot_counts_LE)
-    return torch.stack(losses).mean(dim=0), slot_counts_LE
+            micro_L = max_violation(out.slot_counts_LE)
+            micro_max_violation_L = (micro_L if micro_max_violation_L is None
+                                     else micro_max_violation_L + micro_L)
+    loads = (None if slot_counts_LE is None else
+             StepLoads(slot_counts_LE, micro_max_violation_L, len(micro_batches)))
+    return torch.stack(losses).mean(dim=0), loads
+
+
+def step_balance(loads: StepLoads | None, dist: Distributed,
+                 splits_step: bool) -> list[dict[str, float]]:
+    """Per MoE layer, the ``LoadBalance`` of the whole optimizer step (all micro batches of all
+    ranks: the global batch), and where the step is split (gradient accumulation, several
+    processes) ``micro_max_violation``, the mean MaxVio of its micro batches: a micro batch
+    sees fewer tokens, so its loads are lumpier than the global batch's. [] for a dense model.
+    Every rank calls it at the same steps (its sums are collectives)."""
+    if loads is None:
+        return []
+    counts_LE = dist.sum(loads.slot_counts_LE)
+    micro_L = dist.average(loads.micro_max_violation_sum_L / loads.micro_batches).tolist()
+    rows = [load_balance(counts_E).to_dict() for counts_E in counts_LE]
+    if splits_step:
+        for row, micro in zip(rows, micro_L):
+            row["micro_max_violation"] = micro
+    return rows
+
+
+def run_peak_flops(config: Config, dist: Distributed) -> PeakFlops:
+    """The peak this run's MFU divides by (``moelab.train.peak``)."""
+    dtype = torch.bfloat16 if config.train.dtype == "bfloat16" else torch.float32
+    return peak_flops(dist.device, dtype, config.train.peak_flops)
 
 
 def _write_up(config: Config, run: RunFolder, dist: Distributed, plan: StepPlan,
@@ -448,10 +502,15 @@ def _due(step: int, total_steps: int, tc) -> tuple[bool, bool, bool]:
 
 
 def _train_event(state: TrainState, losses: list[float], lr: float, grad_norm: torch.Tensor,
-                 tokens_per_s: float, flops_per_token_kaplan: int) -> dict[str, Any]:
-    return {"kind": "train", "step": state.step, "tokens": state.tokens,
-            **dict(zip(LOSS_NAMES, losses)), "lr": lr, "grad_norm": float(grad_norm),
-            "tokens_per_s": tokens_per_s, "flops_per_s": tokens_per_s * flops_per_token_kaplan}
+                 tokens_per_s: float, flops, peak: PeakFlops) -> dict[str, Any]:
+    """A log step's numbers; ``mfu`` counts 6 x active params per token (MFU_CONVENTION)."""
+    event = {"kind": "train", "step": state.step, "tokens": state.tokens,
+             **dict(zip(LOSS_NAMES, losses)), "lr": lr, "grad_norm": float(grad_norm),
+             "tokens_per_s": tokens_per_s, "flops_per_s": tokens_per_s * flops.kaplan}
+    utilisation = mfu(tokens_per_s, flops.six_n, peak)
+    if utilisation is not None:
+        event["mfu"] = utilisation
+    return event
 
 
 def _eval_event(result: EvalResult, state: TrainState,
@@ -479,6 +538,7 @@ def _summary(config: Config, state: TrainState, plan: StepPlan, clock: Clock,
     final = state.last_eval
     train_s = clock.train_s  # the clock runs: read it once, so the numbers below agree
     tokens_per_s = state.tokens / max(train_s, 1e-9)
+    peak = run_peak_flops(config, dist)
     return RunSummary(
         status="complete",
         best_val_loss=state.best_val_loss,
@@ -498,6 +558,10 @@ def _summary(config: Config, state: TrainState, plan: StepPlan, clock: Clock,
         train_time_s=train_s,
         tokens_per_s=tokens_per_s,
         flops_per_s=tokens_per_s * flops.kaplan,
+        mfu=mfu(tokens_per_s, flops.six_n, peak),
+        mfu_convention=MFU_CONVENTION,
+        peak_flops_per_s=peak.flops_per_s,
+        peak_flops_source=peak.source,
         step_time_s=train_s / max(state.step, 1),
         peak_memory_bytes=peak_memory_bytes(dist.device),
         seed=config.train.seed,

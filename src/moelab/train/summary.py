@@ -45,6 +45,12 @@ class RunSummary:
     """Wall time less evaluation and checkpoint pauses, across resumes."""
     tokens_per_s: Optional[float] = None
     flops_per_s: Optional[float] = None
+    mfu: Optional[float] = None
+    """Model FLOPs utilisation: tokens_per_s * flops_per_token_6n / peak_flops_per_s."""
+    mfu_convention: Optional[str] = None
+    peak_flops_per_s: Optional[float] = None
+    peak_flops_source: Optional[str] = None
+    """Where the peak comes from: given, a GPU's data sheet, or measured (a CPU matmul)."""
     step_time_s: Optional[float] = None
     peak_memory_bytes: Optional[int] = None
     """Peak allocated GPU memory, or the process's peak resident memory on a CPU."""
@@ -91,7 +97,7 @@ class RunSummary:
 
 _NUMBERS = tuple(f.name for f in fields(RunSummary)
                  if f.name not in ("status", "device", "versions", "routing", "collapse",
-                                   "schema_version"))
+                                   "schema_version", "mfu_convention", "peak_flops_source"))
 
 
 def _upgraded(record: dict[str, Any]) -> dict[str, Any]:
