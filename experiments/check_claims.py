@@ -324,6 +324,21 @@ def ladder_peaks() -> str:
     return f"one expert takes {min(peaks):.3f}-{max(peaks):.3f} of the worst layer's slots"
 
 
+def extension_means(family: str, size: str) -> str:
+    """'| 3.180 | 3.163 | ...': mean final val loss over seeds 2-4 at dense, S = 0.5, 0.75, 0.875,
+    0.9375 (dense from cpu-expertn, '–' where the family has no such point)."""
+    def means(sweep: str) -> dict[float, float]:
+        by_s: dict[float, list[float]] = {}
+        for row in sweep_rows(sweep):
+            if row["size"] == size:
+                by_s.setdefault(float(row["S"]), []).append(float(row["final_val_loss"]))
+        return {sparsity: float(np.mean(v)) for sparsity, v in by_s.items()}
+    own, dense = means(family), means("cpu-expertn")[0.0]
+    cells = [f"{dense:.3f}"] + [f"{own[x]:.3f}" if x in own else "–"
+                                for x in (0.5, 0.75, 0.875, 0.9375)]
+    return "| " + " | ".join(cells) + " |"
+
+
 def readme_pooled_gap(criterion: str) -> str:
     t, _ = demo_pooled("first", criterion)
     return f"{signed(t.gap, 4)} {interval(t, 4)}"
@@ -1044,6 +1059,13 @@ CLAIMS = [
     Claim(STUDY, "0.46 / 0.41 / 0.48 / 0.42", lambda: ladder_trace_columns("demo", "top2_lb").split(" | ... | ")[0]),
     Claim(STUDY, "0.45 / 0.48 / 0.48 / 0.48 |", lambda: ladder_trace_columns("demo", "top2_lb").split(" | ... | ")[1] + " |"),
     Claim(STUDY, "one expert takes 0.995-0.999 of the worst layer's slots", ladder_peaks),
+    # The extension past the edge (cpu-fixedn, cpu-expertn), seeds 2-4.
+    Claim(SCALING, "| 3.180 | 3.163 | 3.137 | 3.123 | 3.140 |", partial(extension_means, "cpu-fixedn", "s0")),
+    Claim(SCALING, "| 3.179 | 3.111 | 3.075 | 3.079 | 3.078 |", partial(extension_means, "cpu-fixedn", "s1")),
+    Claim(SCALING, "| 3.358 | 3.220 | 3.155 | 3.129 | 3.111 |", partial(extension_means, "cpu-fixedn", "s2")),
+    Claim(SCALING, "| 3.180 | – | 3.148 | 3.159 | 3.161 |", partial(extension_means, "cpu-expertn", "s0")),
+    Claim(SCALING, "| 3.179 | – | 3.155 | 3.170 | 3.177 |", partial(extension_means, "cpu-expertn", "s1")),
+    Claim(SCALING, "| 3.358 | – | 3.326 | 3.338 | 3.325 |", partial(extension_means, "cpu-expertn", "s2")),
     # The README.
     Claim(README, "| matched active | +0.0116 | [0.0043, 0.0190] | 0.0046 | 0.0103 |",
           partial(readme_headline_row, "active")),
