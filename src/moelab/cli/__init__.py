@@ -14,7 +14,9 @@ import importlib
 import os
 import sys
 
-from moelab.errors import EXIT_PREEMPTED, Preempted, bad_input_message, short_text
+from moelab.errors import (
+    EXIT_PREEMPTED, MoelabError, Preempted, bad_input_message, short_repr, short_text,
+)
 from moelab.version import __version__
 
 # Modules with a register(subparsers) function, in the order their commands are listed.
@@ -45,6 +47,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
+        check_text_arguments(args)
         return int(args.func(args) or 0)
     except Preempted as exc:
         print(f"moelab: {exc}", file=sys.stderr)
@@ -61,6 +64,27 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"moelab: error: {message}", file=sys.stderr)
         return 2
+
+
+def check_text_arguments(args: argparse.Namespace) -> None:
+    """Refuse an argument that is not UTF-8 text (bytes the shell passed that no encoding
+    reads reach Python as lone surrogates) before anything is written: moelab records paths
+    and overrides in UTF-8 files, and a path it cannot record would fail halfway, blamed on
+    whatever wrote it first (the tokenizer, a JSON record)."""
+    for dest, value in vars(args).items():
+        for text in value if isinstance(value, list) else [value]:
+            if isinstance(text, str) and not _is_utf8(text):
+                shown = "--" + dest.replace("_", "-") if dest != "func" else dest
+                raise MoelabError(f"{shown} {short_repr(text)} is invalid: not UTF-8 text; "
+                                  "allowed: paths and values that are UTF-8")
+
+
+def _is_utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def add_config_arguments(parser: argparse.ArgumentParser) -> None:

@@ -11,7 +11,7 @@ the minimum gap it detects with power 0.8). ``compare.json`` keeps every number 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
@@ -42,12 +42,15 @@ class Comparison:
     gap: Gap
     outcome: str
     """'B better', 'A better', 'not significant' or 'not testable'."""
+    missing: list[str] = field(default_factory=list)
+    """Planned runs without a complete result (failed or not trained): not in the test."""
 
     def to_dict(self) -> dict:
         return json_safe({"labels": self.labels, "common_overrides": self.common,
                           "best_val_loss": {side: {str(s): v for s, v in by_seed.items()}
                                             for side, by_seed in self.losses.items()},
-                          "outcome": self.outcome, "gap_a_minus_b": self.gap.to_dict()})
+                          "outcome": self.outcome, "gap_a_minus_b": self.gap.to_dict(),
+                          "missing_runs": list(self.missing)})
 
 
 def comparison_specs(configs: dict[str, Config], seeds: list[int]) -> list[RunSpec]:
@@ -79,15 +82,19 @@ def compare_runs(folder: Path, specs: list[RunSpec], labels: dict[str, str],
                  common: list[str]) -> Comparison:
     """The test of A - B over the seeds whose runs both finished."""
     losses: dict[str, dict[int, float]] = {side: {} for side in SIDES}
+    missing = []
     for spec in specs:
         run = RunFolder(folder / spec.run_dir)
         if run.is_complete():
             losses[spec.labels["side"]][spec.labels["seed"]] = float(run.summary().best_val_loss)
+        else:
+            missing.append(spec.name)
     if not all(losses.values()):
         empty = next(side for side in SIDES if not losses[side])
         raise MoelabError(f"no run of side {empty} finished: see {folder / 'failures.json'}")
     gap = compare("pair", "B", "A", losses["B"], losses["A"])
-    return Comparison(labels, common, losses, gap, OUTCOMES.get(gap.outcome, gap.outcome))
+    return Comparison(labels, common, losses, gap, OUTCOMES.get(gap.outcome, gap.outcome),
+                      missing)
 
 
 def side_summary(losses: dict[int, float]) -> tuple[float, float, int]:

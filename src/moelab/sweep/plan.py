@@ -16,6 +16,7 @@ from typing import Optional
 
 from moelab.accounting import count_params, flops_per_token
 from moelab.config import Config, MoEConfig, apply_overrides, build_config, load_config, to_dict
+from moelab.data.sources import resolve_source
 from moelab.errors import ConfigError, MoelabError, short_repr
 from moelab.fileio import atomic_write_json, remove_stale_temporaries
 from moelab.runs import RunSpec, write_run_configs
@@ -206,6 +207,20 @@ def finetune_specs(recipe: FinetuneRecipe, specs: list[RunSpec]) -> list[RunSpec
                                {**spec.labels, "finetune": recipe.data},
                                finetune=Finetune(spec.name, recipe.data, tuple(overrides))))
     return planned
+
+
+def check_finetune_data(grid: SweepGrid, points: list[SweepPoint]) -> None:
+    """Refuse, before any run trains, a ``finetune.data`` that is no corpus: every finetune
+    reads it after its run finished, so a folder without train.txt, a file of another type or
+    one without stories would otherwise fail them all once the training is spent. Read as the
+    first finetune will read it (its split and limits)."""
+    if grid.finetune is None or not points:
+        return
+    data_config = finetune_specs(grid.finetune, run_specs(points[:1]))[0].config.data
+    try:
+        resolve_source(data_config).load()
+    except MoelabError as exc:
+        raise MoelabError(f"finetune.data={short_repr(grid.finetune.data)} is invalid: {exc}") from None
 
 
 def plan_sweep_folder(grid: SweepGrid, out_dir: Path, fit_settings: dict | None = None

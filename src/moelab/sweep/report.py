@@ -23,7 +23,9 @@ from moelab.scaling.laws import SPARSITY, get_law
 from moelab.scaling.table import fit_table_from_rows
 from moelab.sweep.analysis import analyse_sweep
 from moelab.sweep.figures import isoflop_figure, optima_figure
-from moelab.sweep.folder import read_analysis, read_grid, read_results, with_derived_files
+from moelab.sweep.folder import (
+    read_analysis, read_grid, read_optional_json, read_results, with_derived_files,
+)
 from moelab.sweep.records import FormsRecord, GridRecord, LawFit, OptimaRecord, SweepAnalysis
 from moelab.sweep.report_sections import (
     constant_s_star_text, finetune_analysis_text, form_tests_section, isoflop_optima_text,
@@ -50,6 +52,7 @@ def render_sweep_report(out_dir: Path) -> Path:
     analysis = read_analysis(out_dir)
     sections = [f"# Sparsity sweep `{grid.name}`\n", _setup(grid)]
     results = read_results(out_dir)
+    sections.append(partial_results_text(out_dir, results[1] if results else []))
     if results is None:
         sections.append("No results to analyse yet (results.csv has no complete runs).\n")
         return atomic_write_text(out_dir / "report.md", "\n".join(sections))
@@ -72,6 +75,23 @@ def render_sweep_report(out_dir: Path) -> Path:
     sections.append(_optima_section(out_dir, analysis, float(rows[0]["S"])))
     sections.append(_reproduce_section(grid, analysis))
     return atomic_write_text(out_dir / "report.md", "\n".join(s for s in sections if s))
+
+
+def partial_results_text(out_dir: Path, rows: list[dict[str, str]]) -> str:
+    """A section saying the report is partial, with the counts, when results.csv holds fewer
+    runs or finetunes than plan.json planned (failed, or not trained); "" when complete."""
+    plan = read_optional_json(out_dir / "plan.json") or {}
+    planned_runs, planned_finetunes = len(plan.get("runs", [])), len(plan.get("finetunes", []))
+    finetuned = sum(1 for row in rows if row.get("finetune_val_loss"))
+    if len(rows) >= planned_runs and finetuned >= planned_finetunes:
+        return ""
+    counts = [f"{len(rows)} of {planned_runs} planned runs"]
+    if planned_finetunes:
+        counts.append(f"{finetuned} of {planned_finetunes} planned finetunes")
+    return ("## Partial results\n\n**This report is partial**: it reads "
+            + " and ".join(counts) + "; the others failed (`failures.json` gives each one's "
+            "error) or were not trained, and every table and fit below leaves them out. Train "
+            "them again with the same `moelab sweep-sparsity` command.\n")
 
 
 def _law_sections(analysis: SweepAnalysis, n_rows: int) -> list[str]:
