@@ -198,11 +198,22 @@ def claim_folder(folder: str | os.PathLike, kind: str, flag: str = "--out") -> N
         atomic_write_json(path, {"kind": kind})
 
 
+def read_json(path: str | os.PathLike) -> Any:
+    """A JSON file's content. Too deep a nesting is a ``JSONDecodeError`` naming the file, like
+    any other malformed JSON (``json`` raises a bare ``RecursionError``), so that every
+    reader's handler of malformed JSON names the file."""
+    text = Path(path).read_bytes().decode("utf-8")
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise json.JSONDecodeError(f"{path} nests too deeply", text, 0) from None
+
+
 def _read_json_object(path: Path) -> dict:
     """A small JSON object file, or {} when it is missing, unreadable or not an object (a
     damaged record counts as none: the files the kind writes still tell it)."""
     try:
-        content = json.loads(path.read_text("utf-8"))
+        content = read_json(path)
     except (OSError, ValueError):
         return {}
     return content if isinstance(content, dict) else {}

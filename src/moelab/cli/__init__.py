@@ -13,6 +13,7 @@ import argparse
 import importlib
 import os
 import sys
+from typing import Callable
 
 from moelab.errors import (
     EXIT_PREEMPTED, MoelabError, Preempted, bad_input_message, short_repr, short_text,
@@ -46,14 +47,25 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
+    return run_command(lambda: _checked_call(args))
+
+
+def _checked_call(args: argparse.Namespace) -> int | None:
+    check_text_arguments(args)
+    return args.func(args)
+
+
+def run_command(command: Callable[[], int | None], prog: str = "moelab") -> int:
+    """Call ``command`` as a program's body and return its exit code: bad input is one line on
+    stderr and 2, a preempted run 75, Ctrl-C 130; anything else is a bug and keeps its
+    traceback. The one way ``moelab`` and the scripts in experiments/ end."""
     try:
-        check_text_arguments(args)
-        return int(args.func(args) or 0)
+        return int(command() or 0)
     except Preempted as exc:
-        print(f"moelab: {exc}", file=sys.stderr)
+        print(f"{prog}: {exc}", file=sys.stderr)
         return EXIT_PREEMPTED
     except KeyboardInterrupt:
-        print("moelab: interrupted", file=sys.stderr)
+        print(f"{prog}: interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:  # `moelab ... | head` closed the pipe: stop quietly, as cat does
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no error at exit
@@ -62,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
         message = bad_input_message(exc)
         if message is None:
             raise
-        print(f"moelab: error: {message}", file=sys.stderr)
+        print(f"{prog}: error: {message}", file=sys.stderr)
         return 2
 
 

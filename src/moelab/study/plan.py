@@ -25,6 +25,7 @@ from moelab.config import (
 )
 from moelab.errors import MoelabError, short_repr
 from moelab.fileio import (
+    read_json,
     atomic_write_json, atomic_write_text, is_bookkeeping, remove_stale_temporaries,
 )
 from moelab.runs import RunSpec, write_run_configs
@@ -174,7 +175,7 @@ def _without_seed(config: dict) -> dict:
 
 
 def _read_json(path: Path) -> object:
-    return json.loads(path.read_text("utf-8"))
+    return read_json(path)
 
 
 def _read_planned(path: Path, read: Callable[[Path], object]) -> dict:

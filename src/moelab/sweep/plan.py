@@ -18,7 +18,7 @@ from moelab.accounting import count_params, flops_per_token
 from moelab.config import Config, MoEConfig, apply_overrides, build_config, load_config, to_dict
 from moelab.data.sources import resolve_source
 from moelab.errors import ConfigError, MoelabError, short_repr
-from moelab.fileio import atomic_write_json, remove_stale_temporaries
+from moelab.fileio import atomic_write_json, read_json, remove_stale_temporaries
 from moelab.runs import RunSpec, write_run_configs
 from moelab.runs.spec import shown_in_wandb
 from moelab.runs.families import as_budget_family
@@ -242,7 +242,7 @@ def plan_sweep_folder(grid: SweepGrid, out_dir: Path, fit_settings: dict | None 
 def recorded_fit_settings(out_dir: Path) -> dict:
     """The fit settings a sweep recorded in plan.json (the defaults when it recorded none)."""
     try:
-        plan = json.loads((Path(out_dir) / "plan.json").read_text("utf-8"))
+        plan = read_json((Path(out_dir) / "plan.json"))
     except (OSError, ValueError):
         return {}
     settings = plan.get("fit") if isinstance(plan, dict) else None
@@ -263,7 +263,7 @@ def _write_plan(out_dir: Path, grid: SweepGrid, points: list[SweepPoint], specs:
     grid_record = grid_json_record(grid)
     grid_path = out_dir / "grid.json"
     if grid_path.is_file():
-        old = with_seeds_key(json.loads(grid_path.read_text("utf-8")))
+        old = with_seeds_key(read_json(grid_path))
         if not _same_grid_or_more_seeds(old, json.loads(json.dumps(grid_record))):
             raise MoelabError(f"{out_dir} already holds another sweep grid ({short_repr(old.get('name'))}): "
                               "use another --out folder")

@@ -20,6 +20,7 @@ import json
 from importlib import resources
 from pathlib import Path
 
+from moelab.fileio import read_json
 from moelab.config import EVAL_TASK_NAMES
 from moelab.errors import MoelabError, short_repr
 from moelab.tasks.scoring import REQUESTS, SCORERS
@@ -83,7 +84,7 @@ def read_results(path: Path) -> dict:
     if not path.is_file():
         return {"tasks": {}}
     try:
-        results = json.loads(path.read_text(encoding="utf-8"))
+        results = read_json(path)
     except (OSError, ValueError):
         raise MoelabError(f"{path} is corrupt: delete it and score the tasks again") from None
     if not isinstance(results, dict) or not isinstance(results.get("tasks"), dict):
@@ -98,7 +99,7 @@ def read_run_tasks(run_dir: Path) -> dict:
     if not path.is_file():
         return {}
     try:
-        stored = json.loads(path.read_text("utf-8"))
+        stored = read_json(path)
     except ValueError:
         raise MoelabError(f"{path} is not valid JSON") from None
     tasks = stored.get("tasks") if isinstance(stored, dict) else None

@@ -31,7 +31,7 @@ from moelab.data.cache import TOKENIZER_FILE, cache_folder_name, has_manifest
 from moelab.data.sources import NAMED_SOURCES, resolve_source
 from moelab.data.tokenizer import file_sha256
 from moelab.errors import MoelabError, short_text
-from moelab.fileio import atomic_write, atomic_write_json
+from moelab.fileio import atomic_write, atomic_write_json, read_json
 from moelab.train.checkpoint import MODEL_FILE, latest_checkpoint, read_state, verify_files
 from moelab.train.evaluation import evaluate, scored_bytes
 from moelab.train.loop import train
@@ -205,7 +205,7 @@ def read_finetune_reference(run_dir: str | Path) -> FinetuneReference:
 def _read_reference(out: RunFolder) -> FinetuneReference:
     path = out.path / FINETUNE_FILE
     try:
-        record = json.loads(path.read_text(encoding="utf-8"))
+        record = read_json(path)
         return FinetuneReference(**{f.name: record[f.name] for f in fields(FinetuneReference)})
     except (OSError, ValueError, KeyError, TypeError):
         raise MoelabError(f"{path} is missing or corrupt: delete {out.path} and fine-tune "

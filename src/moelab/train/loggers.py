@@ -14,7 +14,7 @@ from typing import Any
 
 from moelab.config import Config, to_dict
 from moelab.errors import MoelabError, short_repr, short_text
-from moelab.fileio import atomic_write_json
+from moelab.fileio import atomic_write_json, read_json
 from moelab.train.run_folder import RunFolder
 
 DEFAULT_WANDB_PROJECT = "moelab"
@@ -129,7 +129,7 @@ def _stored_wandb_id(run: RunFolder):
     if not path.exists():
         return None
     try:
-        run_id = json.loads(path.read_text("utf-8")).get("id")
+        run_id = read_json(path).get("id")
     except (OSError, ValueError, AttributeError):
         run_id = None
     if not (isinstance(run_id, str) and run_id.isalnum()):

@@ -23,6 +23,7 @@ from moelab.config import DISPLAY_KEYS, Config, build_config, read_raw, save_con
 from moelab.data.tokenizer import Tokenizer, file_sha256
 from moelab.errors import MoelabError, short_repr
 from moelab.fileio import (
+    read_json,
     WriterLock, atomic_write, check_folder_kind, atomic_write_json, atomic_write_text, is_bookkeeping,
     remove_stale_temporaries,
 )
@@ -156,7 +157,7 @@ class RunFolder:
         if not self.summary_path.is_file():
             return None
         try:
-            summary = json.loads(self.summary_path.read_text(encoding="utf-8"))
+            summary = read_json(self.summary_path)
         except (OSError, ValueError) as exc:
             raise MoelabError(f"{self.summary_path} is corrupt ({exc}): resume the run "
                               f"(--resume) to write it again from its last checkpoint") from None
