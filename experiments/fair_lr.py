@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from moelab.fileio import atomic_write_json
+from moelab.fileio import atomic_write_json, portable_command
 from moelab.runs import execute_plan, is_complete
 from moelab.runs.data import prepare_shared_data
 from moelab.runs.launchers.local import LocalLauncher
@@ -36,6 +36,7 @@ from moelab.study.settings import load_study
 from moelab.study.stats import holm, min_detectable_gap, paired_test
 from moelab.train.run_folder import RunFolder
 
+ROOT = Path(__file__).resolve().parents[1]
 RESULTS = Path(__file__).parent / "results" / "fair_lr.json"
 MOE = "moe"
 
@@ -142,7 +143,7 @@ def main() -> None:
               f"  {row['verdict']}")
 
     entry = {
-        "command": "experiments/fair_lr.py " + " ".join(sys.argv[1:]),
+        "command": "experiments/fair_lr.py " + portable_command(sys.argv[1:], ROOT),
         "run_dirs_under": "the --out folder",
         "preset": args.preset, "lrs": lrs, "shared_lr": shared_lr,
         "select_seeds": select_seeds, "report_seeds": report_seeds,

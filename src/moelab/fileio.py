@@ -267,6 +267,22 @@ def refuse_overwriting_inputs(out: str | os.PathLike | None, flag: str,
                               f"command would overwrite; write to another path")
 
 
+def portable_command(argv: list[str], root: str | os.PathLike) -> str:
+    """A command line as a results file records it: an absolute path inside ``root`` (the
+    repository) relative to it, any other absolute path (an --out folder of the machine that
+    ran it) as its last part, so that a committed record names no machine's folders."""
+    def portable(arg: str) -> str:
+        flag, sep, value = arg.partition("=") if arg.startswith("--") else ("", "", arg)
+        if not os.path.isabs(value):
+            return arg
+        path, base = Path(value), Path(root).resolve()
+        shown = (str(path.resolve().relative_to(base)) if is_inside(path, base)
+                 else path.name or ".")
+        return f"{flag}{sep}{shown}"
+
+    return " ".join(portable(arg) for arg in argv)
+
+
 def _same_file(a: str | os.PathLike, b: str | os.PathLike) -> bool:
     if not os.path.exists(b):  # a preset or source name ("demo", "sample"), not a file
         return False

@@ -96,7 +96,7 @@ def fit_table_from_rows(path: Path, header: list[str], rows: list[dict[str, str]
     return columns
 
 
-MAX_CSV_ROWS = 100_000
+MAX_CSV_ROWS = 10_000
 """The most data rows a fit table may hold: a scaling sweep has hundreds of points, and a fit of
 a million (its bootstrap, its start grid) would run for hours without a word."""
 

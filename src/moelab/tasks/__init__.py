@@ -37,10 +37,10 @@ TRAINING_RESULTS_FILE = "tasks.json"
 
 
 def parse_task_names(text: str) -> list[str]:
-    """``"last_word,ending"`` -> ["last_word", "ending"]; ``"all"`` -> every task."""
+    """``"last_word,ending"`` -> ["last_word", "ending"]; ``"all"`` anywhere in the list ->
+    every task; each task once, in the order first named."""
     names = [name.strip() for name in text.split(",") if name.strip()]
-    if names == ["all"]:
-        return list(TASK_NAMES)
+    names = [task for name in names for task in (TASK_NAMES if name == "all" else [name])]
     unknown = [name for name in names if name not in TASK_NAMES]
     if unknown or not names:
         raise MoelabError(f"--tasks {short_repr(text)} is invalid: unknown task "
