@@ -66,6 +66,7 @@ def _start_wandb_run(config: Config, run: RunFolder, continuing: bool):
     # Offline unless the user chose otherwise: runs work without a network and can be synced
     # later with `wandb sync`.
     os.environ.setdefault("WANDB_MODE", "offline")
+    os.environ.setdefault("WANDB_SILENT", "true")  # moelab's own lines say what happens
     _keep_wandb_files_in(run.path / "wandb")
     run_id = _stored_wandb_id(run) if continuing else None
     if run_id is None:
@@ -79,8 +80,7 @@ def _start_wandb_run(config: Config, run: RunFolder, continuing: bool):
             project=tc.wandb_project or os.environ.get("WANDB_PROJECT") or DEFAULT_WANDB_PROJECT,
             entity=tc.wandb_entity, group=tc.wandb_group, name=tc.wandb_name or run.path.name,
             tags=tc.wandb_tags or None, config=to_dict(config),
-            settings=wandb.Settings(init_timeout=timeout,
-                                    silent=os.environ.get("WANDB_SILENT", "true") == "true"))
+            settings=wandb.Settings(init_timeout=timeout))
     except Exception as exc:  # noqa: BLE001 -- W&B's errors (network, auth, server) vary by version
         detail = next((line.strip() for line in str(exc).splitlines() if line.strip()),
                       type(exc).__name__)
