@@ -197,3 +197,33 @@ def test_a_source_file_too_large_to_read_whole_is_refused_with_the_limit(tmp_pat
     refused_on_one_line(capsys, ["prepare-data", "--source", str(big), "--out",
                                  str(tmp_path / "cache")], "big.txt", "20.0 GB", "4 GiB")
     assert time.monotonic() - started < 30
+
+
+def test_wandb_keeps_its_files_in_the_run_and_a_corrupt_record_is_refused_on_resume(tmp_path):
+    pytest.importorskip("wandb")
+    home = tmp_path / "home"
+    env = {**os.environ, "WANDB_MODE": "offline", "HOME": str(home),
+           "XDG_CACHE_HOME": str(home / ".cache"), "XDG_CONFIG_HOME": str(home / ".config"),
+           "PYTHONPATH": str(REPO / "src"), "OMP_NUM_THREADS": "1"}
+    for name in ("WANDB_DIR", "WANDB_CACHE_DIR", "WANDB_CONFIG_DIR", "WANDB_DATA_DIR",
+                 "WANDB_ARTIFACT_DIR", "WANDB_SILENT", "WANDB_PROJECT", "WANDB_RUN_ID"):
+        env.pop(name, None)
+    run = tmp_path / "run"
+
+    def train(resume: bool) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "moelab", "train", "demo", "--out", str(run),
+                               *_sets(TINY_MOE_RUN + ["train.wandb=true", "train.eval_interval=1",
+                                                      "train.max_tokens=256"]),
+                               *(["--resume"] if resume else [])],
+                              capture_output=True, text=True, timeout=300, env=env)
+
+    done = train(resume=False)
+    assert done.returncode == 0, done.stderr
+    wandb_files = [p for p in home.rglob("*") if "wandb" in p.name.lower()] if home.exists() else []
+    assert wandb_files == []
+    assert any((run / "wandb").rglob("*.wandb"))
+    (run / "wandb.json").write_text("{not json")
+    (run / "summary.json").unlink()  # killed after its last checkpoint: --resume goes on
+    done = train(resume=True)
+    assert done.returncode == 2, done.stderr
+    assert "wandb.json is corrupt" in done.stderr and len(done.stderr.strip().splitlines()) == 1

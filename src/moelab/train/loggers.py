@@ -99,14 +99,15 @@ WANDB_FILE_VARIABLES = {"WANDB_CACHE_DIR": "cache", "WANDB_CONFIG_DIR": "config"
                         "WANDB_DATA_DIR": "data", "WANDB_ARTIFACT_DIR": "artifacts"}
 """Where W&B keeps files beside the run's own (default: the user's home): set to folders in
 the run's wandb/ unless the user set them, so that a run writes nothing outside its folder."""
-_set_here: set[str] = set()
+_set_here: dict[str, str] = {}
+"""The values this process gave those variables (a later run moves them to its own folder)."""
 
 
 def _keep_wandb_files_in(folder) -> None:
     for variable, name in WANDB_FILE_VARIABLES.items():
-        if variable not in os.environ or variable in _set_here:  # another run's folder: move on
-            os.environ[variable] = str(folder / name)
-            _set_here.add(variable)
+        current = os.environ.get(variable)
+        if current is None or current == _set_here.get(variable):
+            _set_here[variable] = os.environ[variable] = str(folder / name)
 
 
 def _wandb_init_timeout() -> float:
