@@ -56,7 +56,7 @@ def test_a_compare_into_a_study_folder_is_refused_and_the_study_kept(tmp_path, c
     assert main(["study", "demo", "--seeds", "2", "--out", str(study), "--list-runs"]) == 0
     before = _files(study)
     refused_on_one_line(capsys, ["compare", "demo", "demo", "--seeds", "1", "--out", str(study)],
-                        str(study), "moelab study", "not of compare")
+                        str(study), "holds no compare", "output of moelab study")
     assert _files(study) == before
 
 
@@ -64,9 +64,9 @@ def test_a_study_into_a_compare_folder_is_refused(compared, capsys):
     out, _ = compared
     before = _files(out)
     refused_on_one_line(capsys, ["study", "demo", "--seeds", "1", "--out", str(out), "--list-runs"],
-                        "moelab compare", "not of study")
+                        "holds no study", "output of moelab compare")
     refused_on_one_line(capsys, ["sweep-sparsity", "micro", "--out", str(out), "--list-runs"],
-                        "moelab compare", "not of sweep-sparsity")
+                        "holds no sweep-sparsity", "output of moelab compare")
     refused_on_one_line(capsys, ["pool", str(out), str(out), "--out", str(out)])
     assert _files(out) == before
 
@@ -87,7 +87,7 @@ def test_train_into_a_study_folder_is_refused(tmp_path, capsys):
     study = tmp_path / "study"
     assert main(["study", "demo", "--seeds", "1", "--out", str(study), "--list-runs"]) == 0
     before = _files(study)
-    refused_on_one_line(capsys, ["train", "demo", "--out", str(study)], "moelab study")
+    refused_on_one_line(capsys, ["train", "demo", "--out", str(study)], "output of moelab study")
     assert _files(study) == before
 
 

@@ -181,12 +181,12 @@ def check_folder_kind(folder: str | os.PathLike, kind: str, flag: str = "--out")
     """Refuse, on one line and before anything is written, a folder another kind of command
     owns: a compare trained into a study folder would be read back as the study's runs."""
     folder = Path(folder)
-    if folder.exists() and not folder.is_dir():
-        raise MoelabError(f"{flag} {folder} is a file: expected a folder")
-    owner = folder_kind(folder)
+    owner = folder_kind(folder) if folder.is_dir() else None
     if owner is not None and owner != kind:
-        raise MoelabError(f"{flag} {folder} is invalid: it holds the output of moelab {owner}, "
-                          f"not of {kind}; use another folder for {kind}")
+        held = sorted(p.name for p in folder.iterdir() if not is_bookkeeping(p))
+        listing = ", ".join(held[:3]) + (", ..." if len(held) > 3 else "")
+        raise MoelabError(f"{flag} {folder} is not empty and holds no {kind} (it has {listing}): "
+                          f"it holds the output of moelab {owner}; use another folder for {kind}")
 
 
 def claim_folder(folder: str | os.PathLike, kind: str, flag: str = "--out") -> None:

@@ -37,10 +37,15 @@ TRAINING_RESULTS_FILE = "tasks.json"
 
 
 def parse_task_names(text: str) -> list[str]:
-    """``"last_word,ending"`` -> ["last_word", "ending"]; ``"all"`` anywhere in the list ->
+    """``"last_word,ending"`` -> ["last_word", "ending"]; ``"all"`` (or ``"all,all"``) ->
     every task; each task once, in the order first named."""
     names = [name.strip() for name in text.split(",") if name.strip()]
-    names = [task for name in names for task in (TASK_NAMES if name == "all" else [name])]
+    if "all" in names:  # all, once or more, is every task; beside a task's name it is a slip
+        if set(names) == {"all"}:
+            return list(TASK_NAMES)
+        raise MoelabError(f"--tasks {short_repr(text)} is invalid: all already names every "
+                          f"task, give it alone; allowed: a comma-separated list of "
+                          f"{', '.join(TASK_NAMES)}, or all")
     unknown = [name for name in names if name not in TASK_NAMES]
     if unknown or not names:
         raise MoelabError(f"--tasks {short_repr(text)} is invalid: unknown task "
