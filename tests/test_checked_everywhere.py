@@ -16,10 +16,11 @@ import pytest
 
 from moelab.cli import main
 from moelab.config import load_config
-from moelab.errors import ConfigError
+from moelab.errors import ConfigError, MoelabError
 from moelab.scaling.table import MAX_CSV_ROWS, read_csv_rows
 from moelab.sweep.report import partial_results_text
 from moelab.tasks import TASK_NAMES, parse_task_names
+from moelab.train.events import read_events
 from one_line_errors import refused_on_one_line
 from tiny_overrides import TINY_MOE_RUN
 
@@ -169,6 +170,17 @@ def test_a_deeply_nested_file_is_named_in_its_error(tmp_path, capsys):
     deep = tmp_path / "deep.json"
     deep.write_text("[" * 100_000 + "]" * 100_000)
     refused_on_one_line(capsys, ["pool", str(deep), str(deep)], str(deep))
+
+
+def test_a_deeply_nested_line_is_named_by_its_file_and_line(tmp_path, capsys):
+    metrics = tmp_path / "metrics.jsonl"
+    metrics.write_text('{"kind": "train", "step": 1, "tokens": 8}\n' + "[" * 100_000 + "\n")
+    with pytest.raises(MoelabError, match=f"{metrics} line 2 is not valid JSON"):
+        read_events(metrics)
+    stories = tmp_path / "stories.jsonl"
+    stories.write_text('{"text": "a story"}\n' + "[" * 100_000 + "\n")
+    refused_on_one_line(capsys, ["prepare-data", "--source", str(stories), "--out",
+                                 str(tmp_path / "cache")], f"{stories} line 2")
 
 
 def test_all_twice_names_every_task_once():

@@ -83,11 +83,12 @@ def test_the_owner_is_recorded_and_older_folders_are_told_by_their_files(compare
     assert folder_kind(tmp_path / "missing") is None
 
 
-def test_train_into_a_study_folder_is_refused(tmp_path, capsys):
+def test_train_or_prepare_data_into_a_study_folder_is_refused(tmp_path, capsys):
     study = tmp_path / "study"
     assert main(["study", "demo", "--seeds", "1", "--out", str(study), "--list-runs"]) == 0
     before = _files(study)
     refused_on_one_line(capsys, ["train", "demo", "--out", str(study)], "output of moelab study")
+    refused_on_one_line(capsys, ["prepare-data", "--out", str(study)], "output of moelab study")
     assert _files(study) == before
 
 

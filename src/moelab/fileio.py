@@ -202,11 +202,16 @@ def read_json(path: str | os.PathLike) -> Any:
     """A JSON file's content. Too deep a nesting is a ``JSONDecodeError`` naming the file, like
     any other malformed JSON (``json`` raises a bare ``RecursionError``), so that every
     reader's handler of malformed JSON names the file."""
-    text = Path(path).read_bytes().decode("utf-8")
+    return parse_json(Path(path).read_bytes().decode("utf-8"), str(path))
+
+
+def parse_json(text: str, where: str = "the JSON text") -> Any:
+    """``json.loads(text)``, too deep a nesting a ``JSONDecodeError`` naming ``where`` (the
+    file, or the file and line) instead of a bare ``RecursionError``."""
     try:
         return json.loads(text)
     except RecursionError:
-        raise json.JSONDecodeError(f"{path} nests too deeply", text, 0) from None
+        raise json.JSONDecodeError(f"{where} nests too deeply", text, 0) from None
 
 
 def _read_json_object(path: Path) -> dict:

@@ -167,6 +167,8 @@ def print_comparison(result, out: Path) -> None:
     if math.isfinite(gap.min_detectable_gap):
         print(f"    min detectable gap {format_number(gap.min_detectable_gap)} "
               f"(power {POWER:g}, two-sided alpha {ALPHA:.2g})")
+    if result.missing:
+        print(f"not complete, left out of the test: {', '.join(result.missing)}")
     print(f"\nresults: {out / 'compare.json'}")
 
 

@@ -109,15 +109,14 @@ def report_sweep(out_dir: Path) -> int:
 
 
 def sweep_exit_code(out_dir: Path, report_path: Path) -> int:
-    """0 when every planned run and finetune is complete; else EXIT_INCOMPLETE (the report's
-    "Partial results" section names what is missing)."""
-    from moelab.sweep.commands import incomplete_runs
+    """0 when results.csv holds every planned run and finetune; else EXIT_INCOMPLETE (the
+    report's "Partial results" section says the same)."""
+    from moelab.sweep.report import completeness
 
-    missing = incomplete_runs(out_dir)
-    if not missing:
+    counts = completeness(out_dir)
+    if counts.complete:
         return 0
-    return incomplete(f"{len(missing)} planned runs are not complete ({', '.join(missing[:3])}"
-                      f"{', ...' if len(missing) > 3 else ''}; see {out_dir / 'failures.json'}): "
+    return incomplete(f"results.csv holds {counts.describe()} (see {out_dir / 'failures.json'}): "
                       f"{report_path} is partial")
 
 

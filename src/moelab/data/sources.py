@@ -128,7 +128,7 @@ def jsonl_stories(text: str, where: str) -> list[str]:
             continue
         try:
             record = json.loads(line)
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, RecursionError):
             raise MoelabError(f"{where} line {line_number} is not valid JSON") from None
         fields = [f for f in JSONL_TEXT_FIELDS if isinstance(record, dict) and f in record]
         field = fields[0] if fields else None

@@ -22,7 +22,7 @@ from moelab.runs.records import check_run_files
 from moelab.scaling.fitting import check_num_starts
 from moelab.sweep.grid import SweepGrid, load_grid
 from moelab.sweep.plan import SweepPoint, plan_sweep, plan_sweep_folder, recorded_fit_settings
-from moelab.sweep.folder import read_optional_json, read_results
+from moelab.sweep.folder import read_results
 from moelab.sweep.report import render_sweep_report, write_sweep_report
 from moelab.sweep.results import collect_results, write_results_csv
 
@@ -100,15 +100,6 @@ def rewrite_sweep_outputs(out_dir: Path, log: Callable[[str], None] = print) -> 
             return report_from_stored_table(out_dir, log)
         return write_sweep_outputs(out_dir, grid, plan_sweep(grid),
                                    **recorded_fit_settings(out_dir))
-
-
-def incomplete_runs(out_dir: Path) -> list[str]:
-    """The runs and finetunes plan.json plans whose run folder is not complete (failed, or
-    never trained): what makes the sweep's outputs partial."""
-    plan = read_optional_json(Path(out_dir) / "plan.json") or {}
-    planned = [*plan.get("runs", []), *plan.get("finetunes", [])]
-    return [str(run.get("name")) for run in planned if isinstance(run, dict)
-            and not is_complete(Path(out_dir) / str(run.get("run_dir", "")))]
 
 
 def stored_runs(out_dir: Path) -> tuple[list[str], list[str]]:

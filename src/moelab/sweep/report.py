@@ -11,6 +11,7 @@ prints is in one of them; it computes nothing but the fitted law's curves in the
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -77,21 +78,48 @@ def render_sweep_report(out_dir: Path) -> Path:
     return atomic_write_text(out_dir / "report.md", "\n".join(s for s in sections if s))
 
 
+@dataclass(frozen=True)
+class Completeness:
+    """How much of its plan a sweep's results.csv holds: what every table and fit reads."""
+
+    runs: int
+    planned_runs: int
+    finetunes: int
+    planned_finetunes: int
+
+    @property
+    def complete(self) -> bool:
+        return self.runs >= self.planned_runs and self.finetunes >= self.planned_finetunes
+
+    def describe(self) -> str:
+        counts = [f"{self.runs} of {self.planned_runs} planned runs"]
+        if self.planned_finetunes:
+            counts.append(f"{self.finetunes} of {self.planned_finetunes} planned finetunes")
+        return " and ".join(counts)
+
+
+def completeness(out_dir: Path, rows: list[dict[str, str]] | None = None) -> Completeness:
+    """plan.json's runs and finetunes against the rows of results.csv (read when not given)
+    that hold them; a folder without plan.json counts as complete."""
+    if rows is None:
+        results = read_results(out_dir)
+        rows = results[1] if results else []
+    plan = read_optional_json(Path(out_dir) / "plan.json") or {}
+    return Completeness(len(rows), len(plan.get("runs", [])),
+                        sum(1 for row in rows if row.get("finetune_val_loss")),
+                        len(plan.get("finetunes", [])))
+
+
 def partial_results_text(out_dir: Path, rows: list[dict[str, str]]) -> str:
     """A section saying the report is partial, with the counts, when results.csv holds fewer
     runs or finetunes than plan.json planned (failed, or not trained); "" when complete."""
-    plan = read_optional_json(out_dir / "plan.json") or {}
-    planned_runs, planned_finetunes = len(plan.get("runs", [])), len(plan.get("finetunes", []))
-    finetuned = sum(1 for row in rows if row.get("finetune_val_loss"))
-    if len(rows) >= planned_runs and finetuned >= planned_finetunes:
+    counts = completeness(out_dir, rows)
+    if counts.complete:
         return ""
-    counts = [f"{len(rows)} of {planned_runs} planned runs"]
-    if planned_finetunes:
-        counts.append(f"{finetuned} of {planned_finetunes} planned finetunes")
-    return ("## Partial results\n\n**This report is partial**: it reads "
-            + " and ".join(counts) + "; the others failed (`failures.json` gives each one's "
-            "error) or were not trained, and every table and fit below leaves them out. Train "
-            "them again with the same `moelab sweep-sparsity` command.\n")
+    return ("## Partial results\n\n**This report is partial**: it reads " + counts.describe()
+            + "; the others failed (`failures.json` gives each one's error) or were not "
+            "trained, and every table and fit below leaves them out. Train them again with the "
+            "same `moelab sweep-sparsity` command.\n")
 
 
 def _law_sections(analysis: SweepAnalysis, n_rows: int) -> list[str]:
