@@ -239,3 +239,24 @@ def test_wandb_keeps_its_files_in_the_run_and_a_corrupt_record_is_refused_on_res
     done = train(resume=True)
     assert done.returncode == 2, done.stderr
     assert "wandb.json is corrupt" in done.stderr and len(done.stderr.strip().splitlines()) == 1
+
+
+def test_a_sweep_whose_finetunes_all_fail_exits_incomplete_and_its_report_says_so(
+        tmp_path, capsys):
+    corpus = tmp_path / "short"  # a corpus, but its validation split is too short to score
+    corpus.mkdir()
+    (corpus / "train.txt").write_text("".join(f"A story number {i} about a cat.\n<|endoftext|>\n"
+                                              for i in range(40)))
+    (corpus / "valid.txt").write_text("A cat.\n")
+    out = tmp_path / "sweep"
+    capsys.readouterr()
+    code = main(["sweep-sparsity", "micro", "--out", str(out), "--bootstrap", "0", "--set",
+                 f"finetune={{data: {corpus}, steps: 2, lr: 0.003}}"])
+    err = capsys.readouterr().err
+    assert code == 3, err
+    assert "0 of 4 planned finetunes" in err and "Traceback" not in err
+    planned = json.loads((out / "plan.json").read_text())["runs"]
+    failures = json.loads((out / "failures.json").read_text())
+    assert sorted(failures) == sorted(f"finetune/{run['name']}" for run in planned)
+    report = (out / "report.md").read_text()
+    assert "**This report is partial**" in report and "0 of 4 planned finetunes" in report
