@@ -144,10 +144,10 @@ def _compare(args) -> int:
     else:
         print_comparison(result, out)
     if result.missing:
+        shown = ", ".join(result.missing[:3]) + (", ..." if len(result.missing) > 3 else "")
         return incomplete(f"{len(result.missing)} of the compared runs are not complete "
-                          f"({', '.join(result.missing[:3])}{', ...' if len(result.missing) > 3 else ''}; "
-                          f"see {out / 'failures.json'}): the comparison is over the seeds both "
-                          "sides finished")
+                          f"({shown}; see {out / 'failures.json'}): the comparison is over the "
+                          "seeds both sides finished")
     return 0
 
 

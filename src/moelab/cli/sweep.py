@@ -78,7 +78,8 @@ def _sweep(args) -> int:
         from moelab.runs import is_complete
         from moelab.runs.launchers.commands import train_commands
 
-        with writer_lock(out_dir, kind=SWEEP_KIND):  # it writes the plan: the same one writer as a sweep
+        # It writes the plan: the same one writer as a sweep.
+        with writer_lock(out_dir, kind=SWEEP_KIND):
             _, specs = plan_sweep_folder(grid, out_dir)
             commands = train_commands(out_dir, [s for s in specs
                                                 if not is_complete(out_dir / s.run_dir)])

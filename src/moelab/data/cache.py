@@ -27,7 +27,9 @@ from moelab.data.tokenizer import (
     TOKENIZER_RECIPE_VERSION, Tokenizer, check_data_supports_vocab, file_sha256, train_tokenizer,
 )
 from moelab.errors import MoelabError, short_repr
-from moelab.fileio import atomic_write, atomic_write_json, read_json, remove_stale_temporaries, writer_lock
+from moelab.fileio import (
+    atomic_write, atomic_write_json, read_json, remove_stale_temporaries, writer_lock,
+)
 
 MANIFEST = "manifest.json"
 TOKENIZER_FILE = "tokenizer.json"

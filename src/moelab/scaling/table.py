@@ -101,7 +101,8 @@ MAX_CSV_ROWS = 10_000
 a million (its bootstrap, its start grid) would run for hours without a word."""
 
 
-def read_csv_rows(path: Path, max_rows: int = MAX_CSV_ROWS) -> tuple[list[str], list[dict[str, str]]]:
+def read_csv_rows(path: Path, max_rows: int = MAX_CSV_ROWS
+                  ) -> tuple[list[str], list[dict[str, str]]]:
     """The header and rows of a CSV file as a spreadsheet writes it (a UTF-8 byte-order mark
     is no part of the first column's name); a row with more cells than the header, or more
     rows than ``max_rows``, is refused naming its line."""

@@ -25,8 +25,7 @@ from moelab.config import (
 )
 from moelab.errors import MoelabError, short_repr
 from moelab.fileio import (
-    read_json,
-    atomic_write_json, atomic_write_text, is_bookkeeping, remove_stale_temporaries,
+    atomic_write_json, atomic_write_text, is_bookkeeping, read_json, remove_stale_temporaries,
 )
 from moelab.runs import RunSpec, write_run_configs
 from moelab.runs.spec import branch_record

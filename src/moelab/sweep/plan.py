@@ -220,7 +220,8 @@ def check_finetune_data(grid: SweepGrid, points: list[SweepPoint]) -> None:
     try:
         resolve_source(data_config).load()
     except MoelabError as exc:
-        raise MoelabError(f"finetune.data={short_repr(grid.finetune.data)} is invalid: {exc}") from None
+        raise MoelabError(f"finetune.data={short_repr(grid.finetune.data)} is invalid: "
+                          f"{exc}") from None
 
 
 def plan_sweep_folder(grid: SweepGrid, out_dir: Path, fit_settings: dict | None = None

@@ -135,5 +135,6 @@ def _stored_wandb_id(run: RunFolder):
         run_id = None
     if not (isinstance(run_id, str) and run_id.isalnum()):
         raise MoelabError(f"{path} is corrupt (no W&B run id in it): it names the W&B run this "
-                          "run continues; restore it, or delete it to log the rest to a new W&B run")
+                          "run continues; restore it, or delete it to log the rest to a new W&B "
+                          "run")
     return run_id

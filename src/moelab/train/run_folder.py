@@ -23,9 +23,8 @@ from moelab.config import DISPLAY_KEYS, Config, build_config, read_raw, save_con
 from moelab.data.tokenizer import Tokenizer, file_sha256
 from moelab.errors import MoelabError, short_repr
 from moelab.fileio import (
-    read_json,
-    WriterLock, atomic_write, check_folder_kind, atomic_write_json, atomic_write_text, is_bookkeeping,
-    remove_stale_temporaries,
+    WriterLock, atomic_write, atomic_write_json, atomic_write_text, check_folder_kind,
+    is_bookkeeping, read_json, remove_stale_temporaries,
 )
 from moelab.train.events import read_events
 from moelab.train.summary import RunSummary
