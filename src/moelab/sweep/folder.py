@@ -35,8 +35,8 @@ def read_json(path: Path) -> dict:
     try:
         record = read_json_file(path)
     except FileNotFoundError:
-        raise MoelabError(f"{path} is missing: {path.parent} is not a sweep folder (moelab "
-                          "sweep-sparsity writes one)") from None
+        raise MoelabError(f"cannot read {path}: no such file; {path.parent} is not a sweep "
+                          "folder (moelab sweep-sparsity writes one)") from None
     except OSError as exc:
         raise MoelabError(f"cannot read {path}: {exc.strerror or exc}") from None
     except UnicodeDecodeError as exc:
