@@ -154,8 +154,10 @@ def writer_lock(folder: str | os.PathLike, *, wait: bool = False,
         lock.release()
 
 
-FOLDER_RECORD = ".moelab-folder.json"
-"""In every folder a moelab command writes: which kind of command owns it (``claim_folder``)."""
+FOLDER_RECORD = ".moelab-folder"
+"""In every folder a moelab command writes: which kind of command owns it (``claim_folder``),
+a JSON object named without a .json suffix, so that no reader of a folder's *.json files
+takes it for one of its results."""
 
 KIND_FILES = {"grid.json": "sweep-sparsity", "compare.json": "compare", "pooled.json": "pool",
               "summary.json": "run", "metrics.jsonl": "run", "config.yaml": "run"}
