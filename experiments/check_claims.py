@@ -1166,4 +1166,6 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from moelab.cli import run_command
+
+    raise SystemExit(run_command(main, "check_claims"))

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from moelab.fileio import atomic_write_json
+from moelab.fileio import atomic_write_json, portable_command
 from moelab.runs import execute_plan, is_complete
 from moelab.runs.data import prepare_shared_data
 from moelab.runs.launchers.local import LocalLauncher
@@ -41,6 +41,7 @@ from moelab.study.stats import holm, min_detectable_gap, paired_test
 from moelab.study.tuning import LrTuning, selection_specs, tuning_record
 from moelab.train.run_folder import RunFolder
 
+ROOT = Path(__file__).resolve().parents[1]
 RESULTS = Path(__file__).parent / "results" / "fair_lr.json"
 MOE = "moe"
 
@@ -171,7 +172,7 @@ def main() -> None:
               f"  {row['verdict']}")
 
     entry = {
-        "command": "experiments/fair_lr.py " + " ".join(sys.argv[1:]),
+        "command": "experiments/fair_lr.py " + portable_command(sys.argv[1:], ROOT),
         "run_dirs_under": "the --out folder",
         "preset": args.preset, "lrs": lrs, "shared_lr": shared_lr,
         "select_seeds": select_seeds, "report_seeds": report_seeds,
@@ -190,4 +191,6 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from moelab.cli import run_command
+
+    raise SystemExit(run_command(main, "fair_lr"))

@@ -54,4 +54,6 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from moelab.cli import run_command
+
+    raise SystemExit(run_command(main, "finetune_pilot"))

@@ -415,4 +415,6 @@ def print_entry(entry: dict) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from moelab.cli import run_command
+
+    raise SystemExit(run_command(main, "recipe"))

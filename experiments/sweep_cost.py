@@ -118,4 +118,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from moelab.cli import run_command
+
+    raise SystemExit(run_command(main, "sweep_cost"))

@@ -92,4 +92,6 @@ def print_check(name: str, check: dict) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from moelab.cli import run_command
+
+    raise SystemExit(run_command(main, "sweep_seeds"))

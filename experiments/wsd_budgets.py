@@ -163,4 +163,6 @@ def markdown_table(entry: dict) -> str:
 
 
 if __name__ == "__main__":
-    main()
+    from moelab.cli import run_command
+
+    raise SystemExit(run_command(main, "wsd_budgets"))

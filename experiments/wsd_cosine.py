@@ -36,11 +36,12 @@ from pathlib import Path
 
 import numpy as np
 
-from moelab.fileio import atomic_write_json
+from moelab.fileio import atomic_write_json, portable_command
 from moelab.study.results import json_safe
 from moelab.study.stats import holm, min_detectable_gap, paired_difference
 from moelab.train.run_folder import RunFolder
 
+ROOT = Path(__file__).resolve().parents[1]
 RESULTS = Path(__file__).parent / "results" / "wsd_cosine.json"
 SEQ_LEN = 128  # the demo's context
 SHORT, LONG = 1000, 3000  # steps
@@ -205,7 +206,7 @@ def main() -> None:
               f"{row['verdict']}")
 
     entry = {
-        "command": "experiments/wsd_cosine.py " + " ".join(sys.argv[1:]),
+        "command": "experiments/wsd_cosine.py " + portable_command(sys.argv[1:], ROOT),
         "run_dirs_under": "the --out folder",
         "preset": "demo", "data": args.data, "common_overrides": COMMON,
         "horizons_steps": [SHORT, LONG], "tokens_per_step": args.batch_size * SEQ_LEN,
@@ -226,4 +227,6 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from moelab.cli import run_command
+
+    raise SystemExit(run_command(main, "wsd_cosine"))

@@ -13,6 +13,7 @@ import yaml
 from PIL import Image
 
 from moelab.cli import main
+from moelab.errors import EXIT_INCOMPLETE
 
 pytestmark = pytest.mark.slow
 
@@ -179,8 +180,10 @@ def test_parallel_jobs_train_the_same_runs_and_record_a_failing_one(study, tmp_p
     shutil.copytree(study / "runs/dense_active/seed0", parallel / "runs/moe/seed0")
     (parallel / "runs/moe/seed0/summary.json").unlink()
     capsys.readouterr()
-    assert main(study_argv(parallel) + ["--jobs", "2"]) == 0
-    out = capsys.readouterr().out
+    # It did not do all it was asked: exit 3, the report and stderr say which run is missing.
+    assert main(study_argv(parallel) + ["--jobs", "2"]) == EXIT_INCOMPLETE
+    out, err = capsys.readouterr()
+    assert "incomplete: 1 planned runs are not complete" in err
     assert "6 runs planned, 0 already complete, 6 to train, 2 at a time" in out
 
     failures = json.loads((parallel / "failures.json").read_text())

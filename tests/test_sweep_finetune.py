@@ -15,6 +15,7 @@ import csv
 import dataclasses
 import hashlib
 import json
+import shutil
 
 import numpy as np
 import pytest
@@ -103,6 +104,20 @@ def test_the_report_section_is_rebuilt_from_files(sweep, capsys):
     assert main(["report", str(sweep)]) == 0
     for name, text in saved.items():
         assert (sweep / name).read_text() == text, name
+
+
+def test_a_report_with_a_finetune_folder_missing_says_it_is_partial(sweep, tmp_path, capsys):
+    copy = tmp_path / "copy"
+    shutil.copytree(sweep, copy)
+    gone = sorted((copy / "runs" / "finetune").rglob("summary.json"))[0].parent
+    shutil.rmtree(gone)
+    capsys.readouterr()
+    assert main(["report", str(copy)]) == 3
+    assert "3 of 4 planned finetunes" in capsys.readouterr().err
+    report = (copy / "report.md").read_text()
+    assert "**This report is partial**" in report
+    assert "4 of 4 planned runs and 3 of 4 planned finetunes" in report
+    assert json.loads((copy / "finetune.json").read_text())["runs"] == 3
 
 
 def test_finetunes_are_planned_after_their_runs_and_listed_as_finetune_commands(tmp_path):

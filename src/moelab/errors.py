@@ -53,6 +53,19 @@ input), 130 (Ctrl-C) and 143 (killed by SIGTERM before it could save), so that a
 can requeue exactly the runs that will resume (docs/cluster.md)."""
 
 
+EXIT_INCOMPLETE = 3
+"""The exit code of a command that finished but did not do all it was asked: some of its runs
+failed or were never trained. Its outputs are written, and say themselves that they are partial
+(a report's "Partial results" section, failures.json); distinct from 0 (all done), 1 (a bug),
+2 (bad input) and 75 (preempted, will resume)."""
+
+
+def incomplete(message: str) -> int:
+    """Tell on stderr, on one line, what a command left undone; returns ``EXIT_INCOMPLETE``."""
+    print(f"moelab: incomplete: {message}", file=sys.stderr)
+    return EXIT_INCOMPLETE
+
+
 class Preempted(BaseException):
     """A run or study stopped at a step boundary on request, its checkpoints saved.
 

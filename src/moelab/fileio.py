@@ -90,14 +90,19 @@ class WriterLock:
     """A folder's writer lock, held until ``release()`` or the holder's exit.
 
     An OS lock (``flock`` on ``LOCK_NAME`` in the folder), so the kernel releases it when its
-    holder dies, however it dies: a lock is never stale. Readers do not take it.
+    holder dies, however it dies: a lock is never stale. Readers do not take it. Given the
+    ``kind`` of command that writes the folder, the lock also claims it (``claim_folder``):
+    a folder another kind of command wrote is refused before anything is created in it.
     """
 
-    def __init__(self, folder: str | os.PathLike, *, wait: bool = False):
+    def __init__(self, folder: str | os.PathLike, *, wait: bool = False,
+                 kind: str | None = None):
         """Take the lock, creating the folder if needed; a held one fails at once, naming its
         pid, or with ``wait`` is waited for (until its holder releases it or dies)."""
         self.folder = Path(folder)
         self._handle: int | None = None
+        if kind is not None:
+            check_folder_kind(self.folder, kind)  # before the lock file exists
         try:
             self.folder.mkdir(parents=True, exist_ok=True)
             self._handle = os.open(self.folder / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o666)
@@ -115,6 +120,12 @@ class WriterLock:
             raise MoelabError(_unlockable_message(self.folder, exc)) from None
         os.ftruncate(self._handle, 0)
         os.pwrite(self._handle, f"{os.getpid()}\n".encode("ascii"), 0)
+        if kind is not None:
+            try:  # again under the lock: another writer may have claimed it meanwhile
+                claim_folder(self.folder, kind)
+            except BaseException:
+                self.release()
+                raise
 
     def release(self) -> None:
         if self._handle is not None:
@@ -132,13 +143,87 @@ def _unlockable_message(folder: Path, exc: OSError) -> str:
 
 
 @contextlib.contextmanager
-def writer_lock(folder: str | os.PathLike, *, wait: bool = False) -> Iterator[None]:
-    """Hold the folder's ``WriterLock`` for the block (``wait``: wait for a held one)."""
-    lock = WriterLock(folder, wait=wait)
+def writer_lock(folder: str | os.PathLike, *, wait: bool = False,
+                kind: str | None = None) -> Iterator[None]:
+    """Hold the folder's ``WriterLock`` for the block (``wait``: wait for a held one; ``kind``:
+    claim the folder for that kind of command, ``claim_folder``)."""
+    lock = WriterLock(folder, wait=wait, kind=kind)
     try:
         yield
     finally:
         lock.release()
+
+
+FOLDER_RECORD = ".moelab-folder"
+"""In every folder a moelab command writes: which kind of command owns it (``claim_folder``),
+a JSON object named without a .json suffix, so that no reader of a folder's *.json files
+takes it for one of its results."""
+
+KIND_FILES = {"grid.json": "sweep-sparsity", "compare.json": "compare", "pooled.json": "pool",
+              "summary.json": "run", "metrics.jsonl": "run", "config.yaml": "run"}
+"""The files that tell the owner of a folder written before FOLDER_RECORD existed (plan.json
+names its kind itself): each kind of command writes one of them and no other kind does."""
+
+
+def folder_kind(folder: str | os.PathLike) -> str | None:
+    """The kind of command that owns ``folder``: as its FOLDER_RECORD names it, else as the
+    files only that kind writes tell (a folder from an older moelab); None for a folder no
+    moelab command wrote (missing, empty or someone else's)."""
+    folder = Path(folder)
+    record = _read_json_object(folder / FOLDER_RECORD)
+    if isinstance(record.get("kind"), str):
+        return record["kind"]
+    planned = _read_json_object(folder / "plan.json")
+    if (folder / "plan.json").is_file():
+        return str(planned.get("kind", "study"))
+    return next((kind for name, kind in KIND_FILES.items() if (folder / name).is_file()), None)
+
+
+def check_folder_kind(folder: str | os.PathLike, kind: str, flag: str = "--out") -> None:
+    """Refuse, on one line and before anything is written, a folder another kind of command
+    owns: a compare trained into a study folder would be read back as the study's runs."""
+    folder = Path(folder)
+    owner = folder_kind(folder) if folder.is_dir() else None
+    if owner is not None and owner != kind:
+        held = sorted(p.name for p in folder.iterdir() if not is_bookkeeping(p))
+        listing = ", ".join(held[:3]) + (", ..." if len(held) > 3 else "")
+        raise MoelabError(f"{flag} {folder} is not empty and holds no {kind} (it has {listing}): "
+                          f"it holds the output of moelab {owner}; use another folder for {kind}")
+
+
+def claim_folder(folder: str | os.PathLike, kind: str, flag: str = "--out") -> None:
+    """Check that ``folder`` is free or already ``kind``'s, and record ``kind`` as its owner
+    (the folder is created if needed). The one ownership check of every writing command."""
+    check_folder_kind(folder, kind, flag)
+    path = Path(folder) / FOLDER_RECORD
+    if _read_json_object(path).get("kind") != kind:
+        atomic_write_json(path, {"kind": kind})
+
+
+def read_json(path: str | os.PathLike) -> Any:
+    """A JSON file's content. Too deep a nesting is a ``JSONDecodeError`` naming the file, like
+    any other malformed JSON (``json`` raises a bare ``RecursionError``), so that every
+    reader's handler of malformed JSON names the file."""
+    return parse_json(Path(path).read_bytes().decode("utf-8"), str(path))
+
+
+def parse_json(text: str, where: str = "the JSON text") -> Any:
+    """``json.loads(text)``, too deep a nesting a ``JSONDecodeError`` naming ``where`` (the
+    file, or the file and line) instead of a bare ``RecursionError``."""
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise json.JSONDecodeError(f"{where} nests too deeply", text, 0) from None
+
+
+def _read_json_object(path: Path) -> dict:
+    """A small JSON object file, or {} when it is missing, unreadable or not an object (a
+    damaged record counts as none: the files the kind writes still tell it)."""
+    try:
+        content = read_json(path)
+    except (OSError, ValueError):
+        return {}
+    return content if isinstance(content, dict) else {}
 
 
 def remove_stale_temporaries(*folders: Path) -> None:
@@ -154,8 +239,9 @@ def remove_stale_temporaries(*folders: Path) -> None:
 
 
 def is_bookkeeping(path: Path) -> bool:
-    """Files moelab keeps beside a folder's contents: temporaries and the writer lock."""
-    return is_temporary(path) or path.name == LOCK_NAME
+    """Files moelab keeps beside a folder's contents: temporaries, the writer lock and the
+    record of the folder's owner."""
+    return is_temporary(path) or path.name in (LOCK_NAME, FOLDER_RECORD)
 
 
 def is_temporary(path: Path) -> bool:
@@ -174,16 +260,34 @@ def is_inside(path: str | os.PathLike, root: str | os.PathLike) -> bool:
     return resolved == resolved_root or resolved_root in resolved.parents
 
 
-def refuse_overwriting_inputs(out: str | os.PathLike, flag: str,
+def refuse_overwriting_inputs(out: str | os.PathLike | None, flag: str,
                               inputs: list[str | os.PathLike | None]) -> None:
     """Refuse an output path that is one of the command's inputs: the same path, a link to it
     or another name of the same file (a hard link); an input that is no file (a preset name)
     is none. Checked before anything is written, so the
     input stays as it was."""
+    if out is None:  # the command's default output, which no input can be
+        return
     for source in inputs:
         if source is not None and _same_file(out, source):
             raise MoelabError(f"{flag} {out} is invalid: it is the input {source}, which the "
                               f"command would overwrite; write to another path")
+
+
+def portable_command(argv: list[str], root: str | os.PathLike) -> str:
+    """A command line as a results file records it: an absolute path inside ``root`` (the
+    repository) relative to it, any other absolute path (an --out folder of the machine that
+    ran it) as its last part, so that a committed record names no machine's folders."""
+    def portable(arg: str) -> str:
+        flag, sep, value = arg.partition("=") if arg.startswith("--") else ("", "", arg)
+        if not os.path.isabs(value):
+            return arg
+        path, base = Path(value), Path(root).resolve()
+        shown = (str(path.resolve().relative_to(base)) if is_inside(path, base)
+                 else path.name or ".")
+        return f"{flag}{sep}{shown}"
+
+    return " ".join(portable(arg) for arg in argv)
 
 
 def _same_file(a: str | os.PathLike, b: str | os.PathLike) -> bool:

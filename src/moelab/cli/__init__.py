@@ -13,8 +13,11 @@ import argparse
 import importlib
 import os
 import sys
+from typing import Callable
 
-from moelab.errors import EXIT_PREEMPTED, Preempted, bad_input_message, short_text
+from moelab.errors import (
+    EXIT_PREEMPTED, MoelabError, Preempted, bad_input_message, short_repr, short_text,
+)
 from moelab.version import __version__
 
 # Modules with a register(subparsers) function, in the order their commands are listed.
@@ -44,13 +47,25 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
+    return run_command(lambda: _checked_call(args))
+
+
+def _checked_call(args: argparse.Namespace) -> int | None:
+    check_text_arguments(args)
+    return args.func(args)
+
+
+def run_command(command: Callable[[], int | None], prog: str = "moelab") -> int:
+    """Call ``command`` as a program's body and return its exit code: bad input is one line on
+    stderr and 2, a preempted run 75, Ctrl-C 130; anything else is a bug and keeps its
+    traceback. The one way ``moelab`` and the scripts in experiments/ end."""
     try:
-        return int(args.func(args) or 0)
+        return int(command() or 0)
     except Preempted as exc:
-        print(f"moelab: {exc}", file=sys.stderr)
+        print(f"{prog}: {exc}", file=sys.stderr)
         return EXIT_PREEMPTED
     except KeyboardInterrupt:
-        print("moelab: interrupted", file=sys.stderr)
+        print(f"{prog}: interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:  # `moelab ... | head` closed the pipe: stop quietly, as cat does
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no error at exit
@@ -59,8 +74,29 @@ def main(argv: list[str] | None = None) -> int:
         message = bad_input_message(exc)
         if message is None:
             raise
-        print(f"moelab: error: {message}", file=sys.stderr)
+        print(f"{prog}: error: {message}", file=sys.stderr)
         return 2
+
+
+def check_text_arguments(args: argparse.Namespace) -> None:
+    """Refuse an argument that is not UTF-8 text (bytes the shell passed that no encoding
+    reads reach Python as lone surrogates) before anything is written: moelab records paths
+    and overrides in UTF-8 files, and a path it cannot record would fail halfway, blamed on
+    whatever wrote it first (the tokenizer, a JSON record)."""
+    for dest, value in vars(args).items():
+        for text in value if isinstance(value, list) else [value]:
+            if isinstance(text, str) and not _is_utf8(text):
+                shown = "--" + dest.replace("_", "-") if dest != "func" else dest
+                raise MoelabError(f"{shown} {short_repr(text)} is invalid: not UTF-8 text; "
+                                  "allowed: paths and values that are UTF-8")
+
+
+def _is_utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def add_config_arguments(parser: argparse.ArgumentParser) -> None:

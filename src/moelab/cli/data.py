@@ -5,7 +5,10 @@ from __future__ import annotations
 import json
 
 from moelab.config import DataConfig, ModelConfig
-from moelab.fileio import refuse_overwriting_inputs
+from moelab.fileio import check_folder_kind, claim_folder, refuse_overwriting_inputs
+
+DATA_CACHE_KIND = "prepare-data"
+"""The kind of command that owns a --out cache folder (``moelab.fileio.claim_folder``)."""
 
 
 def register(subparsers) -> None:
@@ -54,12 +57,16 @@ def prepare_data_command(args) -> int:
     from moelab.data import prepare_data  # here: the data pipeline imports torch, --help must not
 
     refuse_overwriting_inputs(args.out, "--out", [args.source])
+    if args.out is not None:
+        check_folder_kind(args.out, DATA_CACHE_KIND)
     data_cfg = DataConfig(source=args.source, cache_dir=args.out,
                           valid_fraction=args.valid_fraction, text_field=args.text_field,
                           hf_config=args.hf_config, train_split=args.train_split,
                           valid_split=args.valid_split, max_train_stories=args.max_train_stories)
     data_cfg.validate()
     prepared = prepare_data(data_cfg, args.vocab_size, progress=not args.no_progress)
+    if args.out is not None:  # claimed once it holds a cache: a refused source leaves nothing
+        claim_folder(args.out, DATA_CACHE_KIND)
     summary = data_summary(prepared)
     if args.json:
         print(json.dumps(summary, indent=2))

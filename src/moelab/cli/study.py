@@ -11,7 +11,7 @@ from moelab.cli.launch import (
     add_launcher_arguments, build_launcher, check_launcher_options, print_submitted, wants_commands,
 )
 from moelab.cli.sweep import report_sweep
-from moelab.errors import MoelabError
+from moelab.errors import MoelabError, incomplete
 from moelab.fileio import writer_lock
 from moelab.report import (
     format_count, format_mean_std, format_number, format_p_value, markdown_table,
@@ -146,18 +146,24 @@ def _compare(args) -> int:
         from moelab.runs import is_complete, write_run_configs
 
         specs = comparison_specs(configs, seeds)
-        write_run_configs(out, specs)
+        with writer_lock(out, kind="compare"):  # it writes the plan: the same one writer
+            write_run_configs(out, specs)
         for command in train_commands(out, [s for s in specs if not is_complete(out / s.run_dir)]):
             print(command)
         return 0
     launcher = build_launcher(args)
-    with writer_lock(out):
+    with writer_lock(out, kind="compare"):
         result = run_comparison(configs, labels, seeds, out, common=args.overrides,
                                 launcher=launcher, tuning=tuning)
     if args.json:
         print(json.dumps(result.to_dict(), indent=2))
     else:
         print_comparison(result, out)
+    if result.missing:
+        shown = ", ".join(result.missing[:3]) + (", ..." if len(result.missing) > 3 else "")
+        return incomplete(f"{len(result.missing)} of the compared runs are not complete "
+                          f"({shown}; see {out / 'failures.json'}): the comparison is over the "
+                          "seeds both sides finished")
     return 0
 
 
@@ -184,6 +190,8 @@ def print_comparison(result, out: Path) -> None:
     if math.isfinite(gap.min_detectable_gap):
         print(f"    min detectable gap {format_number(gap.min_detectable_gap)} "
               f"(power {POWER:g}, two-sided alpha {ALPHA:.2g})")
+    if result.missing:
+        print(f"not complete, left out of the test: {', '.join(result.missing)}")
     print(f"\nresults: {out / 'compare.json'}")
 
 
@@ -298,7 +306,7 @@ def _study(args) -> int:
         check_disjoint(tuning.seed_list(config.train.seed), reporting)
     out = Path(args.out) if args.out else Path("out") / f"{Path(args.config).stem}-{args.kind}"
     if wants_commands(args):  # it writes the plan: the same one writer as a study
-        with writer_lock(out):
+        with writer_lock(out, kind=args.kind):
             commands = list_runs(args.kind, config, settings, out)
         for command in commands:
             print(command)
@@ -306,15 +314,24 @@ def _study(args) -> int:
     check_shared_data(config)  # a source without the text asked for: before the folder exists
     launcher = build_launcher(args)
     if args.detach:
-        with writer_lock(out):
+        with writer_lock(out, kind=args.kind):
             job_id = submit_study(args.kind, config, settings, out, launcher)
         print_submitted(job_id, out, local=args.slurm_local)
         return 0
-    with writer_lock(out):
+    with writer_lock(out, kind=args.kind):
         results = run_study(args.kind, config, settings, out, launcher=launcher, tuning=tuning,
                             until_resolved=until_resolved)
     print_results(results, out)
-    return 0
+    return study_exit_code(results, out)
+
+
+def study_exit_code(results: StudyResults, study_dir: Path) -> int:
+    """0 when every planned run is complete; else EXIT_INCOMPLETE, the report saying which are
+    missing (its "Incomplete runs" section)."""
+    if not results.missing_runs:
+        return 0
+    return incomplete(f"{len(results.missing_runs)} planned runs are not complete (see "
+                      f"{study_dir / 'failures.json'}); {study_dir / 'report.md'} is partial")
 
 
 def _report(args) -> int:
@@ -331,7 +348,7 @@ def _report(args) -> int:
         check_recorded_runs(study_dir)
         results = write_outputs(study_dir)
     print_results(results, study_dir)
-    return 0
+    return study_exit_code(results, study_dir)
 
 
 def _pool(args) -> int:
@@ -340,7 +357,7 @@ def _pool(args) -> int:
     pooled = pool([read_source(Path(source)) for source in args.sources])
     if args.out:
         check_out_dir(Path(args.out))  # before the lock, which would write into a study folder
-        with writer_lock(args.out):
+        with writer_lock(args.out, kind="pool"):
             write_pooled(pooled, Path(args.out))
     print(render_pooled(pooled))
     if args.out:

@@ -16,8 +16,11 @@ from moelab.cli.fit import MAX_BOOTSTRAP
 from moelab.cli.launch import (
     add_launcher_arguments, build_launcher, check_launcher_options, print_submitted, wants_commands,
 )
-from moelab.errors import MoelabError, short_repr
+from moelab.errors import MoelabError, incomplete, short_repr
 from moelab.fileio import refuse_overwriting_inputs, writer_lock
+
+SWEEP_KIND = "sweep-sparsity"
+"""The kind of command that owns a sweep folder (its plan.json's kind)."""
 
 
 def register(subparsers) -> None:
@@ -59,7 +62,7 @@ def _sweep(args) -> int:
     from moelab.runs.data import check_shared_data
     from moelab.sweep.commands import run_sweep, submit_sweep
     from moelab.sweep.grid import load_sweep_grid
-    from moelab.sweep.plan import plan_sweep, plan_sweep_folder
+    from moelab.sweep.plan import check_finetune_data, plan_sweep, plan_sweep_folder
 
     check_launcher_options(args)
     grid = load_sweep_grid(args.grid, args.overrides)
@@ -71,6 +74,7 @@ def _sweep(args) -> int:
     out_dir = Path(args.out) if args.out else Path("out") / f"{grid.name}-sweep"
     plan = plan_sweep(grid)
     tuning = _sweep_tuning(args, grid)
+    check_finetune_data(grid, plan)
     if args.dry_run:
         for point in plan:
             print(point.describe())
@@ -93,7 +97,8 @@ def _sweep(args) -> int:
         from moelab.runs import is_complete
         from moelab.runs.launchers.commands import train_commands
 
-        with writer_lock(out_dir):  # it writes the plan: the same one writer as a sweep
+        # It writes the plan: the same one writer as a sweep.
+        with writer_lock(out_dir, kind=SWEEP_KIND):
             _, specs = plan_sweep_folder(grid, out_dir)
             commands = train_commands(out_dir, [s for s in specs
                                                 if not is_complete(out_dir / s.run_dir)])
@@ -103,16 +108,16 @@ def _sweep(args) -> int:
     launcher = build_launcher(args)
     check_shared_data(plan[0].config)  # a source without the text asked for: before the folder
     if args.detach:
-        with writer_lock(out_dir):
+        with writer_lock(out_dir, kind=SWEEP_KIND):
             job_id = submit_sweep(grid, out_dir, launcher, bootstrap_replicates=args.bootstrap,
                                   max_starts=args.starts)
         print_submitted(job_id, out_dir, local=args.slurm_local)
         return 0
-    with writer_lock(out_dir):
+    with writer_lock(out_dir, kind=SWEEP_KIND):
         report_path = run_sweep(grid, out_dir, bootstrap_replicates=args.bootstrap,
                                 max_starts=args.starts, launcher=launcher, tuning=tuning)
     print(f"results: {out_dir / 'results.csv'}\nreport: {report_path}")
-    return 0
+    return sweep_exit_code(out_dir, report_path)
 
 
 def _sweep_tuning(args, grid):
@@ -139,7 +144,19 @@ def report_sweep(out_dir: Path) -> int:
 
     report_path = rewrite_sweep_outputs(out_dir)
     print(f"results: {out_dir / 'results.csv'}\nreport: {report_path}")
-    return 0
+    return sweep_exit_code(out_dir, report_path)
+
+
+def sweep_exit_code(out_dir: Path, report_path: Path) -> int:
+    """0 when results.csv holds every planned run and finetune; else EXIT_INCOMPLETE (the
+    report's "Partial results" section says the same)."""
+    from moelab.sweep.report import completeness
+
+    counts = completeness(out_dir)
+    if counts.complete:
+        return 0
+    return incomplete(f"results.csv holds {counts.describe()} (see {out_dir / 'failures.json'}): "
+                      f"{report_path} is partial")
 
 
 def _register_throughput(subparsers) -> None:

@@ -409,13 +409,16 @@ class TrainConfig:
     def _validate_wandb_fields(self, prefix: str) -> None:
         for name in ("wandb_project", "wandb_entity", "wandb_group", "wandb_name"):
             value = getattr(self, name)
-            if value is not None and not 0 < len(value.strip()) <= 128:
-                raise ConfigError(f"{prefix}.{name}={value!r} is invalid: allowed 1 to 128 "
-                                  "characters, or null")
-        if (any(not 0 < len(tag.strip()) <= 64 for tag in self.wandb_tags)
+            if value is not None and (not 0 < len(value.strip()) <= 128
+                                      or not value.isprintable()):
+                raise ConfigError(f"{prefix}.{name}={short_repr(value)} is invalid: allowed 1 to "
+                                  "128 printable characters on one line, or null")
+        if (any(not 0 < len(tag.strip()) <= 64 or not tag.isprintable()
+                for tag in self.wandb_tags)
                 or len(set(self.wandb_tags)) < len(self.wandb_tags)):
-            raise ConfigError(f"{prefix}.wandb_tags={self.wandb_tags!r} is invalid: allowed "
-                              "distinct tags of 1 to 64 characters (W&B's limit)")
+            raise ConfigError(f"{prefix}.wandb_tags={short_repr(self.wandb_tags)} is invalid: "
+                              "allowed distinct tags of 1 to 64 printable characters on one line "
+                              "(W&B's limit)")
 
     def _validate_budget_family_fields(self, prefix: str) -> None:
         """warmup_steps, keep_checkpoints_at, init_from/init_sha256 (their bounds against the

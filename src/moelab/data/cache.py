@@ -27,7 +27,9 @@ from moelab.data.tokenizer import (
     TOKENIZER_RECIPE_VERSION, Tokenizer, check_data_supports_vocab, file_sha256, train_tokenizer,
 )
 from moelab.errors import MoelabError, short_repr
-from moelab.fileio import atomic_write, atomic_write_json, remove_stale_temporaries, writer_lock
+from moelab.fileio import (
+    atomic_write, atomic_write_json, read_json, remove_stale_temporaries, writer_lock,
+)
 
 MANIFEST = "manifest.json"
 TOKENIZER_FILE = "tokenizer.json"
@@ -183,7 +185,7 @@ def load_cache(cache_dir: Path, source: Source, vocab_size: int
 
 def _read_manifest(path: Path) -> dict[str, Any]:
     try:
-        manifest = json.loads(path.read_text(encoding="utf-8"))
+        manifest = read_json(path)
     except (OSError, UnicodeDecodeError, json.JSONDecodeError):
         _corrupt(path, "it is not a readable JSON manifest")
     if not isinstance(manifest, dict) or not isinstance(manifest.get("splits"), dict):

@@ -138,7 +138,7 @@ def jsonl_stories(text: str, where: str) -> list[str]:
             continue
         try:
             record = json.loads(line)
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, RecursionError):
             raise MoelabError(f"{where} line {line_number} is not valid JSON") from None
         fields = [f for f in JSONL_TEXT_FIELDS if isinstance(record, dict) and f in record]
         field = fields[0] if fields else None
@@ -349,8 +349,18 @@ def _split_file(folder: Path, split: str) -> Path:
     )
 
 
+MAX_SOURCE_FILE_BYTES = 4 * 2**30
+"""The largest text file a source may be: it is read whole into memory (its content hash, its
+stories). TinyStories' train.txt is 1.9 GB; larger corpora come through data.source=hf."""
+
+
 def _read_raw(path: Path) -> bytes:
     try:
+        size = path.stat().st_size
+        if size > MAX_SOURCE_FILE_BYTES:
+            raise MoelabError(f"{path} is {size / 1e9:.1f} GB: allowed at most "
+                              f"{MAX_SOURCE_FILE_BYTES / 2**30:.0f} GiB per source file, which is "
+                              "read into memory whole (split it, or give a Hugging Face dataset)")
         return path.read_bytes()
     except OSError as exc:
         raise MoelabError(f"cannot read {path}: {exc.strerror or exc}") from None

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Optional
 
 from moelab.errors import bad_input_message
-from moelab.fileio import atomic_write_json
+from moelab.fileio import atomic_write_json, read_json
 
 
 def raised_error_line(exc: BaseException) -> str:
@@ -51,7 +51,7 @@ class ChildFailure:
     def read(cls, path: Path) -> Optional["ChildFailure"]:
         """The record at ``path``; None where the child left none (an empty or missing file)."""
         try:
-            record = json.loads(path.read_text(encoding="utf-8"))
+            record = read_json(path)
         except (OSError, ValueError):
             return None
         error = record.get("error") if isinstance(record, dict) else None

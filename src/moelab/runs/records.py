@@ -10,7 +10,7 @@ import yaml
 
 from moelab.config import read_yaml, yaml_problem
 from moelab.errors import MoelabError, short_repr, warn
-from moelab.fileio import atomic_write_json
+from moelab.fileio import atomic_write_json, read_json
 from moelab.train.checkpoint import latest_checkpoint
 from moelab.train.events import read_events
 from moelab.train.run_folder import RunFolder
@@ -33,7 +33,7 @@ def has_checkpoint(run_dir: Path) -> bool:
 def read_failures(folder: Path) -> dict[str, str]:
     """failures.json: run name -> the one-line error of its last failed attempt."""
     try:
-        return dict(json.loads((folder / "failures.json").read_text("utf-8")))
+        return dict(read_json((folder / "failures.json")))
     except (OSError, ValueError, TypeError):
         return {}
 

@@ -6,9 +6,12 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Iterable, Optional
 
-from moelab.config import Config, dump_config
-from moelab.errors import MoelabError
+import yaml
+
+from moelab.config import DISPLAY_KEYS, Config, build_config, dump_config, read_yaml, to_dict
+from moelab.errors import MoelabError, short_repr
 from moelab.fileio import atomic_write_text, is_inside
+from moelab.train.run_folder import first_difference
 
 
 @dataclass(frozen=True)
@@ -97,8 +100,56 @@ def write_run_configs(folder: Path, specs: list[RunSpec]) -> None:
             if not is_inside(path, folder):
                 raise MoelabError(f"{path} resolves to {path.resolve()}, outside {folder}: "
                                   f"refused (replace the link with a folder inside {folder})")
+    check_planned_configs(folder, specs)
     for spec in specs:
         atomic_write_text(folder / spec.config_path, dump_config(spec.config))
+
+
+def check_planned_configs(folder: Path, specs: list[RunSpec]) -> None:
+    """Refuse a plan that gives a run already planned in ``folder`` another config.
+
+    Every command that plans runs (study, compare, sweep) comes through here: a rerun with one
+    side or one key changed would otherwise find that run finished, skip it, and report the
+    old config's result under the new config's name. How a run is shown (``DISPLAY_KEYS``)
+    may change; keys added to moelab since take their defaults."""
+    for spec in specs:
+        path = folder / spec.config_path
+        old = _planned_config(path)
+        if old is None:
+            continue
+        new = _computed_part(to_dict(spec.config))
+        key, before, now = first_difference(old, new) or (None, None, None)
+        if key is not None:
+            raise MoelabError(
+                f"{folder} already holds run {spec.name} planned with another config: "
+                f"{key}={short_repr(before)} (now {short_repr(now)}); use another --out folder "
+                "or the same config")
+
+
+def _planned_config(path: Path) -> dict | None:
+    """A run's planned config as written (with the defaults of keys added since), less its
+    display keys; None when there is none, or it cannot be read (it is written anew)."""
+    if not path.is_file():
+        return None
+    try:
+        raw = read_yaml(path)
+    except (OSError, ValueError, yaml.YAMLError):
+        return None
+    if not isinstance(raw, dict):
+        return None
+    try:
+        raw = to_dict(build_config(raw))
+    except MoelabError:
+        pass
+    return _computed_part(raw)
+
+
+def _computed_part(config: dict) -> dict:
+    train = config.get("train")
+    if not isinstance(train, dict):
+        return config
+    return {**config, "train": {k: v for k, v in train.items() if k not in DISPLAY_KEYS}}
+
 
 
 

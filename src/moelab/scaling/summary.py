@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
+from moelab.fileio import read_json
 from moelab.errors import MoelabError, short_repr
 from moelab.scaling.fitting import FitResult, bootstrap, fit_law, percentile_interval
 from moelab.scaling.laws import Law, get_law
@@ -143,7 +144,7 @@ def load_fit(path: str | Path) -> FitFile:
 
 def _read_fit_record(path: Path):
     try:
-        return json.loads(path.read_bytes().decode("utf-8"))
+        return read_json(path)
     except OSError as exc:
         raise MoelabError(f"cannot read {path}: {exc.strerror or exc}") from None
     except UnicodeDecodeError as exc:

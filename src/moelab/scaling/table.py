@@ -14,6 +14,7 @@ import csv
 import math
 import re
 from pathlib import Path
+from typing import Iterable
 
 import numpy as np
 
@@ -95,22 +96,54 @@ def fit_table_from_rows(path: Path, header: list[str], rows: list[dict[str, str]
     return columns
 
 
-def read_csv_rows(path: Path) -> tuple[list[str], list[dict[str, str]]]:
+MAX_CSV_ROWS = 10_000
+"""The most data rows a fit table may hold: a scaling sweep has hundreds of points, and a fit of
+a million (its bootstrap, its start grid) would run for hours without a word."""
+
+
+def read_csv_rows(path: Path, max_rows: int = MAX_CSV_ROWS
+                  ) -> tuple[list[str], list[dict[str, str]]]:
+    """The header and rows of a CSV file as a spreadsheet writes it (a UTF-8 byte-order mark
+    is no part of the first column's name); a row with more cells than the header, or more
+    rows than ``max_rows``, is refused naming its line."""
     try:
-        with open(path, newline="", encoding="utf-8") as f:
-            reader = csv.DictReader(f)
-            rows = list(reader)
-            header = list(reader.fieldnames or [])
+        with open(path, newline="", encoding="utf-8-sig") as f:
+            header, rows = csv_records(f, str(path), max_rows)
     except OSError as exc:
         raise MoelabError(f"cannot read {path}: {exc.strerror or exc}") from None
-    except (csv.Error, UnicodeDecodeError) as exc:
-        raise MoelabError(f"{path} is not a readable CSV file: {exc}") from None
     if not header or not rows:
         raise MoelabError(f"{path} has no data rows: expected a header line and one row per point")
     repeated = sorted({name for name in header if header.count(name) > 1})
     if repeated:  # csv.DictReader would keep the last column of a name, silently
         raise MoelabError(f"{path}: the header names {', '.join(map(short_repr, repeated))} "
                           f"more than once: every column needs its own name")
+    return header, rows
+
+
+def csv_records(lines: Iterable[str], where: str,
+                max_rows: int = MAX_CSV_ROWS) -> tuple[list[str], list[dict[str, str]]]:
+    """The header and rows of CSV ``lines`` (``where`` names them in errors). A row longer
+    than the header would lose its extra cells silently (``csv.DictReader`` files them under
+    None): refused, as is a table of more than ``max_rows`` rows (read no further)."""
+    reader = csv.DictReader(lines)
+    rows = []
+    try:
+        for row in reader:
+            line = reader.line_num
+            if None in row:
+                raise MoelabError(
+                    f"{where} line {line} has {len(reader.fieldnames or []) + len(row[None])} "
+                    f"cells, more than the header's {len(reader.fieldnames or [])}: every row "
+                    "needs one cell per column (a stray comma or an unnamed column?)")
+            if len(rows) == max_rows:
+                raise MoelabError(f"{where} has more than {max_rows:,} rows: allowed at most "
+                                  f"{max_rows:,} (fit a sample of the points)")
+            rows.append(row)
+    except (csv.Error, UnicodeDecodeError) as exc:
+        raise MoelabError(f"{where} is not a readable CSV file: {exc}") from None
+    header = [name.lstrip("\ufeff") for name in reader.fieldnames or []]
+    if header != list(reader.fieldnames or []):
+        rows = [dict(zip(header, row.values())) for row in rows]
     return header, rows
 
 

@@ -38,7 +38,6 @@ A table is rows with N_total, N_active, S, E (and k, tokens_per_step) and tokens
 
 from __future__ import annotations
 
-import csv
 import json
 import math
 from dataclasses import dataclass, field
@@ -50,6 +49,7 @@ import scipy.optimize
 from moelab.errors import MoelabError, short_repr
 from moelab.scaling.family import active_params
 from moelab.scaling.fitting import percentile_interval
+from moelab.scaling.table import csv_records
 
 COEFFICIENTS = ("c", "a", "m", "p", "e")
 """The model's prices, in the order of ``features``' columns."""
@@ -209,7 +209,7 @@ def read_throughput_table(path: str | Path) -> tuple[list[dict[str, float]], dic
     CSV (``moelab throughput --out x.csv``, or a sweep's results.csv). Checked on one line."""
     path = Path(path)
     try:
-        text = path.read_bytes().decode("utf-8")
+        text = path.read_bytes().decode("utf-8-sig")
     except OSError as exc:
         raise MoelabError(f"cannot read throughput table {path}: {exc.strerror or exc}") from None
     except UnicodeDecodeError as exc:
@@ -236,12 +236,8 @@ def _json_rows(path: Path, text: str) -> tuple[list, dict]:
 
 
 def _csv_rows(path: Path, text: str) -> list[dict]:
-    try:
-        reader = csv.DictReader(text.splitlines())
-        rows = list(reader)
-    except csv.Error as exc:
-        raise MoelabError(f"throughput table {path} is not a readable CSV file: {exc}") from None
-    missing = [key for key in REQUIRED_COLUMNS if key not in (reader.fieldnames or [])]
+    header, rows = csv_records(text.splitlines(), f"throughput table {path}")
+    missing = [key for key in REQUIRED_COLUMNS if key not in header]
     if missing:
         raise MoelabError(f"throughput table {path}: column {short_repr(missing[0])} is missing: a table "
                           f"needs {', '.join(REQUIRED_COLUMNS)}")

@@ -11,7 +11,7 @@ the minimum gap it detects with power 0.8). ``compare.json`` keeps every number 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -50,12 +50,15 @@ class Comparison:
     lr_selection: Optional[dict] = None
     """With ``--tune-lr``: each side's choice (``LrChoice.to_dict``) and the seeds that chose
     and that report."""
+    missing: list[str] = field(default_factory=list)
+    """Planned runs without a complete result (failed or not trained): not in the test."""
 
     def to_dict(self) -> dict:
         record = {"labels": self.labels, "common_overrides": self.common,
                   "best_val_loss": {side: {str(s): v for s, v in by_seed.items()}
                                     for side, by_seed in self.losses.items()},
-                  "outcome": self.outcome, "gap_a_minus_b": self.gap.to_dict()}
+                  "outcome": self.outcome, "gap_a_minus_b": self.gap.to_dict(),
+                  "missing_runs": list(self.missing)}
         if self.lr_selection is not None:
             record["lr_selection"] = self.lr_selection
         return json_safe(record)
@@ -121,15 +124,19 @@ def compare_runs(folder: Path, specs: list[RunSpec], labels: dict[str, str],
                  common: list[str]) -> Comparison:
     """The test of A - B over the seeds whose runs both finished."""
     losses: dict[str, dict[int, float]] = {side: {} for side in SIDES}
+    missing = []
     for spec in specs:
         run = RunFolder(folder / spec.run_dir)
         if run.is_complete():
             losses[spec.labels["side"]][spec.labels["seed"]] = float(run.summary().best_val_loss)
+        else:
+            missing.append(spec.name)
     if not all(losses.values()):
         empty = next(side for side in SIDES if not losses[side])
         raise MoelabError(f"no run of side {empty} finished: see {folder / 'failures.json'}")
     gap = compare("pair", "B", "A", losses["B"], losses["A"])
-    return Comparison(labels, common, losses, gap, OUTCOMES.get(gap.outcome, gap.outcome))
+    return Comparison(labels, common, losses, gap, OUTCOMES.get(gap.outcome, gap.outcome),
+                      missing)
 
 
 def side_summary(losses: dict[int, float]) -> tuple[float, float, int]:

@@ -25,7 +25,7 @@ from moelab.config import (
 )
 from moelab.errors import MoelabError, short_repr
 from moelab.fileio import (
-    atomic_write_json, atomic_write_text, is_bookkeeping, remove_stale_temporaries,
+    atomic_write_json, atomic_write_text, is_bookkeeping, read_json, remove_stale_temporaries,
 )
 from moelab.runs import RunSpec, write_run_configs
 from moelab.runs.spec import branch_record
@@ -177,7 +177,7 @@ def _without_seed(config: dict) -> dict:
 
 
 def _read_json(path: Path) -> object:
-    return json.loads(path.read_text("utf-8"))
+    return read_json(path)
 
 
 def _read_planned(path: Path, read: Callable[[Path], object]) -> dict:

@@ -24,7 +24,7 @@ from typing import Any, Optional
 
 from moelab.config import ModelConfig, from_dict, to_dict
 from moelab.errors import ConfigError, MoelabError
-from moelab.fileio import atomic_write_json, atomic_write_text
+from moelab.fileio import atomic_write_json, atomic_write_text, read_json
 from moelab.report import format_mean_std, format_number, format_p_value, markdown_table
 from moelab.runs.tokens import format_token_count
 from moelab.study.aggregate import aggregate
@@ -108,7 +108,7 @@ def read_source(path: Path) -> StudySource:
         return _read_folder(path)
     if path.is_file():
         try:
-            results = json.loads(path.read_text("utf-8"))
+            results = read_json(path)
         except ValueError:
             raise MoelabError(f"{path} is not valid JSON: give a study folder or its "
                               "results.json") from None

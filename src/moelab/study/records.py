@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
+from moelab.fileio import read_json
 from moelab.config import Config
 from moelab.errors import ConfigError, MoelabError
 from moelab.runs import is_complete
@@ -98,6 +99,6 @@ def read_plan(study_dir: Path) -> dict:
 
 def _read_json(path: Path) -> Any:
     try:
-        return json.loads(path.read_text("utf-8"))
+        return read_json(path)
     except ValueError:
         raise MoelabError(f"{path} is not valid JSON") from None

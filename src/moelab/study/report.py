@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 
 from moelab.errors import MoelabError
-from moelab.fileio import atomic_write_json, atomic_write_text, remove_stale_temporaries
+from moelab.fileio import atomic_write_json, atomic_write_text, read_json, remove_stale_temporaries
 from moelab.runs import is_complete
 from moelab.report import (
     format_count, format_mean_std, format_number, format_p_value, markdown_table,
@@ -83,7 +83,7 @@ def check_recorded_runs(study_dir: Path) -> None:
     if not results_path.is_file():
         return
     try:
-        recorded = _run_dirs(json.loads(results_path.read_text("utf-8")))
+        recorded = _run_dirs(read_json(results_path))
     except (OSError, ValueError):
         return  # unreadable: nothing there to lose, the rebuild writes it again
     absent = sorted({d for d in recorded if not is_complete(study_dir / d)})

@@ -13,7 +13,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from moelab.errors import ConfigError, MoelabError, short_repr
-from moelab.fileio import atomic_write_json
+from moelab.fileio import atomic_write_json, read_json as read_json_file
 from moelab.scaling.table import RESULTS_CSV_COLUMNS, read_csv_rows
 from moelab.sweep.grid import with_seeds_key
 from moelab.sweep.records import (
@@ -33,7 +33,10 @@ GRID_FIELDS = {"name": str, "base": str, "sizes": list, "sparsities": list, "top
 def read_json(path: Path) -> dict:
     """A JSON object from ``path``, or a one-line error naming it."""
     try:
-        record = json.loads(path.read_bytes().decode("utf-8"))
+        record = read_json_file(path)
+    except FileNotFoundError:
+        raise MoelabError(f"cannot read {path}: no such file; {path.parent} is not a sweep "
+                          "folder (moelab sweep-sparsity writes one)") from None
     except OSError as exc:
         raise MoelabError(f"cannot read {path}: {exc.strerror or exc}") from None
     except UnicodeDecodeError as exc:

@@ -16,8 +16,9 @@ from typing import Callable, Optional
 
 from moelab.accounting import count_params, flops_per_token
 from moelab.config import Config, MoEConfig, apply_overrides, build_config, load_config, to_dict
+from moelab.data.sources import resolve_source
 from moelab.errors import ConfigError, MoelabError, short_repr
-from moelab.fileio import atomic_write_json, remove_stale_temporaries
+from moelab.fileio import atomic_write_json, read_json, remove_stale_temporaries
 from moelab.runs import RunSpec, write_run_configs
 from moelab.runs.spec import shown_in_wandb
 from moelab.runs.families import as_budget_family
@@ -209,6 +210,21 @@ def finetune_specs(recipe: FinetuneRecipe, specs: list[RunSpec]) -> list[RunSpec
     return planned
 
 
+def check_finetune_data(grid: SweepGrid, points: list[SweepPoint]) -> None:
+    """Refuse, before any run trains, a ``finetune.data`` that is no corpus: every finetune
+    reads it after its run finished, so a folder without train.txt, a file of another type or
+    one without stories would otherwise fail them all once the training is spent. Read as the
+    first finetune will read it (its split and limits)."""
+    if grid.finetune is None or not points:
+        return
+    data_config = finetune_specs(grid.finetune, run_specs(points[:1]))[0].config.data
+    try:
+        resolve_source(data_config).load()
+    except MoelabError as exc:
+        raise MoelabError(f"finetune.data={short_repr(grid.finetune.data)} is invalid: "
+                          f"{exc}") from None
+
+
 def plan_sweep_folder(grid: SweepGrid, out_dir: Path, fit_settings: dict | None = None,
                       adjust_points: Optional[Callable[[list[SweepPoint]], list[SweepPoint]]] = None,
                       extra: Optional[dict] = None) -> tuple[list[SweepPoint], list[RunSpec]]:
@@ -240,7 +256,7 @@ def _read_json_dict(path: Path) -> dict:
 def recorded_fit_settings(out_dir: Path) -> dict:
     """The fit settings a sweep recorded in plan.json (the defaults when it recorded none)."""
     try:
-        plan = json.loads((Path(out_dir) / "plan.json").read_text("utf-8"))
+        plan = read_json((Path(out_dir) / "plan.json"))
     except (OSError, ValueError):
         return {}
     settings = plan.get("fit") if isinstance(plan, dict) else None
@@ -259,7 +275,7 @@ def check_same_grid(out_dir: Path, grid: SweepGrid) -> None:
     """Refuse to mix another grid's runs into this folder."""
     grid_path = out_dir / "grid.json"
     if grid_path.is_file():
-        old = with_seeds_key(json.loads(grid_path.read_text("utf-8")))
+        old = with_seeds_key(read_json(grid_path))
         if not _same_grid_or_more_seeds(old, json.loads(json.dumps(grid_json_record(grid)))):
             raise MoelabError(f"{out_dir} already holds another sweep grid ({short_repr(old.get('name'))}): "
                               "use another --out folder")

@@ -11,6 +11,7 @@ prints is in one of them; it computes nothing but the fitted law's curves in the
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -24,7 +25,9 @@ from moelab.scaling.table import fit_table_from_rows
 from moelab.sweep.analysis import analyse_sweep
 from moelab.sweep.figures import isoflop_figure, optima_figure
 from moelab.sweep.fixed_size_report import fixed_size_section
-from moelab.sweep.folder import read_analysis, read_grid, read_results, with_derived_files
+from moelab.sweep.folder import (
+    read_analysis, read_grid, read_optional_json, read_results, with_derived_files,
+)
 from moelab.sweep.records import FormsRecord, GridRecord, LawFit, OptimaRecord, SweepAnalysis
 from moelab.sweep.report_sections import (
     constant_s_star_text, finetune_analysis_text, form_tests_section, isoflop_optima_text,
@@ -58,6 +61,7 @@ def render_sweep_report(out_dir: Path) -> Path:
     if lr_text:  # only a sweep run with --lr-grid
         sections.append(lr_text)
     results = read_results(out_dir)
+    sections.append(partial_results_text(out_dir, results[1] if results else []))
     if results is None:
         sections.append("No results to analyse yet (results.csv has no complete runs).\n")
         return atomic_write_text(out_dir / "report.md", "\n".join(sections))
@@ -82,6 +86,50 @@ def render_sweep_report(out_dir: Path) -> Path:
     sections.append(_optima_section(out_dir, analysis, rows))
     sections.append(_reproduce_section(grid, analysis))
     return atomic_write_text(out_dir / "report.md", "\n".join(s for s in sections if s))
+
+
+@dataclass(frozen=True)
+class Completeness:
+    """How much of its plan a sweep's results.csv holds: what every table and fit reads."""
+
+    runs: int
+    planned_runs: int
+    finetunes: int
+    planned_finetunes: int
+
+    @property
+    def complete(self) -> bool:
+        return self.runs >= self.planned_runs and self.finetunes >= self.planned_finetunes
+
+    def describe(self) -> str:
+        counts = [f"{self.runs} of {self.planned_runs} planned runs"]
+        if self.planned_finetunes:
+            counts.append(f"{self.finetunes} of {self.planned_finetunes} planned finetunes")
+        return " and ".join(counts)
+
+
+def completeness(out_dir: Path, rows: list[dict[str, str]] | None = None) -> Completeness:
+    """plan.json's runs and finetunes against the rows of results.csv (read when not given)
+    that hold them; a folder without plan.json counts as complete."""
+    if rows is None:
+        results = read_results(out_dir)
+        rows = results[1] if results else []
+    plan = read_optional_json(Path(out_dir) / "plan.json") or {}
+    return Completeness(len(rows), len(plan.get("runs", [])),
+                        sum(1 for row in rows if row.get("finetune_val_loss")),
+                        len(plan.get("finetunes", [])))
+
+
+def partial_results_text(out_dir: Path, rows: list[dict[str, str]]) -> str:
+    """A section saying the report is partial, with the counts, when results.csv holds fewer
+    runs or finetunes than plan.json planned (failed, or not trained); "" when complete."""
+    counts = completeness(out_dir, rows)
+    if counts.complete:
+        return ""
+    return ("## Partial results\n\n**This report is partial**: it reads " + counts.describe()
+            + "; the others failed (`failures.json` gives each one's error) or were not "
+            "trained, and every table and fit below leaves them out. Train them again with the "
+            "same `moelab sweep-sparsity` command.\n")
 
 
 def _law_sections(analysis: SweepAnalysis, n_rows: int) -> list[str]:

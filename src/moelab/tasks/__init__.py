@@ -20,6 +20,7 @@ import json
 from importlib import resources
 from pathlib import Path
 
+from moelab.fileio import read_json
 from moelab.config import EVAL_TASK_NAMES
 from moelab.errors import MoelabError, short_repr
 from moelab.tasks.scoring import REQUESTS, SCORERS
@@ -36,10 +37,15 @@ TRAINING_RESULTS_FILE = "tasks.json"
 
 
 def parse_task_names(text: str) -> list[str]:
-    """``"last_word,ending"`` -> ["last_word", "ending"]; ``"all"`` -> every task."""
+    """``"last_word,ending"`` -> ["last_word", "ending"]; ``"all"`` (or ``"all,all"``) ->
+    every task; each task once, in the order first named."""
     names = [name.strip() for name in text.split(",") if name.strip()]
-    if names == ["all"]:
-        return list(TASK_NAMES)
+    if "all" in names:  # all, once or more, is every task; beside a task's name it is a slip
+        if set(names) == {"all"}:
+            return list(TASK_NAMES)
+        raise MoelabError(f"--tasks {short_repr(text)} is invalid: all already names every "
+                          f"task, give it alone; allowed: a comma-separated list of "
+                          f"{', '.join(TASK_NAMES)}, or all")
     unknown = [name for name in names if name not in TASK_NAMES]
     if unknown or not names:
         raise MoelabError(f"--tasks {short_repr(text)} is invalid: unknown task "
@@ -83,7 +89,7 @@ def read_results(path: Path) -> dict:
     if not path.is_file():
         return {"tasks": {}}
     try:
-        results = json.loads(path.read_text(encoding="utf-8"))
+        results = read_json(path)
     except (OSError, ValueError):
         raise MoelabError(f"{path} is corrupt: delete it and score the tasks again") from None
     if not isinstance(results, dict) or not isinstance(results.get("tasks"), dict):
@@ -98,7 +104,7 @@ def read_run_tasks(run_dir: Path) -> dict:
     if not path.is_file():
         return {}
     try:
-        stored = json.loads(path.read_text("utf-8"))
+        stored = read_json(path)
     except ValueError:
         raise MoelabError(f"{path} is not valid JSON") from None
     tasks = stored.get("tasks") if isinstance(stored, dict) else None

@@ -17,7 +17,7 @@ from pathlib import Path
 from moelab.config import DISPLAY_KEYS, Config, build_config, read_raw, to_dict
 from moelab.data.tokenizer import file_sha256
 from moelab.errors import MoelabError, short_repr
-from moelab.fileio import atomic_write_json, atomic_write_text
+from moelab.fileio import atomic_write_json, atomic_write_text, read_json
 from moelab.train.checkpoint import (
     CONFIG_FILE, STATE_FILE, copy_checkpoint, kept_checkpoint, point_latest_at, read_state,
     verify_files,
@@ -120,7 +120,7 @@ def _check_same_origin(out: RunFolder, source: RunFolder, step: int) -> None:
     """A branch folder with progress resumes only as the same branch."""
     record_path = out.path / BRANCH_FILE
     try:
-        record = json.loads(record_path.read_text(encoding="utf-8"))
+        record = read_json(record_path)
         origin = (record["source"], record["step"])
     except (OSError, ValueError, KeyError, TypeError):
         raise MoelabError(f"run folder {out.path} already holds a run that is not a branch "

@@ -35,7 +35,7 @@ from safetensors.torch import load_file, load_model, save_file, save_model
 from moelab.config import Config, save_config
 from moelab.data.tokenizer import file_sha256
 from moelab.errors import MoelabError, short_repr
-from moelab.fileio import atomic_write, atomic_write_json, is_inside
+from moelab.fileio import atomic_write, atomic_write_json, is_inside, read_json
 
 MODEL_FILE = "model.safetensors"
 TENSORS_FILE = "trainer_state.safetensors"
@@ -98,7 +98,7 @@ def _read_kept(checkpoints_dir: Path) -> dict[str, str]:
     if not path.is_file():
         return {}
     try:
-        kept = json.loads(path.read_text(encoding="utf-8"))
+        kept = read_json(path)
     except (OSError, ValueError):
         kept = None
     if not isinstance(kept, dict) or not all(
@@ -156,7 +156,7 @@ def latest_checkpoint(checkpoints_dir: Path) -> Path | None:
     if not pointer.is_file():
         return None
     try:
-        record = json.loads(pointer.read_text(encoding="utf-8"))
+        record = read_json(pointer)
         name = record["folder"]
     except (OSError, ValueError, KeyError, TypeError):  # UnicodeDecodeError is a ValueError
         raise MoelabError(f"checkpoint pointer {pointer} is corrupt: delete it to start over") from None
@@ -180,7 +180,7 @@ def read_state(folder: Path) -> dict[str, Any]:
     """The checkpoint's trainer_state.json, its fields checked (a MoelabError naming it if not)."""
     path = folder / STATE_FILE
     try:
-        state = json.loads(path.read_text(encoding="utf-8"))
+        state = read_json(path)
     except (OSError, ValueError) as exc:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
         _corrupt(path, exc)
     problem = _state_problem(state, folder)

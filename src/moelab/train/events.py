@@ -11,12 +11,12 @@ file and the line.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from moelab.errors import MoelabError, short_repr
+from moelab.fileio import parse_json
 
 EVENT_KINDS = ("train", "eval")
 EVENT_SHAPE = '{"kind": "train" or "eval", "step": N, "tokens": N, ...}'
@@ -48,7 +48,7 @@ class MetricsLog:
 def parse_event(line: str, path: Path, lineno: int) -> MetricsEvent:
     """One line of ``path`` as an event; a line that is none is a one-line error naming both."""
     try:
-        record = json.loads(line)
+        record = parse_json(line)
     except ValueError:
         raise _not_an_event(path, lineno, "is not valid JSON") from None
     if not isinstance(record, dict):
@@ -91,7 +91,7 @@ def _not_an_event(path: Path, lineno: int, problem: str) -> MoelabError:
 
 def _is_json(line: str) -> bool:
     try:
-        json.loads(line)
+        parse_json(line)
     except ValueError:
         return False
     return True

@@ -24,7 +24,7 @@ from safetensors.torch import save_file
 from moelab.config import ModelConfig
 from moelab.data import EOT_TEXT
 from moelab.errors import MoelabError, short_repr
-from moelab.fileio import current_umask
+from moelab.fileio import current_umask, read_json
 from moelab.train.runs import load_run
 
 # moelab name -> Hugging Face name, for everything but the stacked experts.
@@ -134,7 +134,7 @@ def write_legacy_rope_theta(config_json: Path, rope_theta: float) -> None:
     """Also name the RoPE base as top-level ``rope_theta``: transformers 5 writes only
     ``rope_parameters``, and a 4.x reader without the key would load its default base (1e6
     for Mixtral) and compute other logits without a word."""
-    hf_config_dict = json.loads(config_json.read_text("utf-8"))
+    hf_config_dict = read_json(config_json)
     hf_config_dict["rope_theta"] = rope_theta
     config_json.write_text(json.dumps(hf_config_dict, indent=2, sort_keys=True) + "\n", "utf-8")
 

@@ -15,6 +15,7 @@ result is a ``FinetuneSummary``: the run's summary and that reference. Calling i
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import shutil
@@ -29,8 +30,8 @@ from moelab.data import prepare_data, validation_windows
 from moelab.data.cache import TOKENIZER_FILE, cache_folder_name, has_manifest
 from moelab.data.sources import NAMED_SOURCES, resolve_source
 from moelab.data.tokenizer import file_sha256
-from moelab.errors import MoelabError
-from moelab.fileio import atomic_write, atomic_write_json
+from moelab.errors import MoelabError, short_text
+from moelab.fileio import atomic_write, atomic_write_json, read_json
 from moelab.train.checkpoint import MODEL_FILE, latest_checkpoint, read_state, verify_files
 from moelab.train.evaluation import evaluate, scored_bytes
 from moelab.train.loop import train
@@ -95,12 +96,6 @@ def finetune(run_dir: str | Path, data: str | Path, out_dir: str | Path,
 def finetune_config(source_config: Config, data: str | Path, out_path: Path, checkpoint: Path,
                     overrides: list[str]) -> Config:
     """The source's config on the new data, starting from ``checkpoint``, with ``overrides``."""
-    for item in overrides:
-        key = item.partition("=")[0].strip()
-        if key == "model" or key.startswith("model.") or key in SET_BY_FINETUNE:
-            raise MoelabError(f"--set {item} is invalid in a finetune: the model and "
-                              f"{', '.join(SET_BY_FINETUNE)} are the source run's; allowed "
-                              f"train and data keys")
     data_path = Path(data).expanduser()
     named = str(data) in NAMED_SOURCES  # 'adaptation' is the packaged set, not ./adaptation
     raw = to_dict(source_config)
@@ -111,13 +106,44 @@ def finetune_config(source_config: Config, data: str | Path, out_path: Path, che
     raw["train"].update(init_from=str(checkpoint.resolve()),
                         init_sha256=file_sha256(checkpoint / MODEL_FILE),
                         keep_checkpoints_at=[], warmup_steps=None)
-    config = build_config(apply_overrides(raw, overrides))
+    config = build_config(apply_overrides(_checked_overrides(raw, overrides), overrides))
     resolve_source(config.data)  # a missing path is refused before anything is written
     if config.tokenizer_vocab_size != source_config.tokenizer_vocab_size:
         raise MoelabError(f"data.vocab_size={config.data.vocab_size} is invalid in a finetune: "
                           f"the tokenizer is the source run's "
                           f"({source_config.tokenizer_vocab_size} tokens)")
     return config
+
+
+def _checked_overrides(raw: dict, overrides: list[str]) -> dict:
+    """``raw``, once each override is known to leave the model and ``SET_BY_FINETUNE`` as the
+    finetune set them. Checked by what an override does, not by how its key is spelt: a whole
+    section (``train={...}``, ``data={...}``) replaces every key of it, ``train.init_from``
+    among them, as surely as the dotted key does."""
+    fixed = _set_by_finetune(raw)
+    applied = copy.deepcopy(raw)
+    for item in overrides:
+        applied = apply_overrides(applied, [item])
+        changed = next((key for key, value in _set_by_finetune(applied).items()
+                        if value != fixed[key]), None)
+        if changed is not None:
+            raise MoelabError(
+                f"--set {short_text(item)} is invalid in a finetune: it changes {changed}, which "
+                f"is the source run's (the model) or set by the finetune "
+                f"({', '.join(SET_BY_FINETUNE)}); allowed: other train and data keys, one "
+                f"dotted key at a time (e.g. train.max_tokens=50000)")
+    return raw
+
+
+def _set_by_finetune(raw: dict) -> dict[str, object]:
+    """The values a finetune's overrides must leave alone: the model and SET_BY_FINETUNE."""
+    values: dict[str, object] = {"model": raw.get("model")}
+    for key in SET_BY_FINETUNE:
+        node: object = raw
+        for part in key.split("."):
+            node = node.get(part) if isinstance(node, dict) else None
+        values[key] = node
+    return values
 
 
 def _final_checkpoint(source: RunFolder) -> Path:
@@ -179,7 +205,7 @@ def read_finetune_reference(run_dir: str | Path) -> FinetuneReference:
 def _read_reference(out: RunFolder) -> FinetuneReference:
     path = out.path / FINETUNE_FILE
     try:
-        record = json.loads(path.read_text(encoding="utf-8"))
+        record = read_json(path)
         return FinetuneReference(**{f.name: record[f.name] for f in fields(FinetuneReference)})
     except (OSError, ValueError, KeyError, TypeError):
         raise MoelabError(f"{path} is missing or corrupt: delete {out.path} and fine-tune "

@@ -13,8 +13,8 @@ import secrets
 from typing import Any
 
 from moelab.config import Config, to_dict
-from moelab.errors import MoelabError
-from moelab.fileio import atomic_write_json
+from moelab.errors import MoelabError, short_repr, short_text
+from moelab.fileio import atomic_write_json, read_json
 from moelab.train.run_folder import RunFolder
 
 DEFAULT_WANDB_PROJECT = "moelab"
@@ -79,23 +79,75 @@ def _start_wandb_run(config: Config, run: RunFolder, continuing: bool):
     # Offline unless the user chose otherwise: runs work without a network and can be synced
     # later with `wandb sync`.
     os.environ.setdefault("WANDB_MODE", "offline")
+    os.environ.setdefault("WANDB_SILENT", "true")  # moelab's own lines say what happens
+    _keep_wandb_files_in(run.path / "wandb")
     run_id = _stored_wandb_id(run) if continuing else None
     if run_id is None:
         run_id = secrets.token_hex(6)  # W&B's own id helper moves between its versions
         atomic_write_json(run.wandb_run_path, {"id": run_id})  # before W&B holds anything
     tc = config.train
-    return wandb.init(
-        dir=str(run.path), id=run_id, resume="allow",
-        project=tc.wandb_project or os.environ.get("WANDB_PROJECT") or DEFAULT_WANDB_PROJECT,
-        entity=tc.wandb_entity, group=tc.wandb_group, name=tc.wandb_name or run.path.name,
-        tags=tc.wandb_tags or None, config=to_dict(config))
+    timeout = _wandb_init_timeout()
+    try:
+        return wandb.init(
+            dir=str(run.path), id=run_id, resume="allow",
+            project=tc.wandb_project or os.environ.get("WANDB_PROJECT") or DEFAULT_WANDB_PROJECT,
+            entity=tc.wandb_entity, group=tc.wandb_group, name=tc.wandb_name or run.path.name,
+            tags=tc.wandb_tags or None, config=to_dict(config),
+            settings=wandb.Settings(init_timeout=timeout))
+    except Exception as exc:  # noqa: BLE001 -- W&B's errors (network, auth, server) vary by version
+        detail = next((line.strip() for line in str(exc).splitlines() if line.strip()),
+                      type(exc).__name__)
+        raise MoelabError(
+            f"W&B did not start in {timeout:g} s (WANDB_MODE={os.environ.get('WANDB_MODE')}): "
+            f"{short_text(detail)}; check the server and key, or set WANDB_MODE=offline to "
+            f"log locally and `wandb sync` later ({INIT_TIMEOUT_ENV} sets the wait)") from None
+
+
+INIT_TIMEOUT_ENV = "WANDB_INIT_TIMEOUT"
+"""Seconds W&B may take to start a run (its own variable); an unreachable server is then a
+one-line error instead of a hang."""
+DEFAULT_INIT_TIMEOUT_S = 60.0
+
+WANDB_FILE_VARIABLES = {"WANDB_CACHE_DIR": "cache", "WANDB_CONFIG_DIR": "config",
+                        "WANDB_DATA_DIR": "data", "WANDB_ARTIFACT_DIR": "artifacts"}
+"""Where W&B keeps files beside the run's own (default: the user's home): set to folders in
+the run's wandb/ unless the user set them, so that a run writes nothing outside its folder."""
+_set_here: dict[str, str] = {}
+"""The values this process gave those variables (a later run moves them to its own folder)."""
+
+
+def _keep_wandb_files_in(folder) -> None:
+    for variable, name in WANDB_FILE_VARIABLES.items():
+        current = os.environ.get(variable)
+        if current is None or current == _set_here.get(variable):
+            _set_here[variable] = os.environ[variable] = str(folder / name)
+
+
+def _wandb_init_timeout() -> float:
+    text = os.environ.get(INIT_TIMEOUT_ENV)
+    try:
+        value = float(text) if text else DEFAULT_INIT_TIMEOUT_S
+    except ValueError:
+        value = -1.0
+    if not 0 < value <= 3600:
+        raise MoelabError(f"{INIT_TIMEOUT_ENV}={short_repr(text)} is invalid: allowed seconds in "
+                          "(0, 3600]")
+    return value
 
 
 def _stored_wandb_id(run: RunFolder):
     """The W&B run id kept in the run folder; None when there is none (a run first logged to
-    W&B now) or it is unreadable (a new W&B run is better than no run)."""
-    try:
-        run_id = json.loads(run.wandb_run_path.read_text("utf-8")).get("id")
-    except (OSError, ValueError, AttributeError):
+    W&B now). A damaged one is refused: starting a new W&B run would split the resumed run's
+    curves in two, silently."""
+    path = run.wandb_run_path
+    if not path.exists():
         return None
-    return run_id if isinstance(run_id, str) and run_id.isalnum() else None
+    try:
+        run_id = read_json(path).get("id")
+    except (OSError, ValueError, AttributeError):
+        run_id = None
+    if not (isinstance(run_id, str) and run_id.isalnum()):
+        raise MoelabError(f"{path} is corrupt (no W&B run id in it): it names the W&B run this "
+                          "run continues; restore it, or delete it to log the rest to a new W&B "
+                          "run")
+    return run_id

@@ -23,12 +23,15 @@ from moelab.config import DISPLAY_KEYS, Config, build_config, read_raw, save_con
 from moelab.data.tokenizer import Tokenizer, file_sha256
 from moelab.errors import MoelabError, short_repr
 from moelab.fileio import (
-    WriterLock, atomic_write, atomic_write_json, atomic_write_text, is_bookkeeping,
-    remove_stale_temporaries,
+    WriterLock, atomic_write, atomic_write_json, atomic_write_text, check_folder_kind,
+    is_bookkeeping, read_json, remove_stale_temporaries,
 )
 from moelab.train.events import read_events
 from moelab.train.summary import RunSummary
 
+RUN_KIND = "run"
+"""The kind of command that owns a run folder (``moelab.fileio.claim_folder``): train and
+finetune; its config.yaml tells it."""
 
 
 class RunFolder:
@@ -50,8 +53,10 @@ class RunFolder:
 
         A folder whose run has neither a checkpoint nor a summary (a first start that failed or
         was killed before its first checkpoint) holds nothing to continue: it starts afresh,
-        with any config. A non-empty folder without a run is refused: it is someone's data.
+        with any config. A non-empty folder without a run is refused: it is someone's data;
+        so is a folder another kind of command owns (a study's, a sweep's).
         """
+        check_folder_kind(self.path, RUN_KIND)
         if self.has_progress():
             if not resume:
                 raise MoelabError(
@@ -151,7 +156,7 @@ class RunFolder:
         if not self.summary_path.is_file():
             return None
         try:
-            summary = json.loads(self.summary_path.read_text(encoding="utf-8"))
+            summary = read_json(self.summary_path)
         except (OSError, ValueError) as exc:
             raise MoelabError(f"{self.summary_path} is corrupt ({exc}): resume the run "
                               f"(--resume) to write it again from its last checkpoint") from None
