@@ -23,7 +23,7 @@ import json
 import sys
 from pathlib import Path
 
-from moelab.fileio import atomic_write_json
+from moelab.fileio import atomic_write_json, portable_command
 from moelab.runs import execute_plan, is_complete
 from moelab.runs.data import prepare_shared_data
 from moelab.runs.launchers.local import LocalLauncher
@@ -31,7 +31,8 @@ from moelab.study.commands import plan
 from moelab.study.results import json_safe
 from moelab.study.settings import load_study
 
-RESULTS = Path(__file__).parent / "results" / "ladder_trace.json"
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "experiments" / "results" / "ladder_trace.json"
 
 
 def parse_seeds(text: str) -> list[int]:
@@ -91,8 +92,7 @@ def main() -> None:
             for spec in specs}
     moe = config.model.moe
     entry = {
-        "command": "experiments/ladder_trace.py " + " ".join(
-            arg if not arg.startswith("/") else Path(arg).name for arg in sys.argv[1:]),
+        "command": "experiments/ladder_trace.py " + portable_command(sys.argv[1:], ROOT),
         "run_dirs_under": "the --out folder", "preset": args.preset, "seeds": seeds,
         "rungs": rungs, "eval_interval": args.eval_interval,
         "settings": {"num_experts": moe.num_experts, "lr": config.train.lr,
@@ -112,4 +112,6 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from moelab.cli import run_command
+
+    raise SystemExit(run_command(main, "ladder_trace"))

@@ -42,7 +42,7 @@ from pathlib import Path
 import numpy as np
 from scipy import stats
 
-from moelab.fileio import atomic_write_json
+from moelab.fileio import atomic_write_json, portable_command
 from moelab.runs import execute_plan, is_complete
 from moelab.runs.data import prepare_shared_data
 from moelab.runs.launchers.local import LocalLauncher
@@ -54,7 +54,8 @@ from moelab.train.run_folder import RunFolder
 
 from recipe import read_run, unigram_entropy
 
-RESULTS = Path(__file__).parent / "results" / "recipe_factorial.json"
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "experiments" / "results" / "recipe_factorial.json"
 PRESET = "demo"
 COMMON = ["train.log_interval=1"]
 CELLS = {
@@ -279,8 +280,7 @@ def main() -> None:
     config, _ = load_study(PRESET, COMMON)
     unigram = unigram_entropy(config)
     started = time.time()
-    command = "experiments/recipe_factorial.py " + " ".join(
-        Path(arg).name if arg.startswith("/") else arg for arg in sys.argv[1:])
+    command = "experiments/recipe_factorial.py " + portable_command(sys.argv[1:], ROOT)
     # A later run of some cells keeps the other cells' selection and results.
     entry = json.loads(RESULTS.read_text("utf-8")) if RESULTS.is_file() else {}
     entry.update({
@@ -313,4 +313,6 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from moelab.cli import run_command
+
+    raise SystemExit(run_command(main, "recipe_factorial"))
