@@ -136,7 +136,7 @@ def compare_runs(folder: Path, specs: list[RunSpec], labels: dict[str, str],
         raise MoelabError(f"no run of side {empty} finished: see {folder / 'failures.json'}")
     gap = compare("pair", "B", "A", losses["B"], losses["A"])
     return Comparison(labels, common, losses, gap, OUTCOMES.get(gap.outcome, gap.outcome),
-                      missing)
+                      missing=missing)
 
 
 def side_summary(losses: dict[int, float]) -> tuple[float, float, int]:
