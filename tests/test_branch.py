@@ -27,13 +27,11 @@ from moelab.config import load_config, save_config
 from moelab.train import branch_run, load_run, train, wsd_budget_family
 from moelab.train.run_folder import RunFolder
 from one_line_errors import refused_on_one_line
-from tiny_overrides import TINY_MOE_RUN
+from tiny_overrides import TIMING_KEYS, TINY_MOE_RUN
 
 STEP = 256  # tokens per step of the tiny run: batch 8 x context 32
 BUDGETS = [10 * STEP, 16 * STEP, 24 * STEP]  # decay starts after 8, 12 and 18 steps
 COMMON = ["train.eval_interval=3", "train.sample_tokens=4", "train.decay_fraction=0.25"]
-TIMING_KEYS = ("tokens_per_s", "flops_per_s", "mfu", "peak_flops_per_s", "wall_time_s",
-               "train_time_s")
 
 KILLED_AT_BRANCH_STEP_3 = """
 import os, signal, sys

@@ -18,13 +18,11 @@ from moelab.config import load_config
 from moelab.train import train
 from moelab.train.run_folder import RunFolder
 from one_line_errors import refused_on_one_line
-from tiny_overrides import TINY_MOE_RUN
+from tiny_overrides import TIMING_KEYS, TINY_MOE_RUN
 
 # 6 steps of 256 tokens, a checkpoint every 2 steps.
 SIX_STEPS = TINY_MOE_RUN + ["train.max_tokens=1536", "train.checkpoint_interval=2",
                             "train.eval_interval=2", "train.sample_tokens=4"]
-TIMING_KEYS = ("tokens_per_s", "flops_per_s", "wall_time_s", "train_time_s", "step_time_s",
-               "peak_memory_bytes")
 
 
 class _Stop(Exception):

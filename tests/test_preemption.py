@@ -27,13 +27,11 @@ from moelab.cli import main
 from moelab.errors import EXIT_PREEMPTED
 from moelab.train import load_run
 from moelab.train.run_folder import RunFolder
-from tiny_overrides import TINY_MOE_RUN
+from tiny_overrides import TIMING_KEYS, TINY_MOE_RUN
 
 STEPS = 16
 TINY_RUN = TINY_MOE_RUN + [f"train.max_tokens={STEPS * 256}", "train.eval_interval=4",
                            "train.sample_tokens=4"]
-TIMING_KEYS = ("tokens_per_s", "flops_per_s", "wall_time_s", "train_time_s", "step_time_s",
-               "peak_memory_bytes")
 
 
 def settings(*pairs: str) -> list[str]:
