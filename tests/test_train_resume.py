@@ -19,6 +19,7 @@ import pytest
 
 from moelab.train import load_run
 from moelab.train.run_folder import RunFolder
+from tiny_overrides import TIMING_KEYS
 
 TINY_MOE = """
 model: {vocab_size: 512, d_model: 32, n_layers: 2, n_heads: 2, n_kv_heads: 2, d_ff: 64,
@@ -33,7 +34,6 @@ train: {batch_size: 8, micro_batch_size: 4, max_tokens: 6144, lr: 0.01, eval_int
 TINY_MOE_BIAS = TINY_MOE.replace(
     "d_expert: 32}", "d_expert: 32, balance: bias, bias_update_rate: 0.01, "
                      "lb_scope: global_batch}")
-# Fields that measure the machine, not the computation.
 
 
 # ``moelab train`` that SIGKILLs itself as step 11 begins: after the checkpoint of step 8 and
@@ -42,7 +42,6 @@ KILLED_AT_STEP_11 = """
 import os, signal, sys
 import moelab.train.loop as loop
 from moelab.cli import main
-from tiny_overrides import TIMING_KEYS
 
 real_optimizer_step, steps_begun = loop.optimizer_step, []
 
