@@ -155,7 +155,7 @@ def test_report_without_an_identified_form_shows_the_checks_and_no_law(tmp_path)
     caveat = f"with fewer than {MIN_STEADY_REPLICATES} resamples these intervals"
     assert caveat in " ".join(text.split())
     assert "## Law fit" not in text and "moelab optimal" not in text
-    optima = text[text.index("## Optimal sparsity"):text.index("## Reproduce")]
+    optima = text[text.index("\n## Optimal sparsity\n"):text.index("## Reproduce")]  # not ###
     assert "Not computed" in optima and "identify none" in optima and "![" not in optima
     for stale in ("fit.json", "fit_holdout.json", "optima.json"):
         assert not (tmp_path / stale).exists(), stale
