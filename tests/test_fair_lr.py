@@ -8,15 +8,14 @@ import math
 from pathlib import Path
 
 import pytest
-import yaml
 
 from moelab.cli import main
-from moelab.config import to_dict
 from moelab.errors import MoelabError
 from moelab.runs.lr_grid import choose_lr, parse_lr_grid
 from moelab.study import commands as study_commands
 from moelab.study.settings import StudySettings, load_study
 from moelab.study.tuning import LrTuning
+from fake_runs import write_fake_run
 
 GRID = [0.005, 0.01, 0.02]
 SELECT = [500, 501]
@@ -47,18 +46,7 @@ class LrTrain:
         self.calls.append((run_dir.as_posix(), lr, seed))
         if (arm, lr) in self.fail:
             raise MoelabError(f"train.lr={lr} is invalid: fake divergence")
-        run_dir.mkdir(parents=True, exist_ok=True)
-        (run_dir / "config.yaml").write_text(yaml.safe_dump(to_dict(config)))
-        loss = fake_loss(arm, lr, seed)
-        with open(run_dir / "metrics.jsonl", "w") as f:
-            f.write(json.dumps({"kind": "eval", "step": 1, "tokens": 100, "val_loss": loss}) + "\n")
-        (run_dir / "summary.json").write_text(json.dumps({
-            "status": "complete", "best_val_loss": loss, "best_val_bpb": loss / 2,
-            "best_val_step": 1, "final_val_loss": loss, "final_val_bpb": loss / 2,
-            "active_params": 1000, "total_params": 2000, "non_embedding_params": 500,
-            "flops_per_token_6n": 6000, "tokens": config.train.max_tokens, "steps": 1,
-            "wall_time_s": 1.0, "tokens_per_s": 100.0, "seed": seed, "collapse": False,
-        }))
+        write_fake_run(run_dir, config, fake_loss(arm, lr, seed))
 
 
 @pytest.fixture(autouse=True)

@@ -9,14 +9,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import yaml
 
 from moelab.cli import main
-from moelab.config import to_dict
 from moelab.stats.sequential import t_boundaries
 from moelab.study import commands as study_commands
 from moelab.study.rounds import UntilResolved
 from moelab.study.settings import StudySettings, load_study
+from fake_runs import write_fake_run
 
 LOOKS = [2, 4, 6, 8, 10]  # first round 2 seeds, 2 more a round, at most 10
 
@@ -41,18 +40,7 @@ class SeedTrain:
         run_dir = Path(run_dir)
         arm, seed = run_dir.parent.name, config.train.seed
         self.calls.append((arm, seed))
-        run_dir.mkdir(parents=True, exist_ok=True)
-        (run_dir / "config.yaml").write_text(yaml.safe_dump(to_dict(config)))
-        loss = arm_loss(arm, seed)
-        (run_dir / "metrics.jsonl").write_text(
-            json.dumps({"kind": "eval", "step": 1, "tokens": 100, "val_loss": loss}) + "\n")
-        (run_dir / "summary.json").write_text(json.dumps({
-            "status": "complete", "best_val_loss": loss, "best_val_bpb": loss / 2,
-            "best_val_step": 1, "final_val_loss": loss, "final_val_bpb": loss / 2,
-            "active_params": 1000, "total_params": 2000, "non_embedding_params": 500,
-            "flops_per_token_6n": 6000, "tokens": config.train.max_tokens, "steps": 1,
-            "wall_time_s": 1.0, "tokens_per_s": 100.0, "seed": seed, "collapse": False,
-        }))
+        write_fake_run(run_dir, config, arm_loss(arm, seed))
 
 
 @pytest.fixture(autouse=True)
