@@ -197,3 +197,21 @@ def test_the_cpu_isoflop_sweep_writes_its_minima_and_s_star_into_isoflop_json_an
     assert ("No slope of S*(C) is given" in text) == optima["trend"]["clamped"]
     assert ("Test of whether S* rises with C" in text) == (not optima["trend"]["clamped"])
     assert (tmp_path / "figures" / "isoflop_optima.png").stat().st_size > 1000
+
+
+def test_the_report_gives_replicate_shares_only_from_three_seeds(tmp_path):
+    """With 2 seeds a resample has so few outcomes per cell that "best in x % of replicates"
+    only says whether the seeds agree (docs/scaling.md): the report leaves the shares out."""
+    import json
+    from pathlib import Path
+
+    from moelab.sweep.report_sections import isoflop_optima_text
+
+    stored = Path(__file__).parents[1] / "experiments/results/sweeps/cpu-isoflop/isoflop.json"
+    optima = json.loads(stored.read_text())["sparsity_optima"]
+    (tmp_path / "figures").mkdir()
+    first = optima["optimal_sparsity"][0]["probability_best"]
+    share = next(f"{s}: {p:.2f}" for s, p in first.items() if p > 0)
+    two, three = (isoflop_optima_text(tmp_path, optima, seeds) for seeds in (2, 3))
+    assert "– (2 seeds: too few)" in two and share not in two
+    assert share in three and "too few" not in three

@@ -31,7 +31,7 @@ from moelab.sweep.folder import (
 from moelab.sweep.records import FormsRecord, GridRecord, LawFit, OptimaRecord, SweepAnalysis
 from moelab.sweep.report_sections import (
     constant_s_star_text, finetune_analysis_text, form_tests_section, isoflop_optima_text,
-    zero_shot_analysis_text,
+    poorly_supported_text, zero_shot_analysis_text,
 )
 from moelab.sweep.run_tables import (
     budget_family_text, format_tokens_per_param, runs_table, tokens_per_param_caption,
@@ -277,7 +277,7 @@ def _isoflop_section(out_dir: Path, rows: list[dict[str, str]], columns: dict,
         "The runs have one sparsity, so per compute budget the loss is fitted as a parabola in "
         "log N (Hoffmann et al.'s approach 2); its vertex is N*.\n\n") + _estimator_sentence(analysis)
     text += _budget_table(analysis["budgets"], budgets, deviation, surface)
-    text += _warnings_text(analysis["budgets"])
+    text += poorly_supported_text("vertices", analysis["budgets"])
     text += _exponent_sentence(analysis)
     text += _compute_deviation_sentence(deviation, isoflop.compute_deviation.off_budget_runs,
                                         isoflop.compute_deviation.tolerance)
@@ -287,7 +287,8 @@ def _isoflop_section(out_dir: Path, rows: list[dict[str, str]], columns: dict,
                  "dashed: the budget's IsoFLOP fit above, star: its N* (hollow: at the edge of "
                  "the data). " + tokens_per_param_caption(rows))
     if isoflop.sparsity_optima is not None:
-        text += isoflop_optima_text(out_dir, isoflop.sparsity_optima)
+        seeds = len({row["seed"] for row in rows})
+        text += isoflop_optima_text(out_dir, isoflop.sparsity_optima, seeds)
     return text
 
 
@@ -300,16 +301,6 @@ def _estimator_sentence(analysis: dict) -> str:
             "parabola, and one through a wide grid is pulled towards its longer side); the "
             "surface goes through each sparsity's windowed sizes. `isoflop.json` lists each "
             "vertex's sizes and diagnostics (support).\n\n")
-
-
-def _warnings_text(analysis_rows: list[dict]) -> str:
-    """The budgets whose vertex the data support poorly, and why."""
-    flagged = [row for row in analysis_rows if row.get("warnings")]
-    if not flagged:
-        return ""
-    return ("\n**Poorly supported vertices**: "
-            + "; ".join(f"C = {row['flops']:.3g}: {', '.join(row['warnings'])}"
-                        for row in flagged) + ".\n")
 
 
 def _sizes_used(row: dict) -> str:

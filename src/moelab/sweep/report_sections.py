@@ -153,6 +153,12 @@ def _expert_pairs_text(pairs: list[dict]) -> str:
                              "llrlrr"))
 
 
+def _shares_text(probability_best: dict, seeds: int) -> str:
+    if seeds < MIN_SEEDS_FOR_SHARES:
+        return f"– ({seeds} seed{'s' if seeds != 1 else ''}: too few)"
+    return ", ".join(f"{s}: {p:.2f}" for s, p in probability_best.items()) or "–"
+
+
 def _ci_text(value, ci, fmt: str) -> str:
     if value is None:
         return "no minimum"
@@ -163,8 +169,14 @@ def _ci_text(value, ci, fmt: str) -> str:
     return f"{shown} [{low}, {high}]"
 
 
-def isoflop_optima_text(out_dir: Path, optima: dict) -> str:
-    """S*(C) from the minima of each sparsity's IsoFLOP parabolas, no law involved."""
+MIN_SEEDS_FOR_SHARES = 3
+"""A resample of fewer seeds per cell has so few distinct outcomes that "best in x % of
+replicates" only says whether the seeds agree: shares are shown from 3 seeds on."""
+
+
+def isoflop_optima_text(out_dir: Path, optima: dict, seeds: int) -> str:
+    """S*(C) from the minima of each sparsity's IsoFLOP parabolas, no law involved; the
+    replicates' shares only with ``MIN_SEEDS_FOR_SHARES`` seeds or more."""
     drawn = (any(c["loss"] is not None for c in optima["cells"])
              and any(r["sparsity"] is not None for r in optima["optimal_sparsity"]))
     if drawn:
@@ -178,7 +190,7 @@ def isoflop_optima_text(out_dir: Path, optima: dict) -> str:
               "" if c["inside_data"] or c["loss"] is None else "yes"] for c in optima["cells"]]
     best = [[f"{r['flops']:.3g}", _s_star_text(r, optima["sparsities"]),
              _ci_text(r["best_sampled"], r["best_sampled_ci"], "{:g}"),
-             ", ".join(f"{s}: {p:.2f}" for s, p in r["probability_best"].items()) or "–"]
+             _shares_text(r["probability_best"], seeds)]
             for r in optima["optimal_sparsity"]]
     window = (f"within {optima['window_factor']:g}x of its vertex"
               if optima.get("estimator", "global") == "window" else "all of them")
@@ -191,7 +203,7 @@ def isoflop_optima_text(out_dir: Path, optima: dict) -> str:
             f"each sparsity is lowest. {intervals}; `isoflop.json`, sparsity_optima.\n\n"
             + markdown_table(["C", "S", "sizes used", "N*", "L*", "residual / seed noise",
                               "vertex outside sizes"], cells, "rrrrrrl")
-            + _cell_warnings(optima["cells"])
+            + poorly_supported_text("minima", optima["cells"], per_sparsity=True)
             + "\n" + markdown_table(["C", "S*", "best sampled S", "share of replicates best"],
                                     best, "rrrl")
             + "\n" + _trend_sentence(optima)
@@ -210,13 +222,18 @@ def _residual_ratio(cell: dict) -> str:
     return f"{support['residual_to_noise']:.2g}"
 
 
-def _cell_warnings(cells: list[dict]) -> str:
-    flagged = [c for c in cells if c.get("warnings")]
+def poorly_supported_text(what: str, rows: list[dict], per_sparsity: bool = False) -> str:
+    """The IsoFLOP vertices (``what``) the data support poorly, and why: one line naming each
+    row's budget (and its sparsity, for the per-sparsity minima) with its warnings; "" when
+    none."""
+    def where(row: dict) -> str:
+        return f"C = {row['flops']:.3g}" + (f", S = {row['sparsity']:g}" if per_sparsity else "")
+
+    flagged = [row for row in rows if row.get("warnings")]
     if not flagged:
         return ""
-    return ("\n**Poorly supported minima**: "
-            + "; ".join(f"C = {c['flops']:.3g}, S = {c['sparsity']:g}: {', '.join(c['warnings'])}"
-                        for c in flagged) + ".\n")
+    return (f"\n**Poorly supported {what}**: "
+            + "; ".join(f"{where(row)}: {', '.join(row['warnings'])}" for row in flagged) + ".\n")
 
 
 def _s_star_text(row: dict, sparsities: list[float]) -> str:
