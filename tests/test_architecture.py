@@ -16,7 +16,7 @@ SRC = Path(moelab.__file__).parent
 
 LAYERS = (
     ("errors", "presets", "version"),
-    ("fileio",),
+    ("fileio", "codec"),
     ("config",),
     ("report",),
     ("scaling", "stats"),
@@ -33,7 +33,7 @@ LAYERS = (
 """Bottom to top. A package may import those of lower rows; packages of one row are siblings
 and import neither each other nor anything above."""
 RANK = {package: rank for rank, row in enumerate(LAYERS) for package in row}
-TORCH_FREE = ("errors", "fileio", "config", "report", "scaling", "stats")
+TORCH_FREE = ("errors", "fileio", "codec", "config", "report", "scaling", "stats")
 """Importable without torch: the law maths runs where no torch is installed."""
 
 

@@ -1,0 +1,102 @@
+"""One JSON codec for moelab's dataclasses: typed values inside, plain JSON at the file boundary.
+
+``to_json(record)`` turns a dataclass (nested dataclasses, lists, tuples, dicts, numpy scalars)
+into the dict ``json.dump`` writes, its keys in field order; ``from_json(Record, data)`` reads one
+back, building nested dataclasses from the field types. A record's JSON therefore has exactly its
+fields' names, so files written before a record became typed read back unchanged.
+
+A field may say, in its metadata, how it is written:
+
+- ``json_key``: the key in the file when it is not a Python name (``"C*"``);
+- ``omit_none``: leave the key out when the value is None (an optional key of an older file).
+
+A class may list derived properties to write after its fields (``JSON_EXTRA = ("well_supported",)``);
+they are skipped when read. Unknown keys are ignored when reading (a newer file read by an older
+moelab); a missing key takes the field's default, and a missing key without one is an error that
+names the class and the key.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import types
+import typing
+from typing import Any, TypeVar, Union
+
+T = TypeVar("T")
+
+
+def to_json(value: Any) -> Any:
+    """``value`` as plain JSON values: dataclasses become dicts in field order."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return _record_to_json(value)
+    if isinstance(value, dict):
+        return {key: to_json(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [to_json(item) for item in value]
+    if hasattr(value, "item") and callable(value.item):  # a numpy scalar or 0-d array
+        return value.item()
+    return value
+
+
+def _record_to_json(record: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for field in dataclasses.fields(record):
+        value = getattr(record, field.name)
+        if value is None and field.metadata.get("omit_none"):
+            continue
+        out[field.metadata.get("json_key", field.name)] = to_json(value)
+    for name in getattr(type(record), "JSON_EXTRA", ()):
+        out[name] = to_json(getattr(record, name))
+    return out
+
+
+def from_json(cls: type[T], data: Any) -> T:
+    """The ``cls`` that ``to_json`` wrote as ``data``; raises ValueError naming a missing key."""
+    return _decode(cls, data)
+
+
+@functools.cache
+def _field_types(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def _record_from_json(cls: type, data: Any) -> Any:
+    if not isinstance(data, dict):
+        raise ValueError(f"{cls.__name__}: expected an object, got {type(data).__name__}")
+    hints = _field_types(cls)
+    values = {}
+    for field in dataclasses.fields(cls):
+        if not field.init:
+            continue
+        key = field.metadata.get("json_key", field.name)
+        if key in data:
+            values[field.name] = _decode(hints[field.name], data[key])
+        elif (field.default is dataclasses.MISSING
+              and field.default_factory is dataclasses.MISSING):
+            raise ValueError(f"{cls.__name__}: the key {key!r} is missing")
+    return cls(**values)
+
+
+def _decode(kind: Any, data: Any) -> Any:
+    if dataclasses.is_dataclass(kind) and isinstance(kind, type):
+        return _record_from_json(kind, data)
+    origin, args = typing.get_origin(kind), typing.get_args(kind)
+    if origin in (Union, types.UnionType):
+        if data is None:
+            return None
+        options = [arg for arg in args if arg is not type(None)]
+        return _decode(options[0], data) if len(options) == 1 else data
+    if data is None:
+        return None
+    if origin in (list, tuple) and args:
+        if origin is tuple and args[-1] is not Ellipsis:  # tuple[int, str]: one type per item
+            return tuple(_decode(arg, item) for arg, item in zip(args, data))
+        items = [_decode(args[0], item) for item in data]
+        return items if origin is list else tuple(items)
+    if origin is dict and args:
+        return {key: _decode(args[1], item) for key, item in data.items()}
+    if kind is float and isinstance(data, int) and not isinstance(data, bool):
+        return float(data)
+    return data
