@@ -44,7 +44,7 @@ class Summary:
         return asdict(self)
 
 
-def summarize(values: Sequence[float]) -> Summary:
+def summarize(values: Sequence[float] | np.ndarray) -> Summary:
     values_N = np.asarray(values, dtype=float)
     if values_N.size == 0:
         return Summary(math.nan, math.nan, 0)
@@ -72,7 +72,8 @@ def t_p_value(estimate: float, standard_error: float, df: float) -> Optional[flo
     return float(2 * stats.t.sf(abs(estimate / standard_error), df))
 
 
-def mean_interval(values: Sequence[float], alpha: float = ALPHA) -> Optional[Interval]:
+def mean_interval(values: Sequence[float] | np.ndarray,
+                  alpha: float = ALPHA) -> Optional[Interval]:
     """The t interval of the mean over seeds, ``mean +- t(1 - alpha/2, n-1) sd / sqrt(n)``;
     None for fewer than 2 values."""
     summary = summarize(values)

@@ -12,7 +12,7 @@ numpy and scipy only: no torch, nothing else of moelab.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Hashable, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -37,7 +37,7 @@ def least_squares(design_NK: np.ndarray, y_N: np.ndarray) -> Coefficients:
 
 
 def clustered_least_squares(design_NK: np.ndarray, y_N: np.ndarray,
-                            clusters: Sequence[Hashable]) -> Coefficients:
+                            clusters: Sequence[Any]) -> Coefficients:
     """Least squares with CR1 cluster-robust standard errors, df = clusters - 1. ``clusters``
     labels each row (sortable labels: the scores are summed in sorted order)."""
     bread = np.linalg.inv(design_NK.T @ design_NK)
