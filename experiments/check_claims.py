@@ -35,7 +35,8 @@ RESULTS = ROOT / "experiments" / "results"
 if str(ROOT / "src") not in sys.path:  # run as a script from a checkout
     sys.path.insert(0, str(ROOT / "src"))
 
-from moelab.study.stats import holm, min_detectable_gap  # noqa: E402
+from moelab.stats.multiple import holm  # noqa: E402
+from moelab.stats.power import min_detectable_gap  # noqa: E402
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,9 @@ from pathlib import Path
 
 from moelab.fileio import atomic_write_json
 from moelab.study.results import json_safe
-from moelab.study.stats import holm, min_detectable_gap, paired_test
+from moelab.stats.multiple import holm
+from moelab.stats.power import min_detectable_gap
+from moelab.study.gaps import paired_test
 
 RESULTS_DIR = Path(__file__).parent / "results"
 STUDY = RESULTS_DIR / "studies" / "demo-seeds617-622-cpu3.json"  # the CPU the fair-lr runs ran on

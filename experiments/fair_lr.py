@@ -37,7 +37,9 @@ from moelab.runs.lr_grid import (
 from moelab.study.commands import plan, plan_arms
 from moelab.study.results import json_safe
 from moelab.study.settings import load_study
-from moelab.study.stats import holm, min_detectable_gap, paired_test
+from moelab.stats.multiple import holm
+from moelab.stats.power import min_detectable_gap
+from moelab.study.gaps import paired_test
 from moelab.study.tuning import LrTuning, selection_specs, tuning_record
 from moelab.train.run_folder import RunFolder
 

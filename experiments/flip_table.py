@@ -29,7 +29,7 @@ if str(ROOT / "src") not in sys.path:  # run as a script from a checkout
     sys.path.insert(0, str(ROOT / "src"))
 
 from moelab.fileio import atomic_write_json  # noqa: E402
-from moelab.study.stats import holm  # noqa: E402
+from moelab.stats.multiple import holm  # noqa: E402
 
 
 def total_gap_row(study: str, budget: dict | None = None) -> dict:

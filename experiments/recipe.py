@@ -41,7 +41,8 @@ from moelab.fileio import atomic_write_json
 from moelab.study.commands import run_study
 from moelab.study.results import json_safe
 from moelab.study.settings import load_study
-from moelab.study.stats import min_detectable_gap, paired_test
+from moelab.stats.power import min_detectable_gap
+from moelab.study.gaps import paired_test
 from moelab.train.run_folder import RunFolder
 
 RESULTS = Path(__file__).parent / "results" / "recipe.json"

@@ -49,7 +49,9 @@ from moelab.runs.launchers.local import LocalLauncher
 from moelab.study.commands import plan
 from moelab.study.results import json_safe
 from moelab.study.settings import load_study
-from moelab.study.stats import holm, min_detectable_gap, paired_test
+from moelab.stats.multiple import holm
+from moelab.stats.power import min_detectable_gap
+from moelab.study.gaps import paired_test
 from moelab.train.run_folder import RunFolder
 
 from recipe import read_run, unigram_entropy

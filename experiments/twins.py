@@ -25,7 +25,7 @@ from pathlib import Path
 
 from scipy import optimize, stats
 
-from moelab.study.stats import min_detectable_gap
+from moelab.stats.power import min_detectable_gap
 
 
 def best_losses(path: Path) -> dict[str, dict[int, float]]:

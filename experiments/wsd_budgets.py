@@ -35,7 +35,7 @@ import numpy as np
 
 from moelab.config import load_config, save_config
 from moelab.fileio import atomic_write_json
-from moelab.study.stats import paired_test
+from moelab.study.gaps import paired_test
 from moelab.train import wsd_budget_family
 
 RESULTS = Path(__file__).parent / "results"

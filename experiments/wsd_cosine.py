@@ -38,7 +38,9 @@ import numpy as np
 
 from moelab.fileio import atomic_write_json, portable_command
 from moelab.study.results import json_safe
-from moelab.study.stats import holm, min_detectable_gap, paired_difference
+from moelab.stats.multiple import holm
+from moelab.stats.power import min_detectable_gap
+from moelab.stats.t_tests import paired_difference
 from moelab.train.run_folder import RunFolder
 
 ROOT = Path(__file__).resolve().parents[1]

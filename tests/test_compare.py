@@ -12,7 +12,7 @@ from scipy import stats
 
 from moelab.cli import main
 from moelab.config import load_config
-from moelab.study.stats import min_detectable_gap
+from moelab.stats.power import min_detectable_gap
 from tiny_overrides import TINY_MOE_RUN
 
 TINY = TINY_MOE_RUN + ["train.max_tokens=768", "train.eval_interval=1"]

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from moelab.study.stats import min_detectable_gap
+from moelab.stats.power import min_detectable_gap
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 spec = importlib.util.spec_from_file_location("twins", REPO_ROOT / "experiments" / "twins.py")

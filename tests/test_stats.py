@@ -14,10 +14,11 @@ from moelab.report import format_mean_std, markdown_table
 from moelab.runs.tokens import format_token_count, parse_budget_list, parse_token_count
 import numpy as np
 
-from moelab.study.stats import (
-    adjust_family, compare, decide, holm, min_detectable_gap, paired_test, seeds_needed,
-    summarize, welch_test,
-)
+from moelab.stats.intervals import summarize
+from moelab.stats.multiple import holm
+from moelab.stats.power import min_detectable_gap, seeds_needed
+from moelab.stats.t_tests import welch_test
+from moelab.study.gaps import adjust_family, compare, decide, paired_test
 
 # The paper's three-seed numbers are summaries only; these are fixed made-up seeds around them.
 MOE = [1.5770, 1.5788, 1.5806]

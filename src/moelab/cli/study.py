@@ -169,7 +169,8 @@ def _compare(args) -> int:
 
 def print_comparison(result, out: Path) -> None:
     from moelab.study.compare import side_summary
-    from moelab.study.stats import ALPHA, POWER
+    from moelab.stats.intervals import ALPHA
+    from moelab.stats.power import POWER
 
     print()
     if result.common:
@@ -367,7 +368,8 @@ def _pool(args) -> int:
 
 def print_results(results: StudyResults, study_dir: Path) -> None:
     """The study table on the terminal: arms, then each comparison with its tests."""
-    from moelab.study.stats import ALPHA, POWER
+    from moelab.stats.intervals import ALPHA
+    from moelab.stats.power import POWER
 
     rows = []
     for arm, r in results.arms.items():

@@ -33,7 +33,6 @@ from pathlib import Path
 
 import numpy as np
 import scipy.optimize
-import scipy.stats
 
 from moelab.errors import MoelabError, short_repr
 from moelab.scaling.family import active_params, estimate_shared_fraction
@@ -43,6 +42,7 @@ from moelab.scaling.isoflop_vertex import (
 from moelab.scaling.table import (
     numeric_column, read_csv_rows, require_column, validate_columns, with_default_columns,
 )
+from moelab.stats.intervals import t_interval
 
 MIN_POINTS_PARABOLA = MIN_SIZES
 SEED_COLUMN = "seed"
@@ -261,8 +261,7 @@ def _power_law(flops: list[float], params: list[float]) -> dict | None:
         residuals = y - (exponent * x + log_coefficient)
         standard_error = math.sqrt(np.sum(residuals ** 2) / (len(x) - 2)
                                    / np.sum((x - x.mean()) ** 2))
-        half_width = float(scipy.stats.t.ppf(0.975, len(x) - 2)) * standard_error
-        ci = [float(exponent - half_width), float(exponent + half_width)]
+        ci = list(t_interval(exponent, standard_error, len(x) - 2))
     return {"exponent": float(exponent), "coefficient": float(math.exp(log_coefficient)),
             "n_budgets": len(flops), "ci": ci}
 

@@ -27,7 +27,8 @@ from moelab.study.results import (
     BudgetResults, RoutingResult, RunResult, StudyResults, json_safe,
 )
 from moelab.study.rungs import adjust_steps, rung_steps
-from moelab.study.stats import adjust_family, compare, summarize
+from moelab.stats.intervals import summarize
+from moelab.study.gaps import adjust_family, compare
 from moelab.study.zero_shot import adjust_comparisons, zero_shot_result
 
 

@@ -4,7 +4,7 @@ Each side trains on the same seeds (``train.seed`` = the seed, so with the defau
 ``train.data_seed`` both sides see the same batches), in ``runs/A/seed<s>`` and
 ``runs/B/seed<s>`` of one folder; finished runs are skipped, torn ones resumed. The gap is
 A - B of the best validation loss (positive: B reaches the lower loss), tested as the study
-tests its arms (``moelab.study.stats.compare``: the paired t-test, its 95 % interval, p, and
+tests its arms (``moelab.study.gaps.compare``: the paired t-test, its 95 % interval, p, and
 the minimum gap it detects with power 0.8). ``compare.json`` keeps every number printed.
 """
 
@@ -26,7 +26,8 @@ from moelab.runs.lr_grid import (
     selection_record,
 )
 from moelab.study.results import json_safe
-from moelab.study.stats import Gap, compare, summarize
+from moelab.stats.intervals import summarize
+from moelab.study.gaps import Gap, compare
 from moelab.study.tuning import LrTuning, with_lr
 from moelab.train.run_folder import RunFolder
 

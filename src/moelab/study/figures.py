@@ -15,7 +15,7 @@ from moelab.report.axes import (
 )
 from moelab.study.records import RunRecord
 from moelab.study.results import BudgetResults
-from moelab.study.stats import TEST_NAMES, Gap
+from moelab.study.gaps import TEST_NAMES, Gap
 
 CURVE_DIAGNOSTICS = (
     ("busiest_fraction", "busiest-expert fraction"),

@@ -31,7 +31,8 @@ from moelab.study.aggregate import aggregate
 from moelab.study.arms import COMPARED_ARMS
 from moelab.study.records import find_runs
 from moelab.study.results import json_safe
-from moelab.study.stats import Gap, adjust_family, compare, summarize
+from moelab.stats.intervals import summarize
+from moelab.study.gaps import Gap, adjust_family, compare
 
 NOT_DESIGN = ("train.seed", "data.cache_dir", "train.progress", "train.tensorboard",
               "train.wandb", "train.log_interval", "train.checkpoint_interval",

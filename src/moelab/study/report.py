@@ -25,7 +25,9 @@ from moelab.study.records import RunRecord, find_runs, read_plan
 from moelab.study.results import (
     ArmResult, BudgetFamilyTokens, RoutingResult, StudyResults, results_csv,
 )
-from moelab.study.stats import ALPHA, MAX_SEEDS, POWER, REFERENCE_GAP, TEST_NAMES, Gap
+from moelab.stats.intervals import ALPHA
+from moelab.stats.power import MAX_SEEDS, POWER
+from moelab.study.gaps import REFERENCE_GAP, TEST_NAMES, Gap
 from moelab.study.zero_shot import TaskResult
 
 CRITERION_TEXT = {

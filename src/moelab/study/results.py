@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from moelab.study.rungs import RungStep
-from moelab.study.stats import Gap, Summary
+from moelab.stats.intervals import Summary
+from moelab.study.gaps import Gap
 from moelab.study.zero_shot import TaskResult
 
 # Per-run numbers copied from summary.json into results.json / results.csv.

@@ -24,7 +24,7 @@ from moelab.stats.sequential import (
 )
 from moelab.study.arms import COMPARED_ARMS
 from moelab.study.records import RunRecord
-from moelab.study.stats import ALPHA
+from moelab.stats.intervals import ALPHA
 
 RECORD_KEY = "sequential"
 DEFAULT_MAX_SEEDS = 12

@@ -2,7 +2,7 @@
 
 A step is a rung and the rung it adds one change to (``LADDER_STEPS``): the difference is
 ``earlier[s] - later[s]`` in best validation loss over the seeds both have (positive: the later
-rung is better), with the paired t-test the study's gaps use (``moelab.study.stats``). The
+rung is better), with the paired t-test the study's gaps use (``moelab.stats.t_tests``). The
 steps of a ladder are one family of tests: each verdict uses its Holm-adjusted p.
 """
 
@@ -13,7 +13,9 @@ from typing import Mapping, Optional
 
 import numpy as np
 
-from moelab.study.stats import decide, family_label, holm, paired_difference
+from moelab.stats.multiple import family_label, holm
+from moelab.stats.t_tests import paired_difference
+from moelab.study.gaps import decide
 
 LADDER_STEPS = (
     ("naive_top1", "top1_lb"),  # + Switch load balancing

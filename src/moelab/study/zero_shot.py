@@ -5,23 +5,25 @@ Runs with ``train.eval_tasks`` score the tasks on their final weights and write
 is summarised over seeds (mean, std and the t interval of the mean: the spread of seeds, not
 of items) beside the chance level, and each dense arm is compared with the MoE by the paired
 t-test on the per-seed differences moe - dense, the statistic the val-loss gaps use
-(``moelab.study.stats``). The comparisons of every task and criterion are one family of tests:
+(``moelab.stats.t_tests``). The comparisons of every task and criterion are one family of tests:
 each verdict uses its Holm-adjusted p (``adjust_comparisons``). A study whose runs have no
 tasks.json has no section.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 from typing import Optional
 
 import numpy as np
 
+from moelab.stats.intervals import Summary, mean_interval, summarize
+from moelab.stats.multiple import family_label, holm
+from moelab.stats.t_tests import paired_difference
 from moelab.study.arms import COMPARED_ARMS
+from moelab.study.gaps import decide
 from moelab.study.records import RunRecord
-from moelab.study.stats import (
-    Summary, decide, family_label, holm, mean_interval, paired_difference, summarize,
-)
 from moelab.tasks import TASK_NAMES
 
 
@@ -116,7 +118,7 @@ def task_arm_result(task: str, records: list[RunRecord]) -> TaskArmResult:
                           *(r.tasks[task].get(key) for key in RUN_TASK_FIELDS))
             for r in records]
     accuracies = [run.accuracy for run in runs]
-    ci_low, ci_high = mean_interval(accuracies)
+    ci_low, ci_high = mean_interval(accuracies) or (math.nan, math.nan)
     # Equal over seeds (one tokenizer per study); the mean keeps it exact if not.
     chance = float(np.mean([run.chance for run in runs]))
     return TaskArmResult(summarize(accuracies), ci_low, ci_high, chance, runs)

@@ -34,9 +34,10 @@ times).
 **One family of tests.** The p of every test the report makes -- c for each metric and every
 cell's difference for each metric -- is adjusted together by Holm's step-down (Holm 1979):
 the family is fixed by the grid, not by which tests came out small. Where an interval includes
-0 nothing separates the sparsities; the analysis then gives the minimum detectable difference,
-(t_0.975 + t_0.80) x standard error: the true effect that this many runs would detect at the 5 %
-level four times out of five.
+0 nothing separates the sparsities; the analysis then gives the minimum detectable difference:
+the true effect that this many runs would detect at the 5 % level four times out of five, by the
+exact power of the t-test at that standard error and degrees of freedom (noncentral t,
+``moelab.stats.power.min_detectable_gap``, as the study's gaps).
 """
 
 from __future__ import annotations
@@ -45,9 +46,11 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-import scipy.stats
 
-from moelab.sweep.zero_shot import mean_interval
+from moelab.stats.intervals import mean_interval, t_interval, t_p_value
+from moelab.stats.multiple import holm
+from moelab.stats.power import min_detectable_gap
+from moelab.stats.regression import clustered_least_squares
 
 METRICS = ("finetune_val_loss", "finetune_gain")
 PRETRAINING_LOSS = "final_val_loss"
@@ -73,21 +76,11 @@ class Pair:
         return (self.size, self.seed)
 
 
-def minimum_detectable(se: float, df: int) -> float:
-    """The smallest true effect detected with 80 % power by a two-sided 5 % t test."""
-    return float((scipy.stats.t.ppf(0.975, df) + scipy.stats.t.ppf(0.80, df)) * se)
-
-
-def holm(p_values: list[float | None]) -> list[float | None]:
-    """Holm's step-down adjusted p, in the order given; None stays None (no test). The same rule
-    as ``moelab.study.stats.holm``, which this package may not import (sibling packages)."""
-    tested = sorted((i for i, p in enumerate(p_values) if p is not None), key=lambda i: p_values[i])
-    adjusted: list[float | None] = [None] * len(p_values)
-    running = 0.0
-    for rank, index in enumerate(tested):
-        running = max(running, min(1.0, (len(tested) - rank) * p_values[index]))
-        adjusted[index] = running
-    return adjusted
+def minimum_detectable(se: float, df: int) -> float | None:
+    """The smallest true effect detected with 80 % power by a two-sided 5 % t test (exact
+    noncentral-t power); None where it cannot be computed (no spread)."""
+    detectable = min_detectable_gap(se, df)
+    return None if math.isnan(detectable) else detectable
 
 
 def finetune_analysis(rows: list[dict[str, str]], header: list[str]) -> dict | None:
@@ -140,24 +133,13 @@ def clustered_equal_loss_fit(pairs: list[Pair], metric: str) -> dict | None:
     y = np.array([pair.metrics[metric] for pair in pairs])
     if np.linalg.matrix_rank(design) < 2:
         return None
-    bread = np.linalg.inv(design.T @ design)
-    coefficients = bread @ design.T @ y
-    residual = y - design @ coefficients
-    labels = [pair.cluster for pair in pairs]
-    meat = np.zeros((2, 2))
-    for cluster in clusters:
-        members = [i for i, label in enumerate(labels) if label == cluster]
-        score = design[members].T @ residual[members]
-        meat += np.outer(score, score)
-    n, k, groups = len(y), 2, len(clusters)
-    covariance = bread @ meat @ bread * groups / (groups - 1) * (n - 1) / (n - k)
-    df = groups - 1
-    quantile = float(scipy.stats.t.ppf(0.975, df))
+    coefficients = clustered_least_squares(design, y, [pair.cluster for pair in pairs])
+    df = coefficients.df
     fit = {}
-    for name, value, se in zip(("loss", "sparsity"), coefficients, np.sqrt(np.diag(covariance))):
+    for name, value, se in zip(("loss", "sparsity"), coefficients.values,
+                               coefficients.standard_errors):
         fit[name] = {"value": float(value), "se": float(se), "df": df,
-                     "ci": [float(value - quantile * se), float(value + quantile * se)],
-                     "p": float(2 * scipy.stats.t.sf(abs(value / se), df)) if se > 0 else None,
+                     "ci": list(t_interval(value, se, df)), "p": t_p_value(value, se, df),
                      "mdd": minimum_detectable(float(se), df)}
     return fit
 
@@ -197,12 +179,13 @@ def _paired_mean(differences: np.ndarray) -> dict:
     """The mean difference with its 95 % t interval, two-sided p and minimum detectable
     difference (no interval or p with fewer than two pairs)."""
     record = {"pairs": len(differences), "value": float(differences.mean()),
-              "ci": mean_interval(differences), "p": None, "mdd": None}
+              "ci": None, "p": None, "mdd": None}
     if len(differences) >= 2:
         se = float(differences.std(ddof=1) / math.sqrt(len(differences)))
         df = len(differences) - 1
+        record["ci"] = list(mean_interval(differences))
         record["mdd"] = minimum_detectable(se, df)
-        record["p"] = float(2 * scipy.stats.t.sf(abs(record["value"] / se), df)) if se > 0 else None
+        record["p"] = t_p_value(record["value"], se, df)
     return record
 
 

@@ -12,7 +12,6 @@ import itertools
 from typing import Callable
 
 import numpy as np
-import scipy.stats
 
 from moelab.errors import MoelabError
 from moelab.scaling.form_tests import (
@@ -21,6 +20,7 @@ from moelab.scaling.form_tests import (
 from moelab.scaling.forms import FORMS
 from moelab.scaling.summary import fit_columns
 from moelab.scaling.table import holdout_mask
+from moelab.stats.intervals import mean_interval, t_interval
 from moelab.sweep.folder import row_seed
 
 N_COUNTS = {"total": "N_total", "non_embedding": "N_non_embedding"}
@@ -113,17 +113,17 @@ def sparsity_deltas(rows: list[dict[str, str]]) -> dict | None:
     if df == 0:
         return None
     variance = sum(float(np.sum(d ** 2)) for d in deviations) / df
-    quantile = float(scipy.stats.t.ppf(0.975, df))
     table = []
     for (size, budget, sparsity, experts), values in sorted(losses.items()):
         dense = losses.get((size, budget, 0.0, 1))
         if sparsity == 0.0 or dense is None:
             continue
         delta = float(np.mean(values) - np.mean(dense))
-        half = quantile * float(np.sqrt(variance * (1 / len(values) + 1 / len(dense))))
+        standard_error = float(np.sqrt(variance * (1 / len(values) + 1 / len(dense))))
         table.append({"size": size, "budget": budget, "D": next(iter(tokens[(size, budget)])),
                       "sparsity": sparsity, "E": experts, "delta": delta,
-                      "ci": [delta - half, delta + half], "seeds": [len(values), len(dense)]})
+                      "ci": list(t_interval(delta, standard_error, df)),
+                      "seeds": [len(values), len(dense)]})
     return {"seed_std": float(np.sqrt(variance)), "df": df, "deltas": table,
             "expert_pairs": expert_pairs(rows)}
 
@@ -145,10 +145,8 @@ def expert_pairs(rows: list[dict[str, str]]) -> list[dict]:
             differences = np.array([by_experts[high][s] - by_experts[low][s] for s in seeds])
             if len(differences) < 2:
                 continue
-            half = float(scipy.stats.t.ppf(0.975, len(differences) - 1)
-                         * differences.std(ddof=1) / np.sqrt(len(differences)))
-            mean = float(differences.mean())
             pairs.append({"size": size, "budget": budget, "sparsity": sparsity,
                           "E": [low, high], "seeds": len(differences),
-                          "difference": mean, "ci": [mean - half, mean + half]})
+                          "difference": float(differences.mean()),
+                          "ci": list(mean_interval(differences))})
     return pairs

@@ -19,22 +19,16 @@ the sparsity, the task cannot separate anything at this scale, and the analysis 
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
-import scipy.stats
 
+from moelab.stats.intervals import mean_interval, t_interval, wilson_interval
+from moelab.stats.regression import least_squares
 from moelab.tasks import TASK_NAMES, load_task
 
 
 def task_items(task: str) -> int:
     """The number of items of a shipped task (every run scores all of them)."""
     return len(load_task(task))
-
-
-def wilson_interval(accuracy: float, items: int) -> list[float]:
-    interval = scipy.stats.binomtest(round(accuracy * items), items).proportion_ci(method="wilson")
-    return [float(interval.low), float(interval.high)]
 
 
 def zero_shot_analysis(rows: list[dict[str, str]], header: list[str],
@@ -55,7 +49,7 @@ def _task_analysis(rows: list[dict[str, str]], task: str, items: int) -> dict:
     accuracy = np.array([float(row[f"zero_shot_{task}"]) for row in scored])
     loss = np.array([float(row["best_val_loss"]) for row in scored])
     sparsity = np.array([float(row["S"]) for row in scored])
-    half_widths = [np.diff(wilson_interval(a, items))[0] / 2 for a in accuracy]
+    half_widths = [_wilson_half_width(a, items) for a in accuracy]
     equal_loss = equal_loss_fit(accuracy, loss, sparsity)
     equal_flops = _equal_flops(scored, task)
     # The spread of runs alone is no test: binomial noise over a hundred runs spans several
@@ -68,6 +62,11 @@ def _task_analysis(rows: list[dict[str, str]], task: str, items: int) -> dict:
             "equal_flops": equal_flops, "separates": bool(separates)}
 
 
+def _wilson_half_width(accuracy: float, items: int) -> float:
+    low, high = wilson_interval(round(accuracy * items), items)
+    return (high - low) / 2
+
+
 def _excludes_zero(ci: list[float] | None) -> bool:
     return ci is not None and (ci[0] > 0 or ci[1] < 0)
 
@@ -78,15 +77,11 @@ def equal_loss_fit(accuracy, loss, sparsity) -> dict | None:
     if len(accuracy) < 4 or np.ptp(sparsity) == 0:
         return None
     design = np.column_stack([np.ones_like(loss), loss - loss.mean(), sparsity])
-    coefficients, *_ = np.linalg.lstsq(design, accuracy, rcond=None)
-    df = len(accuracy) - 3
-    residual = accuracy - design @ coefficients
-    variance = float(residual @ residual) / df
-    errors = np.sqrt(np.diag(variance * np.linalg.inv(design.T @ design)))
-    quantile = float(scipy.stats.t.ppf(0.975, df))
-    return {name: {"value": float(value), "ci": [float(value - quantile * se), float(value + quantile * se)],
-                   "se": float(se), "df": df}
-            for name, value, se in zip(("mean", "loss", "sparsity"), coefficients, errors)}
+    fit = least_squares(design, accuracy)
+    return {name: {"value": float(value), "ci": list(t_interval(value, se, fit.df)),
+                   "se": float(se), "df": fit.df}
+            for name, value, se in zip(("mean", "loss", "sparsity"), fit.values,
+                                       fit.standard_errors)}
 
 
 def _equal_flops(rows: list[dict[str, str]], task: str) -> list[dict] | None:
@@ -103,7 +98,7 @@ def _equal_flops(rows: list[dict[str, str]], task: str) -> list[dict] | None:
         size, runs = min(by_size.items(), key=lambda item: np.mean([r[0] for r in item[1]]))
         values = np.array([accuracy for _, accuracy in runs])
         table.append({"flops": budget, "sparsity": sparsity, "size": size, "seeds": len(values),
-                      "accuracy": float(values.mean()), "ci": mean_interval(values)})
+                      "accuracy": float(values.mean()), "ci": _listed(mean_interval(values))})
     dense = {row["flops"]: row for row in table if row["sparsity"] == 0.0}
     for row in table:
         if row["flops"] in dense and row["sparsity"] > 0:
@@ -111,8 +106,6 @@ def _equal_flops(rows: list[dict[str, str]], task: str) -> list[dict] | None:
     return table
 
 
-def mean_interval(values: np.ndarray) -> list[float] | None:
-    if len(values) < 2:
-        return None
-    half = float(scipy.stats.t.ppf(0.975, len(values) - 1) * values.std(ddof=1) / math.sqrt(len(values)))
-    return [float(values.mean() - half), float(values.mean() + half)]
+def _listed(interval) -> list[float] | None:
+    """An interval as results JSON holds it: a list, or None."""
+    return None if interval is None else list(interval)

@@ -8,7 +8,7 @@ last tokens (the context is cut from the left); a continuation longer than ``max
 an error (the builder keeps them short: a run with max_seq_len 64 fits every task). Requests are batched by length and right-padded: the model is causal and its
 MoE layers drop no tokens, so padding changes no real position. Logits are fp32.
 
-Accuracy intervals are Wilson score intervals at 95 % (``scipy.stats.binomtest``), which keep
+Accuracy intervals are Wilson score intervals at 95 % (``moelab.stats.intervals``), which keep
 their coverage near 0 and 1 where the normal approximation does not.
 """
 
@@ -18,11 +18,10 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
-from scipy.stats import binomtest
 
 from moelab.errors import MoelabError
+from moelab.stats.intervals import CONFIDENCE, wilson_interval
 
-CONFIDENCE = 0.95
 CI_METHOD = "wilson"
 
 
@@ -76,9 +75,9 @@ def score_continuations(model, requests: list[tuple[list[int], list[int]]],
 
 def accuracy_summary(correct: int, items: int, chance: float) -> dict:
     """Accuracy with its Wilson 95 % interval and the chance level."""
-    interval = binomtest(correct, items).proportion_ci(CONFIDENCE, method=CI_METHOD)
+    interval = wilson_interval(correct, items, CONFIDENCE)
     return {"items": items, "correct": correct, "accuracy": correct / items,
-            "ci_low": float(interval.low), "ci_high": float(interval.high),
+            "ci_low": interval.low, "ci_high": interval.high,
             "ci": f"{CI_METHOD} {CONFIDENCE:.0%}", "chance": chance}
 
 
