@@ -91,3 +91,17 @@ def test_record_items_are_the_pairs_to_json_writes_before_conversion():
     items = record_items(example())
     assert [key for key, _ in items] == list(to_json(example()))
     assert isinstance(dict(items)["interval"], Interval)  # not yet a dict
+
+
+@dataclass
+class Selection:
+    means: dict[float, Optional[float]] = field(default_factory=dict,
+                                                metadata={"json_key": "mean_loss",
+                                                          "key_format": "g"})
+
+
+def test_key_format_writes_dict_keys_through_the_format_spec():
+    # The hand-written form: {f"{lr:g}": mean}; 1.0 is "1" there, not json's "1.0".
+    written = to_json(Selection({0.01: 3.5, 1.0: None, 2.5e-05: 4.0}))
+    assert written == {"mean_loss": {"0.01": 3.5, "1": None, "2.5e-05": 4.0}}
+    assert json.dumps(written) == '{"mean_loss": {"0.01": 3.5, "1": null, "2.5e-05": 4.0}}'

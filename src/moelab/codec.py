@@ -10,7 +10,9 @@ A field may say, in its metadata, how it is written:
 - ``json_key``: the key in the file when it is not a Python name (``"C*"``);
 - ``omit_none``: leave the key out when the value is None (an optional key of an older file);
 - ``omit_empty``: leave the key out when the value is an empty list or dict (a key only some
-  files have, e.g. results only a variant of an experiment records).
+  files have, e.g. results only a variant of an experiment records);
+- ``key_format``: a dict's keys written through this format spec (``"g"``: the lr 0.01 as
+  ``"0.01"``, 1.0 as ``"1"``), as files keyed by a formatted number have them.
 
 A class may list derived properties to write after its fields (``JSON_EXTRA = ("well_supported",)``);
 they are skipped when read. Unknown keys are ignored when reading (a newer file read by an older
@@ -56,6 +58,8 @@ def record_items(record: Any) -> list[tuple[str, Any]]:
             continue
         if not value and field.metadata.get("omit_empty") and isinstance(value, (list, dict)):
             continue
+        if "key_format" in field.metadata and isinstance(value, dict):
+            value = {format(key, field.metadata["key_format"]): item for key, item in value.items()}
         items.append((field.metadata.get("json_key", field.name), value))
     for name in getattr(type(record), "JSON_EXTRA", ()):
         items.append((name, getattr(record, name)))
