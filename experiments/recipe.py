@@ -324,7 +324,7 @@ def rescore_study(study_dir: Path, window_counts: list[int]) -> dict:
     for arm in ARMS:
         seeds = sorted(int(p.name.removeprefix("seed")) for p in (study_dir / "runs" / arm).iterdir())
         losses = {str(n): [evaluate_run(study_dir / "runs" / arm / f"seed{seed}", device="cpu",
-                                        windows=n)["val_loss"] for seed in seeds]
+                                        windows=n).val_loss for seed in seeds]
                   for n in window_counts}
         arms[arm] = {"seeds": seeds, "val_loss": losses,
                      "std": {n: float(np.std(v, ddof=1)) if len(v) > 1 else None

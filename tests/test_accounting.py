@@ -171,6 +171,12 @@ def test_match_cli_says_which_matched_models_coincide(capsys):
     assert arms["dense_flops"]["same_model_as"] == "dense_active"
     assert arms["dense_flops"]["model"] == arms["dense_active"]["model"]
     assert "same_model_as" not in arms["dense_total"] and "same_model_as" not in arms["dense_active"]
+    # --json's keys, in order: the MoE has no criterion or mismatch, a dense arm has both
+    assert list(arms["moe"]) == ["model", "counts", "training"]
+    assert list(arms["dense_flops"]) == ["model", "counts", "training", "criterion", "mismatch",
+                                         "same_model_as"]
+    assert list(arms["moe"]["training"]) == ["tokens", "training_flops_6n",
+                                             "training_flops_kaplan", "training_flops_palm"]
 
 
 @pytest.mark.parametrize("criterion", ["active", "total", "flops"])

@@ -23,6 +23,7 @@ import pytest
 import torch
 
 import moelab.train.loop as loop
+from moelab.codec import to_json
 from moelab.config import load_config, save_config
 from moelab.train import branch_run, load_run, train, wsd_budget_family
 from moelab.train.run_folder import RunFolder
@@ -159,7 +160,7 @@ def test_rerunning_a_finished_branch_returns_its_summary(family_runs):
     root, family, _ = family_runs
     member = family.branches[0]
     summary = branch_run(root / f"family{BUDGETS[-1]}", 8, member.config, root / f"family{BUDGETS[0]}")
-    assert summary.to_dict() == RunFolder(root / f"family{BUDGETS[0]}").read_summary()
+    assert to_json(summary) == RunFolder(root / f"family{BUDGETS[0]}").read_summary()
 
 
 # --------------------------------------------------------------------------------------------

@@ -14,6 +14,7 @@ import shutil
 import pytest
 
 import moelab.train.loop as loop
+from moelab.codec import to_json
 from moelab.config import load_config
 from moelab.train import train
 from moelab.train.run_folder import RunFolder
@@ -177,6 +178,27 @@ def test_resume_is_exact_with_and_without_hashes(run, tmp_path, legacy):
     reference = train(config, tmp_path / "uninterrupted")
     assert ([_without_timings(e) for e in run.read_metrics()]
             == [_without_timings(e) for e in RunFolder(tmp_path / "uninterrupted").read_metrics()])
-    assert _without_timings(resumed.to_dict()) == _without_timings(reference.to_dict())
+    assert _without_timings(to_json(resumed)) == _without_timings(to_json(reference))
     assert run.samples_path.read_text() == (tmp_path / "uninterrupted" / "samples.txt").read_text()
 
+
+
+def test_trainer_state_json_keeps_its_keys_and_order():
+    # trainer_state.json as checkpoints have always written it (less the optimizer and hashes
+    # save_checkpoint adds), typed field by field and written back unchanged.
+    from moelab.codec import from_json
+    from moelab.train.evaluation import EvalResult
+    from moelab.train.state import TrainState
+
+    written = {"step": 4, "tokens": 1024, "best_val_loss": 5.5, "best_val_step": 2,
+               "best_val_bpb": 2.25,
+               "last_eval": {"step": 4, "val_loss": 5.75, "bits_per_byte": 2.5,
+                             "routing": [{"busiest_fraction": 0.5}]},
+               "train_time_s": 1.5, "wall_time_s": 2.0, "data": {"position": 7}}
+    state = from_json(TrainState, written)
+    assert (state.last_eval.step, state.last_eval.val_loss, state.data) == (4, 5.75, {"position": 7})
+    assert json.dumps(to_json(state)) == json.dumps(written)
+    fresh = TrainState()
+    fresh.record_eval(EvalResult(val_loss=6.0, bits_per_byte=3.0), step=2)
+    assert list(to_json(fresh)["last_eval"]) == ["step", "val_loss", "bits_per_byte", "routing"]
+    assert to_json(TrainState())["last_eval"] is None

@@ -67,3 +67,41 @@ def test_reading_tolerates_unknown_keys_fills_defaults_and_names_a_missing_key()
     del data["sizes"]
     with pytest.raises(ValueError, match="Minimum: the key 'sizes' is missing"):
         from_json(Minimum, data)
+
+
+@dataclass
+class Budget:
+    tokens: Optional[int] = field(default=None, metadata={"omit_none": True})
+    arms: dict[str, float] = field(default_factory=dict)
+    rungs: list[int] = field(default_factory=list, metadata={"omit_empty": True})
+    tasks: dict[str, float] = field(default_factory=dict, metadata={"omit_empty": True})
+
+
+def test_empty_lists_and_dicts_are_left_out_only_where_the_field_says_so():
+    assert to_json(Budget()) == {"arms": {}}
+    full = Budget(tokens=5, arms={"moe": 1.5}, rungs=[0], tasks={"a": 0.25})
+    assert list(to_json(full)) == ["tokens", "arms", "rungs", "tasks"]
+    assert from_json(Budget, {"arms": {}}) == Budget()
+    assert from_json(Budget, to_json(full)) == full
+
+
+def test_record_items_are_the_pairs_to_json_writes_before_conversion():
+    from moelab.codec import record_items
+
+    items = record_items(example())
+    assert [key for key, _ in items] == list(to_json(example()))
+    assert isinstance(dict(items)["interval"], Interval)  # not yet a dict
+
+
+@dataclass
+class Selection:
+    means: dict[float, Optional[float]] = field(default_factory=dict,
+                                                metadata={"json_key": "mean_loss",
+                                                          "key_format": "g"})
+
+
+def test_key_format_writes_dict_keys_through_the_format_spec():
+    # The hand-written form: {f"{lr:g}": mean}; 1.0 is "1" there, not json's "1.0".
+    written = to_json(Selection({0.01: 3.5, 1.0: None, 2.5e-05: 4.0}))
+    assert written == {"mean_loss": {"0.01": 3.5, "1": None, "2.5e-05": 4.0}}
+    assert json.dumps(written) == '{"mean_loss": {"0.01": 3.5, "1": null, "2.5e-05": 4.0}}'

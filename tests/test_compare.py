@@ -36,6 +36,9 @@ def test_compare_gives_the_paired_gap_of_the_two_sides_runs(compared, capsys):
     assert main(args) == 0
     record = json.loads((out / "compare.json").read_text())
     assert capsys.readouterr().out.endswith(json.dumps(record, indent=2) + "\n")
+    assert list(record) == ["labels", "common_overrides", "best_val_loss", "outcome",
+                            "gap_a_minus_b", "missing_runs"]  # compare.json's keys, in order
+    assert list(record["best_val_loss"]["A"]) == [str(seed) for seed in SEEDS]
     losses = {side: [json.loads((out / "runs" / side / f"seed{s}" / "summary.json").read_text())
                      ["best_val_loss"] for s in SEEDS] for side in ("A", "B")}
     diffs = np.subtract(losses["A"], losses["B"])

@@ -245,6 +245,22 @@ def test_builds_are_reproducible(tmp_path, tiny_folder):
     assert digests[0] == digests[1]
 
 
+def test_manifest_keeps_its_keys_and_counts_the_token_files(tmp_path, tiny_folder):
+    cfg = DataConfig(source=str(tiny_folder), cache_dir=str(tmp_path))
+    prepared = prepare_data(cfg, 300, progress=False)
+    manifest = json.loads((prepared.cache_dir / "manifest.json").read_text())
+    assert list(manifest) == ["manifest_version", "source", "source_fingerprint",
+                              "tokenizer_recipe_version", "vocab_size", "eot_id",
+                              "tokenizer_sha256", "dtype", "splits"]
+    assert list(manifest["splits"]) == ["train", "valid"]
+    for name, entry in manifest["splits"].items():
+        assert list(entry) == ["file", "stories", "bytes", "tokens", "file_bytes", "sha256"]
+        data = (prepared.cache_dir / entry["file"]).read_bytes()
+        assert entry["file_bytes"] == len(data) == 2 * entry["tokens"]  # uint16 tokens
+        assert entry["sha256"] == hashlib.sha256(data).hexdigest()
+    assert manifest["dtype"] == "uint16" and manifest["vocab_size"] == 300
+
+
 def test_interrupted_build_without_manifest_is_rebuilt(tmp_path, tiny_folder):
     cfg = DataConfig(source=str(tiny_folder), cache_dir=str(tmp_path))
     prepared = prepare_data(cfg, 300, progress=False)

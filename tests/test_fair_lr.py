@@ -200,6 +200,10 @@ def test_compare_tunes_each_side_on_the_selection_seeds(tmp_path, monkeypatch):
                  if "/select/" not in path]
     assert sorted(reporting) == [("A", 0.005, 0), ("A", 0.005, 1), ("B", 0.02, 0), ("B", 0.02, 1)]
     record = json.loads((tmp_path / "c" / "compare.json").read_text())["lr_selection"]
+    assert list(record) == ["grid", "selection_seeds", "reporting_seeds", "sides"]
+    assert list(record["sides"]["A"]) == ["unit", "grid", "seeds", "lr", "edge", "mean_loss",
+                                          "losses"]
+    assert list(record["sides"]["A"]["mean_loss"]) == [f"{lr:g}" for lr in sorted(GRID)]
     assert record["selection_seeds"] == SELECT and record["reporting_seeds"] == REPORT
     assert record["sides"]["A"]["edge"] == "lowest" and record["sides"]["B"]["edge"] == "highest"
     assert result.losses["A"][0] == pytest.approx(fake_loss("A", 0.005, 0))

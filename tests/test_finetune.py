@@ -58,8 +58,8 @@ def source_and_finetune(tmp_path_factory):
 
 def test_the_finetune_beats_the_source_on_the_new_text(source_and_finetune, capsys):
     root, text = source_and_finetune
-    source_on_new = evaluate_run(root / "source", data=text, device="cpu")["val_loss"]
-    tuned_on_new = evaluate_run(root / "tuned", data=text, device="cpu")["val_loss"]
+    source_on_new = evaluate_run(root / "source", data=text, device="cpu").val_loss
+    tuned_on_new = evaluate_run(root / "tuned", data=text, device="cpu").val_loss
     assert tuned_on_new < source_on_new - 0.5, (tuned_on_new, source_on_new)
     # Its own validation split is that held-out text: its final eval is the same number.
     summary = RunFolder(root / "tuned").read_summary()

@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from moelab.cli import main
+from moelab.codec import to_json
 from moelab.config import load_config
 from moelab.errors import MoelabError
 from moelab.train import Schedule, generate_text, load_run, train
@@ -400,7 +401,7 @@ def test_generate_refuses_a_temperature_that_is_not_a_finite_non_negative_number
 
 def test_resume_of_a_finished_run_returns_its_summary(tiny_run):
     config = RunFolder(tiny_run).read_config()
-    assert train(config, tiny_run, resume=True).to_dict() == RunFolder(tiny_run).read_summary()
+    assert to_json(train(config, tiny_run, resume=True)) == RunFolder(tiny_run).read_summary()
     with pytest.raises(MoelabError, match="already holds a run"):
         train(config, tiny_run)
 
@@ -566,8 +567,8 @@ def test_a_corrupt_summary_is_a_clear_error_and_resume_writes_it_again(tmp_path)
             run.read_summary()
         assert not run.is_complete()
         again = train(config, run.path, resume=True)  # from the final checkpoint: no step left
-        assert _without_timings(again.to_dict()) == _without_timings(first.to_dict())
-        assert run.read_summary() == again.to_dict()
+        assert _without_timings(to_json(again)) == _without_timings(to_json(first))
+        assert run.read_summary() == to_json(again)
         assert run.samples_path.read_text() == samples
 
 

@@ -8,7 +8,11 @@ fields' names, so files written before a record became typed read back unchanged
 A field may say, in its metadata, how it is written:
 
 - ``json_key``: the key in the file when it is not a Python name (``"C*"``);
-- ``omit_none``: leave the key out when the value is None (an optional key of an older file).
+- ``omit_none``: leave the key out when the value is None (an optional key of an older file);
+- ``omit_empty``: leave the key out when the value is an empty list or dict (a key only some
+  files have, e.g. results only a variant of an experiment records);
+- ``key_format``: a dict's keys written through this format spec (``"g"``: the lr 0.01 as
+  ``"0.01"``, 1.0 as ``"1"``), as files keyed by a formatted number have them.
 
 A class may list derived properties to write after its fields (``JSON_EXTRA = ("well_supported",)``);
 they are skipped when read. Unknown keys are ignored when reading (a newer file read by an older
@@ -41,15 +45,25 @@ def to_json(value: Any) -> Any:
 
 
 def _record_to_json(record: Any) -> dict[str, Any]:
-    out: dict[str, Any] = {}
+    return {key: to_json(value) for key, value in record_items(record)}
+
+
+def record_items(record: Any) -> list[tuple[str, Any]]:
+    """The (key, value) pairs ``to_json`` writes for ``record``, in order, values not yet
+    converted: for a writer that must treat some values its own way."""
+    items = []
     for field in dataclasses.fields(record):
         value = getattr(record, field.name)
         if value is None and field.metadata.get("omit_none"):
             continue
-        out[field.metadata.get("json_key", field.name)] = to_json(value)
+        if not value and field.metadata.get("omit_empty") and isinstance(value, (list, dict)):
+            continue
+        if "key_format" in field.metadata and isinstance(value, dict):
+            value = {format(key, field.metadata["key_format"]): item for key, item in value.items()}
+        items.append((field.metadata.get("json_key", field.name), value))
     for name in getattr(type(record), "JSON_EXTRA", ()):
-        out[name] = to_json(getattr(record, name))
-    return out
+        items.append((name, getattr(record, name)))
+    return items
 
 
 def from_json(cls: type[T], data: Any) -> T:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import dataclass, field
+from typing import Optional
 
 from moelab.accounting import (
     CRITERIA, count_params, equal_compute_tokens, flops_per_token, match_dense,
@@ -12,8 +14,9 @@ from moelab.accounting import (
 from moelab.cli import add_config_arguments, positive_int
 import yaml
 
+from moelab.codec import to_json
 from moelab.config import (
-    ModelConfig, apply_overrides, build_config, dump_config, load_config, read_with_base, to_dict,
+    ModelConfig, apply_overrides, build_config, dump_config, load_config, read_with_base,
 )
 from moelab.errors import MoelabError
 from moelab.report import format_count
@@ -99,12 +102,42 @@ def resolved_yaml(source: str, overrides: list[str]) -> str:
     return text
 
 
-def training_budget(cfg: ModelConfig, tokens: int) -> dict[str, int]:
+@dataclass(frozen=True)
+class TrainingBudget:
     """The tokens a run trains and its training FLOPs under each count."""
+
+    tokens: int
+    training_flops_6n: int
+    training_flops_kaplan: int
+    training_flops_palm: int
+
+
+def training_budget(cfg: ModelConfig, tokens: int) -> TrainingBudget:
     flops = flops_per_token(cfg)
-    return {"tokens": tokens, "training_flops_6n": flops.six_n * tokens,
-            "training_flops_kaplan": flops.kaplan * tokens,
-            "training_flops_palm": flops.palm * tokens}
+    return TrainingBudget(tokens=tokens, training_flops_6n=flops.six_n * tokens,
+                          training_flops_kaplan=flops.kaplan * tokens,
+                          training_flops_palm=flops.palm * tokens)
+
+
+_OPTIONAL = {"omit_none": True}
+"""Metadata of a key only some arms have."""
+
+
+@dataclass
+class MatchedArm:
+    """One arm ``moelab match`` prints (``--json``: these keys, the optional ones only when
+    set)."""
+
+    model: ModelConfig
+    counts: dict[str, int]
+    """``model_counts``: each count under its JSON name."""
+    training: TrainingBudget
+    criterion: Optional[str] = field(default=None, metadata=_OPTIONAL)
+    """The criterion a dense arm (or the equal-compute MoE) is matched on; None for the MoE."""
+    mismatch: Optional[float] = field(default=None, metadata=_OPTIONAL)
+    """(this arm - the MoE) / the MoE on the criterion; for moe_compute, of training FLOPs."""
+    same_model_as: Optional[str] = field(default=None, metadata=_OPTIONAL)
+    """An earlier arm with the same model and training, when there is one."""
 
 
 def run_match(args: argparse.Namespace) -> int:
@@ -116,8 +149,7 @@ def run_match(args: argparse.Namespace) -> int:
                           f"d_expert, the widest matched FFN)")
     tokens_per_step = train.batch_size * cfg.max_seq_len
     tokens = train.max_tokens // tokens_per_step * tokens_per_step  # whole steps, as trained
-    arms = {"moe": {"model": to_dict(cfg), "counts": model_counts(cfg),
-                    "training": training_budget(cfg, tokens)}}
+    arms = {"moe": MatchedArm(cfg, model_counts(cfg), training_budget(cfg, tokens))}
     criteria = list(dict.fromkeys(args.criterion or MATCH_CRITERIA))
     if "compute" in criteria and "total" not in criteria:
         criteria.insert(criteria.index("compute"), "total")  # compute's dense arm
@@ -127,44 +159,38 @@ def run_match(args: argparse.Namespace) -> int:
             compute_tokens = equal_compute_tokens(cfg, dense, tokens, tokens_per_step)
             moe_flops = count_params(cfg).active * compute_tokens
             dense_flops = count_params(dense).active * tokens
-            arms["moe_compute"] = {
-                "model": to_dict(cfg), "counts": model_counts(cfg),
-                "training": training_budget(cfg, compute_tokens), "criterion": criterion,
-                "mismatch": (moe_flops - dense_flops) / dense_flops,
-            }
+            arms["moe_compute"] = MatchedArm(
+                cfg, model_counts(cfg), training_budget(cfg, compute_tokens), criterion,
+                mismatch=(moe_flops - dense_flops) / dense_flops)
             continue
         matched = match_dense(cfg, criterion, step=args.step)
-        arm = {
-            "model": to_dict(matched.config),
-            "counts": model_counts(matched.config),
-            "training": training_budget(matched.config, tokens),
-            "criterion": criterion,
-            "mismatch": matched.mismatch,
-        }
+        arm = MatchedArm(matched.config, model_counts(matched.config),
+                         training_budget(matched.config, tokens), criterion,
+                         mismatch=matched.mismatch)
         # FLOPs per token are affine in the active parameters, so those two usually coincide.
-        same = [name for name, other in arms.items()
-                if other["model"] == arm["model"] and other["training"] == arm["training"]]
-        if same:
-            arm["same_model_as"] = same[0]
+        arm.same_model_as = next((name for name, other in arms.items()
+                                  if (other.model, other.training) == (arm.model, arm.training)),
+                                 None)
         arms[f"dense_{criterion}"] = arm
     if args.json:
-        print(json.dumps(arms, indent=2))
+        print(json.dumps(to_json(arms), indent=2))
     else:
         print(_side_by_side(arms))
         for name, arm in arms.items():
-            if "same_model_as" in arm:
-                print(f"{name} is the same model as {arm['same_model_as']}")
+            if arm.same_model_as is not None:
+                print(f"{name} is the same model as {arm.same_model_as}")
     return 0
 
 
-def _side_by_side(arms: dict[str, dict]) -> str:
+def _side_by_side(arms: dict[str, MatchedArm]) -> str:
+    first = next(iter(arms.values()))
     rows = [
-        ("FFN", [_ffn(a["model"]) for a in arms.values()]),
-        *[(key, [format_count(a["counts"][key]) for a in arms.values()]) for key in next(iter(arms.values()))["counts"]],
-        ("training tokens", [format_count(a["training"]["tokens"]) for a in arms.values()]),
-        *[(key, [f"{a['training'][key]:.3g}" for a in arms.values()])
+        ("FFN", [_ffn(a.model) for a in arms.values()]),
+        *[(key, [format_count(a.counts[key]) for a in arms.values()]) for key in first.counts],
+        ("training tokens", [format_count(a.training.tokens) for a in arms.values()]),
+        *[(key, [f"{getattr(a.training, key):.3g}" for a in arms.values()])
           for key in ("training_flops_6n", "training_flops_kaplan", "training_flops_palm")],
-        ("mismatch", ["-" if "mismatch" not in a else f"{a['mismatch']:+.3%}" for a in arms.values()]),
+        ("mismatch", ["-" if a.mismatch is None else f"{a.mismatch:+.3%}" for a in arms.values()]),
     ]
     width = max(14, *(len(name) for name in arms))
     lines = [f"{'':<30}" + "".join(f"{name:>{width + 2}}" for name in arms)]
@@ -173,9 +199,8 @@ def _side_by_side(arms: dict[str, dict]) -> str:
     return "\n".join(lines)
 
 
-def _ffn(model: dict) -> str:
-    moe = model.get("moe")
-    if moe is None:
-        return f"d_ff={model['d_ff']}"
-    return f"{moe['num_experts']}x{moe['d_expert']} top{moe['top_k']}"
+def _ffn(model: ModelConfig) -> str:
+    if model.moe is None:
+        return f"d_ff={model.d_ff}"
+    return f"{model.moe.num_experts}x{model.moe.d_expert} top{model.moe.top_k}"
 

@@ -123,7 +123,7 @@ def _compare(args) -> int:
 
     from moelab.config import load_config
     from moelab.runs.launchers.commands import train_commands
-    from moelab.study.compare import comparison_specs, run_comparison
+    from moelab.study.compare import comparison_json, comparison_specs, run_comparison
     from moelab.study.settings import StudySettings
 
     check_launcher_options(args)
@@ -156,7 +156,7 @@ def _compare(args) -> int:
         result = run_comparison(configs, labels, seeds, out, common=args.overrides,
                                 launcher=launcher, tuning=tuning)
     if args.json:
-        print(json.dumps(result.to_dict(), indent=2))
+        print(json.dumps(comparison_json(result), indent=2))
     else:
         print_comparison(result, out)
     if result.missing:
@@ -180,11 +180,11 @@ def print_comparison(result, out: Path) -> None:
         print(f"{side}: {label}\n    best val loss {format_mean_std(mean, std)} (n={n})")
     if result.lr_selection is not None:
         selection = result.lr_selection
-        for side, choice in selection["sides"].items():
-            edge = f" (at the grid's {choice['edge']} lr: the best may lie beyond)" if choice["edge"] else ""
-            print(f"{side}: lr {choice['lr']:g}{edge}")
-        print(f"lrs chosen on seeds {', '.join(map(str, selection['selection_seeds']))}; "
-              f"reported on seeds {', '.join(map(str, selection['reporting_seeds']))}")
+        for side, choice in selection.sides.items():
+            edge = f" (at the grid's {choice.edge} lr: the best may lie beyond)" if choice.edge else ""
+            print(f"{side}: lr {choice.lr:g}{edge}")
+        print(f"lrs chosen on seeds {', '.join(map(str, selection.selection_seeds))}; "
+              f"reported on seeds {', '.join(map(str, selection.reporting_seeds))}")
     gap = result.gap
     print(f"gap A - B {gap.gap:+.4f} (positive: B better): {result.outcome}")
     print(f"    paired t: {_interval(gap.paired)}, n={gap.paired.n_pairs} pairs")

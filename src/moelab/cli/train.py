@@ -12,6 +12,7 @@ import math
 from typing import TYPE_CHECKING
 
 from moelab.cli import add_config_arguments, non_negative_int, positive_int, seed_int
+from moelab.codec import to_json
 from moelab.config import load_config
 from moelab.errors import MoelabError, short_repr, short_text
 from moelab.fileio import refuse_overwriting_inputs
@@ -139,10 +140,10 @@ def _eval(args) -> int:
     result = evaluate_run(args.run, data=args.data, device=args.device,
                           cache_dir=args.cache_dir, windows=args.windows)
     if args.json:
-        print(json.dumps(result))
+        print(json.dumps(to_json(result)))
     else:
-        print(f"val loss {result['val_loss']:.4f} nats/token, "
-              f"{result['bits_per_byte']:.4f} bits/byte ({result['windows']} windows)")
+        print(f"val loss {result.val_loss:.4f} nats/token, "
+              f"{result.bits_per_byte:.4f} bits/byte ({result.windows} windows)")
     return 0
 
 

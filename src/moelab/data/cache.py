@@ -14,13 +14,15 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from dataclasses import dataclass
+from collections import Counter
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, NoReturn, Optional
 
 import numpy as np
 from tqdm import tqdm
 
+from moelab.codec import from_json, to_json
 from moelab.data.encoding import encode_batches
 from moelab.data.sources import Source, StorySplit, split_bytes
 from moelab.data.tokenizer import (
@@ -56,6 +58,41 @@ class TokenSplit:
     def bytes_per_token(self) -> float:
         """Bytes per token over the whole split; turns nats/token into bits/byte."""
         return self.bytes / self.num_tokens
+
+
+@dataclass
+class SplitEntry:
+    """One split's token file as manifest.json records it."""
+
+    file: str
+    stories: int
+    bytes: int
+    tokens: int
+    file_bytes: int
+    sha256: str
+
+    def __post_init__(self) -> None:
+        # Whole numbers even in a hand-edited manifest: a string would size the memmap.
+        self.stories, self.bytes, self.tokens = int(self.stories), int(self.bytes), int(self.tokens)
+        self.file, self.sha256 = str(self.file), str(self.sha256)
+
+
+@dataclass
+class CacheManifest:
+    """manifest.json, written last: what the cache was built from and each split's file. Any
+    key may be missing from a damaged manifest (None): ``load_cache`` names the one it needs."""
+
+    manifest_version: Optional[int] = None
+    source: Optional[str] = None
+    source_fingerprint: Optional[str] = None
+    tokenizer_recipe_version: Optional[int] = None
+    vocab_size: Optional[int] = None
+    eot_id: Optional[int] = None
+    tokenizer_sha256: Optional[str] = None
+    dtype: Optional[str] = None
+    splits: dict[str, Any] = field(default_factory=dict)
+    """Split name -> its ``SplitEntry``, read as one when the split is opened (a damaged entry
+    is named then)."""
 
 
 def token_dtype(vocab_size: int) -> np.dtype:
@@ -107,23 +144,17 @@ def _build(source: Source, train: StorySplit, valid: StorySplit, vocab_size: int
         split.name: encode_split(tokenizer, split, cache_dir / f"{split.name}.bin", dtype, progress)
         for split in (train, valid)
     }
-    atomic_write_json(cache_dir / MANIFEST, {
-        "manifest_version": MANIFEST_VERSION,
-        "source": source.label,
-        "source_fingerprint": source.fingerprint,
-        "tokenizer_recipe_version": TOKENIZER_RECIPE_VERSION,
-        "vocab_size": tokenizer.vocab_size,
-        "eot_id": tokenizer.eot_id,
-        "tokenizer_sha256": tokenizer.sha256(),
-        "dtype": dtype.name,
-        "splits": split_entries,
-    })
+    atomic_write_json(cache_dir / MANIFEST, to_json(CacheManifest(
+        manifest_version=MANIFEST_VERSION, source=source.label,
+        source_fingerprint=source.fingerprint, tokenizer_recipe_version=TOKENIZER_RECIPE_VERSION,
+        vocab_size=tokenizer.vocab_size, eot_id=tokenizer.eot_id,
+        tokenizer_sha256=tokenizer.sha256(), dtype=dtype.name, splits=split_entries)))
 
 
 def encode_split(tokenizer: Tokenizer, split: StorySplit, path: Path, dtype: np.dtype,
-                 progress: bool) -> dict[str, Any]:
+                 progress: bool) -> SplitEntry:
     """Encode ``split`` batch by batch straight into ``path``; return its manifest entry."""
-    counts = {"stories": 0, "bytes": 0, "tokens": 0}
+    counts = Counter(stories=0, bytes=0, tokens=0)
     digest = hashlib.sha256()
 
     def write(tmp: str) -> None:
@@ -134,9 +165,7 @@ def encode_split(tokenizer: Tokenizer, split: StorySplit, path: Path, dtype: np.
                 data = ids.astype(dtype.newbyteorder("<"), copy=False).tobytes()
                 f.write(data)
                 digest.update(data)
-                counts["stories"] += len(stories)
-                counts["bytes"] += split_bytes(stories)
-                counts["tokens"] += len(ids)
+                counts.update(stories=len(stories), bytes=split_bytes(stories), tokens=len(ids))
                 bar.update(len(stories))
             f.flush()
             os.fsync(f.fileno())
@@ -144,8 +173,8 @@ def encode_split(tokenizer: Tokenizer, split: StorySplit, path: Path, dtype: np.
     atomic_write(path, write)
     if counts["stories"] == 0:
         raise MoelabError(f"the {split.name} split of the data source has no stories")
-    return {"file": path.name, **counts, "file_bytes": counts["tokens"] * dtype.itemsize,
-            "sha256": digest.hexdigest()}
+    return SplitEntry(file=path.name, **counts, file_bytes=counts["tokens"] * dtype.itemsize,
+                      sha256=digest.hexdigest())
 
 
 # --------------------------------------------------------------------------------------------
@@ -158,7 +187,7 @@ def has_manifest(cache_dir: Path) -> bool:
 
 
 def load_cache(cache_dir: Path, source: Source, vocab_size: int
-               ) -> tuple[Tokenizer, dict[str, TokenSplit], dict[str, Any]]:
+               ) -> tuple[Tokenizer, dict[str, TokenSplit], CacheManifest]:
     """Open a finished cache after checking every file against the manifest."""
     manifest_path = cache_dir / MANIFEST
     manifest = _read_manifest(manifest_path)
@@ -168,43 +197,44 @@ def load_cache(cache_dir: Path, source: Source, vocab_size: int
         "vocab_size": vocab_size,
     }
     for key, value in expected.items():
-        if manifest.get(key) != value:
-            _corrupt(manifest_path, f"{key} is {short_repr(manifest.get(key))}, expected {short_repr(value)}")
+        found = getattr(manifest, key)
+        if found != value:
+            _corrupt(manifest_path, f"{key} is {short_repr(found)}, expected {short_repr(value)}")
     tokenizer_path = cache_dir / TOKENIZER_FILE
     if not tokenizer_path.is_file():
         _corrupt(tokenizer_path, "the file is missing")
-    if file_sha256(tokenizer_path) != manifest.get("tokenizer_sha256"):
+    if file_sha256(tokenizer_path) != manifest.tokenizer_sha256:
         _corrupt(tokenizer_path, "its sha256 does not match the manifest")
     tokenizer = Tokenizer(tokenizer_path)
     dtype = token_dtype(tokenizer.vocab_size)
-    if manifest.get("dtype") != dtype.name or manifest.get("eot_id") != tokenizer.eot_id:
+    if manifest.dtype != dtype.name or manifest.eot_id != tokenizer.eot_id:
         _corrupt(manifest_path, "dtype or eot_id does not match the tokenizer")
     splits = {name: _open_split(cache_dir, name, manifest, dtype) for name in SPLITS}
     return tokenizer, splits, manifest
 
 
-def _read_manifest(path: Path) -> dict[str, Any]:
+def _read_manifest(path: Path) -> CacheManifest:
     try:
         manifest = read_json(path)
     except (OSError, UnicodeDecodeError, json.JSONDecodeError):
         _corrupt(path, "it is not a readable JSON manifest")
     if not isinstance(manifest, dict) or not isinstance(manifest.get("splits"), dict):
         _corrupt(path, "it has no 'splits' table")
-    return manifest
+    return from_json(CacheManifest, manifest)
 
 
-def _open_split(cache_dir: Path, name: str, manifest: dict, dtype: np.dtype) -> TokenSplit:
-    entry = manifest["splits"].get(name)
-    if not isinstance(entry, dict):
+def _open_split(cache_dir: Path, name: str, manifest: CacheManifest,
+                dtype: np.dtype) -> TokenSplit:
+    raw_entry = manifest.splits.get(name)
+    if not isinstance(raw_entry, dict):
         _corrupt(cache_dir / MANIFEST, f"split {short_repr(name)} is missing")
     try:
-        path = cache_dir / entry["file"]
-        tokens, stories = int(entry["tokens"]), int(entry["stories"])
-        num_bytes = int(entry["bytes"])
-        expected_sha256 = str(entry["sha256"])
-    except (KeyError, TypeError, ValueError):
+        # file_bytes follows from tokens and the dtype: a manifest without it still opens
+        entry = from_json(SplitEntry, {"file_bytes": 0, **raw_entry})
+    except (TypeError, ValueError):
         _corrupt(cache_dir / MANIFEST,
                  f"split {short_repr(name)} lacks file, tokens, stories, bytes or sha256")
+    path, tokens = cache_dir / entry.file, entry.tokens
     if not path.is_file():
         _corrupt(path, "the file is missing")
     size = path.stat().st_size
@@ -213,10 +243,10 @@ def _open_split(cache_dir: Path, name: str, manifest: dict, dtype: np.dtype) -> 
                        f"({tokens * dtype.itemsize} bytes)")
     if tokens == 0:
         _corrupt(path, "the split has no tokens")
-    if file_sha256(path) != expected_sha256:
+    if file_sha256(path) != entry.sha256:
         _corrupt(path, "its sha256 does not match the manifest")
     memmap = np.memmap(path, dtype=dtype.newbyteorder("<"), mode="r", shape=(tokens,))
-    return TokenSplit(name=name, tokens=memmap, stories=stories, bytes=num_bytes)
+    return TokenSplit(name=name, tokens=memmap, stories=entry.stories, bytes=entry.bytes)
 
 
 def _corrupt(path: Path, problem: str) -> NoReturn:

@@ -5,10 +5,12 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Optional
 
 from moelab.config import DataConfig
-from moelab.data.cache import TokenSplit, build_cache, cache_folder_name, has_manifest, load_cache
+from moelab.data.cache import (
+    CacheManifest, TokenSplit, build_cache, cache_folder_name, has_manifest, load_cache,
+)
 from moelab.data.sources import resolve_source
 from moelab.data.tokenizer import Tokenizer, check_vocab_size
 
@@ -22,7 +24,7 @@ class PreparedData:
     valid: TokenSplit
     cache_dir: Path
     """The cache folder holding tokenizer.json, the token files and manifest.json."""
-    manifest: dict[str, Any] = field(default_factory=dict, repr=False)
+    manifest: Optional[CacheManifest] = field(default=None, repr=False)
 
     @property
     def vocab_size(self) -> int:

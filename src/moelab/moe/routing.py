@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from moelab.codec import to_json
 from moelab.precision import autocast_off
 
 
@@ -165,11 +166,6 @@ class LoadBalance:
     dead_experts: int
     """Experts whose load is under DEAD_EXPERT_LOAD (1 %) of the mean."""
 
-    def to_dict(self) -> dict[str, float]:
-        return {"max_violation": self.max_violation, "load_p50": self.load_p50,
-                "load_p90": self.load_p90, "load_max": self.load_max,
-                "dead_experts": self.dead_experts}
-
 
 def load_balance(slot_counts_E: torch.Tensor) -> LoadBalance:
     """``LoadBalance`` of one layer from its token-slots per expert (host floats: a sync)."""
@@ -259,7 +255,7 @@ class RoutingStats:
             "mean_log_z": float(self.logz_sum) / tokens,
             "mean_z_sq": float(self.z_sq_sum) / tokens,
             "dead_experts": int((load_E < DEAD_EXPERT_LOAD / num_experts).sum()),
-            **{key: value for key, value in load_balance(counts_E).to_dict().items()
+            **{key: value for key, value in to_json(load_balance(counts_E)).items()
                if key != "dead_experts"},
             "expert_load": load_E.tolist(),
         }

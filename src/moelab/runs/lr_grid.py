@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
 
+from moelab.codec import from_json
 from moelab.errors import MoelabError, short_repr
 from moelab.runs.execute import Log, execute_plan
 from moelab.runs.records import is_complete
@@ -87,22 +88,16 @@ class LrChoice:
     unit: str
     grid: list[float]
     seeds: list[int]
-    losses: dict[float, dict[int, Optional[float]]]
-    """lr -> selection seed -> the run's loss (None: failed, missing or not finite)."""
     lr: Optional[float] = None
     """The chosen lr; None when no lr of the grid has every selection seed's loss."""
     edge: Optional[str] = None
     """'lowest' or 'highest' when the choice is the grid's first or last lr."""
-    means: dict[float, Optional[float]] = field(default_factory=dict)
-
-    def to_dict(self) -> dict:
-        return {
-            "unit": self.unit, "grid": list(self.grid), "seeds": list(self.seeds),
-            "lr": self.lr, "edge": self.edge,
-            "mean_loss": {f"{lr:g}": mean for lr, mean in self.means.items()},
-            "losses": {f"{lr:g}": {str(seed): loss for seed, loss in by_seed.items()}
-                       for lr, by_seed in self.losses.items()},
-        }
+    means: dict[float, Optional[float]] = field(
+        default_factory=dict, metadata={"json_key": "mean_loss", "key_format": "g"})
+    """lr -> the mean loss over the selection seeds (None: a seed's loss is missing)."""
+    losses: dict[float, dict[int, Optional[float]]] = field(
+        default_factory=dict, metadata={"key_format": "g"})
+    """lr -> selection seed -> the run's loss (None: failed, missing or not finite)."""
 
 
 def choose_lr(unit: str, grid: list[float], seeds: list[int],
@@ -122,8 +117,8 @@ def choose_lr(unit: str, grid: list[float], seeds: list[int],
         edge = "lowest"
     elif chosen is not None and chosen == grid[-1]:
         edge = "highest"
-    return LrChoice(unit, grid, list(seeds), {lr: dict(losses.get(lr, {})) for lr in grid},
-                    chosen, edge, means)
+    return LrChoice(unit, grid, list(seeds), lr=chosen, edge=edge, means=means,
+                    losses={lr: dict(losses.get(lr, {})) for lr in grid})
 
 
 # --------------------------------------------------------------------------------------------
@@ -157,20 +152,48 @@ def run_selection(folder: Path, specs_by_lr: dict[float, list[RunSpec]], launche
         execute_plan(where, specs, launcher, log)
 
 
+@dataclass
+class SelectionRun:
+    """One selection run a plan names: its unit, lr, seed and folder."""
+
+    unit: str
+    lr: float
+    seed: int
+    run_dir: str
+    """Relative to the study or sweep folder: ``select/lr<X>/runs/...``."""
+
+
+@dataclass
+class SelectionRecord:
+    """What a plan keeps of a selection (``selection_record``), read once from the plan
+    (``read_selection``). A study or a sweep may add keys of its own to the record."""
+
+    grid: list[float]
+    seeds: list[int]
+    metric: Optional[str] = None
+    """The run summary's number compared; None in plans from before it was recorded (the
+    best val loss)."""
+    runs: list[SelectionRun] = field(default_factory=list)
+
+
+def read_selection(record: dict) -> SelectionRecord:
+    return from_json(SelectionRecord, record)
+
+
 def read_choices(folder: Path, record: dict) -> dict[str, LrChoice]:
     """Every unit's choice from the selection runs a plan's record names, read from their run
     folders (a run not complete counts as failed). A unit with several runs per lr and seed (a
     sweep's budget family) takes their mean, missing when one is."""
-    grid = [float(lr) for lr in record["grid"]]
-    seeds = [int(seed) for seed in record["seeds"]]
-    metric = record.get("metric", "best_val_loss")
+    selection = read_selection(record)
+    metric = selection.metric or "best_val_loss"
     runs: dict[str, dict[float, dict[int, list[Optional[float]]]]] = {}
-    for run in record["runs"]:
-        by_seed = runs.setdefault(run["unit"], {}).setdefault(float(run["lr"]), {})
-        by_seed.setdefault(int(run["seed"]), []).append(_run_loss(folder / run["run_dir"], metric))
+    for run in selection.runs:
+        by_seed = runs.setdefault(run.unit, {}).setdefault(run.lr, {})
+        by_seed.setdefault(run.seed, []).append(_run_loss(folder / run.run_dir, metric))
     losses = {unit: {lr: {seed: _mean(values) for seed, values in by_seed.items()}
                      for lr, by_seed in by_lr.items()} for unit, by_lr in runs.items()}
-    return {unit: choose_lr(unit, grid, seeds, by_lr) for unit, by_lr in losses.items()}
+    return {unit: choose_lr(unit, selection.grid, selection.seeds, by_lr)
+            for unit, by_lr in losses.items()}
 
 
 def _mean(values: list[Optional[float]]) -> Optional[float]:
@@ -201,13 +224,15 @@ def check_same_selection(plan: dict, record: Optional[dict], key: str = "--lr-gr
     them again without it, or with another grid or seeds, would mix runs at other lrs."""
     if not plan.get("runs"):
         return
-    old = plan.get("lr_selection")
-    if old is None and record is None:
+    old_record = plan.get("lr_selection")
+    if old_record is None and record is None:
         return
-    if old is not None and record is not None and all(
-            old.get(k) == record.get(k) for k in ("grid", "seeds")):
-        return
-    was = (f"no {key}" if old is None else f"{key} {','.join(f'{lr:g}' for lr in old['grid'])} "
-           f"on selection seeds {','.join(str(s) for s in old['seeds'])}")
+    old = None if old_record is None else read_selection(old_record)
+    if old is not None and record is not None:
+        new = read_selection(record)
+        if (old.grid, old.seeds) == (new.grid, new.seeds):
+            return
+    was = (f"no {key}" if old is None else f"{key} {','.join(f'{lr:g}' for lr in old.grid)} "
+           f"on selection seeds {','.join(str(s) for s in old.seeds)}")
     raise MoelabError(f"the folder's runs were planned with {was}: planning them otherwise "
                       "would mix runs at other lrs; use another --out folder")

@@ -8,6 +8,7 @@ from typing import Any, Iterable, Optional
 
 import yaml
 
+from moelab.codec import to_json
 from moelab.config import DISPLAY_KEYS, Config, build_config, dump_config, read_yaml, to_dict
 from moelab.errors import MoelabError, short_repr
 from moelab.fileio import atomic_write_text, is_inside
@@ -157,8 +158,7 @@ def branch_record(spec: RunSpec) -> dict:
     """plan.json's ``branch`` entry of a run that starts from another's checkpoint, or its
     ``finetune`` entry (or none)."""
     if spec.finetune is not None:
-        return {"finetune": {"source": spec.finetune.source, "data": spec.finetune.data,
-                             "overrides": list(spec.finetune.overrides)}}
+        return {"finetune": to_json(spec.finetune)}
     if spec.branch is None:
         return {}
-    return {"branch": {"source": spec.branch.source, "step": spec.branch.step}}
+    return {"branch": to_json(spec.branch)}

@@ -166,12 +166,6 @@ class SequentialDesign:
         nominal = stats.t.sf(self.critical[look], planned - 1)
         return float(stats.t.isf(nominal, n - 1))
 
-    def to_dict(self) -> dict:
-        return {"method": METHOD, "looks": list(self.looks), "alpha": self.alpha,
-                "alpha_per_comparison": self.alpha / self.comparisons,
-                "threshold": self.threshold, "comparisons": self.comparisons,
-                "t_critical": list(self.critical)}
-
 
 @dataclass
 class LookResult:

@@ -6,6 +6,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Callable, Optional
 
+from moelab.codec import to_json
 from moelab.config import Config
 from moelab.errors import MoelabError
 from moelab.fileio import atomic_write_json
@@ -59,7 +60,7 @@ def write_study_plan(kind: str, config: Config, settings: StudySettings, study_d
     config = settings.apply_to(config)  # what every arm takes from the study (eval_tasks)
     arms, specs = plan(kind, config, settings, lrs)
     specs = shown_in_wandb(specs, group=study_dir.resolve().name, tags=[kind])
-    recorded = settings.to_dict()
+    recorded = to_json(settings)
     if kind == "ablation":
         recorded.pop("criteria")
     write_plan(study_dir, kind, config, recorded, arms, specs, extra)
@@ -150,15 +151,16 @@ def run_rounds(kind: str, config: Config, settings: StudySettings, study_dir: Pa
     old_plan = read_plan(study_dir) if (study_dir / "plan.json").is_file() else {}
     check_same_design(old_plan, sequential_record(design, seed_order, keys, 0))
     for look, n in enumerate(design.looks):
-        extra[ROUNDS_KEY] = sequential_record(design, seed_order, keys, look)
+        extra[ROUNDS_KEY] = to_json(sequential_record(design, seed_order, keys, look))
         round_settings = replace(settings, seeds=seed_order[:n])
         specs = write_study_plan(kind, config, round_settings, study_dir, lrs, extra)
         log(f"round {look + 1} of at most {len(design.looks)}: {n} seeds")
         train_study(config, study_dir, specs, launcher, log)
-        extra[ROUNDS_KEY] = sequential_record(design, seed_order, keys, look + 1)
+        record = sequential_record(design, seed_order, keys, look + 1)
+        extra[ROUNDS_KEY] = to_json(record)
         plan_record = read_plan(study_dir)
         atomic_write_json(study_dir / "plan.json", {**plan_record, ROUNDS_KEY: extra[ROUNDS_KEY]})
-        comparisons = analyse(extra[ROUNDS_KEY], find_runs(study_dir))
+        comparisons = analyse(record, find_runs(study_dir))
         for c in comparisons:
             if c.outcome.stopped_at == look:
                 log(f"  {c.criterion}: {c.outcome.reason} at round {look + 1}")

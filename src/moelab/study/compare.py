@@ -22,10 +22,10 @@ from moelab.runs import RunSpec, execute_plan, is_complete, write_run_configs
 from moelab.runs.data import prepare_shared_data
 from moelab.runs.launchers.local import LocalLauncher
 from moelab.runs.lr_grid import (
-    SELECTION_FOLDER, check_disjoint, lr_folder, read_choices, require_choices, run_selection,
-    selection_record,
+    SELECTION_FOLDER, LrChoice, check_disjoint, lr_folder, read_choices, require_choices,
+    run_selection, selection_record,
 )
-from moelab.study.results import json_safe
+from moelab.study.results import json_record, json_safe
 from moelab.stats.intervals import summarize
 from moelab.study.gaps import Gap, compare
 from moelab.study.tuning import LrTuning, with_lr
@@ -37,32 +37,37 @@ OUTCOMES = {"MoE better": "B better", "dense better": "A better"}
 
 
 @dataclass
+class SidesSelection:
+    """With ``--tune-lr``: each side's choice and the seeds that chose and that report
+    (compare.json's ``lr_selection``)."""
+
+    grid: list[float]
+    selection_seeds: list[int]
+    reporting_seeds: list[int]
+    sides: dict[str, LrChoice]
+
+
+@dataclass
 class Comparison:
     """Best val loss of each side by seed, and the test of A - B."""
 
     labels: dict[str, str]
     """What each side is (its config and own overrides), as the user gave them."""
-    common: list[str]
+    common: list[str] = field(metadata={"json_key": "common_overrides"})
     """The overrides both sides took."""
-    losses: dict[str, dict[int, float]]
-    gap: Gap
+    losses: dict[str, dict[int, float]] = field(metadata={"json_key": "best_val_loss"})
     outcome: str
     """'B better', 'A better', 'not significant' or 'not testable'."""
-    lr_selection: Optional[dict] = None
-    """With ``--tune-lr``: each side's choice (``LrChoice.to_dict``) and the seeds that chose
-    and that report."""
-    missing: list[str] = field(default_factory=list)
+    gap: Gap = field(metadata={"json_key": "gap_a_minus_b"})
+    missing: list[str] = field(default_factory=list, metadata={"json_key": "missing_runs"})
     """Planned runs without a complete result (failed or not trained): not in the test."""
+    lr_selection: Optional[SidesSelection] = field(default=None, metadata={"omit_none": True})
+    """With ``--tune-lr`` only."""
 
-    def to_dict(self) -> dict:
-        record = {"labels": self.labels, "common_overrides": self.common,
-                  "best_val_loss": {side: {str(s): v for s, v in by_seed.items()}
-                                    for side, by_seed in self.losses.items()},
-                  "outcome": self.outcome, "gap_a_minus_b": self.gap.to_dict(),
-                  "missing_runs": list(self.missing)}
-        if self.lr_selection is not None:
-            record["lr_selection"] = self.lr_selection
-        return json_safe(record)
+
+def comparison_json(comparison: Comparison) -> dict:
+    """compare.json: the comparison's fields in order (``moelab.codec``), NaN as null."""
+    return json_record(json_safe(comparison))
 
 
 def comparison_specs(configs: dict[str, Config], seeds: list[int]) -> list[RunSpec]:
@@ -93,12 +98,12 @@ def run_comparison(configs: dict[str, Config], labels: dict[str, str], seeds: li
     execute_plan(folder, specs, launcher, log)
     result = compare_runs(folder, specs, labels, list(common))
     result.lr_selection = selection
-    atomic_write_json(folder / "compare.json", result.to_dict())
+    atomic_write_json(folder / "compare.json", comparison_json(result))
     return result
 
 
 def tune_sides(configs: dict[str, Config], seeds: list[int], folder: Path, tuning: LrTuning,
-               launcher, log: Callable[[str], None]) -> tuple[dict[str, Config], dict]:
+               launcher, log: Callable[[str], None]) -> tuple[dict[str, Config], SidesSelection]:
     """Each side at the lr of the grid with its lowest mean best val loss on the selection
     seeds (``select/lr<X>/runs/<side>/seed<k>``); the configs at those lrs and the record."""
     selection_seeds = tuning.seed_list(configs["A"].train.seed)
@@ -116,9 +121,7 @@ def tune_sides(configs: dict[str, Config], seeds: list[int], folder: Path, tunin
     choices = read_choices(folder, record)
     lrs = require_choices(choices, folder)
     return ({side: with_lr(config, lrs[side]) for side, config in configs.items()},
-            {"grid": list(tuning.grid), "selection_seeds": selection_seeds,
-             "reporting_seeds": list(seeds),
-             "sides": {side: choice.to_dict() for side, choice in choices.items()}})
+            SidesSelection(list(tuning.grid), selection_seeds, list(seeds), choices))
 
 
 def compare_runs(folder: Path, specs: list[RunSpec], labels: dict[str, str],
@@ -136,8 +139,8 @@ def compare_runs(folder: Path, specs: list[RunSpec], labels: dict[str, str],
         empty = next(side for side in SIDES if not losses[side])
         raise MoelabError(f"no run of side {empty} finished: see {folder / 'failures.json'}")
     gap = compare("pair", "B", "A", losses["B"], losses["A"])
-    return Comparison(labels, common, losses, gap, OUTCOMES.get(gap.outcome, gap.outcome),
-                      missing=missing)
+    return Comparison(labels=labels, common=common, losses=losses,
+                      outcome=OUTCOMES.get(gap.outcome, gap.outcome), gap=gap, missing=missing)
 
 
 def side_summary(losses: dict[int, float]) -> tuple[float, float, int]:

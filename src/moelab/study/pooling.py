@@ -18,10 +18,11 @@ family, adjusted by Holm's method as in a study's report.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
+from moelab.codec import from_json
 from moelab.config import ModelConfig, from_dict, to_dict
 from moelab.errors import ConfigError, MoelabError
 from moelab.fileio import atomic_write_json, atomic_write_text, read_json
@@ -135,30 +136,69 @@ def _read_folder(folder: Path) -> StudySource:
     return _from_results(str(folder), results, config, from_folder=True)
 
 
-def _from_results(name: str, results: Any, config_design: dict,
-                  from_folder: bool) -> StudySource:
+@dataclass
+class _ResultsRun:
+    """A run as a results.json lists it: what pooling reads of it."""
+
+    seed: int
+    best_val_loss: Optional[float] = None
+    tokens: Optional[int] = None
+    steps: Optional[int] = None
+
+
+@dataclass
+class _ResultsArm:
+    model: Any = None
+    runs: list[_ResultsRun] = field(default_factory=list)
+
+
+@dataclass
+class _ResultsBudget:
+    arms: dict[str, _ResultsArm]
+    tokens: Optional[int] = None
+
+
+@dataclass
+class _ResultsFile:
+    """What pooling reads of a results.json (``codec.from_json``: other keys are ignored)."""
+
+    arms: dict[str, _ResultsArm]
+    kind: Optional[str] = None
+    criteria: Any = None
+    budgets: list[_ResultsBudget] = field(default_factory=list)
+
+
+def _read_results(name: str, results: Any) -> _ResultsFile:
     if not isinstance(results, dict) or not isinstance(results.get("arms"), dict):
         raise MoelabError(f"{name} is not a study's results.json: it has no 'arms'")
-    if results.get("kind") != "study":
-        raise MoelabError(f"{name} has kind {results.get('kind')!r}: pooling compares the "
+    try:
+        return from_json(_ResultsFile, results)
+    except (ValueError, TypeError, AttributeError) as exc:
+        raise MoelabError(f"{name} is not a study's results.json ({exc})") from None
+
+
+def _from_results(name: str, raw_results: Any, config_design: dict,
+                  from_folder: bool) -> StudySource:
+    results = _read_results(name, raw_results)
+    if results.kind != "study":
+        raise MoelabError(f"{name} has kind {results.kind!r}: pooling compares the "
                           "MoE with its dense arms, kind 'study'")
-    groups = results.get("budgets") or [{"tokens": None, "arms": results["arms"]}]
-    design = {"kind": results["kind"], "criteria": results.get("criteria"),
-              "budgets": [group.get("tokens") for group in groups], **config_design}
+    groups = results.budgets or [_ResultsBudget(results.arms)]
+    design = {"kind": results.kind, "criteria": results.criteria,
+              "budgets": [group.tokens for group in groups], **config_design}
     losses = {}
     for group in groups:
-        budget, arms = group.get("tokens"), {}
+        budget, arms = group.tokens, {}
         where = f"budgets.{_label(budget)}." if budget is not None else ""
-        for arm, result in group["arms"].items():
-            for key, value in _flatten(_model_design(name, arm, result.get("model"))).items():
+        for arm, result in group.arms.items():
+            for key, value in _flatten(_model_design(name, arm, result.model)).items():
                 design[f"{where}arms.{arm}.model.{key}"] = value
-            runs = result.get("runs", [])
             for field_name in RUN_DESIGN_FIELDS:
-                values = sorted({run.get(field_name) for run in runs}, key=str)
+                values = sorted({getattr(run, field_name) for run in result.runs}, key=str)
                 design[f"{where}arms.{arm}.{field_name}"] = (values[0] if len(values) == 1
                                                              else values)
-            arms[arm] = {run["seed"]: run["best_val_loss"] for run in runs
-                         if run.get("best_val_loss") is not None}
+            arms[arm] = {run.seed: run.best_val_loss for run in result.runs
+                         if run.best_val_loss is not None}
         losses[budget] = arms
     return StudySource(name, design, losses, from_folder)
 

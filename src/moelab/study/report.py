@@ -69,10 +69,11 @@ def fair_sections(study_dir: Path, results: StudyResults,
     if choices is not None:
         records_json[tuning.RECORD_KEY] = tuning.tuning_json(plan, choices, results.seeds)
         sections.append(tuning.tuning_section(plan, choices, results.seeds))
-    if plan.get(rounds.RECORD_KEY):
-        comparisons = rounds.analyse(plan[rounds.RECORD_KEY], records)
-        records_json[rounds.RECORD_KEY] = rounds.rounds_json(plan[rounds.RECORD_KEY], comparisons)
-        sections.append(rounds.rounds_section(plan[rounds.RECORD_KEY], comparisons))
+    sequential = rounds.read_sequential(plan)
+    if sequential is not None:
+        comparisons = rounds.analyse(sequential, records)
+        records_json[rounds.RECORD_KEY] = rounds.rounds_json(sequential, comparisons)
+        sections.append(rounds.rounds_section(sequential, comparisons))
     return records_json, "\n".join(sections)
 
 

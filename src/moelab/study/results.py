@@ -16,6 +16,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+from moelab.codec import record_items, to_json
 from moelab.study.rungs import RungStep
 from moelab.stats.intervals import Summary
 from moelab.study.gaps import Gap
@@ -56,40 +57,40 @@ class RunResult:
     collapse: bool
 
 
+_NOT_RECORDED = {"omit_none": True}
+"""A routing number's metadata: None when the runs did not record it, and then not written."""
+
+
 @dataclass
 class RoutingResult:
     """An arm's final routing diagnostics: mean over layers, then over seeds (``ROUTING_KEYS``),
-    and the worst layer. None: the runs did not record it (every field, for a dense arm)."""
+    and the worst layer. None: the runs did not record it (every field, for a dense arm); it is
+    not written, so a dense arm's routing is {}."""
 
-    busiest_fraction: Optional[float] = None
-    usage_variance_scaled: Optional[float] = None
-    routing_entropy: Optional[float] = None
-    load_entropy: Optional[float] = None
-    effective_experts: Optional[float] = None
-    mean_log_z: Optional[float] = None
-    mean_z_sq: Optional[float] = None
-    max_violation: Optional[float] = None
+    busiest_fraction: Optional[float] = field(default=None, metadata=_NOT_RECORDED)
+    usage_variance_scaled: Optional[float] = field(default=None, metadata=_NOT_RECORDED)
+    routing_entropy: Optional[float] = field(default=None, metadata=_NOT_RECORDED)
+    load_entropy: Optional[float] = field(default=None, metadata=_NOT_RECORDED)
+    effective_experts: Optional[float] = field(default=None, metadata=_NOT_RECORDED)
+    mean_log_z: Optional[float] = field(default=None, metadata=_NOT_RECORDED)
+    mean_z_sq: Optional[float] = field(default=None, metadata=_NOT_RECORDED)
+    max_violation: Optional[float] = field(default=None, metadata=_NOT_RECORDED)
     """MaxVio, max load / mean load - 1 (``moelab.moe.routing.LoadBalance``)."""
-    load_p90: Optional[float] = None
+    load_p90: Optional[float] = field(default=None, metadata=_NOT_RECORDED)
     """The 90th percentile over experts of load / mean load."""
-    max_busiest_fraction: Optional[float] = None
-    dead_experts_per_layer: Optional[list[float]] = None
+    max_busiest_fraction: Optional[float] = field(default=None, metadata=_NOT_RECORDED)
+    dead_experts_per_layer: Optional[list[float]] = field(default=None, metadata=_NOT_RECORDED)
     """Experts whose load is under 1 % of the mean, per layer (first layer first), mean over
     seeds."""
-    dead_experts: Optional[float] = None
+    dead_experts: Optional[float] = field(default=None, metadata=_NOT_RECORDED)
     """Their sum over layers."""
-    expert_load: Optional[list[list[float]]] = None
+    expert_load: Optional[list[list[float]]] = field(default=None, metadata=_NOT_RECORDED)
     """(layers, experts): each expert's share c_i / sum c of the token-slots, mean over seeds."""
 
     @property
     def recorded(self) -> bool:
         """Whether the runs recorded any routing (MoE runs do; dense runs have none)."""
         return any(value is not None for value in _field_values(self))
-
-    def to_dict(self) -> dict:
-        """Only what was recorded: {} for a dense arm."""
-        return {name: value for name, value in zip(_field_names(self), _field_values(self))
-                if value is not None}
 
 
 @dataclass
@@ -129,25 +130,17 @@ class ArmResult:
 class BudgetResults:
     """The arms, gaps and zero-shot results of one token budget (the only one outside a sweep)."""
 
-    tokens: Optional[int]
-    """The budget; None in a study without ``--budgets``."""
-    label: Optional[str]
+    tokens: Optional[int] = field(metadata={"omit_none": True})
+    """The budget; None (and not written, nor its label) in a study without ``--budgets``."""
+    label: Optional[str] = field(metadata={"omit_none": True})
     arms: dict[str, ArmResult]
     gaps: dict[str, Gap]
     """Criterion -> the MoE against that criterion's dense arm, paired by seed."""
-    zero_shot: dict[str, TaskResult] = field(default_factory=dict)
-    """Task -> its result; {} when the runs scored no tasks."""
-    rung_steps: list[RungStep] = field(default_factory=list)
-    """The routing ladder's adjacent rungs, paired (``moelab.study.rungs``); [] in a study."""
-
-    def to_dict(self) -> dict:
-        record = {"tokens": self.tokens, "label": self.label} if self.tokens is not None else {}
-        record.update(arms=json_record(self.arms), gaps=json_record(self.gaps))
-        if self.zero_shot:  # only studies whose runs scored tasks: others stay as they were
-            record["zero_shot"] = json_record(self.zero_shot)
-        if self.rung_steps:  # only the ladder
-            record["rung_steps"] = json_record(self.rung_steps)
-        return record
+    zero_shot: dict[str, TaskResult] = field(default_factory=dict, metadata={"omit_empty": True})
+    """Task -> its result; {} (not written) when the runs scored no tasks."""
+    rung_steps: list[RungStep] = field(default_factory=list, metadata={"omit_empty": True})
+    """The routing ladder's adjacent rungs, paired (``moelab.study.rungs``); [] (not written)
+    in a study."""
 
 
 @dataclass
@@ -220,18 +213,18 @@ class StudyResults:
 
 
 def json_record(value: Any) -> Any:
-    """A results value as JSON data: a dataclass by its ``to_dict`` (when it has one) or its
-    fields in order; dicts and lists item by item."""
+    """A results value as JSON data, as ``codec.to_json`` writes it, except that a record with a
+    ``to_dict`` of its own (the gap tests', which leave their bookkeeping out) is written by
+    it."""
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         if hasattr(value, "to_dict"):
             return value.to_dict()
-        return {name: json_record(item)
-                for name, item in zip(_field_names(value), _field_values(value))}
+        return {key: json_record(item) for key, item in record_items(value)}
     if isinstance(value, dict):
         return {key: json_record(item) for key, item in value.items()}
     if isinstance(value, (list, tuple)):
         return [json_record(item) for item in value]
-    return value
+    return to_json(value)
 
 
 def json_safe(value: Any) -> Any:

@@ -17,6 +17,7 @@ import math
 from dataclasses import dataclass
 from typing import Optional
 
+from moelab.codec import from_json
 from moelab.errors import MoelabError
 from moelab.report import format_number, markdown_table
 from moelab.stats.sequential import (
@@ -70,24 +71,65 @@ def comparison_keys(criteria: list[str], budgets: list[int]) -> list[tuple[Optio
     return [(budget, criterion) for budget in (budgets or [None]) for criterion in criteria]
 
 
+@dataclass
+class PlannedComparison:
+    budget: Optional[int]
+    criterion: str
+
+
+@dataclass
+class SequentialRecord:
+    """plan.json's ``sequential`` entry: the design, fixed before the first round, the seed
+    order, the family of comparisons and the rounds run so far."""
+
+    method: str
+    looks: list[int]
+    alpha: float
+    alpha_per_comparison: float
+    threshold: float
+    comparisons: int
+    t_critical: list[float]
+    seed_order: list[int]
+    comparisons_planned: list[PlannedComparison]
+    rounds_run: int
+
+    @property
+    def design(self) -> SequentialDesign:
+        return SequentialDesign(self.looks, self.alpha, self.threshold, self.comparisons)
+
+
+FIXED_BY_DESIGN = ("looks", "alpha", "threshold", "comparisons", "seed_order")
+"""What a folder's later rounds may not change."""
+
+
 def sequential_record(design: SequentialDesign, seed_order: list[int],
-                      keys: list[tuple[Optional[int], str]], rounds_run: int) -> dict:
-    return {**design.to_dict(), "seed_order": list(seed_order),
-            "comparisons_planned": [{"budget": b, "criterion": c} for b, c in keys],
-            "rounds_run": rounds_run}
+                      keys: list[tuple[Optional[int], str]], rounds_run: int) -> SequentialRecord:
+    return SequentialRecord(
+        method=METHOD, looks=list(design.looks), alpha=design.alpha,
+        alpha_per_comparison=design.alpha / design.comparisons, threshold=design.threshold,
+        comparisons=design.comparisons, t_critical=list(design.critical),
+        seed_order=list(seed_order),
+        comparisons_planned=[PlannedComparison(budget, criterion) for budget, criterion in keys],
+        rounds_run=rounds_run)
 
 
-def check_same_design(plan: dict, record: dict) -> None:
+def read_sequential(plan: dict) -> Optional[SequentialRecord]:
+    """The rounds plan.json records; None for a study without ``--until-resolved``."""
+    record = plan.get(RECORD_KEY)
+    return from_json(SequentialRecord, record) if record else None
+
+
+def check_same_design(plan: dict, record: SequentialRecord) -> None:
     """A folder's rounds continue only under the design they started with: another threshold,
     maximum or round size chosen after seeing results would void the error control."""
-    old = plan.get(RECORD_KEY)
-    if not old:
+    old = read_sequential(plan)
+    if old is None:
         return
-    for key in ("looks", "alpha", "threshold", "comparisons", "seed_order"):
-        if old.get(key) != record.get(key):
-            raise MoelabError(f"the study folder already holds rounds with another {key} "
-                              f"({old.get(key)}, now {record.get(key)}): the design is fixed "
-                              "before the first round; use another --out folder")
+    for name in FIXED_BY_DESIGN:
+        if getattr(old, name) != getattr(record, name):
+            raise MoelabError(f"the study folder already holds rounds with another {name} "
+                              f"({getattr(old, name)}, now {getattr(record, name)}): the design "
+                              "is fixed before the first round; use another --out folder")
 
 
 @dataclass
@@ -99,16 +141,14 @@ class ComparisonRounds:
     outcome: SequentialOutcome
 
 
-def analyse(record: dict, records: list[RunRecord]) -> list[ComparisonRounds]:
+def analyse(record: SequentialRecord, records: list[RunRecord]) -> list[ComparisonRounds]:
     """Every planned comparison read look by look from the complete runs, up to the rounds
     run: where it stopped and why."""
-    design = SequentialDesign(record["looks"], record["alpha"], record["threshold"],
-                              record["comparisons"])
-    order = [int(seed) for seed in record["seed_order"]]
-    looks = record["looks"][:record["rounds_run"]]
+    design, order = record.design, record.seed_order
+    looks = record.looks[:record.rounds_run]
     results = []
-    for entry in record["comparisons_planned"]:
-        budget, criterion = entry["budget"], entry["criterion"]
+    for entry in record.comparisons_planned:
+        budget, criterion = entry.budget, entry.criterion
         moe_arm, dense_arm = COMPARED_ARMS[criterion]
         loss = {(r.arm, r.seed): r.summary.best_val_loss for r in records if r.budget == budget}
         by_look = []
@@ -124,11 +164,11 @@ def all_stopped(comparisons: list[ComparisonRounds]) -> bool:
     return all(c.outcome.reason is not None for c in comparisons)
 
 
-def rounds_json(record: dict, comparisons: list[ComparisonRounds]) -> dict:
+def rounds_json(record: SequentialRecord, comparisons: list[ComparisonRounds]) -> dict:
     return {
-        "method": METHOD, "alpha": record["alpha"], "threshold": record["threshold"],
-        "alpha_per_comparison": record["alpha_per_comparison"], "looks": record["looks"],
-        "rounds_run": record["rounds_run"],
+        "method": METHOD, "alpha": record.alpha, "threshold": record.threshold,
+        "alpha_per_comparison": record.alpha_per_comparison, "looks": record.looks,
+        "rounds_run": record.rounds_run,
         "comparisons": [{
             "budget": c.budget, "criterion": c.criterion, "moe_arm": c.moe_arm,
             "dense_arm": c.dense_arm,
@@ -145,9 +185,9 @@ def _finite(value: float) -> Optional[float]:
     return value if math.isfinite(value) else None
 
 
-def rounds_section(record: dict, comparisons: list[ComparisonRounds]) -> str:
+def rounds_section(record: SequentialRecord, comparisons: list[ComparisonRounds]) -> str:
     """Where each comparison stopped, why, and its interval at every look."""
-    looks = record["looks"]
+    looks = record.looks
     rows = []
     for c in comparisons:
         name = f"{c.criterion}" + ("" if c.budget is None else f" @ {c.budget:,} tokens")
@@ -162,19 +202,19 @@ def rounds_section(record: dict, comparisons: list[ComparisonRounds]) -> str:
     for c in comparisons:
         name = c.criterion + ("" if c.budget is None else f" @ {c.budget:,} tokens")
         if c.outcome.reason is None:
-            summary.append(f"- {name}: still open after round {record['rounds_run']}")
+            summary.append(f"- {name}: still open after round {record.rounds_run}")
         else:
             summary.append(f"- {name}: stopped at round {c.outcome.stopped_at + 1} "
                            f"({c.outcome.final.n} seeds): {c.outcome.reason}")
     return "\n".join([
         "## Seeds until resolved\n",
         f"Method: {METHOD}. Seeds per look: {', '.join(str(n) for n in looks)} (fixed before "
-        f"the first run); two-sided alpha {record['alpha']:g}, split over "
-        f"{record['comparisons']} comparisons ({record['alpha_per_comparison']:.3g} each); "
-        f"practical threshold {record['threshold']:g} nats/token. A comparison stops when its "
+        f"the first run); two-sided alpha {record.alpha:g}, split over "
+        f"{record.comparisons} comparisons ({record.alpha_per_comparison:.3g} each); "
+        f"practical threshold {record.threshold:g} nats/token. A comparison stops when its "
         "repeated interval excludes 0 (resolved) or lies inside +- the threshold (smaller than "
         "threshold); the intervals of all looks hold together, so stopping on them keeps the "
-        f"error rate. Rounds run: {record['rounds_run']}.\n",
+        f"error rate. Rounds run: {record.rounds_run}.\n",
         *summary, "", table, "",
         "The fixed-sample tests of the other sections (paired t, Holm) do not account for this "
         "optional stopping: read the decisions from this section.\n",

@@ -27,7 +27,7 @@ from typing import Annotated, Any, Optional, Union
 
 from moelab.config import (
     EVAL_TASK_NAMES, MAX_TOKENS, Config, Parsed, apply_overrides, build_config, from_dict,
-    read_with_base, to_dict,
+    read_with_base,
 )
 from moelab.errors import ConfigError, MoelabError, short_repr
 from moelab.study.arms import DEFAULT_CRITERIA, check_criteria
@@ -129,9 +129,6 @@ class StudySettings:
             return config
         train = replace(config.train, eval_tasks=list(self.eval_tasks))
         return replace(config, train=train).validate()
-
-    def to_dict(self) -> dict:
-        return to_dict(self)
 
     def check_size(self, budgets_key: str = "study.budgets",
                    seeds_key: str = "study.seeds") -> None:

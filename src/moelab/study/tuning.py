@@ -12,15 +12,16 @@ back from the selection runs' folders.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Optional
 
+from moelab.codec import from_json, to_json
 from moelab.config import Config
 from moelab.report import format_number, markdown_table
 from moelab.runs.lr_grid import (
-    DEFAULT_SELECTION_SEEDS, SELECTION_FOLDER, LrChoice, default_selection_seeds, lr_folder,
-    read_choices, selection_record,
+    DEFAULT_SELECTION_SEEDS, SELECTION_FOLDER, LrChoice, SelectionRecord,
+    default_selection_seeds, lr_folder, read_choices, selection_record,
 )
 from moelab.runs.spec import RunSpec
 from moelab.study.arms import COMPUTE_ARM, MOE_ARM, Arm
@@ -89,14 +90,25 @@ def check_selection_folders(study_dir: Path, kind: str, config: Config,
 
 def tuning_record(tuning: LrTuning, seeds: list[int],
                   specs_by_lr: dict[float, list[RunSpec]]) -> dict:
-    record = selection_record(tuning.grid, seeds, specs_by_lr, lambda spec: spec.labels["arm"])
-    record["shared"] = dict(SHARED_LR)
-    return record
+    return {**selection_record(tuning.grid, seeds, specs_by_lr, lambda spec: spec.labels["arm"]),
+            "shared": dict(SHARED_LR)}
 
 
 # --------------------------------------------------------------------------------------------
 # The report
 # --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class StudySelection(SelectionRecord):
+    """A study's selection record: the arms that take a partner's lr untuned, too."""
+
+    shared: dict[str, str] = field(default_factory=dict)
+    """Untuned arm -> the arm whose lr it takes (``SHARED_LR``)."""
+
+
+def read_study_selection(plan: dict) -> StudySelection:
+    return from_json(StudySelection, plan[RECORD_KEY])
 
 
 def read_tuning(study_dir: Path, plan: dict) -> Optional[dict[str, LrChoice]]:
@@ -107,19 +119,18 @@ def read_tuning(study_dir: Path, plan: dict) -> Optional[dict[str, LrChoice]]:
 def tuning_json(plan: dict, choices: dict[str, LrChoice], reporting_seeds: list[int]) -> dict:
     """results.json's ``lr_selection``: every arm's table and choice, which seeds chose and
     which report."""
-    record = plan[RECORD_KEY]
-    return {"grid": record["grid"], "selection_seeds": record["seeds"],
-            "reporting_seeds": list(reporting_seeds), "metric": record.get("metric"),
-            "shared": record.get("shared", {}),
-            "arms": {unit: choice.to_dict() for unit, choice in choices.items()}}
+    selection = read_study_selection(plan)
+    return {"grid": selection.grid, "selection_seeds": selection.seeds,
+            "reporting_seeds": list(reporting_seeds), "metric": selection.metric,
+            "shared": selection.shared,
+            "arms": {unit: to_json(choice) for unit, choice in choices.items()}}
 
 
 def tuning_section(plan: dict, choices: dict[str, LrChoice], reporting_seeds: list[int]) -> str:
     """The selection table (arm x lr x selection seed), each arm's lr, the edge flags, and
     which seeds chose and which report."""
-    record = plan[RECORD_KEY]
-    grid = [float(lr) for lr in record["grid"]]
-    seeds = [int(s) for s in record["seeds"]]
+    selection = read_study_selection(plan)
+    grid, seeds = selection.grid, selection.seeds
     rows = []
     for unit, choice in choices.items():
         for lr in grid:
@@ -142,7 +153,7 @@ def tuning_section(plan: dict, choices: dict[str, LrChoice], reporting_seeds: li
                 "read this arm's loss as an upper bound of its tuned loss**" if choice.edge else "")
         lines.append(f"- {unit}: lr {chosen}{edge}")
     planned_arms = {arm.get("name") for arm in plan.get("arms", [])}
-    for untuned, partner in record.get("shared", {}).items():
+    for untuned, partner in selection.shared.items():
         if partner in choices and untuned in planned_arms:
             lines.append(f"- {untuned}: not tuned, it takes {partner}'s lr (the same model and "
                          "recipe, trained on more tokens)")

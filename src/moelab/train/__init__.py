@@ -2,7 +2,7 @@
 
     summary = train(config, run_dir)              # a RunSummary; resume=True continues a killed one
     model, tokenizer = load_run(run_dir)          # the final weights and the run's tokenizer
-    evaluate_run(run_dir)                         # {"val_loss": ..., "bits_per_byte": ...}
+    evaluate_run(run_dir)                         # a RunEvaluation: val_loss, bits_per_byte, ...
     evaluate_tasks(run_dir, ["agreement"])        # zero-shot tasks, into RUN/zero_shot.json
     branch_run(source_dir, step, config, out_dir) # a cooldown branch of a wsd budget family
     finetune(run_dir, data, out_dir)              # continue a run's weights on new text

@@ -13,7 +13,11 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Optional
+
+from moelab.codec import from_json, to_json
 from moelab.config import DISPLAY_KEYS, Config, build_config, read_raw, to_dict
 from moelab.data.tokenizer import file_sha256
 from moelab.errors import MoelabError, short_repr
@@ -34,6 +38,16 @@ SCHEDULE_KEYS = ("max_tokens", "lr", "min_lr_ratio", "warmup_fraction", "warmup_
 """train keys that only set the lr schedule: a branch may change them where its lr agrees."""
 BRANCH_FREE_KEYS = (*SCHEDULE_KEYS, "keep_checkpoints_at", "checkpoint_interval", *DISPLAY_KEYS)
 """train keys a branch may change: the schedule, and what never changes the computation."""
+
+
+@dataclass(frozen=True)
+class BranchOrigin:
+    """branch.json: the run and step a branch starts from, and the copied checkpoint's state."""
+
+    source: str
+    """The source run folder, resolved."""
+    step: int
+    trainer_state_sha256: Optional[str] = None
 
 
 def branch_run(source_dir: str | Path, step: int, config: Config,
@@ -108,9 +122,8 @@ def _seed(source: RunFolder, folder: Path, config: Config, out: RunFolder) -> No
                               f"missing")
         out.save_tokenizer(source.tokenizer_path)
         atomic_write_text(out.metrics_path, "".join(json.dumps(e) + "\n" for e in history))
-        atomic_write_json(out.path / BRANCH_FILE, {
-            "source": str(source.path.resolve()), "step": step,
-            "trainer_state_sha256": file_sha256(copied / STATE_FILE)})
+        atomic_write_json(out.path / BRANCH_FILE, to_json(BranchOrigin(
+            str(source.path.resolve()), step, file_sha256(copied / STATE_FILE))))
         point_latest_at(copied)
     finally:
         out.writer_lock.release()  # train() takes it again
@@ -120,12 +133,11 @@ def _check_same_origin(out: RunFolder, source: RunFolder, step: int) -> None:
     """A branch folder with progress resumes only as the same branch."""
     record_path = out.path / BRANCH_FILE
     try:
-        record = read_json(record_path)
-        origin = (record["source"], record["step"])
-    except (OSError, ValueError, KeyError, TypeError):
+        origin = from_json(BranchOrigin, read_json(record_path))
+    except (OSError, ValueError, TypeError):
         raise MoelabError(f"run folder {out.path} already holds a run that is not a branch "
                           f"(no readable {BRANCH_FILE}): choose another --out") from None
-    if origin != (str(source.path.resolve()), step):
-        raise MoelabError(f"run folder {out.path} is the branch of {origin[0]} at step "
-                          f"{origin[1]}, not of {source.path.resolve()} at step {step}: choose "
+    if (origin.source, origin.step) != (str(source.path.resolve()), step):
+        raise MoelabError(f"run folder {out.path} is the branch of {origin.source} at step "
+                          f"{origin.step}, not of {source.path.resolve()} at step {step}: choose "
                           f"another --out")

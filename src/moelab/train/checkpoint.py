@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import re
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -195,26 +196,16 @@ def _state_problem(state: Any, folder: Path) -> str:
     must not cut metrics.jsonl back to a negative step or fail later with a KeyError."""
     if not isinstance(state, dict):
         return "not a JSON object"
-    for key in ("step", "tokens", "data", "optimizer", "train_time_s", "wall_time_s"):
+    for key in REQUIRED_STATE_KEYS:
         if key not in state:
             return f"no {short_repr(key)} entry"
     step = state["step"]
     if not _is_count(step) or step < 1 or f"step_{step:08d}" != folder.name:
         return f"step={short_repr(step)} is invalid: expected {int(folder.name[5:])}, its folder's step"
-    if not _is_count(state["tokens"]) or state["tokens"] < 0:
-        return f"tokens={short_repr(state['tokens'])} is invalid: expected a whole number >= 0"
-    for key in ("train_time_s", "wall_time_s"):
-        if not _is_number(state[key]) or not 0 <= state[key] < float("inf"):
-            return f"{key}={short_repr(state[key])} is invalid: expected a finite number >= 0"
-    for key in ("best_val_loss", "best_val_bpb"):
-        if state.get(key) is not None and not _is_number(state[key]):
-            return f"{key}={short_repr(state[key])} is invalid: expected a number or null"
-    if state.get("best_val_step") is not None and not _is_count(state["best_val_step"]):
-        return f"best_val_step={short_repr(state['best_val_step'])} is invalid: expected a whole number"
-    for key, kind in (("data", dict), ("optimizer", dict), ("last_eval", (dict, type(None))),
-                      ("sha256", (dict, type(None)))):
-        if not isinstance(state.get(key), kind):
-            return f"{key}={short_repr(state.get(key))} is invalid: expected a JSON object"
+    for key, valid, expected in STATE_FIELD_CHECKS:
+        value = state.get(key)
+        if not valid(value):
+            return f"{key}={short_repr(value)} is invalid: expected {expected}"
     return ""
 
 
@@ -224,6 +215,27 @@ def _is_count(value: Any) -> bool:
 
 def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _is_time(value: Any) -> bool:
+    return _is_number(value) and 0 <= value < float("inf")
+
+
+REQUIRED_STATE_KEYS = ("step", "tokens", "data", "optimizer", "train_time_s", "wall_time_s")
+STATE_FIELD_CHECKS: tuple[tuple[str, Callable[[Any], bool], str], ...] = (
+    ("tokens", lambda value: _is_count(value) and value >= 0, "a whole number >= 0"),
+    ("train_time_s", _is_time, "a finite number >= 0"),
+    ("wall_time_s", _is_time, "a finite number >= 0"),
+    ("best_val_loss", lambda value: value is None or _is_number(value), "a number or null"),
+    ("best_val_bpb", lambda value: value is None or _is_number(value), "a number or null"),
+    ("best_val_step", lambda value: value is None or _is_count(value), "a whole number"),
+    ("data", lambda value: isinstance(value, dict), "a JSON object"),
+    ("optimizer", lambda value: isinstance(value, dict), "a JSON object"),
+    ("last_eval", lambda value: value is None or isinstance(value, dict), "a JSON object"),
+    ("sha256", lambda value: value is None or isinstance(value, dict), "a JSON object"),
+)
+"""trainer_state.json's fields after the step, in the order they are checked: each field, a
+test of its value (absent reads as None) and what the error says was expected."""
 
 
 def verify_files(folder: Path, state: dict[str, Any], names: tuple[str, ...] = HASHED_FILES) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Optional
 
 import torch
 
@@ -25,16 +26,15 @@ from moelab.train.cuda import host_to_device
 
 @dataclass
 class EvalResult:
+    step: Optional[int] = field(default=None, kw_only=True, metadata={"omit_none": True})
+    """The step evaluated, once a run's state records the result (trainer_state.json's
+    ``last_eval`` has it first); None, and not written, before."""
     val_loss: float
     """Mean cross-entropy (nats/token) over every target token of the validation windows."""
     bits_per_byte: float
     """The same loss in bits per UTF-8 byte of the scored target tokens."""
     routing: list[dict[str, float]] = field(default_factory=list)
     """Per-layer ``RoutingStats.summary()`` over the whole eval set; [] for a dense model."""
-
-    def to_dict(self) -> dict:
-        return {"val_loss": self.val_loss, "bits_per_byte": self.bits_per_byte,
-                "routing": self.routing}
 
 
 def scored_bytes(windows_NT: torch.Tensor, tokenizer: Tokenizer) -> int:

@@ -26,6 +26,7 @@ from torch.nn.parallel import DistributedDataParallel
 from tqdm import tqdm
 
 from moelab.accounting import count_params, flops_per_token
+from moelab.codec import from_json, to_json
 from moelab.config import Config, TrainConfig
 from moelab.data import Tokenizer, TrainBatches, prepare_data, validation_windows
 from moelab.data.prepare import check_data
@@ -171,7 +172,7 @@ def _train(config: Config, run: RunFolder, resume: bool,
             return None
         summary = _write_up(config, run, dist, plan, session)
         if loggers:
-            loggers.summarize(summary.to_dict())
+            loggers.summarize(to_json(summary))
         return summary
     finally:
         if loggers:
@@ -316,7 +317,7 @@ def _save_checkpoint(config: Config, run: RunFolder, session: Session) -> None:
     with clock.paused():
         state.train_time_s, state.wall_time_s = clock.train_s, clock.wall_s
         state.data = session.batches.state_dict()
-        save_checkpoint(run.checkpoints_dir, session.model, session.optimizer, state.to_dict(),
+        save_checkpoint(run.checkpoints_dir, session.model, session.optimizer, to_json(state),
                         config)
 
 
@@ -424,7 +425,7 @@ def step_balance(loads: StepLoads | None, dist: Distributed,
         return []
     counts_LE = dist.sum(loads.slot_counts_LE)
     micro_L = dist.average(loads.micro_max_violation_sum_L / loads.micro_batches).tolist()
-    rows = [load_balance(counts_E).to_dict() for counts_E in counts_LE]
+    rows = [to_json(load_balance(counts_E)) for counts_E in counts_LE]
     if splits_step:
         for row, micro in zip(rows, micro_L):
             row["micro_max_violation"] = micro
@@ -482,7 +483,7 @@ def _resume_state(run: RunFolder, model, optimizer, batches: TrainBatches,
         return TrainState()
     run.check_same_tokenizer(tokenizer, remedy="resuming would continue on other token ids; "
                                                "restore that cache or start a new run")
-    state = TrainState.from_dict(load_checkpoint(folder, model, optimizer))
+    state = from_json(TrainState, load_checkpoint(folder, model, optimizer))
     if state.step > total_steps:
         raise MoelabError(f"checkpoint {folder} is at step {state.step}, beyond the "
                           f"{total_steps} steps of run {run.path}: delete it to start over")

@@ -19,6 +19,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from moelab.codec import to_json
 from moelab.config import DISPLAY_KEYS, Config, build_config, read_raw, save_config, to_dict
 from moelab.data.tokenizer import Tokenizer, file_sha256
 from moelab.errors import MoelabError, short_repr
@@ -27,7 +28,7 @@ from moelab.fileio import (
     is_bookkeeping, read_json, remove_stale_temporaries,
 )
 from moelab.train.events import read_events
-from moelab.train.summary import RunSummary
+from moelab.train.summary import RunSummary, parse_summary
 
 RUN_KIND = "run"
 """The kind of command that owns a run folder (``moelab.fileio.claim_folder``): train and
@@ -149,7 +150,7 @@ class RunFolder:
     # -- summary and samples ------------------------------------------------------------
 
     def write_summary(self, summary: RunSummary) -> None:
-        atomic_write_json(self.summary_path, summary.to_dict())
+        atomic_write_json(self.summary_path, to_json(summary))
 
     def read_summary(self) -> dict[str, Any] | None:
         """The summary, or None when the run has not finished; MoelabError when unreadable."""
@@ -169,7 +170,7 @@ class RunFolder:
         """The typed summary (``moelab.train.summary``), or None when the run has not finished;
         a damaged one is a one-line error naming the file."""
         record = self.read_summary()
-        return None if record is None else RunSummary.from_dict(record, self.summary_path)
+        return None if record is None else parse_summary(record, self.summary_path)
 
     def is_complete(self) -> bool:
         """Whether the run finished: its summary says so. An unreadable summary is not

@@ -4,6 +4,7 @@ the zero-shot tasks."""
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
@@ -45,9 +46,21 @@ def load_run(run_dir: str | Path, device: str = "cpu") -> tuple[Transformer, Tok
     return model.to(target).eval(), tokenizer
 
 
+@dataclass(frozen=True)
+class RunEvaluation:
+    """``moelab eval``'s result (``--json`` prints it with these keys, in this order)."""
+
+    val_loss: float
+    """nats/token over the scored windows."""
+    bits_per_byte: float
+    windows: int
+    routing: list[dict[str, float]]
+    """Per MoE layer, the routing diagnostics over the windows; [] for a dense model."""
+
+
 def evaluate_run(run_dir: str | Path, data: str | Path | None = None,
                  device: str = "auto", cache_dir: str | Path | None = None,
-                 windows: int | None = None) -> dict:
+                 windows: int | None = None) -> RunEvaluation:
     """Val loss (nats/token) and bits/byte of the run's final weights.
 
     ``data=None`` scores the run's own validation windows (as during training); a path scores
@@ -74,8 +87,8 @@ def evaluate_run(run_dir: str | Path, data: str | Path | None = None,
     batch_size = config.train.micro_batch_size or config.train.batch_size
     result = evaluate(model, windows_NT, scored_bytes(windows_NT, tokenizer), batch_size, device,
                       autocast)
-    return {"val_loss": result.val_loss, "bits_per_byte": result.bits_per_byte,
-            "windows": int(windows_NT.shape[0]), "routing": result.routing}
+    return RunEvaluation(val_loss=result.val_loss, bits_per_byte=result.bits_per_byte,
+                         windows=int(windows_NT.shape[0]), routing=result.routing)
 
 
 def evaluate_tasks(run_dir: str | Path, names: list[str], device: str = "cpu",

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Optional
 
 import torch
@@ -19,8 +19,8 @@ from moelab.train.run_folder import RunFolder
 @dataclass
 class TrainState:
     """Where a run is: its step and tokens, its best and last evaluation, its clocks and the
-    batch sampler's position. A checkpoint saves it as JSON (``to_dict``); a resumed run
-    continues from ``from_dict`` of that record."""
+    batch sampler's position. A checkpoint saves it as trainer_state.json (``codec.to_json``:
+    these fields, in this order); a resumed run continues from ``codec.from_json`` of it."""
 
     step: int = 0
     tokens: int = 0
@@ -28,7 +28,7 @@ class TrainState:
     best_val_step: Optional[int] = None
     best_val_bpb: Optional[float] = None
     last_eval: Optional[EvalResult] = None
-    last_eval_step: Optional[int] = None
+    """The last evaluation, its ``step`` set."""
     train_time_s: float = 0.0
     wall_time_s: float = 0.0
     data: dict[str, Any] = field(default_factory=dict)
@@ -36,33 +36,10 @@ class TrainState:
 
     def record_eval(self, result: EvalResult, step: int) -> None:
         """Keep ``result`` as the last evaluation, and as the best if its loss is lower."""
-        self.last_eval, self.last_eval_step = result, step
+        self.last_eval = replace(result, step=step)
         if self.best_val_loss is None or result.val_loss < self.best_val_loss:
             self.best_val_loss, self.best_val_step = result.val_loss, step
             self.best_val_bpb = result.bits_per_byte
-
-    def to_dict(self) -> dict[str, Any]:
-        """trainer_state.json's fields, in the order checkpoints have always written them."""
-        last_eval = (None if self.last_eval is None
-                     else {"step": self.last_eval_step, **self.last_eval.to_dict()})
-        return {"step": self.step, "tokens": self.tokens, "best_val_loss": self.best_val_loss,
-                "best_val_step": self.best_val_step, "best_val_bpb": self.best_val_bpb,
-                "last_eval": last_eval, "train_time_s": self.train_time_s,
-                "wall_time_s": self.wall_time_s, "data": self.data}
-
-    @classmethod
-    def from_dict(cls, record: dict[str, Any]) -> "TrainState":
-        """The state a checked trainer_state.json holds (``checkpoint.read_state``)."""
-        last = record.get("last_eval")
-        last_eval = (None if last is None else
-                     EvalResult(last["val_loss"], last["bits_per_byte"], last["routing"]))
-        return cls(step=record["step"], tokens=record["tokens"],
-                   best_val_loss=record.get("best_val_loss"),
-                   best_val_step=record.get("best_val_step"),
-                   best_val_bpb=record.get("best_val_bpb"), last_eval=last_eval,
-                   last_eval_step=None if last is None else last["step"],
-                   train_time_s=record["train_time_s"], wall_time_s=record["wall_time_s"],
-                   data=record["data"])
 
 
 class Throughput:

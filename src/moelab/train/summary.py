@@ -1,9 +1,10 @@
 """summary.json: a finished run's numbers, typed. The loop writes it once (its presence with
 ``"status": "complete"`` marks the run finished); the runs layer, the study and the sweep read
-it through ``RunSummary.from_dict``, never by key strings of their own.
+it through ``parse_summary``, never by key strings of their own; it is written by
+``codec.to_json`` (the fields, in order).
 
 ``schema_version`` counts changes of meaning. A summary without one was written before it
-existed: ``from_dict`` upgrades it (``flops_per_token`` was ``flops_per_token_6n``; its step
+existed: ``parse_summary`` upgrades it (``flops_per_token`` was ``flops_per_token_6n``; its step
 time follows from train time and steps), so older run folders stay readable. Version 2 renamed
 ``flops_per_token_full`` to ``flops_per_token_kaplan`` (the same number, named for the attention
 count it uses, ``moelab.accounting``); older summaries are read under the new name.
@@ -16,6 +17,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Optional
 
+from moelab.codec import from_json
 from moelab.errors import MoelabError, short_repr
 
 SCHEMA_VERSION = 2
@@ -66,26 +68,6 @@ class RunSummary:
     collapse: bool = False
     schema_version: int = SCHEMA_VERSION
 
-    def to_dict(self) -> dict[str, Any]:
-        return {f.name: getattr(self, f.name) for f in fields(self)}
-
-    @classmethod
-    def from_dict(cls, record: dict[str, Any], path: Path | str = "summary.json") -> "RunSummary":
-        """The summary a summary.json holds; a number that is not a finite number, or routing
-        that is not a list of layers, is a one-line error naming the file."""
-        record = _upgraded(record)
-        values = {f.name: record[f.name] for f in fields(cls) if f.name in record}
-        for name in _NUMBERS:
-            value = values.get(name)
-            if value is not None and not is_finite_number(value):
-                raise MoelabError(f"{path} is corrupt ({name}={short_repr(value)} is not a finite number)")
-        routing = values.get("routing")
-        if routing is None:
-            values.pop("routing", None)
-        elif not (isinstance(routing, list) and all(isinstance(layer, dict) for layer in routing)):
-            raise MoelabError(f"{path} is corrupt (routing is not a list of layers)")
-        return cls(**values)
-
     def require(self, names: tuple[str, ...], path: Path | str) -> "RunSummary":
         """Refuse, naming them, the fields a reader needs that this summary lacks."""
         missing = [name for name in names if getattr(self, name) is None]
@@ -93,6 +75,22 @@ class RunSummary:
             raise MoelabError(f"{path} lacks {', '.join(missing)}: it was written by an older "
                               "moelab; delete the run folder to retrain it")
         return self
+
+
+def parse_summary(record: dict[str, Any], path: Path | str = "summary.json") -> RunSummary:
+    """The summary a summary.json holds, upgraded to today's names; a number that is not a
+    finite number, or routing that is not a list of layers, is a one-line error naming the file."""
+    record = _upgraded(record)
+    for name in _NUMBERS:
+        value = record.get(name)
+        if value is not None and not is_finite_number(value):
+            raise MoelabError(f"{path} is corrupt ({name}={short_repr(value)} is not a finite number)")
+    routing = record.get("routing")
+    if routing is None:
+        record.pop("routing", None)
+    elif not (isinstance(routing, list) and all(isinstance(layer, dict) for layer in routing)):
+        raise MoelabError(f"{path} is corrupt (routing is not a list of layers)")
+    return from_json(RunSummary, record)
 
 
 _NUMBERS = tuple(f.name for f in fields(RunSummary)
