@@ -2,7 +2,7 @@
 S) into one folder of results, then re-analyse it as one sweep:
 
     python experiments/merge_sweeps.py OUT FIRST SECOND [...]
-    python experiments/reanalyse_sweep.py OUT
+    moelab report OUT --bootstrap 200
 
 OUT gets grid.json (the first's, with the union of the sparsities), plan.json (every folder's
 planned runs) and results.csv (every folder's rows; the same columns in the same order). The

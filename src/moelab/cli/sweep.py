@@ -138,11 +138,12 @@ def _sweep_tuning(args, grid):
     return tuning
 
 
-def report_sweep(out_dir: Path) -> int:
-    """``moelab report DIR`` of a sweep folder (``moelab.sweep.commands``)."""
+def report_sweep(out_dir: Path, bootstrap: int | None = None, starts: int | None = None) -> int:
+    """``moelab report DIR [--bootstrap R] [--starts K]`` of a sweep folder
+    (``moelab.sweep.commands``)."""
     from moelab.sweep.commands import rewrite_sweep_outputs
 
-    report_path = rewrite_sweep_outputs(out_dir)
+    report_path = rewrite_sweep_outputs(out_dir, bootstrap_replicates=bootstrap, max_starts=starts)
     print(f"results: {out_dir / 'results.csv'}\nreport: {report_path}")
     return sweep_exit_code(out_dir, report_path)
 
