@@ -1,5 +1,6 @@
 """Sub-commands of the sparsity sweep: ``sweep-sparsity`` (train a size x sparsity x budget
-grid, fit and report) and ``throughput`` (a tokens/s table of model shapes). The sweep itself
+grid, fit and report), ``merge`` (sweep folders of one grid extended by new sparsities) and
+``throughput`` (a tokens/s table of model shapes). The sweep itself
 is ``moelab.sweep``; this module parses and prints.
 
 Each handler imports the sweep when it runs (torch, scipy): every ``moelab`` command builds
@@ -55,6 +56,7 @@ def register(subparsers) -> None:
                        "1000000, ...) or a list disjoint from the grid's seeds (default 2)")
     add_launcher_arguments(sweep)
     sweep.set_defaults(func=_sweep)
+    _register_merge(subparsers)
     _register_throughput(subparsers)
 
 
@@ -158,6 +160,31 @@ def sweep_exit_code(out_dir: Path, report_path: Path) -> int:
         return 0
     return incomplete(f"results.csv holds {counts.describe()} (see {out_dir / 'failures.json'}): "
                       f"{report_path} is partial")
+
+
+def _register_merge(subparsers) -> None:
+    merge = subparsers.add_parser(
+        "merge", help="join sweep folders of one grid extended by new sparsities",
+        description="Join sweep folders of one grid that differ only in their sparsities (a "
+                    "sweep extended to a new S) into one folder: grid.json with the union of "
+                    "the sparsities, plan.json and results.csv with every folder's runs. Grids "
+                    "that differ in more than the new sparsities are refused. moelab report on "
+                    "the merged folder then fits and reports them as one sweep.",
+    )
+    merge.add_argument("sources", metavar="SWEEP", nargs="+",
+                       help="a sweep folder (2 or more; the first one's grid.json is kept)")
+    merge.add_argument("--out", metavar="DIR", required=True, help="the merged folder (a new one)")
+    merge.set_defaults(func=_merge)
+
+
+def _merge(args) -> int:
+    from moelab.sweep.merging import merge_sweeps
+
+    merged = merge_sweeps([Path(source) for source in args.sources], Path(args.out))
+    print(f"{merged.out_dir}: {merged.runs} runs from {len(merged.sources)} folders, sparsities "
+          f"{', '.join(f'{s:g}' for s in merged.sparsities)}\n"
+          f"to fit and report them as one sweep: moelab report {merged.out_dir}")
+    return 0
 
 
 def _register_throughput(subparsers) -> None:
