@@ -41,7 +41,15 @@ def register(subparsers) -> None:
                        "seeds=[0,1]) or, for a model./data./train. key, add it to the grid's config "
                        "overrides (--set train.schedule=wsd); repeatable")
     sweep.add_argument("--out", metavar="DIR", default=None, help="sweep folder (default out/<name>-sweep)")
-    sweep.add_argument("--dry-run", action="store_true", help="print the planned runs only")
+    sweep.add_argument("--dry-run", action="store_true",
+                       help="print the planned runs and their cost (runs, tokens, FLOPs) only")
+    sweep.add_argument("--speeds", metavar="CSV", default=None,
+                       help="with --dry-run: also the time, at the tokens/s of the shapes in CSV "
+                            "(a sweep's results.csv or a moelab throughput CSV: S, N_active, "
+                            "tokens_per_s), interpolated log-log in N_active")
+    sweep.add_argument("--per-run-seconds", type=float, default=None, metavar="X",
+                       help="with --speeds: seconds each run adds for its start, compile and "
+                            "evals (default 2, as measured on the cpu sweep)")
     sweep.add_argument("--bootstrap", type=bounded_int(MAX_BOOTSTRAP), default=200, metavar="R",
                        help="R bootstrap resamples of the law fit (default 200; 0: none)")
     sweep.add_argument("--starts", type=positive_int, default=None, metavar="K",
@@ -84,13 +92,13 @@ def _sweep(args) -> int:
         print(f"{len(plan)} runs" + (
             "" if recipe is None else f", each then fine-tuned on {recipe.data} ({recipe.steps} "
             f"steps at lr {recipe.lr:g}) into runs/finetune/<run>"))
-        if tuning is not None:
-            from moelab.sweep.plan import run_specs
-            from moelab.sweep.tuning import dry_run_lines
-
-            for line in dry_run_lines(grid, tuning, run_specs(plan)):
-                print(line)
+        for line in _cost_lines(args, grid, plan, tuning):
+            print(line)
         return 0
+    if args.speeds is not None or args.per_run_seconds is not None:
+        raise MoelabError(f"{'--speeds' if args.speeds is not None else '--per-run-seconds'} is "
+                          "invalid without --dry-run: it prices the plan, which only a dry run "
+                          "prints")
     if tuning is not None and (wants_commands(args) or args.detach):
         raise MoelabError(f"--lr-grid is invalid with {'--detach' if args.detach else '--list-runs'}: "
                           "the sweep's runs take the lrs its selection runs choose, which must "
@@ -120,6 +128,26 @@ def _sweep(args) -> int:
                                 max_starts=args.starts, launcher=launcher, tuning=tuning)
     print(f"results: {out_dir / 'results.csv'}\nreport: {report_path}")
     return sweep_exit_code(out_dir, report_path)
+
+
+def _cost_lines(args, grid, plan, tuning) -> list[str]:
+    """``--dry-run``'s cost lines (``moelab.sweep.cost``), and the lr selection's with --lr-grid."""
+    from moelab.sweep.cost import PER_RUN_SECONDS, dry_run_cost_lines
+    from moelab.sweep.plan import run_specs
+
+    per_run = PER_RUN_SECONDS if args.per_run_seconds is None else args.per_run_seconds
+    if not (math.isfinite(per_run) and 0 <= per_run <= 3600):
+        raise MoelabError(f"--per-run-seconds {per_run:g} is invalid: allowed 0 to 3600 seconds")
+    if args.per_run_seconds is not None and args.speeds is None:
+        raise MoelabError("--per-run-seconds is invalid without --speeds: only the time uses it")
+    specs = run_specs(plan)
+    speeds = None if args.speeds is None else Path(args.speeds)
+    lines = dry_run_cost_lines(grid, plan, specs, speeds, per_run, args.jobs or 1)
+    if tuning is not None:
+        from moelab.sweep.tuning import dry_run_lines
+
+        lines += dry_run_lines(grid, tuning, specs)
+    return lines
 
 
 def _sweep_tuning(args, grid):
