@@ -86,13 +86,14 @@ def _sweep(args) -> int:
     tuning = _sweep_tuning(args, grid)
     check_finetune_data(grid, plan)
     if args.dry_run:
+        cost_lines = _cost_lines(args, grid, plan, tuning)  # a bad --speeds before any output
         for point in plan:
             print(point.describe())
         recipe = grid.finetune
         print(f"{len(plan)} runs" + (
             "" if recipe is None else f", each then fine-tuned on {recipe.data} ({recipe.steps} "
             f"steps at lr {recipe.lr:g}) into runs/finetune/<run>"))
-        for line in _cost_lines(args, grid, plan, tuning):
+        for line in cost_lines:
             print(line)
         return 0
     if args.speeds is not None or args.per_run_seconds is not None:
