@@ -1,7 +1,8 @@
 """Three token budgets from one WSD run against one cosine run per budget, paired over seeds.
 
     OMP_NUM_THREADS=1 .venv/bin/python experiments/wsd_budgets.py [--seeds 3] [--jobs 2]
-                                                                  [--out wsd_budgets_out]
+        [--out wsd_budgets_out] [--data SOURCE] [--budgets 204800,409600,819200]
+        [--set KEY=VALUE ...] [--results FILE]
 
 The demo preset's MoE (4 experts, top-2) on the shared TinyStories copy (the largest budget is
 0.8M tokens, under one epoch of it), at 204,800 / 409,600 / 819,200 tokens (200 / 400 / 800
@@ -12,107 +13,115 @@ steps of 8 x 128), per seed:
 - ``wsd``: the budget family of ``moelab.train.wsd_budget_family``: a 1 - sqrt decay over the
   last 20 % of each budget's steps, one shared warmup of 100 steps (half the smallest budget's
   steps, as its cosine run has); the 800-step run is trained in full and the 200- and 400-step
-  budgets branch their cooldowns from its kept checkpoints (``moelab train --branch-from``).
+  budgets branch their cooldowns from its kept checkpoints (``moelab.runs.families``, as
+  ``moelab sweep-sparsity`` plans a wsd sweep's budgets).
 
 Per budget it records each seed's best validation loss under both plans and the paired gap
 (cosine minus wsd; positive: the family is better), and per plan the tokens trained (from the
 run folders: a branch counts only the steps after its branch point) and the training time.
-Results go to experiments/results/wsd_budgets.json (atomically written); run folders stay in
---out.
+Every run is a planned run of the runs layer (``moelab.runs``: ``execute_plan`` with the local
+launcher): --out is its plan folder (configs/, runs/, failures.json), a rerun skips finished runs
+and resumes torn ones, and the branches train once their full run has finished.
+Results go to experiments/results/wsd_budgets.json (--results; atomically written); run folders
+stay in --out.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
 import sys
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
 
-from moelab.config import load_config, save_config
+from moelab.config import load_config
 from moelab.fileio import atomic_write_json
+from moelab.runs import RunSpec, execute_plan, is_complete, write_run_configs
+from moelab.runs.data import prepare_shared_data
+from moelab.runs.families import as_budget_family
+from moelab.runs.launchers.local import LocalLauncher
 from moelab.study.gaps import paired_test
 from moelab.train import wsd_budget_family
 
 RESULTS = Path(__file__).parent / "results"
 BUDGETS = [204_800, 409_600, 819_200]
-DATA = ["data.source=../shared/data/tinystories"]
+DATA = "../shared/data/tinystories"
 QUIET = ["train.progress=false", "train.sample_tokens=0"]
 WSD = ["train.schedule=wsd", "train.decay_shape=sqrt", "train.decay_fraction=0.2"]
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--out", default="wsd_budgets_out")
-    args = parser.parse_args()
+    parser.add_argument("--data", default=DATA, help="data.source (default: the shared copy)")
+    parser.add_argument("--budgets", default=",".join(map(str, BUDGETS)),
+                        help="token budgets, ascending")
+    parser.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
+                        help="another override of every run, after the others (a smaller model)")
+    parser.add_argument("--results", type=Path, default=RESULTS / "wsd_budgets.json")
+    args = parser.parse_args(argv)
     out, seeds = Path(args.out), list(range(args.seeds))
-    families = {seed: write_family(out, seed) for seed in seeds}
-    jobs = [("wsd", seed, None) for seed in seeds]
-    jobs += [("cosine", seed, budget) for budget in reversed(BUDGETS) for seed in seeds]
-    with ThreadPoolExecutor(args.jobs) as pool:  # the longest jobs first
-        list(pool.map(lambda job: run_job(out, families, *job), jobs))
-    entry = results(out, families, seeds)
-    atomic_write_json(RESULTS / "wsd_budgets.json", entry)
+    budgets = sorted(int(budget) for budget in args.budgets.split(","))
+    data = [f"data.source={args.data}"]
+    specs = plan(data, args.sets, budgets, seeds)
+    train(out, specs, args.jobs)
+    entry = results(out, specs, data, args.sets, budgets, seeds)
+    atomic_write_json(args.results, entry)
     print(markdown_table(entry))
 
 
-def write_family(out: Path, seed: int) -> dict:
-    """The seed's family, each member's config saved as YAML for ``moelab train``."""
-    base = load_config("demo", DATA + QUIET + WSD + [f"train.seed={seed}"])
-    family = wsd_budget_family(base, BUDGETS)
-    members = {}
-    for member in family.runs:
-        config_file = save_config(member.config, out / "configs" / f"wsd_{member.budget}_seed{seed}.yaml")
-        members[member.budget] = {"config": config_file, "decay_start_step": member.decay_start_step,
-                                  "run": out / "wsd" / str(member.budget) / f"seed{seed}"}
-    return {"family": family, "members": members}
+def run_name(plan_name: str, budget: int, seed: int) -> str:
+    return f"{plan_name}/{budget}/seed{seed}"
 
 
-def run_job(out: Path, families: dict, plan: str, seed: int, budget: int | None) -> None:
-    if plan == "cosine":
-        run = out / "cosine" / str(budget) / f"seed{seed}"
-        sets = DATA + QUIET + [f"train.max_tokens={budget}", f"train.seed={seed}"]
-        moelab(["train", "demo", "--out", str(run), "--resume", *with_set(sets)])
-        return
-    family, members = families[seed]["family"], families[seed]["members"]
-    full = members[family.full.budget]
-    moelab(["train", str(full["config"]), "--out", str(full["run"]), "--resume"])
-    for member in family.branches:
-        branch = members[member.budget]
-        moelab(["train", str(branch["config"]), "--out", str(branch["run"]),
-                "--branch-from", str(full["run"]), "--branch-step", str(member.decay_start_step)])
+def plan(data: list[str], sets: list[str], budgets: list[int], seeds: list[int]) -> list[RunSpec]:
+    """Per seed a cosine run per budget, and the wsd budget family: the largest budget's run in
+    full, the others branched from its checkpoints at their decay starts."""
+    specs = []
+    for seed in seeds:
+        for name, schedule in (("cosine", []), ("wsd", WSD)):
+            group = [RunSpec(run_name(name, budget, seed),
+                             load_config("demo", [*data, *QUIET, *schedule, f"train.seed={seed}",
+                                                  f"train.max_tokens={budget}", *sets]),
+                             {"plan": name, "budget": budget, "seed": seed})
+                     for budget in budgets]
+            specs += as_budget_family(group) if name == "wsd" else group
+    return specs
 
 
-def with_set(overrides: list[str]) -> list[str]:
-    return [arg for item in overrides for arg in ("--set", item)]
+def train(out: Path, specs: list[RunSpec], jobs: int) -> None:
+    """Every run not yet complete, through the runs layer (the branches after their full run)."""
+    if any(not is_complete(out / spec.run_dir) for spec in specs):
+        prepare_shared_data(specs[0].config, print)
+    out.mkdir(parents=True, exist_ok=True)
+    write_run_configs(out, specs)
+    outcomes = execute_plan(out, specs, LocalLauncher(jobs=jobs), print)
+    failed = [outcome.spec.name for outcome in outcomes if outcome.status == "failed"]
+    if failed:
+        sys.exit(f"wsd_budgets: runs failed in {out} (see its failures.json): {', '.join(failed)}")
 
 
-def moelab(args: list[str]) -> None:
-    subprocess.run([sys.executable, "-m", "moelab", *args], check=True, capture_output=True,
-                   env={**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")})
-
-
-def results(out: Path, families: dict, seeds: list[int]) -> dict:
-    family = families[seeds[0]]["family"]
-    entry = {"preset": "demo", "overrides": DATA, "wsd": WSD, "budgets": BUDGETS, "seeds": seeds,
-             "warmup_steps": family.warmup_steps,
+def results(out: Path, specs: list[RunSpec], data: list[str], sets: list[str],
+            budgets: list[int], seeds: list[int]) -> dict:
+    wsd_config = next(spec.config for spec in specs if spec.labels["plan"] == "wsd")
+    family = wsd_budget_family(wsd_config, budgets)
+    entry = {"preset": "demo", "overrides": data + sets, "wsd": WSD, "budgets": budgets,
+             "seeds": seeds, "warmup_steps": family.warmup_steps,
              "decay_start_steps": {str(m.budget): m.decay_start_step for m in family.runs},
              "planned_tokens": {"wsd": sum(m.own_tokens for m in family.runs),
                                 "cosine": sum(m.tokens for m in family.runs)},
              "by_budget": {}, "measured": {"wsd": {"tokens": 0, "train_time_s": 0.0},
                                            "cosine": {"tokens": 0, "train_time_s": 0.0}}}
-    for budget in BUDGETS:
-        cosine = {s: read_summary(out / "cosine" / str(budget) / f"seed{s}") for s in seeds}
-        wsd = {s: read_summary(families[s]["members"][budget]["run"]) for s in seeds}
+    runs = out / "runs"
+    for budget in budgets:
+        cosine = {s: read_summary(runs / run_name("cosine", budget, s)) for s in seeds}
+        wsd = {s: read_summary(runs / run_name("wsd", budget, s)) for s in seeds}
         for s in seeds:
             add_cost(entry["measured"]["cosine"], cosine[s], None)
-            add_cost(entry["measured"]["wsd"], wsd[s], families[s]["members"][budget]["run"])
+            add_cost(entry["measured"]["wsd"], wsd[s], runs / run_name("wsd", budget, s))
         cosine_loss = {s: cosine[s]["best_val_loss"] for s in seeds}
         wsd_loss = {s: wsd[s]["best_val_loss"] for s in seeds}
         test = paired_test(wsd_loss, cosine_loss)  # cosine minus wsd: > 0 means wsd is better

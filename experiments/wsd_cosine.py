@@ -2,7 +2,7 @@
 
     OMP_NUM_THREADS=1 .venv/bin/python experiments/wsd_cosine.py [--lrs 0.0025,0.005,0.01]
         [--select-seeds 0,1] [--report-seeds 100-105] [--jobs 2] [--out wsd_cosine_out]
-        [--data SOURCE]
+        [--data SOURCE] [--set KEY=VALUE ...] [--results FILE]
 
 The demo preset's MoE on TinyStories (the source `tinystories`; MOELAB_DATA names a local
 copy), two horizons of 1,000 and 3,000 steps (the long one is under one epoch of the 15.9K-story
@@ -20,23 +20,29 @@ Phase 1 (selection seeds, short horizon only) trains every schedule at each lr a
 schedule the lr with the lowest mean final validation loss. Phase 2 (reporting seeds, disjoint)
 trains each schedule at its own lr at both horizons and pairs each wsd variant with cosine seed
 by seed (cosine - wsd: positive means wsd is better), with Holm's adjustment over the tests.
-Results go to experiments/results/wsd_cosine.json; run folders stay in --out.
+Every run is a planned run of the runs layer (``moelab.runs``: ``execute_plan`` with the
+local launcher, as ``moelab study`` trains), each phase a plan folder under --out
+(``select/`` and ``report/``, each with configs/, runs/ and failures.json): a rerun skips the
+finished runs and resumes torn ones, and a branch trains once its trunk has finished.
+Results go to experiments/results/wsd_cosine.json (--results); run folders stay in --out.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 import platform
-import subprocess
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
 
+from moelab.config import Config, load_config
 from moelab.fileio import atomic_write_json, portable_command
+from moelab.runs import RunSpec, execute_plan, is_complete, write_run_configs
+from moelab.runs.data import prepare_shared_data
+from moelab.runs.launchers.local import LocalLauncher
+from moelab.runs.spec import Branch
 from moelab.study.results import json_safe
 from moelab.stats.multiple import holm
 from moelab.stats.power import min_detectable_gap
@@ -80,67 +86,70 @@ def wsd_args(steps: int, fraction: float, lr: float, seed: int, batch: int,
     return args
 
 
-class Plan:
-    """The run folders of one phase: cosine runs, and per (lr, seed) one wsd20 trunk of
-    ``trunk_steps`` with the other wsd members branched from it."""
+Key = tuple[str, int, float, int]
+"""A run by (schedule, steps, lr, seed)."""
 
-    def __init__(self, out: Path, data: list[str], batch: int):
-        self.out, self.data, self.batch = out, data, batch
-        self.runs: dict[tuple[str, int, float, int], Path] = {}  # (schedule, steps, lr, seed)
-        self.jobs: list[tuple[int, list]] = []  # (steps, [moelab train argument lists])
+
+class Phase:
+    """The planned runs of one phase, in the plan folder ``out / name``: cosine runs, and per
+    (lr, seed) one wsd20 trunk of ``trunk_steps`` with the other wsd members branched from it."""
+
+    def __init__(self, out: Path, name: str, base: list[str], sets: list[str], batch: int):
+        self.out, self.folder, self.batch = out, out / name, batch
+        self.base, self.sets = base, sets
+        self.specs: list[RunSpec] = []
+        self.names: dict[Key, str] = {}
+
+    def config(self, run_args: list[str]) -> Config:
+        """The demo preset with the data and COMMON, the run's own keys, then --set (last, so
+        a smaller test config can override COMMON's warmup and eval interval)."""
+        return load_config("demo", [*self.base, f"train.batch_size={self.batch}", *run_args,
+                                    *self.sets])
+
+    def add(self, key: Key, name: str, run_args: list[str], branch: Branch | None = None) -> None:
+        labels = dict(zip(("schedule", "steps", "lr", "seed"), key))
+        self.specs.append(RunSpec(name, self.config(run_args), labels, branch=branch))
+        self.names[key] = name
 
     def add_cosine(self, steps: int, lr: float, seed: int) -> None:
-        run = self.out / "cosine" / f"{steps}steps" / f"lr{lr:g}" / f"seed{seed}"
-        self.runs["cosine", steps, lr, seed] = run
-        self.jobs.append((steps, [self._train(run, cosine_args(steps, lr, seed, self.batch))]))
+        self.add(("cosine", steps, lr, seed), f"cosine/{steps}steps/lr{lr:g}/seed{seed}",
+                 cosine_args(steps, lr, seed, self.batch))
 
     def add_wsd_family(self, trunk_steps: int, members: list[tuple[str, int]], lr: float,
                        seed: int) -> None:
         """A wsd20 trunk of ``trunk_steps`` (itself the member ("wsd20", trunk_steps)) and a
         cooldown branch for every other (schedule, steps) member."""
-        root = self.out / "wsd" / f"lr{lr:g}" / f"seed{seed}"
+        root = f"wsd/lr{lr:g}/seed{seed}"
         branches = [(name, steps) for name, steps in members if (name, steps) != ("wsd20", trunk_steps)]
         starts = {(name, steps): decay_start(steps, COOLDOWNS[name]) for name, steps in branches}
-        trunk = root / f"wsd20-{trunk_steps}steps"
-        commands = [self._train(trunk, wsd_args(trunk_steps, COOLDOWNS["wsd20"], lr, seed, self.batch,
-                                                sorted(set(starts.values()))))]
-        self.runs["wsd20", trunk_steps, lr, seed] = trunk
+        trunk = f"{root}/wsd20-{trunk_steps}steps"
+        self.add(("wsd20", trunk_steps, lr, seed), trunk,
+                 wsd_args(trunk_steps, COOLDOWNS["wsd20"], lr, seed, self.batch,
+                          sorted(set(starts.values()))))
         for (name, steps), start in starts.items():
-            branch = root / f"{name}-{steps}steps"
-            self.runs[name, steps, lr, seed] = branch
-            commands.append(self._train(branch, wsd_args(steps, COOLDOWNS[name], lr, seed, self.batch),
-                                        branch_from=(trunk, start)))
-        cooldowns = sum(steps - start for (_, steps), start in starts.items())
-        self.jobs.append((trunk_steps + cooldowns, commands))
+            self.add((name, steps, lr, seed), f"{root}/{name}-{steps}steps",
+                     wsd_args(steps, COOLDOWNS[name], lr, seed, self.batch), Branch(trunk, start))
 
-    def _train(self, run: Path, overrides: list[str], branch_from=None) -> list[str]:
-        args = ["train", "demo", "--out", str(run)]
-        for item in [*self.data, *COMMON, f"train.batch_size={self.batch}", *overrides]:
-            args += ["--set", item]
-        if branch_from:
-            args += ["--branch-from", str(branch_from[0]), "--branch-step", str(branch_from[1])]
-        else:
-            args.append("--resume")
-        return args
+    def train(self, jobs: int) -> None:
+        """Every run not yet complete, through the runs layer (branches after their trunks)."""
+        if any(not is_complete(self.folder / spec.run_dir) for spec in self.specs):
+            prepare_shared_data(self.specs[0].config, print)
+        self.folder.mkdir(parents=True, exist_ok=True)
+        write_run_configs(self.folder, self.specs)
+        outcomes = execute_plan(self.folder, self.specs, LocalLauncher(jobs=jobs), print)
+        failed = [outcome.spec.name for outcome in outcomes if outcome.status == "failed"]
+        if failed:
+            sys.exit(f"wsd_cosine: runs failed in {self.folder} (see its failures.json): "
+                     f"{', '.join(failed)}")
 
-    def run(self, jobs: int) -> None:
-        ordered = [commands for _, commands in sorted(self.jobs, key=lambda job: -job[0])]
-        with ThreadPoolExecutor(jobs) as pool:  # the longest jobs first
-            list(pool.map(_run_sequence, ordered))
+    def run_dir(self, key: Key) -> Path:
+        return self.folder / "runs" / self.names[key]
 
-    def final_loss(self, key) -> float:
-        return RunFolder(self.runs[key]).summary().final_val_loss
+    def final_loss(self, key: Key) -> float:
+        return RunFolder(self.run_dir(key)).summary().final_val_loss
 
 
-def _run_sequence(commands: list[list[str]]) -> None:
-    for args in commands:
-        done = subprocess.run([sys.executable, "-m", "moelab", *args], capture_output=True,
-                              text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
-        if done.returncode != 0:
-            sys.exit(f"wsd_cosine: moelab {' '.join(args)} failed: {done.stderr.strip()[-500:]}")
-
-
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--lrs", default="0.0025,0.005,0.01")
     parser.add_argument("--select-seeds", default="0,1")
@@ -152,7 +161,10 @@ def main() -> None:
     parser.add_argument("--horizons", default="1000,3000",
                         help="the short and the long horizon, steps")
     parser.add_argument("--batch-size", type=int, default=8, help="sequences of 128 tokens per step")
-    args = parser.parse_args()
+    parser.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
+                        help="another override of every run, after the others (a smaller model)")
+    parser.add_argument("--results", type=Path, default=RESULTS, help="the results file")
+    args = parser.parse_args(argv)
     global SHORT, LONG
     SHORT, LONG = (int(steps) for steps in args.horizons.split(","))
     lrs = [float(lr) for lr in args.lrs.split(",")]
@@ -162,19 +174,20 @@ def main() -> None:
     data = [f"data.source={args.data}"]
     started = time.time()
 
-    selection = Plan(args.out / "select", data, args.batch_size)
+    base = [*data, *COMMON]
+    selection = Phase(args.out, "select", base, args.sets, args.batch_size)
     for lr in lrs:
         for seed in select:
             selection.add_cosine(SHORT, lr, seed)
             selection.add_wsd_family(SHORT, [("wsd20", SHORT), ("wsd30", SHORT)], lr, seed)
-    selection.run(args.jobs)
+    selection.train(args.jobs)
     select_means = {name: {lr: float(np.mean([selection.final_loss((name, SHORT, lr, seed))
                                               for seed in select])) for lr in lrs}
                     for name in SCHEDULES}
     best_lr = {name: min(lrs, key=lambda lr: select_means[name][lr]) for name in SCHEDULES}
     print("best lr per schedule (selection seeds, short horizon):", best_lr)
 
-    reporting = Plan(args.out / "report", data, args.batch_size)
+    reporting = Phase(args.out, "report", base, args.sets, args.batch_size)
     for seed in report:
         for steps in (SHORT, LONG):
             reporting.add_cosine(steps, best_lr["cosine"], seed)
@@ -183,7 +196,7 @@ def main() -> None:
             members = [(name, steps) for name in COOLDOWNS for steps in (SHORT, LONG)
                        if best_lr[name] == lr]
             reporting.add_wsd_family(LONG, members, lr, seed)
-    reporting.run(args.jobs)
+    reporting.train(args.jobs)
 
     losses = {name: {steps: {seed: reporting.final_loss((name, steps, best_lr[name], seed))
                              for seed in report} for steps in (SHORT, LONG)}
@@ -208,24 +221,27 @@ def main() -> None:
               f"{row['verdict']}")
 
     entry = {
-        "command": "experiments/wsd_cosine.py " + portable_command(sys.argv[1:], ROOT),
+        "command": "experiments/wsd_cosine.py " + portable_command(
+            sys.argv[1:] if argv is None else argv, ROOT),
         "run_dirs_under": "the --out folder",
         "preset": "demo", "data": args.data, "common_overrides": COMMON,
+        **({"overrides": args.sets} if args.sets else {}),
         "horizons_steps": [SHORT, LONG], "tokens_per_step": args.batch_size * SEQ_LEN,
-        "warmup_steps": WARMUP_STEPS, "cooldowns": COOLDOWNS, "lrs": lrs,
+        "warmup_steps": reporting.specs[0].config.train.warmup_steps, "cooldowns": COOLDOWNS, "lrs": lrs,
         "select_seeds": select, "report_seeds": report,
         "selection_mean_final_val_loss": {n: {f"{lr:g}": v for lr, v in m.items()}
                                           for n, m in select_means.items()},
         "best_lr": best_lr,
         "final_val_loss": {n: {str(s): v for s, v in by.items()} for n, by in losses.items()},
-        "run_dirs": {f"{k[0]}/{k[1]}steps/lr{k[2]:g}/seed{k[3]}": v.relative_to(args.out).as_posix()
-                     for plan in (selection, reporting) for k, v in plan.runs.items()},
+        "run_dirs": {f"{k[0]}/{k[1]}steps/lr{k[2]:g}/seed{k[3]}":
+                     phase.run_dir(k).relative_to(args.out).as_posix()
+                     for phase in (selection, reporting) for k in phase.names},
         "gaps": rows, "multiple_testing": f"Holm over {len(rows)} tests",
         "wall_time_s": time.time() - started, "jobs": args.jobs,
         "machine": {"processor": platform.processor(), "python": platform.python_version()},
     }
-    atomic_write_json(RESULTS, json_safe(entry))
-    print(f"wrote {RESULTS}")
+    atomic_write_json(args.results, json_safe(entry))
+    print(f"wrote {args.results}")
 
 
 if __name__ == "__main__":

@@ -625,6 +625,17 @@ CASES = {
     "sweep finetune key": Case("sweep-sparsity cpu-finetune --dry-run --set finetune.epochs=1",
                                "finetune.epochs is not a known key"),
     "sweep out under a file": Case("sweep-sparsity demo --out {in}/file/s", "cannot write"),
+    "sweep speeds missing": Case("sweep-sparsity micro --dry-run --speeds {tmp}/nope.csv",
+                                 "cannot read {tmp}/nope.csv"),
+    "sweep speeds without dry run": Case("sweep-sparsity micro --speeds {tmp}/nope.csv",
+                                         "--speeds is invalid without --dry-run"),
+    # -- merge
+    "merge missing sweep": Case("merge {tmp}/a {tmp}/b --out {tmp}/m",
+                                "{tmp}/a is not a sweep folder: no such folder"),
+    "merge one sweep": Case("merge {tmp}/a --out {tmp}/m", "merge needs 2 or more sweep folders"),
+    # -- report
+    "report bootstrap of a study": Case("report {tmp} --bootstrap 4",
+                                        "--bootstrap is invalid for {tmp}: it has no grid.json"),
 }
 
 

@@ -116,9 +116,9 @@ def test_prepare_data_of_a_file_without_out_uses_the_cache_root(tmp_path, capsys
     assert json.loads(capsys.readouterr().out)["splits"]["train"]["stories"] > 0
 
 
-def test_an_experiment_script_on_a_folder_without_grid_json_is_one_line(tmp_path):
-    done = subprocess.run([sys.executable, str(REPO / "experiments" / "reanalyse_sweep.py"),
-                           str(tmp_path)], capture_output=True, text=True, timeout=300,
+def test_a_sweep_refit_on_a_folder_without_grid_json_is_one_line(tmp_path):
+    done = subprocess.run([sys.executable, "-m", "moelab", "report", str(tmp_path),
+                           "--bootstrap", "16"], capture_output=True, text=True, timeout=300,
                           env={**os.environ, "PYTHONPATH": str(REPO / "src")})
     assert done.returncode == 2, done.stderr
     assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1

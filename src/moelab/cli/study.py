@@ -6,7 +6,8 @@ import math
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from moelab.cli import add_config_arguments
+from moelab.cli import add_config_arguments, bounded_int, positive_int
+from moelab.cli.fit import MAX_BOOTSTRAP
 from moelab.cli.launch import (
     add_launcher_arguments, build_launcher, check_launcher_options, print_submitted, wants_commands,
 )
@@ -69,6 +70,12 @@ def register(subparsers) -> None:
     )
     report.add_argument("study_dir", metavar="DIR",
                         help="a folder written by study, ablate-routing or sweep-sparsity")
+    report.add_argument("--bootstrap", type=bounded_int(MAX_BOOTSTRAP), default=None, metavar="R",
+                        help="a sweep folder: fit the law again with R bootstrap resamples "
+                             "(default: the settings the sweep recorded)")
+    report.add_argument("--starts", type=positive_int, default=None, metavar="K",
+                        help="a sweep folder: fit the law again from a seeded subset of K grid "
+                             "starts (default: the settings the sweep recorded)")
     report.set_defaults(func=_report)
 
     pool = subparsers.add_parser(
@@ -343,7 +350,11 @@ def _report(args) -> int:
     if study_dir.exists() and not study_dir.is_dir():
         raise MoelabError(f"{args.study_dir} is a file, not a study folder (nor a sweep folder)")
     if (study_dir / "grid.json").is_file():
-        return report_sweep(study_dir)
+        return report_sweep(study_dir, args.bootstrap, args.starts)
+    if args.bootstrap is not None or args.starts is not None:
+        option = "--bootstrap" if args.bootstrap is not None else "--starts"
+        raise MoelabError(f"{option} is invalid for {args.study_dir}: it has no grid.json, and "
+                          "only a sweep folder's report fits a law")
     check_study_files(study_dir)
     with writer_lock(args.study_dir):
         check_recorded_runs(study_dir)

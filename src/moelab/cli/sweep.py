@@ -1,5 +1,6 @@
 """Sub-commands of the sparsity sweep: ``sweep-sparsity`` (train a size x sparsity x budget
-grid, fit and report) and ``throughput`` (a tokens/s table of model shapes). The sweep itself
+grid, fit and report), ``merge`` (sweep folders of one grid extended by new sparsities) and
+``throughput`` (a tokens/s table of model shapes). The sweep itself
 is ``moelab.sweep``; this module parses and prints.
 
 Each handler imports the sweep when it runs (torch, scipy): every ``moelab`` command builds
@@ -40,7 +41,15 @@ def register(subparsers) -> None:
                        "seeds=[0,1]) or, for a model./data./train. key, add it to the grid's config "
                        "overrides (--set train.schedule=wsd); repeatable")
     sweep.add_argument("--out", metavar="DIR", default=None, help="sweep folder (default out/<name>-sweep)")
-    sweep.add_argument("--dry-run", action="store_true", help="print the planned runs only")
+    sweep.add_argument("--dry-run", action="store_true",
+                       help="print the planned runs and their cost (runs, tokens, FLOPs) only")
+    sweep.add_argument("--speeds", metavar="CSV", default=None,
+                       help="with --dry-run: also the time, at the tokens/s of the shapes in CSV "
+                            "(a sweep's results.csv or a moelab throughput CSV: S, N_active, "
+                            "tokens_per_s), interpolated log-log in N_active")
+    sweep.add_argument("--per-run-seconds", type=float, default=None, metavar="X",
+                       help="with --speeds: seconds each run adds for its start, compile and "
+                            "evals (default 2, as measured on the cpu sweep)")
     sweep.add_argument("--bootstrap", type=bounded_int(MAX_BOOTSTRAP), default=200, metavar="R",
                        help="R bootstrap resamples of the law fit (default 200; 0: none)")
     sweep.add_argument("--starts", type=positive_int, default=None, metavar="K",
@@ -55,6 +64,7 @@ def register(subparsers) -> None:
                        "1000000, ...) or a list disjoint from the grid's seeds (default 2)")
     add_launcher_arguments(sweep)
     sweep.set_defaults(func=_sweep)
+    _register_merge(subparsers)
     _register_throughput(subparsers)
 
 
@@ -76,19 +86,20 @@ def _sweep(args) -> int:
     tuning = _sweep_tuning(args, grid)
     check_finetune_data(grid, plan)
     if args.dry_run:
+        cost_lines = _cost_lines(args, grid, plan, tuning)  # a bad --speeds before any output
         for point in plan:
             print(point.describe())
         recipe = grid.finetune
         print(f"{len(plan)} runs" + (
             "" if recipe is None else f", each then fine-tuned on {recipe.data} ({recipe.steps} "
             f"steps at lr {recipe.lr:g}) into runs/finetune/<run>"))
-        if tuning is not None:
-            from moelab.sweep.plan import run_specs
-            from moelab.sweep.tuning import dry_run_lines
-
-            for line in dry_run_lines(grid, tuning, run_specs(plan)):
-                print(line)
+        for line in cost_lines:
+            print(line)
         return 0
+    if args.speeds is not None or args.per_run_seconds is not None:
+        raise MoelabError(f"{'--speeds' if args.speeds is not None else '--per-run-seconds'} is "
+                          "invalid without --dry-run: it prices the plan, which only a dry run "
+                          "prints")
     if tuning is not None and (wants_commands(args) or args.detach):
         raise MoelabError(f"--lr-grid is invalid with {'--detach' if args.detach else '--list-runs'}: "
                           "the sweep's runs take the lrs its selection runs choose, which must "
@@ -120,6 +131,26 @@ def _sweep(args) -> int:
     return sweep_exit_code(out_dir, report_path)
 
 
+def _cost_lines(args, grid, plan, tuning) -> list[str]:
+    """``--dry-run``'s cost lines (``moelab.sweep.cost``), and the lr selection's with --lr-grid."""
+    from moelab.sweep.cost import PER_RUN_SECONDS, dry_run_cost_lines
+    from moelab.sweep.plan import run_specs
+
+    per_run = PER_RUN_SECONDS if args.per_run_seconds is None else args.per_run_seconds
+    if not (math.isfinite(per_run) and 0 <= per_run <= 3600):
+        raise MoelabError(f"--per-run-seconds {per_run:g} is invalid: allowed 0 to 3600 seconds")
+    if args.per_run_seconds is not None and args.speeds is None:
+        raise MoelabError("--per-run-seconds is invalid without --speeds: only the time uses it")
+    specs = run_specs(plan)
+    speeds = None if args.speeds is None else Path(args.speeds)
+    lines = dry_run_cost_lines(grid, plan, specs, speeds, per_run, args.jobs or 1)
+    if tuning is not None:
+        from moelab.sweep.tuning import dry_run_lines
+
+        lines += dry_run_lines(grid, tuning, specs)
+    return lines
+
+
 def _sweep_tuning(args, grid):
     """The SweepLrGrid --lr-grid asks for (None without it); bad values one line."""
     from moelab.runs.lr_grid import parse_lr_grid
@@ -138,11 +169,12 @@ def _sweep_tuning(args, grid):
     return tuning
 
 
-def report_sweep(out_dir: Path) -> int:
-    """``moelab report DIR`` of a sweep folder (``moelab.sweep.commands``)."""
+def report_sweep(out_dir: Path, bootstrap: int | None = None, starts: int | None = None) -> int:
+    """``moelab report DIR [--bootstrap R] [--starts K]`` of a sweep folder
+    (``moelab.sweep.commands``)."""
     from moelab.sweep.commands import rewrite_sweep_outputs
 
-    report_path = rewrite_sweep_outputs(out_dir)
+    report_path = rewrite_sweep_outputs(out_dir, bootstrap_replicates=bootstrap, max_starts=starts)
     print(f"results: {out_dir / 'results.csv'}\nreport: {report_path}")
     return sweep_exit_code(out_dir, report_path)
 
@@ -157,6 +189,31 @@ def sweep_exit_code(out_dir: Path, report_path: Path) -> int:
         return 0
     return incomplete(f"results.csv holds {counts.describe()} (see {out_dir / 'failures.json'}): "
                       f"{report_path} is partial")
+
+
+def _register_merge(subparsers) -> None:
+    merge = subparsers.add_parser(
+        "merge", help="join sweep folders of one grid extended by new sparsities",
+        description="Join sweep folders of one grid that differ only in their sparsities (a "
+                    "sweep extended to a new S) into one folder: grid.json with the union of "
+                    "the sparsities, plan.json and results.csv with every folder's runs. Grids "
+                    "that differ in more than the new sparsities are refused. moelab report on "
+                    "the merged folder then fits and reports them as one sweep.",
+    )
+    merge.add_argument("sources", metavar="SWEEP", nargs="+",
+                       help="a sweep folder (2 or more; the first one's grid.json is kept)")
+    merge.add_argument("--out", metavar="DIR", required=True, help="the merged folder (a new one)")
+    merge.set_defaults(func=_merge)
+
+
+def _merge(args) -> int:
+    from moelab.sweep.merging import merge_sweeps
+
+    merged = merge_sweeps([Path(source) for source in args.sources], Path(args.out))
+    print(f"{merged.out_dir}: {merged.runs} runs from {len(merged.sources)} folders, sparsities "
+          f"{', '.join(f'{s:g}' for s in merged.sparsities)}\n"
+          f"to fit and report them as one sweep: moelab report {merged.out_dir}")
+    return 0
 
 
 def _register_throughput(subparsers) -> None:

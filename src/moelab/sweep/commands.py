@@ -129,10 +129,17 @@ def write_sweep_outputs(out_dir: Path, grid: SweepGrid, points: list[SweepPoint]
                               max_starts=max_starts, log=log)
 
 
-def rewrite_sweep_outputs(out_dir: Path, log: Callable[[str], None] = print) -> Path:
+def rewrite_sweep_outputs(out_dir: Path, log: Callable[[str], None] = print, *,
+                          bootstrap_replicates: int | None = None,
+                          max_starts: int | None = None) -> Path:
     """``moelab report DIR`` of a sweep folder: results.csv, the fit and report.md again, from
     the run folders, grid.json and the fit settings plan.json recorded; returns the report's
-    path."""
+    path. ``bootstrap_replicates`` and ``max_starts`` (``--bootstrap``, ``--starts``) fit with
+    these settings instead; on a folder kept without its run folders they fit again from the
+    stored results.csv, which a plain report only renders."""
+    refit = {key: value for key, value in (("bootstrap_replicates", bootstrap_replicates),
+                                           ("max_starts", max_starts)) if value is not None}
+    check_fit_settings(refit.get("bootstrap_replicates", 0), refit.get("max_starts"))
     grid = load_grid(out_dir / "grid.json")
     check_run_files(out_dir / "runs")
     with writer_lock(out_dir):
@@ -145,9 +152,9 @@ def rewrite_sweep_outputs(out_dir: Path, log: Callable[[str], None] = print) -> 
                 "restore them, or train them again with moelab sweep-sparsity; the folder's "
                 "files are left as they are")
         if absent:
-            return report_from_stored_table(out_dir, log)
+            return report_from_stored_table(out_dir, log, refit)
         return write_sweep_outputs(out_dir, grid, plan_sweep(grid),
-                                   **recorded_fit_settings(out_dir))
+                                   **{**recorded_fit_settings(out_dir), **refit})
 
 
 def stored_runs(out_dir: Path) -> tuple[list[str], list[str]]:
@@ -158,12 +165,16 @@ def stored_runs(out_dir: Path) -> tuple[list[str], list[str]]:
     return names, [name for name in names if not is_complete(out_dir / name)]
 
 
-def report_from_stored_table(out_dir: Path, log: Callable[[str], None] = print) -> Path:
+def report_from_stored_table(out_dir: Path, log: Callable[[str], None] = print,
+                             refit: Optional[dict] = None) -> Path:
     """report.md and figures from the stored results.csv and fit files alone, for a folder
     whose run folders are gone: results.csv is kept as it is (it cannot be rebuilt), the fit
-    files too when analysis.json is there (else they are fitted again from results.csv)."""
+    files too when analysis.json is there and no ``refit`` settings are given (else they are
+    fitted again from results.csv, with ``refit`` over the recorded settings)."""
+    render_only = (out_dir / "analysis.json").is_file() and not refit
     log(f"{out_dir} has none of its run folders: report.md and figures/ are rebuilt from the "
-        "stored results.csv" + (" and fit files" if (out_dir / "analysis.json").is_file() else ""))
-    if (out_dir / "analysis.json").is_file():
+        "stored results.csv" + (" and fit files" if render_only else ""))
+    if render_only:
         return render_sweep_report(out_dir)
-    return write_sweep_report(out_dir, **recorded_fit_settings(out_dir), log=log)
+    return write_sweep_report(out_dir, **{**recorded_fit_settings(out_dir), **(refit or {})},
+                              log=log)

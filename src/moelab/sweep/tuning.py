@@ -24,6 +24,7 @@ from moelab.runs.lr_grid import (
     read_choices, selection_record,
 )
 from moelab.runs.spec import RunSpec
+from moelab.sweep.cost import tokens_trained
 from moelab.sweep.grid import SweepGrid
 from moelab.sweep.plan import SweepPoint, plan_sweep, run_specs
 
@@ -103,18 +104,10 @@ class PlanCost:
 
 
 def plan_cost(specs: list[RunSpec]) -> PlanCost:
-    trained = [_tokens_trained(spec) for spec in specs]
+    trained = [tokens_trained(spec) for spec in specs]
     flops = sum(flops_per_token(spec.config.model).six_n * tokens
                 for spec, tokens in zip(specs, trained))
     return PlanCost(len(specs), sum(trained), float(flops))
-
-
-def _tokens_trained(spec: RunSpec) -> int:
-    """A run's tokens; a branch's only after its branch step (the trunk trained the rest)."""
-    tokens = spec.config.train.max_tokens
-    if spec.branch is not None:
-        tokens -= spec.branch.step * spec.config.train.batch_size * spec.config.model.max_seq_len
-    return tokens
 
 
 def dry_run_lines(sweep: SweepGrid, tuning: SweepLrGrid, sweep_specs: list[RunSpec]) -> list[str]:

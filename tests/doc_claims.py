@@ -1,6 +1,6 @@
 """The numbers the docs and the README quote, recomputed from the stored results they come from.
 
-    .venv/bin/python experiments/check_claims.py      # every claim; exit 1 if one fails
+    .venv/bin/python tests/doc_claims.py      # every claim; exit 1 if one fails
 
 ``tests/test_claims.py`` runs every claim in the suite. A claim fails when the doc no longer
 contains its quoted text, or when the text rebuilt from the results file differs from it: a
@@ -1173,4 +1173,4 @@ def main() -> int:
 if __name__ == "__main__":
     from moelab.cli import run_command
 
-    raise SystemExit(run_command(main, "check_claims"))
+    raise SystemExit(run_command(main, "doc_claims"))
