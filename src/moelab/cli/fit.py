@@ -9,10 +9,14 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from moelab.cli import bounded_int, positive_int, seed_int
 from moelab.errors import MoelabError
 from moelab.fileio import atomic_write_json, refuse_overwriting_inputs
+
+if TYPE_CHECKING:  # the handlers import the maths when they run (scipy)
+    from moelab.scaling.summary import LawFit
 
 LAW_NAMES = ("chinchilla", "sparsity", "sparsity-interaction", "sparsity-additive",
              "sparsity-effective-size")
@@ -114,6 +118,7 @@ def register(subparsers) -> None:
 
 
 def _fit(args) -> int:
+    from moelab.codec import to_json
     from moelab.scaling.summary import check_identifiable, fit_columns
     from moelab.scaling.table import drop_highest_loss, parse_column_map, read_fit_table
 
@@ -122,30 +127,30 @@ def _fit(args) -> int:
     columns = read_fit_table(args.csv, args.law.startswith("sparsity"), parse_column_map(args.columns))
     columns = drop_highest_loss(columns, args.drop_highest)
     check_identifiable(args.law, columns, args.holdout, args.csv)
-    record = fit_columns(args.law, columns, bootstrap_replicates=args.bootstrap,
-                         holdout=args.holdout, max_starts=args.starts, seed=args.seed)
+    fit = fit_columns(args.law, columns, bootstrap_replicates=args.bootstrap,
+                      holdout=args.holdout, max_starts=args.starts, seed=args.seed)
     if args.out:
-        atomic_write_json(args.out, record)
+        atomic_write_json(args.out, to_json(fit))
     if args.json:
-        print(json.dumps(record, indent=2))
+        print(json.dumps(to_json(fit), indent=2))
     else:
-        print(format_fit(record))
+        print(format_fit(fit))
     return 0
 
 
-def format_fit(record: dict) -> str:
-    lines = [f"law: {record['law']}   points: {record['n_points']}   starts: {record['num_starts']}"
-             f"   objective (summed Huber): {record['objective']:.6e}"]
-    for name, value in {**record["params"], **record["derived"]}.items():
-        ci = record["ci"].get(name)
+def format_fit(fit: LawFit) -> str:
+    lines = [f"law: {fit.law}   points: {fit.n_points}   starts: {fit.num_starts}"
+             f"   objective (summed Huber): {fit.objective:.6e}"]
+    for name, value in {**fit.params, **fit.derived}.items():
+        ci = fit.ci.get(name)
         interval = f"   95% CI [{ci[0]:.5g}, {ci[1]:.5g}]" if ci else ""
         lines.append(f"  {name:>18} = {value:.6g}{interval}")
-    holdout = record.get("holdout")
+    holdout = fit.holdout
     if holdout:
         lines.append(
-            f"held out {holdout['spec']} ({holdout['n_points']} points): mean |log error| "
-            f"{holdout['mean_abs_log_error']:.4f}, loss RMSE {holdout['rmse_loss']:.4f}, "
-            f"max relative error {holdout['max_abs_relative_error']:.2%}"
+            f"held out {holdout.spec} ({holdout.n_points} points): mean |log error| "
+            f"{holdout.mean_abs_log_error:.4f}, loss RMSE {holdout.rmse_loss:.4f}, "
+            f"max relative error {holdout.max_abs_relative_error:.2%}"
         )
     return "\n".join(lines)
 

@@ -34,7 +34,6 @@ rather than left stale.
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 from typing import Callable
 
@@ -50,7 +49,7 @@ from moelab.scaling.optimal import (
     INTERVAL_KEYS, compute_optimal, optimal_sparsity_at_params,
     seconds_optimal, three_optima, with_intervals,
 )
-from moelab.scaling.summary import fit_columns
+from moelab.scaling.summary import LawFit, fit_columns
 from moelab.scaling.table import fit_table_from_rows
 from moelab.scaling.throughput import (
     REQUIRED_COLUMNS, family_throughput, fit_throughput, moe_versus_dense, per_shape_means,
@@ -58,8 +57,8 @@ from moelab.scaling.throughput import (
 from moelab.sweep.folder import SWEEP_FIT_COLUMNS, read_grid, read_results, row_seed, write_analysis
 from moelab.sweep.law_checks import form_tests, sparsity_deltas
 from moelab.sweep.records import (
-    ComputeDeviation, FormsRecord, GridRecord, IsoflopRecord, LawFit, OptimaRecord, SweepAnalysis,
-    ThroughputRecord,
+    ComputeDeviation, FormsRecord, FormSummary, GridRecord, IsoflopRecord, OptimaRecord,
+    SweepAnalysis, SweepFit, ThroughputRecord,
 )
 from moelab.sweep.finetune import finetune_analysis
 from moelab.sweep.fixed_size_report import fixed_size_record
@@ -132,36 +131,26 @@ def _fit_law(analysis: SweepAnalysis, columns: dict, holdout: str, log,
     else:
         selection = select_form(columns, holdout, bootstrap_replicates=replicates,
                                 max_starts=max_starts, log=log)
-        chosen = next((c for c in selection["forms"] if c["law"] == selection["chosen"]), None)
-        fit, holdout_fit = (chosen["fit"], chosen["fit_holdout"]) if chosen else (None, None)
-        analysis.forms = _forms_record(selection)
+        chosen = selection.chosen_check()
+        fit, holdout_fit = (chosen.fit, chosen.fit_holdout) if chosen else (None, None)
+        analysis.forms = FormsRecord(selection.chosen, selection.criteria,
+                                     [FormSummary.of(check) for check in selection.forms])
         analysis.status.law = "chosen" if chosen else "no_form_identified"
         analysis.form_tests = form_tests(selection, columns, non_embedding,
                                          max_starts=max_starts, log=log)
-    analysis.holdout_fit = holdout_fit and LawFit.from_dict(holdout_fit)
+    analysis.holdout_fit = holdout_fit
     if fit is not None:
-        analysis.fit = replace(LawFit.from_dict(fit), shared_fraction=analysis.shared_fraction,
-                               source="results.csv", columns=SWEEP_FIT_COLUMNS)
+        analysis.fit = SweepFit.of(fit, shared_fraction=analysis.shared_fraction,
+                                   source="results.csv", columns=SWEEP_FIT_COLUMNS)
 
 
-def _fit_or_none(columns, replicates, holdout, max_starts, log) -> dict | None:
+def _fit_or_none(columns, replicates, holdout, max_starts, log) -> LawFit | None:
     try:
         return fit_columns(SPARSITY.name, columns, bootstrap_replicates=replicates,
                            holdout=holdout, max_starts=max_starts)
     except MoelabError as exc:  # too few points, or a holdout that leaves nothing to fit
         log(f"sparsity-law fit skipped: {exc}")
         return None
-
-
-def _forms_record(selection: dict) -> FormsRecord:
-    """forms.json: the checks of every form, without the bulky bootstrap replicates."""
-    forms = []
-    for check in selection["forms"]:
-        summary = {k: v for k, v in check.items() if k not in ("fit", "fit_holdout")}
-        if "fit" in check:
-            summary.update(params=check["fit"]["params"], ci=check["fit"]["ci"])
-        forms.append(summary)
-    return FormsRecord(selection["chosen"], selection["criteria"], forms)
 
 
 # --------------------------------------------------------------------------------------------

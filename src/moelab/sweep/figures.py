@@ -20,7 +20,7 @@ from moelab.scaling.family import active_params
 from moelab.scaling.isoflop import budget_fit_loss
 from moelab.scaling.laws import get_law
 from moelab.scaling.optimal import DEFAULT_MAX_SPARSITY
-from moelab.sweep.records import LawFit
+from moelab.scaling.summary import LawFit
 
 ISOFLOP_FIT_STYLE = {"linestyle": "--", "linewidth": 1.2, "gid": "isoflop-fit"}
 SEARCH_LIMIT_TOLERANCE = 1e-4

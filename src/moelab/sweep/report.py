@@ -28,7 +28,8 @@ from moelab.sweep.fixed_size_report import fixed_size_section
 from moelab.sweep.folder import (
     read_analysis, read_grid, read_optional_json, read_results, with_derived_files,
 )
-from moelab.sweep.records import FormsRecord, GridRecord, LawFit, OptimaRecord, SweepAnalysis
+from moelab.scaling.summary import LawFit
+from moelab.sweep.records import FormsRecord, GridRecord, OptimaRecord, SweepAnalysis
 from moelab.sweep.report_sections import (
     constant_s_star_text, finetune_analysis_text, form_tests_section, isoflop_optima_text,
     poorly_supported_text, zero_shot_analysis_text,
@@ -153,16 +154,16 @@ def _forms_section(selection: FormsRecord) -> str:
     criteria = selection.criteria
     rows = []
     for check in selection.forms:
-        law = get_law(check["law"])
-        if "skipped" in check:
+        law = get_law(check.law)
+        if check.skipped is not None:
             rows.append([f"`{law.name}`", str(law.num_params), "–", "–", "skipped: too few points", ""])
             continue
-        identified = "yes" if check["identified"] else "no: " + "; ".join(check["problems"])
-        rows.append([f"`{law.name}`", str(law.num_params), f"{check['objective']:.3e}",
-                     f"{check['holdout_mae']:.4f}", identified,
-                     "**chosen**" if check["law"] == selection.chosen else ""])
-    formulas = "\n".join(f"- `{name}`: {get_law(name).formula}"
-                          for name in (c["law"] for c in selection.forms))
+        identified = "yes" if check.identified else "no: " + "; ".join(check.problems or [])
+        rows.append([f"`{law.name}`", str(law.num_params), f"{check.objective:.3e}",
+                     f"{check.holdout_mae:.4f}", identified,
+                     "**chosen**" if check.law == selection.chosen else ""])
+    formulas = "\n".join(f"- `{check.law}`: {get_law(check.law).formula}"
+                          for check in selection.forms)
     if selection.chosen:
         verdict = (f"The richest form that passes both checks is `{selection.chosen}`; the fit, "
                    "the held-out check and the optima below use it (`fit.json`).")
@@ -176,18 +177,18 @@ def _forms_section(selection: FormsRecord) -> str:
             "only through compute (N = total parameters):\n\n"
             f"{formulas}\n\n"
             "Each is fitted to every point with bootstrap intervals "
-            f"({criteria['bootstrap_replicates']} resamples) and refitted without the held-out "
-            f"points ({criteria['holdout']}). A form is identified when "
-            + (f"every term adds at least {criteria['min_term_size']:g} nats to some point's "
-               "loss, " if "min_term_size" in criteria else "")  # older forms.json lack it
-            + f"each exponent moves its term by at least {criteria['min_exponent_effect']:g} "
+            f"({criteria.bootstrap_replicates} resamples) and refitted without the held-out "
+            f"points ({criteria.holdout}). A form is identified when "
+            + (f"every term adds at least {criteria.min_term_size:g} nats to some point's "
+               "loss, " if criteria.min_term_size is not None else "")  # older forms.json lack it
+            + f"each exponent moves its term by at least {criteria.min_exponent_effect:g} "
             "nats over the points' range, "
             "every 95 % interval is finite (no coefficient reaching 0 or infinity) and no "
             "exponent's interval contains 0 or is wider than "
-            f"{criteria['max_exponent_ci_width']:g}"
-            + _resamples_caveat(criteria["bootstrap_replicates"])
+            f"{criteria.max_exponent_ci_width:g}"
+            + _resamples_caveat(criteria.bootstrap_replicates)
             + "; it is predictive when its held-out "
-            f"mean absolute error is at most {criteria['max_holdout_mae']:g} nats (`forms.json`)."
+            f"mean absolute error is at most {criteria.max_holdout_mae:g} nats (`forms.json`)."
             f"\n\n" + markdown_table(["form", "parameters", "objective", "held-out MAE",
                                       "identified", ""], rows, "lrrrll")
             + f"\n{verdict}\n")
@@ -242,14 +243,14 @@ def _fit_section(fit: LawFit, shared: float | None, replicates: int) -> str:
 
 def _holdout_section(holdout_fit: LawFit) -> str:
     held = holdout_fit.holdout
-    rows = [[f"{p['S']:g}", format_count(p["N"]), format_count(p["D"]), format_number(p["loss"]),
-             format_number(p["predicted"]), f"{(p['predicted'] - p['loss']) / p['loss']:+.2%}"]
-            for p in held["points"]]
-    return (f"## Held-out check ({held['spec']})\n\n"
-            f"The law refitted without the {held['n_points']} points where {held['spec']} "
+    rows = [[f"{p.S:g}", format_count(p.N), format_count(p.D), format_number(p.loss),
+             format_number(p.predicted), f"{(p.predicted - p.loss) / p.loss:+.2%}"]
+            for p in held.points]
+    return (f"## Held-out check ({held.spec})\n\n"
+            f"The law refitted without the {held.n_points} points where {held.spec} "
             f"(`fit_holdout.json`) predicts them with mean |log error| "
-            f"{held['mean_abs_log_error']:.4f}, loss RMSE {held['rmse_loss']:.4f} and at most "
-            f"{held['max_abs_relative_error']:.2%} relative error.\n\n"
+            f"{held.mean_abs_log_error:.4f}, loss RMSE {held.rmse_loss:.4f} and at most "
+            f"{held.max_abs_relative_error:.2%} relative error.\n\n"
             + markdown_table(["S", "N", "D", "loss", "predicted", "error"], rows, "rrrrrr"))
 
 
