@@ -164,6 +164,7 @@ def check_form(law: Law, columns: dict[str, np.ndarray], holdout: str, *,
                       max_starts=max_starts, seed=seed)
     heldout = fit_columns(law.name, columns, holdout=holdout, max_starts=max_starts)
     problems = identification_problems(law, fit, columns)
+    assert heldout.holdout is not None  # fitted with a holdout, so it has its error
     mae = heldout.holdout.mean_abs_error
     return FormCheck(law=law.name, num_params=law.num_params, objective=fit.objective,
                      identified=not problems, problems=problems, holdout_mae=mae,
@@ -188,7 +189,7 @@ def select_form(columns: dict[str, np.ndarray], holdout: str, *, bootstrap_repli
         log(f"{law.name}: held-out MAE {check.holdout_mae:.4f}, "
             f"{'identified' if check.identified else 'not identified'}")
     passing = [c for c in checks if c.passes]
-    chosen = max(passing, key=lambda c: (c.num_params, -c.holdout_mae), default=None)
+    chosen = max(passing, key=lambda c: (c.num_params, -(c.holdout_mae or 0.0)), default=None)
     criteria = FormCriteria(holdout=holdout, max_holdout_mae=MAX_HOLDOUT_MAE,
                             min_term_size=MIN_TERM_SIZE, min_exponent_effect=MIN_EXPONENT_EFFECT,
                             max_exponent_ci_width=MAX_EXPONENT_CI_WIDTH,

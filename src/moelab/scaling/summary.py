@@ -114,7 +114,7 @@ def fit_columns(law_name: str, columns: dict[str, np.ndarray], *, bootstrap_repl
         bootstrap(fit, fit_points, bootstrap_replicates, seed=seed)
         record.ci = _intervals(fit)
         record.bootstrap = FitBootstrap(bootstrap_replicates, seed, fit.bootstrap_params())
-    if heldout_points is not None:
+    if holdout and heldout_points is not None:
         record.holdout = heldout_error(law, params, heldout_points, holdout)
     return record
 

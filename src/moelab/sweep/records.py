@@ -1,10 +1,11 @@
 """The sweep analysis as typed records: what ``analysis`` finds and ``report`` renders.
 
 Each record is one of the sweep folder's JSON files, its fields in the file's key order, turned
-into a dict only at the file boundary (``to_dict`` when written, ``from_dict`` when read back), so
-the files stay as they were and a reader finds every field by its name. The law maths' own
-records inside them (a fit as ``moelab fit --json`` writes it, an IsoFLOP analysis, an optimum with
-its intervals, a throughput model) stay the plain records of ``moelab.scaling``.
+into plain JSON only at the file boundary (``moelab.codec``: ``to_json`` when written,
+``from_json`` when read back), so the files stay as they were and a reader finds every field by
+its name. The law maths' own records inside them (a fit as ``moelab fit --json`` writes it, a
+form's checks, an optimum with its intervals, a throughput model) are the typed records of
+``moelab.scaling``.
 """
 
 from __future__ import annotations
@@ -14,8 +15,9 @@ from typing import Optional
 
 from moelab.codec import to_json
 from moelab.scaling.forms import FormCheck, FormCriteria, FormOutcome
+from moelab.scaling.optimal import FlopsCurvePoint, ParamsCurvePoint, SecondsCurvePoint, ThreeOptima
 from moelab.scaling.summary import OMIT_NONE, LawFit
-from moelab.scaling.throughput import ThroughputModel
+from moelab.scaling.throughput import ShapeThroughput, ThroughputModel, ThroughputModelRecord
 
 
 @dataclass(kw_only=True)
@@ -149,32 +151,18 @@ class ThroughputRecord:
     fitted to every run (None with the reason in ``model_problem``)."""
 
     source: str
-    rows: list[dict]
+    rows: list[ShapeThroughput]
     runs: int
     devices: list[str]
-    model: Optional[dict]
-    """``ThroughputModel.to_dict()``."""
+    model: Optional[ThroughputModelRecord]
     model_problem: Optional[str]
-
-    def to_dict(self) -> dict:
-        return {"source": self.source, "rows": self.rows, "runs": self.runs,
-                "devices": self.devices, "model": self.model, "model_problem": self.model_problem}
-
-    @classmethod
-    def from_dict(cls, record: dict) -> "ThroughputRecord":
-        return cls(record["source"], record["rows"], record["runs"], record["devices"],
-                   record.get("model"), record.get("model_problem"))
 
     def fitted_model(self) -> ThroughputModel | None:
         """The stored throughput model, or None."""
-        if not self.model:
-            return None
-        stored = self.model
-        return ThroughputModel(stored["coefficients"], stored["bootstrap"]["coefficients"],
-                               stored.get("tokens_per_step"), stored["n_rows"], stored["source"])
+        return self.model.model() if self.model else None
 
 
-@dataclass
+@dataclass(kw_only=True)
 class OptimaRecord:
     """optima.json: S*(C), S*(N) and, with a throughput model, S*(T) and the three optima at
     the sweep's median training time. Each curve point is an optimum with its intervals
@@ -183,26 +171,13 @@ class OptimaRecord:
     shared_fraction: Optional[float]
     flops_for_fixed_params: float
     """The compute S*(N) is solved at: the sweep's median."""
-    vs_flops: list[dict]
-    vs_params: list[dict]
-    vs_seconds: Optional[list[dict]] = None
-    three: Optional[dict] = None
-    seconds_reference: Optional[float] = None
+    vs_flops: list[FlopsCurvePoint]
+    vs_params: list[ParamsCurvePoint]
+    vs_seconds: Optional[list[SecondsCurvePoint]] = None
+    three: Optional[ThreeOptima] = None
+    seconds_reference: Optional[float] = field(default=None, metadata=OMIT_NONE)
     """The sweep's median training time (set with the seconds optima)."""
-    top_k: Optional[int] = None
-
-    def to_dict(self) -> dict:
-        record = {"shared_fraction": self.shared_fraction,
-                  "flops_for_fixed_params": self.flops_for_fixed_params,
-                  "vs_flops": self.vs_flops, "vs_params": self.vs_params,
-                  "vs_seconds": self.vs_seconds, "three": self.three}
-        if self.seconds_reference is not None:
-            record.update(seconds_reference=self.seconds_reference, top_k=self.top_k)
-        return record
-
-    @classmethod
-    def from_dict(cls, record: dict) -> "OptimaRecord":
-        return cls(**{f.name: record.get(f.name) for f in fields(cls)})
+    top_k: Optional[int] = field(default=None, metadata=OMIT_NONE)
 
 
 @dataclass
