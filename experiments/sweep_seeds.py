@@ -55,10 +55,10 @@ def main() -> None:
         columns = fit_table_from_rows(Path(name), list(rows[0]), rows, True, SWEEP_FIT_COLUMNS)
         selection = select_form(columns, holdout, bootstrap_replicates=args.bootstrap,
                                 max_starts=args.starts, log=lambda _: None)
-        checks[name] = {"n_points": len(rows), "chosen": selection["chosen"],
-                        "forms": [{key: form.get(key) for key in
+        checks[name] = {"n_points": len(rows), "chosen": selection.chosen,
+                        "forms": [{key: getattr(form, key) for key in
                                    ("law", "num_params", "holdout_mae", "identified", "problems")}
-                                  for form in selection["forms"]]}
+                                  for form in selection.forms]}
         print_check(name, checks[name])
     entry = {"folders": [f.name for f in args.folders], "seeds": sorted(map(int, by_seed)),
              "grid": grids[0]["name"], "holdout": holdout, "bootstrap": args.bootstrap,

@@ -13,6 +13,7 @@ import math
 import re
 import shutil
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -243,8 +244,10 @@ def test_without_fits_the_isoflop_panels_draw_no_parabola(tmp_path, monkeypatch)
 # ------------------------------------------------------------------------------------------
 
 
-def _optima_rows(key: str, xs, sparsities) -> list[dict]:
-    return [{key: x, "optimum": {"sparsity": s}, "ci": {}} for x, s in zip(xs, sparsities)]
+def _optima_rows(key: str, xs, sparsities) -> list[SimpleNamespace]:
+    """Curve points as the figure reads them (``moelab.scaling.optimal.FlopsCurvePoint``)."""
+    return [SimpleNamespace(**{key: x}, optimum=SimpleNamespace(sparsity=s), ci={})
+            for x, s in zip(xs, sparsities)]
 
 
 def _limit_flags(ax) -> list:

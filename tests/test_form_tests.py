@@ -66,7 +66,7 @@ def fitted(columns, names):
         law = get_law(name)
         record = fit_columns(name, columns, max_starts=512)
         fits[name] = {"law": name, "num_params": law.num_params,
-                      "ss": residual_ss(law, record["theta"], columns)}
+                      "ss": residual_ss(law, record.theta, columns)}
     return fits
 
 

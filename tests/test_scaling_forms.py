@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -51,8 +52,8 @@ def test_reduced_forms_are_eq6_with_terms_removed():
 
 
 def test_exponent_effects_are_hand_counts():
-    record = {"theta": dict(zip(EFFECTIVE_SIZE.param_names,
-                                EFFECTIVE_SIZE.theta_from_natural(EFFECTIVE_TRUTH)))}
+    record = SimpleNamespace(theta=dict(zip(EFFECTIVE_SIZE.param_names,
+                                            EFFECTIVE_SIZE.theta_from_natural(EFFECTIVE_TRUTH))))
     n, d, s = np.array([1e5, 1e6]), np.array([1e6, 4e6]), np.array([0.0, 0.5])
     effects = exponent_effects(EFFECTIVE_SIZE, record, {"N": n, "D": d, "S": s})
     # The b term is largest at D = 1e6: 40 / 1e6^0.3; over D's range (x4) it falls by
@@ -69,8 +70,9 @@ def test_a_constant_that_ran_to_zero_is_not_identified_whatever_its_interval():
     # e has no exponent, so only its size can show it describes nothing: the sweep report's
     # additive fit had e ~ 9e-6 beside c / (1 - S)^lam with lam ~ 0.006 (only e + c measured).
     truth = {**EFFECTIVE_TRUTH, "e": 5e-3}
-    record = {"theta": dict(zip(EFFECTIVE_SIZE.param_names, EFFECTIVE_SIZE.theta_from_natural(truth))),
-              "ci": {name: [0.5 * v, 1.5 * v] for name, v in truth.items()}}
+    record = SimpleNamespace(  # the two fields of a LawFit the checks read
+        theta=dict(zip(EFFECTIVE_SIZE.param_names, EFFECTIVE_SIZE.theta_from_natural(truth))),
+        ci={name: [0.5 * v, 1.5 * v] for name, v in truth.items()})
     columns = grid_columns(EFFECTIVE_SIZE, truth, 0.0)
     sizes = term_sizes(EFFECTIVE_SIZE, record, columns)
     n, d, s = columns["N"], columns["D"], columns["S"]
@@ -79,7 +81,7 @@ def test_a_constant_that_ran_to_zero_is_not_identified_whatever_its_interval():
     assert identification_problems(EFFECTIVE_SIZE, record, columns) == [
         "e has run to 0: its term adds at most 0.005 nats"]
     truth["e"] = 2 * MIN_TERM_SIZE
-    record["theta"] = dict(zip(EFFECTIVE_SIZE.param_names, EFFECTIVE_SIZE.theta_from_natural(truth)))
+    record.theta = dict(zip(EFFECTIVE_SIZE.param_names, EFFECTIVE_SIZE.theta_from_natural(truth)))
     assert identification_problems(EFFECTIVE_SIZE, record, columns) == []
 
 
@@ -92,9 +94,9 @@ def test_a_constant_that_ran_to_zero_is_not_identified_whatever_its_interval():
     ({}, None),
 ])
 def test_identification_problems_name_each_failed_check(ci, problem):
-    record = {"theta": dict(zip(EFFECTIVE_SIZE.param_names,
-                                EFFECTIVE_SIZE.theta_from_natural(EFFECTIVE_TRUTH))),
-              "ci": {**{name: [0.5 * v, 1.5 * v] for name, v in EFFECTIVE_TRUTH.items()}, **ci}}
+    record = SimpleNamespace(
+        theta=dict(zip(EFFECTIVE_SIZE.param_names, EFFECTIVE_SIZE.theta_from_natural(EFFECTIVE_TRUTH))),
+        ci={**{name: [0.5 * v, 1.5 * v] for name, v in EFFECTIVE_TRUTH.items()}, **ci})
     columns = grid_columns(EFFECTIVE_SIZE, EFFECTIVE_TRUTH, 0.0)
     problems = identification_problems(EFFECTIVE_SIZE, record, columns)
     assert problems == ([problem] if problem else [])
@@ -102,8 +104,8 @@ def test_identification_problems_name_each_failed_check(ci, problem):
     # whatever the intervals say.
     for change, flagged in (({"d": 1e-9}, ("delta", "gamma")), ({"delta": 1e-4}, ("delta",))):
         values = {**EFFECTIVE_TRUTH, **change}
-        record["theta"] = dict(zip(EFFECTIVE_SIZE.param_names,
-                                   EFFECTIVE_SIZE.theta_from_natural(values)))
+        record.theta = dict(zip(EFFECTIVE_SIZE.param_names,
+                                EFFECTIVE_SIZE.theta_from_natural(values)))
         found = [p.split()[0] for p in identification_problems(EFFECTIVE_SIZE, record, columns)
                  if "moves its term by only" in p]
         assert tuple(found) == flagged, found
@@ -121,20 +123,20 @@ def test_selection_recovers_the_generating_reduced_form():
     # to hold still: with 8, one CPU's rounding let the interaction form's alpha interval pass.
     selection = select_form(columns, "S=max", bootstrap_replicates=BOOTSTRAP_REPLICATES,
                             max_starts=300, log=lambda _: None)
-    assert selection["chosen"] == "sparsity-effective-size"
-    checks = {c["law"]: c for c in selection["forms"]}
+    assert selection.chosen == "sparsity-effective-size"
+    checks = {c.law: c for c in selection.forms}
     # The richer forms nest the truth but carry terms it lacks: the fit switches them off, or
     # makes them constants beside e, and their exponents go unmeasured.
-    assert not checks["sparsity"]["identified"]
-    assert any(p.startswith(("alpha", "lam")) for p in checks["sparsity"]["problems"])
-    problems = checks["sparsity-interaction"]["problems"]
+    assert not checks["sparsity"].identified
+    assert any(p.startswith(("alpha", "lam")) for p in checks["sparsity"].problems)
+    problems = checks["sparsity-interaction"].problems
     assert any(p.startswith("alpha") for p in problems), problems
     chosen = checks["sparsity-effective-size"]
-    assert chosen["identified"] and chosen["predictive"] and chosen["holdout_mae"] < 0.01
-    params = chosen["fit"]["params"]
+    assert chosen.identified and chosen.predictive and chosen.holdout_mae < 0.01
+    params = chosen.fit.params
     for name in ("beta", "delta", "gamma"):
         assert params[name] == pytest.approx(EFFECTIVE_TRUTH[name], abs=0.02), name
-        low, high = chosen["fit"]["ci"][name]
+        low, high = chosen.fit.ci[name]
         assert low <= EFFECTIVE_TRUTH[name] + 0.01 and EFFECTIVE_TRUTH[name] - 0.01 <= high
 
 

@@ -97,10 +97,15 @@ def test_report_shows_measured_throughput_and_the_three_optima(tmp_path):
 
 
 def test_a_wall_clock_optimum_whose_interval_spans_most_of_0_1_is_undetermined():
+    from moelab.scaling.optimal import Optimum, OptimumInterval
     from moelab.sweep.report import _undetermined_or_ci
 
-    wide = {"optimum": {"sparsity": 0.0}, "ci": {"sparsity": [0.0, 0.967]}}
-    narrow = {"optimum": {"sparsity": 0.8}, "ci": {"sparsity": [0.7, 0.9]}}
+    def at(sparsity: float, ci: list[float]) -> OptimumInterval:
+        optimum = Optimum(sparsity=sparsity, params_total=1e6, params_active=1e6 * (1 - sparsity),
+                          tokens=1e8, loss=3.0, at_boundary=False)
+        return OptimumInterval(optimum=optimum, ci={"sparsity": ci})
+
+    wide, narrow = at(0.0, [0.0, 0.967]), at(0.8, [0.7, 0.9])
     assert _undetermined_or_ci(wide) == "undetermined on this hardware [0.000, 0.967]"
     assert _undetermined_or_ci(narrow) == "0.800 [0.700, 0.900]"
 

@@ -19,7 +19,7 @@ from moelab.scaling.optimal import (
     active_params, dense_seconds_to_loss, seconds_optimal, seconds_optimal_dense,
 )
 from moelab.scaling.throughput import (
-    COEFFICIENTS, ThroughputModel, expert_flops, family_throughput, fit_throughput,
+    COEFFICIENTS, ThroughputModel, ThroughputRow, expert_flops, family_throughput, fit_throughput,
     read_throughput_table,
 )
 from moelab.sweep.timing import grid_shapes
@@ -59,6 +59,13 @@ def cpu_grid_rows(noise: float, seed: int = 0, truth: dict = TRUTH, repeats: int
     return rows
 
 
+def table(rows: list[dict]) -> list[ThroughputRow]:
+    """The rows as a throughput table holds them (without the test's own expert counts)."""
+    return [ThroughputRow(N_total=r["N_total"], N_active=r["N_active"], S=r["S"], E=r["E"],
+                          tokens_per_s=r["tokens_per_s"], k=r.get("k"),
+                          tokens_per_step=r.get("tokens_per_step")) for r in rows]
+
+
 def test_only_expert_flops_pay_the_moe_price():
     """The sparse price multiplies the FLOPs inside the experts, read off the counts alone:
     a model whose experts are a third of its active parameters pays m on that third."""
@@ -74,8 +81,8 @@ def test_the_bootstrap_resamples_shapes_not_rows():
     not 96 independent rows, so the intervals are as wide as for the 16 shapes alone."""
     once = cpu_grid_rows(noise=0.03, seed=3)
     repeated = once * 6
-    narrow = fit_throughput(once, bootstrap_replicates=300, seed=1).ci()
-    wide = fit_throughput(repeated, bootstrap_replicates=300, seed=1).ci()
+    narrow = fit_throughput(table(once), bootstrap_replicates=300, seed=1).ci()
+    wide = fit_throughput(table(repeated), bootstrap_replicates=300, seed=1).ci()
     for name in ("a", "c"):
         width_once, width_repeated = (np.diff(ci[name])[0] for ci in (narrow, wide))
         # Row resampling of 96 rows would shrink the width by about sqrt(6).
@@ -83,14 +90,14 @@ def test_the_bootstrap_resamples_shapes_not_rows():
 
 
 def test_noise_free_timings_give_back_the_prices():
-    model = fit_throughput(cpu_grid_rows(noise=0.0), bootstrap_replicates=0)
+    model = fit_throughput(table(cpu_grid_rows(noise=0.0)), bootstrap_replicates=0)
     for name in COEFFICIENTS:
         assert model.coefficients[name] == pytest.approx(TRUTH[name], rel=1e-6), name
 
 
 def test_noisy_timings_recover_the_prices_and_predict_an_unseen_sparsity():
     rows = cpu_grid_rows(noise=0.01)
-    model = fit_throughput(rows, bootstrap_replicates=200)
+    model = fit_throughput(table(rows), bootstrap_replicates=200)
     # The dense price comes back within a few times the 1 % noise; the MoE terms, measured on
     # 12 sparse rows only, and the constant (half aliased with the per-expert term) less well.
     for name, tolerance in (("a", 0.05), ("m", 0.15), ("e", 0.25), ("c", 0.3)):
@@ -136,7 +143,7 @@ def test_family_throughput_is_the_model_at_the_family_shape():
 ])
 def test_degenerate_tables_are_refused(change, message):
     with pytest.raises(MoelabError, match=re.escape(message)):
-        fit_throughput(change(cpu_grid_rows(noise=0.0)), bootstrap_replicates=0)
+        fit_throughput(table(change(cpu_grid_rows(noise=0.0))), bootstrap_replicates=0)
 
 
 # --------------------------------------------------------------------------------------------
@@ -299,9 +306,9 @@ def test_throughput_command_times_the_micro_grid(tmp_path, capsys):
     shapes = grid_shapes("micro", [])
     expected = sorted((count_params(s.config.model).total, count_params(s.config.model).active,
                        s.sparsity) for s in shapes)
-    assert [(r["N_total"], r["N_active"], r["S"]) for r in rows] == expected
-    assert [r["E"] for r in rows] == [1, 2, 1, 2]
-    assert all(r["tokens_per_step"] == 4 * 32 for r in rows)  # micro: batch 4 x 32 tokens
+    assert [(r.N_total, r.N_active, r.S) for r in rows] == expected
+    assert [r.E for r in rows] == [1, 2, 1, 2]
+    assert all(r.tokens_per_step == 4 * 32 for r in rows)  # micro: batch 4 x 32 tokens
     import csv
 
     with open(out) as f:
@@ -346,8 +353,8 @@ def test_moe_versus_dense_ratios_by_hand():
     # Dense seconds per token grow as N_active (1e-5 s at 1e5, 4e-5 s at 4e5): 2e-5 s at 2e5.
     sparse = {"N_total": 4.004e5, "N_active": 2e5, "S": 0.75, "E": 4, "tokens_per_s": 1 / 3e-5}
     tiny = {"N_total": 1e5, "N_active": 5e4, "S": 0.875, "E": 8, "tokens_per_s": 1e5}
-    first, second = moe_versus_dense(dense + [sparse, tiny])
-    assert first["step_time_vs_equal_flops_dense"] == pytest.approx(1.5, rel=1e-12)
-    assert first["tokens_per_s_vs_same_size_dense"] == pytest.approx(4 / 3, rel=1e-12)
-    assert second["step_time_vs_equal_flops_dense"] is None  # below the smallest dense model
-    assert second["tokens_per_s_vs_same_size_dense"] == pytest.approx(1.0)
+    first, second = moe_versus_dense(table(dense + [sparse, tiny]))
+    assert first.step_time_vs_equal_flops_dense == pytest.approx(1.5, rel=1e-12)
+    assert first.tokens_per_s_vs_same_size_dense == pytest.approx(4 / 3, rel=1e-12)
+    assert second.step_time_vs_equal_flops_dense is None  # below the smallest dense model
+    assert second.tokens_per_s_vs_same_size_dense == pytest.approx(1.0)

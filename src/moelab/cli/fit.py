@@ -9,10 +9,15 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from moelab.cli import bounded_int, positive_int, seed_int
 from moelab.errors import MoelabError
 from moelab.fileio import atomic_write_json, refuse_overwriting_inputs
+
+if TYPE_CHECKING:  # the handlers import the maths when they run (scipy)
+    from moelab.scaling.optimal import ThreeOptima, VersusDenseInterval
+    from moelab.scaling.summary import LawFit
 
 LAW_NAMES = ("chinchilla", "sparsity", "sparsity-interaction", "sparsity-additive",
              "sparsity-effective-size")
@@ -114,6 +119,7 @@ def register(subparsers) -> None:
 
 
 def _fit(args) -> int:
+    from moelab.codec import to_json
     from moelab.scaling.summary import check_identifiable, fit_columns
     from moelab.scaling.table import drop_highest_loss, parse_column_map, read_fit_table
 
@@ -122,36 +128,39 @@ def _fit(args) -> int:
     columns = read_fit_table(args.csv, args.law.startswith("sparsity"), parse_column_map(args.columns))
     columns = drop_highest_loss(columns, args.drop_highest)
     check_identifiable(args.law, columns, args.holdout, args.csv)
-    record = fit_columns(args.law, columns, bootstrap_replicates=args.bootstrap,
-                         holdout=args.holdout, max_starts=args.starts, seed=args.seed)
+    fit = fit_columns(args.law, columns, bootstrap_replicates=args.bootstrap,
+                      holdout=args.holdout, max_starts=args.starts, seed=args.seed)
     if args.out:
-        atomic_write_json(args.out, record)
+        atomic_write_json(args.out, to_json(fit))
     if args.json:
-        print(json.dumps(record, indent=2))
+        print(json.dumps(to_json(fit), indent=2))
     else:
-        print(format_fit(record))
+        print(format_fit(fit))
     return 0
 
 
-def format_fit(record: dict) -> str:
-    lines = [f"law: {record['law']}   points: {record['n_points']}   starts: {record['num_starts']}"
-             f"   objective (summed Huber): {record['objective']:.6e}"]
-    for name, value in {**record["params"], **record["derived"]}.items():
-        ci = record["ci"].get(name)
+def format_fit(fit: LawFit) -> str:
+    lines = [f"law: {fit.law}   points: {fit.n_points}   starts: {fit.num_starts}"
+             f"   objective (summed Huber): {fit.objective:.6e}"]
+    for name, value in {**fit.params, **fit.derived}.items():
+        ci = fit.ci.get(name)
         interval = f"   95% CI [{ci[0]:.5g}, {ci[1]:.5g}]" if ci else ""
         lines.append(f"  {name:>18} = {value:.6g}{interval}")
-    holdout = record.get("holdout")
+    holdout = fit.holdout
     if holdout:
         lines.append(
-            f"held out {holdout['spec']} ({holdout['n_points']} points): mean |log error| "
-            f"{holdout['mean_abs_log_error']:.4f}, loss RMSE {holdout['rmse_loss']:.4f}, "
-            f"max relative error {holdout['max_abs_relative_error']:.2%}"
+            f"held out {holdout.spec} ({holdout.n_points} points): mean |log error| "
+            f"{holdout.mean_abs_log_error:.4f}, loss RMSE {holdout.rmse_loss:.4f}, "
+            f"max relative error {holdout.max_abs_relative_error:.2%}"
         )
     return "\n".join(lines)
 
 
 def _optimal(args) -> int:
-    from moelab.scaling.optimal import compute_optimal, optimal_sparsity_at_params, with_intervals
+    from moelab.codec import to_json
+    from moelab.scaling.optimal import (
+        INTERVAL_KEYS, compute_optimal, optimal_sparsity_at_params, with_intervals,
+    )
     from moelab.scaling.summary import load_fit
 
     fit = load_fit(args.fit)
@@ -185,22 +194,23 @@ def _optimal(args) -> int:
     else:
         raise MoelabError("give --params N (with --tokens D or --flops C) or --flops C")
     result = with_intervals(solve, params, replicas)
-    result.update(question=question, law=law.name, shared_fraction=shared)
     if args.json:
-        print(json.dumps(result, indent=2))
+        print(json.dumps(to_json(result) | {"question": question, "law": law.name,
+                                            "shared_fraction": shared}, indent=2))
         return 0
     print(f"{law.name} law, {question}, shared fraction {shared:.3f}")
-    for key in ("sparsity", "params_total", "params_active", "tokens", "loss"):
-        ci = result["ci"].get(key)
+    for key in INTERVAL_KEYS:
+        ci = result.ci.get(key)
         interval = f"   95% CI [{ci[0]:.4g}, {ci[1]:.4g}]" if ci else ""
-        print(f"  {key:>14} = {result['optimum'][key]:.4g}{interval}")
-    if result["optimum"]["at_boundary"]:
+        print(f"  {key:>14} = {result.value(key):.4g}{interval}")
+    if result.optimum.at_boundary:
         print("  note: the optimum lies on the edge of the search range (no interior optimum)")
     return 0
 
 
 def _optimal_seconds(args, law, params, replicas, shared) -> int:
     """S* under a wall-clock budget, printed beside S* under FLOPs and under parameters."""
+    from moelab.codec import to_json
     from moelab.scaling.optimal import three_optima
     from moelab.scaling.throughput import fit_throughput, read_throughput_table, table_top_k
 
@@ -218,55 +228,56 @@ def _optimal_seconds(args, law, params, replicas, shared) -> int:
     source = f"throughput table {table}"
     model = fit_throughput(rows, source=source)
     top_k = args.top_k or table_top_k(rows, source)
-    result = three_optima(law, params, replicas, args.seconds, model, shared_fraction=shared,
-                          top_k=top_k, max_sparsity=args.max_sparsity)
-    result.update(law=law.name, throughput_table=str(table), device=header.get("device_name"),
-                  has_sparsity_term="log_U" in law.features,
-                  throughput_model=model.to_dict())
+    three = three_optima(law, params, replicas, args.seconds, model, shared_fraction=shared,
+                         top_k=top_k, max_sparsity=args.max_sparsity)
+    device = header.get("device_name")
     if args.json:
-        print(json.dumps(result, indent=2))
+        print(json.dumps(to_json(three) | {
+            "law": law.name, "throughput_table": str(table), "device": device,
+            "has_sparsity_term": "log_U" in law.features,
+            "throughput_model": to_json(model.record())}, indent=2))
     else:
-        print(format_three_optima(result))
+        print(format_three_optima(three, law.name, "log_U" in law.features, table, device))
     return 0
 
 
-def format_three_optima(result: dict) -> str:
-    device = f" on {result['device']}" if result.get("device") else ""
-    lines = [f"{result['law']} law, shared fraction {result['shared_fraction']:.3f}, top-"
-             f"{result['top_k']}; throughput from {result['throughput_table']}{device}",
+def format_three_optima(three: ThreeOptima, law_name: str, has_sparsity_term: bool,
+                        table: Path, device: str | None) -> str:
+    on_device = f" on {device}" if device else ""
+    lines = [f"{law_name} law, shared fraction {three.shared_fraction:.3f}, top-"
+             f"{three.top_k}; throughput from {table}{on_device}",
              f"  {'budget':<38} {'S*':>24} {'N total':>10} {'N active':>10} {'tokens':>10} "
              f"{'loss':>8}"]
-    questions = (("by_seconds", f"wall clock T={result['seconds']:.4g} s"),
-                 ("by_flops", f"FLOPs C={result['flops']:.4g} (what T buys)"),
-                 ("by_params", f"parameters N={result['params']:.4g}, C={result['flops']:.3g}"))
-    for key, label in questions:
-        optimum, ci = result[key]["optimum"], result[key]["ci"]
+    labels = (f"wall clock T={three.seconds:.4g} s", f"FLOPs C={three.flops:.4g} (what T buys)",
+              f"parameters N={three.params:.4g}, C={three.flops:.3g}")
+    for (_, result), label in zip(three.questions(), labels):
+        optimum, ci = result.optimum, result.ci
         interval = f" [{ci['sparsity'][0]:.3f}, {ci['sparsity'][1]:.3f}]" if ci else ""
-        edge = "  (edge of search)" if optimum["at_boundary"] else ""
-        lines.append(f"  {label:<38} {optimum['sparsity']:>7.3f}{interval:<17} "
-                     f"{optimum['params_total']:>10.4g} {optimum['params_active']:>10.4g} "
-                     f"{optimum['tokens']:>10.4g} {optimum['loss']:>8.4f}{edge}")
-    lines.append(_dense_comparison(result["by_seconds"]))
-    if not result["has_sparsity_term"]:
+        edge = "  (edge of search)" if optimum.at_boundary else ""
+        lines.append(f"  {label:<38} {optimum.sparsity:>7.3f}{interval:<17} "
+                     f"{optimum.params_total:>10.4g} {optimum.params_active:>10.4g} "
+                     f"{optimum.tokens:>10.4g} {optimum.loss:>8.4f}{edge}")
+    lines.append(_dense_comparison(three.by_seconds))
+    if not has_sparsity_term:
         lines.append("  note: this law has no sparsity term, so only the hardware prices S here; "
                      "under FLOPs a law without S fixes S* = 0 by convention, and at fixed N the "
                      "sparsest model wins (more tokens for the same loss terms)")
     return "\n".join(lines)
 
 
-def _dense_comparison(by_seconds: dict) -> str:
-    optimum, ci = by_seconds["optimum"], by_seconds["ci"]
-    if math.isnan(optimum["dense_seconds"]):
+def _dense_comparison(by_seconds: VersusDenseInterval) -> str:
+    optimum, ci = by_seconds.optimum, by_seconds.ci
+    if math.isnan(optimum.dense_seconds):
         return ("  no dense model reaches the optimum's loss within 10^6 x T on this hardware")
 
     def interval(key):
         return f" [{ci[key][0]:.3g}, {ci[key][1]:.3g}]" if ci else ""
 
-    return (f"  at S*: {optimum['tokens_per_s']:.4g} tokens/s; the dense model reaching the same "
-            f"loss soonest (N={optimum['dense_params']:.4g}) trains {optimum['dense_tokens_per_s']:.4g}"
-            f" tokens/s and needs {optimum['dense_seconds']:.4g} s: throughput ratio "
-            f"{optimum['throughput_ratio']:.3g}{interval('throughput_ratio')}, time ratio "
-            f"{optimum['seconds_ratio']:.3g}{interval('seconds_ratio')}")
+    return (f"  at S*: {optimum.tokens_per_s:.4g} tokens/s; the dense model reaching the same "
+            f"loss soonest (N={optimum.dense_params:.4g}) trains {optimum.dense_tokens_per_s:.4g}"
+            f" tokens/s and needs {optimum.dense_seconds:.4g} s: throughput ratio "
+            f"{optimum.throughput_ratio:.3g}{interval('throughput_ratio')}, time ratio "
+            f"{optimum.seconds_ratio:.3g}{interval('seconds_ratio')}")
 
 
 def _isoflop(args) -> int:

@@ -250,7 +250,8 @@ def _register_throughput(subparsers) -> None:
 
 
 def _throughput(args) -> int:
-    from moelab.scaling.throughput import moe_versus_dense
+    from moelab.codec import to_json
+    from moelab.scaling.throughput import REQUIRED_COLUMNS, ThroughputRow, moe_versus_dense
     from moelab.sweep.timing import config_shapes, grid_shapes, time_shapes, write_table
 
     if (args.config is None) == (args.grid is None):
@@ -272,13 +273,14 @@ def _throughput(args) -> int:
               "rounds": args.rounds, "clock": args.clock,
               "device": rows[0]["device"], "device_name": rows[0]["device_name"],
               "threads": rows[0]["threads"]}
-    ratios = moe_versus_dense(rows) if any(r["S"] == 0 for r in rows) else []
+    timed = [ThroughputRow(**{key: row[key] for key in REQUIRED_COLUMNS}) for row in rows]
+    ratios = moe_versus_dense(timed) if any(r.S == 0 for r in timed) else []
     if args.out.endswith(".json"):
-        header["moe_vs_dense"] = ratios
+        header["moe_vs_dense"] = to_json(ratios)
     path = write_table(args.out, rows, header)
     for ratio in ratios:
-        same, flops = ratio["tokens_per_s_vs_same_size_dense"], ratio["step_time_vs_equal_flops_dense"]
-        print(f"N_total={ratio['N_total']:,} S={ratio['S']:g}: tokens/s vs the dense model of "
+        same, flops = ratio.tokens_per_s_vs_same_size_dense, ratio.step_time_vs_equal_flops_dense
+        print(f"N_total={ratio.N_total:,} S={ratio.S:g}: tokens/s vs the dense model of "
               f"its size {'–' if same is None else f'{same:.2f}'}; step time vs a dense step "
               f"of equal FLOPs {'– (outside the dense sizes)' if flops is None else f'{flops:.2f}'}")
     print(f"throughput table: {path} ({len(rows)} shapes)")

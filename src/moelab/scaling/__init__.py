@@ -9,11 +9,11 @@ docs/scaling.md.
 from moelab.scaling.fitting import FitResult, bootstrap, fit_law
 from moelab.scaling.laws import CHINCHILLA, LAWS, SPARSITY, Law, get_law
 from moelab.scaling.optimal import Optimum, compute_optimal, optimal_sparsity_at_params
-from moelab.scaling.summary import FitFile, fit_columns, load_fit
+from moelab.scaling.summary import FitFile, LawFit, fit_columns, load_fit
 from moelab.scaling.table import read_fit_table
 
 __all__ = [
-    "CHINCHILLA", "LAWS", "SPARSITY", "FitFile", "FitResult", "Law", "Optimum", "bootstrap",
+    "CHINCHILLA", "LAWS", "SPARSITY", "FitFile", "FitResult", "Law", "LawFit", "Optimum", "bootstrap",
     "compute_optimal", "fit_columns", "fit_law", "get_law", "load_fit", "optimal_sparsity_at_params",
     "read_fit_table",
 ]

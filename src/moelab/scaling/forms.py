@@ -30,13 +30,14 @@ When no form passes, none is chosen: the caller reports the checks rather than a
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Callable
 
 import numpy as np
 
 from moelab.errors import MoelabError
 from moelab.scaling.laws import CHINCHILLA, SPARSITY_FORMS, Law, log_features
-from moelab.scaling.summary import fit_columns
+from moelab.scaling.summary import OMIT_NONE, LawFit, fit_columns
 
 FORMS = (*SPARSITY_FORMS, CHINCHILLA)
 """Richest first. In Chinchilla's law S enters only through compute: D = C / (6 N_active)."""
@@ -51,33 +52,33 @@ MIN_STEADY_REPLICATES = 32
 with 8, a synthetic sweep's choice flipped with the CPU's float rounding (docs/scaling.md)."""
 
 
-def exponent_effects(law: Law, record: dict, columns: dict[str, np.ndarray]) -> dict[str, float]:
+def exponent_effects(law: Law, record: LawFit, columns: dict[str, np.ndarray]) -> dict[str, float]:
     """Nats by which each exponent moves its term over the points' range of its variable.
 
     For exponent p of a term with values v_i and log feature f: max_i v_i * (1 - exp(-|p| *
     (max f - min f))), the change of the term's largest value if f ran over the whole range.
     """
-    theta = np.array([record["theta"][name] for name in law.param_names])
+    theta = np.array([record.theta[name] for name in law.param_names])
     features = log_features(law, columns)
     values = np.exp(law.log_terms(theta, features))
     effects = {}
     for (_, exponents), value in zip(law.terms, values):
         for exponent, feature in exponents:
             span = float(np.ptp(features[feature]))
-            power = abs(float(record["theta"][exponent]))
+            power = abs(float(record.theta[exponent]))
             effects[exponent] = float(value.max() * -np.expm1(-power * span))
     return effects
 
 
-def term_sizes(law: Law, record: dict, columns: dict[str, np.ndarray]) -> dict[str, float]:
+def term_sizes(law: Law, record: LawFit, columns: dict[str, np.ndarray]) -> dict[str, float]:
     """Nats: each term's largest value over the points, by its coefficient's name."""
-    theta = np.array([record["theta"][name] for name in law.param_names])
+    theta = np.array([record.theta[name] for name in law.param_names])
     values = np.exp(law.log_terms(theta, log_features(law, columns)))
     return {law.log_coef_names[log_coef]: float(value.max())
             for (log_coef, _), value in zip(law.terms, values)}
 
 
-def identification_problems(law: Law, record: dict, columns: dict[str, np.ndarray]) -> list[str]:
+def identification_problems(law: Law, record: LawFit, columns: dict[str, np.ndarray]) -> list[str]:
     """Why a fit record (bootstrapped, fitted to ``columns``) does not identify its parameters
     (empty: it does)."""
     problems = [f"{name} has run to 0: its term adds at most {size:.2g} nats" for name, size
@@ -85,7 +86,7 @@ def identification_problems(law: Law, record: dict, columns: dict[str, np.ndarra
     problems += [f"{name} moves its term by only {effect:.2g} nats" for name, effect
                  in exponent_effects(law, record, columns).items() if effect < MIN_EXPONENT_EFFECT]
     fitted = law.natural_params(np.zeros(law.num_params))  # not the derived quantities
-    for name, (low, high) in ((name, record["ci"][name]) for name in fitted if name in record["ci"]):
+    for name, (low, high) in ((name, record.ci[name]) for name in fitted if name in record.ci):
         is_coefficient = name in law.log_coef_names.values()
         if is_coefficient and not (0.0 < low and np.isfinite(high)):
             problems.append(f"{name} interval [{low:.3g}, {high:.3g}] reaches 0 or infinity")
@@ -99,50 +100,98 @@ def identification_problems(law: Law, record: dict, columns: dict[str, np.ndarra
     return problems
 
 
+@dataclass(kw_only=True)
+class FormOutcome:
+    """One form's checks: identified and predictive, or why it was not fitted (``skipped``)."""
+
+    law: str
+    num_params: int
+    objective: float | None = field(default=None, metadata=OMIT_NONE)
+    identified: bool | None = field(default=None, metadata=OMIT_NONE)
+    problems: list[str] | None = field(default=None, metadata=OMIT_NONE)
+    """Why the fit does not identify its parameters (``identification_problems``)."""
+    holdout_mae: float | None = field(default=None, metadata=OMIT_NONE)
+    """Nats: the mean absolute error on the held-out points of the fit without them."""
+    predictive: bool | None = field(default=None, metadata=OMIT_NONE)
+    skipped: str | None = field(default=None, metadata=OMIT_NONE)
+    """Set (with the reason) when the points are too few for this form: nothing else is."""
+
+    @property
+    def passes(self) -> bool:
+        return self.skipped is None and bool(self.predictive and self.identified)
+
+
+@dataclass(kw_only=True)
+class FormCheck(FormOutcome):
+    """A form's checks with the fits they read (None when skipped)."""
+
+    fit: LawFit | None = None
+    """Fitted to every point, with bootstrap resamples."""
+    fit_holdout: LawFit | None = None
+    """Fitted without the held-out points."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class FormCriteria:
+    """The thresholds a selection applied (``select_form``)."""
+
+    holdout: str
+    max_holdout_mae: float
+    min_term_size: float | None = field(default=None, metadata=OMIT_NONE)
+    """None in a forms.json written before the check existed."""
+    min_exponent_effect: float
+    max_exponent_ci_width: float
+    bootstrap_replicates: int
+
+
+@dataclass
+class FormSelection:
+    """Every form's checks, richest first, and the richest that passes (None: none does)."""
+
+    chosen: str | None
+    criteria: FormCriteria
+    forms: list[FormCheck]
+
+    def chosen_check(self) -> FormCheck | None:
+        return next((check for check in self.forms if check.law == self.chosen), None)
+
+
 def check_form(law: Law, columns: dict[str, np.ndarray], holdout: str, *,
-               bootstrap_replicates: int, max_starts: int | None = None, seed: int = 0) -> dict:
+               bootstrap_replicates: int, max_starts: int | None = None,
+               seed: int = 0) -> FormCheck:
     """Fit ``law`` to every point (bootstrapped) and without the ``holdout`` points; check both."""
     fit = fit_columns(law.name, columns, bootstrap_replicates=bootstrap_replicates,
                       max_starts=max_starts, seed=seed)
     heldout = fit_columns(law.name, columns, holdout=holdout, max_starts=max_starts)
     problems = identification_problems(law, fit, columns)
-    mae = heldout["holdout"]["mean_abs_error"]
-    return {
-        "law": law.name, "num_params": law.num_params, "objective": fit["objective"],
-        "identified": not problems, "problems": problems,
-        "holdout_mae": mae, "predictive": mae <= MAX_HOLDOUT_MAE,
-        "fit": fit, "fit_holdout": heldout,
-    }
+    assert heldout.holdout is not None  # fitted with a holdout, so it has its error
+    mae = heldout.holdout.mean_abs_error
+    return FormCheck(law=law.name, num_params=law.num_params, objective=fit.objective,
+                     identified=not problems, problems=problems, holdout_mae=mae,
+                     predictive=mae <= MAX_HOLDOUT_MAE, fit=fit, fit_holdout=heldout)
 
 
 def select_form(columns: dict[str, np.ndarray], holdout: str, *, bootstrap_replicates: int,
                 max_starts: int | None = None, seed: int = 0, forms: tuple[Law, ...] = FORMS,
-                log: Callable[[str], None] = print) -> dict:
-    """Check every form (richest first) and choose the richest that passes.
-
-    Returns {"chosen": law name or None, "criteria": {...}, "forms": [check_form records]};
-    a form too large for the points is left out (its record says why).
-    """
+                log: Callable[[str], None] = print) -> FormSelection:
+    """Check every form (richest first) and choose the richest that passes; a form too large
+    for the points is left out (its check says why)."""
     checks = []
     for law in forms:
         try:
-            checks.append(check_form(law, columns, holdout, bootstrap_replicates=bootstrap_replicates,
-                                     max_starts=max_starts, seed=seed))
+            check = check_form(law, columns, holdout, bootstrap_replicates=bootstrap_replicates,
+                               max_starts=max_starts, seed=seed)
         except MoelabError as exc:  # too few points for this form, or for it without the holdout
             log(f"{law.name} fit skipped: {exc}")
-            checks.append({"law": law.name, "num_params": law.num_params, "skipped": str(exc)})
+            checks.append(FormCheck(law=law.name, num_params=law.num_params, skipped=str(exc)))
             continue
-        check = checks[-1]
-        log(f"{law.name}: held-out MAE {check['holdout_mae']:.4f}, "
-            f"{'identified' if check['identified'] else 'not identified'}")
-    passing = [c for c in checks if "skipped" not in c and c["predictive"] and c["identified"]]
-    chosen = max(passing, key=lambda c: (c["num_params"], -c["holdout_mae"]), default=None)
-    return {
-        "chosen": chosen["law"] if chosen else None,
-        "criteria": {"holdout": holdout, "max_holdout_mae": MAX_HOLDOUT_MAE,
-                     "min_term_size": MIN_TERM_SIZE,
-                     "min_exponent_effect": MIN_EXPONENT_EFFECT,
-                     "max_exponent_ci_width": MAX_EXPONENT_CI_WIDTH,
-                     "bootstrap_replicates": bootstrap_replicates},
-        "forms": checks,
-    }
+        checks.append(check)
+        log(f"{law.name}: held-out MAE {check.holdout_mae:.4f}, "
+            f"{'identified' if check.identified else 'not identified'}")
+    passing = [c for c in checks if c.passes]
+    chosen = max(passing, key=lambda c: (c.num_params, -(c.holdout_mae or 0.0)), default=None)
+    criteria = FormCriteria(holdout=holdout, max_holdout_mae=MAX_HOLDOUT_MAE,
+                            min_term_size=MIN_TERM_SIZE, min_exponent_effect=MIN_EXPONENT_EFFECT,
+                            max_exponent_ci_width=MAX_EXPONENT_CI_WIDTH,
+                            bootstrap_replicates=bootstrap_replicates)
+    return FormSelection(chosen.law if chosen else None, criteria, checks)

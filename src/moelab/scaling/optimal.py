@@ -25,7 +25,8 @@ polish from the best grid point. Results at the edge of the search box are flagg
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
+from typing import TypeVar
 
 import numpy as np
 import scipy.optimize
@@ -34,6 +35,7 @@ from moelab.errors import MoelabError
 from moelab.scaling.family import active_params
 from moelab.scaling.fitting import percentile_interval
 from moelab.scaling.laws import Law
+from moelab.scaling.summary import OMIT_NONE
 from moelab.scaling.throughput import family_throughput
 
 DEFAULT_MAX_SPARSITY = 0.98
@@ -49,9 +51,6 @@ class Optimum:
     loss: float
     at_boundary: bool
     """True when S* or N* lies on the edge of the search box (the law has no interior optimum)."""
-
-    def to_dict(self) -> dict:
-        return asdict(self)
 
 
 def _loss(law: Law, params: dict[str, float], total_params, tokens, sparsity) -> np.ndarray:
@@ -147,20 +146,56 @@ def compute_optimal(
 INTERVAL_KEYS = ("sparsity", "params_total", "params_active", "tokens", "loss")
 
 
+@dataclass(kw_only=True)
+class OptimumInterval:
+    """An optimum of the best fit with percentile intervals over the bootstrap fits."""
+
+    optimum: Optimum
+    ci: dict[str, list[float]]
+    """By the optimum's field name; empty without bootstrap fits."""
+    bootstrap_at_boundary: float | None = field(default=None, metadata=OMIT_NONE)
+    """The share of bootstrap optima on the edge of the search (None without them)."""
+
+    def value(self, key: str) -> float:
+        """The optimum's field ``key`` (one of ``INTERVAL_KEYS``, or a seconds optimum's)."""
+        return getattr(self.optimum, key)
+
+    def at(self, cls: type[P], **where: float) -> P:
+        """This interval as a point of a curve (``cls``), placed by ``where``."""
+        return cls(optimum=self.optimum, ci=self.ci,
+                   bootstrap_at_boundary=self.bootstrap_at_boundary, **where)
+
+
+P = TypeVar("P", bound=OptimumInterval)
+
+
+@dataclass(kw_only=True)
+class FlopsCurvePoint(OptimumInterval):
+    """A point of S*(C): the compute-optimal (N, S) at ``flops``."""
+
+    flops: float
+
+
+@dataclass(kw_only=True)
+class ParamsCurvePoint(OptimumInterval):
+    """A point of S*(N): the best S at ``params`` total parameters."""
+
+    params: float
+
+
 def with_intervals(optimum_fn, params, bootstrap_params: list, level: float = 0.95,
-                   keys: tuple[str, ...] = INTERVAL_KEYS) -> dict:
+                   keys: tuple[str, ...] = INTERVAL_KEYS) -> OptimumInterval:
     """The optimum of the best fit plus percentile intervals over the bootstrap fits.
 
     ``params`` and each of ``bootstrap_params`` are whatever ``optimum_fn`` takes (a law's
     parameters, or a pair of them and a throughput model's coefficients)."""
-    point = optimum_fn(params).to_dict()
-    out = {"optimum": point, "ci": {}}
+    result = OptimumInterval(optimum=optimum_fn(params), ci={})
     if bootstrap_params:
-        replicas = [optimum_fn(p).to_dict() for p in bootstrap_params]
+        replicas = [optimum_fn(p) for p in bootstrap_params]
         for key in keys:
-            out["ci"][key] = list(percentile_interval([r[key] for r in replicas], level))
-        out["bootstrap_at_boundary"] = float(np.mean([r["at_boundary"] for r in replicas]))
-    return out
+            result.ci[key] = list(percentile_interval([getattr(r, key) for r in replicas], level))
+        result.bootstrap_at_boundary = float(np.mean([r.at_boundary for r in replicas]))
+    return result
 
 
 def _on_edge(value: float, low: float, high: float, tol: float = 1e-4) -> bool:
@@ -188,6 +223,14 @@ class SecondsOptimum(Optimum):
     """Training throughput of the optimal shape, from the throughput model."""
     flops: float = 0.0
     """The compute it spends, 6 N_active D: the FLOPs budget to compare it with."""
+
+
+@dataclass(kw_only=True)
+class SecondsCurvePoint(OptimumInterval):
+    """A point of S*(T): the time-optimal (N, S) at a wall-clock budget of ``seconds``."""
+
+    optimum: SecondsOptimum
+    seconds: float
 
 
 def seconds_optimal(law: Law, params: dict[str, float], seconds: float, tokens_per_s_fn, *,
@@ -313,7 +356,7 @@ def seconds_versus_dense(law: Law, params: dict[str, float], seconds: float, tok
                          **search) -> SecondsVersusDense:
     optimum = seconds_optimal(law, params, seconds, tokens_per_s_fn, **search)
     dense = dense_seconds_to_loss(law, params, optimum.loss, tokens_per_s_fn, seconds)
-    result = SecondsVersusDense(**optimum.to_dict())
+    result = SecondsVersusDense(**asdict(optimum))
     if dense is not None:
         seconds_needed = dense.tokens / dense.tokens_per_s
         result.dense_params, result.dense_tokens_per_s = dense.params_total, dense.tokens_per_s
@@ -322,9 +365,36 @@ def seconds_versus_dense(law: Law, params: dict[str, float], seconds: float, tok
     return result
 
 
+@dataclass(kw_only=True)
+class VersusDenseInterval(OptimumInterval):
+    optimum: SecondsVersusDense
+
+
+@dataclass
+class ThreeOptima:
+    """S* under a wall-clock budget, and beside it under the FLOPs that optimum spends and at
+    its total size with those FLOPs (``three_optima``)."""
+
+    seconds: float
+    flops: float
+    """The compute the seconds optimum spends."""
+    params: float
+    """The seconds optimum's total parameters."""
+    by_seconds: VersusDenseInterval
+    by_flops: OptimumInterval
+    by_params: OptimumInterval
+    shared_fraction: float
+    top_k: int
+
+    def questions(self) -> tuple[tuple[str, OptimumInterval], ...]:
+        """(name, optimum) of the three questions, seconds first."""
+        return (("by_seconds", self.by_seconds), ("by_flops", self.by_flops),
+                ("by_params", self.by_params))
+
+
 def three_optima(law: Law, params: dict[str, float], replicas: list[dict[str, float]],
                  seconds: float, throughput, *, shared_fraction: float, top_k: int,
-                 max_sparsity: float = DEFAULT_MAX_SPARSITY) -> dict:
+                 max_sparsity: float = DEFAULT_MAX_SPARSITY) -> ThreeOptima:
     """S* under a wall-clock budget on the measured hardware, and beside it S* under the FLOPs
     that optimum spends (compute-optimal over N and S) and S* at its total size N with those
     FLOPs (fixed parameters), each with bootstrap intervals.
@@ -341,13 +411,13 @@ def three_optima(law: Law, params: dict[str, float], replicas: list[dict[str, fl
     timings = throughput.replicates or [throughput.coefficients]
     pairs = [(p, timings[i % len(timings)]) for i, p in enumerate(replicas)]
     by_seconds = with_intervals(solve_seconds, (params, throughput.coefficients), pairs,
-                                keys=SECONDS_KEYS)
-    flops, total = by_seconds["optimum"]["flops"], by_seconds["optimum"]["params_total"]
+                                keys=SECONDS_KEYS).at(VersusDenseInterval)
+    flops, total = by_seconds.optimum.flops, by_seconds.optimum.params_total
     by_flops = with_intervals(lambda p: compute_optimal(
         law, p, flops, shared_fraction=shared_fraction, max_sparsity=max_sparsity), params, replicas)
     by_params = with_intervals(lambda p: optimal_sparsity_at_params(
         law, p, total, flops=flops, shared_fraction=shared_fraction, max_sparsity=max_sparsity),
         params, replicas)
-    return {"seconds": seconds, "flops": flops, "params": total, "by_seconds": by_seconds,
-            "by_flops": by_flops, "by_params": by_params, "shared_fraction": shared_fraction,
-            "top_k": top_k}
+    return ThreeOptima(seconds=seconds, flops=flops, params=total, by_seconds=by_seconds,
+                       by_flops=by_flops, by_params=by_params, shared_fraction=shared_fraction,
+                       top_k=top_k)

@@ -1,19 +1,18 @@
-"""A fit as a JSON-able record: parameters, objective, intervals, held-out error, and back again.
+"""A fit as a typed record: parameters, objective, intervals, held-out error, and back again.
 
-``fit_columns`` is what ``moelab fit`` runs (after ``check_identifiable``); its dict is the
-``--json`` output and the FIT.json that ``moelab optimal`` reads back, checked, as a ``FitFile``
-(``load_fit``):
+``fit_columns`` is what ``moelab fit`` runs (after ``check_identifiable``); its ``LawFit`` is,
+through ``moelab.codec.to_json``, the ``--json`` output and the FIT.json that ``moelab optimal``
+reads back, checked, as a ``FitFile`` (``load_fit``):
 
-    {"law", "params": {...}, "objective", "n_points", "ci": {name: [low, high]},
-     "derived": {...}, "holdout": {...} | null, "bootstrap": {"replicates", "seed", "params": [...]},
-     "num_starts", "theta": {...}}
+    {"law", "params": {...}, "objective", "n_points", "num_starts", "theta": {...},
+     "derived": {...}, "ci": {name: [low, high]}, "holdout": {...} | null,
+     "bootstrap": {"replicates", "seed", "params": [...]} | null}
 """
 
 from __future__ import annotations
 
-import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -34,11 +33,71 @@ def derived_quantities(law: Law, params: dict[str, float]) -> dict[str, float]:
     return {}
 
 
+OMIT_NONE = {"omit_none": True}
+
+
+@dataclass(kw_only=True)
+class HeldoutPoint:
+    """A held-out point beside the loss the fit predicts for it."""
+
+    N: float
+    D: float
+    S: float | None = field(default=None, metadata=OMIT_NONE)
+    """Only for a law with a sparsity term."""
+    loss: float
+    predicted: float
+
+
+@dataclass
+class HeldoutError:
+    """How well a fit predicts points it never saw (``--holdout SPEC``)."""
+
+    spec: str
+    n_points: int
+    mean_abs_error: float
+    mean_abs_log_error: float
+    rmse_loss: float
+    max_abs_relative_error: float
+    points: list[HeldoutPoint]
+
+
+@dataclass
+class FitBootstrap:
+    replicates: int
+    seed: int
+    params: list[dict[str, float]]
+    """Each resample's fitted parameters."""
+
+
+@dataclass
+class LawFit:
+    """A law fitted to points: what ``moelab fit --json`` prints and FIT.json holds."""
+
+    law: str
+    params: dict[str, float]
+    objective: float
+    """Summed Huber loss of the log residuals at the fit."""
+    n_points: int
+    num_starts: int
+    theta: dict[str, float]
+    """The parameters in the fit's log space, by ``law.param_names``."""
+    derived: dict[str, float]
+    ci: dict[str, list[float]]
+    """95 % intervals by parameter name; empty without bootstrap resamples."""
+    holdout: HeldoutError | None
+    bootstrap: FitBootstrap | None
+
+    @property
+    def replicas(self) -> list[dict[str, float]]:
+        """The bootstrap fits' parameters (empty without resamples)."""
+        return self.bootstrap.params if self.bootstrap else []
+
+
 def fit_columns(law_name: str, columns: dict[str, np.ndarray], *, bootstrap_replicates: int = 0,
-                holdout: str | None = None, max_starts: int | None = None, seed: int = 0) -> dict:
-    """Fit, optionally bootstrap and hold out, and return the JSON-able record."""
+                holdout: str | None = None, max_starts: int | None = None,
+                seed: int = 0) -> LawFit:
+    """Fit, optionally bootstrap and hold out, and return the record."""
     law = get_law(law_name)
-    record: dict = {"law": law.name}
     fit_points = columns
     heldout_points = None
     if holdout:
@@ -46,17 +105,17 @@ def fit_columns(law_name: str, columns: dict[str, np.ndarray], *, bootstrap_repl
         fit_points, heldout_points = select(columns, ~mask), select(columns, mask)
     fit = fit_law(law, fit_points, max_starts=max_starts)
     params = fit.params
-    record.update(params=params, objective=fit.objective, n_points=fit.n_points,
-                  num_starts=fit.num_starts,
-                  theta=dict(zip(law.param_names, map(float, fit.theta))),
-                  derived=derived_quantities(law, params), ci={}, holdout=None, bootstrap=None)
+    record = LawFit(law=law.name, params=params, objective=fit.objective, n_points=fit.n_points,
+                    num_starts=fit.num_starts,
+                    theta=dict(zip(law.param_names, map(float, fit.theta))),
+                    derived=derived_quantities(law, params), ci={}, holdout=None,
+                    bootstrap=None)
     if bootstrap_replicates:
         bootstrap(fit, fit_points, bootstrap_replicates, seed=seed)
-        record["ci"] = _intervals(fit)
-        record["bootstrap"] = {"replicates": bootstrap_replicates, "seed": seed,
-                               "params": fit.bootstrap_params()}
-    if heldout_points is not None:
-        record["holdout"] = heldout_error(law, params, heldout_points, holdout)
+        record.ci = _intervals(fit)
+        record.bootstrap = FitBootstrap(bootstrap_replicates, seed, fit.bootstrap_params())
+    if holdout and heldout_points is not None:
+        record.holdout = heldout_error(law, params, heldout_points, holdout)
     return record
 
 
@@ -72,25 +131,22 @@ def _intervals(fit: FitResult) -> dict[str, list[float]]:
 
 
 def heldout_error(law: Law, params: dict[str, float], points: dict[str, np.ndarray],
-                  spec: str) -> dict:
+                  spec: str) -> HeldoutError:
     """How well the fit predicts points it never saw."""
     columns = {key: points[key] for key in ("N", "D", "S") if key in points}
     predicted = law.predict_loss(params, **columns)
     actual = points["loss"]
     relative = (predicted - actual) / actual
-    return {
-        "spec": spec,
-        "n_points": int(len(actual)),
-        "mean_abs_error": float(np.mean(np.abs(predicted - actual))),
-        "mean_abs_log_error": float(np.mean(np.abs(np.log(predicted) - np.log(actual)))),
-        "rmse_loss": float(np.sqrt(np.mean((predicted - actual) ** 2))),
-        "max_abs_relative_error": float(np.max(np.abs(relative))),
-        "points": [
-            {**{key: float(points[key][i]) for key in columns}, "loss": float(actual[i]),
-             "predicted": float(predicted[i])}
-            for i in range(len(actual))
-        ],
-    }
+    return HeldoutError(
+        spec=spec, n_points=int(len(actual)),
+        mean_abs_error=float(np.mean(np.abs(predicted - actual))),
+        mean_abs_log_error=float(np.mean(np.abs(np.log(predicted) - np.log(actual)))),
+        rmse_loss=float(np.sqrt(np.mean((predicted - actual) ** 2))),
+        max_abs_relative_error=float(np.max(np.abs(relative))),
+        points=[HeldoutPoint(**{key: float(values[i]) for key, values in columns.items()},
+                             loss=float(actual[i]), predicted=float(predicted[i]))
+                for i in range(len(actual))],
+    )
 
 
 @dataclass

@@ -40,8 +40,9 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import scipy.optimize
@@ -49,6 +50,7 @@ import scipy.optimize
 from moelab.errors import MoelabError, short_repr
 from moelab.scaling.family import active_params
 from moelab.scaling.fitting import percentile_interval
+from moelab.scaling.summary import OMIT_NONE
 from moelab.scaling.table import csv_records
 
 COEFFICIENTS = ("c", "a", "m", "p", "e")
@@ -87,6 +89,45 @@ def features(total_params, active_params, sparsity, experts) -> np.ndarray:
                     axis=-1)
 
 
+@dataclass(kw_only=True)
+class ThroughputRow:
+    """One timed shape (a throughput table's row) or one run of a sweep (its own speed)."""
+
+    N_total: float
+    N_active: float
+    S: float
+    E: float
+    tokens_per_s: float
+    k: float | None = None
+    """Experts per token; None where the table has no k column."""
+    device: str | None = None
+    step_time_s: float | None = None
+    peak_memory_bytes: float | None = None
+    tokens_per_step: float | None = field(default=None, metadata=OMIT_NONE)
+
+
+@dataclass(kw_only=True)
+class ShapeThroughput(ThroughputRow):
+    """A shape's runs in one row (``per_shape_means``), beside the dense models."""
+
+    runs: int
+    tokens_per_s_vs_dense: float | None = None
+    """tokens/s over the dense model of the same total size (``moe_versus_dense``)."""
+    step_time_vs_equal_flops_dense: float | None = None
+
+
+@dataclass
+class DenseComparison:
+    """A sparse row's two measured ratios against dense models (``moe_versus_dense``)."""
+
+    N_total: float
+    N_active: float
+    S: float
+    E: float
+    tokens_per_s_vs_same_size_dense: float | None
+    step_time_vs_equal_flops_dense: float | None
+
+
 @dataclass
 class ThroughputModel:
     coefficients: dict[str, float]
@@ -113,12 +154,36 @@ class ThroughputModel:
         return {k: list(percentile_interval([r[k] for r in self.replicates], level))
                 for k in COEFFICIENTS}
 
-    def to_dict(self) -> dict:
-        return {"form": FORM,
-                "coefficients": self.coefficients, "ci": self.ci(),
-                "bootstrap": {"replicates": len(self.replicates), "coefficients": self.replicates},
-                "tokens_per_step": self.tokens_per_step, "n_rows": self.n_rows,
-                "source": self.source}
+    def record(self) -> "ThroughputModelRecord":
+        """The model as throughput.json stores it."""
+        return ThroughputModelRecord(
+            form=FORM, coefficients=self.coefficients, ci=self.ci(),
+            bootstrap=ThroughputBootstrap(len(self.replicates), self.replicates),
+            tokens_per_step=self.tokens_per_step, n_rows=self.n_rows, source=self.source)
+
+
+@dataclass
+class ThroughputBootstrap:
+    replicates: int
+    coefficients: list[dict[str, float]]
+
+
+@dataclass
+class ThroughputModelRecord:
+    """A fitted ``ThroughputModel`` as a file holds it: its form in words, the prices with
+    their 95 % intervals and the bootstrap refits."""
+
+    form: str
+    coefficients: dict[str, float]
+    ci: dict[str, list[float]]
+    bootstrap: ThroughputBootstrap
+    tokens_per_step: float | None
+    n_rows: int
+    source: str
+
+    def model(self) -> ThroughputModel:
+        return ThroughputModel(self.coefficients, self.bootstrap.coefficients,
+                               self.tokens_per_step, self.n_rows, self.source)
 
 
 # --------------------------------------------------------------------------------------------
@@ -126,7 +191,7 @@ class ThroughputModel:
 # --------------------------------------------------------------------------------------------
 
 
-def fit_throughput(rows: list[dict[str, float]], *, bootstrap_replicates: int = DEFAULT_BOOTSTRAP,
+def fit_throughput(rows: list[ThroughputRow], *, bootstrap_replicates: int = DEFAULT_BOOTSTRAP,
                    seed: int = 0, source: str = "the throughput table") -> ThroughputModel:
     """Non-negative least squares of relative seconds-per-token residuals, plus a bootstrap over
     the distinct shapes (each resampled shape brings all its rows)."""
@@ -143,21 +208,21 @@ def fit_throughput(rows: list[dict[str, float]], *, bootstrap_replicates: int = 
                   + [sparse[i] for i in rng.integers(len(sparse), size=len(sparse))])
         pick = np.concatenate(picked)
         replicates.append(_nnls_relative(X[pick], seconds[pick]))
-    steps = {row.get("tokens_per_step") for row in rows}
+    steps = {row.tokens_per_step for row in rows}
     return ThroughputModel(coefficients, replicates, steps.pop() if len(steps) == 1 else None,
                            len(rows), source)
 
 
-def _rows_by_shape(rows: list[dict[str, float]]) -> dict[tuple, np.ndarray]:
+def _rows_by_shape(rows: list[ThroughputRow]) -> dict[tuple, np.ndarray]:
     """Row indices per distinct shape (N_total, N_active, S, E), in first-seen order."""
     shapes: dict[tuple, list[int]] = {}
     for index, row in enumerate(rows):
-        shapes.setdefault((row["N_total"], row["N_active"], row["S"], row["E"]), []).append(index)
+        shapes.setdefault((row.N_total, row.N_active, row.S, row.E), []).append(index)
     return {key: np.array(indices) for key, indices in shapes.items()}
 
 
-def _design(rows: list[dict[str, float]]) -> tuple[np.ndarray, np.ndarray]:
-    column = {key: np.array([row[key] for row in rows], dtype=np.float64)
+def _design(rows: list[ThroughputRow]) -> tuple[np.ndarray, np.ndarray]:
+    column = {key: np.array([getattr(row, key) for row in rows], dtype=np.float64)
               for key in REQUIRED_COLUMNS}
     X = features(column["N_total"], column["N_active"], column["S"], column["E"])
     return X, 1.0 / column["tokens_per_s"]
@@ -173,21 +238,21 @@ def _nnls_relative(X: np.ndarray, seconds: np.ndarray) -> dict[str, float]:
     return dict(zip(COEFFICIENTS, (beta / scale).tolist()))
 
 
-def check_identifiable(rows: list[dict[str, float]], source: str) -> None:
+def check_identifiable(rows: list[ThroughputRow], source: str) -> None:
     """Refuse a table that cannot separate the five terms, on one line naming what is missing."""
     if len(rows) < len(COEFFICIENTS) + 1:
         raise MoelabError(f"{source}: {len(rows)} rows are too few for the throughput model's "
                           f"{len(COEFFICIENTS)} terms: need {len(COEFFICIENTS) + 1} or more")
-    sparsities = np.array([row["S"] for row in rows])
+    sparsities = np.array([row.S for row in rows])
     if not (sparsities == 0).any() or not (sparsities > 0).any():
         kind = "dense (S = 0)" if not (sparsities == 0).any() else "sparse (S > 0)"
         raise MoelabError(f"{source}: no {kind} row: the throughput model compares MoE and dense "
                           f"steps, so the table needs both")
-    sparse_experts = {row["E"] for row in rows if row["S"] > 0}
+    sparse_experts = {row.E for row in rows if row.S > 0}
     if len(sparse_experts) < 2:
         raise MoelabError(f"{source}: every sparse row has E = {sparse_experts.pop():g}: the "
                           "per-expert cost needs 2 or more sparse sparsities (E values)")
-    steps = {row.get("tokens_per_step") for row in rows}
+    steps = {row.tokens_per_step for row in rows}
     if len(steps) > 1:
         raise MoelabError(f"{source}: rows were timed at different tokens per step "
                           f"({', '.join(str(s) for s in sorted(steps, key=str))}): per-step costs "
@@ -204,7 +269,7 @@ def check_identifiable(rows: list[dict[str, float]], source: str) -> None:
 # --------------------------------------------------------------------------------------------
 
 
-def read_throughput_table(path: str | Path) -> tuple[list[dict[str, float]], dict]:
+def read_throughput_table(path: str | Path) -> tuple[list[ThroughputRow], dict]:
     """(rows, header fields) of a throughput table: a JSON file from ``moelab throughput`` or a
     CSV (``moelab throughput --out x.csv``, or a sweep's results.csv). Checked on one line."""
     path = Path(path)
@@ -244,11 +309,11 @@ def _csv_rows(path: Path, text: str) -> list[dict]:
     return rows
 
 
-def _checked_row(path: Path, index: int, row) -> dict[str, float]:
+def _checked_row(path: Path, index: int, row) -> ThroughputRow:
     where = f"throughput table {path} row {index + 1}"
     if not isinstance(row, dict):
         raise MoelabError(f"{where} is invalid: expected a mapping of column names to values")
-    checked = {}
+    checked: dict[str, Any] = {}
     for key in REQUIRED_COLUMNS + ("k", "tokens_per_step"):
         value = row.get(key)
         if key in ("k", "tokens_per_step") and value in (None, ""):
@@ -262,26 +327,28 @@ def _checked_row(path: Path, index: int, row) -> dict[str, float]:
             allowed = "[0, 1)" if key == "S" else "a finite number > 0"
             raise MoelabError(f"{where}: {key}={short_repr(value)} is invalid: allowed {allowed}")
         checked[key] = number
-    if checked["N_active"] > checked["N_total"]:
-        raise MoelabError(f"{where}: N_active={checked['N_active']:g} is invalid: more than "
-                          f"N_total={checked['N_total']:g}")
-    return checked
+    checked_row = ThroughputRow(**checked)
+    if checked_row.N_active > checked_row.N_total:
+        raise MoelabError(f"{where}: N_active={checked_row.N_active:g} is invalid: more than "
+                          f"N_total={checked_row.N_total:g}")
+    return checked_row
 
 
-def per_shape_means(rows: list[dict[str, float]]) -> list[dict[str, float]]:
+def per_shape_means(rows: list[ThroughputRow]) -> list[ShapeThroughput]:
     """One row per (N_total, S): the median tokens/s and step time of its runs (a sweep has one
-    per budget) and the largest peak memory."""
-    groups: dict[tuple, list[dict]] = {}
+    per budget) and the largest peak memory; the rest is its first run's."""
+    groups: dict[tuple, list[ThroughputRow]] = {}
     for row in rows:
-        groups.setdefault((row["N_total"], row["S"]), []).append(row)
+        groups.setdefault((row.N_total, row.S), []).append(row)
     shapes = []
     for _, group in sorted(groups.items()):
-        shape = {**group[0], "runs": len(group),
-                 "tokens_per_s": float(np.median([r["tokens_per_s"] for r in group]))}
-        if all(r.get("step_time_s") for r in group):
-            shape["step_time_s"] = float(np.median([r["step_time_s"] for r in group]))
-        if all(r.get("peak_memory_bytes") for r in group):
-            shape["peak_memory_bytes"] = max(r["peak_memory_bytes"] for r in group)
+        first = {f.name: getattr(group[0], f.name) for f in fields(ThroughputRow)}
+        shape = ShapeThroughput(**first, runs=len(group))
+        shape.tokens_per_s = float(np.median([r.tokens_per_s for r in group]))
+        if all(r.step_time_s for r in group):
+            shape.step_time_s = float(np.median([r.step_time_s for r in group]))
+        if all(r.peak_memory_bytes for r in group):
+            shape.peak_memory_bytes = max(r.peak_memory_bytes or 0.0 for r in group)
         shapes.append(shape)
     return shapes
 
@@ -299,36 +366,35 @@ def family_throughput(model: ThroughputModel, shared_fraction: float, top_k: int
     return tokens_per_s
 
 
-def table_top_k(rows: list[dict[str, float]], source: str) -> int:
+def table_top_k(rows: list[ThroughputRow], source: str) -> int:
     """The table's one k (top-k experts per token); 1 when the table has no k column."""
-    values = {int(row["k"]) for row in rows if "k" in row and row["S"] > 0}
+    values = {int(row.k) for row in rows if row.k is not None and row.S > 0}
     if len(values) > 1:
         raise MoelabError(f"{source}: rows have several top_k ({', '.join(map(str, sorted(values)))}):"
                           " pass --top-k K for the family to read off")
     return values.pop() if values else 1
 
 
-def moe_versus_dense(rows: list[dict[str, float]]) -> list[dict]:
+def moe_versus_dense(rows: list[ThroughputRow]) -> list[DenseComparison]:
     """Per sparse row, two measured ratios (no model): its tokens/s over the dense model of the
     same total size (nearest dense N_total within 5 %), and its step time over a dense step of
     equal FLOPs (the dense rows' seconds per token interpolated log-log at its N_active; None
     outside the dense rows' range)."""
-    dense = sorted((row for row in rows if row["S"] == 0), key=lambda r: r["N_active"])
-    log_active = np.log([row["N_active"] for row in dense])
-    log_seconds = np.log([1.0 / row["tokens_per_s"] for row in dense])
+    dense = sorted((row for row in rows if row.S == 0), key=lambda r: r.N_active)
+    log_active = np.log([row.N_active for row in dense])
+    log_seconds = np.log([1.0 / row.tokens_per_s for row in dense])
     ratios = []
     for row in rows:
-        if row["S"] == 0:
+        if row.S == 0:
             continue
-        same_size = min(dense, key=lambda d: abs(math.log(d["N_total"] / row["N_total"])),
-                        default=None)
-        vs_size = (row["tokens_per_s"] / same_size["tokens_per_s"] if same_size and
-                   abs(math.log(same_size["N_total"] / row["N_total"])) < 0.05 else None)
-        inside = len(dense) >= 2 and log_active[0] <= math.log(row["N_active"]) <= log_active[-1]
-        equal_flops = (float(np.exp(np.interp(math.log(row["N_active"]), log_active, log_seconds)))
+        same_size = min(dense, key=lambda d: abs(math.log(d.N_total / row.N_total)), default=None)
+        vs_size = (row.tokens_per_s / same_size.tokens_per_s if same_size and
+                   abs(math.log(same_size.N_total / row.N_total)) < 0.05 else None)
+        inside = len(dense) >= 2 and log_active[0] <= math.log(row.N_active) <= log_active[-1]
+        equal_flops = (float(np.exp(np.interp(math.log(row.N_active), log_active, log_seconds)))
                        if inside else None)
-        ratios.append({"N_total": row["N_total"], "N_active": row["N_active"], "S": row["S"],
-                       "E": row["E"], "tokens_per_s_vs_same_size_dense": vs_size,
-                       "step_time_vs_equal_flops_dense":
-                           (1.0 / row["tokens_per_s"]) / equal_flops if equal_flops else None})
+        ratios.append(DenseComparison(
+            row.N_total, row.N_active, row.S, row.E, tokens_per_s_vs_same_size_dense=vs_size,
+            step_time_vs_equal_flops_dense=(1.0 / row.tokens_per_s) / equal_flops
+            if equal_flops else None))
     return ratios

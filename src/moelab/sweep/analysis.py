@@ -34,7 +34,6 @@ rather than left stale.
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 from typing import Callable
 
@@ -47,19 +46,20 @@ from moelab.scaling.isoflop import COMPUTE_TOLERANCE, compute_deviation, isoflop
 from moelab.scaling.isoflop_sparsity import sparsity_isoflop
 from moelab.scaling.laws import SPARSITY, get_law
 from moelab.scaling.optimal import (
-    INTERVAL_KEYS, compute_optimal, optimal_sparsity_at_params,
-    seconds_optimal, three_optima, with_intervals,
+    INTERVAL_KEYS, FlopsCurvePoint, ParamsCurvePoint, SecondsCurvePoint, compute_optimal,
+    optimal_sparsity_at_params, seconds_optimal, three_optima, with_intervals,
 )
-from moelab.scaling.summary import fit_columns
+from moelab.scaling.summary import LawFit, fit_columns
 from moelab.scaling.table import fit_table_from_rows
 from moelab.scaling.throughput import (
-    REQUIRED_COLUMNS, family_throughput, fit_throughput, moe_versus_dense, per_shape_means,
+    REQUIRED_COLUMNS, ShapeThroughput, ThroughputRow, family_throughput, fit_throughput,
+    moe_versus_dense, per_shape_means,
 )
 from moelab.sweep.folder import SWEEP_FIT_COLUMNS, read_grid, read_results, row_seed, write_analysis
 from moelab.sweep.law_checks import form_tests, sparsity_deltas
 from moelab.sweep.records import (
-    ComputeDeviation, FormsRecord, GridRecord, IsoflopRecord, LawFit, OptimaRecord, SweepAnalysis,
-    ThroughputRecord,
+    ComputeDeviation, FormsRecord, FormSummary, GridRecord, IsoflopRecord, OptimaRecord,
+    SweepAnalysis, SweepFit, ThroughputRecord,
 )
 from moelab.sweep.finetune import finetune_analysis
 from moelab.sweep.fixed_size_report import fixed_size_record
@@ -132,36 +132,26 @@ def _fit_law(analysis: SweepAnalysis, columns: dict, holdout: str, log,
     else:
         selection = select_form(columns, holdout, bootstrap_replicates=replicates,
                                 max_starts=max_starts, log=log)
-        chosen = next((c for c in selection["forms"] if c["law"] == selection["chosen"]), None)
-        fit, holdout_fit = (chosen["fit"], chosen["fit_holdout"]) if chosen else (None, None)
-        analysis.forms = _forms_record(selection)
+        chosen = selection.chosen_check()
+        fit, holdout_fit = (chosen.fit, chosen.fit_holdout) if chosen else (None, None)
+        analysis.forms = FormsRecord(selection.chosen, selection.criteria,
+                                     [FormSummary.of(check) for check in selection.forms])
         analysis.status.law = "chosen" if chosen else "no_form_identified"
         analysis.form_tests = form_tests(selection, columns, non_embedding,
                                          max_starts=max_starts, log=log)
-    analysis.holdout_fit = holdout_fit and LawFit.from_dict(holdout_fit)
+    analysis.holdout_fit = holdout_fit
     if fit is not None:
-        analysis.fit = replace(LawFit.from_dict(fit), shared_fraction=analysis.shared_fraction,
-                               source="results.csv", columns=SWEEP_FIT_COLUMNS)
+        analysis.fit = SweepFit.of(fit, shared_fraction=analysis.shared_fraction,
+                                   source="results.csv", columns=SWEEP_FIT_COLUMNS)
 
 
-def _fit_or_none(columns, replicates, holdout, max_starts, log) -> dict | None:
+def _fit_or_none(columns, replicates, holdout, max_starts, log) -> LawFit | None:
     try:
         return fit_columns(SPARSITY.name, columns, bootstrap_replicates=replicates,
                            holdout=holdout, max_starts=max_starts)
     except MoelabError as exc:  # too few points, or a holdout that leaves nothing to fit
         log(f"sparsity-law fit skipped: {exc}")
         return None
-
-
-def _forms_record(selection: dict) -> FormsRecord:
-    """forms.json: the checks of every form, without the bulky bootstrap replicates."""
-    forms = []
-    for check in selection["forms"]:
-        summary = {k: v for k, v in check.items() if k not in ("fit", "fit_holdout")}
-        if "fit" in check:
-            summary.update(params=check["fit"]["params"], ci=check["fit"]["ci"])
-        forms.append(summary)
-    return FormsRecord(selection["chosen"], selection["criteria"], forms)
 
 
 # --------------------------------------------------------------------------------------------
@@ -223,11 +213,12 @@ def _throughput_record(header: list[str], rows: list[dict[str, str]],
         return None
     runs = [_throughput_row(row) for row in rows]
     shapes = per_shape_means(runs)
-    ratios = {(r["N_total"], r["S"]): r for r in moe_versus_dense(shapes)}
+    ratios = {(r.N_total, r.S): r for r in moe_versus_dense(shapes)}
     for shape in shapes:  # measured against dense models, no throughput model involved
-        ratio = ratios.get((shape["N_total"], shape["S"]), {})
-        shape["tokens_per_s_vs_dense"] = ratio.get("tokens_per_s_vs_same_size_dense")
-        shape["step_time_vs_equal_flops_dense"] = ratio.get("step_time_vs_equal_flops_dense")
+        ratio = ratios.get((shape.N_total, shape.S))
+        if ratio is not None:
+            shape.tokens_per_s_vs_dense = ratio.tokens_per_s_vs_same_size_dense
+            shape.step_time_vs_equal_flops_dense = ratio.step_time_vs_equal_flops_dense
     model, problem = None, None
     try:
         # The folder's own file, not its path: a copied or moved sweep folder stays the same.
@@ -237,17 +228,18 @@ def _throughput_record(header: list[str], rows: list[dict[str, str]],
     analysis.status.throughput = "model fitted" if model else f"no model: {problem}"
     return ThroughputRecord(source="results.csv", rows=shapes, runs=len(runs),
                             devices=sorted({row.get("device", "") for row in rows}),
-                            model=model.to_dict() if model else None, model_problem=problem)
+                            model=model.record() if model else None, model_problem=problem)
 
 
-def _throughput_row(row: dict[str, str]) -> dict:
-    values = {key: float(row[key]) for key in REQUIRED_COLUMNS}
-    values.update(k=float(row.get("k") or 1), device=row.get("device", ""),
-                  step_time_s=float(row["step_time_s"]) if row.get("step_time_s") else None,
-                  peak_memory_bytes=float(row["peak_memory_bytes"]) if row.get("peak_memory_bytes") else None)
-    if row.get("tokens_per_step"):
-        values["tokens_per_step"] = float(row["tokens_per_step"])
-    return values
+def _throughput_row(row: dict[str, str]) -> ThroughputRow:
+    def optional(key: str) -> float | None:
+        return float(row[key]) if row.get(key) else None
+
+    return ThroughputRow(**{key: float(row[key]) for key in REQUIRED_COLUMNS},
+                         k=float(row.get("k") or 1), device=row.get("device", ""),
+                         step_time_s=optional("step_time_s"),
+                         peak_memory_bytes=optional("peak_memory_bytes"),
+                         tokens_per_step=optional("tokens_per_step"))
 
 
 # --------------------------------------------------------------------------------------------
@@ -274,10 +266,11 @@ def _optima_record(columns: dict, grid: GridRecord, analysis: SweepAnalysis) -> 
     c_grid = np.geomspace(observed_c.min(), observed_c.max() * 100, CURVE_POINTS)
     n_grid = np.geomspace(columns["N"].min(), columns["N"].max() * 100, CURVE_POINTS)
     vs_c = [with_intervals(lambda p, c=c: compute_optimal(law, p, c, shared_fraction=shared),
-                           fit.params, replicas) | {"flops": float(c)} for c in c_grid]
+                           fit.params, replicas).at(FlopsCurvePoint, flops=float(c))
+            for c in c_grid]
     vs_n = [with_intervals(lambda p, n=n: optimal_sparsity_at_params(
                 law, p, n, flops=flops_reference, shared_fraction=shared),
-            fit.params, replicas) | {"params": float(n)} for n in n_grid]
+            fit.params, replicas).at(ParamsCurvePoint, params=float(n)) for n in n_grid]
     optima = OptimaRecord(shared_fraction=shared, flops_for_fixed_params=flops_reference,
                           vs_flops=vs_c, vs_params=vs_n)
     model = analysis.throughput.fitted_model() if analysis.throughput else None
@@ -285,7 +278,7 @@ def _optima_record(columns: dict, grid: GridRecord, analysis: SweepAnalysis) -> 
         status.seconds = "no throughput model: " + (status.throughput or "")
         return optima
     speeds = _run_speeds(analysis.throughput, columns)
-    train_seconds = columns["D"] / np.array([r["tokens_per_s"] for r in speeds])
+    train_seconds = columns["D"] / np.array([r.tokens_per_s for r in speeds])
     optima.seconds_reference = float(np.median(train_seconds))
     optima.top_k = grid.top_k
     optima.vs_seconds = _seconds_curve(law, fit.params, replicas, model, shared or 0.0,
@@ -296,14 +289,15 @@ def _optima_record(columns: dict, grid: GridRecord, analysis: SweepAnalysis) -> 
     return optima
 
 
-def _run_speeds(throughput: ThroughputRecord, columns: dict) -> list[dict]:
+def _run_speeds(throughput: ThroughputRecord, columns: dict) -> list[ShapeThroughput]:
     """Each run's tokens/s, as the per-shape medians of throughput.json (runs of one shape at
     other budgets are the same model on the same machine)."""
-    by_shape = {(r["N_total"], r["S"]): r for r in throughput.rows}
+    by_shape = {(r.N_total, r.S): r for r in throughput.rows}
     return [by_shape[(float(n), float(s))] for n, s in zip(columns["N"], columns["S"])]
 
 
-def _seconds_curve(law, params, replicas, model, shared, top_k, train_seconds) -> list[dict]:
+def _seconds_curve(law, params, replicas, model, shared, top_k,
+                   train_seconds) -> list[SecondsCurvePoint]:
     """S*(T) over wall-clock budgets from the sweep's shortest run to 100 x its longest."""
     timings = model.replicates or [model.coefficients]
     pairs = [(p, timings[i % len(timings)]) for i, p in enumerate(replicas)]
@@ -315,5 +309,5 @@ def _seconds_curve(law, params, replicas, model, shared, top_k, train_seconds) -
 
         curve.append(with_intervals(solve, (params, model.coefficients), pairs,
                                     keys=INTERVAL_KEYS + ("tokens_per_s", "flops"))
-                     | {"seconds": float(seconds)})
+                     .at(SecondsCurvePoint, seconds=float(seconds)))
     return curve

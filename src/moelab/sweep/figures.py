@@ -19,8 +19,10 @@ from moelab.report.axes import (
 from moelab.scaling.family import active_params
 from moelab.scaling.isoflop import budget_fit_loss
 from moelab.scaling.laws import get_law
-from moelab.scaling.optimal import DEFAULT_MAX_SPARSITY
-from moelab.sweep.records import LawFit
+from moelab.scaling.optimal import (
+    DEFAULT_MAX_SPARSITY, FlopsCurvePoint, ParamsCurvePoint, SecondsCurvePoint,
+)
+from moelab.scaling.summary import LawFit
 
 ISOFLOP_FIT_STYLE = {"linestyle": "--", "linewidth": 1.2, "gid": "isoflop-fit"}
 SEARCH_LIMIT_TOLERANCE = 1e-4
@@ -112,7 +114,8 @@ def _palette(count: int) -> list:
 
 
 
-def optima_figure(path: Path, vs_n: list[dict], vs_c: list[dict], vs_t: list[dict] | None,
+def optima_figure(path: Path, vs_n: list[ParamsCurvePoint], vs_c: list[FlopsCurvePoint],
+                  vs_t: list[SecondsCurvePoint] | None,
                   flops_reference: float, max_sparsity: float = DEFAULT_MAX_SPARSITY) -> Path:
     """S* against N, C and (measured hardware) T, with the bootstrap band; optima at the
     search's upper limit ``max_sparsity`` are flagged: there the curve flattens because the
@@ -125,12 +128,12 @@ def optima_figure(path: Path, vs_n: list[dict], vs_c: list[dict], vs_t: list[dic
                        "time-optimal"))
     fig, axes = new_figure(ncols=len(panels), width_in=5.0)
     for ax, (rows, key, label, tick_format, title) in zip(axes, panels):
-        x = np.array([r[key] for r in rows])
-        sparsity = np.array([r["optimum"]["sparsity"] for r in rows])
+        x = np.array([getattr(r, key) for r in rows])
+        sparsity = np.array([r.optimum.sparsity for r in rows])
         ax.plot(x, sparsity, marker="o", label="best fit")
-        if rows[0]["ci"]:
-            ax.fill_between(x, [r["ci"]["sparsity"][0] for r in rows],
-                            [r["ci"]["sparsity"][1] for r in rows], alpha=0.25, label="95 % band")
+        if rows[0].ci:
+            ax.fill_between(x, [r.ci["sparsity"][0] for r in rows],
+                            [r.ci["sparsity"][1] for r in rows], alpha=0.25, label="95 % band")
         at_limit = sparsity >= max_sparsity - SEARCH_LIMIT_TOLERANCE
         if at_limit.any():
             ax.scatter(x[at_limit], sparsity[at_limit], marker="^", s=90, facecolors="none",

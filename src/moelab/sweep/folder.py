@@ -9,15 +9,17 @@ through these alone: ``grid.json`` (as moelab sweep-sparsity wrote it, or as a G
 from __future__ import annotations
 
 import json
-from dataclasses import replace
+from dataclasses import is_dataclass, replace
 from pathlib import Path
 
+from moelab.codec import from_json, to_json
 from moelab.errors import ConfigError, MoelabError, short_repr
 from moelab.fileio import atomic_write_json, read_json as read_json_file
+from moelab.scaling.summary import LawFit
 from moelab.scaling.table import RESULTS_CSV_COLUMNS, read_csv_rows
 from moelab.sweep.grid import with_seeds_key
 from moelab.sweep.records import (
-    AnalysisStatus, FormsRecord, GridRecord, IsoflopRecord, LawFit, OptimaRecord, SweepAnalysis,
+    AnalysisStatus, FormsRecord, GridRecord, IsoflopRecord, OptimaRecord, SweepAnalysis, SweepFit,
     ThroughputRecord,
 )
 
@@ -105,12 +107,12 @@ def write_analysis(out_dir: Path, analysis: SweepAnalysis) -> None:
     """analysis.json and the files beside it; a file the analysis no longer supports (its record
     is None) is removed rather than left stale."""
     records = {
-        "forms.json": analysis.forms and analysis.forms.to_dict(),
-        "fit.json": analysis.fit and analysis.fit.to_dict(),
-        "fit_holdout.json": analysis.holdout_fit and analysis.holdout_fit.to_dict(),
+        "forms.json": analysis.forms and to_json(analysis.forms),
+        "fit.json": analysis.fit and to_json(analysis.fit),
+        "fit_holdout.json": analysis.holdout_fit and to_json(analysis.holdout_fit),
         "isoflop.json": analysis.isoflop and analysis.isoflop.to_dict(),
-        "throughput.json": analysis.throughput and analysis.throughput.to_dict(),
-        "optima.json": analysis.optima and analysis.optima.to_dict(),
+        "throughput.json": analysis.throughput and to_json(analysis.throughput),
+        "optima.json": analysis.optima and to_json(analysis.optima),
         "form_tests.json": analysis.form_tests,
         "zero_shot.json": analysis.zero_shot,
         "finetune.json": analysis.finetune,
@@ -130,7 +132,7 @@ def read_analysis(out_dir: Path) -> SweepAnalysis:
     settings = read_json(Path(out_dir) / "analysis.json")
     return SweepAnalysis(
         bootstrap_replicates=settings["bootstrap_replicates"], max_starts=settings["max_starts"],
-        columns=settings["columns"], status=AnalysisStatus.from_dict(settings["status"]),
+        columns=settings["columns"], status=from_json(AnalysisStatus, settings["status"]),
         n_points=settings.get("n_points"), shared_fraction=settings.get("shared_fraction"))
 
 
@@ -140,15 +142,19 @@ def with_derived_files(out_dir: Path, analysis: SweepAnalysis) -> SweepAnalysis:
     out_dir = Path(out_dir)
 
     def optional(name: str, parse):
+        """The file's record: ``parse`` a typed record's class (read by the codec) or a
+        function of the JSON."""
         record = read_optional_json(out_dir / name)
-        return None if record is None else parse(record)
+        if record is None:
+            return None
+        return from_json(parse, record) if is_dataclass(parse) else parse(record)
 
     return replace(
-        analysis, fit=optional("fit.json", LawFit.from_dict),
-        forms=optional("forms.json", FormsRecord.from_dict),
-        holdout_fit=optional("fit_holdout.json", LawFit.from_dict),
-        throughput=optional("throughput.json", ThroughputRecord.from_dict),
-        optima=optional("optima.json", OptimaRecord.from_dict),
+        analysis, fit=optional("fit.json", SweepFit),
+        forms=optional("forms.json", FormsRecord),
+        holdout_fit=optional("fit_holdout.json", LawFit),
+        throughput=optional("throughput.json", ThroughputRecord),
+        optima=optional("optima.json", OptimaRecord),
         isoflop=optional("isoflop.json", IsoflopRecord.from_dict),
         form_tests=optional("form_tests.json", dict),
         zero_shot=optional("zero_shot.json", dict),

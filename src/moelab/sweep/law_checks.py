@@ -17,7 +17,7 @@ from moelab.errors import MoelabError
 from moelab.scaling.form_tests import (
     CONSTANT_S_STAR, FORMS_BY_NAME, choose_by_f_tests, lack_of_fit, pure_error, residual_ss,
 )
-from moelab.scaling.forms import FORMS
+from moelab.scaling.forms import FORMS, FormSelection
 from moelab.scaling.summary import fit_columns
 from moelab.scaling.table import holdout_mask
 from moelab.stats.intervals import mean_interval, t_interval
@@ -28,7 +28,7 @@ N_COUNTS = {"total": "N_total", "non_embedding": "N_non_embedding"}
 HOLDOUTS = ("S=max", "D=max")
 
 
-def form_tests(selection: dict, columns: dict[str, np.ndarray], non_embedding: np.ndarray | None,
+def form_tests(selection: FormSelection, columns: dict[str, np.ndarray], non_embedding: np.ndarray | None,
                *, max_starts: int | None, log: Callable[[str], None]) -> dict | None:
     """Per N count: every form's residual sum of squares, lack-of-fit F, held-out errors at the
     largest S and the largest D, and the form chosen by nested F tests. ``selection`` is
@@ -52,18 +52,18 @@ def form_tests(selection: dict, columns: dict[str, np.ndarray], non_embedding: n
     return result
 
 
-def _checks_total(selection: dict, columns: dict, max_starts, log) -> list[dict]:
+def _checks_total(selection: FormSelection, columns: dict, max_starts, log) -> list[dict]:
     """Total N: the forms' fits from the selection, plus a refit without the largest D."""
     forms = []
-    for check in selection["forms"]:
-        if "skipped" in check:
-            forms.append({"law": check["law"], "num_params": check["num_params"],
-                          "skipped": check["skipped"]})
+    for check in selection.forms:
+        if check.fit is None:
+            forms.append({"law": check.law, "num_params": check.num_params,
+                          "skipped": check.skipped})
             continue
-        law = FORMS_BY_NAME[check["law"]]
+        law = FORMS_BY_NAME[check.law]
         forms.append({"law": law.name, "num_params": law.num_params,
-                      "ss": residual_ss(law, check["fit"]["theta"], columns),
-                      "holdout_mae": {"S=max": check["holdout_mae"],
+                      "ss": residual_ss(law, check.fit.theta, columns),
+                      "holdout_mae": {"S=max": check.holdout_mae,
                                       "D=max": _holdout_mae(law.name, columns, "D=max",
                                                             max_starts, log)}})
     return forms
@@ -78,7 +78,7 @@ def _checks_refitted(columns: dict, max_starts, log) -> list[dict]:
             forms.append({"law": law.name, "num_params": law.num_params, "skipped": str(exc)})
             continue
         forms.append({"law": law.name, "num_params": law.num_params,
-                      "ss": residual_ss(law, fit["theta"], columns),
+                      "ss": residual_ss(law, fit.theta, columns),
                       "holdout_mae": {spec: _holdout_mae(law.name, columns, spec, max_starts, log)
                                       for spec in HOLDOUTS}})
     return forms
@@ -91,7 +91,7 @@ def _holdout_mae(law_name: str, columns: dict, spec: str, max_starts, log) -> fl
     except MoelabError as exc:  # a holdout that leaves too few points for this form
         log(f"{law_name} without {spec} skipped: {exc}")
         return None
-    return fit["holdout"]["mean_abs_error"]
+    return fit.holdout.mean_abs_error
 
 
 def sparsity_deltas(rows: list[dict[str, str]]) -> dict | None:

@@ -1,10 +1,11 @@
 """The sweep analysis as typed records: what ``analysis`` finds and ``report`` renders.
 
 Each record is one of the sweep folder's JSON files, its fields in the file's key order, turned
-into a dict only at the file boundary (``to_dict`` when written, ``from_dict`` when read back), so
-the files stay as they were and a reader finds every field by its name. The law maths' own
-records inside them (a fit as ``moelab fit --json`` writes it, an IsoFLOP analysis, an optimum with
-its intervals, a throughput model) stay the plain records of ``moelab.scaling``.
+into plain JSON only at the file boundary (``moelab.codec``: ``to_json`` when written,
+``from_json`` when read back), so the files stay as they were and a reader finds every field by
+its name. The law maths' own records inside them (a fit as ``moelab fit --json`` writes it, a
+form's checks, an optimum with its intervals, a throughput model) are the typed records of
+``moelab.scaling``.
 """
 
 from __future__ import annotations
@@ -12,45 +13,25 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import Optional
 
-from moelab.scaling.throughput import ThroughputModel
+from moelab.codec import to_json
+from moelab.scaling.forms import FormCheck, FormCriteria, FormOutcome
+from moelab.scaling.optimal import FlopsCurvePoint, ParamsCurvePoint, SecondsCurvePoint, ThreeOptima
+from moelab.scaling.summary import OMIT_NONE, LawFit
+from moelab.scaling.throughput import ShapeThroughput, ThroughputModel, ThroughputModelRecord
 
 
-@dataclass
-class LawFit:
-    """A law fitted to the sweep's points: the record ``moelab fit --json`` writes
-    (``moelab.scaling.summary.fit_columns``), and in fit.json the keys the sweep adds
-    (``source`` set), so that ``moelab optimal DIR/fit.json`` reads it as any FIT.json."""
+@dataclass(kw_only=True)
+class SweepFit(LawFit):
+    """fit.json: the chosen form's fit (``moelab fit --json``'s record) and the keys the sweep
+    adds, so that ``moelab optimal DIR/fit.json`` reads it as any FIT.json."""
 
-    law: str
-    params: dict[str, float]
-    objective: float
-    n_points: int
-    num_starts: int
-    theta: dict[str, float]
-    derived: dict[str, float]
-    ci: dict[str, list[float]]
-    """95 % intervals by parameter name; empty without bootstrap resamples."""
-    holdout: Optional[dict]
-    """How well the fit predicts the held-out points (``heldout_error``), or None."""
-    bootstrap: Optional[dict]
     shared_fraction: Optional[float] = None
     source: Optional[str] = None
     columns: Optional[dict[str, str]] = None
 
-    @property
-    def replicas(self) -> list[dict[str, float]]:
-        """The bootstrap fits' parameters (empty without resamples)."""
-        return self.bootstrap["params"] if self.bootstrap else []
-
-    def to_dict(self) -> dict:
-        names = [f.name for f in fields(self)]
-        if self.source is None:  # fit_holdout.json: the fit's record alone
-            names = names[:names.index("shared_fraction")]
-        return {name: getattr(self, name) for name in names}
-
     @classmethod
-    def from_dict(cls, record: dict) -> "LawFit":
-        return cls(**{f.name: record.get(f.name) for f in fields(cls)})
+    def of(cls, fit: LawFit, **sweep_keys) -> "SweepFit":
+        return cls(**{f.name: getattr(fit, f.name) for f in fields(fit)}, **sweep_keys)
 
 
 @dataclass
@@ -88,22 +69,29 @@ class AnalysisStatus:
     """What was and was not computed, and why (analysis.json's ``status``); a step that did not
     run has no entry."""
 
-    results: Optional[str] = None
+    results: Optional[str] = field(default=None, metadata=OMIT_NONE)
     """Set only when results.csv has no complete runs (and then alone)."""
-    law: Optional[str] = None
+    law: Optional[str] = field(default=None, metadata=OMIT_NONE)
     """chosen, no_form_identified, one_sparsity or too_few_points."""
-    throughput: Optional[str] = None
-    optima: Optional[str] = None
+    throughput: Optional[str] = field(default=None, metadata=OMIT_NONE)
+    optima: Optional[str] = field(default=None, metadata=OMIT_NONE)
     """computed, no_law, one_sparsity or no_sparsity_term."""
-    seconds: Optional[str] = None
+    seconds: Optional[str] = field(default=None, metadata=OMIT_NONE)
 
-    def to_dict(self) -> dict:
-        return {f.name: getattr(self, f.name) for f in fields(self)
-                if getattr(self, f.name) is not None}
+
+@dataclass(kw_only=True)
+class FormSummary(FormOutcome):
+    """A form's checks in forms.json: its fit's parameters and intervals instead of the fits."""
+
+    params: Optional[dict[str, float]] = field(default=None, metadata=OMIT_NONE)
+    ci: Optional[dict[str, list[float]]] = field(default=None, metadata=OMIT_NONE)
 
     @classmethod
-    def from_dict(cls, record: dict) -> "AnalysisStatus":
-        return cls(**{f.name: record[f.name] for f in fields(cls) if f.name in record})
+    def of(cls, check: FormCheck) -> "FormSummary":
+        outcome = {f.name: getattr(check, f.name) for f in fields(FormOutcome)}
+        if check.fit is None:
+            return cls(**outcome)
+        return cls(**outcome, params=check.fit.params, ci=check.fit.ci)
 
 
 @dataclass
@@ -112,15 +100,8 @@ class FormsRecord:
     replicates; ``chosen`` is None when no form passes."""
 
     chosen: Optional[str]
-    criteria: dict
-    forms: list[dict]
-
-    def to_dict(self) -> dict:
-        return {"chosen": self.chosen, "criteria": self.criteria, "forms": self.forms}
-
-    @classmethod
-    def from_dict(cls, record: dict) -> "FormsRecord":
-        return cls(record["chosen"], record["criteria"], record["forms"])
+    criteria: FormCriteria
+    forms: list[FormSummary]
 
 
 @dataclass
@@ -170,32 +151,18 @@ class ThroughputRecord:
     fitted to every run (None with the reason in ``model_problem``)."""
 
     source: str
-    rows: list[dict]
+    rows: list[ShapeThroughput]
     runs: int
     devices: list[str]
-    model: Optional[dict]
-    """``ThroughputModel.to_dict()``."""
+    model: Optional[ThroughputModelRecord]
     model_problem: Optional[str]
-
-    def to_dict(self) -> dict:
-        return {"source": self.source, "rows": self.rows, "runs": self.runs,
-                "devices": self.devices, "model": self.model, "model_problem": self.model_problem}
-
-    @classmethod
-    def from_dict(cls, record: dict) -> "ThroughputRecord":
-        return cls(record["source"], record["rows"], record["runs"], record["devices"],
-                   record.get("model"), record.get("model_problem"))
 
     def fitted_model(self) -> ThroughputModel | None:
         """The stored throughput model, or None."""
-        if not self.model:
-            return None
-        stored = self.model
-        return ThroughputModel(stored["coefficients"], stored["bootstrap"]["coefficients"],
-                               stored.get("tokens_per_step"), stored["n_rows"], stored["source"])
+        return self.model.model() if self.model else None
 
 
-@dataclass
+@dataclass(kw_only=True)
 class OptimaRecord:
     """optima.json: S*(C), S*(N) and, with a throughput model, S*(T) and the three optima at
     the sweep's median training time. Each curve point is an optimum with its intervals
@@ -204,26 +171,13 @@ class OptimaRecord:
     shared_fraction: Optional[float]
     flops_for_fixed_params: float
     """The compute S*(N) is solved at: the sweep's median."""
-    vs_flops: list[dict]
-    vs_params: list[dict]
-    vs_seconds: Optional[list[dict]] = None
-    three: Optional[dict] = None
-    seconds_reference: Optional[float] = None
+    vs_flops: list[FlopsCurvePoint]
+    vs_params: list[ParamsCurvePoint]
+    vs_seconds: Optional[list[SecondsCurvePoint]] = None
+    three: Optional[ThreeOptima] = None
+    seconds_reference: Optional[float] = field(default=None, metadata=OMIT_NONE)
     """The sweep's median training time (set with the seconds optima)."""
-    top_k: Optional[int] = None
-
-    def to_dict(self) -> dict:
-        record = {"shared_fraction": self.shared_fraction,
-                  "flops_for_fixed_params": self.flops_for_fixed_params,
-                  "vs_flops": self.vs_flops, "vs_params": self.vs_params,
-                  "vs_seconds": self.vs_seconds, "three": self.three}
-        if self.seconds_reference is not None:
-            record.update(seconds_reference=self.seconds_reference, top_k=self.top_k)
-        return record
-
-    @classmethod
-    def from_dict(cls, record: dict) -> "OptimaRecord":
-        return cls(**{f.name: record.get(f.name) for f in fields(cls)})
+    top_k: Optional[int] = field(default=None, metadata=OMIT_NONE)
 
 
 @dataclass
@@ -240,7 +194,7 @@ class SweepAnalysis:
     """The runs in results.csv; None when it has none yet."""
     shared_fraction: Optional[float] = None
     """The runs' share of parameters outside the experts; None when every run is dense."""
-    fit: Optional[LawFit] = None
+    fit: Optional[SweepFit] = None
     """fit.json: the chosen form's fit."""
     holdout_fit: Optional[LawFit] = None
     """fit_holdout.json: the same form refitted without the held-out points."""
@@ -266,7 +220,7 @@ class SweepAnalysis:
         """analysis.json."""
         record = {"bootstrap_replicates": self.bootstrap_replicates,
                   "max_starts": self.max_starts, "columns": self.columns,
-                  "status": self.status.to_dict()}
+                  "status": to_json(self.status)}
         if self.n_points is not None:
             record.update(n_points=self.n_points, shared_fraction=self.shared_fraction)
         return record

@@ -21,6 +21,7 @@ from moelab.fileio import atomic_write_text
 from moelab.report import format_count, format_number, markdown_table
 from moelab.scaling.forms import MIN_STEADY_REPLICATES
 from moelab.scaling.laws import SPARSITY, get_law
+from moelab.scaling.optimal import OptimumInterval, VersusDenseInterval
 from moelab.scaling.table import fit_table_from_rows
 from moelab.sweep.analysis import analyse_sweep
 from moelab.sweep.figures import isoflop_figure, optima_figure
@@ -28,7 +29,8 @@ from moelab.sweep.fixed_size_report import fixed_size_section
 from moelab.sweep.folder import (
     read_analysis, read_grid, read_optional_json, read_results, with_derived_files,
 )
-from moelab.sweep.records import FormsRecord, GridRecord, LawFit, OptimaRecord, SweepAnalysis
+from moelab.scaling.summary import LawFit
+from moelab.sweep.records import FormsRecord, GridRecord, OptimaRecord, SweepAnalysis
 from moelab.sweep.report_sections import (
     constant_s_star_text, finetune_analysis_text, form_tests_section, isoflop_optima_text,
     poorly_supported_text, zero_shot_analysis_text,
@@ -153,16 +155,16 @@ def _forms_section(selection: FormsRecord) -> str:
     criteria = selection.criteria
     rows = []
     for check in selection.forms:
-        law = get_law(check["law"])
-        if "skipped" in check:
+        law = get_law(check.law)
+        if check.skipped is not None:
             rows.append([f"`{law.name}`", str(law.num_params), "–", "–", "skipped: too few points", ""])
             continue
-        identified = "yes" if check["identified"] else "no: " + "; ".join(check["problems"])
-        rows.append([f"`{law.name}`", str(law.num_params), f"{check['objective']:.3e}",
-                     f"{check['holdout_mae']:.4f}", identified,
-                     "**chosen**" if check["law"] == selection.chosen else ""])
-    formulas = "\n".join(f"- `{name}`: {get_law(name).formula}"
-                          for name in (c["law"] for c in selection.forms))
+        identified = "yes" if check.identified else "no: " + "; ".join(check.problems or [])
+        rows.append([f"`{law.name}`", str(law.num_params), f"{check.objective:.3e}",
+                     f"{check.holdout_mae:.4f}", identified,
+                     "**chosen**" if check.law == selection.chosen else ""])
+    formulas = "\n".join(f"- `{check.law}`: {get_law(check.law).formula}"
+                          for check in selection.forms)
     if selection.chosen:
         verdict = (f"The richest form that passes both checks is `{selection.chosen}`; the fit, "
                    "the held-out check and the optima below use it (`fit.json`).")
@@ -176,18 +178,18 @@ def _forms_section(selection: FormsRecord) -> str:
             "only through compute (N = total parameters):\n\n"
             f"{formulas}\n\n"
             "Each is fitted to every point with bootstrap intervals "
-            f"({criteria['bootstrap_replicates']} resamples) and refitted without the held-out "
-            f"points ({criteria['holdout']}). A form is identified when "
-            + (f"every term adds at least {criteria['min_term_size']:g} nats to some point's "
-               "loss, " if "min_term_size" in criteria else "")  # older forms.json lack it
-            + f"each exponent moves its term by at least {criteria['min_exponent_effect']:g} "
+            f"({criteria.bootstrap_replicates} resamples) and refitted without the held-out "
+            f"points ({criteria.holdout}). A form is identified when "
+            + (f"every term adds at least {criteria.min_term_size:g} nats to some point's "
+               "loss, " if criteria.min_term_size is not None else "")  # older forms.json lack it
+            + f"each exponent moves its term by at least {criteria.min_exponent_effect:g} "
             "nats over the points' range, "
             "every 95 % interval is finite (no coefficient reaching 0 or infinity) and no "
             "exponent's interval contains 0 or is wider than "
-            f"{criteria['max_exponent_ci_width']:g}"
-            + _resamples_caveat(criteria["bootstrap_replicates"])
+            f"{criteria.max_exponent_ci_width:g}"
+            + _resamples_caveat(criteria.bootstrap_replicates)
             + "; it is predictive when its held-out "
-            f"mean absolute error is at most {criteria['max_holdout_mae']:g} nats (`forms.json`)."
+            f"mean absolute error is at most {criteria.max_holdout_mae:g} nats (`forms.json`)."
             f"\n\n" + markdown_table(["form", "parameters", "objective", "held-out MAE",
                                       "identified", ""], rows, "lrrrll")
             + f"\n{verdict}\n")
@@ -242,14 +244,14 @@ def _fit_section(fit: LawFit, shared: float | None, replicates: int) -> str:
 
 def _holdout_section(holdout_fit: LawFit) -> str:
     held = holdout_fit.holdout
-    rows = [[f"{p['S']:g}", format_count(p["N"]), format_count(p["D"]), format_number(p["loss"]),
-             format_number(p["predicted"]), f"{(p['predicted'] - p['loss']) / p['loss']:+.2%}"]
-            for p in held["points"]]
-    return (f"## Held-out check ({held['spec']})\n\n"
-            f"The law refitted without the {held['n_points']} points where {held['spec']} "
+    rows = [[f"{p.S:g}", format_count(p.N), format_count(p.D), format_number(p.loss),
+             format_number(p.predicted), f"{(p.predicted - p.loss) / p.loss:+.2%}"]
+            for p in held.points]
+    return (f"## Held-out check ({held.spec})\n\n"
+            f"The law refitted without the {held.n_points} points where {held.spec} "
             f"(`fit_holdout.json`) predicts them with mean |log error| "
-            f"{held['mean_abs_log_error']:.4f}, loss RMSE {held['rmse_loss']:.4f} and at most "
-            f"{held['max_abs_relative_error']:.2%} relative error.\n\n"
+            f"{held.mean_abs_log_error:.4f}, loss RMSE {held.rmse_loss:.4f} and at most "
+            f"{held.max_abs_relative_error:.2%} relative error.\n\n"
             + markdown_table(["S", "N", "D", "loss", "predicted", "error"], rows, "rrrrrr"))
 
 
@@ -382,14 +384,14 @@ def _throughput_section(analysis: SweepAnalysis) -> str:
     if throughput is None:
         return ("## Throughput\n\n"
                 f"Not measured: {analysis.status.throughput or 'no throughput.json'}.\n")
-    rows = [[format_count(r["N_total"]), format_count(r["N_active"]), f"{r['S']:g}",
-             f"{r['E']:g}", f"{r['tokens_per_s']:,.0f}",
-             f"{r['step_time_s'] * 1e3:.1f}" if r.get("step_time_s") else "–",
-             f"{r['peak_memory_bytes'] / 2**20:,.0f}" if r.get("peak_memory_bytes") else "–",
-             f"{r['tokens_per_s_vs_dense']:.2f}" if r.get("tokens_per_s_vs_dense") else "–",
-             f"{r['step_time_vs_equal_flops_dense']:.2f}"
-             if r.get("step_time_vs_equal_flops_dense") else "–",
-             str(r["runs"])] for r in throughput.rows]
+    rows = [[format_count(r.N_total), format_count(r.N_active), f"{r.S:g}",
+             f"{r.E:g}", f"{r.tokens_per_s:,.0f}",
+             f"{r.step_time_s * 1e3:.1f}" if r.step_time_s else "–",
+             f"{r.peak_memory_bytes / 2**20:,.0f}" if r.peak_memory_bytes else "–",
+             f"{r.tokens_per_s_vs_dense:.2f}" if r.tokens_per_s_vs_dense else "–",
+             f"{r.step_time_vs_equal_flops_dense:.2f}"
+             if r.step_time_vs_equal_flops_dense else "–",
+             str(r.runs)] for r in throughput.rows]
     text = ("## Throughput\n\n"
             "Training tokens/s each run measured on the machine that ran it (training time "
             "only, eval and checkpoints excluded; median over the runs of a shape, "
@@ -406,13 +408,13 @@ def _throughput_section(analysis: SweepAnalysis) -> str:
     model = throughput.model
     if model is None:
         return text + f"\nNo throughput model: {throughput.model_problem}\n"
-    coefficients, ci = model["coefficients"], model["ci"]
+    coefficients, ci = model.coefficients, model.ci
     terms = [[name, f"{coefficients[name]:.3g}",
               f"[{ci[name][0]:.3g}, {ci[name][1]:.3g}]" if ci else "–"] for name in coefficients]
     overhead = (coefficients["a"] + coefficients["m"]) / coefficients["a"] if coefficients["a"] else math.nan
     return (text + f"\nThroughput model (`moelab.scaling.throughput`), fitted to all "
-            f"{model['n_rows']} runs: {model['form']}, with 95 % intervals from "
-            f"{model['bootstrap']['replicates']} resamples of the distinct shapes. A FLOP inside "
+            f"{model.n_rows} runs: {model.form}, with 95 % intervals from "
+            f"{model.bootstrap.replicates} resamples of the distinct shapes. A FLOP inside "
             f"the expert layers costs (a + m) / a = {overhead:.2f} x a dense FLOP; attention, "
             "embedding and head FLOPs are priced as dense.\n\n"
             + markdown_table(["term", "seconds per token per unit", "95 % CI"], terms, "lrr"))
@@ -449,13 +451,13 @@ def _optima_section(out_dir: Path, analysis: SweepAnalysis,
     vs_n, vs_c, vs_t = optima.vs_params, optima.vs_flops, optima.vs_seconds
     optima_figure(out_dir / "figures" / "optimal_sparsity.png", vs_n, vs_c, vs_t,
                   optima.flops_for_fixed_params)
-    bands = ("with 95 % bands over the bootstrap fits" if vs_c[0]["ci"]
+    bands = ("with 95 % bands over the bootstrap fits" if vs_c[0].ci
              else "without bands (no bootstrap fits)")
-    rows = [[f"{r['flops']:.3g}", _with_ci(r, "sparsity", "{:.3f}"),
+    rows = [[f"{r.flops:.3g}", _with_ci(r, "sparsity", "{:.3f}"),
              _with_ci(r, "params_total", None), _with_ci(r, "params_active", None),
-             _optimum_tokens_per_param(r["flops"], r["optimum"]["params_total"],
-                                       r["optimum"]["params_active"]),
-             "yes" if r["optimum"]["at_boundary"] else ""] for r in vs_c]
+             _optimum_tokens_per_param(r.flops, r.optimum.params_total,
+                                       r.optimum.params_active),
+             "yes" if r.optimum.at_boundary else ""] for r in vs_c]
     text = (head + f"From the fitted law (`optima.json`), {bands}. Left: S* at a fixed total "
             "parameter count N, trained with the median compute of the sweep (C = "
             f"{optima.flops_for_fixed_params:.3g}; D = C / (6 N_active) grows with S). Middle: "
@@ -479,29 +481,26 @@ def _three_optima_text(optima: OptimaRecord, analysis: SweepAnalysis) -> str:
         return ("\nNo optimum under wall-clock seconds: "
                 f"{analysis.status.seconds or 'no throughput model'}.\n")
     rows = []
-    for key, label in (("by_params", f"parameters N = {format_count(three['params'])}, "
-                                      f"C = {three['flops']:.3g}"),
-                       ("by_flops", f"FLOPs C = {three['flops']:.3g}"),
-                       ("by_seconds", f"wall clock T = {three['seconds']:.3g} s")):
-        r = three[key]
-        sparsity = (_undetermined_or_ci(r) if key == "by_seconds"
+    for r, label in ((three.by_params, f"parameters N = {format_count(three.params)}, "
+                                       f"C = {three.flops:.3g}"),
+                     (three.by_flops, f"FLOPs C = {three.flops:.3g}"),
+                     (three.by_seconds, f"wall clock T = {three.seconds:.3g} s")):
+        sparsity = (_undetermined_or_ci(r) if r is three.by_seconds
                     else _with_ci(r, "sparsity", "{:.3f}"))
-        optimum = r["optimum"]
+        optimum = r.optimum
         rows.append([label, sparsity, _with_ci(r, "params_total", None),
-                     _with_ci(r, "params_active", None), format_count(optimum["tokens"]),
-                     format_tokens_per_param(optimum["tokens"], optimum["params_total"],
-                                             optimum["params_active"]),
-                     format_number(r["optimum"]["loss"]),
-                     "yes" if r["optimum"]["at_boundary"] else ""])
-    by_seconds = three["by_seconds"]
+                     _with_ci(r, "params_active", None), format_count(optimum.tokens),
+                     format_tokens_per_param(optimum.tokens, optimum.params_total,
+                                             optimum.params_active),
+                     format_number(optimum.loss), "yes" if optimum.at_boundary else ""])
     return ("\n### The three optima at the sweep's median training time\n\n"
-            f"T = {three['seconds']:.3g} s is the median training time of the sweep's runs "
+            f"T = {three.seconds:.3g} s is the median training time of the sweep's runs "
             "(D / tokens/s). The FLOPs question is asked at the compute the seconds optimum "
             "spends, the parameters question at its total size with that compute "
             "(`optima.json`, three).\n\n"
             + markdown_table(["budget", "S*", "N*", "N_active*", "D*", "D*/N* (total / active)",
                               "loss", "at edge"], rows, "lrrrrrrl")
-            + "\n" + _ratio_sentence(by_seconds))
+            + "\n" + _ratio_sentence(three.by_seconds))
 
 
 UNDETERMINED_WIDTH = 0.5
@@ -516,39 +515,39 @@ def _optimum_tokens_per_param(flops: float, total: float, active: float | None) 
     return format_tokens_per_param(flops / (6 * active), total, active)
 
 
-def _undetermined_or_ci(result: dict) -> str:
+def _undetermined_or_ci(result: OptimumInterval) -> str:
     """The wall-clock S* with its interval, or "undetermined on this hardware" when the
     interval spans most of [0, 1] (the point would read as a finding it is not)."""
-    ci = result["ci"].get("sparsity")
+    ci = result.ci.get("sparsity")
     if ci and ci[1] - ci[0] > UNDETERMINED_WIDTH:
         return f"undetermined on this hardware [{ci[0]:.3f}, {ci[1]:.3f}]"
     return _with_ci(result, "sparsity", "{:.3f}")
 
 
-def _ratio_sentence(by_seconds: dict) -> str:
-    optimum, ci = by_seconds["optimum"], by_seconds["ci"]
-    if optimum["dense_seconds"] is None or math.isnan(optimum["dense_seconds"]):
+def _ratio_sentence(by_seconds: VersusDenseInterval) -> str:
+    optimum, ci = by_seconds.optimum, by_seconds.ci
+    if optimum.dense_seconds is None or math.isnan(optimum.dense_seconds):
         return "No dense model reaches the optimum's loss within 10^6 x T on this hardware.\n"
 
     def interval(key):
         return f" [{ci[key][0]:.2f}, {ci[key][1]:.2f}]" if ci.get(key) else ""
 
-    return (f"At S* the model trains {optimum['tokens_per_s']:,.0f} tokens/s. The dense model "
-            f"that reaches the same loss soonest ({format_count(optimum['dense_params'])} "
-            f"parameters) trains {optimum['dense_tokens_per_s']:,.0f} tokens/s and needs "
-            f"{optimum['dense_seconds']:.3g} s: **throughput ratio "
-            f"{optimum['throughput_ratio']:.2f}{interval('throughput_ratio')}** at equal loss, "
-            f"and the optimum gets there {optimum['seconds_ratio']:.2f}"
+    return (f"At S* the model trains {optimum.tokens_per_s:,.0f} tokens/s. The dense model "
+            f"that reaches the same loss soonest ({format_count(optimum.dense_params)} "
+            f"parameters) trains {optimum.dense_tokens_per_s:,.0f} tokens/s and needs "
+            f"{optimum.dense_seconds:.3g} s: **throughput ratio "
+            f"{optimum.throughput_ratio:.2f}{interval('throughput_ratio')}** at equal loss, "
+            f"and the optimum gets there {optimum.seconds_ratio:.2f}"
             f"{interval('seconds_ratio')} x sooner on this hardware (moelab's measurement: "
             "Abnar et al. count cost in FLOPs only).\n")
 
 
-def _with_ci(result: dict, key: str, fmt: str | None) -> str:
+def _with_ci(result: OptimumInterval, key: str, fmt: str | None) -> str:
     def show(value):
         return fmt.format(value) if fmt else format_count(value)
 
-    ci = result["ci"].get(key)
-    value = show(result["optimum"][key])
+    ci = result.ci.get(key)
+    value = show(result.value(key))
     return f"{value} [{show(ci[0])}, {show(ci[1])}]" if ci else value
 
 
