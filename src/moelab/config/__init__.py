@@ -31,16 +31,16 @@ from moelab.config.parsing import (
     load_yaml, override, to_dict, yaml_problem,
 )
 from moelab.config.schema import (
-    BALANCE_MODES, DECAY_SHAPES, DEVICE_CHOICES, DEVICE_NAME, DISPLAY_KEYS, EVAL_TASK_NAMES, LB_SCOPES,
-    MAX_SAMPLE_TOKENS, MAX_SEED, MAX_TOKENS, SCHEDULES, Config, DataConfig, ModelConfig,
-    MoEConfig, TrainConfig,
+    DEVICE_CHOICES, DEVICE_NAME, DISPLAY_KEYS, EVAL_TASK_NAMES, MAX_SAMPLE_TOKENS, MAX_SEED,
+    MAX_TOKENS, BalanceMode, Config, DataConfig, DecayShape, Dtype, LbScope, ModelConfig,
+    MoEConfig, ScheduleName, TrainConfig,
 )
 
 __all__ = [
-    "BALANCE_MODES", "Config", "DECAY_SHAPES", "DEVICE_CHOICES", "DEVICE_NAME", "DISPLAY_KEYS", "DataConfig",
-    "EVAL_TASK_NAMES", "LB_SCOPES", "MAX_BASE_DEPTH", "MAX_SAMPLE_TOKENS", "MAX_SEED",
-    "MAX_TOKENS", "MAX_YAML_CHARS", "MAX_YAML_DEPTH", "ModelConfig", "MoEConfig", "Parsed",
-    "RefusedYAML", "SCHEDULES", "TrainConfig", "apply_overrides", "build_config", "deep_merge",
+    "BalanceMode", "Config", "DEVICE_CHOICES", "DEVICE_NAME", "DISPLAY_KEYS", "DataConfig",
+    "DecayShape", "Dtype", "EVAL_TASK_NAMES", "LbScope", "MAX_BASE_DEPTH", "MAX_SAMPLE_TOKENS",
+    "MAX_SEED", "MAX_TOKENS", "MAX_YAML_CHARS", "MAX_YAML_DEPTH", "ModelConfig", "MoEConfig",
+    "Parsed", "RefusedYAML", "ScheduleName", "TrainConfig", "apply_overrides", "build_config", "deep_merge",
     "dump_config", "from_dict", "load_config", "load_yaml", "override", "preset_names",
     "read_raw", "read_with_base", "read_yaml", "save_config", "to_dict", "yaml_problem",
 ]

@@ -72,6 +72,8 @@ def _coerce(hint: Any, value: Any, key: str) -> Any:
     if value is None:
         if optional:
             return None
+        if typing.get_origin(inner) is typing.Literal:  # null is none of the names: name them
+            raise ConfigError(f"{key}=null is invalid: allowed {_choices(typing.get_args(inner))}")
         raise ConfigError(f"{key}=null is invalid: expected {_type_name(inner)}")
     if dataclasses.is_dataclass(inner):
         return from_dict(inner, value, key)
@@ -96,7 +98,11 @@ def _coerce_literal(allowed: tuple, value: Any, key: str) -> Any:
     # Compare types too: YAML's 1 must not pass for a literal True, nor "1" for 1.
     if any(value == choice and type(value) is type(choice) for choice in allowed):
         return value
-    raise ConfigError(f"{key}={short_repr(value)} is invalid: allowed {', '.join(map(str, allowed))}")
+    raise ConfigError(f"{key}={short_repr(value)} is invalid: allowed {_choices(allowed)}")
+
+
+def _choices(allowed: tuple) -> str:
+    return ", ".join(map(str, allowed))
 
 
 def _coerce_scalar(hint: Any, value: Any, key: str) -> Any:

@@ -7,14 +7,16 @@ from __future__ import annotations
 import dataclasses
 import re
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Literal, Optional
 
 from moelab.config.checks import is_sha256, require_non_negative, require_positive
 from moelab.errors import ConfigError, short_repr
 
 
-LB_SCOPES = ("micro_batch", "global_batch")
-BALANCE_MODES = ("aux_loss", "bias", "both")
+LbScope = Literal["micro_batch", "global_batch"]
+"""The model.moe.lb_scope names (the parser refuses any other, naming these)."""
+BalanceMode = Literal["aux_loss", "bias", "both"]
+"""The model.moe.balance names."""
 
 
 @dataclass
@@ -35,11 +37,11 @@ class MoEConfig:
     """Renormalise each token's k routing weights to sum 1 (Mixtral) or keep the raw softmax
     probabilities (Switch). null: renormalise when top_k > 1, raw when top_k = 1 -- one
     renormalised weight is always 1, so a top-1 router would get no gradient from the task loss."""
-    lb_scope: str = "micro_batch"
+    lb_scope: LbScope = "micro_batch"
     """Tokens the balancing loss counts its loads f_i over: micro_batch (each micro batch of
     each process on its own) or global_batch (the whole optimizer step: every micro batch of
     every process). docs/training.md, "Balancing scope"."""
-    balance: str = "aux_loss"
+    balance: BalanceMode = "aux_loss"
     """How routing is kept balanced: aux_loss (the Switch loss, weight lb_coef), bias
     (DeepSeek-V3's aux-loss-free per-expert bias on the top-k choice; no balancing loss in the
     objective) or both. docs/training.md, "Aux-loss-free balancing"."""
@@ -59,12 +61,6 @@ class MoEConfig:
                               "num_shared_experts")
         if self.d_shared is not None:
             require_positive(self, prefix, "d_shared")
-        if self.balance not in BALANCE_MODES:
-            raise ConfigError(f"{prefix}.balance={short_repr(self.balance)} is invalid: allowed "
-                              f"{', '.join(BALANCE_MODES)}")
-        if self.lb_scope not in LB_SCOPES:
-            raise ConfigError(f"{prefix}.lb_scope={short_repr(self.lb_scope)} is invalid: allowed "
-                              f"{', '.join(LB_SCOPES)}")
         if self.top_k > self.num_experts:
             raise ConfigError(
                 f"{prefix}.top_k={self.top_k} is invalid: allowed 1..num_experts "
@@ -254,10 +250,12 @@ MAX_SAMPLE_TOKENS = 100_000
 """A sanity cap on train.sample_tokens: the end-of-run sample is generated token by token."""
 EVAL_TASK_NAMES = ("last_word", "ending", "agreement")
 """The zero-shot tasks of moelab.tasks (named here so a config can be checked without them)."""
-SCHEDULES = ("cosine", "wsd")
+ScheduleName = Literal["cosine", "wsd"]
 """The train.schedule names (moelab.train.schedule computes their lr)."""
-DECAY_SHAPES = ("linear", "sqrt")
+DecayShape = Literal["linear", "sqrt"]
 """The train.decay_shape names of the wsd final decay."""
+Dtype = Literal["float32", "bfloat16"]
+"""The train.dtype names: float32, or bfloat16 autocast."""
 
 
 @dataclass
@@ -280,11 +278,11 @@ class TrainConfig:
     """Floor the decay ends on (the last step), as a fraction of lr."""
     warmup_fraction: float = 0.05
     """Share of the steps spent in linear warmup."""
-    schedule: str = "cosine"
+    schedule: ScheduleName = "cosine"
     """'cosine' (warmup, then cosine to the floor) or 'wsd' (warmup, constant lr, final decay)."""
     decay_fraction: float = 0.2
     """wsd only: share of the steps in the final decay to the floor."""
-    decay_shape: str = "sqrt"
+    decay_shape: DecayShape = "sqrt"
     """wsd only: 'linear' or 'sqrt' (the 1 - sqrt(t) cooldown of Hägele et al. 2024)."""
     warmup_steps: Optional[int] = None
     """Steps of linear warmup, replacing warmup_fraction when set: the runs of a wsd budget
@@ -311,7 +309,7 @@ class TrainConfig:
     """Save a resumable checkpoint every N steps (0: only at the end)."""
     log_interval: int = 10
     """Log train metrics every N steps."""
-    dtype: str = "float32"
+    dtype: Dtype = "float32"
     """'float32' or 'bfloat16' (autocast)."""
     compile: bool = False
     """Wrap the model in torch.compile."""
@@ -371,12 +369,6 @@ class TrainConfig:
                 f"{prefix}.min_lr_ratio/warmup_fraction = {self.min_lr_ratio}/"
                 f"{self.warmup_fraction} is invalid: allowed [0, 1] and [0, 1)"
             )
-        if self.schedule not in SCHEDULES:
-            raise ConfigError(f"{prefix}.schedule={short_repr(self.schedule)} is invalid: allowed "
-                              f"{', '.join(SCHEDULES)}")
-        if self.decay_shape not in DECAY_SHAPES:
-            raise ConfigError(f"{prefix}.decay_shape={short_repr(self.decay_shape)} is invalid: allowed "
-                              f"{', '.join(DECAY_SHAPES)}")
         if not 0.0 < self.decay_fraction <= 1.0:
             raise ConfigError(
                 f"{prefix}.decay_fraction={self.decay_fraction} is invalid: allowed (0, 1]"
@@ -388,8 +380,6 @@ class TrainConfig:
                 f"{prefix}.decay_fraction={self.decay_fraction} is invalid with wsd and "
                 f"warmup_fraction={self.warmup_fraction}: allowed (0, 1 - warmup_fraction]"
             )
-        if self.dtype not in ("float32", "bfloat16"):
-            raise ConfigError(f"{prefix}.dtype={short_repr(self.dtype)} is invalid: allowed float32, bfloat16")
         if not DEVICE_NAME.fullmatch(self.device):
             raise ConfigError(f"{prefix}.device={short_repr(self.device)} is invalid: allowed {DEVICE_CHOICES}")
         if not 0.0 < self.collapse_threshold <= 1.0:
