@@ -18,7 +18,7 @@ from moelab.config import load_config
 from moelab.errors import MoelabError
 from moelab.train import Schedule, generate_text, load_run, train
 from moelab.train.checkpoint import _flatten_optimizer, _unflatten_optimizer
-from moelab.train.loop import StepPlan
+from moelab.train.step import StepPlan
 from moelab.train.run_folder import RunFolder
 from tiny_overrides import TINY_MOE_RUN
 

@@ -259,6 +259,47 @@ Dtype = Literal["float32", "bfloat16"]
 
 
 @dataclass
+class LoggingConfig:
+    """How a run is shown (its progress bar, TensorBoard, W&B), never what it computes: a
+    resumed run, a branch and a rerun study may differ in it, and a run's identity (the config
+    a study or sweep folder compares, ``without_logging``) leaves it out."""
+
+    progress: bool = True
+    """Show a progress bar (loss, tokens/s, ETA)."""
+    tensorboard: bool = False
+    """Also log to TensorBoard in RUN/tensorboard (needs the tensorboard package)."""
+    wandb: bool = False
+    """Also log to Weights & Biases, offline unless WANDB_MODE says otherwise (needs wandb).
+    The W&B run id is kept in RUN/wandb.json: --resume continues the same W&B run."""
+    wandb_project: Optional[str] = None
+    """The W&B project; null: $WANDB_PROJECT, else 'moelab'."""
+    wandb_entity: Optional[str] = None
+    """The W&B team or user; null: $WANDB_ENTITY, else the account's default."""
+    wandb_group: Optional[str] = None
+    """The W&B group; null: none for a lone run, the folder's name for a study or sweep (its
+    plan sets it), so that its runs show together."""
+    wandb_name: Optional[str] = None
+    """The W&B run name; null: the run folder's name (a study or sweep sets the run's name in
+    its plan: moe/seed0, s1/S0.5/D409600)."""
+    wandb_tags: list[str] = field(default_factory=list)
+    """W&B tags; a study or sweep adds its run's labels (arm=moe, seed=0, sparsity=0.5, ...)."""
+
+    def validate(self, prefix: str = "train.logging") -> None:
+        for name in ("wandb_project", "wandb_entity", "wandb_group", "wandb_name"):
+            value = getattr(self, name)
+            if value is not None and (not 0 < len(value.strip()) <= 128
+                                      or not value.isprintable()):
+                raise ConfigError(f"{prefix}.{name}={short_repr(value)} is invalid: allowed 1 to "
+                                  "128 printable characters on one line, or null")
+        if (any(not 0 < len(tag.strip()) <= 64 or not tag.isprintable()
+                for tag in self.wandb_tags)
+                or len(set(self.wandb_tags)) < len(self.wandb_tags)):
+            raise ConfigError(f"{prefix}.wandb_tags={short_repr(self.wandb_tags)} is invalid: "
+                              "allowed distinct tags of 1 to 64 printable characters on one line "
+                              "(W&B's limit)")
+
+
+@dataclass
 class TrainConfig:
     """Optimisation, budget, evaluation and checkpointing of one run."""
 
@@ -323,27 +364,10 @@ class TrainConfig:
     dense), measured once with a matmul on a CPU (docs/training.md, "Throughput and MFU")."""
     sample_tokens: int = 32
     """Tokens generated per prompt for samples.txt at the end of a run (0: no samples)."""
-    progress: bool = True
-    """Show a progress bar (loss, tokens/s, ETA)."""
-    tensorboard: bool = False
-    """Also log to TensorBoard in RUN/tensorboard (needs the tensorboard package)."""
-    wandb: bool = False
-    """Also log to Weights & Biases, offline unless WANDB_MODE says otherwise (needs wandb).
-    The W&B run id is kept in RUN/wandb.json: --resume continues the same W&B run."""
-    wandb_project: Optional[str] = None
-    """The W&B project; null: $WANDB_PROJECT, else 'moelab'."""
-    wandb_entity: Optional[str] = None
-    """The W&B team or user; null: $WANDB_ENTITY, else the account's default."""
-    wandb_group: Optional[str] = None
-    """The W&B group; null: none for a lone run, the folder's name for a study or sweep (its
-    plan sets it), so that its runs show together."""
-    wandb_name: Optional[str] = None
-    """The W&B run name; null: the run folder's name (a study or sweep sets the run's name in
-    its plan: moe/seed0, s1/S0.5/D409600)."""
-    wandb_tags: list[str] = field(default_factory=list)
-    """W&B tags; a study or sweep adds its run's labels (arm=moe, seed=0, sparsity=0.5, ...)."""
     eval_tasks: list[str] = field(default_factory=list)
     """Zero-shot tasks (moelab.tasks) scored at the end of the run; empty: none."""
+    logging: LoggingConfig = field(default_factory=LoggingConfig)
+    """How the run is shown: progress bar, TensorBoard, W&B (never what it computes)."""
 
     def validate(self, prefix: str = "train") -> None:
         require_positive(self, prefix, "batch_size", "max_tokens", "lr", "eval_interval",
@@ -390,25 +414,11 @@ class TrainConfig:
                                                 and 0 < self.peak_flops < float("inf")):
             raise ConfigError(f"{prefix}.peak_flops={short_repr(self.peak_flops)} is invalid: "
                               "expected FLOP/s > 0 (e.g. 989e12), or null to detect it")
-        self._validate_wandb_fields(prefix)
+        self.logging.validate(f"{prefix}.logging")
         if (any(name not in EVAL_TASK_NAMES for name in self.eval_tasks)
                 or len(set(self.eval_tasks)) < len(self.eval_tasks)):
             raise ConfigError(f"{prefix}.eval_tasks={short_repr(self.eval_tasks)} is invalid: allowed a "
                               f"list of distinct names from {', '.join(EVAL_TASK_NAMES)}")
-
-    def _validate_wandb_fields(self, prefix: str) -> None:
-        for name in ("wandb_project", "wandb_entity", "wandb_group", "wandb_name"):
-            value = getattr(self, name)
-            if value is not None and (not 0 < len(value.strip()) <= 128
-                                      or not value.isprintable()):
-                raise ConfigError(f"{prefix}.{name}={short_repr(value)} is invalid: allowed 1 to "
-                                  "128 printable characters on one line, or null")
-        if (any(not 0 < len(tag.strip()) <= 64 or not tag.isprintable()
-                for tag in self.wandb_tags)
-                or len(set(self.wandb_tags)) < len(self.wandb_tags)):
-            raise ConfigError(f"{prefix}.wandb_tags={short_repr(self.wandb_tags)} is invalid: "
-                              "allowed distinct tags of 1 to 64 printable characters on one line "
-                              "(W&B's limit)")
 
     def _validate_budget_family_fields(self, prefix: str) -> None:
         """warmup_steps, keep_checkpoints_at, init_from/init_sha256 (their bounds against the
@@ -438,12 +448,6 @@ class TrainConfig:
     @property
     def effective_data_seed(self) -> int:
         return self.seed if self.data_seed is None else self.data_seed
-
-
-DISPLAY_KEYS = ("progress", "tensorboard", "wandb", "wandb_project", "wandb_entity",
-                "wandb_group", "wandb_name", "wandb_tags")
-"""The train keys that change how a run is shown, never what it computes: a resumed run, a
-branch and a rerun study may differ in them."""
 
 
 @dataclass

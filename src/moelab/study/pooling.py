@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
-from moelab.config import ModelConfig, from_dict, to_dict
+from moelab.config import ModelConfig, from_dict, to_dict, without_logging
 from moelab.errors import ConfigError, MoelabError
 from moelab.fileio import atomic_write_json, atomic_write_text, read_json
 from moelab.report import format_mean_std, format_number, format_p_value, markdown_table
@@ -33,10 +33,10 @@ from moelab.study.records import find_runs
 from moelab.study.results import json_safe
 from moelab.study.stats import Gap, adjust_family, compare, summarize
 
-NOT_DESIGN = ("train.seed", "data.cache_dir", "train.progress", "train.tensorboard",
-              "train.wandb", "train.log_interval", "train.checkpoint_interval",
+NOT_DESIGN = ("train.seed", "data.cache_dir", "train.log_interval", "train.checkpoint_interval",
               "train.keep_checkpoints_at", "train.sample_tokens")
-"""Config keys that say where and how a run reports, not what it trains: not compared."""
+"""Config keys that say where and how a run reports, not what it trains: not compared (nor
+``train.logging``, how it is shown)."""
 RUN_DESIGN_FIELDS = ("tokens", "steps")
 """Per-run numbers of results.json that belong to the design: every seed trained as many."""
 
@@ -124,7 +124,7 @@ def _read_folder(folder: Path) -> StudySource:
         raise MoelabError(f"{folder} has no complete runs yet: nothing to pool")
     config_design: dict[str, set] = {}
     for record in records:
-        for key, value in _flatten(to_dict(record.config)).items():
+        for key, value in _flatten(without_logging(to_dict(record.config))).items():
             if key not in NOT_DESIGN and not key.startswith("model."):  # model: per arm, below
                 config_design.setdefault(key, set()).add(json.dumps(value))
     # A key whose value varies within the study (train.max_tokens over budgets) is the set.

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from moelab.config import DISPLAY_KEYS, Config, build_config, read_raw, to_dict
+from moelab.config import Config, build_config, read_raw, to_dict
 from moelab.data.tokenizer import file_sha256
 from moelab.errors import MoelabError, short_repr
 from moelab.fileio import atomic_write_json, atomic_write_text, read_json
@@ -32,7 +32,7 @@ BRANCH_FILE = "branch.json"
 SCHEDULE_KEYS = ("max_tokens", "lr", "min_lr_ratio", "warmup_fraction", "warmup_steps",
                  "schedule", "decay_fraction", "decay_shape")
 """train keys that only set the lr schedule: a branch may change them where its lr agrees."""
-BRANCH_FREE_KEYS = (*SCHEDULE_KEYS, "keep_checkpoints_at", "checkpoint_interval", *DISPLAY_KEYS)
+BRANCH_FREE_KEYS = (*SCHEDULE_KEYS, "keep_checkpoints_at", "checkpoint_interval", "logging")
 """train keys a branch may change: the schedule, and what never changes the computation."""
 
 
