@@ -620,5 +620,6 @@ def test_asking_for_a_missing_logging_package_is_a_clear_error(tmp_path, package
 
     if importlib.util.find_spec(package) is not None:
         pytest.skip(f"{package} is installed")
-    with pytest.raises(MoelabError, match=f"train.{package}=true needs the {package} package"):
-        train(tiny_config(f"train.{package}=true"), tmp_path / "run")
+    with pytest.raises(MoelabError,
+                       match=f"train.logging.{package}=true needs the {package} package"):
+        train(tiny_config(f"train.logging.{package}=true"), tmp_path / "run")
