@@ -160,7 +160,8 @@ def test_a_study_names_each_run_in_wandb(tmp_path, capsys):
 
 
 def run_configs(folder: Path) -> dict[str, dict]:
-    return {path.stem: yaml.safe_load(path.read_text())["train"]
+    """Each planned run's ``train.logging`` section, by its config file's name."""
+    return {path.stem: yaml.safe_load(path.read_text())["train"]["logging"]
             for path in sorted((folder / "configs").glob("*.yaml"))}
 
 
