@@ -8,9 +8,7 @@ from typing import Any, Iterable, Optional
 
 import yaml
 
-from moelab.config import (
-    Config, build_config, dump_config, read_yaml, to_dict, without_logging,
-)
+from moelab.config import Config, build_config, dump_config, read_yaml, to_dict, without_logging
 from moelab.errors import MoelabError, short_repr
 from moelab.fileio import atomic_write_text, is_inside
 from moelab.train.run_folder import first_difference
