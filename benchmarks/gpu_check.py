@@ -326,7 +326,7 @@ def resume_config(args):
         "data.source=sample", "data.max_train_stories=300", f"train.batch_size={batch}",
         f"train.max_tokens={RESUME_STEPS * batch * seq_len}", "train.lr=0.003",
         f"train.checkpoint_interval={RESUME_CHECKPOINT}", f"train.eval_interval={RESUME_STEPS}",
-        "train.eval_windows=8", "train.log_interval=1", "train.progress=false",
+        "train.eval_windows=8", "train.log_interval=1", "train.logging.progress=false",
         "train.sample_tokens=0", "train.dtype=bfloat16", f"train.device={args.device}"])
 
 

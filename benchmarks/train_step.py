@@ -8,7 +8,7 @@ Arms come from the ``demo`` preset: ``moe`` (the preset), ``dense_active`` and `
 shapes. Each arm is timed as a moelab ``Transformer`` and as the equivalent
 ``LlamaForCausalLM`` / ``MixtralForCausalLM`` (router logits on, so its load-balancing loss is
 part of the objective) with the same shapes, batch, precision and optimizer. One step
-is what the training loop does: forward + backward (``moelab.train.loop.forward_backward``),
+is what the training loop does: forward + backward (``moelab.train.step.forward_backward``),
 gradient clipping, fused AdamW, ``zero_grad(set_to_none=True)``.
 
 Machines shared with other jobs are noisy, so every configuration is built and warmed up first,
@@ -39,7 +39,7 @@ from moelab.fileio import atomic_write_json
 from moelab.model import Transformer
 from moelab.sweep.timing import grid_shapes
 from moelab.train.export import hf_config
-from moelab.train.loop import StepPlan, forward_backward
+from moelab.train.step import StepPlan, forward_backward
 from moelab.train.optim import build_optimizer
 
 RESULTS = Path(__file__).parent / "results" / "train_step.json"

@@ -47,7 +47,7 @@ from moelab.train import wsd_budget_family
 RESULTS = Path(__file__).parent / "results"
 BUDGETS = [204_800, 409_600, 819_200]
 DATA = "../shared/data/tinystories"
-QUIET = ["train.progress=false", "train.sample_tokens=0"]
+QUIET = ["train.logging.progress=false", "train.sample_tokens=0"]
 WSD = ["train.schedule=wsd", "train.decay_shape=sqrt", "train.decay_fraction=0.2"]
 
 

@@ -56,7 +56,7 @@ SHORT, LONG = 1000, 3000  # steps
 WARMUP_STEPS = 100
 COOLDOWNS = {"wsd20": 0.2, "wsd30": 0.3}
 SCHEDULES = ("cosine", *COOLDOWNS)
-COMMON = ["train.progress=false", "train.sample_tokens=0", f"train.warmup_steps={WARMUP_STEPS}",
+COMMON = ["train.logging.progress=false", "train.sample_tokens=0", f"train.warmup_steps={WARMUP_STEPS}",
           "train.eval_interval=100", "train.min_lr_ratio=0.1"]
 
 

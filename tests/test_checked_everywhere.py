@@ -135,7 +135,7 @@ def test_wandb_online_with_an_unreachable_server_fails_in_bounded_time(tmp_path)
         env.pop(name, None)
     started = time.monotonic()
     done = subprocess.run([sys.executable, "-m", "moelab", "train", "demo", "--out",
-                           str(tmp_path / "run"), *_sets(TINY + ["train.wandb=true"])],
+                           str(tmp_path / "run"), *_sets(TINY + ["train.logging.wandb=true"])],
                           capture_output=True, text=True, timeout=240, env=env)
     assert time.monotonic() - started < 200
     assert done.returncode == 2, done.stderr
@@ -196,9 +196,9 @@ def test_an_undecodable_out_path_is_refused_before_anything_is_written(tmp_path,
 
 def test_a_newline_in_a_wandb_name_is_refused():
     with pytest.raises(ConfigError, match="wandb_name=.* is invalid"):
-        load_config("demo", ['train.wandb_name="a\\nb"'])
+        load_config("demo", ['train.logging.wandb_name="a\\nb"'])
     with pytest.raises(ConfigError, match="wandb_tags=.* is invalid"):
-        load_config("demo", ['train.wandb_tags=["a\\tb"]'])
+        load_config("demo", ['train.logging.wandb_tags=["a\\tb"]'])
 
 
 def test_a_source_file_too_large_to_read_whole_is_refused_with_the_limit(tmp_path, capsys):
@@ -224,7 +224,7 @@ def test_wandb_keeps_its_files_in_the_run_and_a_corrupt_record_is_refused_on_res
 
     def train(resume: bool) -> subprocess.CompletedProcess:
         return subprocess.run([sys.executable, "-m", "moelab", "train", "demo", "--out", str(run),
-                               *_sets(TINY_MOE_RUN + ["train.wandb=true", "train.eval_interval=1",
+                               *_sets(TINY_MOE_RUN + ["train.logging.wandb=true", "train.eval_interval=1",
                                                       "train.max_tokens=256"]),
                                *(["--resume"] if resume else [])],
                               capture_output=True, text=True, timeout=300, env=env)

@@ -209,7 +209,7 @@ def test_cuda_training_run_end_to_end(tmp_path):
         "model.moe={num_experts: 8, top_k: 2, d_expert: 48}", "data.source=sample",
         "data.max_train_stories=300", "train.batch_size=8", "train.max_tokens=10240",
         "train.eval_interval=10", "train.eval_windows=8", "train.log_interval=5",
-        "train.progress=false", "train.sample_tokens=0", "train.device=cuda",
+        "train.logging.progress=false", "train.sample_tokens=0", "train.device=cuda",
         "train.dtype=bfloat16",
     ])
     summary = train(config, tmp_path / "run")

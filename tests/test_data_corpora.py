@@ -248,7 +248,7 @@ def test_the_demo_study_runs_on_a_parquet_corpus_with_one_set(tmp_path, capsys):
             "model.n_kv_heads=2", "model.max_seq_len=32", "model.d_ff=64",
             "model.moe.d_expert=32", "train.batch_size=8", "train.max_tokens=1536",
             "train.eval_interval=3", "train.eval_windows=4", "train.log_interval=1",
-            "train.progress=false", "train.sample_tokens=0"]
+            "train.logging.progress=false", "train.sample_tokens=0"]
     argv = ["study", "demo", "--seeds", "1", "--criteria", "active", "--out",
             str(tmp_path / "study"), "--set", f"data.source={corpus}"]
     for item in tiny:

@@ -14,7 +14,7 @@ from moelab.accounting import count_params
 from moelab.config import load_config
 from moelab.moe.routing import count_slots, load_balance, max_violation
 from moelab.train import train
-from moelab.train.loop import StepLoads, step_balance
+from moelab.train.step import StepLoads, step_balance
 from moelab.train.peak import gpu_peak, measured_cpu_peak, mfu, peak_flops, PeakFlops
 from moelab.train.run_folder import RunFolder
 from tiny_overrides import TINY_MOE_RUN

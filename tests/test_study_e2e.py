@@ -21,7 +21,7 @@ TINY = [
     "model.vocab_size=320", "model.d_model=32", "model.n_layers=2", "model.n_heads=2",
     "model.n_kv_heads=2", "model.max_seq_len=32", "model.d_ff=64", "model.moe.d_expert=32",
     "train.batch_size=8", "train.max_tokens=1536", "train.eval_interval=3", "train.eval_windows=4",
-    "train.log_interval=3", "train.progress=false", "data.max_train_stories=300",
+    "train.log_interval=3", "train.logging.progress=false", "data.max_train_stories=300",
 ]
 ARMS = ("moe", "dense_active", "dense_total")
 

@@ -30,7 +30,7 @@ TINY_TASKS = [
     "model.vocab_size=512", "model.d_model=32", "model.n_layers=2", "model.n_heads=2",
     "model.n_kv_heads=2", "model.max_seq_len=64", "model.d_ff=64", "model.moe.d_expert=32",
     "train.batch_size=8", "train.max_tokens=1536", "train.eval_interval=3", "train.eval_windows=4",
-    "train.log_interval=3", "train.progress=false", "data.max_train_stories=300",
+    "train.log_interval=3", "train.logging.progress=false", "data.max_train_stories=300",
     "train.eval_tasks=[ending, agreement]",
 ]
 ARMS = ("moe", "dense_active", "dense_total")

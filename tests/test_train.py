@@ -19,7 +19,7 @@ from moelab.config import load_config
 from moelab.errors import MoelabError
 from moelab.train import Schedule, generate_text, load_run, train
 from moelab.train.checkpoint import _flatten_optimizer, _unflatten_optimizer
-from moelab.train.loop import StepPlan
+from moelab.train.step import StepPlan
 from moelab.train.run_folder import RunFolder
 from tiny_overrides import TINY_MOE_RUN
 
@@ -621,5 +621,6 @@ def test_asking_for_a_missing_logging_package_is_a_clear_error(tmp_path, package
 
     if importlib.util.find_spec(package) is not None:
         pytest.skip(f"{package} is installed")
-    with pytest.raises(MoelabError, match=f"train.{package}=true needs the {package} package"):
-        train(tiny_config(f"train.{package}=true"), tmp_path / "run")
+    with pytest.raises(MoelabError,
+                       match=f"train.logging.{package}=true needs the {package} package"):
+        train(tiny_config(f"train.logging.{package}=true"), tmp_path / "run")

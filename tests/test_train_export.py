@@ -19,7 +19,7 @@ TINY = [
     "model.n_kv_heads=2", "model.d_ff=64", "model.max_seq_len=32",
     "data.source=sample", "data.max_train_stories=300",
     "train.batch_size=8", "train.max_tokens=1024", "train.lr=0.01", "train.eval_windows=4",
-    "train.progress=false", "train.sample_tokens=0",
+    "train.logging.progress=false", "train.sample_tokens=0",
 ]
 ARMS = {
     "dense": ("LlamaForCausalLM", ["model.tie_embeddings=false"]),

@@ -21,7 +21,7 @@ from moelab.config import load_config
 from moelab.data import TrainBatches
 from moelab.model import Transformer
 from moelab.train import load_run, train
-from moelab.train.loop import StepPlan, forward_backward, step_slot_counts
+from moelab.train.step import StepPlan, forward_backward, step_slot_counts
 from moelab.train.optim import build_optimizer
 from moelab.train.run_folder import RunFolder
 from tiny_overrides import TINY_MOE_RUN

@@ -86,7 +86,7 @@ def _session(file: Path, timeout_s: float = 30) -> dict:
 
 
 def tiny_config(*extra: str):
-    return load_config("demo", [*TINY_MOE_RUN, "train.sample_tokens=0", "train.wandb=true",
+    return load_config("demo", [*TINY_MOE_RUN, "train.sample_tokens=0", "train.logging.wandb=true",
                                 *extra])
 
 
@@ -145,8 +145,8 @@ def test_a_study_names_each_run_in_wandb(tmp_path, capsys):
     # printed command of one run, which carries the study's W&B names.
     out = tmp_path / "moe-vs-dense"
     sets = [arg for pair in [*TINY_MOE_RUN, "train.max_tokens=512", "train.sample_tokens=0",
-                             "train.wandb=true", "train.wandb_project=lab-moe",
-                             "train.wandb_entity=my-lab", "train.wandb_tags=[demo]"]
+                             "train.logging.wandb=true", "train.logging.wandb_project=lab-moe",
+                             "train.logging.wandb_entity=my-lab", "train.logging.wandb_tags=[demo]"]
             for arg in ("--set", pair)]
     assert main(["study", "demo", "--seeds", "1", "--criteria", "active", *sets,
                  "--out", str(out), "--list-runs"]) == 0
@@ -160,7 +160,8 @@ def test_a_study_names_each_run_in_wandb(tmp_path, capsys):
 
 
 def run_configs(folder: Path) -> dict[str, dict]:
-    return {path.stem: yaml.safe_load(path.read_text())["train"]
+    """Each planned run's ``train.logging`` section, by its config file's name."""
+    return {path.stem: yaml.safe_load(path.read_text())["train"]["logging"]
             for path in sorted((folder / "configs").glob("*.yaml"))}
 
 
@@ -170,7 +171,7 @@ def test_a_planned_study_may_turn_wandb_on_later(tmp_path, capsys):
     base = ["study", "demo", "--seeds", "1", "--out", str(out), "--list-runs"]
     assert main(base) == 0
     assert all(not train["wandb"] for train in run_configs(out).values())
-    assert main([*base, "--set", "train.wandb=true"]) == 0
+    assert main([*base, "--set", "train.logging.wandb=true"]) == 0
     capsys.readouterr()
     trains = run_configs(out)
     assert trains["moe-seed0"]["wandb_group"] == "study"
@@ -182,7 +183,7 @@ def test_a_planned_study_may_turn_wandb_on_later(tmp_path, capsys):
 def test_a_sweep_names_each_point_in_wandb(tmp_path, capsys):
     out = tmp_path / "sweep"
     assert main(["sweep-sparsity", "micro", "--out", str(out), "--list-runs",
-                 "--set", "train.wandb=true"]) == 0
+                 "--set", "train.logging.wandb=true"]) == 0
     capsys.readouterr()
     plan = json.loads((out / "plan.json").read_text())
     trains = run_configs(out)

@@ -10,7 +10,7 @@ from moelab.config import dump_config, load_config, override
 from moelab.errors import ConfigError, MoelabError
 from moelab.runs.families import count_family_tokens
 from moelab.train import Schedule, wsd_budget_family
-from moelab.train.loop import StepPlan
+from moelab.train.step import StepPlan
 from tiny_overrides import TINY_MOE_RUN
 
 STEP = 256  # tokens per step of the tiny run: batch 8 x context 32

@@ -10,7 +10,7 @@ TINY_MOE_RUN = [
     "model.moe={num_experts: 4, top_k: 2, d_expert: 32}",
     "data.source=sample", "data.max_train_stories=300",
     "train.batch_size=8", "train.lr=0.01", "train.eval_windows=8", "train.log_interval=1",
-    "train.progress=false",
+    "train.logging.progress=false",
 ]
 
 TIMING_KEYS = ("tokens_per_s", "flops_per_s", "mfu", "peak_flops_per_s", "wall_time_s",

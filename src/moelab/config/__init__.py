@@ -19,28 +19,31 @@ Every problem is a ``ConfigError`` whose one-line message names the key, the val
 
 The package, by concern: ``schema`` (the typed sections and their checks), ``parsing`` (dicts
 and dotted overrides into sections), ``files`` (YAML files, presets, ``load_config``);
-``checks`` holds the field checks the sections share.
+``checks`` holds the field checks the sections share; ``legacy`` reads the keys older configs
+spell otherwise (the flat ``train.progress`` of today's ``train.logging.progress``).
 """
 
 from moelab.config.files import (
     MAX_BASE_DEPTH, deep_merge, dump_config, load_config, preset_names, read_raw, read_with_base,
     read_yaml, save_config,
 )
+from moelab.config.legacy import LOGGING_KEYS, spelt_as_today, without_logging
 from moelab.config.parsing import (
     MAX_YAML_CHARS, MAX_YAML_DEPTH, Parsed, RefusedYAML, apply_overrides, build_config, from_dict,
     load_yaml, override, to_dict, yaml_problem,
 )
 from moelab.config.schema import (
-    BALANCE_MODES, DECAY_SHAPES, DEVICE_CHOICES, DEVICE_NAME, DISPLAY_KEYS, EVAL_TASK_NAMES, LB_SCOPES,
-    MAX_SAMPLE_TOKENS, MAX_SEED, MAX_TOKENS, SCHEDULES, Config, DataConfig, ModelConfig,
-    MoEConfig, TrainConfig,
+    DEVICE_CHOICES, DEVICE_NAME, EVAL_TASK_NAMES, MAX_SAMPLE_TOKENS, MAX_SEED, MAX_TOKENS,
+    BalanceMode, Config, DataConfig, DecayShape, Dtype, LbScope, LoggingConfig, ModelConfig,
+    MoEConfig, ScheduleName, TrainConfig,
 )
 
 __all__ = [
-    "BALANCE_MODES", "Config", "DECAY_SHAPES", "DEVICE_CHOICES", "DEVICE_NAME", "DISPLAY_KEYS", "DataConfig",
-    "EVAL_TASK_NAMES", "LB_SCOPES", "MAX_BASE_DEPTH", "MAX_SAMPLE_TOKENS", "MAX_SEED",
-    "MAX_TOKENS", "MAX_YAML_CHARS", "MAX_YAML_DEPTH", "ModelConfig", "MoEConfig", "Parsed",
-    "RefusedYAML", "SCHEDULES", "TrainConfig", "apply_overrides", "build_config", "deep_merge",
-    "dump_config", "from_dict", "load_config", "load_yaml", "override", "preset_names",
-    "read_raw", "read_with_base", "read_yaml", "save_config", "to_dict", "yaml_problem",
+    "BalanceMode", "Config", "DEVICE_CHOICES", "DEVICE_NAME", "DataConfig", "DecayShape",
+    "Dtype", "EVAL_TASK_NAMES", "LOGGING_KEYS", "LbScope", "LoggingConfig", "MAX_BASE_DEPTH",
+    "MAX_SAMPLE_TOKENS", "MAX_SEED", "MAX_TOKENS", "MAX_YAML_CHARS", "MAX_YAML_DEPTH",
+    "ModelConfig", "MoEConfig", "Parsed", "RefusedYAML", "ScheduleName", "TrainConfig",
+    "apply_overrides", "build_config", "deep_merge", "dump_config", "from_dict", "load_config",
+    "load_yaml", "override", "preset_names", "read_raw", "read_with_base", "read_yaml",
+    "save_config", "spelt_as_today", "to_dict", "without_logging", "yaml_problem",
 ]

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import yaml
 
+from moelab.config.legacy import move_flat_logging_keys
 from moelab.config.parsing import (
     MAX_YAML_CHARS, RefusedYAML, apply_overrides, build_config, load_yaml, to_dict,
 )
@@ -91,7 +92,7 @@ def read_with_base(source: str | Path, depth: int = 0) -> dict:
     A study preset extends another config through its ``study:`` section (the study layer
     reads the rest of that section); the merged dict keeps the section, without ``base``.
     """
-    raw = read_raw(source)
+    raw = move_flat_logging_keys(read_raw(source))  # each file's own, before they merge
     study = raw.get("study") or {}
     if not isinstance(study, dict):
         raise ConfigError(f"study={short_repr(study)} is invalid: expected a mapping of study settings")

@@ -15,6 +15,7 @@ from typing import Any, Callable
 
 import yaml
 
+from moelab.config.legacy import logging_key, move_flat_logging_keys
 from moelab.config.schema import Config
 from moelab.errors import ConfigError, short_repr, short_text
 
@@ -72,6 +73,8 @@ def _coerce(hint: Any, value: Any, key: str) -> Any:
     if value is None:
         if optional:
             return None
+        if typing.get_origin(inner) is typing.Literal:  # null is none of the names: name them
+            raise ConfigError(f"{key}=null is invalid: allowed {_choices(typing.get_args(inner))}")
         raise ConfigError(f"{key}=null is invalid: expected {_type_name(inner)}")
     if dataclasses.is_dataclass(inner):
         return from_dict(inner, value, key)
@@ -96,7 +99,11 @@ def _coerce_literal(allowed: tuple, value: Any, key: str) -> Any:
     # Compare types too: YAML's 1 must not pass for a literal True, nor "1" for 1.
     if any(value == choice and type(value) is type(choice) for choice in allowed):
         return value
-    raise ConfigError(f"{key}={short_repr(value)} is invalid: allowed {', '.join(map(str, allowed))}")
+    raise ConfigError(f"{key}={short_repr(value)} is invalid: allowed {_choices(allowed)}")
+
+
+def _choices(allowed: tuple) -> str:
+    return ", ".join(map(str, allowed))
 
 
 def _coerce_scalar(hint: Any, value: Any, key: str) -> Any:
@@ -225,11 +232,12 @@ def apply_overrides(raw: dict, overrides: list[str]) -> dict:
     """Apply ``key.path=value`` strings to a raw config dict (values parsed as YAML).
 
     Walking through a missing or null section creates it, so ``model.moe.top_k=1`` on a dense
-    config gives an MoE with default settings and top_k=1.
+    config gives an MoE with default settings and top_k=1. A flat logging key of older configs
+    (``train.progress``) sets its ``train.logging`` key, with a note (``moelab.config.legacy``).
     """
     for item in overrides:
         key, sep, text = item.partition("=")
-        key = key.strip()
+        key = logging_key(key.strip())
         if not sep or not key:
             raise ConfigError(f"override {short_repr(item)} is invalid: expected KEY=VALUE, e.g. model.d_model=256")
         try:
@@ -245,12 +253,13 @@ def apply_overrides(raw: dict, overrides: list[str]) -> dict:
                 node[part] = {}
             node = node[part]
         node[parts[-1]] = value
-    return raw
+    return move_flat_logging_keys(raw)  # a whole train section given: train={progress: false}
 
 
 def build_config(raw: dict) -> Config:
-    """A validated Config from a raw dict (a YAML file's, after overrides)."""
-    return from_dict(Config, raw).validate()
+    """A validated Config from a raw dict (a YAML file's, after overrides). Flat logging keys
+    of older configs load silently: a config a run folder holds is a record, not an input."""
+    return from_dict(Config, move_flat_logging_keys(raw, note=False)).validate()
 
 
 def override(config: Config, overrides: list[str]) -> Config:

@@ -7,14 +7,16 @@ from __future__ import annotations
 import dataclasses
 import re
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Literal, Optional
 
 from moelab.config.checks import is_sha256, require_non_negative, require_positive
 from moelab.errors import ConfigError, short_repr
 
 
-LB_SCOPES = ("micro_batch", "global_batch")
-BALANCE_MODES = ("aux_loss", "bias", "both")
+LbScope = Literal["micro_batch", "global_batch"]
+"""The model.moe.lb_scope names (the parser refuses any other, naming these)."""
+BalanceMode = Literal["aux_loss", "bias", "both"]
+"""The model.moe.balance names."""
 
 
 @dataclass
@@ -35,11 +37,11 @@ class MoEConfig:
     """Renormalise each token's k routing weights to sum 1 (Mixtral) or keep the raw softmax
     probabilities (Switch). null: renormalise when top_k > 1, raw when top_k = 1 -- one
     renormalised weight is always 1, so a top-1 router would get no gradient from the task loss."""
-    lb_scope: str = "micro_batch"
+    lb_scope: LbScope = "micro_batch"
     """Tokens the balancing loss counts its loads f_i over: micro_batch (each micro batch of
     each process on its own) or global_batch (the whole optimizer step: every micro batch of
     every process). docs/training.md, "Balancing scope"."""
-    balance: str = "aux_loss"
+    balance: BalanceMode = "aux_loss"
     """How routing is kept balanced: aux_loss (the Switch loss, weight lb_coef), bias
     (DeepSeek-V3's aux-loss-free per-expert bias on the top-k choice; no balancing loss in the
     objective) or both. docs/training.md, "Aux-loss-free balancing"."""
@@ -59,12 +61,6 @@ class MoEConfig:
                               "num_shared_experts")
         if self.d_shared is not None:
             require_positive(self, prefix, "d_shared")
-        if self.balance not in BALANCE_MODES:
-            raise ConfigError(f"{prefix}.balance={short_repr(self.balance)} is invalid: allowed "
-                              f"{', '.join(BALANCE_MODES)}")
-        if self.lb_scope not in LB_SCOPES:
-            raise ConfigError(f"{prefix}.lb_scope={short_repr(self.lb_scope)} is invalid: allowed "
-                              f"{', '.join(LB_SCOPES)}")
         if self.top_k > self.num_experts:
             raise ConfigError(
                 f"{prefix}.top_k={self.top_k} is invalid: allowed 1..num_experts "
@@ -254,10 +250,53 @@ MAX_SAMPLE_TOKENS = 100_000
 """A sanity cap on train.sample_tokens: the end-of-run sample is generated token by token."""
 EVAL_TASK_NAMES = ("last_word", "ending", "agreement")
 """The zero-shot tasks of moelab.tasks (named here so a config can be checked without them)."""
-SCHEDULES = ("cosine", "wsd")
+ScheduleName = Literal["cosine", "wsd"]
 """The train.schedule names (moelab.train.schedule computes their lr)."""
-DECAY_SHAPES = ("linear", "sqrt")
+DecayShape = Literal["linear", "sqrt"]
 """The train.decay_shape names of the wsd final decay."""
+Dtype = Literal["float32", "bfloat16"]
+"""The train.dtype names: float32, or bfloat16 autocast."""
+
+
+@dataclass
+class LoggingConfig:
+    """How a run is shown (its progress bar, TensorBoard, W&B), never what it computes: a
+    resumed run, a branch and a rerun study may differ in it, and a run's identity (the config
+    a study or sweep folder compares, ``without_logging``) leaves it out."""
+
+    progress: bool = True
+    """Show a progress bar (loss, tokens/s, ETA)."""
+    tensorboard: bool = False
+    """Also log to TensorBoard in RUN/tensorboard (needs the tensorboard package)."""
+    wandb: bool = False
+    """Also log to Weights & Biases, offline unless WANDB_MODE says otherwise (needs wandb).
+    The W&B run id is kept in RUN/wandb.json: --resume continues the same W&B run."""
+    wandb_project: Optional[str] = None
+    """The W&B project; null: $WANDB_PROJECT, else 'moelab'."""
+    wandb_entity: Optional[str] = None
+    """The W&B team or user; null: $WANDB_ENTITY, else the account's default."""
+    wandb_group: Optional[str] = None
+    """The W&B group; null: none for a lone run, the folder's name for a study or sweep (its
+    plan sets it), so that its runs show together."""
+    wandb_name: Optional[str] = None
+    """The W&B run name; null: the run folder's name (a study or sweep sets the run's name in
+    its plan: moe/seed0, s1/S0.5/D409600)."""
+    wandb_tags: list[str] = field(default_factory=list)
+    """W&B tags; a study or sweep adds its run's labels (arm=moe, seed=0, sparsity=0.5, ...)."""
+
+    def validate(self, prefix: str = "train.logging") -> None:
+        for name in ("wandb_project", "wandb_entity", "wandb_group", "wandb_name"):
+            value = getattr(self, name)
+            if value is not None and (not 0 < len(value.strip()) <= 128
+                                      or not value.isprintable()):
+                raise ConfigError(f"{prefix}.{name}={short_repr(value)} is invalid: allowed 1 to "
+                                  "128 printable characters on one line, or null")
+        if (any(not 0 < len(tag.strip()) <= 64 or not tag.isprintable()
+                for tag in self.wandb_tags)
+                or len(set(self.wandb_tags)) < len(self.wandb_tags)):
+            raise ConfigError(f"{prefix}.wandb_tags={short_repr(self.wandb_tags)} is invalid: "
+                              "allowed distinct tags of 1 to 64 printable characters on one line "
+                              "(W&B's limit)")
 
 
 @dataclass
@@ -280,11 +319,11 @@ class TrainConfig:
     """Floor the decay ends on (the last step), as a fraction of lr."""
     warmup_fraction: float = 0.05
     """Share of the steps spent in linear warmup."""
-    schedule: str = "cosine"
+    schedule: ScheduleName = "cosine"
     """'cosine' (warmup, then cosine to the floor) or 'wsd' (warmup, constant lr, final decay)."""
     decay_fraction: float = 0.2
     """wsd only: share of the steps in the final decay to the floor."""
-    decay_shape: str = "sqrt"
+    decay_shape: DecayShape = "sqrt"
     """wsd only: 'linear' or 'sqrt' (the 1 - sqrt(t) cooldown of Hägele et al. 2024)."""
     warmup_steps: Optional[int] = None
     """Steps of linear warmup, replacing warmup_fraction when set: the runs of a wsd budget
@@ -311,7 +350,7 @@ class TrainConfig:
     """Save a resumable checkpoint every N steps (0: only at the end)."""
     log_interval: int = 10
     """Log train metrics every N steps."""
-    dtype: str = "float32"
+    dtype: Dtype = "float32"
     """'float32' or 'bfloat16' (autocast)."""
     compile: bool = False
     """Wrap the model in torch.compile."""
@@ -325,27 +364,10 @@ class TrainConfig:
     dense), measured once with a matmul on a CPU (docs/training.md, "Throughput and MFU")."""
     sample_tokens: int = 32
     """Tokens generated per prompt for samples.txt at the end of a run (0: no samples)."""
-    progress: bool = True
-    """Show a progress bar (loss, tokens/s, ETA)."""
-    tensorboard: bool = False
-    """Also log to TensorBoard in RUN/tensorboard (needs the tensorboard package)."""
-    wandb: bool = False
-    """Also log to Weights & Biases, offline unless WANDB_MODE says otherwise (needs wandb).
-    The W&B run id is kept in RUN/wandb.json: --resume continues the same W&B run."""
-    wandb_project: Optional[str] = None
-    """The W&B project; null: $WANDB_PROJECT, else 'moelab'."""
-    wandb_entity: Optional[str] = None
-    """The W&B team or user; null: $WANDB_ENTITY, else the account's default."""
-    wandb_group: Optional[str] = None
-    """The W&B group; null: none for a lone run, the folder's name for a study or sweep (its
-    plan sets it), so that its runs show together."""
-    wandb_name: Optional[str] = None
-    """The W&B run name; null: the run folder's name (a study or sweep sets the run's name in
-    its plan: moe/seed0, s1/S0.5/D409600)."""
-    wandb_tags: list[str] = field(default_factory=list)
-    """W&B tags; a study or sweep adds its run's labels (arm=moe, seed=0, sparsity=0.5, ...)."""
     eval_tasks: list[str] = field(default_factory=list)
     """Zero-shot tasks (moelab.tasks) scored at the end of the run; empty: none."""
+    logging: LoggingConfig = field(default_factory=LoggingConfig)
+    """How the run is shown: progress bar, TensorBoard, W&B (never what it computes)."""
 
     def validate(self, prefix: str = "train") -> None:
         require_positive(self, prefix, "batch_size", "max_tokens", "lr", "eval_interval",
@@ -371,12 +393,6 @@ class TrainConfig:
                 f"{prefix}.min_lr_ratio/warmup_fraction = {self.min_lr_ratio}/"
                 f"{self.warmup_fraction} is invalid: allowed [0, 1] and [0, 1)"
             )
-        if self.schedule not in SCHEDULES:
-            raise ConfigError(f"{prefix}.schedule={short_repr(self.schedule)} is invalid: allowed "
-                              f"{', '.join(SCHEDULES)}")
-        if self.decay_shape not in DECAY_SHAPES:
-            raise ConfigError(f"{prefix}.decay_shape={short_repr(self.decay_shape)} is invalid: allowed "
-                              f"{', '.join(DECAY_SHAPES)}")
         if not 0.0 < self.decay_fraction <= 1.0:
             raise ConfigError(
                 f"{prefix}.decay_fraction={self.decay_fraction} is invalid: allowed (0, 1]"
@@ -388,8 +404,6 @@ class TrainConfig:
                 f"{prefix}.decay_fraction={self.decay_fraction} is invalid with wsd and "
                 f"warmup_fraction={self.warmup_fraction}: allowed (0, 1 - warmup_fraction]"
             )
-        if self.dtype not in ("float32", "bfloat16"):
-            raise ConfigError(f"{prefix}.dtype={short_repr(self.dtype)} is invalid: allowed float32, bfloat16")
         if not DEVICE_NAME.fullmatch(self.device):
             raise ConfigError(f"{prefix}.device={short_repr(self.device)} is invalid: allowed {DEVICE_CHOICES}")
         if not 0.0 < self.collapse_threshold <= 1.0:
@@ -400,25 +414,11 @@ class TrainConfig:
                                                 and 0 < self.peak_flops < float("inf")):
             raise ConfigError(f"{prefix}.peak_flops={short_repr(self.peak_flops)} is invalid: "
                               "expected FLOP/s > 0 (e.g. 989e12), or null to detect it")
-        self._validate_wandb_fields(prefix)
+        self.logging.validate(f"{prefix}.logging")
         if (any(name not in EVAL_TASK_NAMES for name in self.eval_tasks)
                 or len(set(self.eval_tasks)) < len(self.eval_tasks)):
             raise ConfigError(f"{prefix}.eval_tasks={short_repr(self.eval_tasks)} is invalid: allowed a "
                               f"list of distinct names from {', '.join(EVAL_TASK_NAMES)}")
-
-    def _validate_wandb_fields(self, prefix: str) -> None:
-        for name in ("wandb_project", "wandb_entity", "wandb_group", "wandb_name"):
-            value = getattr(self, name)
-            if value is not None and (not 0 < len(value.strip()) <= 128
-                                      or not value.isprintable()):
-                raise ConfigError(f"{prefix}.{name}={short_repr(value)} is invalid: allowed 1 to "
-                                  "128 printable characters on one line, or null")
-        if (any(not 0 < len(tag.strip()) <= 64 or not tag.isprintable()
-                for tag in self.wandb_tags)
-                or len(set(self.wandb_tags)) < len(self.wandb_tags)):
-            raise ConfigError(f"{prefix}.wandb_tags={short_repr(self.wandb_tags)} is invalid: "
-                              "allowed distinct tags of 1 to 64 printable characters on one line "
-                              "(W&B's limit)")
 
     def _validate_budget_family_fields(self, prefix: str) -> None:
         """warmup_steps, keep_checkpoints_at, init_from/init_sha256 (their bounds against the
@@ -448,12 +448,6 @@ class TrainConfig:
     @property
     def effective_data_seed(self) -> int:
         return self.seed if self.data_seed is None else self.data_seed
-
-
-DISPLAY_KEYS = ("progress", "tensorboard", "wandb", "wandb_project", "wandb_entity",
-                "wandb_group", "wandb_name", "wandb_tags")
-"""The train keys that change how a run is shown, never what it computes: a resumed run, a
-branch and a rerun study may differ in them."""
 
 
 @dataclass

@@ -12,7 +12,7 @@ def prepare_shared_data(config: Config, log: Callable[[str], None]) -> None:
     """Tokenizer and token cache once, up front: every run then finds them in the cache (and
     parallel runs do not race to build them)."""
     log(f"preparing data ({config.data.source}, vocab {config.tokenizer_vocab_size})")
-    prepare_data(config.data, config.tokenizer_vocab_size, progress=config.train.progress)
+    prepare_data(config.data, config.tokenizer_vocab_size, progress=config.train.logging.progress)
 
 
 def check_shared_data(config: Config) -> None:

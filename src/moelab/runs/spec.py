@@ -9,7 +9,7 @@ from typing import Any, Iterable, Optional
 import yaml
 
 from moelab.codec import to_json
-from moelab.config import DISPLAY_KEYS, Config, build_config, dump_config, read_yaml, to_dict
+from moelab.config import Config, build_config, dump_config, read_yaml, to_dict, without_logging
 from moelab.errors import MoelabError, short_repr
 from moelab.fileio import atomic_write_text, is_inside
 from moelab.train.run_folder import first_difference
@@ -80,13 +80,14 @@ def shown_in_wandb(specs: list[RunSpec], group: str, tags: Iterable[str] = ()) -
 
 
 def _shown_in_wandb(spec: RunSpec, group: str, tags: list[str]) -> RunSpec:
-    train = spec.config.train
-    if not train.wandb:
+    shown = spec.config.train.logging
+    if not shown.wandb:
         return spec
     labels = [f"{key}={value}" for key, value in spec.labels.items() if value is not None]
-    train = replace(train, wandb_group=train.wandb_group or group,
-                    wandb_name=train.wandb_name or spec.name,
-                    wandb_tags=list(dict.fromkeys([*train.wandb_tags, *tags, *labels])))
+    shown = replace(shown, wandb_group=shown.wandb_group or group,
+                    wandb_name=shown.wandb_name or spec.name,
+                    wandb_tags=list(dict.fromkeys([*shown.wandb_tags, *tags, *labels])))
+    train = replace(spec.config.train, logging=shown)
     return replace(spec, config=replace(spec.config, train=train).validate())
 
 
@@ -111,14 +112,15 @@ def check_planned_configs(folder: Path, specs: list[RunSpec]) -> None:
 
     Every command that plans runs (study, compare, sweep) comes through here: a rerun with one
     side or one key changed would otherwise find that run finished, skip it, and report the
-    old config's result under the new config's name. How a run is shown (``DISPLAY_KEYS``)
-    may change; keys added to moelab since take their defaults."""
+    old config's result under the new config's name. How a run is shown (``train.logging``,
+    or its flat keys in a config planned before they moved) may change; keys added to moelab
+    since take their defaults."""
     for spec in specs:
         path = folder / spec.config_path
         old = _planned_config(path)
         if old is None:
             continue
-        new = _computed_part(to_dict(spec.config))
+        new = without_logging(to_dict(spec.config))
         key, before, now = first_difference(old, new) or (None, None, None)
         if key is not None:
             raise MoelabError(
@@ -129,7 +131,7 @@ def check_planned_configs(folder: Path, specs: list[RunSpec]) -> None:
 
 def _planned_config(path: Path) -> dict | None:
     """A run's planned config as written (with the defaults of keys added since), less its
-    display keys; None when there is none, or it cannot be read (it is written anew)."""
+    logging keys; None when there is none, or it cannot be read (it is written anew)."""
     if not path.is_file():
         return None
     try:
@@ -142,14 +144,7 @@ def _planned_config(path: Path) -> dict | None:
         raw = to_dict(build_config(raw))
     except MoelabError:
         pass
-    return _computed_part(raw)
-
-
-def _computed_part(config: dict) -> dict:
-    train = config.get("train")
-    if not isinstance(train, dict):
-        return config
-    return {**config, "train": {k: v for k, v in train.items() if k not in DISPLAY_KEYS}}
+    return without_logging(raw)
 
 
 

@@ -21,7 +21,7 @@ from typing import Callable, Optional
 import yaml
 
 from moelab.config import (
-    DISPLAY_KEYS, Config, build_config, read_yaml, to_dict, yaml_problem,
+    Config, build_config, read_yaml, to_dict, without_logging, yaml_problem,
 )
 from moelab.errors import MoelabError, short_repr
 from moelab.fileio import (
@@ -140,7 +140,8 @@ def check_same_study(study_dir: Path, kind: str, base: Config, specs: list[RunSp
             old = _with_defaults(_read_planned(path, read_yaml))
             if path == study_path:
                 old = _without_seed(old)
-            difference = first_difference(_without_display(old), _without_display(new))
+            # how runs are shown may change: a study rerun with W&B, or moved (its W&B group)
+            difference = first_difference(without_logging(old), without_logging(new))
             if difference:
                 key, old_value, new_value = difference
                 raise MoelabError(
@@ -158,15 +159,6 @@ def _with_defaults(planned: dict) -> dict:
         return to_dict(build_config(copy.deepcopy(planned)))
     except MoelabError:
         return planned
-
-
-def _without_display(config: dict) -> dict:
-    """A planned config less how its runs are shown (W&B, progress bars): a study may be rerun
-    with W&B turned on, or moved to another folder (its W&B group)."""
-    train = config.get("train")
-    if not isinstance(train, dict):
-        return config
-    return {**config, "train": {k: v for k, v in train.items() if k not in DISPLAY_KEYS}}
 
 
 def _without_seed(config: dict) -> dict:

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from moelab.codec import from_json
-from moelab.config import ModelConfig, from_dict, to_dict
+from moelab.config import ModelConfig, from_dict, to_dict, without_logging
 from moelab.errors import ConfigError, MoelabError
 from moelab.fileio import atomic_write_json, atomic_write_text, read_json
 from moelab.report import format_mean_std, format_number, format_p_value, markdown_table
@@ -35,10 +35,10 @@ from moelab.study.results import json_safe
 from moelab.stats.intervals import summarize
 from moelab.study.gaps import Gap, adjust_family, compare
 
-NOT_DESIGN = ("train.seed", "data.cache_dir", "train.progress", "train.tensorboard",
-              "train.wandb", "train.log_interval", "train.checkpoint_interval",
+NOT_DESIGN = ("train.seed", "data.cache_dir", "train.log_interval", "train.checkpoint_interval",
               "train.keep_checkpoints_at", "train.sample_tokens")
-"""Config keys that say where and how a run reports, not what it trains: not compared."""
+"""Config keys that say where and how a run reports, not what it trains: not compared (nor
+``train.logging``, how it is shown)."""
 RUN_DESIGN_FIELDS = ("tokens", "steps")
 """Per-run numbers of results.json that belong to the design: every seed trained as many."""
 
@@ -126,7 +126,7 @@ def _read_folder(folder: Path) -> StudySource:
         raise MoelabError(f"{folder} has no complete runs yet: nothing to pool")
     config_design: dict[str, set] = {}
     for record in records:
-        for key, value in _flatten(to_dict(record.config)).items():
+        for key, value in _flatten(without_logging(to_dict(record.config))).items():
             if key not in NOT_DESIGN and not key.startswith("model."):  # model: per arm, below
                 config_design.setdefault(key, set()).add(json.dumps(value))
     # A key whose value varies within the study (train.max_tokens over budgets) is the set.

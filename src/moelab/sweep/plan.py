@@ -15,7 +15,9 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from moelab.accounting import count_params, flops_per_token
-from moelab.config import Config, MoEConfig, apply_overrides, build_config, load_config, to_dict
+from moelab.config import (
+    Config, MoEConfig, apply_overrides, build_config, load_config, spelt_as_today, to_dict,
+)
 from moelab.data.sources import resolve_source
 from moelab.errors import ConfigError, MoelabError, short_repr
 from moelab.fileio import atomic_write_json, read_json, remove_stale_temporaries
@@ -198,8 +200,8 @@ def finetune_specs(recipe: FinetuneRecipe, specs: list[RunSpec]) -> list[RunSpec
     planned = []
     for spec in specs:
         overrides = finetune_overrides(recipe, spec.config)
-        if spec.config.train.wandb:  # else it would log under its source's name
-            overrides.append(f"train.wandb_name={finetune_run_name(spec.name)}")
+        if spec.config.train.logging.wandb:  # else it would log under its source's name
+            overrides.append(f"train.logging.wandb_name={finetune_run_name(spec.name)}")
         raw = to_dict(spec.config)
         raw["data"].update(source=recipe.data, max_train_stories=None)
         raw["train"].update(keep_checkpoints_at=[], warmup_steps=None)
@@ -275,10 +277,21 @@ def check_same_grid(out_dir: Path, grid: SweepGrid) -> None:
     """Refuse to mix another grid's runs into this folder."""
     grid_path = out_dir / "grid.json"
     if grid_path.is_file():
-        old = with_seeds_key(read_json(grid_path))
-        if not _same_grid_or_more_seeds(old, json.loads(json.dumps(grid_json_record(grid)))):
+        old = _keys_spelt_as_today(with_seeds_key(read_json(grid_path)))
+        new = _keys_spelt_as_today(json.loads(json.dumps(grid_json_record(grid))))
+        if not _same_grid_or_more_seeds(old, new):
             raise MoelabError(f"{out_dir} already holds another sweep grid ({short_repr(old.get('name'))}): "
                               "use another --out folder")
+
+
+def _keys_spelt_as_today(record: dict) -> dict:
+    """A grid record whose overrides spell moved keys as today (``train.progress=false`` of a
+    sweep planned before ``train.logging``): the same grid either way."""
+    overrides = record.get("overrides")
+    if not isinstance(overrides, list):
+        return record
+    return {**record, "overrides": [spelt_as_today(item) if isinstance(item, str) else item
+                                    for item in overrides]}
 
 
 def _write_plan(out_dir: Path, grid: SweepGrid, points: list[SweepPoint], specs: list[RunSpec],

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Optional
 
 from moelab.codec import from_json, to_json
-from moelab.config import DISPLAY_KEYS, Config, build_config, read_raw, to_dict
+from moelab.config import Config, build_config, read_raw, to_dict
 from moelab.data.tokenizer import file_sha256
 from moelab.errors import MoelabError, short_repr
 from moelab.fileio import atomic_write_json, atomic_write_text, read_json
@@ -36,7 +36,7 @@ BRANCH_FILE = "branch.json"
 SCHEDULE_KEYS = ("max_tokens", "lr", "min_lr_ratio", "warmup_fraction", "warmup_steps",
                  "schedule", "decay_fraction", "decay_shape")
 """train keys that only set the lr schedule: a branch may change them where its lr agrees."""
-BRANCH_FREE_KEYS = (*SCHEDULE_KEYS, "keep_checkpoints_at", "checkpoint_interval", *DISPLAY_KEYS)
+BRANCH_FREE_KEYS = (*SCHEDULE_KEYS, "keep_checkpoints_at", "checkpoint_interval", "logging")
 """train keys a branch may change: the schedule, and what never changes the computation."""
 
 

@@ -171,7 +171,7 @@ def _build_token_cache(source: RunFolder, config: Config) -> None:
     if not has_manifest(cache_dir):
         atomic_write(cache_dir / TOKENIZER_FILE,
                      lambda tmp: shutil.copyfile(source.tokenizer_path, tmp))
-    prepared = prepare_data(config.data, vocab_size, progress=config.train.progress)
+    prepared = prepare_data(config.data, vocab_size, progress=config.train.logging.progress)
     if prepared.tokenizer.sha256() != file_sha256(source.tokenizer_path):
         raise MoelabError(f"the token cache {cache_dir} holds another tokenizer than run "
                           f"{source.path}'s: delete it and fine-tune again")

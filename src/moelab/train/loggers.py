@@ -1,6 +1,6 @@
 """Optional TensorBoard and Weights & Biases logging (imported only when asked for).
 
-A W&B run is named by the config (``train.wandb_project``, ``_entity``, ``_group``,
+A W&B run is named by the config (``train.logging.wandb_project``, ``_entity``, ``_group``,
 ``_name``, ``_tags``; a study or sweep fills in the group, name and tags of each of its runs)
 and its id is kept in the run folder, so that a resumed run continues the same W&B run.
 """
@@ -31,15 +31,15 @@ class ExternalLoggers:
         """``continuing``: the run goes on from a checkpoint, so its W&B run (if it has one)
         goes on too; otherwise a new W&B run starts."""
         self._tensorboard = self._wandb_run = None
-        if config.train.tensorboard:
+        if config.train.logging.tensorboard:
             try:
                 from torch.utils.tensorboard import SummaryWriter
             except ImportError:
                 raise MoelabError(
-                    "train.tensorboard=true needs the tensorboard package: pip install tensorboard"
+                    "train.logging.tensorboard=true needs the tensorboard package: pip install tensorboard"
                 ) from None
             self._tensorboard = SummaryWriter(log_dir=str(run.path / "tensorboard"))
-        if config.train.wandb:
+        if config.train.logging.wandb:
             self._wandb_run = _start_wandb_run(config, run, continuing)
 
     def log(self, event: dict[str, Any]) -> None:
@@ -75,7 +75,7 @@ def _start_wandb_run(config: Config, run: RunFolder, continuing: bool):
     try:
         import wandb
     except ImportError:
-        raise MoelabError("train.wandb=true needs the wandb package: pip install 'moelab[wandb]'") from None
+        raise MoelabError("train.logging.wandb=true needs the wandb package: pip install 'moelab[wandb]'") from None
     # Offline unless the user chose otherwise: runs work without a network and can be synced
     # later with `wandb sync`.
     os.environ.setdefault("WANDB_MODE", "offline")
@@ -85,7 +85,7 @@ def _start_wandb_run(config: Config, run: RunFolder, continuing: bool):
     if run_id is None:
         run_id = secrets.token_hex(6)  # W&B's own id helper moves between its versions
         atomic_write_json(run.wandb_run_path, {"id": run_id})  # before W&B holds anything
-    tc = config.train
+    tc = config.train.logging
     timeout = _wandb_init_timeout()
     try:
         return wandb.init(

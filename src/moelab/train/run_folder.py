@@ -8,7 +8,7 @@
                        that failed or was killed has none (a study records failures in its
                        failures.json)
     samples.txt        a few generations of the final model
-    wandb.json         with train.wandb: the W&B run's id, which a resumed run continues
+    wandb.json         with train.logging.wandb: the W&B run's id, which a resumed run continues
     checkpoints/       see moelab.train.checkpoint
 """
 
@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from moelab.codec import to_json
-from moelab.config import DISPLAY_KEYS, Config, build_config, read_raw, save_config, to_dict
+from moelab.config import Config, build_config, read_raw, save_config, to_dict, without_logging
 from moelab.data.tokenizer import Tokenizer, file_sha256
 from moelab.errors import MoelabError, short_repr
 from moelab.fileio import (
@@ -99,11 +99,9 @@ class RunFolder:
 
     def check_same_config(self, config: Config) -> None:
         """Refuse to resume with a config that computes something else than the run's."""
-        saved, given = to_dict(self.read_config()), to_dict(config)
-        for section in (saved, given):
-            for key in DISPLAY_KEYS:  # a run may resume shown otherwise
-                section["train"].pop(key)
-        difference = first_difference(saved, given)
+        # a run may resume shown otherwise (train.logging)
+        saved = without_logging(to_dict(self.read_config()))
+        difference = first_difference(saved, without_logging(to_dict(config)))
         if difference:
             key, in_run, in_given = difference
             raise MoelabError(

@@ -3,7 +3,7 @@
 One ``Schedule`` holds everything the lr of a step depends on, resolved from the config once
 the run's steps are known (``Schedule.from_config``): the loop, a cooldown branch and a wsd
 budget family all ask it, so they agree float for float. The config has already checked the
-schedule's names and fractions (``TrainConfig.validate``); torch-free.
+schedule's names (their ``Literal`` types) and fractions (``TrainConfig.validate``); torch-free.
 
     schedule = Schedule.from_config(config.train, total_steps)
     schedule.lr_at(0), schedule.warmup_steps, schedule.decay_start_step
@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from moelab.config import TrainConfig
+from moelab.config import DecayShape, ScheduleName, TrainConfig
 from moelab.errors import MoelabError
 
 
@@ -31,11 +31,11 @@ class Schedule:
     warmup_steps: int
     lr_peak: float
     min_lr_ratio: float
-    kind: str = "cosine"
+    kind: ScheduleName = "cosine"
     """'cosine' or 'wsd' (train.schedule)."""
     decay_steps: int = 0
     """Steps of the wsd final decay (0 for cosine, whose decay is every step after warmup)."""
-    decay_shape: str = "sqrt"
+    decay_shape: DecayShape = "sqrt"
     """wsd only: 'linear' or 'sqrt'."""
 
     @classmethod
