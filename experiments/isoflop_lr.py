@@ -1,17 +1,19 @@
 """Do per-cell learning rates move the cpu-isoflop answers? (docs/scaling.md, "Per-cell learning
 rates on the IsoFLOP sweep")
 
-Compares two analysed sweep folders of the same grid and seeds: one trained at the preset's
+Compares two sweep folders of the same grid and seeds: one trained at the preset's
 shared lr, one with ``--lr-grid`` (each size x sparsity x budget family at its own lr, chosen on a
-selection seed no result uses). Both folders need results.csv, isoflop.json and fixed_size.json
-(``moelab report DIR`` writes them from results.csv and grid.json). The run:
+selection seed no result uses). Both need results.csv, isoflop.json, fixed_size.json and their
+run folders' config.yaml; the tuned one its selection runs. The run:
 
     # the tuned sweep: the two smaller budgets of cpu-isoflop (its largest alone costs two thirds)
     OMP_NUM_THREADS=1 moelab sweep-sparsity cpu-isoflop --lr-grid 0.005,0.01,0.02 \\
         --select-seeds 1 --set 'flops_budgets=[3.6e+11,1.08e+12]' --jobs 2 --out out/iso-lr
-    # the shared-lr sweep: the stored cpu-isoflop rows of those two budgets, analysed alike
-    #   (results.csv, grid.json and plan.json cut to the two budgets, then `moelab report`;
-    #   under wsd a budget's runs do not depend on the larger budgets of its family)
+    # the same grid at the preset's shared lr 0.01, on the same machine and code: the tuned
+    # sweep's runs of the cells that chose 0.01 are these runs (copy them into
+    # out/iso-shared/runs/ first and only the others train: 36 of 80 here)
+    OMP_NUM_THREADS=1 moelab sweep-sparsity cpu-isoflop --set 'flops_budgets=[3.6e+11,1.08e+12]' \
+        --jobs 2 --out out/iso-shared
     python experiments/isoflop_lr.py out/iso-shared out/iso-lr
 
 Writes experiments/results/isoflop_lr.json: each cell's chosen lr; the per-run loss change at
@@ -47,6 +49,19 @@ def chosen_lrs(folder: Path) -> dict[str, float]:
         budget, size, sparsity = config.parent.relative_to(folder / "runs").parts[:3]
         lrs[f"{budget}/{size}/{sparsity}"] = float(yaml.safe_load(config.read_text())["train"]["lr"])
     return lrs
+
+
+def selection_losses(folder: Path) -> dict[str, dict[str, float]]:
+    """Each family's (size/sparsity) mean best validation loss at every lr of the grid over its
+    budgets and selection seeds: what the choice was made on (select/lr<X>/runs/)."""
+    losses: dict[str, dict[str, list[float]]] = {}
+    for summary in sorted((folder / "select").glob("lr*/runs/*/*/*/seed*/summary.json")):
+        lr = summary.relative_to(folder / "select").parts[0].removeprefix("lr")
+        size, sparsity = summary.parent.parent.parent.name, summary.parent.parent.name
+        value = json.loads(summary.read_text())["best_val_loss"]
+        losses.setdefault(f"{size}/{sparsity}", {}).setdefault(lr, []).append(value)
+    return {family: {lr: float(np.mean(v)) for lr, v in by_lr.items()}
+            for family, by_lr in sorted(losses.items())}
 
 
 def isoflop_minima(folder: Path) -> list[dict]:
@@ -87,6 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     shared_min, tuned_min = isoflop_minima(args.shared), isoflop_minima(args.tuned)
     result = {
         "lrs": chosen_lrs(args.tuned),
+        "selection": selection_losses(args.tuned),
         "loss_change": loss_changes(read_rows(args.shared), read_rows(args.tuned)),
         "isoflop_minima": {"shared": shared_min, "tuned": tuned_min},
         "s_star": {"shared": s_star_by_budget(shared_min), "tuned": s_star_by_budget(tuned_min)},
