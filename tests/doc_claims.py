@@ -886,6 +886,82 @@ def flip_across_sizes() -> str:
             f"{num(ci.high, 3)}] (Welch, p {p_text(welch.pvalue)}")
 
 
+
+# --------------------------------------------------------------------------------------------
+# Fair comparisons: --tune-lr on the demo, --lr-grid on cpu-isoflop (docs/study.md, docs/scaling.md)
+# --------------------------------------------------------------------------------------------
+
+
+def tuned_demo_selection() -> str:
+    """Each arm's mean selection loss at 0.01 against 0.02, from the per-seed selection losses."""
+    arms = load("studies/demo-tune-lr.json")["lr_selection"]["arms"]
+    mean = {arm: {lr: float(np.mean(list(by_seed.values())))
+                  for lr, by_seed in record["losses"].items()} for arm, record in arms.items()}
+    return ", ".join(f"{arm} {mean[arm]['0.01']:.4f} against {mean[arm]['0.02']:.4f}"
+                     for arm in ("moe", "dense_active", "dense_total"))
+
+
+def tuned_demo_gaps() -> str:
+    """The tuned demo's paired dense - MoE gaps with their t intervals, from the per-seed losses."""
+    moe = losses("demo-tune-lr", "moe")
+    texts = []
+    for dense in ("dense_active", "dense_total"):
+        other = losses("demo-tune-lr", dense)
+        diff = np.array([other[seed] - moe[seed] for seed in sorted(moe)])
+        low, high = stats.t.interval(0.95, len(diff) - 1, diff.mean(), stats.sem(diff))
+        texts.append(f"{diff.mean():+.4f} [{low:+.4f}, {high:+.4f}]")
+    return f"{texts[0]} matched on active parameters, {texts[1]} on total"
+
+
+def isoflop_lr() -> dict:
+    return load("isoflop_lr.json")
+
+
+def isoflop_lr_families() -> str:
+    lrs = isoflop_lr()["lrs"]
+    lowered = {cell.split("/", 1)[1] for cell, lr in lrs.items() if lr == 0.005}
+    families = {cell.split("/", 1)[1] for cell in lrs}
+    return f"{len(lowered)} of the {len(families)} families chose 0.005"
+
+
+def isoflop_lr_identical() -> str:
+    change = isoflop_lr()["loss_change"]["per_run"]
+    return f"{sum(v == 0.0 for v in change.values())} of the {len(change)} runs are identical"
+
+
+def isoflop_lr_changes() -> str:
+    record = isoflop_lr()
+    lrs, change = record["lrs"], record["loss_change"]["per_run"]
+    moved = {run: d for run, d in change.items() if lrs[run.rsplit("/", 1)[0]] != 0.01}
+    s3 = np.array([d for run, d in moved.items() if run.split("/")[1] == "s3"])
+    rest = np.array([d for run, d in moved.items() if run.split("/")[1] != "s3"])
+    assert (s3 < 0).all()
+    return (f"all {len(s3)} runs of s3 improve, by {-s3.max():.2f} to {-s3.min():.2f} nats (mean "
+            f"{s3.mean():.2f}). The other {len(rest)} changed runs move by {rest.mean():+.3f} on "
+            f"average (range {rest.min():.3f} to {rest.max():+.3f})")
+
+
+def isoflop_lr_minimum_row(flops: float) -> str:
+    record = isoflop_lr()["isoflop_minima"]
+    cells = []
+    for shared, tuned in zip(record["shared"], record["tuned"]):
+        if shared["flops"] != flops:
+            continue
+        def text(m):
+            return f"{m['loss']:.4f} [{m['loss_ci'][0]:.4f}, {m['loss_ci'][1]:.4f}]"
+        cells.append(text(shared) + (", same" if text(shared) == text(tuned) else f" / {text(tuned)}"))
+    return f"| {flops:.3g} | " + " | ".join(cells) + " |"
+
+
+def isoflop_lr_sign_sums() -> str:
+    fixed = isoflop_lr()["fixed_size"]
+    def text(trend):
+        low, high = trend["interval"]
+        return f"{trend['statistic']:+d} [{low:+.0f}, {high:+.0f}]"
+    return (f"{text(fixed['shared']['rises_with_size'])} to {text(fixed['tuned']['rises_with_size'])} "
+            f"over {fixed['tuned']['rises_with_size']['pairs']} pairs")
+
+
 CLAIMS = [
     # The demo, 12 seeds pooled (docs/study.md), and seeds 0-5 alone.
     Claim(STUDY, "| matched active | +0.0117 | [0.0050, 0.0185] | 0.0027 | 0.0027 | 0.0094 |",
@@ -1133,6 +1209,22 @@ CLAIMS = [
     Claim(README, "one cell significantly after Holm over 26 tests",
           lambda: f"{['no', 'one', 'two', 'three'][sum(p < 0.05 for n, p in holm_adjusted().items() if n.endswith(' 5'))]} "
           f"cell significantly after Holm over {len(finetune_family())} tests"),
+    # Fair comparisons (docs/study.md, docs/scaling.md).
+    Claim(STUDY, "moe 3.3627 against 3.3900, dense_active 3.3862 against 3.3905, dense_total 3.3869 "
+          "against 3.4008", tuned_demo_selection),
+    Claim(STUDY, "+0.0141 [+0.0058, +0.0223] matched on active parameters, +0.0150 [-0.0021, "
+          "+0.0320] on total", tuned_demo_gaps),
+    Claim(SCALING, "9 of the 20 families chose 0.005", isoflop_lr_families),
+    Claim(SCALING, "44 of the 80 runs are identical", isoflop_lr_identical),
+    Claim(SCALING, "all 16 runs of s3 improve, by 0.04 to 0.62 nats (mean -0.18). The other 20 "
+          "changed runs move by +0.007 on average (range -0.043 to +0.076)", isoflop_lr_changes),
+    Claim(SCALING, "| 3.6e+11 | 3.4569 [3.4413, 3.4711], same | 3.4158 [3.4029, 3.4278], same | "
+          "3.3986 [3.3969, 3.3993] / 3.4358 [3.4063, 3.4399] | 3.3976 [3.3721, 3.4155] / 3.3984 "
+          "[3.3739, 3.4211] |", partial(isoflop_lr_minimum_row, 3.6e11)),
+    Claim(SCALING, "| 1.08e+12 | 3.1482 [3.1428, 3.1531] / 3.1490 [3.1431, 3.1543] | 3.0840 "
+          "[3.0658, 3.1046], same | 3.0580 [3.0546, 3.0613] / 3.0636 [3.0588, 3.0683] | 3.0461 "
+          "[3.0341, 3.0557] / 3.0386 [3.0276, 3.0487] |", partial(isoflop_lr_minimum_row, 1.08e12)),
+    Claim(SCALING, "+3 [+3, +5] to +8 [+8, +12] over 20 pairs", isoflop_lr_sign_sums),
 ]
 
 
