@@ -64,7 +64,7 @@ def exponent_errors(law: dict, estimator: str, draws: int, noise: float) -> np.n
     for draw in range(draws):
         table = lopsided_table(law, np.random.default_rng(draw), noise)
         result = isoflop_analysis(table, estimator=estimator)
-        errors.append(result["params_exponent"]["exponent"] - true_exponent(law))
+        errors.append(result.params_exponent.exponent - true_exponent(law))
     return np.array(errors)
 
 

@@ -29,7 +29,9 @@ down to whole optimizer steps); ``compute_deviation`` measures by how much, and 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Optional
 
 import numpy as np
 import scipy.optimize
@@ -38,7 +40,7 @@ import scipy.stats
 from moelab.errors import MoelabError, short_repr
 from moelab.scaling.family import active_params, estimate_shared_fraction
 from moelab.scaling.isoflop_vertex import (
-    MIN_SIZES, WINDOW_FACTOR, check_estimator, fit_vertex, vertex_support,
+    MIN_SIZES, WINDOW_FACTOR, VertexSupport, check_estimator, fit_vertex, vertex_support,
 )
 from moelab.scaling.table import (
     numeric_column, read_csv_rows, require_column, validate_columns, with_default_columns,
@@ -54,6 +56,93 @@ COMPUTE_TOLERANCE = 0.02
 with a data exponent beta ~ 0.3, 2 % less compute raises the data term of the loss by ~0.6 %,
 small next to the seed noise of short runs; further off, a reader should know the point does
 not sit on its budget's curve."""
+
+
+@dataclass
+class SurfaceFit:
+    """The minimum of a quadratic surface in (log N, -log(1 - S)) inside the observed box."""
+
+    coefficients: list[float]
+    """c0 + c1 x + c2 y + c3 x^2 + c4 x y + c5 y^2 with x = log N, y = -log(1 - S)."""
+    log_params: float
+    sparsity: float
+    loss: float
+    at_edge: bool
+    """The minimum lies on the edge of the box (a bound, not an optimum)."""
+
+
+@dataclass
+class ParabolaBudget:
+    """One budget's optimum from a parabola in log N (one sparsity)."""
+
+    flops: float
+    n_points: int
+    params: float
+    """N*: the parabola's vertex."""
+    loss: float
+    parabola: list[float]
+    """c2, c1, c0 in log N."""
+    inside_data: bool
+    """The vertex lies within the sizes fitted (otherwise an extrapolation)."""
+    support: VertexSupport
+    warnings: list[str]
+
+
+@dataclass
+class SurfaceBudget:
+    """One budget's optimum (N*, S*) from a quadratic surface in (log N, -log(1 - S)).
+
+    Files written before the window estimator lack ``n_points_used``, ``support`` and
+    ``warnings``: they read as None and empty."""
+
+    flops: float
+    n_points: int
+    params: float
+    sparsity: float
+    loss: float
+    surface: list[float]
+    """``SurfaceFit.coefficients``."""
+    at_edge: bool
+    inside_data: bool
+    n_points_used: Optional[int] = field(default=None, metadata={"omit_none": True})
+    support: dict[str, VertexSupport] = field(default_factory=dict)
+    """Each sparsity's own vertex (keyed ``f"{S:g}"``), whose windowed sizes the surface used."""
+    warnings: list[str] = field(default_factory=list)
+    params_active: Optional[float] = field(default=None, metadata={"omit_none": True})
+    """N_active*, when the runs give the family's shared fraction."""
+
+
+BudgetOptimum = ParabolaBudget | SurfaceBudget
+
+
+@dataclass
+class PowerLawFit:
+    """log N* = a log C + log k across budgets."""
+
+    exponent: float
+    coefficient: float
+    """k, in N* = k C^a."""
+    n_budgets: int
+    ci: Optional[list[float]]
+    """a's 95 % t interval; None from 2 budgets (no degrees of freedom left)."""
+
+
+@dataclass(kw_only=True)
+class IsoflopAnalysis:
+    """Per-budget optima and N*(C) = k C^a across budgets (``isoflop_analysis``). Files written
+    before the window estimator lack ``estimator``, ``window_factor`` and ``poorly_supported``:
+    they read as the global parabola they used."""
+
+    estimator: str = "global"
+    window_factor: Optional[float] = None
+    """The window's factor; None for the global parabola."""
+    budgets: list[BudgetOptimum]
+    shared_fraction: Optional[float]
+    params_exponent: Optional[PowerLawFit]
+    outside_data: list[float]
+    """The budgets whose optimum lies outside the data, left out of the exponent fit."""
+    poorly_supported: list[float] = field(default_factory=list)
+    """The budgets with a warning."""
 
 
 def read_isoflop_table(path: str | Path, column_map: dict[str, str] | None = None,
@@ -105,7 +194,7 @@ def _surface_terms(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     return np.stack([np.ones_like(x), x, y, x * x, x * y, y * y], axis=1)
 
 
-def fit_surface(log_params: np.ndarray, sparsity: np.ndarray, loss: np.ndarray) -> dict:
+def fit_surface(log_params: np.ndarray, sparsity: np.ndarray, loss: np.ndarray) -> SurfaceFit:
     """Quadratic surface in (log N, -log(1-S)), minimised inside the observed box."""
     y = -np.log1p(-sparsity)
     coefficients, *_ = np.linalg.lstsq(_surface_terms(log_params, y), loss, rcond=None)
@@ -117,9 +206,9 @@ def fit_surface(log_params: np.ndarray, sparsity: np.ndarray, loss: np.ndarray) 
     stationary = _stationary_point(coefficients)
     if stationary is not None and all(lo <= v <= hi for v, (lo, hi) in zip(stationary, box)):
         x_star, y_star = stationary
-        return {"coefficients": [float(c) for c in coefficients], "log_params": float(x_star),
-                "sparsity": float(-math.expm1(-y_star)), "loss": surface(stationary),
-                "at_edge": False}
+        return SurfaceFit([float(c) for c in coefficients], log_params=float(x_star),
+                          sparsity=float(-math.expm1(-y_star)), loss=surface(stationary),
+                          at_edge=False)
     # Otherwise the minimum lies on the edge of the box: search it numerically.
     grid_x, grid_y = np.meshgrid(np.linspace(*box[0], 101), np.linspace(*box[1], 101))
     values = _surface_terms(grid_x.ravel(), grid_y.ravel()) @ coefficients
@@ -129,9 +218,9 @@ def fit_surface(log_params: np.ndarray, sparsity: np.ndarray, loss: np.ndarray) 
     x_star, y_star = best.x
     at_edge = any(min(v - lo, hi - v) <= 1e-6 * max(1.0, hi - lo)
                   for v, (lo, hi) in zip(best.x, box))
-    return {"coefficients": [float(c) for c in coefficients], "log_params": float(x_star),
-            "sparsity": float(-math.expm1(-y_star)), "loss": float(best.fun),
-            "at_edge": bool(at_edge)}
+    return SurfaceFit([float(c) for c in coefficients], log_params=float(x_star),
+                      sparsity=float(-math.expm1(-y_star)), loss=float(best.fun),
+                      at_edge=bool(at_edge))
 
 
 def _stationary_point(coefficients: np.ndarray) -> tuple[float, float] | None:
@@ -144,18 +233,19 @@ def _stationary_point(coefficients: np.ndarray) -> tuple[float, float] | None:
     return float(x_star), float(y_star)
 
 
-def budget_fit_loss(budget: dict, log_params: np.ndarray, sparsity: float = 0.0) -> np.ndarray:
+def budget_fit_loss(budget: BudgetOptimum, log_params: np.ndarray,
+                    sparsity: float = 0.0) -> np.ndarray:
     """The loss a budget row of ``isoflop_analysis`` fitted, along ``log_params`` (log N): its
     parabola, or its surface's slice at ``sparsity`` (a parabola in log N too)."""
     log_params = np.asarray(log_params, dtype=np.float64)
-    if "parabola" in budget:
-        return np.polyval(budget["parabola"], log_params)
+    if isinstance(budget, ParabolaBudget):
+        return np.polyval(budget.parabola, log_params)
     y = np.full_like(log_params, -math.log1p(-sparsity))
-    return _surface_terms(log_params, y) @ np.asarray(budget["surface"])
+    return _surface_terms(log_params, y) @ np.asarray(budget.surface)
 
 
 def isoflop_analysis(columns: dict[str, np.ndarray], *, estimator: str = "window",
-                     window_factor: float = WINDOW_FACTOR) -> dict:
+                     window_factor: float = WINDOW_FACTOR) -> IsoflopAnalysis:
     """Per-budget optima and the power law N*(C) = k C^a across budgets.
 
     Every budget row says whether its optimum lies inside the data (``inside_data``): a
@@ -175,17 +265,17 @@ def isoflop_analysis(columns: dict[str, np.ndarray], *, estimator: str = "window
     for flops in np.unique(columns["C"]):
         at_budget = np.isclose(columns["C"], flops, rtol=1e-6)
         points = {key: values[at_budget] for key, values in columns.items()}
-        row = (_surface_row(points, shared, vertex_options) if has_sparsity
-               else _parabola_row(points, vertex_options))
-        if row is not None:
-            budgets.append({"flops": float(flops), "n_points": int(at_budget.sum()), **row})
-    inside = [b for b in budgets if b["inside_data"]]
-    exponent = _power_law([b["flops"] for b in inside], [b["params"] for b in inside])
-    return {"estimator": estimator,
-            "window_factor": window_factor if estimator == "window" else None,
-            "budgets": budgets, "shared_fraction": shared, "params_exponent": exponent,
-            "outside_data": [b["flops"] for b in budgets if not b["inside_data"]],
-            "poorly_supported": [b["flops"] for b in budgets if b["warnings"]]}
+        budget = (_surface_row(float(flops), points, shared, vertex_options) if has_sparsity
+                  else _parabola_row(float(flops), points, vertex_options))
+        if budget is not None:
+            budgets.append(budget)
+    inside = [b for b in budgets if b.inside_data]
+    exponent = _power_law([b.flops for b in inside], [b.params for b in inside])
+    return IsoflopAnalysis(
+        estimator=estimator, window_factor=window_factor if estimator == "window" else None,
+        budgets=budgets, shared_fraction=shared, params_exponent=exponent,
+        outside_data=[b.flops for b in budgets if not b.inside_data],
+        poorly_supported=[b.flops for b in budgets if b.warnings])
 
 
 def uses_surface(columns: dict[str, np.ndarray]) -> bool:
@@ -193,8 +283,8 @@ def uses_surface(columns: dict[str, np.ndarray]) -> bool:
     return "S" in columns and len(np.unique(columns["S"])) > 1
 
 
-def _surface_row(points: dict[str, np.ndarray], shared: float | None,
-                 vertex_options: dict) -> dict | None:
+def _surface_row(flops: float, points: dict[str, np.ndarray], shared: float | None,
+                 vertex_options: dict) -> SurfaceBudget | None:
     """N*, S* of one budget from the quadratic surface through each sparsity's windowed sizes;
     None with too few points to fit it."""
     keep, support = _windowed_points(points, vertex_options)
@@ -203,20 +293,21 @@ def _surface_row(points: dict[str, np.ndarray], shared: float | None,
             or len(np.unique(log_n)) < 2):
         return None
     surface = fit_surface(log_n, sparsity, points["loss"][keep])
-    warnings = [f"S={s}: {w}" for s, one in support.items() for w in one["warnings"]]
-    if surface["at_edge"]:
+    warnings = [f"S={s}: {w}" for s, one in support.items() for w in one.warnings]
+    if surface.at_edge:
         warnings.insert(0, "minimum on the edge of the sizes and sparsities fitted (a bound)")
-    row = {"params": math.exp(surface["log_params"]), "sparsity": surface["sparsity"],
-           "loss": surface["loss"], "surface": surface["coefficients"],
-           "at_edge": surface["at_edge"], "inside_data": not surface["at_edge"],
-           "n_points_used": int(keep.sum()), "support": support, "warnings": warnings}
-    if shared is not None:
-        row["params_active"] = float(active_params(row["params"], row["sparsity"], shared))
-    return row
+    params = math.exp(surface.log_params)
+    return SurfaceBudget(
+        flops=flops, n_points=len(points["N"]), params=params, sparsity=surface.sparsity,
+        loss=surface.loss, surface=surface.coefficients, at_edge=surface.at_edge,
+        inside_data=not surface.at_edge, n_points_used=int(keep.sum()), support=support,
+        warnings=warnings,
+        params_active=(None if shared is None
+                       else float(active_params(params, surface.sparsity, shared))))
 
 
 def _windowed_points(points: dict[str, np.ndarray],
-                     vertex_options: dict) -> tuple[np.ndarray, dict[str, dict]]:
+                     vertex_options: dict) -> tuple[np.ndarray, dict[str, VertexSupport]]:
     """The points the surface is fitted to: per sparsity, those at the sizes its own IsoFLOP
     vertex used (all of them where it has no vertex), and that vertex's diagnostics."""
     keep = np.zeros(len(points["N"]), dtype=bool)
@@ -231,12 +322,12 @@ def _windowed_points(points: dict[str, np.ndarray],
         keep |= mask & fit.uses(points["N"])
         seeds = points["seed"][mask] if "seed" in points else None
         support[f"{sparsity:g}"] = vertex_support(
-            fit, log_n_all[mask], points["loss"][mask], seeds,
-            vertex_options["estimator"]).to_dict()
+            fit, log_n_all[mask], points["loss"][mask], seeds, vertex_options["estimator"])
     return keep, support
 
 
-def _parabola_row(points: dict[str, np.ndarray], vertex_options: dict) -> dict | None:
+def _parabola_row(flops: float, points: dict[str, np.ndarray],
+                  vertex_options: dict) -> ParabolaBudget | None:
     """N* of one budget from the parabola in log N; None with too few sizes or no minimum."""
     log_n = np.log(points["N"])
     fit = fit_vertex(log_n, points["loss"], **vertex_options)
@@ -244,12 +335,12 @@ def _parabola_row(points: dict[str, np.ndarray], vertex_options: dict) -> dict |
         return None
     support = vertex_support(fit, log_n, points["loss"], points.get("seed"),
                              vertex_options["estimator"])
-    return {"params": math.exp(fit.log_params), "loss": fit.loss,
-            "parabola": fit.coefficients, "inside_data": fit.inside,
-            "support": support.to_dict(), "warnings": support.warnings}
+    return ParabolaBudget(flops=flops, n_points=len(points["N"]), params=math.exp(fit.log_params),
+                          loss=fit.loss, parabola=fit.coefficients, inside_data=fit.inside,
+                          support=support, warnings=support.warnings)
 
 
-def _power_law(flops: list[float], params: list[float]) -> dict | None:
+def _power_law(flops: list[float], params: list[float]) -> PowerLawFit | None:
     """log N* = a log C + log k by least squares, with a's 95 % t interval from the budgets'
     scatter about the line (None with 2 budgets: no degrees of freedom left)."""
     if len(flops) < 2:
@@ -263,8 +354,8 @@ def _power_law(flops: list[float], params: list[float]) -> dict | None:
                                    / np.sum((x - x.mean()) ** 2))
         half_width = float(scipy.stats.t.ppf(0.975, len(x) - 2)) * standard_error
         ci = [float(exponent - half_width), float(exponent + half_width)]
-    return {"exponent": float(exponent), "coefficient": float(math.exp(log_coefficient)),
-            "n_budgets": len(flops), "ci": ci}
+    return PowerLawFit(exponent=float(exponent), coefficient=float(math.exp(log_coefficient)),
+                       n_budgets=len(flops), ci=ci)
 
 
 def why_no_budget(columns: dict) -> str:

@@ -43,7 +43,9 @@ import numpy as np
 from moelab.errors import MoelabError
 from moelab.scaling.family import estimate_shared_fraction
 from moelab.scaling.forms import select_form
-from moelab.scaling.isoflop import COMPUTE_TOLERANCE, compute_deviation, isoflop_analysis, uses_surface
+from moelab.scaling.isoflop import (
+    COMPUTE_TOLERANCE, IsoflopAnalysis, compute_deviation, isoflop_analysis, uses_surface,
+)
 from moelab.scaling.isoflop_sparsity import sparsity_isoflop
 from moelab.scaling.laws import SPARSITY, get_law
 from moelab.scaling.optimal import (
@@ -199,7 +201,7 @@ def _isoflop_record(rows: list[dict[str, str]], columns: dict,
         sparsity_optima=sparsity_isoflop(iso_columns, seeds, replicates=replicates))
 
 
-def _per_sparsity(iso_columns: dict[str, np.ndarray]) -> dict[float, dict]:
+def _per_sparsity(iso_columns: dict[str, np.ndarray]) -> dict[float, IsoflopAnalysis]:
     """A parabola analysis of each sparsity's runs on their own."""
     analyses = {}
     for sparsity in np.unique(iso_columns["S"]):

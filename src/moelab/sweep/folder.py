@@ -12,6 +12,7 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
+from moelab.codec import from_json, to_json
 from moelab.errors import ConfigError, MoelabError, short_repr
 from moelab.fileio import atomic_write_json, read_json as read_json_file
 from moelab.scaling.table import RESULTS_CSV_COLUMNS, read_csv_rows
@@ -108,7 +109,7 @@ def write_analysis(out_dir: Path, analysis: SweepAnalysis) -> None:
         "forms.json": analysis.forms and analysis.forms.to_dict(),
         "fit.json": analysis.fit and analysis.fit.to_dict(),
         "fit_holdout.json": analysis.holdout_fit and analysis.holdout_fit.to_dict(),
-        "isoflop.json": analysis.isoflop and analysis.isoflop.to_dict(),
+        "isoflop.json": analysis.isoflop and to_json(analysis.isoflop),
         "throughput.json": analysis.throughput and analysis.throughput.to_dict(),
         "optima.json": analysis.optima and analysis.optima.to_dict(),
         "form_tests.json": analysis.form_tests,
@@ -149,7 +150,7 @@ def with_derived_files(out_dir: Path, analysis: SweepAnalysis) -> SweepAnalysis:
         holdout_fit=optional("fit_holdout.json", LawFit.from_dict),
         throughput=optional("throughput.json", ThroughputRecord.from_dict),
         optima=optional("optima.json", OptimaRecord.from_dict),
-        isoflop=optional("isoflop.json", IsoflopRecord.from_dict),
+        isoflop=optional("isoflop.json", lambda record: from_json(IsoflopRecord, record)),
         form_tests=optional("form_tests.json", dict),
         zero_shot=optional("zero_shot.json", dict),
         finetune=optional("finetune.json", dict),
