@@ -112,15 +112,16 @@ def _decode(kind: Any, data: Any) -> Any:
 def _decode_one_of(options: list[Any], data: Any) -> Any:
     """A union's value: the first record type whose required keys ``data`` has; plain data when
     the union holds no record type."""
-    records = [kind for kind in options if dataclasses.is_dataclass(kind)]
+    records: list[type] = [kind for kind in options
+                           if isinstance(kind, type) and dataclasses.is_dataclass(kind)]
     if not records:
         return data
     for kind in records:
         if isinstance(data, dict) and all(key in data for key in _required_keys(kind)):
             return _record_from_json(kind, data)
     names = " or ".join(kind.__name__ for kind in records)
-    raise ValueError(f"{names}: an object with keys {sorted(data) if isinstance(data, dict) else data!r} "
-                     "is neither")
+    shown = sorted(data) if isinstance(data, dict) else repr(data)
+    raise ValueError(f"{names}: {shown} is neither (a required key is missing)")
 
 
 def _required_keys(cls: type) -> list[str]:
