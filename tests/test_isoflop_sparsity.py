@@ -9,6 +9,7 @@ import math
 import numpy as np
 import pytest
 
+from moelab.scaling.isoflop import IsoflopPoints
 from moelab.scaling.isoflop_sparsity import sparsity_isoflop
 
 BUDGETS = 1e12 * 3.0 ** np.arange(4)
@@ -48,7 +49,7 @@ def synthetic_isoflop(rise_per_decade: float, noise: float = 0.003, seeds: int =
 
 def test_a_rising_optimal_sparsity_is_recovered_with_intervals_that_bracket_it():
     columns, seeds = synthetic_isoflop(rise_per_decade=0.9, rng_seed=2)
-    result = sparsity_isoflop(columns, seeds, replicates=200)
+    result = sparsity_isoflop(IsoflopPoints.from_columns(columns), seeds, replicates=200)
     # Every minimum has a finite interval. Resampling 3 seeds, the 95 % intervals cover the
     # truth 84 % of the time over 12 draws of this table (docs/scaling.md): 27 of these 32.
     covered = 0
@@ -75,7 +76,7 @@ def test_a_rising_optimal_sparsity_is_recovered_with_intervals_that_bracket_it()
 
 def test_a_constant_optimal_sparsity_is_not_claimed_to_rise():
     columns, seeds = synthetic_isoflop(rise_per_decade=0.0, rng_seed=1)
-    result = sparsity_isoflop(columns, seeds, replicates=200)
+    result = sparsity_isoflop(IsoflopPoints.from_columns(columns), seeds, replicates=200)
     trend = result.trend
     assert not trend.rises and trend.ci[0] <= 0 <= trend.ci[1]
     for row in result.optimal_sparsity:
@@ -87,7 +88,8 @@ def test_the_point_estimates_are_the_vertices_of_hand_fitted_parabolas(estimator
     """Global: the parabola through all 5 sizes. Window: through the sizes within 3x of the
     vertex (here the middle 3 of sizes e^0.6 apart: the outer two are e^1.2 = 3.3x away)."""
     columns, seeds = synthetic_isoflop(rise_per_decade=0.9, seeds=2)
-    result = sparsity_isoflop(columns, seeds, replicates=0, estimator=estimator)
+    result = sparsity_isoflop(IsoflopPoints.from_columns(columns), seeds, replicates=0,
+                              estimator=estimator)
     cell = result.cells[5]  # second budget, S = 0.5
     mask = (columns["C"] == cell.flops) & (columns["S"] == cell.sparsity)
     sizes = np.unique(columns["N"][mask])
@@ -137,7 +139,7 @@ def test_an_s_star_at_the_grid_edge_is_a_bound_and_gets_no_slope(tmp_path, capsy
     from moelab.cli import main
 
     columns, seeds = synthetic_isoflop(rise_per_decade=4.0, rng_seed=3)
-    result = sparsity_isoflop(columns, seeds, replicates=50)
+    result = sparsity_isoflop(IsoflopPoints.from_columns(columns), seeds, replicates=50)
     edges = [row.at_edge for row in result.optimal_sparsity]
     assert edges[-1] == "upper" and result.trend.clamped
     path = tmp_path / "iso.csv"
@@ -150,7 +152,7 @@ def test_an_s_star_at_the_grid_edge_is_a_bound_and_gets_no_slope(tmp_path, capsy
 
 def test_one_seed_gives_estimates_without_intervals():
     columns, seeds = synthetic_isoflop(rise_per_decade=0.9, seeds=1)
-    result = sparsity_isoflop(columns, seeds, replicates=50)
+    result = sparsity_isoflop(IsoflopPoints.from_columns(columns), seeds, replicates=50)
     assert result.replicates == 0 and result.resampling.startswith("none")
     assert result.trend.ci is None and not result.trend.rises
     assert all(row.sparsity is not None for row in result.optimal_sparsity)
@@ -160,7 +162,7 @@ def test_a_parabola_without_minimum_leaves_the_interval_open():
     columns, seeds = synthetic_isoflop(rise_per_decade=0.9)
     cell = (columns["C"] == BUDGETS[0]) & (columns["S"] == 0.0)
     columns["loss"][cell] = 3.0 - 0.04 * np.log(columns["N"][cell] / 2e5) ** 2  # opens downward
-    result = sparsity_isoflop(columns, seeds, replicates=50)
+    result = sparsity_isoflop(IsoflopPoints.from_columns(columns), seeds, replicates=50)
     first = result.cells[0]
     assert first.loss is None and first.loss_ci is None
     assert result.optimal_sparsity[0].sparsity is None

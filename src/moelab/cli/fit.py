@@ -276,25 +276,31 @@ def _dense_comparison(by_seconds: dict) -> str:
 
 def _isoflop(args) -> int:
     from moelab.codec import to_json
-    from moelab.scaling.isoflop import isoflop_analysis, read_isoflop_table, why_no_budget
+    import numpy as np
+
+    from moelab.scaling.isoflop import (
+        isoflop_analysis, read_isoflop_table, uses_surface, why_no_budget,
+    )
     from moelab.scaling.isoflop_sparsity import sparsity_isoflop
     from moelab.scaling.table import parse_column_map
 
     if not (math.isfinite(args.window_factor) and args.window_factor > 1.0):
         raise MoelabError(f"--window-factor {args.window_factor} is invalid: must be a number > 1")
-    columns = read_isoflop_table(args.csv, parse_column_map(args.columns), args.where,
-                                 seed_column=args.seed_column)
+    points = read_isoflop_table(args.csv, parse_column_map(args.columns), args.where,
+                                seed_column=args.seed_column)
     options = {"estimator": args.estimator, "window_factor": args.window_factor}
-    analysis = isoflop_analysis(columns, **options)
+    analysis = isoflop_analysis(points, **options)
     if not analysis.budgets:
-        raise MoelabError(f"{args.csv}: no budget could be analysed: {why_no_budget(columns)}")
-    several_sparsities = "S" in columns and len(set(columns["S"])) > 1
+        raise MoelabError(f"{args.csv}: no budget could be analysed: {why_no_budget(points)}")
+    several_sparsities = uses_surface(points)
     optima = None
     if several_sparsities:
-        seeds = columns.get("seed")
+        # Without a seed column every point is its own seed: estimates, no intervals.
+        seeds = (points.seed if points.seed is not None
+                 else np.array([str(i) for i in range(len(points.params))]))
         optima = sparsity_isoflop(
-            columns, seeds if seeds is not None else [str(i) for i in range(len(columns["N"]))],
-            replicates=args.bootstrap if seeds is not None else 0, seed=args.seed, **options)
+            points, seeds, replicates=args.bootstrap if points.seed is not None else 0,
+            seed=args.seed, **options)
     if args.json:
         # The analysis's keys, and sparsity_optima (null when too few cells have a minimum)
         # wherever the table has several sparsities.
@@ -372,7 +378,7 @@ def format_sparsity_optima(optima: SparsityOptima) -> list[str]:
             shown = f"S* = {row.sparsity:.3f}" + (
                 f"  95% CI [{ci[0]:.3f}, {ci[1]:.3f}]" if ci else "  (no interval: one seed)")
             if ci and ci[1] >= max(sparsities) - 1e-9:
-                shown += "  (interval reaches the grid's largest S)"
+                shown += "  (interval reaches the grid's largest S: no upper bound)"
         lines.append(f"  C={row.flops:.3g}: {shown}")
     trend = optima.trend
     if trend.clamped:

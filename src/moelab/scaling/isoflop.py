@@ -40,7 +40,7 @@ import scipy.stats
 from moelab.errors import MoelabError, short_repr
 from moelab.scaling.family import active_params, estimate_shared_fraction
 from moelab.scaling.isoflop_vertex import (
-    MIN_SIZES, WINDOW_FACTOR, VertexSupport, check_estimator, fit_vertex, vertex_support,
+    MIN_SIZES, WINDOW_FACTOR, VertexEstimator, VertexSupport, check_estimator, vertex_support,
 )
 from moelab.scaling.table import (
     numeric_column, read_csv_rows, require_column, validate_columns, with_default_columns,
@@ -56,6 +56,42 @@ COMPUTE_TOLERANCE = 0.02
 with a data exponent beta ~ 0.3, 2 % less compute raises the data term of the loss by ~0.6 %,
 small next to the seed noise of short runs; further off, a reader should know the point does
 not sit on its budget's curve."""
+
+
+@dataclass
+class IsoflopPoints:
+    """The runs an IsoFLOP analysis reads, one array entry per run."""
+
+    params: np.ndarray
+    """N, total parameters."""
+    flops: np.ndarray
+    """C: the budget the run is grouped under."""
+    loss: np.ndarray
+    sparsity: np.ndarray
+    """S (zeros for dense runs)."""
+    params_active: Optional[np.ndarray] = None
+    """N_active, when the table has it: it gives the family's shared fraction."""
+    seed: Optional[np.ndarray] = None
+    """Each run's seed (strings), when known: the seeds' scatter is the noise the fits'
+    residuals are compared with."""
+
+    @classmethod
+    def from_columns(cls, columns: dict[str, np.ndarray]) -> "IsoflopPoints":
+        """From a law table's columns N, C, loss and, where present, S, N_active and seed."""
+        params = np.asarray(columns["N"], dtype=np.float64)
+        sparsity = columns.get("S")
+        return cls(params=params, flops=np.asarray(columns["C"], dtype=np.float64),
+                   loss=np.asarray(columns["loss"], dtype=np.float64),
+                   sparsity=np.zeros(len(params)) if sparsity is None else np.asarray(sparsity),
+                   params_active=columns.get("N_active"), seed=columns.get("seed"))
+
+    def subset(self, mask: np.ndarray) -> "IsoflopPoints":
+        """The runs where ``mask`` is true."""
+        return IsoflopPoints(
+            params=self.params[mask], flops=self.flops[mask], loss=self.loss[mask],
+            sparsity=self.sparsity[mask],
+            params_active=None if self.params_active is None else self.params_active[mask],
+            seed=None if self.seed is None else self.seed[mask])
 
 
 @dataclass
@@ -147,7 +183,7 @@ class IsoflopAnalysis:
 
 def read_isoflop_table(path: str | Path, column_map: dict[str, str] | None = None,
                        where: list[str] | None = None,
-                       seed_column: str | None = SEED_COLUMN) -> dict[str, np.ndarray]:
+                       seed_column: str | None = SEED_COLUMN) -> IsoflopPoints:
     """Columns N, C (the IsoFLOP budget), loss, and S / N_active when present (validated as for
     ``moelab fit``: N, C, N_active, loss > 0 and S in [0, 1)); ``seed`` (strings) when the
     table has ``seed_column`` with a value in every row."""
@@ -181,7 +217,7 @@ def read_isoflop_table(path: str | Path, column_map: dict[str, str] | None = Non
     validate_columns(path, columns)
     if seed_column and seed_column in header and all((row[seed_column] or "").strip() for row in rows):
         columns["seed"] = np.array([row[seed_column].strip() for row in rows])
-    return columns
+    return IsoflopPoints.from_columns(columns)
 
 
 def compute_deviation(actual_flops, budget_flops) -> np.ndarray:
@@ -244,7 +280,7 @@ def budget_fit_loss(budget: BudgetOptimum, log_params: np.ndarray,
     return _surface_terms(log_params, y) @ np.asarray(budget.surface)
 
 
-def isoflop_analysis(columns: dict[str, np.ndarray], *, estimator: str = "window",
+def isoflop_analysis(points: IsoflopPoints, *, estimator: str = "window",
                      window_factor: float = WINDOW_FACTOR) -> IsoflopAnalysis:
     """Per-budget optima and the power law N*(C) = k C^a across budgets.
 
@@ -256,17 +292,16 @@ def isoflop_analysis(columns: dict[str, np.ndarray], *, estimator: str = "window
     ``poorly_supported`` those with a warning (``isoflop_vertex.VertexSupport``).
     """
     check_estimator(estimator, window_factor)
-    has_sparsity = uses_surface(columns)
+    has_sparsity = uses_surface(points)
     shared = None
-    if has_sparsity and "N_active" in columns:
-        shared = estimate_shared_fraction(columns["N"], columns["N_active"], columns["S"])
-    vertex_options = {"estimator": estimator, "window_factor": window_factor}
+    if has_sparsity and points.params_active is not None:
+        shared = estimate_shared_fraction(points.params, points.params_active, points.sparsity)
+    vertices = VertexEstimator(estimator, window_factor)
     budgets = []
-    for flops in np.unique(columns["C"]):
-        at_budget = np.isclose(columns["C"], flops, rtol=1e-6)
-        points = {key: values[at_budget] for key, values in columns.items()}
-        budget = (_surface_row(float(flops), points, shared, vertex_options) if has_sparsity
-                  else _parabola_row(float(flops), points, vertex_options))
+    for flops in np.unique(points.flops):
+        at_budget = points.subset(np.isclose(points.flops, flops, rtol=1e-6))
+        budget = (_surface_row(float(flops), at_budget, shared, vertices) if has_sparsity
+                  else _parabola_row(float(flops), at_budget, vertices))
         if budget is not None:
             budgets.append(budget)
     inside = [b for b in budgets if b.inside_data]
@@ -278,27 +313,27 @@ def isoflop_analysis(columns: dict[str, np.ndarray], *, estimator: str = "window
         poorly_supported=[b.flops for b in budgets if b.warnings])
 
 
-def uses_surface(columns: dict[str, np.ndarray]) -> bool:
+def uses_surface(points: IsoflopPoints) -> bool:
     """Several sparsities: a surface per budget (rows with S*); else a parabola (N* only)."""
-    return "S" in columns and len(np.unique(columns["S"])) > 1
+    return len(np.unique(points.sparsity)) > 1
 
 
-def _surface_row(flops: float, points: dict[str, np.ndarray], shared: float | None,
-                 vertex_options: dict) -> SurfaceBudget | None:
+def _surface_row(flops: float, points: IsoflopPoints, shared: float | None,
+                 vertices: VertexEstimator) -> SurfaceBudget | None:
     """N*, S* of one budget from the quadratic surface through each sparsity's windowed sizes;
     None with too few points to fit it."""
-    keep, support = _windowed_points(points, vertex_options)
-    log_n, sparsity = np.log(points["N"][keep]), points["S"][keep]
+    keep, support = _windowed_points(points, vertices)
+    log_n, sparsity = np.log(points.params[keep]), points.sparsity[keep]
     if (len(log_n) < MIN_POINTS_SURFACE or len(np.unique(sparsity)) < 2
             or len(np.unique(log_n)) < 2):
         return None
-    surface = fit_surface(log_n, sparsity, points["loss"][keep])
+    surface = fit_surface(log_n, sparsity, points.loss[keep])
     warnings = [f"S={s}: {w}" for s, one in support.items() for w in one.warnings]
     if surface.at_edge:
         warnings.insert(0, "minimum on the edge of the sizes and sparsities fitted (a bound)")
     params = math.exp(surface.log_params)
     return SurfaceBudget(
-        flops=flops, n_points=len(points["N"]), params=params, sparsity=surface.sparsity,
+        flops=flops, n_points=len(points.params), params=params, sparsity=surface.sparsity,
         loss=surface.loss, surface=surface.coefficients, at_edge=surface.at_edge,
         inside_data=not surface.at_edge, n_points_used=int(keep.sum()), support=support,
         warnings=warnings,
@@ -306,36 +341,35 @@ def _surface_row(flops: float, points: dict[str, np.ndarray], shared: float | No
                        else float(active_params(params, surface.sparsity, shared))))
 
 
-def _windowed_points(points: dict[str, np.ndarray],
-                     vertex_options: dict) -> tuple[np.ndarray, dict[str, VertexSupport]]:
+def _windowed_points(points: IsoflopPoints,
+                     vertices: VertexEstimator) -> tuple[np.ndarray, dict[str, VertexSupport]]:
     """The points the surface is fitted to: per sparsity, those at the sizes its own IsoFLOP
     vertex used (all of them where it has no vertex), and that vertex's diagnostics."""
-    keep = np.zeros(len(points["N"]), dtype=bool)
+    keep = np.zeros(len(points.params), dtype=bool)
     support = {}
-    log_n_all = np.log(points["N"])
-    for sparsity in np.unique(points["S"]):
-        mask = points["S"] == sparsity
-        fit = fit_vertex(log_n_all[mask], points["loss"][mask], **vertex_options)
+    log_n_all = np.log(points.params)
+    for sparsity in np.unique(points.sparsity):
+        mask = points.sparsity == sparsity
+        fit = vertices.fit(log_n_all[mask], points.loss[mask])
         if fit is None:
             keep |= mask
             continue
-        keep |= mask & fit.uses(points["N"])
-        seeds = points["seed"][mask] if "seed" in points else None
+        keep |= mask & fit.uses(points.params)
+        seeds = points.seed[mask] if points.seed is not None else None
         support[f"{sparsity:g}"] = vertex_support(
-            fit, log_n_all[mask], points["loss"][mask], seeds, vertex_options["estimator"])
+            fit, log_n_all[mask], points.loss[mask], seeds, vertices.estimator)
     return keep, support
 
 
-def _parabola_row(flops: float, points: dict[str, np.ndarray],
-                  vertex_options: dict) -> ParabolaBudget | None:
+def _parabola_row(flops: float, points: IsoflopPoints,
+                  vertices: VertexEstimator) -> ParabolaBudget | None:
     """N* of one budget from the parabola in log N; None with too few sizes or no minimum."""
-    log_n = np.log(points["N"])
-    fit = fit_vertex(log_n, points["loss"], **vertex_options)
+    log_n = np.log(points.params)
+    fit = vertices.fit(log_n, points.loss)
     if fit is None:
         return None
-    support = vertex_support(fit, log_n, points["loss"], points.get("seed"),
-                             vertex_options["estimator"])
-    return ParabolaBudget(flops=flops, n_points=len(points["N"]), params=math.exp(fit.log_params),
+    support = vertex_support(fit, log_n, points.loss, points.seed, vertices.estimator)
+    return ParabolaBudget(flops=flops, n_points=len(points.params), params=math.exp(fit.log_params),
                           loss=fit.loss, parabola=fit.coefficients, inside_data=fit.inside,
                           support=support, warnings=support.warnings)
 
@@ -358,15 +392,15 @@ def _power_law(flops: list[float], params: list[float]) -> PowerLawFit | None:
                        n_budgets=len(flops), ci=ci)
 
 
-def why_no_budget(columns: dict) -> str:
+def why_no_budget(points: IsoflopPoints) -> str:
     """Why ``isoflop_analysis`` found no budget, for the one-line error."""
     counts = []
-    for flops in np.unique(columns["C"]):
-        at_budget = np.isclose(columns["C"], flops, rtol=1e-6)
-        sizes = len(np.unique(columns["N"][at_budget]))
+    for flops in np.unique(points.flops):
+        at_budget = np.isclose(points.flops, flops, rtol=1e-6)
+        sizes = len(np.unique(points.params[at_budget]))
         counts.append(f"C={flops:.3g}: {int(at_budget.sum())} points, {sizes} sizes")
     shown = "; ".join(counts[:4]) + ("; ..." if len(counts) > 4 else "")
-    if uses_surface(columns):
+    if uses_surface(points):
         need = (f"a surface in (log N, S) needs {MIN_POINTS_SURFACE} points with 2 or more sizes "
                 f"and sparsities per budget")
     else:

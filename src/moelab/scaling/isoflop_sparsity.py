@@ -34,13 +34,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Optional
+from typing import Optional, Sequence
 
 import numpy as np
 
 from moelab.scaling.fitting import percentile_interval
+from moelab.scaling.isoflop import IsoflopPoints
 from moelab.scaling.isoflop_vertex import (
-    WINDOW_FACTOR, VertexFit, VertexSupport, check_estimator, fit_vertex, vertex_support,
+    WINDOW_FACTOR, VertexEstimator, VertexFit, VertexSupport, check_estimator, vertex_support,
 )
 
 EDGE_TOLERANCE = 1e-9
@@ -128,17 +129,17 @@ class SparsityOptima:
     advantage_trend: list[AdvantageTrend]
 
 
-def sparsity_isoflop(columns: dict[str, np.ndarray], seeds: np.ndarray, *,
+def sparsity_isoflop(points: IsoflopPoints, seeds: np.ndarray, *,
                      replicates: int = 200, seed: int = 0, estimator: str = "window",
                      window_factor: float = WINDOW_FACTOR) -> SparsityOptima | None:
     """N*, L* per (C, S), S*(C) and the trend of S* with C, with bootstrap intervals.
 
-    ``columns``: N, C (the budget), S and loss; ``seeds``: each point's training seed (the
+    ``points``: N, C (the budget), S and loss; ``seeds``: each point's training seed (the
     resampling unit). ``estimator`` and ``window_factor``: how each IsoFLOP vertex is read
     (``isoflop_vertex.fit_vertex``). None when fewer than two sparsities have a parabola at
     two budgets."""
     check_estimator(estimator, window_factor)
-    table = _Table(columns, np.asarray(seeds), estimator, window_factor)
+    table = _Table(points, np.asarray(seeds), estimator, window_factor)
     estimate = table.solve(np.ones(len(table.loss)), keep_fits=True)
     if np.sum(np.isfinite(estimate.loss).sum(axis=0) >= 2) < 2:
         return None
@@ -173,17 +174,17 @@ class _Solution:
 
 
 class _Table:
-    def __init__(self, columns: dict[str, np.ndarray], seeds: np.ndarray, estimator: str,
+    def __init__(self, points: IsoflopPoints, seeds: np.ndarray, estimator: str,
                  window_factor: float):
-        self.vertex_options = {"estimator": estimator, "window_factor": window_factor}
-        self.log_n = np.log(columns["N"])
-        self.loss = np.asarray(columns["loss"], dtype=np.float64)
-        self.budgets = np.unique(columns["C"])
-        self.sparsities = np.unique(columns["S"])
-        self.budget_index = np.searchsorted(self.budgets, columns["C"])
-        self.sparsity_index = np.searchsorted(self.sparsities, columns["S"])
+        self.vertices = VertexEstimator(estimator, window_factor)
+        self.log_n = np.log(points.params)
+        self.loss = np.asarray(points.loss, dtype=np.float64)
+        self.budgets = np.unique(points.flops)
+        self.sparsities = np.unique(points.sparsity)
+        self.budget_index = np.searchsorted(self.budgets, points.flops)
+        self.sparsity_index = np.searchsorted(self.sparsities, points.sparsity)
         self.seeds = seeds
-        self.sizes = columns["N"]
+        self.sizes = points.params
 
     def cell(self, c: int, s: int) -> np.ndarray:
         return np.flatnonzero((self.budget_index == c) & (self.sparsity_index == s))
@@ -214,8 +215,7 @@ class _Table:
         for c in range(shape[0]):
             for s in range(shape[1]):
                 points = self.cell(c, s)
-                fit = fit_vertex(self.log_n[points], values[points], weights[points],
-                                 **self.vertex_options)
+                fit = self.vertices.fit(self.log_n[points], values[points], weights[points])
                 if fit is not None:
                     log_params[c, s], loss[c, s], inside[c, s] = fit.log_params, fit.loss, fit.inside
                     if keep_fits:
@@ -269,7 +269,7 @@ def _vertex_sparsity(loss_row: np.ndarray, sparsities: np.ndarray) -> tuple[floa
     return float(-math.expm1(-best)), edge
 
 
-def _interval(values: np.ndarray) -> list[float] | None:
+def _interval(values: Sequence[float] | np.ndarray) -> list[float] | None:
     """95 % percentile interval of replicate values; None without replicates or when more than
     MAX_FAILED_FRACTION of them have no value (the tail is not bounded)."""
     values = np.asarray(values, dtype=np.float64)
@@ -289,7 +289,7 @@ def _cells(table: _Table, estimate: _Solution, solved: list[_Solution]) -> list[
             fit = estimate.fits.get((c, s))
             support = None if fit is None else vertex_support(
                 fit, table.log_n[points], table.loss[points], table.seeds[points],
-                table.vertex_options["estimator"])
+                table.vertices.estimator)
             rows.append(IsoflopCell(
                 flops=float(flops), sparsity=float(sparsity), n_points=int(len(points)),
                 n_sizes=int(len(np.unique(table.log_n[points]))),

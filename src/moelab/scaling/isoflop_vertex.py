@@ -89,6 +89,19 @@ class VertexSupport:
         return not self.warnings
 
 
+@dataclass(frozen=True)
+class VertexEstimator:
+    """How every IsoFLOP vertex of one analysis is read: ``fit_vertex``'s estimator and window."""
+
+    estimator: str = "window"
+    window_factor: float = WINDOW_FACTOR
+
+    def fit(self, log_n: np.ndarray, loss: np.ndarray,
+            weights: np.ndarray | None = None) -> VertexFit | None:
+        return fit_vertex(log_n, loss, weights, estimator=self.estimator,
+                          window_factor=self.window_factor)
+
+
 def check_estimator(estimator: str, window_factor: float) -> None:
     """Raise ValueError naming the bad value (the CLI turns it into its one-line error)."""
     if estimator not in ESTIMATORS:

@@ -17,7 +17,9 @@ from moelab.report.axes import (
     distinct_labels, format_axis, format_count_tick, format_flops_tick, loss_label,
 )
 from moelab.scaling.family import active_params
-from moelab.scaling.isoflop import BudgetOptimum, IsoflopAnalysis, SurfaceBudget, budget_fit_loss
+from moelab.scaling.isoflop import (
+    BudgetOptimum, IsoflopAnalysis, IsoflopPoints, SurfaceBudget, budget_fit_loss,
+)
 from moelab.scaling.isoflop_sparsity import SparsityOptima
 from moelab.scaling.laws import get_law
 from moelab.scaling.optimal import DEFAULT_MAX_SPARSITY
@@ -28,30 +30,30 @@ SEARCH_LIMIT_TOLERANCE = 1e-4
 """|S* - max_sparsity| under which S* sits at the search's upper limit (as optimal._on_edge)."""
 
 
-def isoflop_figure(path: Path, columns: dict, fit: LawFit | None, shared: float,
+def isoflop_figure(path: Path, points: IsoflopPoints, fit: LawFit | None, shared: float,
                    isoflop_fits: IsoflopAnalysis | None = None) -> Path | None:
     """One panel per budget C: the runs' best losses against N, coloured by sparsity; the law
     ``fit`` along the budget (solid); and, from ``isoflop_fits`` (isoflop.json's
     ``all_points``), the budget's IsoFLOP fit in log N (dashed: the parabola, or the surface
     at each sparsity) with its minimum N* marked (hollow when outside the data: a bound)."""
-    budgets = np.unique(columns["C"])
+    budgets = np.unique(points.flops)
     fig, axes = new_figure(ncols=len(budgets), width_in=5.0)
     axes = axes if isinstance(axes, list) else [axes]
-    sparsities = np.unique(columns["S"])
+    sparsities = np.unique(points.sparsity)
     colours = dict(zip(sparsities, _palette(len(sparsities))))
     fits_by_budget = {row.flops: row for row in (isoflop_fits.budgets if isoflop_fits else [])}
     for ax, flops, budget_label in zip(axes, budgets, distinct_labels(budgets, format_flops_tick)):
-        at_budget = columns["C"] == flops
-        n_grid = np.geomspace(columns["N"][at_budget].min() / 1.5,
-                              columns["N"][at_budget].max() * 1.5, 60)
+        at_budget = points.flops == flops
+        n_grid = np.geomspace(points.params[at_budget].min() / 1.5,
+                              points.params[at_budget].max() * 1.5, 60)
         budget_fit = next((row for c, row in fits_by_budget.items()
                            if np.isclose(c, flops, rtol=1e-6)), None)
         for sparsity in sparsities:
-            mask = at_budget & (columns["S"] == sparsity)
+            mask = at_budget & (points.sparsity == sparsity)
             if not mask.any():
                 continue
             colour = colours[sparsity]
-            ax.scatter(columns["N"][mask], columns["loss"][mask], color=colour,
+            ax.scatter(points.params[mask], points.loss[mask], color=colour,
                        label=f"S={sparsity:g}")
             if fit is not None:
                 tokens = flops / (6 * active_params(n_grid, sparsity, shared))

@@ -20,7 +20,9 @@ import numpy as np
 from moelab.fileio import atomic_write_text
 from moelab.report import format_count, format_number, markdown_table
 from moelab.scaling.forms import MIN_STEADY_REPLICATES
-from moelab.scaling.isoflop import BudgetOptimum, IsoflopAnalysis, ParabolaBudget, SurfaceBudget
+from moelab.scaling.isoflop import (
+    BudgetOptimum, IsoflopAnalysis, IsoflopPoints, ParabolaBudget, SurfaceBudget,
+)
 from moelab.scaling.laws import SPARSITY, get_law
 from moelab.scaling.table import fit_table_from_rows
 from moelab.sweep.analysis import analyse_sweep
@@ -29,7 +31,9 @@ from moelab.sweep.fixed_size_report import fixed_size_section
 from moelab.sweep.folder import (
     read_analysis, read_grid, read_optional_json, read_results, with_derived_files,
 )
-from moelab.sweep.records import FormsRecord, GridRecord, LawFit, OptimaRecord, SweepAnalysis
+from moelab.sweep.records import (
+    FormsRecord, GridRecord, IsoflopRecord, LawFit, OptimaRecord, SweepAnalysis,
+)
 from moelab.sweep.report_sections import (
     constant_s_star_text, finetune_analysis_text, form_tests_section, isoflop_optima_text,
     poorly_supported_text, zero_shot_analysis_text,
@@ -80,7 +84,7 @@ def render_sweep_report(out_dir: Path) -> Path:
     if analysis.form_tests:
         sections.append(form_tests_section(out_dir, analysis.form_tests, analysis.forms))
     if analysis.isoflop is not None:
-        sections.append(_isoflop_section(out_dir, rows, columns, analysis))
+        sections.append(_isoflop_section(out_dir, rows, columns, analysis.isoflop, analysis))
     if analysis.fixed_size is not None:
         sections.append(fixed_size_section(out_dir, analysis.fixed_size))
     sections.append(_throughput_section(analysis))
@@ -260,14 +264,15 @@ def _holdout_section(holdout_fit: LawFit) -> str:
 
 
 def _isoflop_section(out_dir: Path, rows: list[dict[str, str]], columns: dict,
-                     sweep: SweepAnalysis) -> str:
-    isoflop, shared = sweep.isoflop, sweep.shared_fraction
+                     isoflop: IsoflopRecord, sweep: SweepAnalysis) -> str:
+    shared = sweep.shared_fraction
     budgets = np.array([float(row["C_budget"]) for row in rows])
-    iso_columns = {"N": columns["N"], "C": budgets, "S": columns["S"], "loss": columns["loss"]}
+    points = IsoflopPoints(params=columns["N"], flops=budgets, loss=columns["loss"],
+                           sparsity=columns["S"])
     deviation = np.array([isoflop.compute_deviation.per_run[row["run"]] for row in rows])
     analysis, surface = isoflop.all_points, isoflop.surface
     # The lines need N_active(N, S); with only dense runs it is N whatever the shared fraction.
-    figure = isoflop_figure(out_dir / "figures" / "isoflop.png", iso_columns, sweep.fit,
+    figure = isoflop_figure(out_dir / "figures" / "isoflop.png", points, sweep.fit,
                             0.0 if shared is None else shared, isoflop_fits=analysis)
     text = "## IsoFLOP analysis\n\n" + (
         "Per compute budget, the loss is fitted as a quadratic surface in (log N, -log(1 - S)) "
