@@ -105,3 +105,36 @@ def test_key_format_writes_dict_keys_through_the_format_spec():
     written = to_json(Selection({0.01: 3.5, 1.0: None, 2.5e-05: 4.0}))
     assert written == {"mean_loss": {"0.01": 3.5, "1": None, "2.5e-05": 4.0}}
     assert json.dumps(written) == '{"mean_loss": {"0.01": 3.5, "1": null, "2.5e-05": 4.0}}'
+
+
+@dataclass
+class Parabola:
+    flops: float
+    parabola: list[float]
+
+
+@dataclass
+class Surface:
+    flops: float
+    surface: list[float]
+    at_edge: bool = False
+
+
+@dataclass
+class Budgets:
+    rows: list[Parabola | Surface]
+    by_sparsity: dict[float, Interval]
+
+
+def test_a_union_of_records_reads_each_object_as_the_record_whose_keys_it_has():
+    data = {"rows": [{"flops": 1e9, "surface": [1, 2]}, {"flops": 2e9, "parabola": [3.0]}],
+            "by_sparsity": {"0.5": {"low": 0.0, "high": 1.0}, "0.875": {"low": 1.0, "high": 2.0}}}
+    record = from_json(Budgets, json.loads(json.dumps(data)))
+    assert record.rows == [Surface(1e9, [1.0, 2.0]), Parabola(2e9, [3.0])]
+    assert record.by_sparsity == {0.5: Interval(0.0, 1.0), 0.875: Interval(1.0, 2.0)}
+    # Float keys are written as json writes them ("0.5"), so the text round-trips.
+    assert json.dumps(to_json(record)) == json.dumps(
+        {"rows": [{"flops": 1e9, "surface": [1.0, 2.0], "at_edge": False},
+                  {"flops": 2e9, "parabola": [3.0]}], "by_sparsity": data["by_sparsity"]})
+    with pytest.raises(ValueError, match="Parabola or Surface"):
+        from_json(Budgets, {"rows": [{"flops": 1.0}], "by_sparsity": {}})

@@ -24,7 +24,7 @@ from moelab.report.axes import (
     distinct_labels, format_axis, format_count_tick, format_flops_tick, label_ticks,
     labelled_colourbar,
 )
-from moelab.scaling.isoflop import isoflop_analysis
+from moelab.scaling.isoflop import IsoflopPoints, isoflop_analysis
 from moelab.study import figures as study_figures
 from moelab.study.results import BudgetResults
 from moelab.stats.t_tests import PairedTest, WelchTest
@@ -217,9 +217,10 @@ def test_a_dense_isoflop_panel_draws_the_true_parabola_and_its_vertex(tmp_path, 
     c = np.array([[1e15] * 5, [1e16] * 5])
     star_n = np.array([[true_n_star[budget]] * 5 for budget in (1e15, 1e16)])
     loss = 3.0 + 0.1 * np.log(n / star_n) ** 2  # a parabola in log N with its vertex at N*
-    columns = {"N": n.ravel(), "C": c.ravel(), "S": np.zeros(10), "loss": loss.ravel()}
-    sweep_figures.isoflop_figure(tmp_path / "isoflop.png", columns, None, 0.0,
-                                 isoflop_fits=isoflop_analysis(columns))
+    points = IsoflopPoints(params=n.ravel(), flops=c.ravel(), loss=loss.ravel(),
+                           sparsity=np.zeros(10))
+    sweep_figures.isoflop_figure(tmp_path / "isoflop.png", points, None, 0.0,
+                                 isoflop_fits=isoflop_analysis(points))
     for ax, budget in zip(drawn["isoflop.png"].axes, (1e15, 1e16)):
         curve, = _by_gid(ax, "isoflop-fit")
         expected = 3.0 + 0.1 * np.log(curve.get_xdata() / true_n_star[budget]) ** 2
@@ -232,9 +233,9 @@ def test_a_dense_isoflop_panel_draws_the_true_parabola_and_its_vertex(tmp_path, 
 
 def test_without_fits_the_isoflop_panels_draw_no_parabola(tmp_path, monkeypatch):
     drawn = _capture(monkeypatch, sweep_figures)
-    columns = {"N": np.array([1e4, 2e4, 4e4]), "C": np.full(3, 1e15), "S": np.zeros(3),
-               "loss": np.array([3.2, 3.1, 3.3])}
-    sweep_figures.isoflop_figure(tmp_path / "isoflop.png", columns, None, 0.0)
+    points = IsoflopPoints(params=np.array([1e4, 2e4, 4e4]), flops=np.full(3, 1e15),
+                           loss=np.array([3.2, 3.1, 3.3]), sparsity=np.zeros(3))
+    sweep_figures.isoflop_figure(tmp_path / "isoflop.png", points, None, 0.0)
     ax = drawn["isoflop.png"].axes[0]
     assert _by_gid(ax, "isoflop-fit") == [] and _by_gid(ax, "isoflop-optimum") == []
 

@@ -9,6 +9,7 @@ import math
 import numpy as np
 import pytest
 
+from moelab.scaling.isoflop import IsoflopPoints
 from moelab.scaling.isoflop_sparsity import sparsity_isoflop
 
 BUDGETS = 1e12 * 3.0 ** np.arange(4)
@@ -48,38 +49,38 @@ def synthetic_isoflop(rise_per_decade: float, noise: float = 0.003, seeds: int =
 
 def test_a_rising_optimal_sparsity_is_recovered_with_intervals_that_bracket_it():
     columns, seeds = synthetic_isoflop(rise_per_decade=0.9, rng_seed=2)
-    result = sparsity_isoflop(columns, seeds, replicates=200)
+    result = sparsity_isoflop(IsoflopPoints.from_columns(columns), seeds, replicates=200)
     # Every minimum has a finite interval. Resampling 3 seeds, the 95 % intervals cover the
     # truth 84 % of the time over 12 draws of this table (docs/scaling.md): 27 of these 32.
     covered = 0
-    for cell in result["cells"]:
-        log_star, loss_star = true_minimum(cell["flops"], cell["sparsity"], 0.9)
-        assert cell["loss_ci"] is not None and cell["params_ci"] is not None
-        covered += cell["loss_ci"][0] <= loss_star <= cell["loss_ci"][1]
-        covered += cell["params_ci"][0] <= math.exp(log_star) <= cell["params_ci"][1]
+    for cell in result.cells:
+        log_star, loss_star = true_minimum(cell.flops, cell.sparsity, 0.9)
+        assert cell.loss_ci is not None and cell.params_ci is not None
+        covered += cell.loss_ci[0] <= loss_star <= cell.loss_ci[1]
+        covered += cell.params_ci[0] <= math.exp(log_star) <= cell.params_ci[1]
     assert covered >= 26
     truths = [-math.expm1(-true_u_star(c, 0.9)) for c in BUDGETS]
-    estimates = [row["sparsity"] for row in result["optimal_sparsity"]]
+    estimates = [row.sparsity for row in result.optimal_sparsity]
     assert all(b > a for a, b in zip(estimates, estimates[1:]))  # S*(C) rises
-    for row, truth in zip(result["optimal_sparsity"], truths):
-        assert row["ci"][0] <= truth <= row["ci"][1], (row, truth)
+    for row, truth in zip(result.optimal_sparsity, truths):
+        assert row.ci[0] <= truth <= row.ci[1], (row, truth)
     # The sampled argmin follows: 0.5 at the smallest budget, 0.875 at the largest.
-    assert result["optimal_sparsity"][0]["best_sampled"] == 0.5
-    assert result["optimal_sparsity"][-1]["best_sampled"] == 0.875
-    trend = result["trend"]
-    assert trend["rises"] and trend["ci"][0] > 0 and trend["p_not_rising"] < 0.025
+    assert result.optimal_sparsity[0].best_sampled == 0.5
+    assert result.optimal_sparsity[-1].best_sampled == 0.875
+    trend = result.trend
+    assert trend.rises and trend.ci[0] > 0 and trend.p_not_rising < 0.025
     # The sparsest model's advantage over dense grows with C.
-    sparsest = result["advantage_trend"][-1]
-    assert sparsest["sparsity"] == 0.875 and sparsest["ci"][0] > 0
+    sparsest = result.advantage_trend[-1]
+    assert sparsest.sparsity == 0.875 and sparsest.ci[0] > 0
 
 
 def test_a_constant_optimal_sparsity_is_not_claimed_to_rise():
     columns, seeds = synthetic_isoflop(rise_per_decade=0.0, rng_seed=1)
-    result = sparsity_isoflop(columns, seeds, replicates=200)
-    trend = result["trend"]
-    assert not trend["rises"] and trend["ci"][0] <= 0 <= trend["ci"][1]
-    for row in result["optimal_sparsity"]:
-        assert row["ci"][0] <= 0.5 <= row["ci"][1]
+    result = sparsity_isoflop(IsoflopPoints.from_columns(columns), seeds, replicates=200)
+    trend = result.trend
+    assert not trend.rises and trend.ci[0] <= 0 <= trend.ci[1]
+    for row in result.optimal_sparsity:
+        assert row.ci[0] <= 0.5 <= row.ci[1]
 
 
 @pytest.mark.parametrize("estimator", ["global", "window"])
@@ -87,19 +88,20 @@ def test_the_point_estimates_are_the_vertices_of_hand_fitted_parabolas(estimator
     """Global: the parabola through all 5 sizes. Window: through the sizes within 3x of the
     vertex (here the middle 3 of sizes e^0.6 apart: the outer two are e^1.2 = 3.3x away)."""
     columns, seeds = synthetic_isoflop(rise_per_decade=0.9, seeds=2)
-    result = sparsity_isoflop(columns, seeds, replicates=0, estimator=estimator)
-    cell = result["cells"][5]  # second budget, S = 0.5
-    mask = (columns["C"] == cell["flops"]) & (columns["S"] == cell["sparsity"])
+    result = sparsity_isoflop(IsoflopPoints.from_columns(columns), seeds, replicates=0,
+                              estimator=estimator)
+    cell = result.cells[5]  # second budget, S = 0.5
+    mask = (columns["C"] == cell.flops) & (columns["S"] == cell.sparsity)
     sizes = np.unique(columns["N"][mask])
     if estimator == "window":
         mask &= np.isin(columns["N"], sizes[1:4])
-        assert cell["sizes_used"] == pytest.approx(sizes[1:4], rel=1e-12)
+        assert cell.sizes_used == pytest.approx(sizes[1:4], rel=1e-12)
     else:
-        assert cell["sizes_used"] == pytest.approx(sizes, rel=1e-12)
+        assert cell.sizes_used == pytest.approx(sizes, rel=1e-12)
     c2, c1, c0 = np.polyfit(np.log(columns["N"][mask]), columns["loss"][mask], 2)
-    assert cell["params"] == pytest.approx(math.exp(-c1 / (2 * c2)), rel=1e-9)
-    assert cell["loss"] == pytest.approx(c0 - c1 ** 2 / (4 * c2), rel=1e-12)
-    assert cell["loss_ci"] is None and result["replicates"] == 0
+    assert cell.params == pytest.approx(math.exp(-c1 / (2 * c2)), rel=1e-9)
+    assert cell.loss == pytest.approx(c0 - c1 ** 2 / (4 * c2), rel=1e-12)
+    assert cell.loss_ci is None and result.replicates == 0
 
 
 def write_table(path, columns, seeds) -> None:
@@ -137,9 +139,9 @@ def test_an_s_star_at_the_grid_edge_is_a_bound_and_gets_no_slope(tmp_path, capsy
     from moelab.cli import main
 
     columns, seeds = synthetic_isoflop(rise_per_decade=4.0, rng_seed=3)
-    result = sparsity_isoflop(columns, seeds, replicates=50)
-    edges = [row["at_edge"] for row in result["optimal_sparsity"]]
-    assert edges[-1] == "upper" and result["trend"]["clamped"]
+    result = sparsity_isoflop(IsoflopPoints.from_columns(columns), seeds, replicates=50)
+    edges = [row.at_edge for row in result.optimal_sparsity]
+    assert edges[-1] == "upper" and result.trend.clamped
     path = tmp_path / "iso.csv"
     write_table(path, columns, seeds)
     assert main(["isoflop", str(path), "--bootstrap", "50"]) == 0
@@ -150,20 +152,20 @@ def test_an_s_star_at_the_grid_edge_is_a_bound_and_gets_no_slope(tmp_path, capsy
 
 def test_one_seed_gives_estimates_without_intervals():
     columns, seeds = synthetic_isoflop(rise_per_decade=0.9, seeds=1)
-    result = sparsity_isoflop(columns, seeds, replicates=50)
-    assert result["replicates"] == 0 and result["resampling"].startswith("none")
-    assert result["trend"]["ci"] is None and not result["trend"]["rises"]
-    assert all(row["sparsity"] is not None for row in result["optimal_sparsity"])
+    result = sparsity_isoflop(IsoflopPoints.from_columns(columns), seeds, replicates=50)
+    assert result.replicates == 0 and result.resampling.startswith("none")
+    assert result.trend.ci is None and not result.trend.rises
+    assert all(row.sparsity is not None for row in result.optimal_sparsity)
 
 
 def test_a_parabola_without_minimum_leaves_the_interval_open():
     columns, seeds = synthetic_isoflop(rise_per_decade=0.9)
     cell = (columns["C"] == BUDGETS[0]) & (columns["S"] == 0.0)
     columns["loss"][cell] = 3.0 - 0.04 * np.log(columns["N"][cell] / 2e5) ** 2  # opens downward
-    result = sparsity_isoflop(columns, seeds, replicates=50)
-    first = result["cells"][0]
-    assert first["loss"] is None and first["loss_ci"] is None
-    assert result["optimal_sparsity"][0]["sparsity"] is None
+    result = sparsity_isoflop(IsoflopPoints.from_columns(columns), seeds, replicates=50)
+    first = result.cells[0]
+    assert first.loss is None and first.loss_ci is None
+    assert result.optimal_sparsity[0].sparsity is None
 
 
 def test_the_cpu_isoflop_sweep_writes_its_minima_and_s_star_into_isoflop_json_and_the_report(
@@ -205,12 +207,14 @@ def test_the_report_gives_replicate_shares_only_from_three_seeds(tmp_path):
     import json
     from pathlib import Path
 
+    from moelab.codec import from_json
+    from moelab.scaling.isoflop_sparsity import SparsityOptima
     from moelab.sweep.report_sections import isoflop_optima_text
 
     stored = Path(__file__).parents[1] / "experiments/results/sweeps/cpu-isoflop/isoflop.json"
-    optima = json.loads(stored.read_text())["sparsity_optima"]
+    optima = from_json(SparsityOptima, json.loads(stored.read_text())["sparsity_optima"])
     (tmp_path / "figures").mkdir()
-    first = optima["optimal_sparsity"][0]["probability_best"]
+    first = optima.optimal_sparsity[0].probability_best
     share = next(f"{s}: {p:.2f}" for s, p in first.items() if p > 0)
     two, three = (isoflop_optima_text(tmp_path, optima, seeds) for seeds in (2, 3))
     assert "– (2 seeds: too few)" in two and share not in two

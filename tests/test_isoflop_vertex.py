@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from moelab.cli import main
-from moelab.scaling.isoflop import isoflop_analysis
+from moelab.scaling.isoflop import IsoflopPoints, isoflop_analysis
 from moelab.scaling.isoflop_vertex import fit_vertex, vertex_support
 
 # Besiroglu et al.'s refit of Chinchilla (a = 0.5126), and a curve far steeper on the large-N
@@ -63,8 +63,8 @@ def exponent_errors(law: dict, estimator: str, draws: int, noise: float) -> np.n
     errors = []
     for draw in range(draws):
         table = lopsided_table(law, np.random.default_rng(draw), noise)
-        result = isoflop_analysis(table, estimator=estimator)
-        errors.append(result["params_exponent"]["exponent"] - true_exponent(law))
+        result = isoflop_analysis(IsoflopPoints.from_columns(table), estimator=estimator)
+        errors.append(result.params_exponent.exponent - true_exponent(law))
     return np.array(errors)
 
 

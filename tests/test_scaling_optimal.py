@@ -200,15 +200,15 @@ def test_isoflop_on_chinchilla_data_gives_the_published_exponent(estimator):
     within 0.025 of each: the window gives 0.513, the global parabola 0.492."""
     columns = read_isoflop_table(FIXTURES / "chinchilla_isoflops.csv", {"N": "params", "C": "budget"})
     result = isoflop_analysis(columns, estimator=estimator)
-    assert len(result["budgets"]) == 9
-    exponent = result["params_exponent"]["exponent"]
+    assert len(result.budgets) == 9
+    exponent = result.params_exponent.exponent
     assert exponent == pytest.approx(HOFFMANN_APPROACH_2_EXPONENT, abs=0.025)
     assert exponent == pytest.approx(BESIROGLU_EXPONENT, abs=0.025)
-    low, high = result["params_exponent"]["ci"]
+    low, high = result.params_exponent.ci
     assert low < HOFFMANN_APPROACH_2_EXPONENT < high and low < BESIROGLU_EXPONENT < high
     # The 1e20 budget's lowest loss is its smallest model's: a vertex the data cannot support.
-    assert 1e20 in result["poorly_supported"]
-    optima = {row["flops"]: row["params"] for row in result["budgets"]}
+    assert 1e20 in result.poorly_supported
+    optima = {row.flops: row.params for row in result.budgets}
     # Hoffmann et al. Table 3 (approach 2 column is close): ~1e9 params around 1e20... we check
     # the ends of the range: 6e18 -> 1e8..3e8 params, 3e21 -> 2e9..6e9 params.
     assert 1e8 < optima[6e18] < 3e8
@@ -270,11 +270,11 @@ def test_isoflop_leaves_vertices_outside_the_data_out_of_the_exponent(tmp_path, 
     path = tmp_path / "iso.csv"
     path.write_text(parabola_points(on_line + [beyond], around + [below_beyond]))
     result = isoflop_analysis(read_isoflop_table(path))
-    assert [b["inside_data"] for b in result["budgets"]] == [True, True, True, False]
-    assert result["budgets"][3]["params"] == pytest.approx(beyond[1], rel=1e-6)
-    assert result["outside_data"] == [1e21]
-    assert result["params_exponent"]["exponent"] == pytest.approx(0.5, abs=1e-6)
-    assert result["params_exponent"]["n_budgets"] == 3
+    assert [b.inside_data for b in result.budgets] == [True, True, True, False]
+    assert result.budgets[3].params == pytest.approx(beyond[1], rel=1e-6)
+    assert result.outside_data == [1e21]
+    assert result.params_exponent.exponent == pytest.approx(0.5, abs=1e-6)
+    assert result.params_exponent.n_budgets == 3
     assert main(["isoflop", str(path)]) == 0
     out = capsys.readouterr().out.splitlines()
     lines = [line for line in out if line.startswith("  C=")]
@@ -283,7 +283,7 @@ def test_isoflop_leaves_vertices_outside_the_data_out_of_the_exponent(tmp_path, 
     assert "C^0.5000" in exponent_line and "3 budgets" in exponent_line
     # With one budget inside the data there is no exponent to fit, and the CLI says so.
     path.write_text(parabola_points(on_line[:1] + [beyond], around[:1] + [below_beyond]))
-    assert isoflop_analysis(read_isoflop_table(path))["params_exponent"] is None
+    assert isoflop_analysis(read_isoflop_table(path)).params_exponent is None
     assert main(["isoflop", str(path)]) == 0
     assert "not fitted" in capsys.readouterr().out
 
@@ -311,8 +311,8 @@ def test_isoflop_surface_recovers_known_minimum():
     x0, y0 = 16.2, 1.1  # minimum inside the box
     loss = 3.0 + 0.05 * (log_n - x0) ** 2 + 0.02 * (log_n - x0) * (y - y0) + 0.04 * (y - y0) ** 2
     surface = fit_surface(log_n, sparsity, loss)
-    assert surface["log_params"] == pytest.approx(x0, abs=1e-6)
-    assert surface["sparsity"] == pytest.approx(1 - math.exp(-y0), abs=1e-6)
+    assert surface.log_params == pytest.approx(x0, abs=1e-6)
+    assert surface.sparsity == pytest.approx(1 - math.exp(-y0), abs=1e-6)
 
 
 # --------------------------------------------------------------------------------------------

@@ -18,6 +18,10 @@ A class may list derived properties to write after its fields (``JSON_EXTRA = ("
 they are skipped when read. Unknown keys are ignored when reading (a newer file read by an older
 moelab); a missing key takes the field's default, and a missing key without one is an error that
 names the class and the key.
+
+A field typed as a union of records (``ParabolaBudget | SurfaceBudget``) reads as the first of them
+whose required keys the object has, so records of one list may differ in shape. A dict keyed by
+``float`` or ``int`` reads its keys back as numbers (JSON writes every key as a string).
 """
 
 from __future__ import annotations
@@ -101,7 +105,9 @@ def _decode(kind: Any, data: Any) -> Any:
         if data is None:
             return None
         options = [arg for arg in args if arg is not type(None)]
-        return _decode(options[0], data) if len(options) == 1 else data
+        if len(options) == 1:
+            return _decode(options[0], data)
+        return _decode_one_of(options, data)
     if data is None:
         return None
     if origin in (list, tuple) and args:
@@ -110,7 +116,29 @@ def _decode(kind: Any, data: Any) -> Any:
         items = [_decode(args[0], item) for item in data]
         return items if origin is list else tuple(items)
     if origin is dict and args:
-        return {key: _decode(args[1], item) for key, item in data.items()}
+        key_type = args[0] if args[0] in (float, int) else str
+        return {key_type(key): _decode(args[1], item) for key, item in data.items()}
     if kind is float and isinstance(data, int) and not isinstance(data, bool):
         return float(data)
     return data
+
+
+def _decode_one_of(options: list[Any], data: Any) -> Any:
+    """A union's value: the first record type whose required keys ``data`` has; plain data when
+    the union holds no record type."""
+    records: list[type] = [kind for kind in options
+                           if isinstance(kind, type) and dataclasses.is_dataclass(kind)]
+    if not records:
+        return data
+    for kind in records:
+        if isinstance(data, dict) and all(key in data for key in _required_keys(kind)):
+            return _record_from_json(kind, data)
+    names = " or ".join(kind.__name__ for kind in records)
+    shown = sorted(data) if isinstance(data, dict) else repr(data)
+    raise ValueError(f"{names}: {shown} is neither (a required key is missing)")
+
+
+def _required_keys(cls: type) -> list[str]:
+    return [field.metadata.get("json_key", field.name) for field in dataclasses.fields(cls)
+            if field.init and field.default is dataclasses.MISSING
+            and field.default_factory is dataclasses.MISSING]

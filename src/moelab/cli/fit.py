@@ -18,6 +18,8 @@ from moelab.fileio import atomic_write_json, refuse_overwriting_inputs
 if TYPE_CHECKING:  # the handlers import the maths when they run (scipy)
     from moelab.scaling.optimal import ThreeOptima, VersusDenseInterval
     from moelab.scaling.summary import LawFit
+    from moelab.scaling.isoflop import BudgetOptimum, IsoflopAnalysis
+    from moelab.scaling.isoflop_sparsity import SparsityOptima
 
 LAW_NAMES = ("chinchilla", "sparsity", "sparsity-interaction", "sparsity-additive",
              "sparsity-effective-size")
@@ -281,100 +283,117 @@ def _dense_comparison(by_seconds: VersusDenseInterval) -> str:
 
 
 def _isoflop(args) -> int:
-    from moelab.scaling.isoflop import isoflop_analysis, read_isoflop_table, why_no_budget
+    from moelab.codec import to_json
+    import numpy as np
+
+    from moelab.scaling.isoflop import (
+        isoflop_analysis, read_isoflop_table, uses_surface, why_no_budget,
+    )
     from moelab.scaling.isoflop_sparsity import sparsity_isoflop
     from moelab.scaling.table import parse_column_map
 
     if not (math.isfinite(args.window_factor) and args.window_factor > 1.0):
         raise MoelabError(f"--window-factor {args.window_factor} is invalid: must be a number > 1")
-    columns = read_isoflop_table(args.csv, parse_column_map(args.columns), args.where,
-                                 seed_column=args.seed_column)
+    points = read_isoflop_table(args.csv, parse_column_map(args.columns), args.where,
+                                seed_column=args.seed_column)
     options = {"estimator": args.estimator, "window_factor": args.window_factor}
-    result = isoflop_analysis(columns, **options)
-    if not result["budgets"]:
-        raise MoelabError(f"{args.csv}: no budget could be analysed: {why_no_budget(columns)}")
-    if "S" in columns and len(set(columns["S"])) > 1:
-        seeds = columns.get("seed")
-        result["sparsity_optima"] = sparsity_isoflop(
-            columns, seeds if seeds is not None else [str(i) for i in range(len(columns["N"]))],
-            replicates=args.bootstrap if seeds is not None else 0, seed=args.seed, **options)
+    analysis = isoflop_analysis(points, **options)
+    if not analysis.budgets:
+        raise MoelabError(f"{args.csv}: no budget could be analysed: {why_no_budget(points)}")
+    several_sparsities = uses_surface(points)
+    optima = None
+    if several_sparsities:
+        # Without a seed column every point is its own seed: estimates, no intervals.
+        seeds = (points.seed if points.seed is not None
+                 else np.array([str(i) for i in range(len(points.params))]))
+        optima = sparsity_isoflop(
+            points, seeds, replicates=args.bootstrap if points.seed is not None else 0,
+            seed=args.seed, **options)
     if args.json:
-        print(json.dumps(result, indent=2))
+        # The analysis's keys, and sparsity_optima (null when too few cells have a minimum)
+        # wherever the table has several sparsities.
+        record = to_json(analysis) | ({"sparsity_optima": to_json(optima)}
+                                      if several_sparsities else {})
+        print(json.dumps(record, indent=2))
         return 0
-    print(format_isoflop(result))
+    print(format_isoflop(analysis, optima))
     return 0
 
 
-def format_isoflop(result: dict) -> str:
+def format_isoflop(analysis: IsoflopAnalysis, optima: SparsityOptima | None = None) -> str:
     """The budgets' optima with the sizes each used and its warnings, the exponent, and S*(C)
     from the per-sparsity minima when there are several sparsities."""
-    window = (f", sizes within {result['window_factor']:g}x of the vertex"
-              if result["estimator"] == "window" else ", every size of the budget")
-    lines = [f"IsoFLOP vertices: {result['estimator']} parabola in log N{window}"]
-    for row in result["budgets"]:
-        sparsity = f"  S*={row['sparsity']:.3f}" if "sparsity" in row else ""
-        outside = "" if row["inside_data"] else "  outside data: not used for the exponent"
-        lines.append(f"  C={row['flops']:.3g}: N*={row['params']:.4g}  loss*={row['loss']:.4f}"
-                     f"  ({row['n_points']} points){sparsity}{outside}")
+    from moelab.scaling.isoflop import SurfaceBudget
+
+    window = (f", sizes within {analysis.window_factor:g}x of the vertex"
+              if analysis.estimator == "window" else ", every size of the budget")
+    lines = [f"IsoFLOP vertices: {analysis.estimator} parabola in log N{window}"]
+    for row in analysis.budgets:
+        sparsity = f"  S*={row.sparsity:.3f}" if isinstance(row, SurfaceBudget) else ""
+        outside = "" if row.inside_data else "  outside data: not used for the exponent"
+        lines.append(f"  C={row.flops:.3g}: N*={row.params:.4g}  loss*={row.loss:.4f}"
+                     f"  ({row.n_points} points){sparsity}{outside}")
         lines.extend(f"      {line}" for line in _support_lines(row))
-    fit = result["params_exponent"]
+    fit = analysis.params_exponent
     if fit:
-        interval = (f"  95% CI [{fit['ci'][0]:.4f}, {fit['ci'][1]:.4f}]" if fit["ci"]
+        interval = (f"  95% CI [{fit.ci[0]:.4f}, {fit.ci[1]:.4f}]" if fit.ci
                     else "  (no interval from 2 budgets)")
-        lines.append(f"N*(C) = {fit['coefficient']:.4g} * C^{fit['exponent']:.4f}{interval}"
-                     f"  (from the {fit['n_budgets']} budgets with their optimum inside the data)")
+        lines.append(f"N*(C) = {fit.coefficient:.4g} * C^{fit.exponent:.4f}{interval}"
+                     f"  (from the {fit.n_budgets} budgets with their optimum inside the data)")
     else:
         lines.append("N*(C): not fitted: fewer than 2 budgets have their optimum inside the data")
-    if result["poorly_supported"]:
+    if analysis.poorly_supported:
         lines.append("warning: poorly supported vertices at C = "
-                     + ", ".join(f"{c:.3g}" for c in result["poorly_supported"]))
-    if result.get("sparsity_optima"):
-        lines.extend(format_sparsity_optima(result["sparsity_optima"]))
+                     + ", ".join(f"{c:.3g}" for c in analysis.poorly_supported))
+    if optima:
+        lines.extend(format_sparsity_optima(optima))
     return "\n".join(lines)
 
 
-def _support_lines(row: dict) -> list[str]:
+def _support_lines(row: BudgetOptimum) -> list[str]:
     """Which sizes a budget's vertex used, the grid's balance about it, and its warnings."""
-    supports = ({"": row["support"]} if "parabola" in row
-                else {f"S={s}: ": one for s, one in row["support"].items()})
+    from moelab.scaling.isoflop import SurfaceBudget
+
+    supports = ({f"S={s}: ": one for s, one in row.support.items()}
+                if isinstance(row, SurfaceBudget) else {"": row.support})
     lines = []
     for label, support in supports.items():
-        sizes = ", ".join(f"{n:.3g}" for n in support["sizes_used"])
-        noise = ("" if support["residual_to_noise"] is None
-                 else f"; residuals {support['residual_to_noise']:.2g}x seed noise")
-        lines.append(f"{label}sizes used {sizes} (span {support['span_used']:.3g}x of the "
-                     f"grid's {support['grid_span']:.3g}x; grid sizes below/above the vertex "
-                     f"{support['sizes_below']}/{support['sizes_above']}){noise}")
-    lines.extend(f"warning: {warning}" for warning in row["warnings"])
+        sizes = ", ".join(f"{n:.3g}" for n in support.sizes_used)
+        noise = ("" if support.residual_to_noise is None
+                 else f"; residuals {support.residual_to_noise:.2g}x seed noise")
+        lines.append(f"{label}sizes used {sizes} (span {support.span_used:.3g}x of the "
+                     f"grid's {support.grid_span:.3g}x; grid sizes below/above the vertex "
+                     f"{support.sizes_below}/{support.sizes_above}){noise}")
+    lines.extend(f"warning: {warning}" for warning in row.warnings)
     return lines
 
 
-def format_sparsity_optima(optima: dict) -> list[str]:
+def format_sparsity_optima(optima: SparsityOptima) -> list[str]:
     """S*(C) per budget with its interval, "S* ≥ edge (unbounded)" where it sits on the grid's
     end, and the slope of S*(C) only when no S* is clamped."""
-    lines = [f"S*(C) from each sparsity's IsoFLOP minima ({optima['replicates']} bootstrap "
-             f"replicates, resampling {optima['resampling']}):"]
-    sparsities = optima["sparsities"]
-    for row in optima["optimal_sparsity"]:
-        if row["sparsity"] is None:
+    lines = [f"S*(C) from each sparsity's IsoFLOP minima ({optima.replicates} bootstrap "
+             f"replicates, resampling {optima.resampling}):"]
+    sparsities = optima.sparsities
+    for row in optima.optimal_sparsity:
+        if row.sparsity is None:
             shown = "no S* (a sparsity without a minimum)"
-        elif row["at_edge"] == "upper":
+        elif row.at_edge == "upper":
             shown = f"S* ≥ {max(sparsities):g} (unbounded: the grid's largest sparsity)"
-        elif row["at_edge"] == "lower":
+        elif row.at_edge == "lower":
             shown = f"S* ≤ {min(sparsities):g} (unbounded: the grid's smallest sparsity)"
         else:
-            ci = row["ci"]
-            shown = f"S* = {row['sparsity']:.3f}" + (
+            ci = row.ci
+            shown = f"S* = {row.sparsity:.3f}" + (
                 f"  95% CI [{ci[0]:.3f}, {ci[1]:.3f}]" if ci else "  (no interval: one seed)")
             if ci and ci[1] >= max(sparsities) - 1e-9:
                 shown += "  (interval reaches the grid's largest S: no upper bound)"
-        lines.append(f"  C={row['flops']:.3g}: {shown}")
-    trend = optima["trend"]
-    if trend["clamped"]:
+        lines.append(f"  C={row.flops:.3g}: {shown}")
+    trend = optima.trend
+    if trend.clamped:
         lines.append("  slope of S*(C): not given, an S* sits on the grid's edge")
-    elif trend["slope_per_decade"] is not None:
-        ci = trend["ci"]
+    elif trend.slope_per_decade is not None:
+        ci = trend.ci
         interval = f" [{ci[0]:+.3f}, {ci[1]:+.3f}]" if ci else ""
-        lines.append(f"  slope of S*(C): {trend['slope_per_decade']:+.3f}{interval} per decade "
-                     f"of C over {trend['n_budgets']} budgets")
+        lines.append(f"  slope of S*(C): {trend.slope_per_decade:+.3f}{interval} per decade "
+                     f"of C over {trend.n_budgets} budgets")
     return lines

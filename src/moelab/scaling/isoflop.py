@@ -29,7 +29,9 @@ down to whole optimizer steps); ``compute_deviation`` measures by how much, and 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Optional
 
 import numpy as np
 import scipy.optimize
@@ -37,7 +39,7 @@ import scipy.optimize
 from moelab.errors import MoelabError, short_repr
 from moelab.scaling.family import active_params, estimate_shared_fraction
 from moelab.scaling.isoflop_vertex import (
-    MIN_SIZES, WINDOW_FACTOR, check_estimator, fit_vertex, vertex_support,
+    MIN_SIZES, WINDOW_FACTOR, VertexEstimator, VertexSupport, check_estimator, vertex_support,
 )
 from moelab.scaling.table import (
     numeric_column, read_csv_rows, require_column, validate_columns, with_default_columns,
@@ -56,9 +58,132 @@ small next to the seed noise of short runs; further off, a reader should know th
 not sit on its budget's curve."""
 
 
+@dataclass
+class IsoflopPoints:
+    """The runs an IsoFLOP analysis reads, one array entry per run."""
+
+    params: np.ndarray
+    """N, total parameters."""
+    flops: np.ndarray
+    """C: the budget the run is grouped under."""
+    loss: np.ndarray
+    sparsity: np.ndarray
+    """S (zeros for dense runs)."""
+    params_active: Optional[np.ndarray] = None
+    """N_active, when the table has it: it gives the family's shared fraction."""
+    seed: Optional[np.ndarray] = None
+    """Each run's seed (strings), when known: the seeds' scatter is the noise the fits'
+    residuals are compared with."""
+
+    @classmethod
+    def from_columns(cls, columns: dict[str, np.ndarray]) -> "IsoflopPoints":
+        """From a law table's columns N, C, loss and, where present, S, N_active and seed."""
+        params = np.asarray(columns["N"], dtype=np.float64)
+        sparsity = columns.get("S")
+        return cls(params=params, flops=np.asarray(columns["C"], dtype=np.float64),
+                   loss=np.asarray(columns["loss"], dtype=np.float64),
+                   sparsity=np.zeros(len(params)) if sparsity is None else np.asarray(sparsity),
+                   params_active=columns.get("N_active"), seed=columns.get("seed"))
+
+    def subset(self, mask: np.ndarray) -> "IsoflopPoints":
+        """The runs where ``mask`` is true."""
+        return IsoflopPoints(
+            params=self.params[mask], flops=self.flops[mask], loss=self.loss[mask],
+            sparsity=self.sparsity[mask],
+            params_active=None if self.params_active is None else self.params_active[mask],
+            seed=None if self.seed is None else self.seed[mask])
+
+
+@dataclass
+class SurfaceFit:
+    """The minimum of a quadratic surface in (log N, -log(1 - S)) inside the observed box."""
+
+    coefficients: list[float]
+    """c0 + c1 x + c2 y + c3 x^2 + c4 x y + c5 y^2 with x = log N, y = -log(1 - S)."""
+    log_params: float
+    sparsity: float
+    loss: float
+    at_edge: bool
+    """The minimum lies on the edge of the box (a bound, not an optimum)."""
+
+
+@dataclass
+class ParabolaBudget:
+    """One budget's optimum from a parabola in log N (one sparsity)."""
+
+    flops: float
+    n_points: int
+    params: float
+    """N*: the parabola's vertex."""
+    loss: float
+    parabola: list[float]
+    """c2, c1, c0 in log N."""
+    inside_data: bool
+    """The vertex lies within the sizes fitted (otherwise an extrapolation)."""
+    support: VertexSupport
+    warnings: list[str]
+
+
+@dataclass
+class SurfaceBudget:
+    """One budget's optimum (N*, S*) from a quadratic surface in (log N, -log(1 - S)).
+
+    Files written before the window estimator lack ``n_points_used``, ``support`` and
+    ``warnings``: they read as None and empty."""
+
+    flops: float
+    n_points: int
+    params: float
+    sparsity: float
+    loss: float
+    surface: list[float]
+    """``SurfaceFit.coefficients``."""
+    at_edge: bool
+    inside_data: bool
+    n_points_used: Optional[int] = field(default=None, metadata={"omit_none": True})
+    support: dict[str, VertexSupport] = field(default_factory=dict)
+    """Each sparsity's own vertex (keyed ``f"{S:g}"``), whose windowed sizes the surface used."""
+    warnings: list[str] = field(default_factory=list)
+    params_active: Optional[float] = field(default=None, metadata={"omit_none": True})
+    """N_active*, when the runs give the family's shared fraction."""
+
+
+BudgetOptimum = ParabolaBudget | SurfaceBudget
+
+
+@dataclass
+class PowerLawFit:
+    """log N* = a log C + log k across budgets."""
+
+    exponent: float
+    coefficient: float
+    """k, in N* = k C^a."""
+    n_budgets: int
+    ci: Optional[list[float]]
+    """a's 95 % t interval; None from 2 budgets (no degrees of freedom left)."""
+
+
+@dataclass(kw_only=True)
+class IsoflopAnalysis:
+    """Per-budget optima and N*(C) = k C^a across budgets (``isoflop_analysis``). Files written
+    before the window estimator lack ``estimator``, ``window_factor`` and ``poorly_supported``:
+    they read as the global parabola they used."""
+
+    estimator: str = "global"
+    window_factor: Optional[float] = None
+    """The window's factor; None for the global parabola."""
+    budgets: list[BudgetOptimum]
+    shared_fraction: Optional[float]
+    params_exponent: Optional[PowerLawFit]
+    outside_data: list[float]
+    """The budgets whose optimum lies outside the data, left out of the exponent fit."""
+    poorly_supported: list[float] = field(default_factory=list)
+    """The budgets with a warning."""
+
+
 def read_isoflop_table(path: str | Path, column_map: dict[str, str] | None = None,
                        where: list[str] | None = None,
-                       seed_column: str | None = SEED_COLUMN) -> dict[str, np.ndarray]:
+                       seed_column: str | None = SEED_COLUMN) -> IsoflopPoints:
     """Columns N, C (the IsoFLOP budget), loss, and S / N_active when present (validated as for
     ``moelab fit``: N, C, N_active, loss > 0 and S in [0, 1)); ``seed`` (strings) when the
     table has ``seed_column`` with a value in every row."""
@@ -92,7 +217,7 @@ def read_isoflop_table(path: str | Path, column_map: dict[str, str] | None = Non
     validate_columns(path, columns)
     if seed_column and seed_column in header and all((row[seed_column] or "").strip() for row in rows):
         columns["seed"] = np.array([row[seed_column].strip() for row in rows])
-    return columns
+    return IsoflopPoints.from_columns(columns)
 
 
 def compute_deviation(actual_flops, budget_flops) -> np.ndarray:
@@ -105,7 +230,7 @@ def _surface_terms(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     return np.stack([np.ones_like(x), x, y, x * x, x * y, y * y], axis=1)
 
 
-def fit_surface(log_params: np.ndarray, sparsity: np.ndarray, loss: np.ndarray) -> dict:
+def fit_surface(log_params: np.ndarray, sparsity: np.ndarray, loss: np.ndarray) -> SurfaceFit:
     """Quadratic surface in (log N, -log(1-S)), minimised inside the observed box."""
     y = -np.log1p(-sparsity)
     coefficients, *_ = np.linalg.lstsq(_surface_terms(log_params, y), loss, rcond=None)
@@ -117,9 +242,9 @@ def fit_surface(log_params: np.ndarray, sparsity: np.ndarray, loss: np.ndarray) 
     stationary = _stationary_point(coefficients)
     if stationary is not None and all(lo <= v <= hi for v, (lo, hi) in zip(stationary, box)):
         x_star, y_star = stationary
-        return {"coefficients": [float(c) for c in coefficients], "log_params": float(x_star),
-                "sparsity": float(-math.expm1(-y_star)), "loss": surface(stationary),
-                "at_edge": False}
+        return SurfaceFit([float(c) for c in coefficients], log_params=float(x_star),
+                          sparsity=float(-math.expm1(-y_star)), loss=surface(stationary),
+                          at_edge=False)
     # Otherwise the minimum lies on the edge of the box: search it numerically.
     grid_x, grid_y = np.meshgrid(np.linspace(*box[0], 101), np.linspace(*box[1], 101))
     values = _surface_terms(grid_x.ravel(), grid_y.ravel()) @ coefficients
@@ -129,9 +254,9 @@ def fit_surface(log_params: np.ndarray, sparsity: np.ndarray, loss: np.ndarray) 
     x_star, y_star = best.x
     at_edge = any(min(v - lo, hi - v) <= 1e-6 * max(1.0, hi - lo)
                   for v, (lo, hi) in zip(best.x, box))
-    return {"coefficients": [float(c) for c in coefficients], "log_params": float(x_star),
-            "sparsity": float(-math.expm1(-y_star)), "loss": float(best.fun),
-            "at_edge": bool(at_edge)}
+    return SurfaceFit([float(c) for c in coefficients], log_params=float(x_star),
+                      sparsity=float(-math.expm1(-y_star)), loss=float(best.fun),
+                      at_edge=bool(at_edge))
 
 
 def _stationary_point(coefficients: np.ndarray) -> tuple[float, float] | None:
@@ -144,18 +269,19 @@ def _stationary_point(coefficients: np.ndarray) -> tuple[float, float] | None:
     return float(x_star), float(y_star)
 
 
-def budget_fit_loss(budget: dict, log_params: np.ndarray, sparsity: float = 0.0) -> np.ndarray:
+def budget_fit_loss(budget: BudgetOptimum, log_params: np.ndarray,
+                    sparsity: float = 0.0) -> np.ndarray:
     """The loss a budget row of ``isoflop_analysis`` fitted, along ``log_params`` (log N): its
     parabola, or its surface's slice at ``sparsity`` (a parabola in log N too)."""
     log_params = np.asarray(log_params, dtype=np.float64)
-    if "parabola" in budget:
-        return np.polyval(budget["parabola"], log_params)
+    if isinstance(budget, ParabolaBudget):
+        return np.polyval(budget.parabola, log_params)
     y = np.full_like(log_params, -math.log1p(-sparsity))
-    return _surface_terms(log_params, y) @ np.asarray(budget["surface"])
+    return _surface_terms(log_params, y) @ np.asarray(budget.surface)
 
 
-def isoflop_analysis(columns: dict[str, np.ndarray], *, estimator: str = "window",
-                     window_factor: float = WINDOW_FACTOR) -> dict:
+def isoflop_analysis(points: IsoflopPoints, *, estimator: str = "window",
+                     window_factor: float = WINDOW_FACTOR) -> IsoflopAnalysis:
     """Per-budget optima and the power law N*(C) = k C^a across budgets.
 
     Every budget row says whether its optimum lies inside the data (``inside_data``): a
@@ -166,90 +292,89 @@ def isoflop_analysis(columns: dict[str, np.ndarray], *, estimator: str = "window
     ``poorly_supported`` those with a warning (``isoflop_vertex.VertexSupport``).
     """
     check_estimator(estimator, window_factor)
-    has_sparsity = uses_surface(columns)
+    has_sparsity = uses_surface(points)
     shared = None
-    if has_sparsity and "N_active" in columns:
-        shared = estimate_shared_fraction(columns["N"], columns["N_active"], columns["S"])
-    vertex_options = {"estimator": estimator, "window_factor": window_factor}
+    if has_sparsity and points.params_active is not None:
+        shared = estimate_shared_fraction(points.params, points.params_active, points.sparsity)
+    vertices = VertexEstimator(estimator, window_factor)
     budgets = []
-    for flops in np.unique(columns["C"]):
-        at_budget = np.isclose(columns["C"], flops, rtol=1e-6)
-        points = {key: values[at_budget] for key, values in columns.items()}
-        row = (_surface_row(points, shared, vertex_options) if has_sparsity
-               else _parabola_row(points, vertex_options))
-        if row is not None:
-            budgets.append({"flops": float(flops), "n_points": int(at_budget.sum()), **row})
-    inside = [b for b in budgets if b["inside_data"]]
-    exponent = _power_law([b["flops"] for b in inside], [b["params"] for b in inside])
-    return {"estimator": estimator,
-            "window_factor": window_factor if estimator == "window" else None,
-            "budgets": budgets, "shared_fraction": shared, "params_exponent": exponent,
-            "outside_data": [b["flops"] for b in budgets if not b["inside_data"]],
-            "poorly_supported": [b["flops"] for b in budgets if b["warnings"]]}
+    for flops in np.unique(points.flops):
+        at_budget = points.subset(np.isclose(points.flops, flops, rtol=1e-6))
+        budget = (_surface_row(float(flops), at_budget, shared, vertices) if has_sparsity
+                  else _parabola_row(float(flops), at_budget, vertices))
+        if budget is not None:
+            budgets.append(budget)
+    inside = [b for b in budgets if b.inside_data]
+    exponent = _power_law([b.flops for b in inside], [b.params for b in inside])
+    return IsoflopAnalysis(
+        estimator=estimator, window_factor=window_factor if estimator == "window" else None,
+        budgets=budgets, shared_fraction=shared, params_exponent=exponent,
+        outside_data=[b.flops for b in budgets if not b.inside_data],
+        poorly_supported=[b.flops for b in budgets if b.warnings])
 
 
-def uses_surface(columns: dict[str, np.ndarray]) -> bool:
+def uses_surface(points: IsoflopPoints) -> bool:
     """Several sparsities: a surface per budget (rows with S*); else a parabola (N* only)."""
-    return "S" in columns and len(np.unique(columns["S"])) > 1
+    return len(np.unique(points.sparsity)) > 1
 
 
-def _surface_row(points: dict[str, np.ndarray], shared: float | None,
-                 vertex_options: dict) -> dict | None:
+def _surface_row(flops: float, points: IsoflopPoints, shared: float | None,
+                 vertices: VertexEstimator) -> SurfaceBudget | None:
     """N*, S* of one budget from the quadratic surface through each sparsity's windowed sizes;
     None with too few points to fit it."""
-    keep, support = _windowed_points(points, vertex_options)
-    log_n, sparsity = np.log(points["N"][keep]), points["S"][keep]
+    keep, support = _windowed_points(points, vertices)
+    log_n, sparsity = np.log(points.params[keep]), points.sparsity[keep]
     if (len(log_n) < MIN_POINTS_SURFACE or len(np.unique(sparsity)) < 2
             or len(np.unique(log_n)) < 2):
         return None
-    surface = fit_surface(log_n, sparsity, points["loss"][keep])
-    warnings = [f"S={s}: {w}" for s, one in support.items() for w in one["warnings"]]
-    if surface["at_edge"]:
+    surface = fit_surface(log_n, sparsity, points.loss[keep])
+    warnings = [f"S={s}: {w}" for s, one in support.items() for w in one.warnings]
+    if surface.at_edge:
         warnings.insert(0, "minimum on the edge of the sizes and sparsities fitted (a bound)")
-    row = {"params": math.exp(surface["log_params"]), "sparsity": surface["sparsity"],
-           "loss": surface["loss"], "surface": surface["coefficients"],
-           "at_edge": surface["at_edge"], "inside_data": not surface["at_edge"],
-           "n_points_used": int(keep.sum()), "support": support, "warnings": warnings}
-    if shared is not None:
-        row["params_active"] = float(active_params(row["params"], row["sparsity"], shared))
-    return row
+    params = math.exp(surface.log_params)
+    return SurfaceBudget(
+        flops=flops, n_points=len(points.params), params=params, sparsity=surface.sparsity,
+        loss=surface.loss, surface=surface.coefficients, at_edge=surface.at_edge,
+        inside_data=not surface.at_edge, n_points_used=int(keep.sum()), support=support,
+        warnings=warnings,
+        params_active=(None if shared is None
+                       else float(active_params(params, surface.sparsity, shared))))
 
 
-def _windowed_points(points: dict[str, np.ndarray],
-                     vertex_options: dict) -> tuple[np.ndarray, dict[str, dict]]:
+def _windowed_points(points: IsoflopPoints,
+                     vertices: VertexEstimator) -> tuple[np.ndarray, dict[str, VertexSupport]]:
     """The points the surface is fitted to: per sparsity, those at the sizes its own IsoFLOP
     vertex used (all of them where it has no vertex), and that vertex's diagnostics."""
-    keep = np.zeros(len(points["N"]), dtype=bool)
+    keep = np.zeros(len(points.params), dtype=bool)
     support = {}
-    log_n_all = np.log(points["N"])
-    for sparsity in np.unique(points["S"]):
-        mask = points["S"] == sparsity
-        fit = fit_vertex(log_n_all[mask], points["loss"][mask], **vertex_options)
+    log_n_all = np.log(points.params)
+    for sparsity in np.unique(points.sparsity):
+        mask = points.sparsity == sparsity
+        fit = vertices.fit(log_n_all[mask], points.loss[mask])
         if fit is None:
             keep |= mask
             continue
-        keep |= mask & fit.uses(points["N"])
-        seeds = points["seed"][mask] if "seed" in points else None
+        keep |= mask & fit.uses(points.params)
+        seeds = points.seed[mask] if points.seed is not None else None
         support[f"{sparsity:g}"] = vertex_support(
-            fit, log_n_all[mask], points["loss"][mask], seeds,
-            vertex_options["estimator"]).to_dict()
+            fit, log_n_all[mask], points.loss[mask], seeds, vertices.estimator)
     return keep, support
 
 
-def _parabola_row(points: dict[str, np.ndarray], vertex_options: dict) -> dict | None:
+def _parabola_row(flops: float, points: IsoflopPoints,
+                  vertices: VertexEstimator) -> ParabolaBudget | None:
     """N* of one budget from the parabola in log N; None with too few sizes or no minimum."""
-    log_n = np.log(points["N"])
-    fit = fit_vertex(log_n, points["loss"], **vertex_options)
+    log_n = np.log(points.params)
+    fit = vertices.fit(log_n, points.loss)
     if fit is None:
         return None
-    support = vertex_support(fit, log_n, points["loss"], points.get("seed"),
-                             vertex_options["estimator"])
-    return {"params": math.exp(fit.log_params), "loss": fit.loss,
-            "parabola": fit.coefficients, "inside_data": fit.inside,
-            "support": support.to_dict(), "warnings": support.warnings}
+    support = vertex_support(fit, log_n, points.loss, points.seed, vertices.estimator)
+    return ParabolaBudget(flops=flops, n_points=len(points.params), params=math.exp(fit.log_params),
+                          loss=fit.loss, parabola=fit.coefficients, inside_data=fit.inside,
+                          support=support, warnings=support.warnings)
 
 
-def _power_law(flops: list[float], params: list[float]) -> dict | None:
+def _power_law(flops: list[float], params: list[float]) -> PowerLawFit | None:
     """log N* = a log C + log k by least squares, with a's 95 % t interval from the budgets'
     scatter about the line (None with 2 budgets: no degrees of freedom left)."""
     if len(flops) < 2:
@@ -262,19 +387,19 @@ def _power_law(flops: list[float], params: list[float]) -> dict | None:
         standard_error = math.sqrt(np.sum(residuals ** 2) / (len(x) - 2)
                                    / np.sum((x - x.mean()) ** 2))
         ci = list(t_interval(exponent, standard_error, len(x) - 2))
-    return {"exponent": float(exponent), "coefficient": float(math.exp(log_coefficient)),
-            "n_budgets": len(flops), "ci": ci}
+    return PowerLawFit(exponent=float(exponent), coefficient=float(math.exp(log_coefficient)),
+                       n_budgets=len(flops), ci=ci)
 
 
-def why_no_budget(columns: dict) -> str:
+def why_no_budget(points: IsoflopPoints) -> str:
     """Why ``isoflop_analysis`` found no budget, for the one-line error."""
     counts = []
-    for flops in np.unique(columns["C"]):
-        at_budget = np.isclose(columns["C"], flops, rtol=1e-6)
-        sizes = len(np.unique(columns["N"][at_budget]))
+    for flops in np.unique(points.flops):
+        at_budget = np.isclose(points.flops, flops, rtol=1e-6)
+        sizes = len(np.unique(points.params[at_budget]))
         counts.append(f"C={flops:.3g}: {int(at_budget.sum())} points, {sizes} sizes")
     shown = "; ".join(counts[:4]) + ("; ..." if len(counts) > 4 else "")
-    if uses_surface(columns):
+    if uses_surface(points):
         need = (f"a surface in (log N, S) needs {MIN_POINTS_SURFACE} points with 2 or more sizes "
                 f"and sparsities per budget")
     else:

@@ -33,12 +33,15 @@ there is nothing to resample and no intervals are given.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+from typing import Optional, Sequence
 
 import numpy as np
 
 from moelab.scaling.fitting import percentile_interval
+from moelab.scaling.isoflop import IsoflopPoints
 from moelab.scaling.isoflop_vertex import (
-    WINDOW_FACTOR, VertexFit, check_estimator, fit_vertex, vertex_support,
+    WINDOW_FACTOR, VertexEstimator, VertexFit, VertexSupport, check_estimator, vertex_support,
 )
 
 EDGE_TOLERANCE = 1e-9
@@ -47,34 +50,113 @@ MAX_FAILED_FRACTION = 0.025
 """Replicates without a minimum beyond which an interval is not finite (the 2.5 % tail)."""
 
 
-def sparsity_isoflop(columns: dict[str, np.ndarray], seeds: np.ndarray, *,
+@dataclass
+class IsoflopCell:
+    """One (budget, sparsity) IsoFLOP curve's minimum N*(C, S), L*(C, S) with intervals."""
+
+    flops: float
+    sparsity: float
+    n_points: int
+    n_sizes: int
+    sizes_used: Optional[list[float]]
+    """The sizes the vertex was read from; None without a vertex."""
+    support: Optional[VertexSupport]
+    warnings: list[str]
+    params: Optional[float]
+    """N*; None when the curve has no minimum."""
+    params_ci: Optional[list[float]]
+    loss: Optional[float]
+    loss_ci: Optional[list[float]]
+    inside_data: bool
+    replicates_without_minimum: int
+
+
+@dataclass
+class SparsityOptimum:
+    """S*(C) at one budget: the vertex in u = -log(1 - S) and the best sampled sparsity."""
+
+    flops: float
+    sparsity: Optional[float]
+    """None when some sparsity has no minimum at this budget."""
+    at_edge: Optional[str]
+    """"upper" or "lower" when S* sits on the grid's end (only a bound), else None."""
+    ci: Optional[list[float]]
+    best_sampled: Optional[float]
+    best_sampled_ci: Optional[list[float]]
+    probability_best: dict[str, float]
+    """Per sampled sparsity (keyed ``f"{S:g}"``): the share of replicates in which it is best."""
+
+
+@dataclass
+class SparsityTrend:
+    """How S*(C) moves with compute: its slope per decade of C with a bootstrap interval."""
+
+    statistic: str
+    slope_per_decade: Optional[float]
+    ci: Optional[list[float]]
+    n_budgets: int
+    p_not_rising: Optional[float]
+    """The bootstrap's one-sided p of "no rise": the share of replicates with slope <= 0."""
+    rises: bool
+    falls: bool
+    clamped: bool
+    """Some S* sits on the grid's edge: the slope then measures where the grid ends."""
+
+
+@dataclass
+class AdvantageTrend:
+    """Per sparse S: L*(C, 0) - L*(C, S) per budget and its slope per decade of C."""
+
+    sparsity: float
+    advantage: list[Optional[float]]
+    slope_per_decade: Optional[float]
+    ci: Optional[list[float]]
+
+
+@dataclass
+class SparsityOptima:
+    """``sparsity_isoflop``'s answer (isoflop.json's ``sparsity_optima``)."""
+
+    estimator: str
+    window_factor: Optional[float]
+    budgets: list[float]
+    sparsities: list[float]
+    replicates: int
+    resampling: str
+    cells: list[IsoflopCell]
+    optimal_sparsity: list[SparsityOptimum]
+    trend: SparsityTrend
+    advantage_trend: list[AdvantageTrend]
+
+
+def sparsity_isoflop(points: IsoflopPoints, seeds: np.ndarray, *,
                      replicates: int = 200, seed: int = 0, estimator: str = "window",
-                     window_factor: float = WINDOW_FACTOR) -> dict | None:
+                     window_factor: float = WINDOW_FACTOR) -> SparsityOptima | None:
     """N*, L* per (C, S), S*(C) and the trend of S* with C, with bootstrap intervals.
 
-    ``columns``: N, C (the budget), S and loss; ``seeds``: each point's training seed (the
+    ``points``: N, C (the budget), S and loss; ``seeds``: each point's training seed (the
     resampling unit). ``estimator`` and ``window_factor``: how each IsoFLOP vertex is read
     (``isoflop_vertex.fit_vertex``). None when fewer than two sparsities have a parabola at
     two budgets."""
     check_estimator(estimator, window_factor)
-    table = _Table(columns, np.asarray(seeds), estimator, window_factor)
+    table = _Table(points, np.asarray(seeds), estimator, window_factor)
     estimate = table.solve(np.ones(len(table.loss)), keep_fits=True)
     if np.sum(np.isfinite(estimate.loss).sum(axis=0) >= 2) < 2:
         return None
     draws = table.bootstrap_weights(replicates, seed)
     adjusted = table.adjusted_loss()
     solved = [table.solve(weights, adjusted) for weights in draws] if draws is not None else []
-    return {
-        "estimator": estimator, "window_factor": window_factor if estimator == "window" else None,
-        "budgets": table.budgets.tolist(), "sparsities": table.sparsities.tolist(),
-        "replicates": len(solved),
-        "resampling": ("seeds within each size and sparsity, a seed's points at every budget "
-                       "together" if solved else "none: one seed per size and sparsity"),
-        "cells": _cells(table, estimate, solved),
-        "optimal_sparsity": _optima(table, estimate, solved),
-        "trend": _trend(table, estimate, solved),
-        "advantage_trend": _advantage_trends(table, estimate, solved),
-    }
+    return SparsityOptima(
+        estimator=estimator, window_factor=window_factor if estimator == "window" else None,
+        budgets=table.budgets.tolist(), sparsities=table.sparsities.tolist(),
+        replicates=len(solved),
+        resampling=("seeds within each size and sparsity, a seed's points at every budget "
+                    "together" if solved else "none: one seed per size and sparsity"),
+        cells=_cells(table, estimate, solved),
+        optimal_sparsity=_optima(table, estimate, solved),
+        trend=_trend(table, estimate, solved),
+        advantage_trend=_advantage_trends(table, estimate, solved),
+    )
 
 
 class _Solution:
@@ -92,17 +174,17 @@ class _Solution:
 
 
 class _Table:
-    def __init__(self, columns: dict[str, np.ndarray], seeds: np.ndarray, estimator: str,
+    def __init__(self, points: IsoflopPoints, seeds: np.ndarray, estimator: str,
                  window_factor: float):
-        self.vertex_options = {"estimator": estimator, "window_factor": window_factor}
-        self.log_n = np.log(columns["N"])
-        self.loss = np.asarray(columns["loss"], dtype=np.float64)
-        self.budgets = np.unique(columns["C"])
-        self.sparsities = np.unique(columns["S"])
-        self.budget_index = np.searchsorted(self.budgets, columns["C"])
-        self.sparsity_index = np.searchsorted(self.sparsities, columns["S"])
+        self.vertices = VertexEstimator(estimator, window_factor)
+        self.log_n = np.log(points.params)
+        self.loss = np.asarray(points.loss, dtype=np.float64)
+        self.budgets = np.unique(points.flops)
+        self.sparsities = np.unique(points.sparsity)
+        self.budget_index = np.searchsorted(self.budgets, points.flops)
+        self.sparsity_index = np.searchsorted(self.sparsities, points.sparsity)
         self.seeds = seeds
-        self.sizes = columns["N"]
+        self.sizes = points.params
 
     def cell(self, c: int, s: int) -> np.ndarray:
         return np.flatnonzero((self.budget_index == c) & (self.sparsity_index == s))
@@ -133,8 +215,7 @@ class _Table:
         for c in range(shape[0]):
             for s in range(shape[1]):
                 points = self.cell(c, s)
-                fit = fit_vertex(self.log_n[points], values[points], weights[points],
-                                 **self.vertex_options)
+                fit = self.vertices.fit(self.log_n[points], values[points], weights[points])
                 if fit is not None:
                     log_params[c, s], loss[c, s], inside[c, s] = fit.log_params, fit.loss, fit.inside
                     if keep_fits:
@@ -188,7 +269,7 @@ def _vertex_sparsity(loss_row: np.ndarray, sparsities: np.ndarray) -> tuple[floa
     return float(-math.expm1(-best)), edge
 
 
-def _interval(values: np.ndarray) -> list[float] | None:
+def _interval(values: Sequence[float] | np.ndarray) -> list[float] | None:
     """95 % percentile interval of replicate values; None without replicates or when more than
     MAX_FAILED_FRACTION of them have no value (the tail is not bounded)."""
     values = np.asarray(values, dtype=np.float64)
@@ -197,7 +278,7 @@ def _interval(values: np.ndarray) -> list[float] | None:
     return list(percentile_interval(values[np.isfinite(values)]))
 
 
-def _cells(table: _Table, estimate: _Solution, solved: list[_Solution]) -> list[dict]:
+def _cells(table: _Table, estimate: _Solution, solved: list[_Solution]) -> list[IsoflopCell]:
     rows = []
     for c, flops in enumerate(table.budgets):
         for s, sparsity in enumerate(table.sparsities):
@@ -208,39 +289,39 @@ def _cells(table: _Table, estimate: _Solution, solved: list[_Solution]) -> list[
             fit = estimate.fits.get((c, s))
             support = None if fit is None else vertex_support(
                 fit, table.log_n[points], table.loss[points], table.seeds[points],
-                table.vertex_options["estimator"])
-            rows.append({
-                "flops": float(flops), "sparsity": float(sparsity), "n_points": int(len(points)),
-                "n_sizes": int(len(np.unique(table.log_n[points]))),
-                "sizes_used": None if fit is None else fit.sizes_used,
-                "support": None if support is None else support.to_dict(),
-                "warnings": [] if support is None else support.warnings,
-                "params": math.exp(estimate.log_params[c, s]) if found else None,
-                "params_ci": (None if (ci := _interval(log_n)) is None
-                              else [math.exp(ci[0]), math.exp(ci[1])]),
-                "loss": float(estimate.loss[c, s]) if found else None,
-                "loss_ci": _interval(losses),
-                "inside_data": bool(estimate.inside[c, s]),
-                "replicates_without_minimum": int(np.sum(~np.isfinite(losses))),
-            })
+                table.vertices.estimator)
+            rows.append(IsoflopCell(
+                flops=float(flops), sparsity=float(sparsity), n_points=int(len(points)),
+                n_sizes=int(len(np.unique(table.log_n[points]))),
+                sizes_used=None if fit is None else fit.sizes_used, support=support,
+                warnings=[] if support is None else support.warnings,
+                params=math.exp(estimate.log_params[c, s]) if found else None,
+                params_ci=(None if (ci := _interval(log_n)) is None
+                           else [math.exp(ci[0]), math.exp(ci[1])]),
+                loss=float(estimate.loss[c, s]) if found else None,
+                loss_ci=_interval(losses),
+                inside_data=bool(estimate.inside[c, s]),
+                replicates_without_minimum=int(np.sum(~np.isfinite(losses))),
+            ))
     return rows
 
 
-def _optima(table: _Table, estimate: _Solution, solved: list[_Solution]) -> list[dict]:
+def _optima(table: _Table, estimate: _Solution,
+            solved: list[_Solution]) -> list[SparsityOptimum]:
     rows = []
     for c, flops in enumerate(table.budgets):
         best = np.array([r.best_sampled[c] for r in solved])
         finite = best[np.isfinite(best)]
-        rows.append({
-            "flops": float(flops),
-            "sparsity": _finite_or_none(estimate.sparsity[c]),
-            "at_edge": estimate.edge[c],
-            "ci": _interval([r.sparsity[c] for r in solved]),
-            "best_sampled": _finite_or_none(estimate.best_sampled[c]),
-            "best_sampled_ci": _interval(best),
-            "probability_best": ({f"{s:g}": float(np.mean(finite == s)) for s in table.sparsities}
-                                 if len(finite) else {}),
-        })
+        rows.append(SparsityOptimum(
+            flops=float(flops),
+            sparsity=_finite_or_none(estimate.sparsity[c]),
+            at_edge=estimate.edge[c],
+            ci=_interval([r.sparsity[c] for r in solved]),
+            best_sampled=_finite_or_none(estimate.best_sampled[c]),
+            best_sampled_ci=_interval(best),
+            probability_best=({f"{s:g}": float(np.mean(finite == s)) for s in table.sparsities}
+                              if len(finite) else {}),
+        ))
     return rows
 
 
@@ -256,7 +337,7 @@ def _slope(log_flops: np.ndarray, values: np.ndarray) -> float:
     return float(np.polyfit(log_flops[keep], values[keep], 1)[0])
 
 
-def _trend(table: _Table, estimate: _Solution, solved: list[_Solution]) -> dict:
+def _trend(table: _Table, estimate: _Solution, solved: list[_Solution]) -> SparsityTrend:
     """Slope of S*(C) per decade of C, its interval and the bootstrap's one-sided p of "no
     rise" (the share of replicates whose slope is <= 0); ``rises`` when the interval is above 0.
     ``clamped`` when some budget's S* sits on the grid's edge: the slope then measures where
@@ -264,17 +345,19 @@ def _trend(table: _Table, estimate: _Solution, solved: list[_Solution]) -> dict:
     log_flops = np.log10(table.budgets)
     slopes = np.array([_slope(log_flops, r.sparsity) for r in solved])
     ci = _interval(slopes)
-    return {"statistic": "slope of S*(C) per decade of C",
-            "slope_per_decade": _finite_or_none(_slope(log_flops, estimate.sparsity)),
-            "ci": ci, "n_budgets": int(np.isfinite(estimate.sparsity).sum()),
-            "p_not_rising": (float(np.mean(slopes[np.isfinite(slopes)] <= 0))
-                             if np.isfinite(slopes).any() else None),
-            "rises": bool(ci is not None and ci[0] > 0),
-            "falls": bool(ci is not None and ci[1] < 0),
-            "clamped": any(edge is not None for edge in estimate.edge)}
+    return SparsityTrend(
+        statistic="slope of S*(C) per decade of C",
+        slope_per_decade=_finite_or_none(_slope(log_flops, estimate.sparsity)),
+        ci=ci, n_budgets=int(np.isfinite(estimate.sparsity).sum()),
+        p_not_rising=(float(np.mean(slopes[np.isfinite(slopes)] <= 0))
+                      if np.isfinite(slopes).any() else None),
+        rises=bool(ci is not None and ci[0] > 0),
+        falls=bool(ci is not None and ci[1] < 0),
+        clamped=any(edge is not None for edge in estimate.edge))
 
 
-def _advantage_trends(table: _Table, estimate: _Solution, solved: list[_Solution]) -> list[dict]:
+def _advantage_trends(table: _Table, estimate: _Solution,
+                      solved: list[_Solution]) -> list[AdvantageTrend]:
     """Per sparse S: the slope per decade of C of L*(C, 0) - L*(C, S) (positive: sparsity's
     advantage over dense grows with compute)."""
     if table.sparsities[0] != 0.0:
@@ -283,9 +366,10 @@ def _advantage_trends(table: _Table, estimate: _Solution, solved: list[_Solution
     rows = []
     for s in range(1, len(table.sparsities)):
         slopes = np.array([_slope(log_flops, r.loss[:, 0] - r.loss[:, s]) for r in solved])
-        rows.append({"sparsity": float(table.sparsities[s]),
-                     "advantage": [_finite_or_none(v) for v in estimate.loss[:, 0] - estimate.loss[:, s]],
-                     "slope_per_decade": _finite_or_none(
-                         _slope(log_flops, estimate.loss[:, 0] - estimate.loss[:, s])),
-                     "ci": _interval(slopes)})
+        advantage = estimate.loss[:, 0] - estimate.loss[:, s]
+        rows.append(AdvantageTrend(
+            sparsity=float(table.sparsities[s]),
+            advantage=[_finite_or_none(v) for v in advantage],
+            slope_per_decade=_finite_or_none(_slope(log_flops, advantage)),
+            ci=_interval(slopes)))
     return rows

@@ -21,7 +21,7 @@ noise when there are seeds, and warnings when the vertex is poorly supported.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -65,7 +65,10 @@ class VertexSupport:
     ``used_above`` among the sizes fitted). ``residual_rms`` is the RMS deviation of the fitted
     sizes' mean losses from the parabola (None with no degrees of freedom left: 3 sizes);
     ``seed_noise`` the standard error of a size's mean loss from the seeds' scatter (None
-    without two seeds of a size); ``residual_to_noise`` their ratio."""
+    without two seeds of a size); ``residual_to_noise`` their ratio. Written with
+    ``well_supported`` after its fields (``moelab.codec``)."""
+
+    JSON_EXTRA = ("well_supported",)
 
     estimator: str
     sizes_used: list[float]
@@ -85,8 +88,18 @@ class VertexSupport:
     def well_supported(self) -> bool:
         return not self.warnings
 
-    def to_dict(self) -> dict:
-        return {**asdict(self), "well_supported": self.well_supported}
+
+@dataclass(frozen=True)
+class VertexEstimator:
+    """How every IsoFLOP vertex of one analysis is read: ``fit_vertex``'s estimator and window."""
+
+    estimator: str = "window"
+    window_factor: float = WINDOW_FACTOR
+
+    def fit(self, log_n: np.ndarray, loss: np.ndarray,
+            weights: np.ndarray | None = None) -> VertexFit | None:
+        return fit_vertex(log_n, loss, weights, estimator=self.estimator,
+                          window_factor=self.window_factor)
 
 
 def check_estimator(estimator: str, window_factor: float) -> None:

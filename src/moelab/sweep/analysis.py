@@ -42,7 +42,10 @@ import numpy as np
 from moelab.errors import MoelabError
 from moelab.scaling.family import estimate_shared_fraction
 from moelab.scaling.forms import select_form
-from moelab.scaling.isoflop import COMPUTE_TOLERANCE, compute_deviation, isoflop_analysis, uses_surface
+from moelab.scaling.isoflop import (
+    COMPUTE_TOLERANCE, IsoflopAnalysis, IsoflopPoints, compute_deviation, isoflop_analysis,
+    uses_surface,
+)
 from moelab.scaling.isoflop_sparsity import sparsity_isoflop
 from moelab.scaling.laws import SPARSITY, get_law
 from moelab.scaling.optimal import (
@@ -174,29 +177,25 @@ def _isoflop_record(rows: list[dict[str, str]], columns: dict,
         return None
     seeds = np.array([row_seed(row) for row in rows])
     # The seeds let each IsoFLOP fit's residuals be compared with the seeds' noise.
-    iso_columns = {"N": columns["N"], "C": budgets, "S": columns["S"],
-                   "N_active": columns["N_active"], "loss": columns["loss"], "seed": seeds}
+    points = IsoflopPoints(params=columns["N"], flops=budgets, loss=columns["loss"],
+                           sparsity=columns["S"], params_active=columns["N_active"], seed=seeds)
     # Actual compute (results.csv's C) against the budget each run was grouped under.
     deviation = compute_deviation([float(row["C"]) for row in rows], budgets)
     off_budget = np.flatnonzero(np.abs(deviation) > COMPUTE_TOLERANCE)
     return IsoflopRecord(
-        all_points=isoflop_analysis(iso_columns), per_sparsity=_per_sparsity(iso_columns),
-        surface=bool(uses_surface(iso_columns)),
+        all_points=isoflop_analysis(points), per_sparsity=_per_sparsity(points),
+        surface=bool(uses_surface(points)),
         compute_deviation=ComputeDeviation(
             tolerance=COMPUTE_TOLERANCE, max_abs=float(np.max(np.abs(deviation))),
             per_run={row["run"]: float(d) for row, d in zip(rows, deviation)},
             off_budget_runs={rows[i]["run"]: float(deviation[i]) for i in off_budget}),
-        sparsity_optima=sparsity_isoflop(iso_columns, seeds, replicates=replicates))
+        sparsity_optima=sparsity_isoflop(points, seeds, replicates=replicates))
 
 
-def _per_sparsity(iso_columns: dict[str, np.ndarray]) -> dict[float, dict]:
+def _per_sparsity(points: IsoflopPoints) -> dict[float, IsoflopAnalysis]:
     """A parabola analysis of each sparsity's runs on their own."""
-    analyses = {}
-    for sparsity in np.unique(iso_columns["S"]):
-        mask = iso_columns["S"] == sparsity
-        one_sparsity = {k: v[mask] for k, v in iso_columns.items() if k != "S"}
-        analyses[float(sparsity)] = isoflop_analysis(one_sparsity)
-    return analyses
+    return {float(sparsity): isoflop_analysis(points.subset(points.sparsity == sparsity))
+            for sparsity in np.unique(points.sparsity)}
 
 
 # --------------------------------------------------------------------------------------------

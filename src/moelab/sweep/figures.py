@@ -17,7 +17,10 @@ from moelab.report.axes import (
     distinct_labels, format_axis, format_count_tick, format_flops_tick, loss_label,
 )
 from moelab.scaling.family import active_params
-from moelab.scaling.isoflop import budget_fit_loss
+from moelab.scaling.isoflop import (
+    BudgetOptimum, IsoflopAnalysis, IsoflopPoints, SurfaceBudget, budget_fit_loss,
+)
+from moelab.scaling.isoflop_sparsity import SparsityOptima
 from moelab.scaling.laws import get_law
 from moelab.scaling.optimal import (
     DEFAULT_MAX_SPARSITY, FlopsCurvePoint, ParamsCurvePoint, SecondsCurvePoint,
@@ -29,30 +32,30 @@ SEARCH_LIMIT_TOLERANCE = 1e-4
 """|S* - max_sparsity| under which S* sits at the search's upper limit (as optimal._on_edge)."""
 
 
-def isoflop_figure(path: Path, columns: dict, fit: LawFit | None, shared: float,
-                   isoflop_fits: dict | None = None) -> Path | None:
+def isoflop_figure(path: Path, points: IsoflopPoints, fit: LawFit | None, shared: float,
+                   isoflop_fits: IsoflopAnalysis | None = None) -> Path | None:
     """One panel per budget C: the runs' best losses against N, coloured by sparsity; the law
     ``fit`` along the budget (solid); and, from ``isoflop_fits`` (isoflop.json's
     ``all_points``), the budget's IsoFLOP fit in log N (dashed: the parabola, or the surface
     at each sparsity) with its minimum N* marked (hollow when outside the data: a bound)."""
-    budgets = np.unique(columns["C"])
+    budgets = np.unique(points.flops)
     fig, axes = new_figure(ncols=len(budgets), width_in=5.0)
     axes = axes if isinstance(axes, list) else [axes]
-    sparsities = np.unique(columns["S"])
+    sparsities = np.unique(points.sparsity)
     colours = dict(zip(sparsities, _palette(len(sparsities))))
-    fits_by_budget = {row["flops"]: row for row in (isoflop_fits or {}).get("budgets", [])}
+    fits_by_budget = {row.flops: row for row in (isoflop_fits.budgets if isoflop_fits else [])}
     for ax, flops, budget_label in zip(axes, budgets, distinct_labels(budgets, format_flops_tick)):
-        at_budget = columns["C"] == flops
-        n_grid = np.geomspace(columns["N"][at_budget].min() / 1.5,
-                              columns["N"][at_budget].max() * 1.5, 60)
+        at_budget = points.flops == flops
+        n_grid = np.geomspace(points.params[at_budget].min() / 1.5,
+                              points.params[at_budget].max() * 1.5, 60)
         budget_fit = next((row for c, row in fits_by_budget.items()
                            if np.isclose(c, flops, rtol=1e-6)), None)
         for sparsity in sparsities:
-            mask = at_budget & (columns["S"] == sparsity)
+            mask = at_budget & (points.sparsity == sparsity)
             if not mask.any():
                 continue
             colour = colours[sparsity]
-            ax.scatter(columns["N"][mask], columns["loss"][mask], color=colour,
+            ax.scatter(points.params[mask], points.loss[mask], color=colour,
                        label=f"S={sparsity:g}")
             if fit is not None:
                 tokens = flops / (6 * active_params(n_grid, sparsity, shared))
@@ -79,28 +82,27 @@ def isoflop_figure(path: Path, columns: dict, fit: LawFit | None, shared: float,
     return save_figure(fig, path)
 
 
-def _fitted_range(n_grid: np.ndarray, budget_fit: dict, sparsity: float) -> np.ndarray:
+def _fitted_range(n_grid: np.ndarray, budget_fit: BudgetOptimum, sparsity: float) -> np.ndarray:
     """The part of ``n_grid`` spanned by the sizes the fit used (its window): beyond them the
     parabola describes nothing it was fitted to."""
-    support = budget_fit.get("support")
-    if support and "parabola" not in budget_fit:
-        support = support.get(f"{sparsity:g}")
+    support = (budget_fit.support.get(f"{sparsity:g}") if isinstance(budget_fit, SurfaceBudget)
+               else budget_fit.support)
     if not support:
         return n_grid
-    low, high = min(support["sizes_used"]), max(support["sizes_used"])
+    low, high = min(support.sizes_used), max(support.sizes_used)
     inside = n_grid[(n_grid >= low) & (n_grid <= high)]
     return np.unique(np.concatenate([[low], inside, [high]]))
 
 
-def _mark_optimum(ax, budget_fit: dict):
+def _mark_optimum(ax, budget_fit: BudgetOptimum):
     """A star at the budget's (N*, loss*); hollow when N* is outside the data (a bound)."""
-    inside = budget_fit["inside_data"]
-    label = f"N* = {format_count_tick(budget_fit['params'])}"
-    if "sparsity" in budget_fit:
-        label += f", S* = {budget_fit['sparsity']:.2f}"
+    inside = budget_fit.inside_data
+    label = f"N* = {format_count_tick(budget_fit.params)}"
+    if isinstance(budget_fit, SurfaceBudget):
+        label += f", S* = {budget_fit.sparsity:.2f}"
     if not inside:
         label += " (edge of the data: a bound)"
-    marker, = ax.plot([budget_fit["params"]], [budget_fit["loss"]], marker="*", markersize=14,
+    marker, = ax.plot([budget_fit.params], [budget_fit.loss], marker="*", markersize=14,
                       linestyle="none", color="black", zorder=4,
                       markerfacecolor="black" if inside else "none", gid="isoflop-optimum",
                       label=label)
@@ -150,19 +152,20 @@ def optima_figure(path: Path, vs_n: list[ParamsCurvePoint], vs_c: list[FlopsCurv
     return save_figure(fig, path)
 
 
-def isoflop_optima_figure(path: Path, optima: dict) -> Path:
+def isoflop_optima_figure(path: Path, optima: SparsityOptima) -> Path:
     """Left: L*(C) per sparsity, the IsoFLOP parabolas' minima with their 95 % intervals.
     Right: S*(C) between the sampled sparsities with its band, and the sampled argmin."""
     fig, (loss_ax, sparsity_ax) = new_figure(ncols=2, width_in=5.0)
-    sparsities = optima["sparsities"]
+    sparsities = optima.sparsities
     colours = dict(zip(sparsities, _palette(len(sparsities))))
     for index, sparsity in enumerate(sparsities):
-        cells = [c for c in optima["cells"] if c["sparsity"] == sparsity and c["loss"] is not None]
+        cells = [c for c in optima.cells if c.sparsity == sparsity and c.loss is not None]
         # Nudge each sparsity's points sideways so that the error bars do not overlap.
-        flops = np.array([c["flops"] for c in cells]) * 1.04 ** (index - len(sparsities) / 2)
-        losses = np.array([c["loss"] for c in cells])
-        errors = np.array([[c["loss"] - c["loss_ci"][0], c["loss_ci"][1] - c["loss"]]
-                           if c["loss_ci"] else [0.0, 0.0] for c in cells]).T.reshape(2, -1)
+        flops = np.array([c.flops for c in cells]) * 1.04 ** (index - len(sparsities) / 2)
+        losses = np.array([c.loss for c in cells])
+        errors = np.array([[c.loss - c.loss_ci[0], c.loss_ci[1] - c.loss]
+                           if c.loss_ci and c.loss is not None else [0.0, 0.0]
+                           for c in cells]).T.reshape(2, -1)
         # A percentile interval need not contain the estimate (a biased vertex): clip at 0.
         loss_ax.errorbar(flops, losses, yerr=np.maximum(errors, 0.0), color=colours[sparsity], marker="o",
                          capsize=3, label=f"S={sparsity:g}")
@@ -170,14 +173,15 @@ def isoflop_optima_figure(path: Path, optima: dict) -> Path:
     loss_ax.set_xlabel("compute budget C (FLOPs)")
     loss_ax.set_ylabel("IsoFLOP minimum L*(C, S)")
     loss_ax.legend(fontsize=8)
-    rows = [r for r in optima["optimal_sparsity"] if r["sparsity"] is not None]
-    flops = [r["flops"] for r in rows]
-    sparsity_ax.plot(flops, [r["sparsity"] for r in rows], marker="o", label="S* (parabola in u)")
-    if rows and all(r["ci"] for r in rows):
-        sparsity_ax.fill_between(flops, [r["ci"][0] for r in rows], [r["ci"][1] for r in rows],
+    rows = [r for r in optima.optimal_sparsity if r.sparsity is not None]
+    flops = [r.flops for r in rows]
+    sparsity_ax.plot(flops, [r.sparsity for r in rows], marker="o", label="S* (parabola in u)")
+    bands = [r.ci for r in rows if r.ci]
+    if rows and len(bands) == len(rows):
+        sparsity_ax.fill_between(flops, [ci[0] for ci in bands], [ci[1] for ci in bands],
                                  alpha=0.25, label="95 % band")
-    sampled = [r for r in rows if r["best_sampled"] is not None]
-    sparsity_ax.scatter([r["flops"] for r in sampled], [r["best_sampled"] for r in sampled],
+    sampled = [r for r in rows if r.best_sampled is not None]
+    sparsity_ax.scatter([r.flops for r in sampled], [r.best_sampled for r in sampled],
                         marker="x", color="black", label="best sampled S")
     sparsity_ax.set_xscale("log")
     sparsity_ax.set_ylim(-0.02, 1.0)

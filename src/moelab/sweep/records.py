@@ -15,6 +15,8 @@ from typing import Optional
 
 from moelab.codec import to_json
 from moelab.scaling.forms import FormCheck, FormCriteria, FormOutcome
+from moelab.scaling.isoflop import IsoflopAnalysis
+from moelab.scaling.isoflop_sparsity import SparsityOptima
 from moelab.scaling.optimal import FlopsCurvePoint, ParamsCurvePoint, SecondsCurvePoint, ThreeOptima
 from moelab.scaling.summary import OMIT_NONE, LawFit
 from moelab.scaling.throughput import ShapeThroughput, ThroughputModel, ThroughputModelRecord
@@ -114,35 +116,21 @@ class ComputeDeviation:
     off_budget_runs: dict[str, float]
     """The runs more than ``tolerance`` off."""
 
-    def to_dict(self) -> dict:
-        return {"tolerance": self.tolerance, "max_abs": self.max_abs, "per_run": self.per_run,
-                "off_budget_runs": self.off_budget_runs}
-
 
 @dataclass
 class IsoflopRecord:
-    """isoflop.json (FLOPs-budget sweeps): the analysis of all points and of each sparsity."""
+    """isoflop.json (FLOPs-budget sweeps): the analysis of all points and of each sparsity,
+    read and written by ``moelab.codec``."""
 
-    all_points: dict
-    per_sparsity: dict
+    all_points: IsoflopAnalysis
+    per_sparsity: dict[float, IsoflopAnalysis]
+    """A parabola analysis of each sparsity's runs on their own."""
     surface: bool
     """A surface in (log N, S) per budget (several sparsities), else a parabola in log N."""
     compute_deviation: ComputeDeviation
-    sparsity_optima: Optional[dict] = None
+    sparsity_optima: Optional[SparsityOptima] = field(default=None, metadata={"omit_none": True})
     """N*, L* per budget and sparsity, S*(C) and its trend with C, read off the IsoFLOP minima
     without a law (``moelab.scaling.isoflop_sparsity``); None when too few cells have one."""
-
-    def to_dict(self) -> dict:
-        record = {"all_points": self.all_points, "per_sparsity": self.per_sparsity,
-                  "surface": self.surface, "compute_deviation": self.compute_deviation.to_dict()}
-        if self.sparsity_optima is not None:
-            record["sparsity_optima"] = self.sparsity_optima
-        return record
-
-    @classmethod
-    def from_dict(cls, record: dict) -> "IsoflopRecord":
-        return cls(record["all_points"], record["per_sparsity"], record["surface"],
-                   ComputeDeviation(**record["compute_deviation"]), record.get("sparsity_optima"))
 
 
 @dataclass

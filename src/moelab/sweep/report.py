@@ -20,6 +20,9 @@ import numpy as np
 from moelab.fileio import atomic_write_text
 from moelab.report import format_count, format_number, markdown_table
 from moelab.scaling.forms import MIN_STEADY_REPLICATES
+from moelab.scaling.isoflop import (
+    BudgetOptimum, IsoflopAnalysis, IsoflopPoints, ParabolaBudget, SurfaceBudget,
+)
 from moelab.scaling.laws import SPARSITY, get_law
 from moelab.scaling.optimal import OptimumInterval, VersusDenseInterval
 from moelab.scaling.table import fit_table_from_rows
@@ -30,7 +33,7 @@ from moelab.sweep.folder import (
     read_analysis, read_grid, read_optional_json, read_results, with_derived_files,
 )
 from moelab.scaling.summary import LawFit
-from moelab.sweep.records import FormsRecord, GridRecord, OptimaRecord, SweepAnalysis
+from moelab.sweep.records import FormsRecord, GridRecord, IsoflopRecord, OptimaRecord, SweepAnalysis
 from moelab.sweep.report_sections import (
     constant_s_star_text, finetune_analysis_text, form_tests_section, isoflop_optima_text,
     poorly_supported_text, zero_shot_analysis_text,
@@ -81,7 +84,7 @@ def render_sweep_report(out_dir: Path) -> Path:
     if analysis.form_tests:
         sections.append(form_tests_section(out_dir, analysis.form_tests, analysis.forms))
     if analysis.isoflop is not None:
-        sections.append(_isoflop_section(out_dir, rows, columns, analysis))
+        sections.append(_isoflop_section(out_dir, rows, columns, analysis.isoflop, analysis))
     if analysis.fixed_size is not None:
         sections.append(fixed_size_section(out_dir, analysis.fixed_size))
     sections.append(_throughput_section(analysis))
@@ -261,14 +264,15 @@ def _holdout_section(holdout_fit: LawFit) -> str:
 
 
 def _isoflop_section(out_dir: Path, rows: list[dict[str, str]], columns: dict,
-                     sweep: SweepAnalysis) -> str:
-    isoflop, shared = sweep.isoflop, sweep.shared_fraction
+                     isoflop: IsoflopRecord, sweep: SweepAnalysis) -> str:
+    shared = sweep.shared_fraction
     budgets = np.array([float(row["C_budget"]) for row in rows])
-    iso_columns = {"N": columns["N"], "C": budgets, "S": columns["S"], "loss": columns["loss"]}
+    points = IsoflopPoints(params=columns["N"], flops=budgets, loss=columns["loss"],
+                           sparsity=columns["S"])
     deviation = np.array([isoflop.compute_deviation.per_run[row["run"]] for row in rows])
     analysis, surface = isoflop.all_points, isoflop.surface
     # The lines need N_active(N, S); with only dense runs it is N whatever the shared fraction.
-    figure = isoflop_figure(out_dir / "figures" / "isoflop.png", iso_columns, sweep.fit,
+    figure = isoflop_figure(out_dir / "figures" / "isoflop.png", points, sweep.fit,
                             0.0 if shared is None else shared, isoflop_fits=analysis)
     text = "## IsoFLOP analysis\n\n" + (
         "Per compute budget, the loss is fitted as a quadratic surface in (log N, -log(1 - S)) "
@@ -278,8 +282,8 @@ def _isoflop_section(out_dir: Path, rows: list[dict[str, str]], columns: dict,
         if surface else
         "The runs have one sparsity, so per compute budget the loss is fitted as a parabola in "
         "log N (Hoffmann et al.'s approach 2); its vertex is N*.\n\n") + _estimator_sentence(analysis)
-    text += _budget_table(analysis["budgets"], budgets, deviation, surface)
-    text += poorly_supported_text("vertices", analysis["budgets"])
+    text += _budget_table(analysis.budgets, budgets, deviation, surface)
+    text += poorly_supported_text("vertices", analysis.budgets)
     text += _exponent_sentence(analysis)
     text += _compute_deviation_sentence(deviation, isoflop.compute_deviation.off_budget_runs,
                                         isoflop.compute_deviation.tolerance)
@@ -294,27 +298,28 @@ def _isoflop_section(out_dir: Path, rows: list[dict[str, str]], columns: dict,
     return text
 
 
-def _estimator_sentence(analysis: dict) -> str:
+def _estimator_sentence(analysis: IsoflopAnalysis) -> str:
     """Which sizes each vertex is read from (``moelab.scaling.isoflop_vertex``)."""
-    if analysis.get("estimator", "global") == "global":
+    if analysis.estimator == "global":
         return "Each parabola goes through every size of its budget.\n\n"
-    return (f"Each parabola in log N goes through the sizes within {analysis['window_factor']:g}x "
+    return (f"Each parabola in log N goes through the sizes within {analysis.window_factor:g}x "
             "of its own vertex only (at least 3: far from its minimum an IsoFLOP curve is no "
             "parabola, and one through a wide grid is pulled towards its longer side); the "
             "surface goes through each sparsity's windowed sizes. `isoflop.json` lists each "
             "vertex's sizes and diagnostics (support).\n\n")
 
 
-def _sizes_used(row: dict) -> str:
+def _sizes_used(row: BudgetOptimum) -> str:
     """How many of the budget's sizes its vertex (each sparsity's, for a surface) used."""
-    supports = [row["support"]] if "parabola" in row else list(row.get("support", {}).values())
+    supports = ([row.support] if isinstance(row, ParabolaBudget)
+                else list(row.support.values()))
     if not supports:
         return "–"
-    return "/".join(f"{len(s['sizes_used'])} of {s['n_sizes']}" for s in supports)
+    return "/".join(f"{len(s.sizes_used)} of {s.n_sizes}" for s in supports)
 
 
-def _budget_table(analysis_rows: list[dict], budgets: np.ndarray, deviation: np.ndarray,
-                  surface: bool) -> str:
+def _budget_table(analysis_rows: list[BudgetOptimum], budgets: np.ndarray,
+                  deviation: np.ndarray, surface: bool) -> str:
     if not analysis_rows:
         if surface:
             return "Too few points per budget for the surface (6 needed, 2 sizes, 2 sparsities).\n"
@@ -325,38 +330,39 @@ def _budget_table(analysis_rows: list[dict], budgets: np.ndarray, deviation: np.
         return f"{at_budget[np.argmax(np.abs(at_budget))]:+.1%}"
 
     if surface:
-        rows = [[f"{b['flops']:.3g}", b["n_points"], _sizes_used(b), format_count(b["params"]),
-                 format_count(b.get("params_active")), f"{b['sparsity']:.3f}",
-                 _optimum_tokens_per_param(b["flops"], b["params"], b.get("params_active")),
-                 format_number(b["loss"]), worst_deviation(b["flops"]),
-                 "yes" if b["at_edge"] else ""] for b in analysis_rows]
+        rows = [[f"{b.flops:.3g}", b.n_points, _sizes_used(b), format_count(b.params),
+                 format_count(b.params_active), f"{b.sparsity:.3f}",
+                 _optimum_tokens_per_param(b.flops, b.params, b.params_active),
+                 format_number(b.loss), worst_deviation(b.flops),
+                 "yes" if b.at_edge else ""] for b in analysis_rows
+                if isinstance(b, SurfaceBudget)]
         return (markdown_table(["C", "points", "sizes used per S", "N*", "N_active*", "S*",
                                 "D*/N* (total / active)", "loss*", "worst C/C_budget - 1",
                                 "at edge"], rows, "rrrrrrrrrl")
                 + "\n'At edge': the surface's minimum lies on the edge of the sizes and sparsities "
                   "tried, so the optimum is at least that far out; such budgets are left out of "
                   "the exponent fit.\n")
-    rows = [[f"{b['flops']:.3g}", b["n_points"], _sizes_used(b), format_count(b["params"]),
-             format_number(b["loss"]), worst_deviation(b["flops"]),
-             "" if b["inside_data"] else "yes"] for b in analysis_rows]
+    rows = [[f"{b.flops:.3g}", b.n_points, _sizes_used(b), format_count(b.params),
+             format_number(b.loss), worst_deviation(b.flops),
+             "" if b.inside_data else "yes"] for b in analysis_rows]
     return (markdown_table(["C", "points", "sizes used", "N*", "loss*", "worst C/C_budget - 1",
                             "outside data"], rows, "rrrrrrl")
             + "\n'Outside data': the parabola's vertex lies beyond the sizes tried at that "
               "budget, an extrapolation; such budgets are left out of the exponent fit.\n")
 
 
-def _exponent_sentence(analysis: dict) -> str:
-    exponent, outside = analysis["params_exponent"], analysis["outside_data"]
+def _exponent_sentence(analysis: IsoflopAnalysis) -> str:
+    exponent, outside = analysis.params_exponent, analysis.outside_data
     left_out = (f"; left out (optimum not inside the data): C = "
                 f"{', '.join(f'{c:.3g}' for c in outside)}" if outside else "")
     if exponent:
-        ci = exponent.get("ci")
+        ci = exponent.ci
         interval = (f" (95 % t interval [{ci[0]:.3f}, {ci[1]:.3f}] from the budgets' scatter "
                     "about the line)" if ci else " (no interval from 2 budgets)")
-        return (f"\nAcross the {exponent['n_budgets']} budgets with their optimum inside the data, "
-                f"N*(C) ~ C^{exponent['exponent']:.3f}{interval}{left_out}.\n")
-    inside = len(analysis["budgets"]) - len(outside)
-    if analysis["budgets"]:
+        return (f"\nAcross the {exponent.n_budgets} budgets with their optimum inside the data, "
+                f"N*(C) ~ C^{exponent.exponent:.3f}{interval}{left_out}.\n")
+    inside = len(analysis.budgets) - len(outside)
+    if analysis.budgets:
         return (f"\nNo exponent N*(C): it needs 2 budgets with their optimum inside the data, "
                 f"and {inside} have it{left_out}.\n")
     return ""

@@ -6,9 +6,12 @@ minima, and the warning when the chosen form makes S*(C) constant by constructio
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Sequence
 
 from moelab.report import format_count, markdown_table
 from moelab.scaling.form_tests import CONSTANT_S_STAR
+from moelab.scaling.isoflop import BudgetOptimum
+from moelab.scaling.isoflop_sparsity import IsoflopCell, SparsityOptima, SparsityOptimum
 from moelab.sweep.figures import isoflop_optima_figure, sparsity_delta_figure
 from moelab.sweep.records import FormsRecord
 
@@ -153,7 +156,7 @@ def _expert_pairs_text(pairs: list[dict]) -> str:
                              "llrlrr"))
 
 
-def _shares_text(probability_best: dict, seeds: int) -> str:
+def _shares_text(probability_best: dict[str, float], seeds: int) -> str:
     if seeds < MIN_SEEDS_FOR_SHARES:
         return f"– ({seeds} seed{'s' if seeds != 1 else ''}: too few)"
     return ", ".join(f"{s}: {p:.2f}" for s, p in probability_best.items()) or "–"
@@ -174,26 +177,26 @@ MIN_SEEDS_FOR_SHARES = 3
 replicates" only says whether the seeds agree: shares are shown from 3 seeds on."""
 
 
-def isoflop_optima_text(out_dir: Path, optima: dict, seeds: int) -> str:
+def isoflop_optima_text(out_dir: Path, optima: SparsityOptima, seeds: int) -> str:
     """S*(C) from the minima of each sparsity's IsoFLOP parabolas, no law involved; the
     replicates' shares only with ``MIN_SEEDS_FOR_SHARES`` seeds or more."""
-    drawn = (any(c["loss"] is not None for c in optima["cells"])
-             and any(r["sparsity"] is not None for r in optima["optimal_sparsity"]))
+    drawn = (any(c.loss is not None for c in optima.cells)
+             and any(r.sparsity is not None for r in optima.optimal_sparsity))
     if drawn:
         isoflop_optima_figure(out_dir / "figures" / "isoflop_optima.png", optima)
-    intervals = (f"95 % intervals from {optima['replicates']} bootstrap replicates (resampling "
-                 f"{optima['resampling']})" if optima["replicates"]
-                 else f"no intervals (resampling {optima['resampling']})")
-    cells = [[f"{c['flops']:.3g}", f"{c['sparsity']:g}", _cell_sizes(c),
-              _ci_text(c["params"], c["params_ci"], ""),
-              _ci_text(c["loss"], c["loss_ci"], "{:.4f}"), _residual_ratio(c),
-              "" if c["inside_data"] or c["loss"] is None else "yes"] for c in optima["cells"]]
-    best = [[f"{r['flops']:.3g}", _s_star_text(r, optima["sparsities"]),
-             _ci_text(r["best_sampled"], r["best_sampled_ci"], "{:g}"),
-             _shares_text(r["probability_best"], seeds)]
-            for r in optima["optimal_sparsity"]]
-    window = (f"within {optima['window_factor']:g}x of its vertex"
-              if optima.get("estimator", "global") == "window" else "all of them")
+    intervals = (f"95 % intervals from {optima.replicates} bootstrap replicates (resampling "
+                 f"{optima.resampling})" if optima.replicates
+                 else f"no intervals (resampling {optima.resampling})")
+    cells = [[f"{c.flops:.3g}", f"{c.sparsity:g}", _cell_sizes(c),
+              _ci_text(c.params, c.params_ci, ""),
+              _ci_text(c.loss, c.loss_ci, "{:.4f}"), _residual_ratio(c),
+              "" if c.inside_data or c.loss is None else "yes"] for c in optima.cells]
+    best = [[f"{r.flops:.3g}", _s_star_text(r, optima.sparsities),
+             _ci_text(r.best_sampled, r.best_sampled_ci, "{:g}"),
+             _shares_text(r.probability_best, seeds)]
+            for r in optima.optimal_sparsity]
+    window = (f"within {optima.window_factor:g}x of its vertex"
+              if optima.estimator == "window" else "all of them")
     return ("\n### Optimal sparsity per budget from the IsoFLOP minima (no law)\n\n"
             f"Per budget C and sparsity S, a parabola in log N through that sparsity's runs at "
             f"the sizes {window}; its "
@@ -203,76 +206,77 @@ def isoflop_optima_text(out_dir: Path, optima: dict, seeds: int) -> str:
             f"each sparsity is lowest. {intervals}; `isoflop.json`, sparsity_optima.\n\n"
             + markdown_table(["C", "S", "sizes used", "N*", "L*", "residual / seed noise",
                               "vertex outside sizes"], cells, "rrrrrrl")
-            + poorly_supported_text("minima", optima["cells"], per_sparsity=True)
+            + poorly_supported_text("minima", optima.cells)
             + "\n" + markdown_table(["C", "S*", "best sampled S", "share of replicates best"],
                                     best, "rrrl")
             + "\n" + _trend_sentence(optima)
             + ("\n![IsoFLOP minima and S*(C)](figures/isoflop_optima.png)\n" if drawn else ""))
 
 
-def _cell_sizes(cell: dict) -> str:
-    used = cell.get("sizes_used")
-    return f"{cell['n_sizes']}" if used is None else f"{len(used)} of {cell['n_sizes']}"
+def _cell_sizes(cell: IsoflopCell) -> str:
+    used = cell.sizes_used
+    return f"{cell.n_sizes}" if used is None else f"{len(used)} of {cell.n_sizes}"
 
 
-def _residual_ratio(cell: dict) -> str:
-    support = cell.get("support")
-    if not support or support["residual_to_noise"] is None:
+def _residual_ratio(cell: IsoflopCell) -> str:
+    support = cell.support
+    if not support or support.residual_to_noise is None:
         return "–"
-    return f"{support['residual_to_noise']:.2g}"
+    return f"{support.residual_to_noise:.2g}"
 
 
-def poorly_supported_text(what: str, rows: list[dict], per_sparsity: bool = False) -> str:
+def poorly_supported_text(what: str, rows: Sequence[BudgetOptimum | IsoflopCell]) -> str:
     """The IsoFLOP vertices (``what``) the data support poorly, and why: one line naming each
     row's budget (and its sparsity, for the per-sparsity minima) with its warnings; "" when
     none."""
-    def where(row: dict) -> str:
-        return f"C = {row['flops']:.3g}" + (f", S = {row['sparsity']:g}" if per_sparsity else "")
+    def where(row: BudgetOptimum | IsoflopCell) -> str:
+        per_sparsity = f", S = {row.sparsity:g}" if isinstance(row, IsoflopCell) else ""
+        return f"C = {row.flops:.3g}" + per_sparsity
 
-    flagged = [row for row in rows if row.get("warnings")]
+    flagged = [row for row in rows if row.warnings]
     if not flagged:
         return ""
     return (f"\n**Poorly supported {what}**: "
-            + "; ".join(f"{where(row)}: {', '.join(row['warnings'])}" for row in flagged) + ".\n")
+            + "; ".join(f"{where(row)}: {', '.join(row.warnings)}" for row in flagged) + ".\n")
 
 
-def _s_star_text(row: dict, sparsities: list[float]) -> str:
+def _s_star_text(row: SparsityOptimum, sparsities: list[float]) -> str:
     """S* with its interval; where it sits on the grid's end, only the bound it gives."""
-    edge = row.get("at_edge")
+    edge = row.at_edge
     if edge == "upper":
         return f"≥ {max(sparsities):g} (unbounded)"
     if edge == "lower":
         return f"≤ {min(sparsities):g} (unbounded)"
-    text = _ci_text(row["sparsity"], row["ci"], "{:.3f}")
-    if row["ci"] is not None and row["ci"][1] >= max(sparsities) - 1e-9:
+    text = _ci_text(row.sparsity, row.ci, "{:.3f}")
+    if row.ci is not None and row.ci[1] >= max(sparsities) - 1e-9:
         text += " (interval reaches the grid's largest S)"
     return text
 
 
-def _trend_sentence(optima: dict) -> str:
+def _trend_sentence(optima: SparsityOptima) -> str:
     """Does S* rise with compute? The slope of S*(C) per decade of C (not when an S* sits on
     the grid's edge), and per sparse S the slope of its advantage over dense."""
-    trend = optima["trend"]
-    if trend["slope_per_decade"] is None:
+    trend = optima.trend
+    if trend.slope_per_decade is None:
         return "No trend of S* with C: fewer than 2 budgets have an S*.\n"
-    if trend.get("clamped"):
+    if trend.clamped:
         return ("No slope of S*(C) is given: at some budget S* sits on the grid's edge, so a "
                 "slope would measure where the grid ends, not how S* moves; a grid reaching "
                 "further in S is needed to test whether S* rises with C.\n")
-    slope = f"{trend['slope_per_decade']:+.3f}"
-    if trend["ci"] is None:
-        return (f"S*(C) changes by {slope} per decade of C over {trend['n_budgets']} budgets; "
+    slope = f"{trend.slope_per_decade:+.3f}"
+    if trend.ci is None:
+        return (f"S*(C) changes by {slope} per decade of C over {trend.n_budgets} budgets; "
                 "without resamples there is no interval, so no test of whether S* rises.\n")
-    verdict = ("**S* rises with compute**" if trend["rises"] else
-               "**S* falls with compute**" if trend["falls"] else
+    verdict = ("**S* rises with compute**" if trend.rises else
+               "**S* falls with compute**" if trend.falls else
                "**no trend of S* with compute is detected** (the interval contains 0)")
     text = (f"Test of whether S* rises with C: S*(C) changes by {slope} "
-            f"[{trend['ci'][0]:+.3f}, {trend['ci'][1]:+.3f}] per decade of C over "
-            f"{trend['n_budgets']} budgets (one-sided bootstrap p of no rise "
-            f"{trend['p_not_rising']:.3f}): {verdict}.")
-    advantages = [f"S = {a['sparsity']:g}: {a['slope_per_decade']:+.4f}"
-                  + (f" [{a['ci'][0]:+.4f}, {a['ci'][1]:+.4f}]" if a["ci"] else "")
-                  for a in optima["advantage_trend"] if a["slope_per_decade"] is not None]
+            f"[{trend.ci[0]:+.3f}, {trend.ci[1]:+.3f}] per decade of C over "
+            f"{trend.n_budgets} budgets (one-sided bootstrap p of no rise "
+            f"{trend.p_not_rising:.3f}): {verdict}.")
+    advantages = [f"S = {a.sparsity:g}: {a.slope_per_decade:+.4f}"
+                  + (f" [{a.ci[0]:+.4f}, {a.ci[1]:+.4f}]" if a.ci else "")
+                  for a in optima.advantage_trend if a.slope_per_decade is not None]
     if advantages:
         text += (" The advantage over dense, L*(C, 0) - L*(C, S), changes per decade of C by "
                  + "; ".join(advantages) + " nats. That is not a test of S*: a difference that "
