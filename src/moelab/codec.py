@@ -8,7 +8,9 @@ fields' names, so files written before a record became typed read back unchanged
 A field may say, in its metadata, how it is written:
 
 - ``json_key``: the key in the file when it is not a Python name (``"C*"``);
-- ``omit_none``: leave the key out when the value is None (an optional key of an older file).
+- ``omit_none``: leave the key out when the value is None (an optional key of an older file);
+- ``omit_with``: the name of another field: leave the key out when that field is None, and
+  write it (null included) otherwise (a key that only some variants of a record carry).
 
 A class may list derived properties to write after its fields (``JSON_EXTRA = ("well_supported",)``);
 they are skipped when read. Unknown keys are ignored when reading (a newer file read by an older
@@ -45,6 +47,8 @@ def _record_to_json(record: Any) -> dict[str, Any]:
     for field in dataclasses.fields(record):
         value = getattr(record, field.name)
         if value is None and field.metadata.get("omit_none"):
+            continue
+        if "omit_with" in field.metadata and getattr(record, field.metadata["omit_with"]) is None:
             continue
         out[field.metadata.get("json_key", field.name)] = to_json(value)
     for name in getattr(type(record), "JSON_EXTRA", ()):
