@@ -12,14 +12,16 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
+from moelab.codec import from_json, to_json
 from moelab.errors import ConfigError, MoelabError, short_repr
 from moelab.fileio import atomic_write_json, read_json as read_json_file
 from moelab.scaling.table import RESULTS_CSV_COLUMNS, read_csv_rows
 from moelab.sweep.grid import with_seeds_key
 from moelab.sweep.records import (
-    AnalysisStatus, FormsRecord, GridRecord, IsoflopRecord, LawFit, OptimaRecord, SweepAnalysis,
-    ThroughputRecord,
+    AnalysisStatus, FixedSizeRecord, FormsRecord, FormTestsRecord, GridRecord, IsoflopRecord,
+    LawFit, OptimaRecord, SweepAnalysis, TaskAccuracy, ThroughputRecord,
 )
+from moelab.sweep.results_csv import ResultsTable, parse_results
 
 SWEEP_FIT_COLUMNS = RESULTS_CSV_COLUMNS
 """How results.csv's columns map to the law's: N is the total parameter count."""
@@ -77,23 +79,19 @@ def read_grid(out_dir: Path) -> GridRecord:
     return GridRecord.from_dict(read_grid_record(out_dir))
 
 
-def read_results(out_dir: Path) -> tuple[list[str], list[dict[str, str]]] | None:
-    """(header, rows) of results.csv; None when there are no results yet (no file, or a header
-    alone: every run failed or none finished). A malformed file is an error naming it."""
+def read_results(out_dir: Path) -> ResultsTable | None:
+    """results.csv, parsed into typed rows; None when there are no results yet (no file, or a
+    header alone: every run failed or none finished). A malformed file is an error naming it."""
     path = Path(out_dir) / "results.csv"
     if not path.exists():
         return None
     try:
-        return read_csv_rows(path)
+        header, cells = read_csv_rows(path)
     except MoelabError as exc:
         if "has no data rows" in str(exc):
             return None
         raise
-
-
-def row_seed(row: dict[str, str]) -> str:
-    """A results.csv row's seed: its seed column, or its run folder's name in older files."""
-    return row.get("seed") or row["run"].rsplit("/seed", 1)[-1]
+    return parse_results(path, header, cells)
 
 
 ANALYSIS_FILES = ("analysis.json", "forms.json", "fit.json", "fit_holdout.json", "isoflop.json",
@@ -111,10 +109,10 @@ def write_analysis(out_dir: Path, analysis: SweepAnalysis) -> None:
         "isoflop.json": analysis.isoflop and analysis.isoflop.to_dict(),
         "throughput.json": analysis.throughput and analysis.throughput.to_dict(),
         "optima.json": analysis.optima and analysis.optima.to_dict(),
-        "form_tests.json": analysis.form_tests,
-        "zero_shot.json": analysis.zero_shot,
+        "form_tests.json": analysis.form_tests and to_json(analysis.form_tests),
+        "zero_shot.json": analysis.zero_shot and to_json(analysis.zero_shot),
         "finetune.json": analysis.finetune,
-        "fixed_size.json": analysis.fixed_size,
+        "fixed_size.json": analysis.fixed_size and to_json(analysis.fixed_size),
     }
     for name, record in records.items():
         path = Path(out_dir) / name
@@ -150,7 +148,8 @@ def with_derived_files(out_dir: Path, analysis: SweepAnalysis) -> SweepAnalysis:
         throughput=optional("throughput.json", ThroughputRecord.from_dict),
         optima=optional("optima.json", OptimaRecord.from_dict),
         isoflop=optional("isoflop.json", IsoflopRecord.from_dict),
-        form_tests=optional("form_tests.json", dict),
-        zero_shot=optional("zero_shot.json", dict),
+        form_tests=optional("form_tests.json", lambda data: from_json(FormTestsRecord, data)),
+        zero_shot=optional("zero_shot.json",
+                           lambda data: from_json(dict[str, TaskAccuracy], data)),
         finetune=optional("finetune.json", dict),
-        fixed_size=optional("fixed_size.json", dict))
+        fixed_size=optional("fixed_size.json", lambda data: from_json(FixedSizeRecord, data)))
