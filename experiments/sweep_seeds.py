@@ -24,7 +24,8 @@ import numpy as np
 
 from moelab.fileio import atomic_write_json
 from moelab.scaling.forms import select_form
-from moelab.sweep.folder import SWEEP_FIT_COLUMNS, read_grid_record, read_results, row_seed
+from moelab.codec import to_json
+from moelab.sweep.folder import SWEEP_FIT_COLUMNS, read_grid_record, read_results
 from moelab.sweep.run_tables import seed_spread
 from moelab.scaling.table import fit_table_from_rows
 
@@ -43,9 +44,12 @@ def main() -> None:
         parser.error("the folders are not one grid with different seeds")
     holdout = grids[0]["holdout"]
     by_seed: dict[str, list[dict[str, str]]] = {}
+    every_run = []
     for folder in args.folders:
-        for row in read_results(folder)[1]:
-            by_seed.setdefault(row_seed(row), []).append(row)
+        results = read_results(folder)
+        every_run += results.rows
+        for row, cells in zip(results.rows, results.cells):
+            by_seed.setdefault(row.seed, []).append(cells)
     per_seed = [by_seed[seed] for seed in sorted(by_seed, key=int)]
     tables = {f"seed {seed}": by_seed[seed] for seed in sorted(by_seed, key=int)}
     tables["every seed's points"] = [row for rows in per_seed for row in rows]
@@ -62,7 +66,7 @@ def main() -> None:
         print_check(name, checks[name])
     entry = {"folders": [f.name for f in args.folders], "seeds": sorted(map(int, by_seed)),
              "grid": grids[0]["name"], "holdout": holdout, "bootstrap": args.bootstrap,
-             "seed_spread": seed_spread(tables["every seed's points"]), "checks": checks,
+             "seed_spread": to_json(seed_spread(every_run)), "checks": checks,
              "machine": {"platform": platform.platform(),
                          "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}}
     print(f"per-point spread between seeds: {entry['seed_spread']}")

@@ -42,3 +42,17 @@ def write_grid_json(folder, grid):
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "grid.json").write_text(json.dumps(grid_json_record(grid)))
     return folder
+
+
+def results_table(rows: list[dict], header: list[str] | None = None):
+    """``rows`` read as moelab reads results.csv: as cell text, through its parser. A required
+    column the rows leave out (one the code under test does not read) is filled with 1."""
+    from pathlib import Path
+
+    from moelab.sweep.results_csv import REQUIRED_COLUMNS, parse_results
+
+    header = list(header or dict.fromkeys(key for row in rows for key in row))
+    filler = [name for name in REQUIRED_COLUMNS if name not in header]
+    cells = [{**dict.fromkeys(filler, "1"), **{key: str(row.get(key, "")) for key in header}}
+             for row in rows]
+    return parse_results(Path("results.csv"), header + filler, cells)

@@ -58,6 +58,22 @@ def test_reads_back_what_it_wrote_through_json_text():
     assert from_json(Minimum, to_json(with_note)).note == "edge"
 
 
+@dataclass
+class FormCheck:
+    law: str
+    skipped: Optional[str] = field(default=None, metadata={"omit_none": True})
+    ss: Optional[float] = field(default=None, metadata={"omit_none": True})
+    lack_of_fit: Optional[float] = field(default=None, metadata={"omit_with": "ss"})
+
+
+def test_a_key_that_goes_with_another_is_written_null_included_only_beside_it():
+    assert to_json(FormCheck("a", skipped="too few points")) == {"law": "a",
+                                                                  "skipped": "too few points"}
+    assert list(to_json(FormCheck("b", ss=0.5))) == ["law", "ss", "lack_of_fit"]
+    assert to_json(FormCheck("b", ss=0.5))["lack_of_fit"] is None
+    assert from_json(FormCheck, {"law": "b", "ss": 0.5, "lack_of_fit": 2}).lack_of_fit == 2.0
+
+
 def test_reading_tolerates_unknown_keys_fills_defaults_and_names_a_missing_key():
     data = {"budget": 1, "s_star": None, "interval": None, "sizes": [], "by_seed": {},
             "corner": [2, "b"], "later_key": 3}

@@ -2,13 +2,18 @@
 censoring at the grid's edge, and the ordinal trend tests on synthetic tables whose answer is
 known by construction."""
 
+import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
 
+from moelab.codec import from_json, to_json
 from moelab.scaling.fixed_size import Run, fixed_size_optima, pair_sign, seed_draws
 from moelab.sweep.fixed_size_report import fixed_size_record, fixed_size_section
+from moelab.sweep.records import FixedSizeRecord
+from sweep_rows import results_table
 
 
 def _runs(table: dict, size="s", budget="C1", flops=1.0, params=100.0):
@@ -150,9 +155,9 @@ def _rows(runs: list[Run], mode: str) -> list[dict]:
 ])
 def test_the_sweep_record_and_section_name_what_is_held_fixed(tmp_path, mode, fixed, title):
     runs = _synthetic({"a": 0.5, "b": 0.75, "c": 0.875}, 3, 0.001)
-    record = fixed_size_record(_rows(runs, mode), mode)
-    assert record["holds_fixed"] == fixed and record["mode"] == mode
-    assert record["rises_with_size"]["claim"] == f"S* rises with {fixed} at fixed C"
+    record = fixed_size_record(results_table(_rows(runs, mode)).rows, mode)
+    assert record.holds_fixed == fixed and record.mode == mode
+    assert record.rises_with_size.claim == f"S* rises with {fixed} at fixed C"
     text = fixed_size_section(tmp_path, record)
     assert text.startswith(title)
     assert (tmp_path / "figures" / "fixed_size.png").stat().st_size > 0
@@ -170,7 +175,21 @@ def test_one_seed_gives_its_argmins_without_intervals_or_verdicts():
 def test_token_budgets_are_labelled_fixed_d_not_fixed_compute(tmp_path):
     runs = _synthetic({"a": 0.5, "b": 0.75}, 2, 0.001)
     rows = [dict(row, C_budget="") for row in _rows(runs, "fixed_total")]
-    record = fixed_size_record(rows, "fixed_total")
-    assert record["budget_kind"] == "D"
-    assert record["rises_with_size"]["claim"] == "S* rises with N at fixed D"
-    assert "not fixed compute" in record["question"]
+    record = fixed_size_record(results_table(rows).rows, "fixed_total")
+    assert record.budget_kind == "D"
+    assert record.rises_with_size.claim == "S* rises with N at fixed D"
+    assert "not fixed compute" in record.question
+
+
+STORED = sorted((Path(__file__).resolve().parents[1] / "experiments" / "results" / "sweeps")
+                .glob("*/fixed_size.json"))
+
+
+@pytest.mark.parametrize("path", STORED, ids=[p.parent.name for p in STORED])
+def test_a_stored_fixed_size_json_reads_back_as_written_key_for_key(path):
+    """Files an earlier moelab wrote (its hand-written dict, each cell's text added) read into
+    the typed record and write back with the same keys, order and values."""
+    stored = path.read_text()
+    record = from_json(FixedSizeRecord, json.loads(stored))
+    assert record.cells and isinstance(record.cells[0].seed_s_star, dict)
+    assert json.dumps(to_json(record), indent=2) == json.dumps(json.loads(stored), indent=2)

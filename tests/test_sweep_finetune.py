@@ -31,6 +31,7 @@ from moelab.sweep.plan import plan_sweep_folder
 from moelab.sweep.report_sections import finetune_analysis_text
 from moelab.train.checkpoint import MODEL_FILE, latest_checkpoint
 from moelab.train.run_folder import RunFolder
+from sweep_rows import results_table
 
 RECIPE = FinetuneRecipe(steps=3, lr=0.003)  # micro: batch 4 x context 32 = 128 tokens a step
 
@@ -173,6 +174,12 @@ def synthetic_rows(per_sparsity: float, seed: int = 0) -> list[dict]:
     return rows
 
 
+def equal_loss_fit(rows: list[dict]) -> dict:
+    """The finetune_val_loss fit at equal pretraining loss of ``rows`` as results.csv."""
+    return finetune_analysis(results_table(rows, HEADER))["metrics"]["finetune_val_loss"][
+        "equal_loss"]
+
+
 def _pairs_by_hand(rows):
     """(size, budget, S, seed) -> sparse minus the same cell's dense of that seed, by hand."""
     dense = {(r["size"], r["budget"], r["seed"]): r for r in rows if r["S"] == "0.0"}
@@ -184,7 +191,7 @@ def _pairs_by_hand(rows):
 
 def test_the_equal_loss_slope_is_paired_within_cells_with_errors_clustered_by_size_and_seed():
     rows = synthetic_rows(per_sparsity=-0.2)
-    fit = finetune_analysis(rows, HEADER)["metrics"]["finetune_val_loss"]["equal_loss"]
+    fit = equal_loss_fit(rows)
     pairs = _pairs_by_hand(rows)
     keys = sorted(pairs)
     x = np.array([[pairs[k]["final_val_loss"], float(k[2])] for k in keys])
@@ -206,7 +213,7 @@ def test_the_equal_loss_slope_is_paired_within_cells_with_errors_clustered_by_si
     assert fit["sparsity"]["p"] == pytest.approx(2 * scipy.stats.t.sf(abs(beta[1] / se), 5))
     assert fit["loss"]["value"] == pytest.approx(beta[0], rel=1e-9)
     assert fit["sparsity"]["ci"][0] < -0.2 < fit["sparsity"]["ci"][1]
-    analysis = finetune_analysis(rows, HEADER)
+    analysis = finetune_analysis(results_table(rows, HEADER))
     assert analysis["metrics"]["finetune_val_loss"]["separates"]
     assert (analysis["pairs"], analysis["clusters"]) == (36, 6)
 
@@ -217,13 +224,13 @@ def test_a_shared_size_offset_does_not_enter_the_paired_effect():
     rows = synthetic_rows(per_sparsity=0.0, seed=5)
     shifted = [dict(r, finetune_val_loss=str(float(r["finetune_val_loss"]) + 0.3))
                if r["size"] == "a" else r for r in rows]
-    before = finetune_analysis(rows, HEADER)["metrics"]["finetune_val_loss"]["equal_loss"]
-    after = finetune_analysis(shifted, HEADER)["metrics"]["finetune_val_loss"]["equal_loss"]
+    before, after = equal_loss_fit(rows), equal_loss_fit(shifted)
     assert after["sparsity"]["value"] == pytest.approx(before["sparsity"]["value"], abs=1e-12)
 
 
 def test_no_effect_is_said_in_words_with_the_minimum_detectable_difference():
-    analysis = finetune_analysis(synthetic_rows(per_sparsity=0.0, seed=3), HEADER)
+    analysis = finetune_analysis(results_table(synthetic_rows(per_sparsity=0.0, seed=3),
+                                               HEADER))
     result = analysis["metrics"]["finetune_val_loss"]
     assert not result["separates"]
     se, df = result["equal_loss"]["sparsity"]["se"], result["equal_loss"]["sparsity"]["df"]
@@ -241,7 +248,7 @@ def test_no_effect_is_said_in_words_with_the_minimum_detectable_difference():
 
 def test_cells_pair_each_sparse_run_with_its_own_cells_dense_run_and_holm_covers_every_test():
     rows = synthetic_rows(per_sparsity=-0.2)
-    analysis = finetune_analysis(rows, HEADER)
+    analysis = finetune_analysis(results_table(rows, HEADER))
     assert analysis_basis(rows) == "flops"
     # 2 budgets x 2 sizes x 3 sparse S x 2 metrics + the 2 equal-loss slopes
     assert len(analysis["cells"]) == 12 and analysis["tests"] == 26
@@ -268,10 +275,10 @@ def test_cells_pair_each_sparse_run_with_its_own_cells_dense_run_and_holm_covers
 
 
 def analysis_basis(rows) -> str:
-    return finetune_analysis(rows, HEADER)["basis"]
+    return finetune_analysis(results_table(rows, HEADER))["basis"]
 
 
 def test_no_finetune_columns_no_analysis():
     rows = [{k: v for k, v in row.items() if not k.startswith("finetune")}
             for row in synthetic_rows(0.0)]
-    assert finetune_analysis(rows, HEADER[:6]) is None
+    assert finetune_analysis(results_table(rows, HEADER[:6])) is None

@@ -60,6 +60,7 @@ def test_expert_pairs_are_seed_by_seed_differences_with_a_t_interval():
     import scipy.stats
 
     from moelab.sweep.law_checks import sparsity_deltas
+    from sweep_rows import results_table
 
     rng = np.random.default_rng(0)
     rows, by_hand = [], {}
@@ -72,11 +73,12 @@ def test_expert_pairs_are_seed_by_seed_differences_with_a_t_interval():
                      "E": str(point.num_experts), "seed": str(point.seed),
                      "D": str(point.config.train.max_tokens), "best_val_loss": str(loss),
                      "run": f"runs/{point.run_name}"})
-    pairs = {(p["size"], tuple(p["E"])): p for p in sparsity_deltas(rows)["expert_pairs"]}
+    deltas = sparsity_deltas(results_table(rows).rows)
+    pairs = {(p.size, tuple(p.E)): p for p in deltas.expert_pairs}
     assert len(pairs) == 2 * 3  # per size: (4, 8), (4, 16), (8, 16)
     differences = np.array([by_hand[("s3", 16, s)] - by_hand[("s3", 4, s)] for s in range(3)])
     half = scipy.stats.t.ppf(0.975, 2) * differences.std(ddof=1) / np.sqrt(3)
     pair = pairs[("s3", (4, 16))]
-    assert pair["difference"] == pytest.approx(differences.mean())
-    assert pair["ci"] == pytest.approx([differences.mean() - half, differences.mean() + half])
-    assert pair["ci"][0] > 0  # pairing by seed removes the seeds' common 0.01 steps
+    assert pair.difference == pytest.approx(differences.mean())
+    assert pair.ci == pytest.approx([differences.mean() - half, differences.mean() + half])
+    assert pair.ci[0] > 0  # pairing by seed removes the seeds' common 0.01 steps

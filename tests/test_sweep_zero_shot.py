@@ -9,6 +9,7 @@ import pytest
 import scipy.stats
 
 from moelab.sweep.zero_shot import zero_shot_analysis
+from sweep_rows import results_table
 
 ITEMS = 300
 
@@ -35,35 +36,56 @@ HEADER = ["size", "C_budget", "S", "seed", "best_val_loss", "zero_shot_last_word
 
 
 def test_an_effect_of_sparsity_at_equal_loss_is_recovered_within_its_interval():
-    result = zero_shot_analysis(synthetic_rows(per_nat=0.5, per_sparsity=0.08), HEADER,
+    rows = synthetic_rows(per_nat=0.5, per_sparsity=0.08)
+    result = zero_shot_analysis(results_table(rows, HEADER),
                                 items={"last_word": ITEMS})["last_word"]
-    fit = result["equal_loss"]
-    assert fit["sparsity"]["ci"][0] <= 0.08 <= fit["sparsity"]["ci"][1]
-    assert fit["sparsity"]["ci"][0] > 0 and fit["loss"]["ci"][1] < 0
-    assert result["separates"]
+    fit = result.equal_loss
+    assert fit.sparsity.ci[0] <= 0.08 <= fit.sparsity.ci[1]
+    assert fit.sparsity.ci[0] > 0 and fit.loss.ci[1] < 0
+    assert result.separates
 
 
 def test_a_task_at_chance_is_said_to_separate_nothing():
-    result = zero_shot_analysis(synthetic_rows(per_nat=0.0, per_sparsity=0.0, seed=2), HEADER,
+    rows = synthetic_rows(per_nat=0.0, per_sparsity=0.0, seed=2)
+    result = zero_shot_analysis(results_table(rows, HEADER),
                                 items={"last_word": ITEMS})["last_word"]
-    assert not result["separates"]
-    for name in ("loss", "sparsity"):
-        low, high = result["equal_loss"][name]["ci"]
+    assert not result.separates
+    for coefficient in (result.equal_loss.loss, result.equal_loss.sparsity):
+        low, high = coefficient.ci
         assert low <= 0 <= high
 
 
 def test_equal_flops_takes_each_budgets_lowest_loss_size_and_its_seeds_interval():
     rows = synthetic_rows(per_nat=0.5, per_sparsity=0.08)
-    table = zero_shot_analysis(rows, HEADER, items={"last_word": ITEMS})["last_word"]["equal_flops"]
-    assert len(table) == 2 * 4 and {r["size"] for r in table} == {"b"}  # b has the lowest loss
+    table = zero_shot_analysis(results_table(rows, HEADER),
+                               items={"last_word": ITEMS})["last_word"].equal_flops
+    assert len(table) == 2 * 4 and {r.size for r in table} == {"b"}  # b has the lowest loss
     first = table[0]
     values = np.array([float(r["zero_shot_last_word"]) for r in rows
                        if r["C_budget"] == "1e+12" and r["S"] == "0.0" and r["size"] == "b"])
     half = scipy.stats.t.ppf(0.975, 2) * values.std(ddof=1) / np.sqrt(3)
-    assert first["accuracy"] == pytest.approx(values.mean())
-    assert first["ci"] == pytest.approx([values.mean() - half, values.mean() + half])
-    assert table[1]["minus_dense"] == pytest.approx(table[1]["accuracy"] - first["accuracy"])
+    assert first.accuracy == pytest.approx(values.mean())
+    assert first.ci == pytest.approx([values.mean() - half, values.mean() + half])
+    assert first.minus_dense is None  # the dense row itself
+    assert table[1].minus_dense == pytest.approx(table[1].accuracy - first.accuracy)
 
 
 def test_no_columns_mean_no_analysis():
-    assert zero_shot_analysis(synthetic_rows(0.5, 0.0), HEADER[:-1]) is None
+    assert zero_shot_analysis(results_table(synthetic_rows(0.5, 0.0), HEADER[:-1])) is None
+
+
+def test_the_stored_zero_shot_json_reads_back_as_written_key_for_key():
+    """The file an earlier moelab wrote as a hand-built dict (minus_dense only on sparse rows
+    of a budget with a dense one) reads into typed records and writes back unchanged."""
+    import json
+    from pathlib import Path
+
+    from moelab.codec import from_json, to_json
+    from moelab.sweep.records import TaskAccuracy
+
+    path = (Path(__file__).resolve().parents[1] / "experiments" / "results" / "sweeps"
+            / "cpu-isoflop" / "zero_shot.json")
+    stored = json.loads(path.read_text())
+    record = from_json(dict[str, TaskAccuracy], stored)
+    assert record["last_word"].equal_flops[1].minus_dense is not None
+    assert json.dumps(to_json(record), indent=2) == json.dumps(stored, indent=2)

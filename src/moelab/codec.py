@@ -13,6 +13,8 @@ A field may say, in its metadata, how it is written:
   files have, e.g. results only a variant of an experiment records);
 - ``key_format``: a dict's keys written through this format spec (``"g"``: the lr 0.01 as
   ``"0.01"``, 1.0 as ``"1"``), as files keyed by a formatted number have them.
+- ``omit_with``: the name of another field: leave the key out when that field is None, and
+  write it (null included) otherwise (a key that only some variants of a record carry).
 
 A class may list derived properties to write after its fields (``JSON_EXTRA = ("well_supported",)``);
 they are skipped when read. Unknown keys are ignored when reading (a newer file read by an older
@@ -59,6 +61,8 @@ def record_items(record: Any) -> list[tuple[str, Any]]:
     for field in dataclasses.fields(record):
         value = getattr(record, field.name)
         if value is None and field.metadata.get("omit_none"):
+            continue
+        if "omit_with" in field.metadata and getattr(record, field.metadata["omit_with"]) is None:
             continue
         if not value and field.metadata.get("omit_empty") and isinstance(value, (list, dict)):
             continue

@@ -46,7 +46,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections import Counter
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Iterable, Optional, Sequence
 
 import numpy as np
@@ -106,6 +106,8 @@ class CellOptimum:
     """Each seed's own argmin."""
     share_at_edge: Optional[float] = None
     """The share of replicates whose S* is the grid's largest S (>= 3 seeds only)."""
+
+    JSON_EXTRA = ("text",)  # fixed_size.json carries each cell's S* as the report words it
 
     @property
     def text(self) -> str:
@@ -171,12 +173,6 @@ class FixedSizeAnalysis:
     rises_with_size: Optional[TrendTest]
     falls_with_budget: Optional[TrendTest]
     notes: list[str] = field(default_factory=list)
-
-    def to_dict(self) -> dict:
-        record = asdict(self)
-        for cell, stored in zip(self.cells, record["cells"]):
-            stored["text"] = cell.text
-        return record
 
 
 # --------------------------------------------------------------------------------------------

@@ -33,6 +33,8 @@ through compute, so S* is the edge of any search). ``CONSTANT_S_STAR`` names the
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, field
+from typing import Callable, Optional
 
 import numpy as np
 import scipy.stats
@@ -65,7 +67,80 @@ how S* moves with C."""
 FORMS_BY_NAME = {law.name: law for law in (*SPARSITY_FORMS, CHINCHILLA)}
 
 
-def pure_error(columns: dict[str, np.ndarray], keys: tuple[str, ...] = ("N", "D", "S")) -> dict:
+OMIT_NONE = {"omit_none": True}
+"""A key older files lack: left out when None (``moelab.codec``)."""
+
+
+@dataclass(frozen=True)
+class PureError:
+    """The spread of replicate points about their groups' means, in log loss."""
+
+    ss: float
+    df: int
+    """n - g: points less distinct groups."""
+    groups: int
+    n_points: int
+    variance: Optional[float]
+    """s^2 = ss / df, the noise variance; None without any replicated point."""
+
+
+@dataclass(frozen=True)
+class FormSS:
+    """What the F tests read of a fitted form."""
+
+    law: str
+    num_params: int
+    ss: float
+    """Residual sum of squares of log loss."""
+
+
+@dataclass(frozen=True)
+class LackOfFit:
+    F: float
+    df: list[int]
+    """(g - p, n - g)."""
+    p: float
+
+
+@dataclass(frozen=True)
+class NestedTest:
+    """A larger form against the smaller one it nests."""
+
+    small: str
+    large: str
+    extra_params: int
+    F: float
+    df: list[int]
+    p: float
+    likelihood_ratio: float
+    p_likelihood_ratio: float
+
+
+@dataclass(frozen=True)
+class FormChoice:
+    """The form chosen by climbing nested tests, by F (``chosen``) and by likelihood ratio."""
+
+    chosen: str
+    path: list[str]
+    chosen_likelihood_ratio: Optional[str] = field(default=None, metadata=OMIT_NONE)
+    path_likelihood_ratio: Optional[list[str]] = field(default=None, metadata=OMIT_NONE)
+    alpha: float = ALPHA
+    tests: list[NestedTest] = field(default_factory=list)
+    constant_s_star: Optional[str] = None
+    """Why the chosen form fixes S*(C) (``CONSTANT_S_STAR``); None when it does not."""
+
+
+@dataclass(frozen=True)
+class SStarMovement:
+    """S* at two compute budgets read off a fitted law."""
+
+    flops: list[float]
+    sparsity: list[float]
+    moves: bool
+    """By more than 0.001."""
+
+
+def pure_error(columns: dict[str, np.ndarray], keys: tuple[str, ...] = ("N", "D", "S")) -> PureError:
     """Sum of squares of log loss about each replicate group's mean, its degrees of freedom
     n - g, the groups g and the variance estimate (None without any replicated point)."""
     log_loss = np.log(columns["loss"])
@@ -74,8 +149,8 @@ def pure_error(columns: dict[str, np.ndarray], keys: tuple[str, ...] = ("N", "D"
         groups.setdefault(key, []).append(index)
     ss = float(sum(np.sum((log_loss[i] - log_loss[i].mean()) ** 2) for i in map(np.array, groups.values())))
     df = len(log_loss) - len(groups)
-    return {"ss": ss, "df": df, "groups": len(groups), "n_points": len(log_loss),
-            "variance": ss / df if df > 0 else None}
+    return PureError(ss=ss, df=df, groups=len(groups), n_points=len(log_loss),
+                     variance=ss / df if df > 0 else None)
 
 
 def residual_ss(law: Law, theta: dict[str, float], columns: dict[str, np.ndarray]) -> float:
@@ -85,60 +160,63 @@ def residual_ss(law: Law, theta: dict[str, float], columns: dict[str, np.ndarray
     return float(np.sum((np.log(columns["loss"]) - predicted) ** 2))
 
 
-def lack_of_fit(ss: float, num_params: int, pure: dict) -> dict | None:
+def lack_of_fit(ss: float, num_params: int, pure: PureError) -> LackOfFit | None:
     """F of a form's misfit of the group means against the pure error; None when either has no
     degrees of freedom."""
-    df_fit = pure["groups"] - num_params
-    if df_fit <= 0 or not pure["variance"]:
+    df_fit = pure.groups - num_params
+    if df_fit <= 0 or not pure.variance:
         return None
-    f = max(ss - pure["ss"], 0.0) / df_fit / pure["variance"]
-    return {"F": f, "df": [df_fit, pure["df"]], "p": float(scipy.stats.f.sf(f, df_fit, pure["df"]))}
+    f = max(ss - pure.ss, 0.0) / df_fit / pure.variance
+    return LackOfFit(F=f, df=[df_fit, pure.df], p=float(scipy.stats.f.sf(f, df_fit, pure.df)))
 
 
-def nested_test(small: dict, large: dict, pure: dict) -> dict | None:
-    """F (against the pure error) and likelihood-ratio tests of ``large`` over ``small``, each
-    {"law", "num_params", "ss"}; None without pure error."""
-    extra = large["num_params"] - small["num_params"]
-    if extra <= 0 or not pure["variance"]:
+def nested_test(small: FormSS, large: FormSS, pure: PureError) -> NestedTest | None:
+    """F (against the pure error) and likelihood-ratio tests of ``large`` over ``small``; None
+    without pure error."""
+    extra = large.num_params - small.num_params
+    if extra <= 0 or not pure.variance:
         return None
-    gain = max(small["ss"] - large["ss"], 0.0)
-    f = gain / extra / pure["variance"]
-    lr = pure["n_points"] * math.log(small["ss"] / large["ss"]) if large["ss"] > 0 else math.inf
-    return {"small": small["law"], "large": large["law"], "extra_params": extra,
-            "F": f, "df": [extra, pure["df"]], "p": float(scipy.stats.f.sf(f, extra, pure["df"])),
-            "likelihood_ratio": max(lr, 0.0),
-            "p_likelihood_ratio": float(scipy.stats.chi2.sf(max(lr, 0.0), extra))}
+    gain = max(small.ss - large.ss, 0.0)
+    f = gain / extra / pure.variance
+    lr = pure.n_points * math.log(small.ss / large.ss) if large.ss > 0 else math.inf
+    return NestedTest(small=small.law, large=large.law, extra_params=extra, F=f,
+                      df=[extra, pure.df], p=float(scipy.stats.f.sf(f, extra, pure.df)),
+                      likelihood_ratio=max(lr, 0.0),
+                      p_likelihood_ratio=float(scipy.stats.chi2.sf(max(lr, 0.0), extra)))
 
 
-def choose_by_f_tests(fits: dict[str, dict], pure: dict, alpha: float = ALPHA) -> dict:
+def choose_by_f_tests(fits: dict[str, FormSS], pure: PureError, alpha: float = ALPHA) -> FormChoice:
     """From the smallest form up: move to a nesting form while one is significantly better,
     by the F test against the pure error (``chosen``) and, for comparison, by the
     likelihood-ratio test (``chosen_likelihood_ratio``), whose variance is the larger form's
     residual one: when every form misfits the group means, the pure error is the smaller
     variance and the F test takes any term that absorbs some of the misfit.
 
-    ``fits``: by law name, {"law", "num_params", "ss"} (forms left out are skipped). Returns the
-    choices, their paths and every nested test."""
+    ``fits``: by law name (forms left out are skipped). Returns the choices, their paths and
+    every nested test."""
     tests = [t for small, large in NESTED if small in fits and large in fits
              if (t := nested_test(fits[small], fits[large], pure)) is not None]
-    start = min(fits, key=lambda name: fits[name]["num_params"])
-    by_f, by_lr = _climb(tests, start, "p", alpha), _climb(tests, start, "p_likelihood_ratio", alpha)
-    return {"chosen": by_f[-1], "path": by_f, "chosen_likelihood_ratio": by_lr[-1],
-            "path_likelihood_ratio": by_lr, "alpha": alpha, "tests": tests}
+    start = min(fits, key=lambda name: fits[name].num_params)
+    by_f = _climb(tests, start, lambda t: t.p, alpha)
+    by_lr = _climb(tests, start, lambda t: t.p_likelihood_ratio, alpha)
+    return FormChoice(chosen=by_f[-1], path=by_f, chosen_likelihood_ratio=by_lr[-1],
+                      path_likelihood_ratio=by_lr, alpha=alpha, tests=tests,
+                      constant_s_star=CONSTANT_S_STAR.get(by_f[-1]))
 
 
-def _climb(tests: list[dict], start: str, p_key: str, alpha: float) -> list[str]:
+def _climb(tests: list[NestedTest], start: str, p_of: Callable[[NestedTest], float],
+           alpha: float) -> list[str]:
     """The forms visited from ``start``, each step to the most significant larger form."""
     path = [start]
-    while better := [t for t in tests if t["small"] == path[-1] and t[p_key] < alpha]:
-        path.append(min(better, key=lambda t: t[p_key])["large"])
+    while better := [t for t in tests if t.small == path[-1] and p_of(t) < alpha]:
+        path.append(min(better, key=p_of).large)
     return path
 
 
 def optimal_sparsity_moves(law: Law, params: dict[str, float], shared_fraction: float,
-                           flops: tuple[float, float] = (1e12, 1e18)) -> dict:
+                           flops: tuple[float, float] = (1e12, 1e18)) -> SStarMovement:
     """S* at two compute budgets 10^6 apart, from the fitted law (compute-optimal over N and S):
     whether it moves by more than 0.001."""
     low, high = (compute_optimal(law, params, c, shared_fraction=shared_fraction).sparsity
                  for c in flops)
-    return {"flops": list(flops), "sparsity": [low, high], "moves": abs(high - low) > 1e-3}
+    return SStarMovement(flops=list(flops), sparsity=[low, high], moves=abs(high - low) > 1e-3)

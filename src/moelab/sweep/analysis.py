@@ -34,6 +34,7 @@ rather than left stale.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Callable
 
@@ -58,14 +59,15 @@ from moelab.scaling.throughput import (
     REQUIRED_COLUMNS, ShapeThroughput, ThroughputRow, family_throughput, fit_throughput,
     moe_versus_dense, per_shape_means,
 )
-from moelab.sweep.folder import SWEEP_FIT_COLUMNS, read_grid, read_results, row_seed, write_analysis
+from moelab.sweep.folder import SWEEP_FIT_COLUMNS, read_grid, read_results, write_analysis
 from moelab.sweep.law_checks import form_tests, sparsity_deltas
 from moelab.sweep.records import (
-    ComputeDeviation, FormsRecord, FormSummary, GridRecord, IsoflopRecord, OptimaRecord,
-    SweepAnalysis, SweepFit, ThroughputRecord,
+    ComputeDeviation, FormsRecord, FormSummary, FormTestsRecord, GridRecord, IsoflopRecord,
+    OptimaRecord, SweepAnalysis, SweepFit, ThroughputRecord,
 )
 from moelab.sweep.finetune import finetune_analysis
 from moelab.sweep.fixed_size_report import fixed_size_record
+from moelab.sweep.results_csv import ResultRow
 from moelab.sweep.zero_shot import zero_shot_analysis
 
 CURVE_POINTS = 9
@@ -87,21 +89,23 @@ def analyse_sweep(out_dir: Path, *, bootstrap_replicates: int = 200, max_starts:
         analysis.status.results = "no complete runs in results.csv yet"
         write_analysis(out_dir, analysis)
         return analysis
-    header, rows = results
-    columns = fit_table_from_rows(out_dir / "results.csv", header, rows, True, SWEEP_FIT_COLUMNS)
+    rows = results.rows
+    columns = fit_table_from_rows(out_dir / "results.csv", results.header, results.cells, True,
+                                  SWEEP_FIT_COLUMNS)
     analysis.n_points = len(rows)
     # None when every run is dense: the runs then say nothing about the expert share.
     analysis.shared_fraction = estimate_shared_fraction(columns["N"], columns["N_active"],
                                                         columns["S"])
-    _fit_law(analysis, columns, grid.holdout, log, _optional_column(rows, "N_non_embedding"))
+    _fit_law(analysis, columns, grid.holdout, log, _non_embedding_column(rows))
     deltas = sparsity_deltas(rows)
     if deltas is not None:
-        analysis.form_tests = {**(analysis.form_tests or {}), "sparsity_deltas": deltas}
-    analysis.zero_shot = zero_shot_analysis(rows, header)
-    analysis.finetune = finetune_analysis(rows, header)
+        analysis.form_tests = replace(analysis.form_tests or FormTestsRecord(),
+                                      sparsity_deltas=deltas)
+    analysis.zero_shot = zero_shot_analysis(results)
+    analysis.finetune = finetune_analysis(results)
     analysis.isoflop = _isoflop_record(rows, columns, bootstrap_replicates)
     analysis.fixed_size = fixed_size_record(rows, grid.mode, grid.top_k)
-    analysis.throughput = _throughput_record(header, rows, analysis)
+    analysis.throughput = _throughput_record(rows, analysis)
     analysis.optima = _optima_record(columns, grid, analysis)
     write_analysis(out_dir, analysis)
     return analysis
@@ -112,11 +116,12 @@ def analyse_sweep(out_dir: Path, *, bootstrap_replicates: int = 200, max_starts:
 # --------------------------------------------------------------------------------------------
 
 
-def _optional_column(rows: list[dict[str, str]], name: str) -> np.ndarray | None:
-    """A numeric results.csv column, or None where some row (an older file) lacks it."""
-    if any(not row.get(name) for row in rows):
+def _non_embedding_column(rows: list[ResultRow]) -> np.ndarray | None:
+    """Each run's non-embedding parameter count, or None where some row (an older file) lacks it."""
+    counts = [row.N_non_embedding for row in rows]
+    if any(count is None for count in counts):
         return None
-    return np.array([float(row[name]) for row in rows])
+    return np.array(counts, dtype=np.float64)
 
 
 def _fit_law(analysis: SweepAnalysis, columns: dict, holdout: str, log,
@@ -162,33 +167,33 @@ def _fit_or_none(columns, replicates, holdout, max_starts, log) -> LawFit | None
 # --------------------------------------------------------------------------------------------
 
 
-def budget_column(rows: list[dict[str, str]]) -> np.ndarray | None:
+def budget_column(rows: list[ResultRow]) -> np.ndarray | None:
     """The planned FLOP budget per run; None for a token-budget sweep (no IsoFLOP curves)."""
-    values = [row.get("C_budget", "") for row in rows]
-    if not values or any(v in ("", None) for v in values):
+    values = [row.C_budget for row in rows]
+    if not values or any(v is None for v in values):
         return None
-    return np.array([float(v) for v in values])
+    return np.array(values, dtype=np.float64)
 
 
-def _isoflop_record(rows: list[dict[str, str]], columns: dict,
+def _isoflop_record(rows: list[ResultRow], columns: dict,
                     replicates: int) -> IsoflopRecord | None:
     budgets = budget_column(rows)
     if budgets is None:
         return None
-    seeds = np.array([row_seed(row) for row in rows])
+    seeds = np.array([row.seed for row in rows])
     # The seeds let each IsoFLOP fit's residuals be compared with the seeds' noise.
     points = IsoflopPoints(params=columns["N"], flops=budgets, loss=columns["loss"],
                            sparsity=columns["S"], params_active=columns["N_active"], seed=seeds)
     # Actual compute (results.csv's C) against the budget each run was grouped under.
-    deviation = compute_deviation([float(row["C"]) for row in rows], budgets)
+    deviation = compute_deviation([row.C for row in rows], budgets)
     off_budget = np.flatnonzero(np.abs(deviation) > COMPUTE_TOLERANCE)
     return IsoflopRecord(
         all_points=isoflop_analysis(points), per_sparsity=_per_sparsity(points),
         surface=bool(uses_surface(points)),
         compute_deviation=ComputeDeviation(
             tolerance=COMPUTE_TOLERANCE, max_abs=float(np.max(np.abs(deviation))),
-            per_run={row["run"]: float(d) for row, d in zip(rows, deviation)},
-            off_budget_runs={rows[i]["run"]: float(deviation[i]) for i in off_budget}),
+            per_run={row.run: float(d) for row, d in zip(rows, deviation)},
+            off_budget_runs={rows[i].run: float(deviation[i]) for i in off_budget}),
         sparsity_optima=sparsity_isoflop(points, seeds, replicates=replicates))
 
 
@@ -203,11 +208,10 @@ def _per_sparsity(points: IsoflopPoints) -> dict[float, IsoflopAnalysis]:
 # --------------------------------------------------------------------------------------------
 
 
-def _throughput_record(header: list[str], rows: list[dict[str, str]],
-                       analysis: SweepAnalysis) -> ThroughputRecord | None:
+def _throughput_record(rows: list[ResultRow], analysis: SweepAnalysis) -> ThroughputRecord | None:
     """Per (N, S): the median tokens/s of its runs; and the throughput model fitted to every
     run (None when the runs did not record their speed: synthetic or older results)."""
-    if "tokens_per_s" not in header or any(not row.get("tokens_per_s") for row in rows):
+    if any(not row.tokens_per_s for row in rows):
         analysis.status.throughput = "not measured (results.csv has no tokens_per_s)"
         return None
     runs = [_throughput_row(row) for row in rows]
@@ -226,19 +230,16 @@ def _throughput_record(header: list[str], rows: list[dict[str, str]],
         problem = str(exc)
     analysis.status.throughput = "model fitted" if model else f"no model: {problem}"
     return ThroughputRecord(source="results.csv", rows=shapes, runs=len(runs),
-                            devices=sorted({row.get("device", "") for row in rows}),
+                            devices=sorted({row.device for row in rows}),
                             model=model.record() if model else None, model_problem=problem)
 
 
-def _throughput_row(row: dict[str, str]) -> ThroughputRow:
-    def optional(key: str) -> float | None:
-        return float(row[key]) if row.get(key) else None
-
-    return ThroughputRow(**{key: float(row[key]) for key in REQUIRED_COLUMNS},
-                         k=float(row.get("k") or 1), device=row.get("device", ""),
-                         step_time_s=optional("step_time_s"),
-                         peak_memory_bytes=optional("peak_memory_bytes"),
-                         tokens_per_step=optional("tokens_per_step"))
+def _throughput_row(row: ResultRow) -> ThroughputRow:
+    """The run as ``moelab.scaling.throughput`` reads one."""
+    return ThroughputRow(N_total=row.N_total, N_active=row.N_active, S=row.S, E=float(row.E),
+                         tokens_per_s=row.tokens_per_s, k=float(row.k or 1), device=row.device,
+                         step_time_s=row.step_time_s, peak_memory_bytes=row.peak_memory_bytes,
+                         tokens_per_step=row.tokens_per_step)
 
 
 # --------------------------------------------------------------------------------------------

@@ -161,7 +161,7 @@ def stored_runs(out_dir: Path) -> tuple[list[str], list[str]]:
     """The runs results.csv lists, and those of them whose run folder is not complete (a
     results folder kept without its runs/, or runs deleted since)."""
     results = read_results(out_dir)
-    names = [row["run"] for row in results[1]] if results else []
+    names = [row.run for row in results.rows] if results else []
     return names, [name for name in names if not is_complete(out_dir / name)]
 
 

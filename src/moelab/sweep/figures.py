@@ -26,6 +26,7 @@ from moelab.scaling.optimal import (
     DEFAULT_MAX_SPARSITY, FlopsCurvePoint, ParamsCurvePoint, SecondsCurvePoint,
 )
 from moelab.scaling.summary import LawFit
+from moelab.sweep.records import SparsityDeltas
 
 ISOFLOP_FIT_STYLE = {"linestyle": "--", "linewidth": 1.2, "gid": "isoflop-fit"}
 SEARCH_LIMIT_TOLERANCE = 1e-4
@@ -192,21 +193,21 @@ def isoflop_optima_figure(path: Path, optima: SparsityOptima) -> Path:
     return save_figure(fig, path)
 
 
-def sparsity_delta_figure(path: Path, deltas: dict) -> Path:
+def sparsity_delta_figure(path: Path, deltas: SparsityDeltas) -> Path:
     """Loss at S minus dense against S, a line per size, a panel per token budget, with the
     95 % intervals."""
-    budgets = sorted({d["budget"] for d in deltas["deltas"]}, key=lambda b: float(b.lstrip("DC")))
+    budgets = sorted({d.budget for d in deltas.deltas}, key=lambda b: float(b.lstrip("DC")))
     fig, axes = new_figure(ncols=len(budgets), width_in=4.0)
     axes = axes if isinstance(axes, list) else [axes]
-    sizes = list(dict.fromkeys(d["size"] for d in deltas["deltas"]))
+    sizes = list(dict.fromkeys(d.size for d in deltas.deltas))
     colours = dict(zip(sizes, _palette(len(sizes))))
     for ax, budget in zip(axes, budgets):
         for size in sizes:
-            rows = sorted((d for d in deltas["deltas"] if d["budget"] == budget and d["size"] == size),
-                          key=lambda d: (d["sparsity"], d.get("E", 0)))
-            x = [d["sparsity"] for d in rows]
-            y = np.array([d["delta"] for d in rows])
-            errors = np.array([[d["delta"] - d["ci"][0], d["ci"][1] - d["delta"]] for d in rows]).T
+            rows = sorted((d for d in deltas.deltas if d.budget == budget and d.size == size),
+                          key=lambda d: (d.sparsity, d.E or 0))
+            x = [d.sparsity for d in rows]
+            y = np.array([d.delta for d in rows])
+            errors = np.array([[d.delta - d.ci[0], d.ci[1] - d.delta] for d in rows]).T
             ax.errorbar(x, y, yerr=errors.reshape(2, -1), marker="o", capsize=3,
                         color=colours[size], label=size)
         ax.axhline(0.0, color="grey", lw=0.8)

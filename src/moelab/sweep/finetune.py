@@ -47,15 +47,27 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from moelab.errors import MoelabError
 from moelab.stats.intervals import mean_interval, t_interval, t_p_value
 from moelab.stats.multiple import holm
 from moelab.stats.power import min_detectable_gap
 from moelab.stats.regression import clustered_least_squares
+from moelab.sweep.results_csv import ResultRow, ResultsTable
 
 METRICS = ("finetune_val_loss", "finetune_gain")
+"""ResultRow fields, and the names finetune.json gives them."""
 PRETRAINING_LOSS = "final_val_loss"
 """The pretraining loss a finetune is read against: the final weights' (those fine-tuned)."""
 CLUSTER_UNIT = "size and seed (the dense family every pair of the size shares, and the sparse ones)"
+
+
+def _metric(row: ResultRow, metric: str) -> float:
+    """A run's value of PRETRAINING_LOSS or a metric in METRICS (a complete finetune has both)."""
+    value = getattr(row, metric)
+    if value is None:  # a hand-edited results.csv: moelab writes both with the finetune
+        raise MoelabError(f"results.csv: the run {row.run} has no {metric}: rerun moelab report "
+                          "to rebuild the file from the run folders")
+    return value
 
 
 @dataclass(frozen=True)
@@ -83,16 +95,16 @@ def minimum_detectable(se: float, df: int) -> float | None:
     return None if math.isnan(detectable) else detectable
 
 
-def finetune_analysis(rows: list[dict[str, str]], header: list[str]) -> dict | None:
+def finetune_analysis(results: ResultsTable) -> dict | None:
     """Both metrics per cell and at equal pretraining loss, Holm over every test (module
     docstring); None without fine-tuned runs."""
-    tuned = [row for row in rows if row.get("finetune_val_loss")]
-    if not tuned or any(column not in header for column in METRICS):
+    tuned = [row for row in results.rows if row.finetune_val_loss is not None]
+    if not tuned or not all(results.has_column(column) for column in METRICS):
         return None
     pairs = paired_with_dense(tuned)
     metrics = {}
     for metric in METRICS:
-        values = np.array([float(row[metric]) for row in tuned])
+        values = np.array([_metric(row, metric) for row in tuned])
         metrics[metric] = {"range": [float(values.min()), float(values.max())],
                            "equal_loss": clustered_equal_loss_fit(pairs, metric)}
     cells = _cells(pairs)
@@ -100,25 +112,25 @@ def finetune_analysis(rows: list[dict[str, str]], header: list[str]) -> dict | N
     for result in metrics.values():
         fit = result["equal_loss"]
         result["separates"] = bool(fit is not None and _excludes_zero(fit["sparsity"]["ci"]))
-    flops = all(row.get("C_budget") for row in tuned)
+    flops = all(row.C_budget is not None for row in tuned)
     return {"runs": len(tuned), "pretraining_loss": PRETRAINING_LOSS, "pairs": len(pairs),
             "clusters": len({pair.cluster for pair in pairs}), "cluster_unit": CLUSTER_UNIT,
             "tests": tests, "basis": "flops" if flops else "tokens", "metrics": metrics,
             "cells": cells}
 
 
-def paired_with_dense(rows: list[dict[str, str]]) -> list[Pair]:
+def paired_with_dense(rows: list[ResultRow]) -> list[Pair]:
     """Every sparse run with its (size, budget) cell's dense run of the same seed (a sparse run
     whose cell has no dense run of its seed is left out)."""
-    dense = {(row["size"], row["budget"], row["seed"]): row for row in rows if float(row["S"]) == 0}
+    dense = {(row.size, row.budget, row.seed): row for row in rows if row.S == 0}
     pairs = []
     for row in rows:
-        partner = dense.get((row["size"], row["budget"], row["seed"]))
-        if float(row["S"]) == 0 or partner is None:
+        partner = dense.get((row.size, row.budget, row.seed))
+        if row.S == 0 or partner is None:
             continue
-        pairs.append(Pair(row["size"], row["budget"], float(row["S"]), row["seed"],
-                          float(row[PRETRAINING_LOSS]) - float(partner[PRETRAINING_LOSS]),
-                          {m: float(row[m]) - float(partner[m]) for m in METRICS}))
+        pairs.append(Pair(row.size, row.budget, row.S, row.seed,
+                          _metric(row, PRETRAINING_LOSS) - _metric(partner, PRETRAINING_LOSS),
+                          {m: _metric(row, m) - _metric(partner, m) for m in METRICS}))
     return pairs
 
 

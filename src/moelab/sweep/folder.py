@@ -19,9 +19,10 @@ from moelab.scaling.summary import LawFit
 from moelab.scaling.table import RESULTS_CSV_COLUMNS, read_csv_rows
 from moelab.sweep.grid import with_seeds_key
 from moelab.sweep.records import (
-    AnalysisStatus, FormsRecord, GridRecord, IsoflopRecord, OptimaRecord, SweepAnalysis, SweepFit,
-    ThroughputRecord,
+    AnalysisStatus, FixedSizeRecord, FormsRecord, FormTestsRecord, GridRecord, IsoflopRecord,
+    OptimaRecord, SweepAnalysis, SweepFit, TaskAccuracy, ThroughputRecord,
 )
+from moelab.sweep.results_csv import ResultsTable, parse_results
 
 SWEEP_FIT_COLUMNS = RESULTS_CSV_COLUMNS
 """How results.csv's columns map to the law's: N is the total parameter count."""
@@ -79,23 +80,19 @@ def read_grid(out_dir: Path) -> GridRecord:
     return GridRecord.from_dict(read_grid_record(out_dir))
 
 
-def read_results(out_dir: Path) -> tuple[list[str], list[dict[str, str]]] | None:
-    """(header, rows) of results.csv; None when there are no results yet (no file, or a header
-    alone: every run failed or none finished). A malformed file is an error naming it."""
+def read_results(out_dir: Path) -> ResultsTable | None:
+    """results.csv, parsed into typed rows; None when there are no results yet (no file, or a
+    header alone: every run failed or none finished). A malformed file is an error naming it."""
     path = Path(out_dir) / "results.csv"
     if not path.exists():
         return None
     try:
-        return read_csv_rows(path)
+        header, cells = read_csv_rows(path)
     except MoelabError as exc:
         if "has no data rows" in str(exc):
             return None
         raise
-
-
-def row_seed(row: dict[str, str]) -> str:
-    """A results.csv row's seed: its seed column, or its run folder's name in older files."""
-    return row.get("seed") or row["run"].rsplit("/seed", 1)[-1]
+    return parse_results(path, header, cells)
 
 
 ANALYSIS_FILES = ("analysis.json", "forms.json", "fit.json", "fit_holdout.json", "isoflop.json",
@@ -113,10 +110,10 @@ def write_analysis(out_dir: Path, analysis: SweepAnalysis) -> None:
         "isoflop.json": analysis.isoflop and to_json(analysis.isoflop),
         "throughput.json": analysis.throughput and to_json(analysis.throughput),
         "optima.json": analysis.optima and to_json(analysis.optima),
-        "form_tests.json": analysis.form_tests,
-        "zero_shot.json": analysis.zero_shot,
+        "form_tests.json": analysis.form_tests and to_json(analysis.form_tests),
+        "zero_shot.json": analysis.zero_shot and to_json(analysis.zero_shot),
         "finetune.json": analysis.finetune,
-        "fixed_size.json": analysis.fixed_size,
+        "fixed_size.json": analysis.fixed_size and to_json(analysis.fixed_size),
     }
     for name, record in records.items():
         path = Path(out_dir) / name
@@ -156,7 +153,8 @@ def with_derived_files(out_dir: Path, analysis: SweepAnalysis) -> SweepAnalysis:
         throughput=optional("throughput.json", ThroughputRecord),
         optima=optional("optima.json", OptimaRecord),
         isoflop=optional("isoflop.json", IsoflopRecord),
-        form_tests=optional("form_tests.json", dict),
-        zero_shot=optional("zero_shot.json", dict),
+        form_tests=optional("form_tests.json", FormTestsRecord),
+        zero_shot=optional("zero_shot.json",
+                           lambda data: from_json(dict[str, TaskAccuracy], data)),
         finetune=optional("finetune.json", dict),
-        fixed_size=optional("fixed_size.json", dict))
+        fixed_size=optional("fixed_size.json", lambda data: from_json(FixedSizeRecord, data)))

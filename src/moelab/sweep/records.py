@@ -14,6 +14,8 @@ from dataclasses import dataclass, field, fields
 from typing import Optional
 
 from moelab.codec import to_json
+from moelab.scaling.fixed_size import FixedSizeAnalysis
+from moelab.scaling.form_tests import FormChoice, FormSS, LackOfFit, PureError
 from moelab.scaling.forms import FormCheck, FormCriteria, FormOutcome
 from moelab.scaling.isoflop import IsoflopAnalysis
 from moelab.scaling.isoflop_sparsity import SparsityOptima
@@ -169,6 +171,145 @@ class OptimaRecord:
 
 
 @dataclass
+class FormTestCheck:
+    """One form against the pure error: its fit's residuals and held-out errors, or why it was
+    skipped (too few points for it)."""
+
+    law: str
+    num_params: int
+    skipped: Optional[str] = field(default=None, metadata=OMIT_NONE)
+    ss: Optional[float] = field(default=None, metadata=OMIT_NONE)
+    """Residual sum of squares of log loss; None when skipped."""
+    holdout_mae: Optional[dict[str, Optional[float]]] = field(default=None, metadata=OMIT_NONE)
+    """Mean absolute error on each held-out set (``HOLDOUTS``); None where the holdout leaves
+    too few points."""
+    lack_of_fit: Optional[LackOfFit] = field(default=None, metadata={"omit_with": "ss"})
+
+    def fitted(self) -> FormSS | None:
+        return None if self.ss is None else FormSS(self.law, self.num_params, self.ss)
+
+
+@dataclass
+class CountChecks:
+    """The forms with N counted one way (total or non-embedding), and the F tests' choice."""
+
+    forms: list[FormTestCheck]
+    selection: Optional[FormChoice]
+    """None when no form could be fitted."""
+
+
+@dataclass(kw_only=True)
+class SparsityDelta:
+    """Loss at S minus dense at one size and token budget, over the seeds."""
+
+    size: str
+    budget: str
+    D: float
+    sparsity: float
+    E: Optional[int] = field(default=None, metadata=OMIT_NONE)
+    """None in files older than grids of several E."""
+    delta: float
+    ci: list[float]
+    seeds: list[int]
+    """The runs behind each mean: [at S, dense]."""
+
+
+@dataclass
+class ExpertPair:
+    """At one size, budget and S, the runs of two E compared seed by seed (more E minus fewer)."""
+
+    size: str
+    budget: str
+    sparsity: float
+    E: list[int]
+    seeds: int
+    difference: float
+    ci: list[float]
+
+
+@dataclass
+class SparsityDeltas:
+    seed_std: float
+    """The pooled std of a point's seeds."""
+    df: int
+    deltas: list[SparsityDelta]
+    expert_pairs: Optional[list[ExpertPair]] = field(default=None, metadata=OMIT_NONE)
+    """None in files older than grids of several E."""
+
+
+@dataclass
+class FormTestsRecord:
+    """form_tests.json: the forms against the seeds' noise (sweeps with replicated points) and
+    the loss at S minus dense at fixed N and D (token-budget sweeps), either or both."""
+
+    pure_error: Optional[PureError] = field(default=None, metadata=OMIT_NONE)
+    holdouts: Optional[list[str]] = field(default=None, metadata=OMIT_NONE)
+    by_count: Optional[dict[str, CountChecks]] = field(default=None, metadata=OMIT_NONE)
+    """By how N is counted: "total" and, where results.csv has it, "non_embedding"."""
+    sparsity_deltas: Optional[SparsityDeltas] = field(default=None, metadata=OMIT_NONE)
+
+
+@dataclass
+class Coefficient:
+    """A least-squares coefficient with its 95 % t interval."""
+
+    value: float
+    ci: list[float]
+    se: Optional[float] = field(default=None, metadata=OMIT_NONE)
+    """None in files older than the standard errors."""
+    df: Optional[int] = field(default=None, metadata=OMIT_NONE)
+
+
+@dataclass
+class EqualLossFit:
+    """accuracy = mean + loss (loss - mean loss) + sparsity S over every run."""
+
+    mean: Coefficient
+    loss: Coefficient
+    sparsity: Coefficient
+
+
+@dataclass
+class EqualFlopsAccuracy:
+    """At one FLOPs budget and S: the accuracy of the size with the lowest mean loss."""
+
+    flops: float
+    sparsity: float
+    size: str
+    seeds: int
+    accuracy: float
+    """The mean over the size's seeds."""
+    ci: Optional[list[float]]
+    """95 % t interval over the seeds; None with one seed."""
+    minus_dense: Optional[float] = field(default=None, metadata=OMIT_NONE)
+    """Accuracy minus the budget's dense accuracy (sparse rows of a budget with a dense one)."""
+
+
+@dataclass
+class TaskAccuracy:
+    """One zero-shot task against sparsity (``moelab.sweep.zero_shot``)."""
+
+    items: int
+    runs: int
+    accuracy_range: list[float]
+    median_wilson_half_width: float
+    equal_loss: Optional[EqualLossFit]
+    """None with fewer than 4 runs or one sparsity."""
+    equal_flops: Optional[list[EqualFlopsAccuracy]]
+    """None for a token-budget sweep."""
+    separates: bool
+    """Whether accuracy follows the loss or S beyond the items' binomial noise."""
+
+
+@dataclass
+class FixedSizeRecord(FixedSizeAnalysis):
+    """fixed_size.json: the analysis of ``moelab.scaling.fixed_size`` and the grid's mode."""
+
+    mode: str = "fixed_total"
+    """The grid's ``mode``: fixed_total (N fixed across S) or fixed_expert (N_active fixed)."""
+
+
+@dataclass
 class SweepAnalysis:
     """Everything the analysis of a sweep folder found: analysis.json's settings and status,
     and the records of the files beside it (None where the results support none)."""
@@ -190,17 +331,17 @@ class SweepAnalysis:
     isoflop: Optional[IsoflopRecord] = None
     throughput: Optional[ThroughputRecord] = None
     optima: Optional[OptimaRecord] = None
-    form_tests: Optional[dict] = None
+    form_tests: Optional[FormTestsRecord] = None
     """form_tests.json: the forms against the pure error of the seeds, N total and
     non-embedding, held out at the largest S and D, and the loss at S minus dense at fixed N
     and D (``moelab.sweep.law_checks``)."""
-    zero_shot: Optional[dict] = None
+    zero_shot: Optional[dict[str, TaskAccuracy]] = None
     """zero_shot.json: accuracy against S at equal loss and at equal FLOPs, per task
     (``moelab.sweep.zero_shot``); None when no run scored tasks."""
     finetune: Optional[dict] = None
     """finetune.json: the fine-tuned loss and the gain against S at equal pretraining loss and
     per budget (``moelab.sweep.finetune``); None when no run was fine-tuned."""
-    fixed_size: Optional[dict] = None
+    fixed_size: Optional[FixedSizeRecord] = None
     """fixed_size.json: S* per (size, budget) cell read off the runs and the trend tests of S*
     along N and C (``moelab.scaling.fixed_size``); None when no cell has two sparsities."""
 

@@ -34,6 +34,7 @@ from moelab.sweep.folder import (
 )
 from moelab.scaling.summary import LawFit
 from moelab.sweep.records import FormsRecord, GridRecord, IsoflopRecord, OptimaRecord, SweepAnalysis
+from moelab.sweep.results_csv import ResultRow
 from moelab.sweep.report_sections import (
     constant_s_star_text, finetune_analysis_text, form_tests_section, isoflop_optima_text,
     poorly_supported_text, zero_shot_analysis_text,
@@ -66,16 +67,17 @@ def render_sweep_report(out_dir: Path) -> Path:
     if lr_text:  # only a sweep run with --lr-grid
         sections.append(lr_text)
     results = read_results(out_dir)
-    sections.append(partial_results_text(out_dir, results[1] if results else []))
+    sections.append(partial_results_text(out_dir, results.rows if results else []))
     if results is None:
         sections.append("No results to analyse yet (results.csv has no complete runs).\n")
         return atomic_write_text(out_dir / "report.md", "\n".join(sections))
-    header, rows = results
+    rows = results.rows
     sections.append(budget_family_text(out_dir, rows))
-    columns = fit_table_from_rows(out_dir / "results.csv", header, rows, True, analysis.columns)
+    columns = fit_table_from_rows(out_dir / "results.csv", results.header, results.cells, True,
+                                  analysis.columns)
     analysis = with_derived_files(out_dir, analysis)
     sections.append(runs_table(rows))
-    sections.append(zero_shot_section(out_dir, header, rows))
+    sections.append(zero_shot_section(out_dir, results))
     if analysis.zero_shot:
         sections.append(zero_shot_analysis_text(analysis.zero_shot))
     if analysis.finetune:
@@ -113,19 +115,19 @@ class Completeness:
         return " and ".join(counts)
 
 
-def completeness(out_dir: Path, rows: list[dict[str, str]] | None = None) -> Completeness:
+def completeness(out_dir: Path, rows: list[ResultRow] | None = None) -> Completeness:
     """plan.json's runs and finetunes against the rows of results.csv (read when not given)
     that hold them; a folder without plan.json counts as complete."""
     if rows is None:
         results = read_results(out_dir)
-        rows = results[1] if results else []
+        rows = results.rows if results else []
     plan = read_optional_json(Path(out_dir) / "plan.json") or {}
     return Completeness(len(rows), len(plan.get("runs", [])),
-                        sum(1 for row in rows if row.get("finetune_val_loss")),
+                        sum(1 for row in rows if row.finetune_val_loss is not None),
                         len(plan.get("finetunes", [])))
 
 
-def partial_results_text(out_dir: Path, rows: list[dict[str, str]]) -> str:
+def partial_results_text(out_dir: Path, rows: list[ResultRow]) -> str:
     """A section saying the report is partial, with the counts, when results.csv holds fewer
     runs or finetunes than plan.json planned (failed, or not trained); "" when complete."""
     counts = completeness(out_dir, rows)
@@ -263,13 +265,13 @@ def _holdout_section(holdout_fit: LawFit) -> str:
 # --------------------------------------------------------------------------------------------
 
 
-def _isoflop_section(out_dir: Path, rows: list[dict[str, str]], columns: dict,
+def _isoflop_section(out_dir: Path, rows: list[ResultRow], columns: dict,
                      isoflop: IsoflopRecord, sweep: SweepAnalysis) -> str:
     shared = sweep.shared_fraction
-    budgets = np.array([float(row["C_budget"]) for row in rows])
+    budgets = np.array([row.C_budget for row in rows], dtype=np.float64)
     points = IsoflopPoints(params=columns["N"], flops=budgets, loss=columns["loss"],
                            sparsity=columns["S"])
-    deviation = np.array([isoflop.compute_deviation.per_run[row["run"]] for row in rows])
+    deviation = np.array([isoflop.compute_deviation.per_run[row.run] for row in rows])
     analysis, surface = isoflop.all_points, isoflop.surface
     # The lines need N_active(N, S); with only dense runs it is N whatever the shared fraction.
     figure = isoflop_figure(out_dir / "figures" / "isoflop.png", points, sweep.fit,
@@ -293,7 +295,7 @@ def _isoflop_section(out_dir: Path, rows: list[dict[str, str]], columns: dict,
                  "dashed: the budget's IsoFLOP fit above, star: its N* (hollow: at the edge of "
                  "the data). " + tokens_per_param_caption(rows))
     if isoflop.sparsity_optima is not None:
-        seeds = len({row["seed"] for row in rows})
+        seeds = len({row.seed for row in rows})
         text += isoflop_optima_text(out_dir, isoflop.sparsity_optima, seeds)
     return text
 
@@ -432,10 +434,10 @@ def _throughput_section(analysis: SweepAnalysis) -> str:
 
 
 def _optima_section(out_dir: Path, analysis: SweepAnalysis,
-                    run_rows: list[dict[str, str]]) -> str:
+                    run_rows: list[ResultRow]) -> str:
     """The optima curves and the three optima, beside the runs (results.csv's rows)."""
     status, fit, optima = analysis.status.optima, analysis.fit, analysis.optima
-    first_sparsity = float(run_rows[0]["S"])  # the only one when every run has the same
+    first_sparsity = run_rows[0].S  # the only one when every run has the same
     head = "## Optimal sparsity\n\n"
     if status == "no_law":
         return head + ("Not computed: the optima (under parameters, FLOPs and wall-clock seconds) "

@@ -9,11 +9,14 @@ from pathlib import Path
 from typing import Sequence
 
 from moelab.report import format_count, markdown_table
-from moelab.scaling.form_tests import CONSTANT_S_STAR
+from moelab.scaling.form_tests import CONSTANT_S_STAR, FormChoice
 from moelab.scaling.isoflop import BudgetOptimum
 from moelab.scaling.isoflop_sparsity import IsoflopCell, SparsityOptima, SparsityOptimum
 from moelab.sweep.figures import isoflop_optima_figure, sparsity_delta_figure
-from moelab.sweep.records import FormsRecord
+from moelab.sweep.records import (
+    Coefficient, CountChecks, ExpertPair, FormsRecord, FormTestsRecord, SparsityDeltas,
+    TaskAccuracy,
+)
 
 COUNT_NAMES = {"total": "total parameters", "non_embedding": "non-embedding parameters"}
 
@@ -28,12 +31,12 @@ def constant_s_star_text(law_name: str) -> str:
             "IsoFLOP minima (no law) can answer it.\n\n")
 
 
-def form_tests_section(out_dir: Path, record: dict, forms: FormsRecord | None) -> str:
+def form_tests_section(out_dir: Path, record: FormTestsRecord, forms: FormsRecord | None) -> str:
     parts = []
-    if "by_count" in record:
+    if record.by_count is not None:
         parts.append(_f_tests_text(record, forms))
-    if record.get("sparsity_deltas"):
-        parts.append(_deltas_text(out_dir, record["sparsity_deltas"]))
+    if record.sparsity_deltas is not None:
+        parts.append(_deltas_text(out_dir, record.sparsity_deltas))
     return "\n".join(part.rstrip("\n") + "\n" for part in parts)
 
 
@@ -48,66 +51,70 @@ def _p(value) -> str:
     return "–" if value is None else (f"{value:.2g}" if value >= 1e-4 else "< 1e-4")
 
 
-def _f_tests_text(record: dict, forms: FormsRecord | None) -> str:
-    pure = record["pure_error"]
+def _f_tests_text(record: FormTestsRecord, forms: FormsRecord | None) -> str:
+    pure, holdouts = record.pure_error, record.holdouts or []
+    assert pure is not None and pure.variance is not None and record.by_count is not None
     text = ("## Law forms against the seeds' noise\n\n"
-            f"The {pure['n_points']} runs sit at {pure['groups']} distinct (N, D, S) points; the "
+            f"The {pure.n_points} runs sit at {pure.groups} distinct (N, D, S) points; the "
             "spread of a point's seeds is noise no law can fit (the pure error: sum of squares "
-            f"{pure['ss']:.3g} of log loss on {pure['df']} degrees of freedom, a seed std of "
-            f"{pure['variance'] ** 0.5:.4f} in log loss). Each form is tested against it: "
+            f"{pure.ss:.3g} of log loss on {pure.df} degrees of freedom, a seed std of "
+            f"{pure.variance ** 0.5:.4f} in log loss). Each form is tested against it: "
             "lack of fit F = ((SS - SS_pe) / (g - p)) / s^2, and each larger form against the "
             "smaller one it nests, F = ((SS_small - SS_large) / extra parameters) / s^2 "
             "(`form_tests.json`; the fits minimise a Huber loss, so the tests are "
             "approximate). Held out: the largest S and, separately, the largest D (an "
             "extrapolation in data, where the budgets' spacing fixes the D exponent).\n\n")
-    for count, result in record["by_count"].items():
-        rows = []
-        for form in result["forms"]:
-            if "skipped" in form:
-                rows.append([f"`{form['law']}`", str(form["num_params"]), "–", "skipped", "–", "–"])
-                continue
-            lack = form.get("lack_of_fit")
-            lack_text = (f"{lack['F']:.2f} ({lack['df'][0]}, {lack['df'][1]}), p {_p(lack['p'])}"
-                         if lack else "–")
-            maes = [_mae(form["holdout_mae"].get(h)) for h in record["holdouts"]]
-            rows.append([f"`{form['law']}`", str(form["num_params"]), f"{form['ss']:.4g}",
-                         lack_text, *maes])
+    for count, result in record.by_count.items():
         text += (f"N counted as {COUNT_NAMES[count]}:\n\n"
                  + markdown_table(["form", "parameters", "SS (log loss)", "lack of fit F (df), p",
-                                   *(f"held-out MAE, {h}" for h in record["holdouts"])],
-                                  rows, "lrrrrr") + "\n")
-        misfit = [f for f in result["forms"] if f.get("lack_of_fit")
-                  and f["lack_of_fit"]["p"] < 0.05]
-        if misfit and len(misfit) == len([f for f in result["forms"] if "ss" in f]):
+                                   *(f"held-out MAE, {h}" for h in holdouts)],
+                                  _form_rows(result, holdouts), "lrrrrr") + "\n")
+        misfit = [f for f in result.forms if f.lack_of_fit and f.lack_of_fit.p < 0.05]
+        if misfit and len(misfit) == len([f for f in result.forms if f.ss is not None]):
             text += ("Every form misses the points' seed means by more than the seeds' noise "
                      "(lack of fit p < 0.05 for all): no form describes these runs to within "
                      "their noise, and against the pure error a nested F test takes any term "
                      "that absorbs some of the misfit, so read it beside the likelihood-ratio "
                      "test.\n\n")
-        text += _selection_text(result["selection"], count)
+        text += _selection_text(result.selection, count)
     if forms is not None and forms.chosen:
         text += (f"The identification and held-out checks above (N total) chose "
                  f"`{forms.chosen}`; `fit.json` and the optima use that form.\n")
     return text
 
 
-def _selection_text(selection: dict | None, count: str) -> str:
+def _form_rows(result: CountChecks, holdouts: list[str]) -> list[list[str]]:
+    """A table row per form: its SS, lack of fit and held-out errors, or that it was skipped."""
+    rows = []
+    for form in result.forms:
+        if form.ss is None:
+            rows.append([f"`{form.law}`", str(form.num_params), "–", "skipped", "–", "–"])
+            continue
+        lack = form.lack_of_fit
+        lack_text = (f"{lack.F:.2f} ({lack.df[0]}, {lack.df[1]}), p {_p(lack.p)}"
+                     if lack else "–")
+        maes = [_mae((form.holdout_mae or {}).get(h)) for h in holdouts]
+        rows.append([f"`{form.law}`", str(form.num_params), f"{form.ss:.4g}", lack_text, *maes])
+    return rows
+
+
+def _selection_text(selection: FormChoice | None, count: str) -> str:
     if selection is None:
         return "No form could be fitted.\n\n"
-    tests = [[f"`{t['small']}` → `{t['large']}`", f"{t['F']:.2f} ({t['df'][0]}, {t['df'][1]})",
-              _p(t["p"]), _p(t["p_likelihood_ratio"])] for t in selection["tests"]]
+    tests = [[f"`{t.small}` → `{t.large}`", f"{t.F:.2f} ({t.df[0]}, {t.df[1]})",
+              _p(t.p), _p(t.p_likelihood_ratio)] for t in selection.tests]
     text = (markdown_table(["nested test", "F (df)", "p", "likelihood-ratio p"], tests, "lrrr")
-            + f"\nBy F tests at {selection['alpha']:g} (N {COUNT_NAMES[count]}): "
-            f"{_path_text(selection['path'])}, so **`{selection['chosen']}`** (from the "
+            + f"\nBy F tests at {selection.alpha:g} (N {COUNT_NAMES[count]}): "
+            f"{_path_text(selection.path)}, so **`{selection.chosen}`** (from the "
             "smallest form, a larger one is taken only while it fits significantly better "
             "than the noise allows).")
-    if selection.get("constant_s_star"):
+    if selection.constant_s_star:
         text += (f" That form cannot answer how S* moves with compute: "
-                 f"{selection['constant_s_star']}.")
-    if "path_likelihood_ratio" in selection:  # older form_tests.json lack it
+                 f"{selection.constant_s_star}.")
+    if selection.path_likelihood_ratio is not None:  # older form_tests.json lack it
         text += (f" By likelihood-ratio tests (variance from the larger form's residuals): "
-                 f"{_path_text(selection['path_likelihood_ratio'])}, so "
-                 f"`{selection['chosen_likelihood_ratio']}`.")
+                 f"{_path_text(selection.path_likelihood_ratio)}, so "
+                 f"`{selection.chosen_likelihood_ratio}`.")
     return text + "\n\n"
 
 
@@ -117,36 +124,36 @@ def _path_text(path: list[str]) -> str:
     return " → ".join(f"`{name}`" for name in path)
 
 
-def _deltas_text(out_dir: Path, deltas: dict) -> str:
-    columns = sorted({(d["sparsity"], d.get("E")) for d in deltas["deltas"]})
+def _deltas_text(out_dir: Path, deltas: SparsityDeltas) -> str:
+    columns = sorted({(d.sparsity, d.E) for d in deltas.deltas})
     several_e = len({s for s, _ in columns}) < len(columns)
-    cells: dict[tuple, dict] = {(d["size"], d["budget"]): {} for d in deltas["deltas"]}
-    for d in deltas["deltas"]:
-        cells[(d["size"], d["budget"])][(d["sparsity"], d.get("E"))] = (
-            f"{d['delta']:+.3f} [{d['ci'][0]:+.3f}, {d['ci'][1]:+.3f}]")
+    cells: dict[tuple, dict] = {(d.size, d.budget): {} for d in deltas.deltas}
+    for d in deltas.deltas:
+        cells[(d.size, d.budget)][(d.sparsity, d.E)] = (
+            f"{d.delta:+.3f} [{d.ci[0]:+.3f}, {d.ci[1]:+.3f}]")
     rows = [[size, budget, *(by_s.get(c, "–") for c in columns)]
             for (size, budget), by_s in cells.items()]
     names = [f"S = {s:g}" + (f", E = {e}" if several_e else "") for s, e in columns]
     figure = sparsity_delta_figure(out_dir / "figures" / "sparsity_deltas.png", deltas)
-    significant = sum(1 for d in deltas["deltas"] if d["ci"][0] > 0 or d["ci"][1] < 0)
+    significant = sum(1 for d in deltas.deltas if d.ci[0] > 0 or d.ci[1] < 0)
     return ("## Sparsity at fixed N and D (no law)\n\n"
             "The mean loss of a point's seeds at S minus the dense model's of the same size and "
             "token budget, with 95 % t intervals on the pooled seed std "
-            f"({deltas['seed_std']:.4f} nats, {deltas['df']} degrees of freedom; "
+            f"({deltas.seed_std:.4f} nats, {deltas.df} degrees of freedom; "
             "`form_tests.json`, sparsity_deltas). Positive: the sparse model of the same total "
             f"size, trained on the same tokens, is worse. {significant} of "
-            f"{len(deltas['deltas'])} differences exclude 0.\n\n"
+            f"{len(deltas.deltas)} differences exclude 0.\n\n"
             + markdown_table(["size", "budget", *names], rows, "ll" + "r" * len(names))
             + (f"\n![Loss at S minus dense](figures/{figure.name})\n\n" if figure else "\n")
-            + _expert_pairs_text(deltas.get("expert_pairs") or []))
+            + _expert_pairs_text(deltas.expert_pairs or []))
 
 
-def _expert_pairs_text(pairs: list[dict]) -> str:
+def _expert_pairs_text(pairs: list[ExpertPair]) -> str:
     """Top-k against E at one sparsity, paired by seed."""
     if not pairs:
         return ""
-    rows = [[p["size"], p["budget"], f"{p['sparsity']:g}", f"E = {p['E'][1]} minus E = {p['E'][0]}",
-             str(p["seeds"]), f"{p['difference']:+.4f} [{p['ci'][0]:+.4f}, {p['ci'][1]:+.4f}]"]
+    rows = [[p.size, p.budget, f"{p.sparsity:g}", f"E = {p.E[1]} minus E = {p.E[0]}",
+             str(p.seeds), f"{p.difference:+.4f} [{p.ci[0]:+.4f}, {p.ci[1]:+.4f}]"]
             for p in pairs]
     return ("\n### Top-k against E at one sparsity\n\nThe loss of the run with more experts (and "
             "so a larger k) minus the one with fewer, seed by seed (the same seed shares the "
@@ -287,7 +294,7 @@ def _trend_sentence(optima: SparsityOptima) -> str:
 
 
 
-def zero_shot_analysis_text(analysis: dict) -> str:
+def zero_shot_analysis_text(analysis: dict[str, TaskAccuracy]) -> str:
     """Accuracy against S at equal loss and at equal FLOPs, per task, and whether the tasks
     separate anything at all."""
     text = ("### Accuracy against sparsity\n\n"
@@ -297,33 +304,29 @@ def zero_shot_analysis_text(analysis: dict) -> str:
             "seeds (at equal FLOPs); 95 % intervals (`zero_shot.json`).\n\n")
     rows = []
     for task, result in analysis.items():
-        fit = result["equal_loss"]
+        fit = result.equal_loss
 
-        def coefficient(name):
-            if fit is None:
-                return "–"
-            c = fit[name]
-            return f"{c['value']:+.3f} [{c['ci'][0]:+.3f}, {c['ci'][1]:+.3f}]"
+        def coefficient(c: Coefficient | None) -> str:
+            return "–" if c is None else f"{c.value:+.3f} [{c.ci[0]:+.3f}, {c.ci[1]:+.3f}]"
 
-        rows.append([task, str(result["runs"]), str(result["items"]),
-                     f"{result['accuracy_range'][0]:.3f}-{result['accuracy_range'][1]:.3f}",
-                     f"±{result['median_wilson_half_width']:.3f}", coefficient("loss"),
-                     coefficient("sparsity"), "yes" if result["separates"] else "**no**"])
+        rows.append([task, str(result.runs), str(result.items),
+                     f"{result.accuracy_range[0]:.3f}-{result.accuracy_range[1]:.3f}",
+                     f"±{result.median_wilson_half_width:.3f}", coefficient(fit and fit.loss),
+                     coefficient(fit and fit.sparsity), "yes" if result.separates else "**no**"])
     text += markdown_table(["task", "runs", "items", "accuracy range", "Wilson half-width",
                             "b (per nat of loss)", "c (per unit S)", "separates"], rows,
                            "lrrrrrrl")
-    silent = [task for task, result in analysis.items() if not result["separates"]]
+    silent = [task for task, result in analysis.items() if not result.separates]
     if silent:
         text += (f"\n**{', '.join(silent)} cannot separate anything at this scale**: accuracy "
                  "follows neither the loss nor the sparsity beyond the items' binomial noise, "
                  "so these runs say nothing about sparsity downstream.\n")
     for task, result in analysis.items():
-        if result["equal_flops"]:
-            table = [[f"{r['flops']:.3g}", f"{r['sparsity']:g}", r["size"], str(r["seeds"]),
-                      f"{r['accuracy']:.3f}" + (f" [{r['ci'][0]:.3f}, {r['ci'][1]:.3f}]"
-                                                 if r["ci"] else ""),
-                      f"{r['minus_dense']:+.3f}" if "minus_dense" in r else ""]
-                     for r in result["equal_flops"]]
+        if result.equal_flops:
+            table = [[f"{r.flops:.3g}", f"{r.sparsity:g}", r.size, str(r.seeds),
+                      f"{r.accuracy:.3f}" + (f" [{r.ci[0]:.3f}, {r.ci[1]:.3f}]" if r.ci else ""),
+                      f"{r.minus_dense:+.3f}" if r.minus_dense is not None else ""]
+                     for r in result.equal_flops]
             text += (f"\n{task} at equal FLOPs:\n\n"
                      + markdown_table(["C", "S", "lowest-loss size", "seeds", "accuracy",
                                        "minus dense"], table, "rrlrrr"))

@@ -1,7 +1,8 @@
 """A sweep's results.csv: one row per complete run, rebuilt from the run folders alone (each
 row's numbers from that run's summary.json, config.yaml and tasks.json, with its actual compute
 C next to the nominal C_budget, and its finetune's finetune.json and summary.json when the
-grid fine-tunes); the analysis and the report read nothing else of the runs.
+grid fine-tunes); the analysis and the report read nothing else of the runs, and read the file
+back as typed rows (``moelab.sweep.results_csv``).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from moelab.config import Config
 from moelab.fileio import atomic_write_text
 from moelab.runs import is_complete
 from moelab.sweep.plan import SweepPoint, exact_text, finetune_run_name, run_specs
+from moelab.sweep.results_csv import task_column
 from moelab.tasks import TASK_NAMES, read_run_tasks
 from moelab.train.finetune import read_finetune_reference
 from moelab.train.run_folder import RunFolder
@@ -53,11 +55,6 @@ def _finetune_fields(finetune: RunFolder) -> dict:
     tuned = finetune.summary().require(("final_val_loss",), finetune.summary_path).final_val_loss
     return {"finetune_source_val_loss": reference.source_val_loss, "finetune_val_loss": tuned,
             "finetune_gain": reference.source_val_loss - tuned}
-
-
-def task_column(task: str) -> str:
-    """results.csv's column of a zero-shot task's accuracy (runs with ``train.eval_tasks``)."""
-    return f"zero_shot_{task}"
 
 
 def _task_fields(run_dir: Path) -> dict:
