@@ -86,8 +86,11 @@ class CellOptimum:
     flops: float
     """The median training compute of the cell's runs."""
     params: list[float]
-    """N of each sparsity (one value when N is fixed across S)."""
+    """The distinct N of the cell's runs, sorted (one value when N is fixed across S); not
+    aligned with ``sparsities``."""
     active: list[float]
+    """The distinct N_active of the cell's runs, sorted: ascending, so under fixed_total the
+    reverse of ``sparsities``' order."""
     sparsities: list[float]
     mean_loss: list[float]
     """Mean over seeds, per sparsity."""
