@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 import scipy.stats
 
+from moelab.codec import to_json
 from moelab.cli import main
 from moelab.errors import MoelabError
 from moelab.runs.launchers.commands import train_commands
@@ -176,8 +177,8 @@ def synthetic_rows(per_sparsity: float, seed: int = 0) -> list[dict]:
 
 def equal_loss_fit(rows: list[dict]) -> dict:
     """The finetune_val_loss fit at equal pretraining loss of ``rows`` as results.csv."""
-    return finetune_analysis(results_table(rows, HEADER))["metrics"]["finetune_val_loss"][
-        "equal_loss"]
+    return to_json(finetune_analysis(results_table(rows, HEADER)))["metrics"][
+        "finetune_val_loss"]["equal_loss"]
 
 
 def _pairs_by_hand(rows):
@@ -213,7 +214,7 @@ def test_the_equal_loss_slope_is_paired_within_cells_with_errors_clustered_by_si
     assert fit["sparsity"]["p"] == pytest.approx(2 * scipy.stats.t.sf(abs(beta[1] / se), 5))
     assert fit["loss"]["value"] == pytest.approx(beta[0], rel=1e-9)
     assert fit["sparsity"]["ci"][0] < -0.2 < fit["sparsity"]["ci"][1]
-    analysis = finetune_analysis(results_table(rows, HEADER))
+    analysis = to_json(finetune_analysis(results_table(rows, HEADER)))
     assert analysis["metrics"]["finetune_val_loss"]["separates"]
     assert (analysis["pairs"], analysis["clusters"]) == (36, 6)
 
@@ -229,9 +230,8 @@ def test_a_shared_size_offset_does_not_enter_the_paired_effect():
 
 
 def test_no_effect_is_said_in_words_with_the_minimum_detectable_difference():
-    analysis = finetune_analysis(results_table(synthetic_rows(per_sparsity=0.0, seed=3),
-                                               HEADER))
-    result = analysis["metrics"]["finetune_val_loss"]
+    record = finetune_analysis(results_table(synthetic_rows(per_sparsity=0.0, seed=3), HEADER))
+    result = to_json(record)["metrics"]["finetune_val_loss"]
     assert not result["separates"]
     se, df = result["equal_loss"]["sparsity"]["se"], result["equal_loss"]["sparsity"]["df"]
     mdd = result["equal_loss"]["sparsity"]["mdd"]
@@ -242,13 +242,13 @@ def test_no_effect_is_said_in_words_with_the_minimum_detectable_difference():
              + scipy.stats.nct.cdf(-critical, df, mdd / se))
     assert power == pytest.approx(0.8, abs=1e-6)
     assert mdd > (critical + scipy.stats.t.ppf(0.8, df)) * se
-    text = finetune_analysis_text(analysis)
+    text = finetune_analysis_text(record)
     assert "nothing separates the sparsities" in text and f"{mdd:.3f}" in text
 
 
 def test_cells_pair_each_sparse_run_with_its_own_cells_dense_run_and_holm_covers_every_test():
     rows = synthetic_rows(per_sparsity=-0.2)
-    analysis = finetune_analysis(results_table(rows, HEADER))
+    analysis = to_json(finetune_analysis(results_table(rows, HEADER)))
     assert analysis_basis(rows) == "flops"
     # 2 budgets x 2 sizes x 3 sparse S x 2 metrics + the 2 equal-loss slopes
     assert len(analysis["cells"]) == 12 and analysis["tests"] == 26
@@ -275,10 +275,27 @@ def test_cells_pair_each_sparse_run_with_its_own_cells_dense_run_and_holm_covers
 
 
 def analysis_basis(rows) -> str:
-    return finetune_analysis(results_table(rows, HEADER))["basis"]
+    return finetune_analysis(results_table(rows, HEADER)).basis
 
 
 def test_no_finetune_columns_no_analysis():
     rows = [{k: v for k, v in row.items() if not k.startswith("finetune")}
             for row in synthetic_rows(0.0)]
     assert finetune_analysis(results_table(rows, HEADER[:6])) is None
+
+
+def test_the_stored_finetune_json_reads_back_as_written_and_renders_its_report_section():
+    """The file an earlier moelab wrote as a hand-built dict reads into typed records, writes
+    back key for key, and renders the section its stored report.md holds."""
+    from pathlib import Path
+
+    from moelab.codec import from_json
+    from moelab.sweep.records import FinetuneRecord
+
+    folder = Path(__file__).resolve().parents[1] / "experiments" / "results" / "sweeps" / "cpu-finetune"
+    stored = json.loads((folder / "finetune.json").read_text())
+    record = from_json(FinetuneRecord, stored)
+    assert json.dumps(to_json(record), indent=2) == json.dumps(stored, indent=2)
+    assert finetune_analysis_text(record).strip() in (folder / "report.md").read_text()
+    older = from_json(FinetuneRecord, {"runs": 3, "metrics": {}})
+    assert "from an older analysis" in finetune_analysis_text(older)

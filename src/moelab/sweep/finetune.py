@@ -52,6 +52,10 @@ from moelab.stats.intervals import mean_interval, t_interval, t_p_value
 from moelab.stats.multiple import holm
 from moelab.stats.power import min_detectable_gap
 from moelab.stats.regression import clustered_least_squares
+from moelab.sweep.records import (
+    FinetuneCell, FinetuneCellMetric, FinetuneEqualLoss, FinetuneEstimate, FinetuneMetric,
+    FinetuneRecord,
+)
 from moelab.sweep.results_csv import ResultRow, ResultsTable
 
 METRICS = ("finetune_val_loss", "finetune_gain")
@@ -95,7 +99,7 @@ def minimum_detectable(se: float, df: int) -> float | None:
     return None if math.isnan(detectable) else detectable
 
 
-def finetune_analysis(results: ResultsTable) -> dict | None:
+def finetune_analysis(results: ResultsTable) -> FinetuneRecord | None:
     """Both metrics per cell and at equal pretraining loss, Holm over every test (module
     docstring); None without fine-tuned runs."""
     tuned = [row for row in results.rows if row.finetune_val_loss is not None]
@@ -105,18 +109,18 @@ def finetune_analysis(results: ResultsTable) -> dict | None:
     metrics = {}
     for metric in METRICS:
         values = np.array([_metric(row, metric) for row in tuned])
-        metrics[metric] = {"range": [float(values.min()), float(values.max())],
-                           "equal_loss": clustered_equal_loss_fit(pairs, metric)}
+        metrics[metric] = FinetuneMetric(range=[float(values.min()), float(values.max())],
+                                         equal_loss=clustered_equal_loss_fit(pairs, metric))
     cells = _cells(pairs)
     tests = _adjust_family(metrics, cells)
     for result in metrics.values():
-        fit = result["equal_loss"]
-        result["separates"] = bool(fit is not None and _excludes_zero(fit["sparsity"]["ci"]))
+        fit = result.equal_loss
+        result.separates = bool(fit is not None and _excludes_zero(fit.sparsity.ci))
     flops = all(row.C_budget is not None for row in tuned)
-    return {"runs": len(tuned), "pretraining_loss": PRETRAINING_LOSS, "pairs": len(pairs),
-            "clusters": len({pair.cluster for pair in pairs}), "cluster_unit": CLUSTER_UNIT,
-            "tests": tests, "basis": "flops" if flops else "tokens", "metrics": metrics,
-            "cells": cells}
+    return FinetuneRecord(runs=len(tuned), pretraining_loss=PRETRAINING_LOSS, pairs=len(pairs),
+                          clusters=len({pair.cluster for pair in pairs}),
+                          cluster_unit=CLUSTER_UNIT, tests=tests,
+                          basis="flops" if flops else "tokens", metrics=metrics, cells=cells)
 
 
 def paired_with_dense(rows: list[ResultRow]) -> list[Pair]:
@@ -134,7 +138,7 @@ def paired_with_dense(rows: list[ResultRow]) -> list[Pair]:
     return pairs
 
 
-def clustered_equal_loss_fit(pairs: list[Pair], metric: str) -> dict | None:
+def clustered_equal_loss_fit(pairs: list[Pair], metric: str) -> FinetuneEqualLoss | None:
     """dy = b dL + c S over the pairs, cluster-robust over (size, seed): b ("loss") and c
     ("sparsity") with se, df = G - 1, p, a 95 % t interval and the minimum detectable value;
     None with fewer than 3 clusters or no spread in S or dL."""
@@ -147,20 +151,18 @@ def clustered_equal_loss_fit(pairs: list[Pair], metric: str) -> dict | None:
         return None
     coefficients = clustered_least_squares(design, y, [pair.cluster for pair in pairs])
     df = coefficients.df
-    fit = {}
-    for name, value, se in zip(("loss", "sparsity"), coefficients.values,
-                               coefficients.standard_errors):
-        fit[name] = {"value": float(value), "se": float(se), "df": df,
-                     "ci": list(t_interval(value, se, df)), "p": t_p_value(value, se, df),
-                     "mdd": minimum_detectable(float(se), df)}
-    return fit
+    loss, sparsity = (
+        FinetuneEstimate(value=float(value), se=float(se), df=df, ci=list(t_interval(value, se, df)),
+                         p=t_p_value(value, se, df), mdd=minimum_detectable(float(se), df))
+        for value, se in zip(coefficients.values, coefficients.standard_errors))
+    return FinetuneEqualLoss(loss=loss, sparsity=sparsity)
 
 
 def _excludes_zero(ci: list[float] | None) -> bool:
     return ci is not None and (ci[0] > 0 or ci[1] < 0)
 
 
-def _cells(pairs: list[Pair]) -> list[dict]:
+def _cells(pairs: list[Pair]) -> list[FinetuneCell]:
     """Per (size, budget, S): the pairs' mean differences from dense, each with its interval,
     p and minimum detectable difference; the pretraining loss's difference beside them."""
     grouped: dict[tuple, list[Pair]] = {}
@@ -168,13 +170,12 @@ def _cells(pairs: list[Pair]) -> list[dict]:
         grouped.setdefault((pair.budget, pair.size, pair.sparsity), []).append(pair)
     cells = []
     for (budget, size, sparsity), members in sorted(grouped.items(), key=_cell_order):
-        entry = {"budget": budget, "size": size, "sparsity": sparsity, "pairs": len(members),
-                 "pretraining_minus_dense": _paired_mean(
-                     np.array([p.pretraining for p in members]))}
-        for metric in METRICS:
-            entry[metric] = {"minus_dense": _paired_mean(
-                np.array([p.metrics[metric] for p in members]))}
-        cells.append(entry)
+        by_metric = {metric: FinetuneCellMetric(_paired_mean(
+            np.array([p.metrics[metric] for p in members]))) for metric in METRICS}
+        cells.append(FinetuneCell(
+            budget=budget, size=size, sparsity=sparsity, pairs=len(members),
+            pretraining_minus_dense=_paired_mean(np.array([p.pretraining for p in members])),
+            **by_metric))
     return cells
 
 
@@ -187,27 +188,26 @@ def _cell_order(item) -> tuple:
     return (value, budget, size, sparsity)
 
 
-def _paired_mean(differences: np.ndarray) -> dict:
+def _paired_mean(differences: np.ndarray) -> FinetuneEstimate:
     """The mean difference with its 95 % t interval, two-sided p and minimum detectable
     difference (no interval or p with fewer than two pairs)."""
-    record = {"pairs": len(differences), "value": float(differences.mean()),
-              "ci": None, "p": None, "mdd": None}
+    record = FinetuneEstimate(pairs=len(differences), value=float(differences.mean()))
     if len(differences) >= 2:
         se = float(differences.std(ddof=1) / math.sqrt(len(differences)))
         df = len(differences) - 1
-        record["ci"] = list(mean_interval(differences))
-        record["mdd"] = minimum_detectable(se, df)
-        record["p"] = t_p_value(record["value"], se, df)
+        record.ci = list(mean_interval(differences))
+        record.mdd = minimum_detectable(se, df)
+        record.p = t_p_value(record.value, se, df)
     return record
 
 
-def _adjust_family(metrics: dict, cells: list[dict]) -> int:
-    """Holm over every fine-tuning test the report makes; each record gains ``p_holm``.
-    Returns the number of tests."""
-    records = [result["equal_loss"]["sparsity"] for result in metrics.values()
-               if result["equal_loss"] is not None]
-    records += [cell[metric]["minus_dense"] for cell in cells for metric in METRICS]
-    tested = [record for record in records if record["p"] is not None]
-    for record, adjusted in zip(tested, holm([record["p"] for record in tested])):
-        record["p_holm"] = adjusted
+def _adjust_family(metrics: dict[str, FinetuneMetric], cells: list[FinetuneCell]) -> int:
+    """Holm over every fine-tuning test the report makes; each tested estimate gains
+    ``p_holm``. Returns the number of tests."""
+    records = [result.equal_loss.sparsity for result in metrics.values()
+               if result.equal_loss is not None]
+    records += [getattr(cell, metric).minus_dense for cell in cells for metric in METRICS]
+    tested = [record for record in records if record.p is not None]
+    for record, adjusted in zip(tested, holm([record.p for record in tested])):
+        record.p_holm = adjusted
     return len(tested)

@@ -19,8 +19,8 @@ from moelab.scaling.summary import LawFit
 from moelab.scaling.table import RESULTS_CSV_COLUMNS, read_csv_rows
 from moelab.sweep.grid import with_seeds_key
 from moelab.sweep.records import (
-    AnalysisStatus, FixedSizeRecord, FormsRecord, FormTestsRecord, GridRecord, IsoflopRecord,
-    OptimaRecord, SweepAnalysis, SweepFit, TaskAccuracy, ThroughputRecord,
+    AnalysisStatus, FinetuneRecord, FixedSizeRecord, FormsRecord, FormTestsRecord, GridRecord,
+    IsoflopRecord, OptimaRecord, SweepAnalysis, SweepFit, TaskAccuracy, ThroughputRecord,
 )
 from moelab.sweep.results_csv import ResultsTable, parse_results
 
@@ -112,7 +112,7 @@ def write_analysis(out_dir: Path, analysis: SweepAnalysis) -> None:
         "optima.json": analysis.optima and to_json(analysis.optima),
         "form_tests.json": analysis.form_tests and to_json(analysis.form_tests),
         "zero_shot.json": analysis.zero_shot and to_json(analysis.zero_shot),
-        "finetune.json": analysis.finetune,
+        "finetune.json": analysis.finetune and to_json(analysis.finetune),
         "fixed_size.json": analysis.fixed_size and to_json(analysis.fixed_size),
     }
     for name, record in records.items():
@@ -156,5 +156,5 @@ def with_derived_files(out_dir: Path, analysis: SweepAnalysis) -> SweepAnalysis:
         form_tests=optional("form_tests.json", FormTestsRecord),
         zero_shot=optional("zero_shot.json",
                            lambda data: from_json(dict[str, TaskAccuracy], data)),
-        finetune=optional("finetune.json", dict),
+        finetune=optional("finetune.json", FinetuneRecord),
         fixed_size=optional("fixed_size.json", lambda data: from_json(FixedSizeRecord, data)))

@@ -310,6 +310,75 @@ class FixedSizeRecord(FixedSizeAnalysis):
 
 
 @dataclass
+class FinetuneEstimate:
+    """One fine-tuning effect with its 95 % t interval, two-sided p, minimum detectable value and,
+    when it was tested, Holm's p: a coefficient of the clustered equal-loss fit (``se``, ``df``
+    set) or a cell's mean difference from dense over its pairs (``pairs`` set; no interval, p or
+    detectable value with a single pair)."""
+
+    pairs: Optional[int] = field(default=None, metadata=OMIT_NONE)
+    value: Optional[float] = None
+    se: Optional[float] = field(default=None, metadata=OMIT_NONE)
+    df: Optional[int] = field(default=None, metadata=OMIT_NONE)
+    ci: Optional[list[float]] = None
+    p: Optional[float] = None
+    mdd: Optional[float] = None
+    p_holm: Optional[float] = field(default=None, metadata=OMIT_NONE)
+
+
+@dataclass
+class FinetuneEqualLoss:
+    """dy = b dL + c S over the pairs: b per nat of pretraining loss, c per unit S."""
+
+    loss: FinetuneEstimate
+    sparsity: FinetuneEstimate
+
+
+@dataclass
+class FinetuneMetric:
+    """One metric over every fine-tuned run: its range, the equal-loss fit (None with too few
+    clusters) and whether S separates anything at equal loss."""
+
+    range: list[float]
+    equal_loss: Optional[FinetuneEqualLoss]
+    separates: bool = False
+
+
+@dataclass
+class FinetuneCellMetric:
+    minus_dense: FinetuneEstimate
+
+
+@dataclass
+class FinetuneCell:
+    """A (budget, size, S) cell: sparse minus dense over its seed pairs."""
+
+    budget: str
+    size: str
+    sparsity: float
+    pairs: int
+    pretraining_minus_dense: FinetuneEstimate
+    finetune_val_loss: FinetuneCellMetric
+    finetune_gain: FinetuneCellMetric
+
+
+@dataclass
+class FinetuneRecord:
+    """finetune.json (``moelab.sweep.finetune``). A file of an older analysis has no ``cells``
+    (and may lack the counts): the report then asks for `moelab report DIR` to redo it."""
+
+    runs: int
+    pretraining_loss: Optional[str] = None
+    pairs: Optional[int] = None
+    clusters: Optional[int] = None
+    cluster_unit: Optional[str] = None
+    tests: Optional[int] = None
+    basis: Optional[str] = None
+    metrics: dict[str, FinetuneMetric] = field(default_factory=dict)
+    cells: Optional[list[FinetuneCell]] = None
+
+
+@dataclass
 class SweepAnalysis:
     """Everything the analysis of a sweep folder found: analysis.json's settings and status,
     and the records of the files beside it (None where the results support none)."""
@@ -338,7 +407,7 @@ class SweepAnalysis:
     zero_shot: Optional[dict[str, TaskAccuracy]] = None
     """zero_shot.json: accuracy against S at equal loss and at equal FLOPs, per task
     (``moelab.sweep.zero_shot``); None when no run scored tasks."""
-    finetune: Optional[dict] = None
+    finetune: Optional[FinetuneRecord] = None
     """finetune.json: the fine-tuned loss and the gain against S at equal pretraining loss and
     per budget (``moelab.sweep.finetune``); None when no run was fine-tuned."""
     fixed_size: Optional[FixedSizeRecord] = None

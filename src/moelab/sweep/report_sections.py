@@ -14,8 +14,8 @@ from moelab.scaling.isoflop import BudgetOptimum
 from moelab.scaling.isoflop_sparsity import IsoflopCell, SparsityOptima, SparsityOptimum
 from moelab.sweep.figures import isoflop_optima_figure, sparsity_delta_figure
 from moelab.sweep.records import (
-    Coefficient, CountChecks, ExpertPair, FormsRecord, FormTestsRecord, SparsityDeltas,
-    TaskAccuracy,
+    Coefficient, CountChecks, ExpertPair, FinetuneEstimate, FinetuneRecord, FormsRecord,
+    FormTestsRecord, SparsityDeltas, TaskAccuracy,
 )
 
 COUNT_NAMES = {"total": "total parameters", "non_embedding": "non-embedding parameters"}
@@ -336,57 +336,57 @@ def zero_shot_analysis_text(analysis: dict[str, TaskAccuracy]) -> str:
 FINETUNE_LABELS = {"finetune_val_loss": "fine-tuned val loss", "finetune_gain": "gain"}
 
 
-def finetune_analysis_text(analysis: dict) -> str:
+def finetune_analysis_text(analysis: FinetuneRecord) -> str:
     """The fine-tuned loss and the gain against S: every effect within a (size, budget) cell,
     paired to the cell's dense run of the same seed; at equal pretraining loss with errors
     clustered by (size, seed); Holm over every test; what nothing separates is said in words,
     with the minimum detectable difference (``moelab.sweep.finetune``)."""
-    if "cells" not in analysis:  # finetune.json of an older analysis: `moelab report DIR` redoes it
+    if analysis.cells is None:  # finetune.json of an older analysis: `moelab report DIR` redoes it
         return ("## Fine-tuning against sparsity\n\nfinetune.json is from an older analysis; "
                 "`moelab report DIR` recomputes it.\n")
-    equal = ("equal FLOPs and total parameters" if analysis["basis"] == "flops"
+    equal = ("equal FLOPs and total parameters" if analysis.basis == "flops"
              else "equal tokens")
     text = ("## Fine-tuning against sparsity\n\n"
-            f"Every run's final weights fine-tuned by the grid's one recipe ({analysis['runs']} "
+            f"Every run's final weights fine-tuned by the grid's one recipe ({analysis.runs} "
             "finetunes, runs/finetune/): the fine-tuned val loss on the new text's held-out part "
             "and the gain (the weights' loss there before fine-tuning minus after); moelab's own "
             "stage (anchored on Artetxe et al. 2021 and ST-MoE, Zoph et al. 2022), not paper B's. "
             f"Each sparse run is paired with its cell's (size, budget: {equal}) dense run of the "
-            f"same seed ({analysis['pairs']} pairs), and every effect is sparse minus dense. At "
+            f"same seed ({analysis.pairs} pairs), and every effect is sparse minus dense. At "
             "equal pretraining loss: dy = b dL + c S over the pairs without intercept, dL the "
             "pair's difference of final pretraining val loss; c per unit S with its 95 % "
-            f"interval, errors clustered by {analysis['cluster_unit']} ({analysis['clusters']} "
-            f"clusters, t with {analysis['clusters'] - 1} df). Holm over all "
-            f"{analysis['tests']} fine-tuning tests of this section (`finetune.json`).\n\n")
+            f"interval, errors clustered by {analysis.cluster_unit} ({analysis.clusters} "
+            f"clusters, t with {(analysis.clusters or 0) - 1} df). Holm over all "
+            f"{analysis.tests} fine-tuning tests of this section (`finetune.json`).\n\n")
     rows, silent = [], []
-    for metric, result in analysis["metrics"].items():
-        fit = result["equal_loss"]
+    for metric, result in analysis.metrics.items():
+        fit = result.equal_loss
         if fit is None:
             rows.append([FINETUNE_LABELS[metric], "–", "–", "–", "–", "–"])
             continue
-        loss, sparsity = fit["loss"], fit["sparsity"]
+        loss, sparsity = fit.loss, fit.sparsity
         rows.append([FINETUNE_LABELS[metric], _coefficient_text(loss),
-                     _coefficient_text(sparsity), _p_pair(sparsity), f"±{sparsity['mdd']:.3f}",
-                     "yes" if result["separates"] else "**no**"])
-        if not result["separates"]:
+                     _coefficient_text(sparsity), _p_pair(sparsity), f"±{sparsity.mdd:.3f}",
+                     "yes" if result.separates else "**no**"])
+        if not result.separates:
             silent.append(f"{FINETUNE_LABELS[metric]} (an effect smaller than "
-                          f"{sparsity['mdd']:.3f} per unit S would go unseen)")
+                          f"{sparsity.mdd:.3f} per unit S would go unseen)")
     text += markdown_table(["metric", "b (per nat of pretraining loss)", "c (per unit S)",
                             "p (Holm)", "detectable c", "S separates"], rows, "lrrrrl")
-    if any(result["equal_loss"] is None for result in analysis["metrics"].values()):
+    if any(result.equal_loss is None for result in analysis.metrics.values()):
         text += ("\nThe equal-loss fit needs at least 4 pairs in 3 or more (size, seed) "
                  "clusters: too few here.\n")
     if silent:
         text += ("\n**At equal pretraining loss nothing separates the sparsities** for "
                  + "; ".join(silent) + ": the interval of c includes 0.\n")
     table = []
-    for cell in analysis["cells"]:
-        line = [cell["budget"], cell["size"], f"{cell['sparsity']:g}", str(cell["pairs"]),
-                _minus_dense_text(cell["pretraining_minus_dense"])]
+    for cell in analysis.cells:
+        line = [cell.budget, cell.size, f"{cell.sparsity:g}", str(cell.pairs),
+                _minus_dense_text(cell.pretraining_minus_dense)]
         for metric in FINETUNE_LABELS:
-            record = cell[metric]["minus_dense"]
+            record = getattr(cell, metric).minus_dense
             line.append(_minus_dense_text(record) + (f", p {_p_pair(record)}"
-                                                     if record.get("p") is not None else ""))
+                                                     if record.p is not None else ""))
         table.append(line)
     text += (f"\nPer cell and S, at {equal}: the mean over seeds of sparse minus dense, paired "
              "by seed, with its 95 % t interval, p and Holm's p (where an interval includes 0 "
@@ -396,25 +396,25 @@ def finetune_analysis_text(analysis: dict) -> str:
     return text + "\n"
 
 
-def _p_pair(record: dict) -> str:
+def _p_pair(record: FinetuneEstimate) -> str:
     """'0.018 (0.21)': raw p and Holm's."""
-    if record.get("p") is None:
+    if record.p is None:
         return "–"
-    return f"{record['p']:.2g} ({record['p_holm']:.2g})"
+    return f"{record.p:.2g} ({record.p_holm:.2g})"
 
 
-def _coefficient_text(coefficient: dict) -> str:
-    low, high = coefficient["ci"]
-    return f"{coefficient['value']:+.3f} [{low:+.3f}, {high:+.3f}]"
+def _coefficient_text(coefficient: FinetuneEstimate) -> str:
+    low, high = coefficient.ci
+    return f"{coefficient.value:+.3f} [{low:+.3f}, {high:+.3f}]"
 
 
-def _minus_dense_text(record: dict | None) -> str:
-    if not record or record["value"] is None:
+def _minus_dense_text(record: FinetuneEstimate | None) -> str:
+    if record is None or record.value is None:
         return ""
-    text = f"{record['value']:+.4f}"
-    if record["ci"]:
-        low, high = record["ci"]
+    text = f"{record.value:+.4f}"
+    if record.ci:
+        low, high = record.ci
         text += f" [{low:+.4f}, {high:+.4f}]"
-        if low <= 0 <= high and record["mdd"] is not None:
-            text += f" n.s. (±{record['mdd']:.4f})"
+        if low <= 0 <= high and record.mdd is not None:
+            text += f" n.s. (±{record.mdd:.4f})"
     return text
