@@ -15,8 +15,9 @@ import fcntl
 import json
 import os
 import tempfile
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 from moelab.errors import MoelabError
 
@@ -325,7 +326,5 @@ def _fsync_folder_quietly(folder: Path) -> None:
 
 
 def _remove_quietly(path: str) -> None:
-    try:
+    with contextlib.suppress(OSError):
         os.remove(path)
-    except OSError:
-        pass

@@ -293,7 +293,8 @@ class Transformer(nn.Module):
         """The residual stream after the last block, and the MoE layers' aux in layer order."""
         T = tokens_BT.shape[1]
         if T > self.cfg.max_seq_len:
-            raise MoelabError(f"sequence length {T} is invalid: allowed 1..max_seq_len ({self.cfg.max_seq_len})")
+            raise MoelabError(f"sequence length {T} is invalid: "
+                              f"allowed 1..max_seq_len ({self.cfg.max_seq_len})")
         cos_TDh, sin_TDh = self.rope_cos[:T], self.rope_sin[:T]
         h_BTD = embed_tokens(tokens_BT, self.tok_embeddings.weight)
         moe_aux = []

@@ -160,7 +160,8 @@ def run_match(args: argparse.Namespace) -> int:
 def _side_by_side(arms: dict[str, dict]) -> str:
     rows = [
         ("FFN", [_ffn(a["model"]) for a in arms.values()]),
-        *[(key, [format_count(a["counts"][key]) for a in arms.values()]) for key in next(iter(arms.values()))["counts"]],
+        *[(key, [format_count(a["counts"][key]) for a in arms.values()])
+          for key in next(iter(arms.values()))["counts"]],
         ("training tokens", [format_count(a["training"]["tokens"]) for a in arms.values()]),
         *[(key, [f"{a['training'][key]:.3g}" for a in arms.values()])
           for key in ("training_flops_6n", "training_flops_kaplan", "training_flops_palm")],

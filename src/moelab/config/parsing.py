@@ -10,8 +10,9 @@ from __future__ import annotations
 import dataclasses
 import types
 import typing
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import yaml
 
@@ -113,7 +114,7 @@ def _coerce_scalar(hint: Any, value: Any, key: str) -> Any:
     elif hint is float:
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             return float(value)
-    elif hint is str:
+    elif hint is str:  # noqa: SIM102 -- one branch per type, like those above
         if isinstance(value, (str, int, float)) and not isinstance(value, bool):
             return str(value)
     raise ConfigError(f"{key}={short_repr(value)} is invalid: expected {_type_name(hint)}")
@@ -231,7 +232,8 @@ def apply_overrides(raw: dict, overrides: list[str]) -> dict:
         key, sep, text = item.partition("=")
         key = key.strip()
         if not sep or not key:
-            raise ConfigError(f"override {short_repr(item)} is invalid: expected KEY=VALUE, e.g. model.d_model=256")
+            raise ConfigError(f"override {short_repr(item)} is invalid: "
+                              "expected KEY=VALUE, e.g. model.d_model=256")
         try:
             value = load_yaml(text) if text.strip() else None
         except RefusedYAML as exc:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Iterable, Optional
+from typing import Any, Optional
 
 import yaml
 
@@ -137,10 +139,8 @@ def _planned_config(path: Path) -> dict | None:
         return None
     if not isinstance(raw, dict):
         return None
-    try:
+    with contextlib.suppress(MoelabError):
         raw = to_dict(build_config(raw))
-    except MoelabError:
-        pass
     return _computed_part(raw)
 
 

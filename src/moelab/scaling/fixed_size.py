@@ -46,8 +46,9 @@ from __future__ import annotations
 import itertools
 import math
 from collections import Counter
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Iterable, Optional, Sequence
+from typing import Optional
 
 import numpy as np
 
@@ -250,7 +251,7 @@ def _cell(runs: list[Run], seeds: list[str], draws, weights) -> tuple[CellOptimu
     by_sparsity: dict[float, dict[str, float]] = {s: {} for s in sparsities}
     for run in runs:
         by_sparsity[run.sparsity][run.seed] = run.loss
-    everyone = {seed: 1 for seed in seeds}
+    everyone = dict.fromkeys(seeds, 1)
     s_star = _cell_argmin(by_sparsity, sparsities, everyone)
     replicate_stars = [_cell_argmin(by_sparsity, sparsities, counts) for counts in draws]
     censored = _censoring(s_star, sparsities)

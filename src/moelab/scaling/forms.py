@@ -30,7 +30,7 @@ When no form passes, none is chosen: the caller reports the checks rather than a
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 

@@ -210,8 +210,8 @@ def _cells(table: _Table, estimate: _Solution, solved: list[_Solution]) -> list[
                 fit, table.log_n[points], table.loss[points], table.seeds[points],
                 table.vertex_options["estimator"])
             rows.append({
-                "flops": float(flops), "sparsity": float(sparsity), "n_points": int(len(points)),
-                "n_sizes": int(len(np.unique(table.log_n[points]))),
+                "flops": float(flops), "sparsity": float(sparsity), "n_points": len(points),
+                "n_sizes": len(np.unique(table.log_n[points])),
                 "sizes_used": None if fit is None else fit.sizes_used,
                 "support": None if support is None else support.to_dict(),
                 "warnings": [] if support is None else support.warnings,

@@ -11,7 +11,6 @@
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -80,7 +79,7 @@ def heldout_error(law: Law, params: dict[str, float], points: dict[str, np.ndarr
     relative = (predicted - actual) / actual
     return {
         "spec": spec,
-        "n_points": int(len(actual)),
+        "n_points": len(actual),
         "mean_abs_error": float(np.mean(np.abs(predicted - actual))),
         "mean_abs_log_error": float(np.mean(np.abs(np.log(predicted) - np.log(actual)))),
         "rmse_loss": float(np.sqrt(np.mean((predicted - actual) ** 2))),

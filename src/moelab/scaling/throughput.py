@@ -192,7 +192,7 @@ def check_identifiable(rows: list[dict[str, float]], source: str) -> None:
         raise MoelabError(f"{source}: rows were timed at different tokens per step "
                           f"({', '.join(str(s) for s in sorted(steps, key=str))}): per-step costs "
                           "differ per token at another batch; use one batch shape")
-    X, seconds = _design(rows)
+    X, _seconds = _design(rows)
     if np.linalg.matrix_rank(X / np.max(np.abs(X), axis=0)) < len(COEFFICIENTS):
         raise MoelabError(f"{source}: the rows cannot separate the throughput model's terms "
                           "(per-FLOP, MoE per-FLOP, per-parameter, per-expert, constant): time 2 "

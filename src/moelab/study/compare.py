@@ -11,9 +11,10 @@ the minimum gap it detects with power 0.8). ``compare.json`` keeps every number 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Optional
 
 from moelab.config import Config
 from moelab.errors import MoelabError

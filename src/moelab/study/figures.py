@@ -167,7 +167,7 @@ def paired_differences_figure(gaps: dict[str, Gap], path: Path) -> Optional[Path
     if not paired:
         return None
     fig, ax = new_figure(width_in=max(4.0, 2.5 * len(paired)))
-    for position, (criterion, g) in enumerate(paired.items()):
+    for position, g in enumerate(paired.values()):
         differences = g.paired.differences
         # Spread the seeds a little sideways so equal differences stay visible.
         offsets = np.linspace(-0.12, 0.12, len(differences)) if len(differences) > 1 else [0.0]

@@ -20,8 +20,9 @@ detectable gap (power 0.8 at the observed spread and n) and the seeds a gap woul
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
-from typing import Mapping, Optional, Sequence
+from typing import Optional
 
 import numpy as np
 from scipy import optimize, stats

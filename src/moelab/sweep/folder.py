@@ -8,7 +8,6 @@ through these alone: ``grid.json`` (as moelab sweep-sparsity wrote it, or as a G
 
 from __future__ import annotations
 
-import json
 from dataclasses import replace
 from pathlib import Path
 

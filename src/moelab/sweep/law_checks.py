@@ -9,7 +9,7 @@ replicated points (several seeds) has a pure error, so only such a sweep gets on
 from __future__ import annotations
 
 import itertools
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 import scipy.stats

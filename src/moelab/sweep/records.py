@@ -49,7 +49,7 @@ class LawFit:
         return {name: getattr(self, name) for name in names}
 
     @classmethod
-    def from_dict(cls, record: dict) -> "LawFit":
+    def from_dict(cls, record: dict) -> LawFit:
         return cls(**{f.name: record.get(f.name) for f in fields(cls)})
 
 
@@ -69,7 +69,7 @@ class GridRecord:
     holdout: str
 
     @classmethod
-    def from_dict(cls, record: dict) -> "GridRecord":
+    def from_dict(cls, record: dict) -> GridRecord:
         return cls(**{f.name: record[f.name] for f in fields(cls)})
 
     def describe(self) -> str:
@@ -102,7 +102,7 @@ class AnalysisStatus:
                 if getattr(self, f.name) is not None}
 
     @classmethod
-    def from_dict(cls, record: dict) -> "AnalysisStatus":
+    def from_dict(cls, record: dict) -> AnalysisStatus:
         return cls(**{f.name: record[f.name] for f in fields(cls) if f.name in record})
 
 
@@ -119,7 +119,7 @@ class FormsRecord:
         return {"chosen": self.chosen, "criteria": self.criteria, "forms": self.forms}
 
     @classmethod
-    def from_dict(cls, record: dict) -> "FormsRecord":
+    def from_dict(cls, record: dict) -> FormsRecord:
         return cls(record["chosen"], record["criteria"], record["forms"])
 
 
@@ -159,7 +159,7 @@ class IsoflopRecord:
         return record
 
     @classmethod
-    def from_dict(cls, record: dict) -> "IsoflopRecord":
+    def from_dict(cls, record: dict) -> IsoflopRecord:
         return cls(record["all_points"], record["per_sparsity"], record["surface"],
                    ComputeDeviation(**record["compute_deviation"]), record.get("sparsity_optima"))
 
@@ -182,7 +182,7 @@ class ThroughputRecord:
                 "devices": self.devices, "model": self.model, "model_problem": self.model_problem}
 
     @classmethod
-    def from_dict(cls, record: dict) -> "ThroughputRecord":
+    def from_dict(cls, record: dict) -> ThroughputRecord:
         return cls(record["source"], record["rows"], record["runs"], record["devices"],
                    record.get("model"), record.get("model_problem"))
 
@@ -222,7 +222,7 @@ class OptimaRecord:
         return record
 
     @classmethod
-    def from_dict(cls, record: dict) -> "OptimaRecord":
+    def from_dict(cls, record: dict) -> OptimaRecord:
         return cls(**{f.name: record.get(f.name) for f in fields(cls)})
 
 

@@ -295,7 +295,7 @@ def zero_shot_analysis_text(analysis: dict) -> str:
     for task, result in analysis.items():
         fit = result["equal_loss"]
 
-        def coefficient(name):
+        def coefficient(name, fit=fit):
             if fit is None:
                 return "–"
             c = fit[name]

@@ -178,7 +178,7 @@ def agreement_items(stories: list[str]) -> list[dict]:
     items = []
     for phenomenon in ("verb_number", "pronoun_case"):
         groups: dict[frozenset, list[list[dict]]] = {}
-        for (name, words, good_word), pairs in sorted(by_direction.items(),
+        for (name, words, _good_word), pairs in sorted(by_direction.items(),
                                                       key=lambda kv: (kv[0][0], kv[0][2])):
             if name == phenomenon:  # sorted by the grammatical word: a fixed order
                 groups.setdefault(words, []).append(rng.sample(pairs, len(pairs)))

@@ -5,8 +5,9 @@ context and the continuation and we sum log p(token) over the continuation's tok
 whether each of them is the argmax (greedy). Contexts start with ``<|endoftext|>``, as a story
 does in the training stream. A request longer than the model's ``max_seq_len`` + 1 keeps its
 last tokens (the context is cut from the left); a continuation longer than ``max_seq_len`` is
-an error (the builder keeps them short: a run with max_seq_len 64 fits every task). Requests are batched by length and right-padded: the model is causal and its
-MoE layers drop no tokens, so padding changes no real position. Logits are fp32.
+an error (the builder keeps them short: a run with max_seq_len 64 fits every task). Requests
+are batched by length and right-padded: the model is causal and its MoE layers drop no tokens,
+so padding changes no real position. Logits are fp32.
 
 Accuracy intervals are Wilson score intervals at 95 % (``scipy.stats.binomtest``), which keep
 their coverage near 0 and 1 where the normal approximation does not.

@@ -22,7 +22,6 @@ different run. Checkpoints written before the hashes existed carry none and load
 
 from __future__ import annotations
 
-import json
 import re
 import shutil
 from pathlib import Path

@@ -3,10 +3,10 @@ reports.
 
 Each line is one JSON object ``{"kind": "train" | "eval", "step": S, "tokens": T, ...}``: step
 a whole number >= 0, tokens (which training always logs) one too where given, and an eval's
-``val_loss`` a number; other keys are free (the losses, lr, routing statistics). A run killed in the middle of an append leaves a torn last
-line (the last line, without its newline, and not JSON): readers skip it and say so
-(``MetricsLog.torn_tail``). Any other line that is not an event is a one-line error naming the
-file and the line.
+``val_loss`` a number; other keys are free (the losses, lr, routing statistics). A run killed
+in the middle of an append leaves a torn last line (the last line, without its newline, and not
+JSON): readers skip it and say so (``MetricsLog.torn_tail``). Any other line that is not an
+event is a one-line error naming the file and the line.
 """
 
 from __future__ import annotations

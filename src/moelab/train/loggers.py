@@ -7,7 +7,6 @@ and its id is kept in the run folder, so that a resumed run continues the same W
 
 from __future__ import annotations
 
-import json
 import os
 import secrets
 from typing import Any

@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import math
 import platform
+from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 import numpy as np
 import torch
@@ -83,7 +84,7 @@ class StepPlan:
         return self.rank_batch_size // self.micro_batch_size
 
     @classmethod
-    def from_config(cls, config: Config, world_size: int) -> "StepPlan":
+    def from_config(cls, config: Config, world_size: int) -> StepPlan:
         tc, seq_len = config.train, config.model.max_seq_len
         tokens_per_step = tc.batch_size * seq_len
         total_steps = tc.max_tokens // tokens_per_step

@@ -51,7 +51,7 @@ class TrainState:
                 "wall_time_s": self.wall_time_s, "data": self.data}
 
     @classmethod
-    def from_dict(cls, record: dict[str, Any]) -> "TrainState":
+    def from_dict(cls, record: dict[str, Any]) -> TrainState:
         """The state a checked trainer_state.json holds (``checkpoint.read_state``)."""
         last = record.get("last_eval")
         last_eval = (None if last is None else

@@ -70,7 +70,7 @@ class RunSummary:
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
     @classmethod
-    def from_dict(cls, record: dict[str, Any], path: Path | str = "summary.json") -> "RunSummary":
+    def from_dict(cls, record: dict[str, Any], path: Path | str = "summary.json") -> RunSummary:
         """The summary a summary.json holds; a number that is not a finite number, or routing
         that is not a list of layers, is a one-line error naming the file."""
         record = _upgraded(record)
@@ -86,7 +86,7 @@ class RunSummary:
             raise MoelabError(f"{path} is corrupt (routing is not a list of layers)")
         return cls(**values)
 
-    def require(self, names: tuple[str, ...], path: Path | str) -> "RunSummary":
+    def require(self, names: tuple[str, ...], path: Path | str) -> RunSummary:
         """Refuse, naming them, the fields a reader needs that this summary lacks."""
         missing = [name for name in names if getattr(self, name) is None]
         if missing:

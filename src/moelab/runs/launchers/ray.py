@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import socket
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Optional
 
 from moelab.errors import MoelabError, short_repr
 from moelab.runs.execute import Log, RunOutcome
