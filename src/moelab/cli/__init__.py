@@ -14,6 +14,7 @@ import importlib
 import os
 import sys
 from collections.abc import Callable
+from typing import NoReturn
 
 from moelab.errors import (
     EXIT_PREEMPTED, MoelabError, Preempted, bad_input_message, short_repr, short_text,
@@ -27,7 +28,7 @@ COMMAND_MODULES = ("model", "data", "train", "study", "fit", "sweep")
 class _Parser(argparse.ArgumentParser):
     """argparse exits 2 on bad arguments already; keep its message to one line."""
 
-    def error(self, message: str) -> None:
+    def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: error: {message}\n")
 
 

@@ -74,7 +74,7 @@ def _coerce(hint: Any, value: Any, key: str) -> Any:
         if optional:
             return None
         raise ConfigError(f"{key}=null is invalid: expected {_type_name(inner)}")
-    if dataclasses.is_dataclass(inner):
+    if isinstance(inner, type) and dataclasses.is_dataclass(inner):
         return from_dict(inner, value, key)
     if typing.get_origin(inner) is list:
         return _coerce_list(typing.get_args(inner)[0], value, key)
@@ -179,11 +179,11 @@ class _StrictLoader(yaml.SafeLoader):
         event = self.peek_event()
         if isinstance(event, yaml.AliasEvent) and event.anchor in self.anchors:
             # an undefined alias stays PyYAML's error: `--set data.source=*x` reads as text
-            raise RefusedYAML(None, None, f"aliases (*{event.anchor[:20]}) are not allowed",
-                              event.start_mark)
+            raise RefusedYAML(None, None, f"aliases (*{str(event.anchor)[:20]}) are not allowed",
+                              event.start_mark)  # type: ignore[arg-type]  # the stubs' two Marks
         if isinstance(event, yaml.CollectionStartEvent) and self._depth >= MAX_YAML_DEPTH:
             raise RefusedYAML(None, None, f"it nests too deeply (more than {MAX_YAML_DEPTH} "
-                              f"levels)", event.start_mark)
+                              f"levels)", event.start_mark)  # type: ignore[arg-type]
         self._depth += 1
         try:
             return super().compose_node(parent, index)

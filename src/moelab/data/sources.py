@@ -195,7 +195,7 @@ def _content_hash(raw: bytes) -> str:
 def sample_path(split: str, files: dict[str, str] = SAMPLE_FILES):
     """The compressed file of ``split`` ('train' or 'valid') inside the package: the sample's,
     or with ``files=ADAPTATION_FILES`` the adaptation set's."""
-    return resources.files("moelab.data").joinpath("sample", files[split])
+    return resources.files("moelab.data").joinpath("sample").joinpath(files[split])
 
 
 def _sample_source(data_cfg: DataConfig) -> Source:
@@ -290,8 +290,9 @@ def source_from_dataset_dict(dataset_dict, data_cfg: DataConfig, label: str = "h
 
     def dataset_split(wanted: str) -> StorySplit:
         dataset = splits[wanted]
-        if limits[wanted] is not None:
-            dataset = dataset.select(range(min(limits[wanted], len(dataset))))
+        limit = limits[wanted]
+        if limit is not None:
+            dataset = dataset.select(range(min(limit, len(dataset))))
 
         def read_batches() -> Iterator[list[str]]:
             for batch in dataset.iter(batch_size=BATCH_STORIES):

@@ -66,7 +66,8 @@ def execute_plan(folder: Path, specs: list[RunSpec], launcher, log: Log = print)
     for wave in ([spec for spec in todo if spec.source is None],
                  [spec for spec in todo if spec.branch is not None],
                  [spec for spec in todo if spec.finetune is not None]):
-        ready, orphaned = [], []
+        ready: list[RunSpec] = []
+        orphaned: list[RunSpec] = []
         for spec in wave:
             (ready if _source_complete(folder, spec) else orphaned).append(spec)
         for spec in orphaned:

@@ -100,7 +100,7 @@ def _metrics_problem(run: RunFolder) -> str:
         return str(exc)
     if log.torn_tail:
         warn(f"{path} ends in a torn line (a write cut short); the report skips it")
-    eval_steps = []
+    eval_steps: list[int] = []
     for event in log.events:
         if event.kind != "eval":
             continue

@@ -92,7 +92,7 @@ def _continuation(bound: float, step: float, grid: Optional[np.ndarray],
     ``step``, from the previous look's (``grid``, ``density``); from 0 when there is none."""
     new_grid = np.linspace(-bound, bound, GRID_POINTS)
     scale = math.sqrt(step)
-    if grid is None:
+    if grid is None or density is None:  # both or neither: the first look
         return new_grid, stats.norm.pdf(new_grid / scale) / scale
     standardised = (new_grid[:, None] - grid[None, :]) / scale
     kernel = np.exp(-0.5 * standardised**2) / (scale * math.sqrt(2 * math.pi))

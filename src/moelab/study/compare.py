@@ -11,7 +11,7 @@ the minimum gap it detects with power 0.8). ``compare.json`` keeps every number 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Optional
@@ -74,7 +74,7 @@ def comparison_specs(configs: dict[str, Config], seeds: list[int]) -> list[RunSp
 
 
 def run_comparison(configs: dict[str, Config], labels: dict[str, str], seeds: list[int],
-                   folder: Path, *, common: list[str] = (), launcher=None, jobs: int = 1,
+                   folder: Path, *, common: Sequence[str] = (), launcher=None, jobs: int = 1,
                    log: Callable[[str], None] = print,
                    tuning: Optional[LrTuning] = None) -> Comparison:
     """Train what is missing of both sides, then test and write compare.json. With ``tuning``

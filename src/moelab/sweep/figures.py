@@ -7,6 +7,7 @@ Axis labels, tick formats and colourbars come from ``moelab.report.axes``."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import matplotlib
 import numpy as np
@@ -22,7 +23,7 @@ from moelab.scaling.laws import get_law
 from moelab.scaling.optimal import DEFAULT_MAX_SPARSITY
 from moelab.sweep.records import LawFit
 
-ISOFLOP_FIT_STYLE = {"linestyle": "--", "linewidth": 1.2, "gid": "isoflop-fit"}
+ISOFLOP_FIT_STYLE: dict[str, Any] = {"linestyle": "--", "linewidth": 1.2, "gid": "isoflop-fit"}
 SEARCH_LIMIT_TOLERANCE = 1e-4
 """|S* - max_sparsity| under which S* sits at the search's upper limit (as optimal._on_edge)."""
 

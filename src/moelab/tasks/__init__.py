@@ -57,7 +57,7 @@ def parse_task_names(text: str) -> list[str]:
 
 def task_text(name: str) -> str:
     """The shipped JSONL text of task ``name``."""
-    return resources.files("moelab.tasks").joinpath("data", TASK_FILES[name]).read_text("utf-8")
+    return resources.files("moelab.tasks").joinpath("data").joinpath(TASK_FILES[name]).read_text("utf-8")
 
 
 def load_task(name: str) -> list[dict]:

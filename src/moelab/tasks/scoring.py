@@ -16,6 +16,7 @@ their coverage near 0 and 1 where the normal approximation does not.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import cast
 
 import torch
 import torch.nn.functional as F
@@ -72,7 +73,7 @@ def score_continuations(model, requests: list[tuple[list[int], list[int]]],
             loglik = rows_CV.gather(1, targets_C[:, None]).sum().item()
             greedy = bool((rows_CV.argmax(dim=1) == targets_C).all())
             results[i] = Continuation(loglik, len(targets), greedy)
-    return results
+    return cast(list[Continuation], results)  # every slot filled above
 
 
 def accuracy_summary(correct: int, items: int, chance: float) -> dict:
@@ -154,7 +155,7 @@ def last_word_requests(tokenizer, items: list[dict]) -> list[Request]:
 
 def ending_requests(tokenizer, items: list[dict]) -> list[Request]:
     """The story without its last sentence, then each ending, item after item."""
-    requests = []
+    requests: list[Request] = []
     for item in items:
         context = [tokenizer.eot_id] + tokenizer.encode(item["context"])
         requests.extend((context, tokenizer.encode(ending)) for ending in item["endings"])
@@ -163,7 +164,7 @@ def ending_requests(tokenizer, items: list[dict]) -> list[Request]:
 
 def agreement_requests(tokenizer, items: list[dict]) -> list[Request]:
     """Each pair's grammatical sentence, then its twin, each after ``<|endoftext|>`` alone."""
-    requests = []
+    requests: list[Request] = []
     for item in items:
         requests.append(([tokenizer.eot_id], tokenizer.encode(item["good"])))
         requests.append(([tokenizer.eot_id], tokenizer.encode(item["bad"])))

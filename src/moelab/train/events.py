@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from moelab.errors import MoelabError, short_repr
 from moelab.fileio import parse_json
@@ -64,7 +64,7 @@ def parse_event(line: str, path: Path, lineno: int) -> MetricsEvent:
     if kind == "eval" and not _is_number(record.get("val_loss")):
         raise _not_an_event(path, lineno, f"is an eval with val_loss="
                                          f"{short_repr(record.get('val_loss'))}: expected a number")
-    return MetricsEvent(kind, step, tokens, record, lineno)
+    return MetricsEvent(kind, cast(int, step), tokens, record, lineno)
 
 
 def read_events(path: Path) -> MetricsLog:

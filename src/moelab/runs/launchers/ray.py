@@ -104,9 +104,10 @@ def _host_and_port(address: Optional[str]) -> Optional[tuple[str, str]]:
 def _check_reachable(address: Optional[str], timeout_s: float = 5.0) -> None:
     """A HOST:PORT address that nothing answers on is a one-line error within seconds (Ray
     itself retries for minutes); ``auto``, ``local`` and no address are left to Ray."""
-    if _host_and_port(address) is None:
+    host_and_port = _host_and_port(address)
+    if host_and_port is None:
         return
-    host, port = _host_and_port(address)
+    host, port = host_and_port
     try:
         socket.create_connection((host, int(port)), timeout=timeout_s).close()
     except OSError as exc:
