@@ -128,7 +128,7 @@ def csv_records(lines: Iterable[str], where: str,
     than the header would lose its extra cells silently (``csv.DictReader`` files them under
     None): refused, as is a table of more than ``max_rows`` rows (read no further)."""
     reader = csv.DictReader(lines)
-    rows = []
+    rows: list[dict] = []
     try:
         for row in reader:
             line = reader.line_num

@@ -111,7 +111,7 @@ def tokens_for_flops(config: Config, flops: float) -> int:
 def plan_sweep(grid: SweepGrid) -> list[SweepPoint]:
     """Every seed x budget x size x sparsity: the first seed's whole grid first, each grid
     smallest budget first (a stopped sweep is already useful)."""
-    points = []
+    points: list = []
     budgets = [("flops", b) for b in sorted(grid.flops_budgets)] + [
         ("tokens", b) for b in sorted(grid.token_budgets)]
     config = load_config(grid.base, list(grid.overrides))

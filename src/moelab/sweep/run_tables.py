@@ -94,7 +94,7 @@ def zero_shot_section(out_dir: Path, header: list[str], rows: list[dict[str, str
     tasks = [task for task in TASK_NAMES if f"zero_shot_{task}" in header]
     if not tasks:
         return ""
-    chance = {}
+    chance: dict = {}
     for row in rows:
         for task, entry in read_run_tasks(out_dir / row["run"]).items():
             chance.setdefault(task, entry["chance"])

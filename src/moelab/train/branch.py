@@ -37,7 +37,7 @@ BRANCH_FREE_KEYS = (*SCHEDULE_KEYS, "keep_checkpoints_at", "checkpoint_interval"
 
 
 def branch_run(source_dir: str | Path, step: int, config: Config,
-               out_dir: str | Path) -> RunSummary:
+               out_dir: str | Path) -> RunSummary | None:
     """Branch ``out_dir`` from the kept checkpoint at ``step`` of ``source_dir`` and train it to
     ``config``'s budget; returns its summary. A second call resumes (or returns) the branch."""
     config.validate()
