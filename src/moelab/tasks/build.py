@@ -140,11 +140,11 @@ def minimal_pairs(sentence: str) -> list[tuple[str, str, str, str]]:
             break
     for pattern, swaps in ((_CLAUSE_SUBJECT, _SUBJECT_TO_OBJECT),
                            (_OBJECT_BEFORE_PUNCT, _OBJECT_TO_SUBJECT)):
-        match = pattern.search(sentence)
-        if match:
-            pronoun, swapped = match.group(1), swaps[match.group(1)]
+        found = pattern.search(sentence)
+        if found:
+            pronoun, swapped = found.group(1), swaps[found.group(1)]
             pairs.append(("pronoun_case", pronoun, swapped,
-                          sentence[:match.start(1)] + swapped + sentence[match.end(1):]))
+                          sentence[:found.start(1)] + swapped + sentence[found.end(1):]))
             break
     return pairs
 
