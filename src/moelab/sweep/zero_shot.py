@@ -20,6 +20,7 @@ the sparsity, the task cannot separate anything at this scale, and the analysis 
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 import scipy.stats
@@ -98,16 +99,16 @@ def _equal_flops(rows: list[dict[str, str]], task: str) -> list[dict] | None:
         key = (float(row["C_budget"]), float(row["S"]))
         cells.setdefault(key, {}).setdefault(row["size"], []).append(
             (float(row["best_val_loss"]), float(row[f"zero_shot_{task}"])))
-    table = []
+    table: list[dict[str, Any]] = []
     for (budget, sparsity), by_size in sorted(cells.items()):
         size, runs = min(by_size.items(), key=lambda item: np.mean([r[0] for r in item[1]]))
         values = np.array([accuracy for _, accuracy in runs])
         table.append({"flops": budget, "sparsity": sparsity, "size": size, "seeds": len(values),
                       "accuracy": float(values.mean()), "ci": mean_interval(values)})
     dense = {row["flops"]: row for row in table if row["sparsity"] == 0.0}
-    for row in table:
-        if row["flops"] in dense and row["sparsity"] > 0:
-            row["minus_dense"] = row["accuracy"] - dense[row["flops"]]["accuracy"]
+    for entry in table:
+        if entry["flops"] in dense and entry["sparsity"] > 0:
+            entry["minus_dense"] = entry["accuracy"] - dense[entry["flops"]]["accuracy"]
     return table
 
 
