@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 # The CPU build of torch; installed first so that nothing pulls a multi-GB CUDA build.
 TORCH_SPEC ?= torch==2.13.0
 
-.PHONY: demo test test-torch-floor bench clean gpu-check
+.PHONY: demo lint test test-torch-floor bench clean gpu-check
 
 $(BIN)/moelab: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -19,7 +19,13 @@ $(BIN)/moelab: pyproject.toml
 demo: $(BIN)/moelab
 	OMP_NUM_THREADS=1 $(BIN)/moelab study demo --out demo_out --jobs 2
 
-test: $(BIN)/moelab
+# The linter and the type checker (both configured in pyproject.toml) before the tests: seconds
+# with mypy's cache warm, about 40 CPU-seconds without it.
+lint: $(BIN)/moelab
+	$(BIN)/ruff check src tests
+	$(BIN)/mypy
+
+test: lint
 	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q
 	$(MAKE) --no-print-directory test-torch-floor
 

@@ -25,7 +25,8 @@ import sys
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Optional
+from collections.abc import Callable
 
 import numpy as np
 from scipy import stats
@@ -940,7 +941,6 @@ def isoflop_lr_changes() -> str:
     lrs, change = record["lrs"], record["loss_change"]["per_run"]
     moved = {run: d for run, d in change.items() if lrs[run.rsplit("/", 1)[0]] != 0.01}
     s3 = np.array([d for run, d in moved.items() if run.split("/")[1] == "s3"])
-    rest = np.array([d for run, d in moved.items() if run.split("/")[1] != "s3"])
     assert (s3 < 0).all()
     return (f"all {len(s3)} runs of s3 improve, by {-s3.max():.2f} to {-s3.min():.2f} nats (mean "
             f"{s3.mean():.2f})")

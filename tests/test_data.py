@@ -388,7 +388,7 @@ def bad_file(tmp_path: Path, kind: str) -> Path:
     contents = {
         "empty": b"",
         "separators only": f"{EOT_TEXT}\n\n{EOT_TEXT}\n".encode(),
-        "not utf-8": "Once upon a time".encode() + b"\xff\xfe broken",
+        "not utf-8": b"Once upon a time" + b"\xff\xfe broken",
         "no separators": b"One long story without any separator line.\nIt goes on.\n",
         "jsonl": b'{"text": "fine"}\n{"text": oops}\n',
     }

@@ -11,7 +11,6 @@ import lzma
 import threading
 from pathlib import Path
 
-import pytest
 from tokenizers import Tokenizer as HFTokenizer
 from tokenizers import decoders, models, pre_tokenizers, trainers
 

@@ -125,7 +125,7 @@ def test_route_tokens_equals_the_textbook_formulas_with_gradients(top_k, norm_to
 
 
 def test_load_balancing_loss_is_one_when_balanced():
-    num_experts, top_k, tokens = 4, 2, 8
+    num_experts, tokens = 4, 8  # two experts per token (experts_TK)
     logits_TE = torch.randn(tokens, num_experts)  # f uniform makes P irrelevant: E * sum P/E = 1
     experts_TK = torch.tensor([[t % num_experts, (t + 1) % num_experts] for t in range(tokens)])
     assert load_balancing_loss(logits_TE, experts_TK).item() == pytest.approx(1.0, rel=1e-6)

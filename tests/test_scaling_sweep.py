@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from moelab.accounting import count_params, flops_per_token
+from moelab.accounting import count_params
 from moelab.cli import main
 from moelab.config import load_config, override, save_config
 from moelab.errors import ConfigError, MoelabError

@@ -15,8 +15,8 @@ import pytest
 
 pytest.importorskip("submitit")
 
-from moelab.cli import main  # noqa: E402
-from tiny_overrides import TINY_MOE_RUN  # noqa: E402
+from moelab.cli import main
+from tiny_overrides import TINY_MOE_RUN
 
 
 def tiny_sets(max_tokens: int) -> list[str]:

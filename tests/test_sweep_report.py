@@ -184,7 +184,7 @@ def test_a_wsd_family_sweep_says_its_smaller_budgets_are_branches_and_counts_the
     text = render_sweep_report(tmp_path).read_text()
     separate = sum(int(row["D"]) for row in rows)
     trained = separate - (3 + 5) * 1024  # a branch trains only the steps after its source step
-    assert f"(2 branches, plan.json)" in text
+    assert "(2 branches, plan.json)" in text
     assert f"trained {trained:,} tokens against {separate:,} for one run per budget" in text
     assert "its points are not independent draws" in text
 

@@ -29,7 +29,7 @@ from moelab.tasks import (RESULTS_FILE, TASK_NAMES, load_task, parse_task_names,
                           task_text)
 from moelab.tasks import build
 from moelab.tasks.scoring import accuracy_summary, score_continuations
-from moelab.train import RunFolder, evaluate_tasks
+from moelab.train import RunFolder
 from tiny_overrides import TINY_MOE_RUN
 
 # Context 64: the shortest that fits every task's continuations (the tasks' promise). The demo

@@ -16,7 +16,7 @@ from moelab.cli import main
 from moelab.errors import MoelabError
 from moelab.scaling import CHINCHILLA, SPARSITY, compute_optimal
 from moelab.scaling.optimal import (
-    active_params, dense_seconds_to_loss, seconds_optimal, seconds_optimal_dense,
+    dense_seconds_to_loss, seconds_optimal, seconds_optimal_dense,
 )
 from moelab.scaling.throughput import (
     COEFFICIENTS, ThroughputModel, ThroughputRow, expert_flops, family_throughput, fit_throughput,

@@ -15,13 +15,14 @@ import fcntl
 import json
 import os
 import tempfile
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 from moelab.errors import MoelabError
 
 
-def atomic_write(path: str | os.PathLike, write: Callable[[str], None]) -> Path:
+def atomic_write(path: str | os.PathLike, write: Callable[[str], object]) -> Path:
     """Call ``write(tmp_path)``, fsync the result and rename it onto ``path``.
 
     ``write`` receives a temporary path in the destination folder (so the rename is atomic on
@@ -136,7 +137,7 @@ class WriterLock:
 
 
 def _unlockable_message(folder: Path, exc: OSError) -> str:
-    code = errno.errorcode.get(exc.errno, str(exc.errno))
+    code = errno.errorcode.get(exc.errno, str(exc.errno))  # type: ignore[arg-type]  # None: the default
     return (f"cannot lock {folder}: its file system refuses file locks (flock: "
             f"{exc.strerror or exc}, {code}); mount it with locking (Lustre: -o flock; NFS: "
             f"without nolock) or write to a folder on a local or locking file system")
@@ -325,7 +326,5 @@ def _fsync_folder_quietly(folder: Path) -> None:
 
 
 def _remove_quietly(path: str) -> None:
-    try:
+    with contextlib.suppress(OSError):
         os.remove(path)
-    except OSError:
-        pass

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Optional
+from typing import Optional, cast
 
 import torch
 import torch.nn.functional as F
@@ -152,7 +152,7 @@ class TransformerBlock(nn.Module):
         self.attention_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
         self.attention = Attention(cfg)
         self.ffn_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
-        self.feed_forward: nn.Module
+        self.feed_forward: FeedForward | MoEFeedForward
         if cfg.moe is None:
             self.feed_forward = FeedForward(cfg.d_model, cfg.d_ff)
         else:
@@ -213,6 +213,9 @@ class Transformer(nn.Module):
     it fast, else "sorted"), "sorted", "grouped" or "reference" (the plain loop, for tests).
     """
 
+    rope_cos: torch.Tensor  # buffers (register_buffer), declared for the type checker
+    rope_sin: torch.Tensor
+
     def __init__(self, cfg: ModelConfig, experts_implementation: str = "auto"):
         super().__init__()
         self.cfg = cfg
@@ -237,7 +240,7 @@ class Transformer(nn.Module):
         std = self.cfg.init_std
         residual_std = std / math.sqrt(2 * self.cfg.n_layers)
         nn.init.normal_(self.tok_embeddings.weight, mean=0.0, std=self.cfg.embedding_init_std or std)
-        for layer in self.layers:
+        for layer in cast(list[TransformerBlock], self.layers):
             layer.init_weights(std, residual_std)
         self.norm.init_weights()
         if self.output is not None:
@@ -293,10 +296,11 @@ class Transformer(nn.Module):
         """The residual stream after the last block, and the MoE layers' aux in layer order."""
         T = tokens_BT.shape[1]
         if T > self.cfg.max_seq_len:
-            raise MoelabError(f"sequence length {T} is invalid: allowed 1..max_seq_len ({self.cfg.max_seq_len})")
+            raise MoelabError(f"sequence length {T} is invalid: "
+                              f"allowed 1..max_seq_len ({self.cfg.max_seq_len})")
         cos_TDh, sin_TDh = self.rope_cos[:T], self.rope_sin[:T]
         h_BTD = embed_tokens(tokens_BT, self.tok_embeddings.weight)
-        moe_aux = []
+        moe_aux: list = []
         for layer in self.layers:
             lb_slot_counts_E = None if lb_slot_counts_LE is None else lb_slot_counts_LE[len(moe_aux)]
             h_BTD, aux = layer(h_BTD, cos_TDh, sin_TDh, collect_routing, lb_slot_counts_E)

@@ -13,7 +13,8 @@ import argparse
 import importlib
 import os
 import sys
-from typing import Callable
+from collections.abc import Callable
+from typing import NoReturn
 
 from moelab.errors import (
     EXIT_PREEMPTED, MoelabError, Preempted, bad_input_message, short_repr, short_text,
@@ -27,7 +28,7 @@ COMMAND_MODULES = ("model", "data", "train", "study", "fit", "sweep")
 class _Parser(argparse.ArgumentParser):
     """argparse exits 2 on bad arguments already; keep its message to one line."""
 
-    def error(self, message: str) -> None:  # noqa: D102
+    def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: error: {message}\n")
 
 
@@ -70,7 +71,7 @@ def run_command(command: Callable[[], int | None], prog: str = "moelab") -> int:
     except BrokenPipeError:  # `moelab ... | head` closed the pipe: stop quietly, as cat does
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no error at exit
         return 141
-    except Exception as exc:  # noqa: BLE001 -- re-raised below unless it is an expected class
+    except Exception as exc:
         message = bad_input_message(exc)
         if message is None:
             raise

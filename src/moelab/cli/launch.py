@@ -19,7 +19,7 @@ DEFAULT_SLURM_MINUTES = 24 * 60
 
 # Each option's launchers and its default. Every option add_launcher_arguments adds is here
 # (a test checks it).
-_OPTIONS_OF = {
+_OPTIONS_OF: dict[str, tuple[tuple[str, ...], object]] = {
     "jobs": (("local",), 1), "runs_per_gpu": (("local",), 1),
     "list_runs": (("commands",), False),
     "ray_address": (("ray",), None),

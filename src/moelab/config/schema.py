@@ -87,7 +87,7 @@ class MoEConfig:
         return self.num_shared_experts * (self.d_expert if self.d_shared is None
                                           else self.d_shared)
 
-    def fine_grained(self, granularity: int) -> "MoEConfig":
+    def fine_grained(self, granularity: int) -> MoEConfig:
         """Each routed expert split into ``granularity`` experts of d_expert / granularity, and
         ``granularity`` times as many chosen per token (DeepSeekMoE's fine-grained experts;
         the granularity of Abnar et al. relative to this config): the same total and active
@@ -405,7 +405,8 @@ class TrainConfig:
                 f"warmup_fraction={self.warmup_fraction}: allowed (0, 1 - warmup_fraction]"
             )
         if not DEVICE_NAME.fullmatch(self.device):
-            raise ConfigError(f"{prefix}.device={short_repr(self.device)} is invalid: allowed {DEVICE_CHOICES}")
+            raise ConfigError(
+                f"{prefix}.device={short_repr(self.device)} is invalid: allowed {DEVICE_CHOICES}")
         if not 0.0 < self.collapse_threshold <= 1.0:
             raise ConfigError(
                 f"{prefix}.collapse_threshold={self.collapse_threshold} is invalid: allowed (0, 1]"
@@ -456,7 +457,7 @@ class Config:
     data: DataConfig = field(default_factory=DataConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
 
-    def validate(self) -> "Config":
+    def validate(self) -> Config:
         self.model.validate("model")
         self.data.validate("data")
         self.train.validate("train")

@@ -72,8 +72,8 @@ class TrainBatches:
         """This rank's (x_BT, y_BT) of ``step`` without moving the stream."""
         b = self.rank_batch_size
         starts_B = self.global_starts(step)[self.rank * b : (self.rank + 1) * b]
-        windows_BW = np.asarray(self.tokens[starts_B[:, None] + self._offsets_W], dtype=np.int64)
-        windows_BW = torch.from_numpy(windows_BW)
+        windows_BW = torch.from_numpy(
+            np.asarray(self.tokens[starts_B[:, None] + self._offsets_W], dtype=np.int64))
         return windows_BW[:, :-1], windows_BW[:, 1:]
 
     def next(self) -> tuple[torch.Tensor, torch.Tensor]:

@@ -27,8 +27,9 @@ import os
 import re
 import sys
 from collections import deque
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from typing import Iterable, Iterator, Optional
+from typing import Optional
 
 import numpy as np
 
@@ -60,7 +61,7 @@ class WordCacheEncoder:
     def _reset(self) -> None:
         self._word_index = {SEPARATOR_WORD: 0}
         self._word_tokens = [np.array([self.tokenizer.eot_id], dtype=self.dtype)]
-        self._flat = None  # all cached token runs concatenated, rebuilt after new words
+        self._flat: Optional[np.ndarray] = None  # all cached token runs concatenated, rebuilt after new words
 
     def encode_stories(self, stories: list[str]) -> np.ndarray:
         """The token stream of ``stories`` (1-D array of ``dtype``)."""
@@ -200,4 +201,5 @@ def _start_worker(encoder: WordCacheEncoder) -> None:
 
 
 def _encode_in_worker(stories: list[str]) -> np.ndarray:
+    assert _worker_encoder is not None, "the pool's initializer sets it"
     return _worker_encoder.encode_stories(stories)

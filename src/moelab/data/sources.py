@@ -20,18 +20,19 @@ import json
 import logging
 import lzma
 import os
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Callable, Iterator, Optional, Sequence
+from typing import Optional
 
 from moelab.config import DataConfig
 from moelab.errors import MoelabError, short_repr
 
 EOT_TEXT = "<|endoftext|>"
 # What one document separator costs in the TinyStories file layout (a line of its own).
-SEPARATOR_BYTES = len(f"\n{EOT_TEXT}\n".encode("utf-8"))
+SEPARATOR_BYTES = len(f"\n{EOT_TEXT}\n".encode())
 HF_DATASET = "roneneldan/TinyStories"
 DATA_ENV = "MOELAB_DATA"
 """A local copy of TinyStories that ``data.source: tinystories`` reads instead of the hub."""
@@ -194,7 +195,7 @@ def _content_hash(raw: bytes) -> str:
 def sample_path(split: str, files: dict[str, str] = SAMPLE_FILES):
     """The compressed file of ``split`` ('train' or 'valid') inside the package: the sample's,
     or with ``files=ADAPTATION_FILES`` the adaptation set's."""
-    return resources.files("moelab.data").joinpath("sample", files[split])
+    return resources.files("moelab.data").joinpath("sample").joinpath(files[split])
 
 
 def _sample_source(data_cfg: DataConfig) -> Source:
@@ -239,7 +240,7 @@ def _hf_source(data_cfg: DataConfig, name: str = "hf") -> Source:
     try:
         with _quiet_hub_logs():  # offline, the hub client logs each retry; the error says it all
             dataset_dict = datasets.load_dataset(HF_DATASET)
-    except Exception as exc:  # network, auth, missing cache: all user-facing
+    except Exception as exc:  # noqa: BLE001 -- network, auth, missing cache: all user-facing
         first_line = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         raise MoelabError(
             f"data.source={name!r}: cannot load {HF_DATASET} ({first_line}); {how}"
@@ -289,8 +290,9 @@ def source_from_dataset_dict(dataset_dict, data_cfg: DataConfig, label: str = "h
 
     def dataset_split(wanted: str) -> StorySplit:
         dataset = splits[wanted]
-        if limits[wanted] is not None:
-            dataset = dataset.select(range(min(limits[wanted], len(dataset))))
+        limit = limits[wanted]
+        if limit is not None:
+            dataset = dataset.select(range(min(limit, len(dataset))))
 
         def read_batches() -> Iterator[list[str]]:
             for batch in dataset.iter(batch_size=BATCH_STORIES):
@@ -627,7 +629,7 @@ def _parquet_table(path: Path, data_cfg: DataConfig) -> Table:
     parquet = _import_optional("pyarrow.parquet", data_cfg, "a Parquet file")
     try:
         columns = parquet.ParquetFile(path).schema_arrow.names
-    except Exception as exc:  # pyarrow's ArrowInvalid, OSError: the file is the user's
+    except Exception as exc:  # noqa: BLE001 -- pyarrow's ArrowInvalid, OSError: the user's file
         raise MoelabError(f"{path} is not a readable Parquet file ({_first_line(exc)})") from None
 
     def read_column(column: str) -> Iterator[list]:
@@ -654,7 +656,7 @@ def _arrow_table(path: Path, data_cfg: DataConfig) -> Table:
         columns = next(record_batches()).schema.names
     except StopIteration:
         columns = []
-    except Exception as exc:  # not Arrow at all
+    except Exception as exc:  # noqa: BLE001 -- not Arrow at all
         raise MoelabError(f"{path} is not a readable Arrow file ({_first_line(exc)})") from None
 
     def read_column(column: str) -> Iterator[list]:
@@ -679,7 +681,7 @@ def _hf_dataset_table(dataset, where: str) -> Table:
     if columns is None:  # a stream whose features are unknown until a row is read
         try:
             columns = list(next(iter(dataset), {}))
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 -- whatever the stream raises: one line
             raise MoelabError(f"{where}: cannot read it ({_first_line(exc)})") from None
 
     def read_column(column: str) -> Iterator[list]:
@@ -688,7 +690,7 @@ def _hf_dataset_table(dataset, where: str) -> Table:
                 yield batch[column]
         except MoelabError:
             raise
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 -- a dropped connection mid-stream: one line
             raise MoelabError(f"{where}: reading failed ({_first_line(exc)})") from None
 
     return Table(where, list(columns), read_column)
@@ -710,7 +712,7 @@ def _saved_dataset_source(folder: Path, data_cfg: DataConfig) -> Source:
     try:
         with _quiet_hub_logs():
             loaded = datasets.load_from_disk(str(folder))
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 -- datasets' errors vary by version: one line
         raise MoelabError(f"data.source={short_repr(data_cfg.source)}: cannot load the saved "
                           f"dataset ({_first_line(exc)})") from None
     label = _safe_label(folder.name)
@@ -770,7 +772,7 @@ def _load_hub_dataset(name: str, data_cfg: DataConfig) -> Source:
     try:
         with _quiet_hub_logs():
             splits = datasets.load_dataset(name, data_cfg.hf_config, streaming=not offline)
-    except Exception as exc:  # no network, unknown dataset or config, no cache: all the user's
+    except Exception as exc:  # noqa: BLE001 -- no network, unknown dataset or config, no cache
         remedy = ("it is not in the datasets cache (offline)" if offline else
                   "check the name and data.hf_config, and the network")
         raise MoelabError(f"data.source={short_repr(data_cfg.source)}: cannot load the dataset "

@@ -8,8 +8,8 @@ Byte-level means every UTF-8 byte is in the base alphabet, so any text encodes a
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
 import numpy as np
 from tokenizers import Tokenizer as HFTokenizer
@@ -36,7 +36,7 @@ class Tokenizer:
         self.path = Path(path)
         try:
             self._hf = HFTokenizer.from_file(str(self.path))
-        except Exception as exc:  # tokenizers raises a bare Exception on a bad file
+        except Exception as exc:  # noqa: BLE001 -- tokenizers raises a bare Exception on a bad file
             first_line = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
             raise MoelabError(f"{self.path} is not a valid tokenizer file ({first_line})") from None
         eot_id = self._hf.token_to_id(EOT_TEXT)

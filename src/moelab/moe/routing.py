@@ -210,7 +210,7 @@ class RoutingStats:
     def num_experts(self) -> int:
         return self.expert_counts.numel()
 
-    def merge(self, other: "RoutingStats") -> "RoutingStats":
+    def merge(self, other: RoutingStats) -> RoutingStats:
         """Stats of both batches together (exact: every field is a sum)."""
         return RoutingStats(
             num_tokens=self.num_tokens + other.num_tokens,

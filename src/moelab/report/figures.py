@@ -8,12 +8,12 @@ import matplotlib
 
 matplotlib.use("Agg")  # a headless backend: reports are built on servers and in CI
 
-import matplotlib.pyplot as plt  # noqa: E402  (after choosing the backend)
+import matplotlib.pyplot as plt
 
-from matplotlib.ticker import FuncFormatter, MaxNLocator, NullLocator  # noqa: E402
+from matplotlib.ticker import FuncFormatter, MaxNLocator, NullLocator
 
-from moelab.fileio import atomic_write  # noqa: E402
-from moelab.report.markdown import format_tick_count  # noqa: E402
+from moelab.fileio import atomic_write
+from moelab.report.markdown import format_tick_count
 
 DPI = 120
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from moelab.config import Config
 from moelab.data.prepare import check_data, prepare_data

@@ -1,16 +1,17 @@
 """Train every run of a plan that is not complete, through a launcher, and record each outcome.
 
 A failing run is recorded in failures.json (its one-line error, ``moelab.runs.failures``) and
-the others still run; a run that later completes is removed from it. Bookkeeping happens on the calling thread only:
-launchers report each finished run through one callback.
+the others still run; a run that later completes is removed from it. Bookkeeping happens on the
+calling thread only: launchers report each finished run through one callback.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Optional
 
 from moelab.errors import MoelabError
 from moelab.runs.records import is_complete, read_failures, write_failures
@@ -31,7 +32,7 @@ class RunOutcome:
     summary: Optional[RunSummary] = None
 
     @classmethod
-    def completed(cls, spec: RunSpec, seconds: float, run_dir: Path) -> "RunOutcome":
+    def completed(cls, spec: RunSpec, seconds: float, run_dir: Path) -> RunOutcome:
         """A run trained to its end, with the summary its folder holds: the one every report
         reads, whichever process or machine wrote it."""
         return cls(spec, "complete", seconds, summary=RunFolder(run_dir).summary())
@@ -65,7 +66,8 @@ def execute_plan(folder: Path, specs: list[RunSpec], launcher, log: Log = print)
     for wave in ([spec for spec in todo if spec.source is None],
                  [spec for spec in todo if spec.branch is not None],
                  [spec for spec in todo if spec.finetune is not None]):
-        ready, orphaned = [], []
+        ready: list[RunSpec] = []
+        orphaned: list[RunSpec] = []
         for spec in wave:
             (ready if _source_complete(folder, spec) else orphaned).append(spec)
         for spec in orphaned:

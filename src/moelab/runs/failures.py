@@ -9,7 +9,6 @@ record was killed, or failed before it started, and its parent says which.
 
 from __future__ import annotations
 
-import json
 import traceback
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -48,7 +47,7 @@ class ChildFailure:
         atomic_write_json(path, asdict(self))
 
     @classmethod
-    def read(cls, path: Path) -> Optional["ChildFailure"]:
+    def read(cls, path: Path) -> Optional[ChildFailure]:
         """The record at ``path``; None where the child left none (an empty or missing file)."""
         try:
             record = read_json(path)

@@ -11,8 +11,8 @@ from scratch.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import replace
-from typing import Iterable
 
 from moelab.config import to_dict
 from moelab.errors import MoelabError

@@ -17,9 +17,10 @@ are read back from the run folders by ``read_choices``, so a report rebuilds the
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Optional
 
 from moelab.codec import from_json
 from moelab.errors import MoelabError, short_repr

@@ -3,7 +3,6 @@ whether the files a report is built from can be read."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import yaml
@@ -33,7 +32,7 @@ def has_checkpoint(run_dir: Path) -> bool:
 def read_failures(folder: Path) -> dict[str, str]:
     """failures.json: run name -> the one-line error of its last failed attempt."""
     try:
-        return dict(read_json((folder / "failures.json")))
+        return dict(read_json(folder / "failures.json"))
     except (OSError, ValueError, TypeError):
         return {}
 
@@ -101,7 +100,7 @@ def _metrics_problem(run: RunFolder) -> str:
         return str(exc)
     if log.torn_tail:
         warn(f"{path} ends in a torn line (a write cut short); the report skips it")
-    eval_steps = []
+    eval_steps: list[int] = []
     for event in log.events:
         if event.kind != "eval":
             continue

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
+
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Iterable, Optional
+from typing import Any, Optional
+from collections.abc import Iterable
 
 import yaml
 
@@ -140,10 +143,8 @@ def _planned_config(path: Path) -> dict | None:
         return None
     if not isinstance(raw, dict):
         return None
-    try:
+    with contextlib.suppress(MoelabError):  # a config this moelab no longer builds: compare raw
         raw = to_dict(build_config(raw))
-    except MoelabError:
-        pass
     return without_logging(raw)
 
 

@@ -47,7 +47,8 @@ def parse_budget_list(text: str) -> list[int]:
     """``"40.5M,426.3M"`` -> sorted, de-duplicated token counts."""
     items = [item for item in str(text).split(",") if item.strip()]
     if not items:
-        raise MoelabError(f"--budgets {short_repr(text)} is invalid: expected a comma-separated list like 40.5M,426.3M")
+        raise MoelabError(f"--budgets {short_repr(text)} is invalid: "
+                          "expected a comma-separated list like 40.5M,426.3M")
     return sorted({parse_token_count(item) for item in items})
 
 

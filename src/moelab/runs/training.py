@@ -9,8 +9,9 @@ dataclass holding the typed config): nothing is parsed again on the way.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Optional
 
 import torch
 

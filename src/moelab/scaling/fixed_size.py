@@ -47,7 +47,8 @@ import itertools
 import math
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Iterable, Optional, Sequence
+from typing import Optional
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 
@@ -249,7 +250,7 @@ def _cell(runs: list[Run], seeds: list[str], draws, weights) -> tuple[CellOptimu
     by_sparsity: dict[float, dict[str, float]] = {s: {} for s in sparsities}
     for run in runs:
         by_sparsity[run.sparsity][run.seed] = run.loss
-    everyone = {seed: 1 for seed in seeds}
+    everyone = dict.fromkeys(seeds, 1)
     s_star = _cell_argmin(by_sparsity, sparsities, everyone)
     replicate_stars = [_cell_argmin(by_sparsity, sparsities, counts) for counts in draws]
     censored = _censoring(s_star, sparsities)

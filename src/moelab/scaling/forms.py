@@ -31,7 +31,7 @@ When no form passes, none is chosen: the caller reports the checks rather than a
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 

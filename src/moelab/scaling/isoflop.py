@@ -76,7 +76,7 @@ class IsoflopPoints:
     residuals are compared with."""
 
     @classmethod
-    def from_columns(cls, columns: dict[str, np.ndarray]) -> "IsoflopPoints":
+    def from_columns(cls, columns: dict[str, np.ndarray]) -> IsoflopPoints:
         """From a law table's columns N, C, loss and, where present, S, N_active and seed."""
         params = np.asarray(columns["N"], dtype=np.float64)
         sparsity = columns.get("S")
@@ -85,7 +85,7 @@ class IsoflopPoints:
                    sparsity=np.zeros(len(params)) if sparsity is None else np.asarray(sparsity),
                    params_active=columns.get("N_active"), seed=columns.get("seed"))
 
-    def subset(self, mask: np.ndarray) -> "IsoflopPoints":
+    def subset(self, mask: np.ndarray) -> IsoflopPoints:
         """The runs where ``mask`` is true."""
         return IsoflopPoints(
             params=self.params[mask], flops=self.flops[mask], loss=self.loss[mask],

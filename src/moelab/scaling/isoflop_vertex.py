@@ -149,7 +149,7 @@ def _recentred_window(sizes, means, counts, half_width: float) -> VertexFit | No
     """Window on the best size, then on the vertex, until the sizes in it stop changing."""
     centre = sizes[int(np.argmin(means))]
     chosen = _window(sizes, centre, half_width)
-    seen = []
+    seen: list = []
     for refits in range(MAX_RECENTRING):
         fit = _parabola_through(sizes, means, counts, chosen)
         if fit is None:

@@ -28,8 +28,8 @@ from __future__ import annotations
 
 import functools
 import itertools
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 
@@ -166,11 +166,11 @@ SPARSITY_START_AXES = {
     **{f"log_{x}": (0.0, 10.0, 20.0) for x in "abcd"},
     "log_e": SPARSITY_LOG_E_GRID,
     **{name: tuple(np.arange(0.0, 1.25 + 1e-9, 0.25)) for name in ("alpha", "beta", "gamma")},
-    **{name: (-1.0, -0.5, 0.0, 0.5, 1.0) for name in ("lam", "delta")},
+    **dict.fromkeys(("lam", "delta"), (-1.0, -0.5, 0.0, 0.5, 1.0)),
 }
-"""Abnar et al.'s grid (their Table 2): log a..log d in {0, 10, 20}; alpha, beta, gamma in {0, 0.25, ..., 1.25};
-lambda, delta in {-1, -0.5, 0, 0.5, 1}; log e in SPARSITY_LOG_E_GRID. A reduced form starts from
-the same values of the parameters it keeps."""
+"""Abnar et al.'s grid (their Table 2): log a..log d in {0, 10, 20}; alpha, beta, gamma in
+{0, 0.25, ..., 1.25}; lambda, delta in {-1, -0.5, 0, 0.5, 1}; log e in SPARSITY_LOG_E_GRID. A
+reduced form starts from the same values of the parameters it keeps."""
 
 
 def _sparsity_starts(param_names: tuple[str, ...], max_starts: int | None = SPARSITY_DEFAULT_STARTS

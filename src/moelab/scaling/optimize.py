@@ -11,8 +11,8 @@ start (row). Rows stop when their gradient is tiny or their objective stops impr
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 
@@ -72,7 +72,8 @@ def _run(fun, x, history, max_iter, ftol, gtol, armijo_c, max_backtracks) -> Bat
         bad = ~(slope < 0)  # not a descent direction: forget the history, use steepest descent
         if bad.any():
             rho_hist[rows[bad]] = 0.0
-            direction[bad] = -g[rows[bad]] / np.maximum(np.linalg.norm(g[rows[bad]], axis=1, keepdims=True), 1.0)
+            norm = np.linalg.norm(g[rows[bad]], axis=1, keepdims=True)
+            direction[bad] = -g[rows[bad]] / np.maximum(norm, 1.0)
             slope[bad] = np.einsum("sp,sp->s", g[rows[bad]], direction[bad])
 
         x_new, f_new, g_new, accepted = _backtrack(
@@ -141,7 +142,8 @@ def _backtrack(fun, x_SP, f_S, direction_SP, slope_S, rows, armijo_c, max_backtr
     for _ in range(max_backtracks):
         trial_x = x_SP[pending] + step_size[pending, None] * direction_SP[pending]
         trial_f, trial_g = fun(trial_x, rows[pending])
-        ok = np.isfinite(trial_f) & (trial_f <= f_S[pending] + armijo_c * step_size[pending] * slope_S[pending])
+        sufficient_S = f_S[pending] + armijo_c * step_size[pending] * slope_S[pending]
+        ok = np.isfinite(trial_f) & (trial_f <= sufficient_S)
         done = pending[ok]
         x_new[done], f_new[done], g_new[done] = trial_x[ok], trial_f[ok], trial_g[ok]
         accepted[done] = True

@@ -13,8 +13,8 @@ from __future__ import annotations
 import csv
 import math
 import re
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
 import numpy as np
 
@@ -46,7 +46,8 @@ def parse_column_map(items: list[str] | None) -> dict[str, str]:
             key, value = key.strip(), value.strip().strip('"').strip("'")
             if not sep or not key or not value:
                 raise MoelabError(
-                    f"--columns {short_repr(pair)} is invalid: expected NAME=CSV_COLUMN, e.g. N=\"Model Size\""
+                    f"--columns {short_repr(pair)} is invalid: "
+                    "expected NAME=CSV_COLUMN, e.g. N=\"Model Size\""
                 )
             if key not in CANONICAL_COLUMNS:
                 raise MoelabError(
@@ -89,7 +90,8 @@ def fit_table_from_rows(path: Path, header: list[str], rows: list[dict[str, str]
         columns["D"] = columns["C"] / (6.0 * flops_params)
     else:
         raise MoelabError(
-            f"{path}: needs a tokens column {short_repr(names['D'])} or a FLOPs column {short_repr(names['C'])} "
+            f"{path}: needs a tokens column {short_repr(names['D'])} "
+            f"or a FLOPs column {short_repr(names['C'])} "
             f"(map others with --columns D=... or C=...); found: {', '.join(header)}"
         )
     validate_columns(path, columns)
@@ -126,7 +128,7 @@ def csv_records(lines: Iterable[str], where: str,
     than the header would lose its extra cells silently (``csv.DictReader`` files them under
     None): refused, as is a table of more than ``max_rows`` rows (read no further)."""
     reader = csv.DictReader(lines)
-    rows = []
+    rows: list[dict] = []
     try:
         for row in reader:
             line = reader.line_num
@@ -230,7 +232,8 @@ def holdout_mask(columns: dict[str, np.ndarray], spec: str) -> np.ndarray:
         try:
             threshold = float(text)
         except ValueError:
-            raise MoelabError(f"--holdout {short_repr(spec)} is invalid: {short_repr(text)} is not a number") from None
+            raise MoelabError(f"--holdout {short_repr(spec)} is invalid: "
+                              f"{short_repr(text)} is not a number") from None
     if op in ("=", "=="):
         mask = np.isclose(values, threshold, rtol=1e-9, atol=1e-12)
     else:

@@ -154,7 +154,7 @@ class ThroughputModel:
         return {k: list(percentile_interval([r[k] for r in self.replicates], level))
                 for k in COEFFICIENTS}
 
-    def record(self) -> "ThroughputModelRecord":
+    def record(self) -> ThroughputModelRecord:
         """The model as throughput.json stores it."""
         return ThroughputModelRecord(
             form=FORM, coefficients=self.coefficients, ci=self.ci(),
@@ -257,7 +257,7 @@ def check_identifiable(rows: list[ThroughputRow], source: str) -> None:
         raise MoelabError(f"{source}: rows were timed at different tokens per step "
                           f"({', '.join(str(s) for s in sorted(steps, key=str))}): per-step costs "
                           "differ per token at another batch; use one batch shape")
-    X, seconds = _design(rows)
+    X, _seconds = _design(rows)
     if np.linalg.matrix_rank(X / np.max(np.abs(X), axis=0)) < len(COEFFICIENTS):
         raise MoelabError(f"{source}: the rows cannot separate the throughput model's terms "
                           "(per-FLOP, MoE per-FLOP, per-parameter, per-expert, constant): time 2 "

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
-from typing import NamedTuple, Optional, Sequence
+from typing import NamedTuple, Optional
+from collections.abc import Sequence
 
 import numpy as np
 from scipy import stats

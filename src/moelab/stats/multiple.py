@@ -6,7 +6,8 @@ numpy and scipy only: no torch, nothing else of moelab.
 from __future__ import annotations
 
 import math
-from typing import Optional, Sequence
+from typing import Optional
+from collections.abc import Sequence
 
 ADJUSTMENT = "Holm"
 """The multiple-comparison adjustment of a family of tests (``holm``)."""

@@ -12,7 +12,8 @@ numpy and scipy only: no torch, nothing else of moelab.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
+from collections.abc import Sequence
 
 import numpy as np
 

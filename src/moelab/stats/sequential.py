@@ -26,9 +26,11 @@ numpy and scipy only: no torch, nothing else of moelab.
 from __future__ import annotations
 
 import functools
+import itertools
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Optional, Sequence
+from typing import Optional
 
 import numpy as np
 from scipy import optimize, stats
@@ -53,12 +55,21 @@ def obrien_fleming_spending(fraction: float, alpha: float) -> float:
     return float(4 * stats.norm.sf(z / math.sqrt(min(fraction, 1.0))))
 
 
+def _exit_excess(c: float, sqrt_t: float, step: float, grid: np.ndarray, density: np.ndarray,
+                 target: float) -> float:
+    """The chance of first crossing +-c at a look (sqrt_t: the root of its information
+    fraction, step: the fraction since the last look), less the alpha it may spend."""
+    upper = stats.norm.sf((c * sqrt_t - grid) / math.sqrt(step))
+    lower = stats.norm.cdf((-c * sqrt_t - grid) / math.sqrt(step))
+    return float(np.trapezoid(density * (upper + lower), grid)) - target
+
+
 def boundaries(fractions: Sequence[float], alpha: float) -> list[float]:
     """Two-sided critical values c_k of the standardised statistic at information fractions
     ``fractions`` (increasing, the last usually 1): under no difference the chance of first
     crossing +-c_k at look k is the spending between looks k-1 and k."""
     fractions = [float(t) for t in fractions]
-    if not fractions or any(b <= a for a, b in zip(fractions, fractions[1:])) or fractions[0] <= 0:
+    if not fractions or any(b <= a for a, b in itertools.pairwise(fractions)) or fractions[0] <= 0:
         raise ValueError(f"information fractions must increase from above 0: {fractions}")
     spent = [obrien_fleming_spending(t, alpha) for t in fractions]
     critical = [float(stats.norm.isf(spent[0] / 2))]
@@ -68,13 +79,8 @@ def boundaries(fractions: Sequence[float], alpha: float) -> list[float]:
         step = fractions[k] - fractions[k - 1]
         target = spent[k] - spent[k - 1]
         sqrt_t = math.sqrt(fractions[k])
-
-        def exit_probability(c: float) -> float:
-            upper = stats.norm.sf((c * sqrt_t - grid) / math.sqrt(step))
-            lower = stats.norm.cdf((-c * sqrt_t - grid) / math.sqrt(step))
-            return float(np.trapezoid(density * (upper + lower), grid))
-
-        c = optimize.brentq(lambda c: exit_probability(c) - target, 1e-3, 50.0, xtol=1e-10)
+        c = optimize.brentq(_exit_excess, 1e-3, 50.0, args=(sqrt_t, step, grid, density, target),
+                            xtol=1e-10)
         critical.append(float(c))
         grid, density = _continuation(c * sqrt_t, step, grid, density)
     return critical
@@ -86,7 +92,7 @@ def _continuation(bound: float, step: float, grid: Optional[np.ndarray],
     ``step``, from the previous look's (``grid``, ``density``); from 0 when there is none."""
     new_grid = np.linspace(-bound, bound, GRID_POINTS)
     scale = math.sqrt(step)
-    if grid is None:
+    if grid is None or density is None:  # both or neither: the first look
         return new_grid, stats.norm.pdf(new_grid / scale) / scale
     standardised = (new_grid[:, None] - grid[None, :]) / scale
     kernel = np.exp(-0.5 * standardised**2) / (scale * math.sqrt(2 * math.pi))

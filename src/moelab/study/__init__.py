@@ -8,8 +8,8 @@ Modules: ``commands`` (the study commands as functions), ``settings`` (the ``stu
 of presets), ``arms`` (derive the arms), ``plan`` (every run and the folder's plan files),
 ``records`` (read run folders back), ``aggregate`` (their statistics), ``results`` (what
 results.json holds, as dataclasses), ``gaps`` (the dense-vs-MoE gap of one criterion and its
-verdict, on the tests, power and Holm of ``moelab.stats``), ``zero_shot`` (task accuracies), ``rungs`` (the ladder's adjacent rungs),
-``pooling`` (studies of one design as one), ``figures`` and ``report`` (outputs). Token counts (40.5M)
-are ``moelab.runs.tokens``.
+verdict, on the tests, power and Holm of ``moelab.stats``), ``zero_shot`` (task accuracies),
+``rungs`` (the ladder's adjacent rungs), ``pooling`` (studies of one design as one), ``figures``
+and ``report`` (outputs). Token counts (40.5M) are ``moelab.runs.tokens``.
 See docs/study.md.
 """

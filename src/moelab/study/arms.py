@@ -4,10 +4,10 @@ Dense-vs-MoE arms (``moe``, ``dense_active``, ``dense_total``) differ only in th
 drops ``model.moe`` and takes the ``d_ff`` the matcher chose. The equal-compute criterion adds
 ``moe_compute``: the MoE trained on more tokens, as many as spend dense_total's training FLOPs,
 and compares it with ``dense_total`` (equal total parameters and equal training FLOPs, the
-comparison of Abnar et al. 2025, §2.2, and Ludziejewski et al. 2025; the others are at equal tokens). (A study has no FLOP-matched arm:
-under moelab's FLOP count it is the ``dense_active`` model, see ``check_criteria``.) The routing ladder's
-rungs differ only in ``model.moe`` (top_k, the auxiliary-loss coefficients, the balancing
-scope and mode). Everything else
+comparison of Abnar et al. 2025, §2.2, and Ludziejewski et al. 2025; the others are at equal
+tokens). (A study has no FLOP-matched arm: under moelab's FLOP count it is the ``dense_active``
+model, see ``check_criteria``.) The routing ladder's rungs differ only in ``model.moe`` (top_k,
+the auxiliary-loss coefficients, the balancing scope and mode). Everything else
 -- tokenizer, data, optimizer, schedule, token budget, evaluation -- is the base config's.
 """
 

@@ -11,9 +11,10 @@ the minimum gap it detects with power 0.8). ``compare.json`` keeps every number 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Optional
 
 from moelab.config import Config
 from moelab.errors import MoelabError
@@ -79,7 +80,7 @@ def comparison_specs(configs: dict[str, Config], seeds: list[int]) -> list[RunSp
 
 
 def run_comparison(configs: dict[str, Config], labels: dict[str, str], seeds: list[int],
-                   folder: Path, *, common: list[str] = (), launcher=None, jobs: int = 1,
+                   folder: Path, *, common: Sequence[str] = (), launcher=None, jobs: int = 1,
                    log: Callable[[str], None] = print,
                    tuning: Optional[LrTuning] = None) -> Comparison:
     """Train what is missing of both sides, then test and write compare.json. With ``tuning``

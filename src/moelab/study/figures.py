@@ -77,9 +77,11 @@ def val_loss_figure(records_by_arm: dict[str, list[RunRecord]], path: Path) -> O
     by_tokens.set_title("against tokens")
     by_flops.set_title("against training compute")
     fig.suptitle("Validation loss (mean over seeds, band: ±1 std)")
-    if drew:
-        by_tokens.legend()
-    return save_figure(fig, path) if drew else discard_figure(fig)
+    if not drew:
+        discard_figure(fig)
+        return None
+    by_tokens.legend()
+    return save_figure(fig, path)
 
 
 def _flops_per_token(records: list[RunRecord]) -> Optional[float]:
@@ -110,9 +112,11 @@ def routing_figure(records_by_arm: dict[str, list[RunRecord]], path: Path) -> Op
         ax.set_xlabel("training tokens")
         format_axis(ax.xaxis, format_count_tick, max_ticks=4)  # three panels side by side: few ticks fit
         ax.grid(alpha=0.3)
-    if drew:
-        axes[0].legend()
-    return save_figure(fig, path) if drew else discard_figure(fig)
+    if not drew:
+        discard_figure(fig)
+        return None
+    axes[0].legend()
+    return save_figure(fig, path)
 
 
 def expert_load_figure(loads_by_arm: dict[str, list[list[float]]], path: Path) -> Optional[Path]:
@@ -121,8 +125,8 @@ def expert_load_figure(loads_by_arm: dict[str, list[list[float]]], path: Path) -
         return None
     fig, axes = new_figure(ncols=len(loads_by_arm), width_in=4.0, height_in=3.5)
     axes = axes if isinstance(axes, list) else [axes]
-    for ax, (arm, load_LE) in zip(axes, loads_by_arm.items()):
-        load_LE = np.asarray(load_LE)
+    for ax, (arm, loads) in zip(axes, loads_by_arm.items()):
+        load_LE = np.asarray(loads)
         image = ax.imshow(load_LE, vmin=0.0, vmax=max(1.0 / load_LE.shape[1] * 2, load_LE.max()),
                           cmap="viridis", aspect="auto")
         ax.set_xlabel("expert")
@@ -167,7 +171,7 @@ def paired_differences_figure(gaps: dict[str, Gap], path: Path) -> Optional[Path
     if not paired:
         return None
     fig, ax = new_figure(width_in=max(4.0, 2.5 * len(paired)))
-    for position, (criterion, g) in enumerate(paired.items()):
+    for position, g in enumerate(paired.values()):
         differences = g.paired.differences
         # Spread the seeds a little sideways so equal differences stay visible.
         offsets = np.linspace(-0.12, 0.12, len(differences)) if len(differences) > 1 else [0.0]

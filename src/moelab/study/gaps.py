@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field, replace
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 from moelab.stats.intervals import ALPHA
 from moelab.stats.multiple import family_label, holm
@@ -82,6 +82,7 @@ def compare(criterion: str, moe_arm: str, dense_arm: str, moe_by_seed: Mapping[i
     paired = paired_test(moe_by_seed, dense_by_seed, alpha)
     welch = welch_test(list(moe_by_seed.values()), list(dense_by_seed.values()), alpha)
     use_paired = bool(moe_by_seed) and set(moe_by_seed) == set(dense_by_seed)
+    chosen: PairedTest | WelchTest
     if use_paired:
         test, chosen, n_label = "paired", paired, f"n={paired.n_pairs}"
         mde = min_detectable_gap(paired.standard_error, paired.n_pairs - 1, alpha=alpha)

@@ -13,10 +13,10 @@ Layout of a study folder::
 from __future__ import annotations
 
 import copy
-import json
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Optional
 
 import yaml
 
@@ -130,8 +130,8 @@ def check_same_study(study_dir: Path, kind: str, base: Config, specs: list[RunSp
     if plan_path.is_file():
         old_kind = _read_planned(plan_path, _read_json).get("kind")
         if old_kind != kind:
-            raise MoelabError(f"{study_dir} already holds a {short_repr(old_kind)} study, not {short_repr(kind)}: "
-                              "use another --out folder")
+            raise MoelabError(f"{study_dir} already holds a {short_repr(old_kind)} study, "
+                              f"not {short_repr(kind)}: use another --out folder")
     pairs = [("base config", study_path, _without_seed(to_dict(base)))] + [
         (f"config for run {spec.name}", study_dir / spec.config_path, to_dict(spec.config)) for spec in specs
     ]
@@ -146,8 +146,8 @@ def check_same_study(study_dir: Path, kind: str, base: Config, specs: list[RunSp
                 key, old_value, new_value = difference
                 raise MoelabError(
                     f"{study_dir} already holds a study with another {what}: "
-                    f"{key}={short_repr(old_value)} (now {short_repr(new_value)}); use another --out folder or the "
-                    "same config"
+                    f"{key}={short_repr(old_value)} (now {short_repr(new_value)}); "
+                    "use another --out folder or the same config"
                 )
 
 

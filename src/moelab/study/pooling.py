@@ -305,7 +305,7 @@ def render_pooled(pooled: PooledStudy) -> str:
                         for s in pooled.sources)
     rows = []
     for budget in pooled.budgets:
-        for criterion, g in pooled.gaps[budget].items():
+        for g in pooled.gaps[budget].values():
             rows.append([
                 _label(budget) or "–", f"{g.moe_arm} vs {g.dense_arm}",
                 format_mean_std(*_mean_std(pooled.losses[budget][g.moe_arm])),

@@ -8,7 +8,6 @@ reads ``plan.json`` (arm descriptions and the runs that are missing).
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path

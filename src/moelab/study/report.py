@@ -8,7 +8,6 @@ when the arms share their seeds, Welch's t otherwise) supports it.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from moelab.errors import MoelabError

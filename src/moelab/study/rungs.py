@@ -8,8 +8,9 @@ steps of a ladder are one family of tests: each verdict uses its Holm-adjusted p
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import Mapping, Optional
+from typing import Optional
 
 import numpy as np
 

@@ -107,7 +107,7 @@ class StudySettings:
     """Zero-shot tasks (moelab.tasks) every arm scores at the end of its runs, as its
     train.eval_tasks; empty: the base config's train.eval_tasks."""
 
-    def validate(self, prefix: str = "study") -> "StudySettings":
+    def validate(self, prefix: str = "study") -> StudySettings:
         """Check the values and normalise them: criteria without repeats, budgets sorted."""
         self.criteria = check_criteria(self.criteria)
         self.budgets = sorted(set(self.budgets or []))

@@ -34,9 +34,9 @@ rather than left stale.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 
@@ -56,7 +56,7 @@ from moelab.scaling.optimal import (
 from moelab.scaling.summary import LawFit, fit_columns
 from moelab.scaling.table import fit_table_from_rows
 from moelab.scaling.throughput import (
-    REQUIRED_COLUMNS, ShapeThroughput, ThroughputRow, family_throughput, fit_throughput,
+    ShapeThroughput, ThroughputRow, family_throughput, fit_throughput,
     moe_versus_dense, per_shape_means,
 )
 from moelab.sweep.folder import SWEEP_FIT_COLUMNS, read_grid, read_results, write_analysis

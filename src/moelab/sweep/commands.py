@@ -9,8 +9,9 @@ grid.json (``moelab.sweep.analysis``); ``report.md`` from those files (``moelab.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Optional
 
 from moelab.errors import MoelabError
 from moelab.fileio import remove_stale_temporaries, writer_lock

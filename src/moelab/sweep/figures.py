@@ -7,6 +7,7 @@ Axis labels, tick formats and colourbars come from ``moelab.report.axes``."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import matplotlib
 import numpy as np
@@ -28,7 +29,7 @@ from moelab.scaling.optimal import (
 from moelab.scaling.summary import LawFit
 from moelab.sweep.records import SparsityDeltas
 
-ISOFLOP_FIT_STYLE = {"linestyle": "--", "linewidth": 1.2, "gid": "isoflop-fit"}
+ISOFLOP_FIT_STYLE: dict[str, Any] = {"linestyle": "--", "linewidth": 1.2, "gid": "isoflop-fit"}
 SEARCH_LIMIT_TOLERANCE = 1e-4
 """|S* - max_sparsity| under which S* sits at the search's upper limit (as optimal._on_edge)."""
 
@@ -123,7 +124,7 @@ def optima_figure(path: Path, vs_n: list[ParamsCurvePoint], vs_c: list[FlopsCurv
     """S* against N, C and (measured hardware) T, with the bootstrap band; optima at the
     search's upper limit ``max_sparsity`` are flagged: there the curve flattens because the
     search stops, not because the law has its minimum."""
-    panels = [(vs_n, "params", "total parameters N", format_count_tick,
+    panels: list[tuple[Any, str, str, Any, str]] = [(vs_n, "params", "total parameters N", format_count_tick,
                f"fixed N, C = {format_flops_tick(flops_reference)}"),
               (vs_c, "flops", "training compute C (FLOPs)", format_flops_tick, "compute-optimal")]
     if vs_t:

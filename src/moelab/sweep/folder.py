@@ -8,7 +8,6 @@ through these alone: ``grid.json`` (as moelab sweep-sparsity wrote it, or as a G
 
 from __future__ import annotations
 
-import json
 from dataclasses import is_dataclass, replace
 from pathlib import Path
 
@@ -144,7 +143,9 @@ def with_derived_files(out_dir: Path, analysis: SweepAnalysis) -> SweepAnalysis:
         record = read_optional_json(out_dir / name)
         if record is None:
             return None
-        return from_json(parse, record) if is_dataclass(parse) else parse(record)
+        if isinstance(parse, type) and is_dataclass(parse):
+            return from_json(parse, record)
+        return parse(record)
 
     return replace(
         analysis, fit=optional("fit.json", SweepFit),

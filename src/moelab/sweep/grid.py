@@ -140,7 +140,7 @@ class SweepGrid:
     (runs/finetune/<run>); results.csv gains its before/after loss on the new text. None: no
     finetunes."""
 
-    def validate(self) -> "SweepGrid":
+    def validate(self) -> SweepGrid:
         """What the types alone do not say; the parser has checked keys and types."""
         where = f"sweep grid {short_repr(self.name)}"
         if self.mode not in MODES:
@@ -191,8 +191,8 @@ def _check_size(size: dict, where: str) -> None:
     for key in (key for key in SIZE_KEYS if key in size):
         value = size[key]
         if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-            raise ConfigError(f"{where}: size {short_repr(size['name'])} {key}={short_repr(value)} is invalid: "
-                              "expected a whole number > 0")
+            raise ConfigError(f"{where}: size {short_repr(size['name'])} "
+                              f"{key}={short_repr(value)} is invalid: expected a whole number > 0")
 
 
 def _check_base(base: str, where: str) -> None:
@@ -220,7 +220,8 @@ def with_seeds_key(record: dict) -> dict:
     if "seed" not in record:
         return record
     if "seeds" in record:
-        raise ConfigError(f"seed={short_repr(record['seed'])} and seeds={short_repr(record['seeds'])} are both given: "
+        raise ConfigError(f"seed={short_repr(record['seed'])} and "
+                          f"seeds={short_repr(record['seeds'])} are both given: "
                           "give seeds alone (a list, e.g. seeds=[0,1])")
     record = dict(record)
     seed = record.pop("seed")

@@ -9,7 +9,7 @@ replicated points (several seeds) has a pure error, so only such a sweep gets on
 from __future__ import annotations
 
 import itertools
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 
@@ -93,7 +93,7 @@ def _holdout_mae(law_name: str, columns: dict, spec: str, max_starts, log) -> fl
     except MoelabError as exc:  # a holdout that leaves too few points for this form
         log(f"{law_name} without {spec} skipped: {exc}")
         return None
-    return fit.holdout.mean_abs_error
+    return fit.holdout.mean_abs_error if fit.holdout else None
 
 
 def sparsity_deltas(rows: list[ResultRow]) -> SparsityDeltas | None:
@@ -142,9 +142,10 @@ def expert_pairs(rows: list[ResultRow]) -> list[ExpertPair]:
         for low, high in itertools.combinations(sorted(by_experts), 2):
             seeds = sorted(set(by_experts[low]) & set(by_experts[high]))
             differences = np.array([by_experts[high][s] - by_experts[low][s] for s in seeds])
-            if len(differences) < 2:
+            interval = mean_interval(differences)
+            if interval is None:  # fewer than 2 seeds in common
                 continue
             pairs.append(ExpertPair(size=size, budget=budget, sparsity=sparsity, E=[low, high],
                                     seeds=len(differences), difference=float(differences.mean()),
-                                    ci=list(mean_interval(differences))))
+                                    ci=list(interval)))
     return pairs

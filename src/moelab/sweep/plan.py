@@ -10,9 +10,10 @@ the base config with its size, experts and token budget set field by field
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Optional
 
 from moelab.accounting import count_params, flops_per_token
 from moelab.config import (
@@ -112,7 +113,7 @@ def tokens_for_flops(config: Config, flops: float) -> int:
 def plan_sweep(grid: SweepGrid) -> list[SweepPoint]:
     """Every seed x budget x size x sparsity: the first seed's whole grid first, each grid
     smallest budget first (a stopped sweep is already useful)."""
-    points = []
+    points: list = []
     budgets = [("flops", b) for b in sorted(grid.flops_budgets)] + [
         ("tokens", b) for b in sorted(grid.token_budgets)]
     config = load_config(grid.base, list(grid.overrides))
@@ -258,7 +259,7 @@ def _read_json_dict(path: Path) -> dict:
 def recorded_fit_settings(out_dir: Path) -> dict:
     """The fit settings a sweep recorded in plan.json (the defaults when it recorded none)."""
     try:
-        plan = read_json((Path(out_dir) / "plan.json"))
+        plan = read_json(Path(out_dir) / "plan.json")
     except (OSError, ValueError):
         return {}
     settings = plan.get("fit") if isinstance(plan, dict) else None

@@ -34,7 +34,7 @@ class SweepFit(LawFit):
     columns: Optional[dict[str, str]] = None
 
     @classmethod
-    def of(cls, fit: LawFit, **sweep_keys) -> "SweepFit":
+    def of(cls, fit: LawFit, **sweep_keys) -> SweepFit:
         return cls(**{f.name: getattr(fit, f.name) for f in fields(fit)}, **sweep_keys)
 
 
@@ -54,7 +54,7 @@ class GridRecord:
     holdout: str
 
     @classmethod
-    def from_dict(cls, record: dict) -> "GridRecord":
+    def from_dict(cls, record: dict) -> GridRecord:
         return cls(**{f.name: record[f.name] for f in fields(cls)})
 
     def describe(self) -> str:
@@ -91,7 +91,7 @@ class FormSummary(FormOutcome):
     ci: Optional[dict[str, list[float]]] = field(default=None, metadata=OMIT_NONE)
 
     @classmethod
-    def of(cls, check: FormCheck) -> "FormSummary":
+    def of(cls, check: FormCheck) -> FormSummary:
         outcome = {f.name: getattr(check, f.name) for f in fields(FormOutcome)}
         if check.fit is None:
             return cls(**outcome)

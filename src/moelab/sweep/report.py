@@ -11,9 +11,9 @@ prints is in one of them; it computes nothing but the fitted law's curves in the
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 
@@ -406,7 +406,8 @@ def _throughput_section(analysis: SweepAnalysis) -> str:
             f"`throughput.json`; device {', '.join(throughput.devices)}). 'vs dense': "
             "tokens/s against the dense model of the same total size; 'vs equal FLOPs': step "
             "time against a dense step of the same FLOPs (the dense runs' time per token "
-            "interpolated log-log at this N_active; '–' outside the dense sizes). Peak memory is the training process's "
+            "interpolated log-log at this N_active; '–' outside the dense sizes). "
+            "Peak memory is the training process's "
             "peak resident set on a CPU (a process that trained several runs reports the "
             "largest so far), allocated tensors on a GPU. Runs trained side by side (`--jobs`) "
             "share the machine, so these are speeds under that load.\n\n"

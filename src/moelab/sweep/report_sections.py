@@ -6,7 +6,7 @@ minima, and the warning when the chosen form makes S*(C) constant by constructio
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Sequence
+from collections.abc import Sequence
 
 from moelab.report import format_count, markdown_table
 from moelab.scaling.form_tests import CONSTANT_S_STAR, FormChoice
@@ -311,8 +311,9 @@ def zero_shot_analysis_text(analysis: dict[str, TaskAccuracy]) -> str:
 
         rows.append([task, str(result.runs), str(result.items),
                      f"{result.accuracy_range[0]:.3f}-{result.accuracy_range[1]:.3f}",
-                     f"±{result.median_wilson_half_width:.3f}", coefficient(fit and fit.loss),
-                     coefficient(fit and fit.sparsity), "yes" if result.separates else "**no**"])
+                     f"±{result.median_wilson_half_width:.3f}",
+                     coefficient(fit.loss if fit else None),
+                     coefficient(fit.sparsity if fit else None), "yes" if result.separates else "**no**"])
     text += markdown_table(["task", "runs", "items", "accuracy range", "Wilson half-width",
                             "b (per nat of loss)", "c (per unit S)", "separates"], rows,
                            "lrrrrrrl")
@@ -404,6 +405,7 @@ def _p_pair(record: FinetuneEstimate) -> str:
 
 
 def _coefficient_text(coefficient: FinetuneEstimate) -> str:
+    assert coefficient.ci is not None  # a fitted coefficient always has its interval
     low, high = coefficient.ci
     return f"{coefficient.value:+.3f} [{low:+.3f}, {high:+.3f}]"
 

@@ -77,7 +77,8 @@ def result_row(point: SweepPoint, run_dir: str, summary: RunSummary, config: Con
     experts, top_k = (moe.num_experts, moe.top_k) if moe else (1, 1)
     return {
         "run": run_dir, "size": point.size, "budget": point.budget_label,
-        "seed": config.train.seed, "C_budget": "" if point.flops_budget is None else exact_text(point.flops_budget),
+        "seed": config.train.seed,
+        "C_budget": "" if point.flops_budget is None else exact_text(point.flops_budget),
         "N_total": summary.total_params, "N_active": summary.active_params,
         "N_non_embedding": summary.non_embedding_params, "D": summary.tokens,
         "C": summary.flops_per_token_6n * summary.tokens, "S": (experts - top_k) / experts,

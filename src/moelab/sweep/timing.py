@@ -18,10 +18,10 @@ import io
 import platform
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Callable
 
 import torch
 
@@ -174,7 +174,8 @@ def time_shape(shape: Shape, seconds_per_shape: float, warmup_steps: int,
 def _timed_steps(step: Callable[[], object], device, seconds: float,
                  clock: Callable[[], float]) -> list[float]:
     """Step times on ``clock``, for about ``seconds`` of wall time (at least 3 steps)."""
-    times, start = [], time.perf_counter()
+    times: list[float] = []
+    start = time.perf_counter()
     while len(times) < MIN_TIMED_STEPS or time.perf_counter() - start < seconds:
         before = clock()
         step()

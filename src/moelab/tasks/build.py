@@ -140,11 +140,11 @@ def minimal_pairs(sentence: str) -> list[tuple[str, str, str, str]]:
             break
     for pattern, swaps in ((_CLAUSE_SUBJECT, _SUBJECT_TO_OBJECT),
                            (_OBJECT_BEFORE_PUNCT, _OBJECT_TO_SUBJECT)):
-        match = pattern.search(sentence)
-        if match:
-            pronoun, swapped = match.group(1), swaps[match.group(1)]
+        found = pattern.search(sentence)
+        if found:
+            pronoun, swapped = found.group(1), swaps[found.group(1)]
             pairs.append(("pronoun_case", pronoun, swapped,
-                          sentence[:match.start(1)] + swapped + sentence[match.end(1):]))
+                          sentence[:found.start(1)] + swapped + sentence[found.end(1):]))
             break
     return pairs
 
@@ -178,7 +178,7 @@ def agreement_items(stories: list[str]) -> list[dict]:
     items = []
     for phenomenon in ("verb_number", "pronoun_case"):
         groups: dict[frozenset, list[list[dict]]] = {}
-        for (name, words, good_word), pairs in sorted(by_direction.items(),
+        for (name, words, _good_word), pairs in sorted(by_direction.items(),
                                                       key=lambda kv: (kv[0][0], kv[0][2])):
             if name == phenomenon:  # sorted by the grammatical word: a fixed order
                 groups.setdefault(words, []).append(rng.sample(pairs, len(pairs)))

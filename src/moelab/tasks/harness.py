@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -27,7 +28,7 @@ from moelab.fileio import atomic_write_text
 from moelab.tasks import TASK_FILES, task_text
 
 _COMMON = {"dataset_path": "json", "test_split": "test", "target_delimiter": ""}
-HARNESS_TASKS = {
+HARNESS_TASKS: dict[str, dict[str, Any]] = {
     "last_word": {"output_type": "loglikelihood", "doc_to_text": "{{context}}",
                   "doc_to_target": "{{target}}", "metric_list": [{"metric": "acc"}]},
     "ending": {"output_type": "multiple_choice", "doc_to_text": "{{context}}",

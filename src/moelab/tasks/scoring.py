@@ -5,8 +5,9 @@ context and the continuation and we sum log p(token) over the continuation's tok
 whether each of them is the argmax (greedy). Contexts start with ``<|endoftext|>``, as a story
 does in the training stream. A request longer than the model's ``max_seq_len`` + 1 keeps its
 last tokens (the context is cut from the left); a continuation longer than ``max_seq_len`` is
-an error (the builder keeps them short: a run with max_seq_len 64 fits every task). Requests are batched by length and right-padded: the model is causal and its
-MoE layers drop no tokens, so padding changes no real position. Logits are fp32.
+an error (the builder keeps them short: a run with max_seq_len 64 fits every task). Requests
+are batched by length and right-padded: the model is causal and its MoE layers drop no tokens,
+so padding changes no real position. Logits are fp32.
 
 Accuracy intervals are Wilson score intervals at 95 % (``moelab.stats.intervals``), which keep
 their coverage near 0 and 1 where the normal approximation does not.
@@ -15,6 +16,7 @@ their coverage near 0 and 1 where the normal approximation does not.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import cast
 
 import torch
 import torch.nn.functional as F
@@ -70,7 +72,7 @@ def score_continuations(model, requests: list[tuple[list[int], list[int]]],
             loglik = rows_CV.gather(1, targets_C[:, None]).sum().item()
             greedy = bool((rows_CV.argmax(dim=1) == targets_C).all())
             results[i] = Continuation(loglik, len(targets), greedy)
-    return results
+    return cast(list[Continuation], results)  # every slot filled above
 
 
 def accuracy_summary(correct: int, items: int, chance: float) -> dict:
@@ -152,7 +154,7 @@ def last_word_requests(tokenizer, items: list[dict]) -> list[Request]:
 
 def ending_requests(tokenizer, items: list[dict]) -> list[Request]:
     """The story without its last sentence, then each ending, item after item."""
-    requests = []
+    requests: list[Request] = []
     for item in items:
         context = [tokenizer.eot_id] + tokenizer.encode(item["context"])
         requests.extend((context, tokenizer.encode(ending)) for ending in item["endings"])
@@ -161,7 +163,7 @@ def ending_requests(tokenizer, items: list[dict]) -> list[Request]:
 
 def agreement_requests(tokenizer, items: list[dict]) -> list[Request]:
     """Each pair's grammatical sentence, then its twin, each after ``<|endoftext|>`` alone."""
-    requests = []
+    requests: list[Request] = []
     for item in items:
         requests.append(([tokenizer.eot_id], tokenizer.encode(item["good"])))
         requests.append(([tokenizer.eot_id], tokenizer.encode(item["bad"])))

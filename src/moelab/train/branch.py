@@ -51,7 +51,7 @@ class BranchOrigin:
 
 
 def branch_run(source_dir: str | Path, step: int, config: Config,
-               out_dir: str | Path) -> RunSummary:
+               out_dir: str | Path) -> RunSummary | None:
     """Branch ``out_dir`` from the kept checkpoint at ``step`` of ``source_dir`` and train it to
     ``config``'s budget; returns its summary. A second call resumes (or returns) the branch."""
     config.validate()
@@ -85,15 +85,16 @@ def check_branchable(source_config: Config, config: Config, step: int, source_pa
     if difference:
         key, in_source, in_given = difference
         raise MoelabError(f"cannot branch from {source_path}: its config differs at {key} "
-                          f"({short_repr(in_source)} in the source, {short_repr(in_given)} given); a branch may "
-                          f"change only train.max_tokens and the lr schedule after its step")
+                          f"({short_repr(in_source)} in the source, {short_repr(in_given)} given); "
+                          f"a branch may change only train.max_tokens and the lr schedule after its step")
     for index in range(step):  # 0-based: the lr of optimizer steps 1..step
         source_lr, branch_lr = _lr(source_config, index), _lr(config, index)
         if source_lr != branch_lr:
             raise MoelabError(
                 f"cannot branch from {source_path} at step {step}: the lr schedules differ at "
-                f"step {index + 1} ({short_repr(source_lr)} in the source, {short_repr(branch_lr)} given); share "
-                f"the warmup (train.warmup_steps) and branch at or before the decay start")
+                f"step {index + 1} ({short_repr(source_lr)} in the source, "
+                f"{short_repr(branch_lr)} given); share the warmup (train.warmup_steps) and branch "
+                f"at or before the decay start")
 
 
 def _total_steps(config: Config) -> int:

@@ -16,6 +16,7 @@ separate run, for the tokens of the largest budget plus the cooldowns.
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -119,7 +120,7 @@ def _steps(budget: Any, tokens_per_step: int) -> int:
 
 def _refuse_same_steps(budgets: list[int], steps_of: dict[int, int], tokens_per_step: int) -> None:
     """Two budgets of one step count would be the same run (or a budget given twice)."""
-    for smaller, larger in zip(budgets, budgets[1:]):
+    for smaller, larger in itertools.pairwise(budgets):
         if steps_of[smaller] == steps_of[larger]:
             raise MoelabError(
                 f"budgets {smaller} and {larger} are invalid together: both are "

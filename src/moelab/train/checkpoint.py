@@ -22,7 +22,7 @@ different run. Checkpoints written before the hashes existed carry none and load
 
 from __future__ import annotations
 
-import json
+import functools
 import re
 import shutil
 from collections.abc import Callable
@@ -86,7 +86,7 @@ def copy_checkpoint(folder: Path, checkpoints_dir: Path) -> Path:
     verify_files(folder, read_state(folder))
     target = checkpoints_dir / folder.name
     for name in (*HASHED_FILES, STATE_FILE):
-        atomic_write(target / name, lambda tmp, name=name: shutil.copyfile(folder / name, tmp))
+        atomic_write(target / name, functools.partial(shutil.copyfile, folder / name))
     verify_files(target, read_state(target))
     if file_sha256(target / STATE_FILE) != file_sha256(folder / STATE_FILE):
         _corrupt(target / STATE_FILE, OSError("the copy differs from its source"))

@@ -11,7 +11,7 @@ from __future__ import annotations
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 import torch
 
@@ -33,7 +33,7 @@ class EvalResult:
     """Mean cross-entropy (nats/token) over every target token of the validation windows."""
     bits_per_byte: float
     """The same loss in bits per UTF-8 byte of the scored target tokens."""
-    routing: list[dict[str, float]] = field(default_factory=list)
+    routing: list[dict[str, Any]] = field(default_factory=list)
     """Per-layer ``RoutingStats.summary()`` over the whole eval set; [] for a dense model."""
 
 

@@ -3,17 +3,17 @@ reports.
 
 Each line is one JSON object ``{"kind": "train" | "eval", "step": S, "tokens": T, ...}``: step
 a whole number >= 0, tokens (which training always logs) one too where given, and an eval's
-``val_loss`` a number; other keys are free (the losses, lr, routing statistics). A run killed in the middle of an append leaves a torn last
-line (the last line, without its newline, and not JSON): readers skip it and say so
-(``MetricsLog.torn_tail``). Any other line that is not an event is a one-line error naming the
-file and the line.
+``val_loss`` a number; other keys are free (the losses, lr, routing statistics). A run killed
+in the middle of an append leaves a torn last line (the last line, without its newline, and not
+JSON): readers skip it and say so (``MetricsLog.torn_tail``). Any other line that is not an
+event is a one-line error naming the file and the line.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from moelab.errors import MoelabError, short_repr
 from moelab.fileio import parse_json
@@ -64,7 +64,7 @@ def parse_event(line: str, path: Path, lineno: int) -> MetricsEvent:
     if kind == "eval" and not _is_number(record.get("val_loss")):
         raise _not_an_event(path, lineno, f"is an eval with val_loss="
                                          f"{short_repr(record.get('val_loss'))}: expected a number")
-    return MetricsEvent(kind, step, tokens, record, lineno)
+    return MetricsEvent(kind, cast(int, step), tokens, record, lineno)
 
 
 def read_events(path: Path) -> MetricsLog:

@@ -16,6 +16,7 @@ import re
 import shutil
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import torch
 from safetensors import SafetensorError
@@ -103,7 +104,7 @@ def hf_config(cfg: ModelConfig, eot_id: int):
     # transformers is optional (moelab[hf]) and slow to import: only an export needs it.
     from transformers import LlamaConfig, MixtralConfig
 
-    common = dict(
+    common: dict[str, Any] = dict(
         vocab_size=cfg.vocab_size, hidden_size=cfg.d_model, num_hidden_layers=cfg.n_layers,
         num_attention_heads=cfg.n_heads, num_key_value_heads=cfg.n_kv_heads,
         head_dim=cfg.head_dim, max_position_embeddings=cfg.max_seq_len,

@@ -16,7 +16,6 @@ result is a ``FinetuneSummary``: the run's summary and that reference. Calling i
 from __future__ import annotations
 
 import copy
-import json
 import os
 import shutil
 from dataclasses import asdict, dataclass, fields

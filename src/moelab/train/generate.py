@@ -7,6 +7,7 @@ import math
 import torch
 
 from moelab.errors import MoelabError
+from moelab.model import Transformer
 
 # Prompts of the samples written at the end of every run (TinyStories-style openings).
 SAMPLE_PROMPTS = ("Once upon a time", "One day, a little girl named Lily", "The big dog")
@@ -18,7 +19,7 @@ for greedy decoding."""
 
 
 @torch.no_grad()
-def generate_tokens(model: torch.nn.Module, prompt_ids: list[int], max_new_tokens: int,
+def generate_tokens(model: Transformer, prompt_ids: list[int], max_new_tokens: int,
                     temperature: float = 1.0, top_k: int | None = None,
                     seed: int = 0) -> list[int]:
     """Append ``max_new_tokens`` tokens to ``prompt_ids``; temperature 0 means greedy.
@@ -58,7 +59,7 @@ def generate_tokens(model: torch.nn.Module, prompt_ids: list[int], max_new_token
     return tokens_1T[0].tolist()
 
 
-def generate_text(model: torch.nn.Module, tokenizer, prompt: str, max_new_tokens: int = 64,
+def generate_text(model: Transformer, tokenizer, prompt: str, max_new_tokens: int = 64,
                   temperature: float = 1.0, top_k: int | None = None, seed: int = 0) -> str:
     """The prompt and its continuation as text.
 
@@ -70,7 +71,7 @@ def generate_text(model: torch.nn.Module, tokenizer, prompt: str, max_new_tokens
     return tokenizer.decode(ids[1:])
 
 
-def sample_text(model: torch.nn.Module, tokenizer, max_new_tokens: int = 32, seed: int = 0) -> str:
+def sample_text(model: Transformer, tokenizer, max_new_tokens: int = 32, seed: int = 0) -> str:
     """The samples.txt of a run: the first prompt continued greedily, every prompt sampled.
 
     Kept short (a few hundred forward passes without a KV cache) so it adds seconds, not

@@ -7,7 +7,6 @@ and its id is kept in the run folder, so that a resumed run continues the same W
 
 from __future__ import annotations
 
-import json
 import os
 import secrets
 from typing import Any
@@ -75,7 +74,8 @@ def _start_wandb_run(config: Config, run: RunFolder, continuing: bool):
     try:
         import wandb
     except ImportError:
-        raise MoelabError("train.logging.wandb=true needs the wandb package: pip install 'moelab[wandb]'") from None
+        raise MoelabError("train.logging.wandb=true needs the wandb package: "
+                          "pip install 'moelab[wandb]'") from None
     # Offline unless the user chose otherwise: runs work without a network and can be synced
     # later with `wandb sync`.
     os.environ.setdefault("WANDB_MODE", "offline")

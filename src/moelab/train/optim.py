@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 from moelab.config import TrainConfig
@@ -17,7 +19,7 @@ def build_optimizer(model: torch.nn.Module, train_cfg: TrainConfig) -> torch.opt
         {"params": [p for p in params if p.dim() >= 2], "weight_decay": train_cfg.weight_decay},
         {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
     ]
-    kwargs = dict(lr=train_cfg.lr, betas=(train_cfg.beta1, train_cfg.beta2))
+    kwargs: dict[str, Any] = dict(lr=train_cfg.lr, betas=(train_cfg.beta1, train_cfg.beta2))
     try:
         return torch.optim.AdamW(groups, fused=True, **kwargs)
     except (RuntimeError, TypeError):  # a device or torch build without the fused kernel

@@ -65,7 +65,7 @@ def peak_flops(device: torch.device, dtype: torch.dtype, given: Optional[float])
                             f"{torch.get_num_threads()} threads")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def measured_cpu_peak(dtype: torch.dtype, threads: int) -> float:
     """FLOP/s of the fastest of a few square matmuls on this CPU (2 n^3 FLOPs each), measured
     once per process, dtype and thread count. It draws from its own generator, so the run's

@@ -12,7 +12,8 @@ from __future__ import annotations
 import contextlib
 import signal
 import threading
-from typing import Iterator, Optional
+from collections.abc import Iterator
+from typing import Optional
 
 PREEMPTION_SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
 

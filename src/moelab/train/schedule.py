@@ -39,7 +39,7 @@ class Schedule:
     """wsd only: 'linear' or 'sqrt'."""
 
     @classmethod
-    def from_config(cls, train_config: TrainConfig, total_steps: int) -> "Schedule":
+    def from_config(cls, train_config: TrainConfig, total_steps: int) -> Schedule:
         """The schedule of a run of ``total_steps`` steps: train.warmup_steps when set (a budget
         family's shared warmup), else warmup_fraction of the steps; under wsd the last
         decay_fraction of the steps decay."""

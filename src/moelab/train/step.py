@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from contextlib import nullcontext
 from dataclasses import dataclass
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 
@@ -41,7 +41,7 @@ class StepPlan:
         return self.rank_batch_size // self.micro_batch_size
 
     @classmethod
-    def from_config(cls, config: Config, world_size: int) -> "StepPlan":
+    def from_config(cls, config: Config, world_size: int) -> StepPlan:
         tc, seq_len = config.train, config.model.max_seq_len
         tokens_per_step = tc.batch_size * seq_len
         total_steps = tc.max_tokens // tokens_per_step

@@ -68,7 +68,7 @@ class RunSummary:
     collapse: bool = False
     schema_version: int = SCHEMA_VERSION
 
-    def require(self, names: tuple[str, ...], path: Path | str) -> "RunSummary":
+    def require(self, names: tuple[str, ...], path: Path | str) -> RunSummary:
         """Refuse, naming them, the fields a reader needs that this summary lacks."""
         missing = [name for name in names if getattr(self, name) is None]
         if missing:

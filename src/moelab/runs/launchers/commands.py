@@ -24,9 +24,10 @@ def train_commands(folder: Path, specs: list[RunSpec]) -> list[str]:
 
 
 def train_arguments(folder: Path, spec: RunSpec) -> list[str]:
-    """The ``moelab train`` arguments that train ``spec`` as ``moelab.runs.training.train_planned_run```` does, from
-    the config file the plan wrote: what a user or another scheduler runs. A finetune's are
-    ``moelab finetune``'s (rerun, it resumes too)."""
+    """The ``moelab train`` arguments that train ``spec`` as
+    ``moelab.runs.training.train_planned_run`` does, from the config file the plan wrote: what a
+    user or another scheduler runs. A finetune's are ``moelab finetune``'s (rerun, it resumes
+    too)."""
     if spec.finetune is not None:
         sets = [arg for item in spec.finetune.overrides for arg in ("--set", item)]
         return [str(folder / "runs" / spec.finetune.source), "--data", spec.finetune.data,

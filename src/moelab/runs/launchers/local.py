@@ -26,9 +26,10 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Optional
 
 import torch
 from tqdm import tqdm
@@ -181,7 +182,7 @@ class _Child:
     started: float
 
     @classmethod
-    def start(cls, folder: Path, spec: RunSpec, threads: int, gpu: Optional[str]) -> "_Child":
+    def start(cls, folder: Path, spec: RunSpec, threads: int, gpu: Optional[str]) -> _Child:
         handle, failure_path = tempfile.mkstemp(prefix="moelab-train-", suffix=".json",
                                                 dir=scratch_dir())
         os.close(handle)

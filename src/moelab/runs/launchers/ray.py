@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import socket
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Optional
 
 from moelab.errors import MoelabError, short_repr
 from moelab.runs.execute import Log, RunOutcome
@@ -103,9 +104,10 @@ def _host_and_port(address: Optional[str]) -> Optional[tuple[str, str]]:
 def _check_reachable(address: Optional[str], timeout_s: float = 5.0) -> None:
     """A HOST:PORT address that nothing answers on is a one-line error within seconds (Ray
     itself retries for minutes); ``auto``, ``local`` and no address are left to Ray."""
-    if _host_and_port(address) is None:
+    host_and_port = _host_and_port(address)
+    if host_and_port is None:
         return
-    host, port = _host_and_port(address)
+    host, port = host_and_port
     try:
         socket.create_connection((host, int(port)), timeout=timeout_s).close()
     except OSError as exc:

@@ -15,9 +15,10 @@ import contextlib
 import io
 import shutil
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Optional
 
 from moelab.errors import MoelabError, short_repr
 from moelab.runs.execute import Log, RunOutcome
