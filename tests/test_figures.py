@@ -26,7 +26,7 @@ from moelab.report.axes import (
 )
 from moelab.scaling.isoflop import IsoflopPoints, isoflop_analysis
 from moelab.study import figures as study_figures
-from moelab.study.results import BudgetResults
+from moelab.study.study_results import BudgetResults
 from moelab.stats.t_tests import PairedTest, WelchTest
 from moelab.study.gaps import Gap
 from moelab.sweep import figures as sweep_figures

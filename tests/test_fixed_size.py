@@ -12,7 +12,7 @@ import pytest
 from moelab.codec import from_json, to_json
 from moelab.scaling.fixed_size import Run, fixed_size_optima, pair_sign, seed_draws
 from moelab.sweep.fixed_size_report import fixed_size_record, fixed_size_section
-from moelab.sweep.records import FixedSizeRecord
+from moelab.sweep.analysis_records import FixedSizeRecord
 from sweep_rows import results_table
 
 

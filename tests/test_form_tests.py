@@ -18,7 +18,7 @@ from moelab.scaling.form_tests import (
     optimal_sparsity_moves, pure_error, residual_ss,
 )
 from moelab.scaling.laws import get_law
-from moelab.scaling.summary import fit_columns
+from moelab.scaling.fit_record import fit_columns
 
 EFFECTIVE = get_law("sparsity-effective-size")
 EFFECTIVE_TRUTH = {"b": 40.0, "d": 20.0, "e": 1.2, "beta": 0.3, "delta": 0.3, "gamma": 0.35}
@@ -114,7 +114,7 @@ def test_a_stored_form_tests_json_reads_back_as_written_key_for_key(path):
     """Files earlier moelabs wrote as hand-built dicts (some without the likelihood-ratio path,
     the deltas' E or the expert pairs) read into the typed record and write back unchanged."""
     from moelab.codec import from_json, to_json
-    from moelab.sweep.records import FormTestsRecord
+    from moelab.sweep.analysis_records import FormTestsRecord
 
     stored = json.loads(path.read_text())
     record = from_json(FormTestsRecord, stored)

@@ -178,7 +178,7 @@ def test_the_cpu_isoflop_sweep_writes_its_minima_and_s_star_into_isoflop_json_an
     from moelab.scaling.laws import get_law
     from moelab.sweep.grid import load_grid
     from moelab.sweep.report import write_sweep_report
-    from moelab.sweep.results import write_results_csv
+    from moelab.sweep.tabulate import write_results_csv
     from sweep_rows import synthetic_results, write_grid_json
 
     grid = load_grid("cpu-isoflop")

@@ -18,7 +18,7 @@ from sweep_rows import synthetic_results, write_grid_json
 from moelab.cli import main
 from moelab.scaling.laws import get_law
 from moelab.sweep.grid import load_sweep_grid
-from moelab.sweep.results import write_results_csv
+from moelab.sweep.tabulate import write_results_csv
 
 TRUTH = {"b": 40.0, "d": 20.0, "e": 1.2, "beta": 0.3, "delta": 0.3, "gamma": 0.35}
 

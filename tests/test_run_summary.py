@@ -13,7 +13,7 @@ from moelab.config import load_config
 from moelab.errors import MoelabError
 from moelab.train import train
 from moelab.train.run_folder import RunFolder
-from moelab.train.summary import SCHEMA_VERSION, RunSummary, parse_summary
+from moelab.train.run_summary import SCHEMA_VERSION, RunSummary, parse_summary
 from tiny_overrides import TINY_MOE_RUN
 
 

@@ -16,7 +16,7 @@ from moelab.scaling.forms import (
 from moelab.scaling.laws import CHINCHILLA, SPARSITY, SPARSITY_FORMS, get_law
 from moelab.sweep.grid import load_grid
 from moelab.sweep.report import write_sweep_report
-from moelab.sweep.results import write_results_csv
+from moelab.sweep.tabulate import write_results_csv
 from sweep_rows import synthetic_results, write_grid_json
 
 REPO_ROOT = Path(__file__).resolve().parents[1]

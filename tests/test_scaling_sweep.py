@@ -23,7 +23,7 @@ from moelab.sweep.folder import read_grid_record
 from moelab.sweep.grid import experts_for, grid_preset_names, load_grid
 from moelab.sweep.plan import grid_json_record, plan_sweep, plan_sweep_folder, tokens_for_flops
 from moelab.sweep.report import write_sweep_report
-from moelab.sweep.results import collect_results, write_results_csv
+from moelab.sweep.tabulate import collect_results, write_results_csv
 from sweep_rows import synthetic_results, write_grid_json
 
 REPO_ROOT = Path(__file__).resolve().parents[1]

@@ -9,7 +9,7 @@ import pytest
 
 from moelab.report import format_tick_count, format_token_axis, new_figure
 from moelab.study import figures
-from moelab.study.records import RunRecord
+from moelab.study.finished_runs import RunRecord
 from moelab.stats.t_tests import PairedTest, WelchTest
 from moelab.study.gaps import Gap
 

@@ -290,7 +290,7 @@ def test_the_stored_finetune_json_reads_back_as_written_and_renders_its_report_s
     from pathlib import Path
 
     from moelab.codec import from_json
-    from moelab.sweep.records import FinetuneRecord
+    from moelab.sweep.analysis_records import FinetuneRecord
 
     folder = Path(__file__).resolve().parents[1] / "experiments" / "results" / "sweeps" / "cpu-finetune"
     stored = json.loads((folder / "finetune.json").read_text())

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from moelab.codec import from_json, to_json
-from moelab.scaling.summary import LawFit
-from moelab.sweep.records import (
+from moelab.scaling.fit_record import LawFit
+from moelab.sweep.analysis_records import (
     AnalysisStatus, FormsRecord, OptimaRecord, SweepFit, ThroughputRecord,
 )
 

@@ -19,7 +19,7 @@ from moelab.scaling.throughput import ThroughputModel, family_throughput
 from moelab.sweep.grid import load_grid
 from moelab.sweep.plan import plan_sweep
 from moelab.sweep.report import render_sweep_report, write_sweep_report
-from moelab.sweep.results import write_results_csv
+from moelab.sweep.tabulate import write_results_csv
 from sweep_rows import synthetic_results, write_grid_json
 
 SWEEP = Path(__file__).resolve().parents[1] / "src" / "moelab" / "sweep"

@@ -17,7 +17,7 @@ from moelab.fileio import atomic_write_json, refuse_overwriting_inputs
 
 if TYPE_CHECKING:  # the handlers import the maths when they run (scipy)
     from moelab.scaling.optimal import ThreeOptima, VersusDenseInterval
-    from moelab.scaling.summary import LawFit
+    from moelab.scaling.fit_record import LawFit
     from moelab.scaling.isoflop import BudgetOptimum, IsoflopAnalysis
     from moelab.scaling.isoflop_sparsity import SparsityOptima
 
@@ -122,7 +122,7 @@ def register(subparsers) -> None:
 
 def _fit(args) -> int:
     from moelab.codec import to_json
-    from moelab.scaling.summary import check_identifiable, fit_columns
+    from moelab.scaling.fit_record import check_identifiable, fit_columns
     from moelab.scaling.table import drop_highest_loss, parse_column_map, read_fit_table
 
     if args.out:
@@ -163,7 +163,7 @@ def _optimal(args) -> int:
     from moelab.scaling.optimal import (
         INTERVAL_KEYS, compute_optimal, optimal_sparsity_at_params, with_intervals,
     )
-    from moelab.scaling.summary import load_fit
+    from moelab.scaling.fit_record import load_fit
 
     fit = load_fit(args.fit)
     law, params, replicas = fit.law, fit.params, fit.replicas

@@ -22,7 +22,7 @@ from moelab.runs.tokens import parse_budget_list
 from moelab.study.settings import check_seeds, load_study
 
 if TYPE_CHECKING:
-    from moelab.study.results import StudyResults
+    from moelab.study.study_results import StudyResults
     from moelab.study.zero_shot import TaskResult
 
 # The study machinery below (training, statistics, figures) imports torch and scipy, seconds

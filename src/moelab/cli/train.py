@@ -18,7 +18,7 @@ from moelab.errors import MoelabError, short_repr, short_text
 from moelab.fileio import refuse_overwriting_inputs
 
 if TYPE_CHECKING:
-    from moelab.train.summary import RunSummary
+    from moelab.train.run_summary import RunSummary
 
 DEFAULT_NEW_TOKENS = 64
 """``generate``'s default length, cut to the run's context where that is shorter."""

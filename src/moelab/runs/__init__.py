@@ -5,7 +5,7 @@ A study or a sweep plans a list of ``RunSpec`` (a name and a resolved config), w
 config under ``configs/``, and hands the unfinished ones to ``execute_plan`` with a launcher:
 
     spec.py       RunSpec, the config files of a plan
-    records.py    completion (summary.json says "complete"), failures.json, the file checks
+    completion.py completion (summary.json says "complete"), failures.json, the file checks
                   a report relies on
     execute.py    execute_plan: train what is not complete through a launcher, record outcomes;
                   submit_plan: submit it and return (a detached SLURM array)
@@ -21,7 +21,7 @@ a retried, requeued or preempted run ends identical to an uninterrupted one.
 """
 
 from moelab.runs.execute import RunOutcome, execute_plan, submit_plan
-from moelab.runs.records import has_checkpoint, is_complete, read_failures
+from moelab.runs.completion import has_checkpoint, is_complete, read_failures
 from moelab.runs.spec import RunSpec, write_run_configs
 from moelab.runs.training import train_planned_run
 

@@ -14,10 +14,10 @@ from pathlib import Path
 from typing import Optional
 
 from moelab.errors import MoelabError
-from moelab.runs.records import is_complete, read_failures, write_failures
+from moelab.runs.completion import is_complete, read_failures, write_failures
 from moelab.runs.spec import RunSpec
 from moelab.train.run_folder import RunFolder
-from moelab.train.summary import RunSummary
+from moelab.train.run_summary import RunSummary
 
 Log = Callable[[str], None]
 

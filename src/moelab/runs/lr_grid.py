@@ -25,7 +25,7 @@ from typing import Optional
 from moelab.codec import from_json
 from moelab.errors import MoelabError, short_repr
 from moelab.runs.execute import Log, execute_plan
-from moelab.runs.records import is_complete
+from moelab.runs.completion import is_complete
 from moelab.runs.spec import RunSpec, write_run_configs
 from moelab.train.run_folder import RunFolder
 

@@ -19,7 +19,7 @@ from moelab.runs.spec import RunSpec
 from moelab.train.branch import branch_run
 from moelab.train.finetune import finetune
 from moelab.train.loop import train
-from moelab.train.summary import RunSummary
+from moelab.train.run_summary import RunSummary
 
 TrainFn = Callable[..., Optional[RunSummary]]
 """``train_fn(config, run_dir, resume=True)``: ``moelab.train.train``, or a stand-in of it."""

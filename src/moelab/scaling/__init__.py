@@ -9,7 +9,7 @@ docs/scaling.md.
 from moelab.scaling.fitting import FitResult, bootstrap, fit_law
 from moelab.scaling.laws import CHINCHILLA, LAWS, SPARSITY, Law, get_law
 from moelab.scaling.optimal import Optimum, compute_optimal, optimal_sparsity_at_params
-from moelab.scaling.summary import FitFile, LawFit, fit_columns, load_fit
+from moelab.scaling.fit_record import FitFile, LawFit, fit_columns, load_fit
 from moelab.scaling.table import read_fit_table
 
 __all__ = [

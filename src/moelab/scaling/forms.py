@@ -37,7 +37,7 @@ import numpy as np
 
 from moelab.errors import MoelabError
 from moelab.scaling.laws import CHINCHILLA, SPARSITY_FORMS, Law, log_features
-from moelab.scaling.summary import OMIT_NONE, LawFit, fit_columns
+from moelab.scaling.fit_record import OMIT_NONE, LawFit, fit_columns
 
 FORMS = (*SPARSITY_FORMS, CHINCHILLA)
 """Richest first. In Chinchilla's law S enters only through compute: D = C / (6 N_active)."""

@@ -35,7 +35,7 @@ from moelab.errors import MoelabError
 from moelab.scaling.family import active_params
 from moelab.scaling.fitting import percentile_interval
 from moelab.scaling.laws import Law
-from moelab.scaling.summary import OMIT_NONE
+from moelab.scaling.fit_record import OMIT_NONE
 from moelab.scaling.throughput import family_throughput
 
 DEFAULT_MAX_SPARSITY = 0.98

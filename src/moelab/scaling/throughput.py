@@ -50,7 +50,7 @@ import scipy.optimize
 from moelab.errors import MoelabError, short_repr
 from moelab.scaling.family import active_params
 from moelab.scaling.fitting import percentile_interval
-from moelab.scaling.summary import OMIT_NONE
+from moelab.scaling.fit_record import OMIT_NONE
 from moelab.scaling.table import csv_records
 
 COEFFICIENTS = ("c", "a", "m", "p", "e")

@@ -6,7 +6,7 @@
 
 Modules: ``commands`` (the study commands as functions), ``settings`` (the ``study:`` section
 of presets), ``arms`` (derive the arms), ``plan`` (every run and the folder's plan files),
-``records`` (read run folders back), ``aggregate`` (their statistics), ``results`` (what
+``finished_runs`` (read run folders back), ``aggregate`` (their statistics), ``study_results`` (what
 results.json holds, as dataclasses), ``gaps`` (the dense-vs-MoE gap of one criterion and its
 verdict, on the tests, power and Holm of ``moelab.stats``), ``zero_shot`` (task accuracies),
 ``rungs`` (the ladder's adjacent rungs), ``pooling`` (studies of one design as one), ``figures``

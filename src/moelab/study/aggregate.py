@@ -1,6 +1,6 @@
 """A study's results, computed from its run folders alone.
 
-``aggregate`` turns the complete runs (``moelab.study.records``) into the per-arm seed
+``aggregate`` turns the complete runs (``moelab.study.finished_runs``) into the per-arm seed
 statistics and the per-criterion comparisons (paired and Welch) that results.json,
 results.csv and the report show. The gaps of every budget and criterion are one family of
 tests, the zero-shot comparisons another: each verdict uses its Holm-adjusted p. Nothing here
@@ -21,8 +21,8 @@ from moelab.runs import read_failures
 from moelab.runs.families import count_family_tokens, planned_branch_steps
 from moelab.study.arms import COMPARED_ARMS, COMPUTE_ARM, LADDER_RUNGS, MOE_ARM, STUDY_CRITERIA
 from moelab.runs.tokens import format_token_count
-from moelab.study.records import RunRecord, read_plan
-from moelab.study.results import (
+from moelab.study.finished_runs import RunRecord, read_plan
+from moelab.study.study_results import (
     ROUTING_KEYS, RUN_FIELDS, SEED_STATISTICS, SIZE_FIELDS, ArmResult, BudgetFamilyTokens,
     BudgetResults, RoutingResult, RunResult, StudyResults, json_safe,
 )

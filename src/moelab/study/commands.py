@@ -23,14 +23,14 @@ from moelab.runs.training import TrainFn
 from moelab.study.arms import Arm, ladder_arms, study_arms
 from moelab.study import tuning as tuning_module
 from moelab.study.plan import check_same_study, check_study_files, plan_runs, write_plan
-from moelab.study.records import find_runs, read_plan
+from moelab.study.finished_runs import find_runs, read_plan
 from moelab.study.rounds import (
     RECORD_KEY as ROUNDS_KEY, UntilResolved, all_stopped, analyse, check_same_design,
     comparison_keys, sequential_record,
 )
 from moelab.study.tuning import LrTuning, with_arm_lrs
 from moelab.study.report import write_outputs
-from moelab.study.results import StudyResults
+from moelab.study.study_results import StudyResults
 from moelab.study.settings import StudySettings
 
 

@@ -26,7 +26,7 @@ from moelab.runs.lr_grid import (
     SELECTION_FOLDER, LrChoice, check_disjoint, lr_folder, read_choices, require_choices,
     run_selection, selection_record,
 )
-from moelab.study.results import json_record, json_safe
+from moelab.study.study_results import json_record, json_safe
 from moelab.stats.intervals import summarize
 from moelab.study.gaps import Gap, compare
 from moelab.study.tuning import LrTuning, with_lr

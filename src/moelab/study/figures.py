@@ -13,8 +13,8 @@ from moelab.report.axes import (
     LOSS_UNIT, format_axis, format_count_tick, format_flops_tick, label_ticks, labelled_colourbar,
     loss_label,
 )
-from moelab.study.records import RunRecord
-from moelab.study.results import BudgetResults
+from moelab.study.finished_runs import RunRecord
+from moelab.study.study_results import BudgetResults
 from moelab.study.gaps import TEST_NAMES, Gap
 
 CURVE_DIAGNOSTICS = (

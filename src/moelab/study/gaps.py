@@ -38,7 +38,7 @@ class Gap:
 
     ``gap``, ``ci_low``, ``ci_high`` and ``p_value`` are those of ``test``, the one the verdict
     used. A statistic that cannot be computed is NaN here, and None in a study's results
-    (``moelab.study.results.json_safe``), as in results.json.
+    (``moelab.study.study_results.json_safe``), as in results.json.
     """
 
     criterion: str

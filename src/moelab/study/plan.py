@@ -30,7 +30,7 @@ from moelab.fileio import (
 from moelab.runs import RunSpec, write_run_configs
 from moelab.runs.spec import branch_record
 from moelab.runs.families import as_budget_family
-from moelab.runs.records import check_run_files
+from moelab.runs.completion import check_run_files
 from moelab.study.arms import Arm
 from moelab.runs.tokens import format_token_count
 from moelab.train.run_folder import first_difference

@@ -30,8 +30,8 @@ from moelab.report import format_mean_std, format_number, format_p_value, markdo
 from moelab.runs.tokens import format_token_count
 from moelab.study.aggregate import aggregate
 from moelab.study.arms import COMPARED_ARMS
-from moelab.study.records import find_runs
-from moelab.study.results import json_safe
+from moelab.study.finished_runs import find_runs
+from moelab.study.study_results import json_safe
 from moelab.stats.intervals import summarize
 from moelab.study.gaps import Gap, adjust_family, compare
 

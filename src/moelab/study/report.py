@@ -20,8 +20,8 @@ from moelab.study import figures
 from moelab.study.arms import LADDER_DESCRIPTIONS
 from moelab.study.aggregate import aggregate
 from moelab.study import rounds, tuning
-from moelab.study.records import RunRecord, find_runs, read_plan
-from moelab.study.results import (
+from moelab.study.finished_runs import RunRecord, find_runs, read_plan
+from moelab.study.study_results import (
     ArmResult, BudgetFamilyTokens, RoutingResult, StudyResults, results_csv,
 )
 from moelab.stats.intervals import ALPHA

@@ -24,7 +24,7 @@ from moelab.stats.sequential import (
     METHOD, SequentialDesign, SequentialOutcome, round_looks, run_looks,
 )
 from moelab.study.arms import COMPARED_ARMS
-from moelab.study.records import RunRecord
+from moelab.study.finished_runs import RunRecord
 from moelab.stats.intervals import ALPHA
 
 RECORD_KEY = "sequential"

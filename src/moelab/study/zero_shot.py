@@ -23,7 +23,7 @@ from moelab.stats.multiple import family_label, holm
 from moelab.stats.t_tests import paired_difference
 from moelab.study.arms import COMPARED_ARMS
 from moelab.study.gaps import decide
-from moelab.study.records import RunRecord
+from moelab.study.finished_runs import RunRecord
 from moelab.tasks import TASK_NAMES
 
 

@@ -8,11 +8,15 @@ torch-free law maths below both (``moelab.scaling``):
                   ``--set`` pairs
     plan.py       every point as a config (the base config with its size, experts and budget),
                   the folder's grid.json, plan.json and configs/
-    results.py    results.csv, rebuilt from the run folders alone
+    tabulate.py   results.csv, rebuilt from the run folders alone; results_csv.py reads it
+                  back once, as typed rows (ResultRow)
+    cost.py       the dry run's cost (runs, tokens, FLOPs, time from measured speeds);
+                  merging.py ``moelab merge``: sweeps of one grid that differ in sparsities
     commands.py   run_sweep (plan, train, tabulate, analyse, report) and the report of a folder
     folder.py     reading a sweep folder's files, each problem a one-line error
     analysis.py   the law's form, fit and held-out check, IsoFLOP curves, throughput and optima
-                  from grid.json and results.csv, written as JSON files (SweepAnalysis)
+                  from grid.json and results.csv, written as JSON files (SweepAnalysis, its
+                  typed records in analysis_records.py)
     zero_shot.py  accuracy against S; finetune.py the fine-tuned loss and gain against S (a
                   grid with ``finetune``: each run fine-tuned by one recipe, runs/finetune/)
     report.py     report.md from those files alone; run_tables.py its sections on the runs,

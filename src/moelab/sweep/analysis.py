@@ -27,7 +27,7 @@ into JSON files next to results.csv, which ``sweep_report`` renders:
 - ``optima.json``: S*(N), S*(C) and S*(T) curves and the three optima at the sweep's median
   training time, with the throughput ratio against dense at equal loss.
 
-The findings are a ``SweepAnalysis`` (``moelab.sweep.records``), written as those files by
+The findings are a ``SweepAnalysis`` (``moelab.sweep.analysis_records``), written as those files by
 ``moelab.sweep.folder.write_analysis``: a file the current results no longer support is removed
 rather than left stale.
 """
@@ -53,7 +53,7 @@ from moelab.scaling.optimal import (
     INTERVAL_KEYS, FlopsCurvePoint, ParamsCurvePoint, SecondsCurvePoint, compute_optimal,
     optimal_sparsity_at_params, seconds_optimal, three_optima, with_intervals,
 )
-from moelab.scaling.summary import LawFit, fit_columns
+from moelab.scaling.fit_record import LawFit, fit_columns
 from moelab.scaling.table import fit_table_from_rows
 from moelab.scaling.throughput import (
     ShapeThroughput, ThroughputRow, family_throughput, fit_throughput,
@@ -61,7 +61,7 @@ from moelab.scaling.throughput import (
 )
 from moelab.sweep.folder import SWEEP_FIT_COLUMNS, read_grid, read_results, write_analysis
 from moelab.sweep.law_checks import form_tests, sparsity_deltas
-from moelab.sweep.records import (
+from moelab.sweep.analysis_records import (
     ComputeDeviation, FormsRecord, FormSummary, FormTestsRecord, GridRecord, IsoflopRecord,
     OptimaRecord, SweepAnalysis, SweepFit, ThroughputRecord,
 )

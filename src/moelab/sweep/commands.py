@@ -3,7 +3,7 @@ analyse, report) and ``rewrite_sweep_outputs`` (the same outputs again from a sw
 
 Running goes through ``moelab.runs`` with any launcher: finished runs (their summary.json says
 complete) are skipped, torn ones resume from their checkpoint. ``results.csv`` is rebuilt from
-the run folders alone (``moelab.sweep.results``); the analysis files from results.csv and
+the run folders alone (``moelab.sweep.tabulate``); the analysis files from results.csv and
 grid.json (``moelab.sweep.analysis``); ``report.md`` from those files (``moelab.sweep.report``).
 """
 
@@ -19,7 +19,7 @@ from moelab.runs import execute_plan, is_complete, submit_plan
 from moelab.runs.data import prepare_shared_data
 from moelab.runs.launchers.local import LocalLauncher
 from moelab.runs.training import TrainFn
-from moelab.runs.records import check_run_files
+from moelab.runs.completion import check_run_files
 from moelab.scaling.fitting import check_num_starts
 from moelab.sweep.grid import SweepGrid, load_grid
 from moelab.runs.lr_grid import (
@@ -33,7 +33,7 @@ from moelab.sweep.plan import (
 from moelab.sweep.tuning import SweepLrGrid
 from moelab.sweep.folder import read_results
 from moelab.sweep.report import render_sweep_report, write_sweep_report
-from moelab.sweep.results import collect_results, write_results_csv
+from moelab.sweep.tabulate import collect_results, write_results_csv
 
 
 def run_sweep(grid: SweepGrid, out_dir: Path, *, bootstrap_replicates: int = 200,

@@ -26,8 +26,8 @@ from moelab.scaling.laws import get_law
 from moelab.scaling.optimal import (
     DEFAULT_MAX_SPARSITY, FlopsCurvePoint, ParamsCurvePoint, SecondsCurvePoint,
 )
-from moelab.scaling.summary import LawFit
-from moelab.sweep.records import SparsityDeltas
+from moelab.scaling.fit_record import LawFit
+from moelab.sweep.analysis_records import SparsityDeltas
 
 ISOFLOP_FIT_STYLE: dict[str, Any] = {"linestyle": "--", "linewidth": 1.2, "gid": "isoflop-fit"}
 SEARCH_LIMIT_TOLERANCE = 1e-4

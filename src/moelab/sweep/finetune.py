@@ -52,7 +52,7 @@ from moelab.stats.intervals import mean_interval, t_interval, t_p_value
 from moelab.stats.multiple import holm
 from moelab.stats.power import min_detectable_gap
 from moelab.stats.regression import clustered_least_squares
-from moelab.sweep.records import (
+from moelab.sweep.analysis_records import (
     FinetuneCell, FinetuneCellMetric, FinetuneEqualLoss, FinetuneEstimate, FinetuneMetric,
     FinetuneRecord,
 )

@@ -10,7 +10,7 @@ import numpy as np
 
 from moelab.report import markdown_table, new_figure, save_figure
 from moelab.scaling.fixed_size import CellOptimum, Run, TrendTest, fixed_size_optima
-from moelab.sweep.records import FixedSizeRecord
+from moelab.sweep.analysis_records import FixedSizeRecord
 from moelab.sweep.results_csv import ResultRow
 
 LOSS_COLUMN = "final_val_loss"

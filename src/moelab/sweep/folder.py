@@ -14,10 +14,10 @@ from pathlib import Path
 from moelab.codec import from_json, to_json
 from moelab.errors import ConfigError, MoelabError, short_repr
 from moelab.fileio import atomic_write_json, read_json as read_json_file
-from moelab.scaling.summary import LawFit
+from moelab.scaling.fit_record import LawFit
 from moelab.scaling.table import RESULTS_CSV_COLUMNS, read_csv_rows
 from moelab.sweep.grid import with_seeds_key
-from moelab.sweep.records import (
+from moelab.sweep.analysis_records import (
     AnalysisStatus, FinetuneRecord, FixedSizeRecord, FormsRecord, FormTestsRecord, GridRecord,
     IsoflopRecord, OptimaRecord, SweepAnalysis, SweepFit, TaskAccuracy, ThroughputRecord,
 )

@@ -18,10 +18,10 @@ from moelab.scaling.form_tests import (
     FORMS_BY_NAME, choose_by_f_tests, lack_of_fit, pure_error, residual_ss,
 )
 from moelab.scaling.forms import FORMS, FormSelection
-from moelab.scaling.summary import fit_columns
+from moelab.scaling.fit_record import fit_columns
 from moelab.scaling.table import holdout_mask
 from moelab.stats.intervals import mean_interval, t_interval
-from moelab.sweep.records import (
+from moelab.sweep.analysis_records import (
     CountChecks, ExpertPair, FormTestCheck, FormTestsRecord, SparsityDelta, SparsityDeltas,
 )
 from moelab.sweep.results_csv import ResultRow

@@ -32,8 +32,8 @@ from moelab.sweep.fixed_size_report import fixed_size_section
 from moelab.sweep.folder import (
     read_analysis, read_grid, read_optional_json, read_results, with_derived_files,
 )
-from moelab.scaling.summary import LawFit
-from moelab.sweep.records import FormsRecord, GridRecord, IsoflopRecord, OptimaRecord, SweepAnalysis
+from moelab.scaling.fit_record import LawFit
+from moelab.sweep.analysis_records import FormsRecord, GridRecord, IsoflopRecord, OptimaRecord, SweepAnalysis
 from moelab.sweep.results_csv import ResultRow
 from moelab.sweep.report_sections import (
     constant_s_star_text, finetune_analysis_text, form_tests_section, isoflop_optima_text,

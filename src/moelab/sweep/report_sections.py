@@ -13,7 +13,7 @@ from moelab.scaling.form_tests import CONSTANT_S_STAR, FormChoice
 from moelab.scaling.isoflop import BudgetOptimum
 from moelab.scaling.isoflop_sparsity import IsoflopCell, SparsityOptima, SparsityOptimum
 from moelab.sweep.figures import isoflop_optima_figure, sparsity_delta_figure
-from moelab.sweep.records import (
+from moelab.sweep.analysis_records import (
     Coefficient, CountChecks, ExpertPair, FinetuneEstimate, FinetuneRecord, FormsRecord,
     FormTestsRecord, SparsityDeltas, TaskAccuracy,
 )

@@ -27,7 +27,7 @@ def task_column(task: str) -> str:
 
 @dataclass(frozen=True)
 class ResultRow:
-    """One run of results.csv (``moelab.sweep.results`` writes the file from the run folders)."""
+    """One run of results.csv (``moelab.sweep.tabulate`` writes the file from the run folders)."""
 
     run: str
     """The run folder, relative to the sweep folder."""

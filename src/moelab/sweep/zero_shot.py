@@ -23,7 +23,7 @@ import numpy as np
 
 from moelab.stats.intervals import mean_interval, t_interval, wilson_interval
 from moelab.stats.regression import least_squares
-from moelab.sweep.records import Coefficient, EqualFlopsAccuracy, EqualLossFit, TaskAccuracy
+from moelab.sweep.analysis_records import Coefficient, EqualFlopsAccuracy, EqualLossFit, TaskAccuracy
 from moelab.sweep.results_csv import ResultRow, ResultsTable, task_column
 from moelab.tasks import TASK_NAMES, load_task
 

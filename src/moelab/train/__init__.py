@@ -20,7 +20,7 @@ from moelab.train.run_folder import RunFolder
 from moelab.train.runs import evaluate_run, evaluate_tasks, load_run
 from moelab.train.schedule import Schedule
 from moelab.train.state import TrainState
-from moelab.train.summary import RunSummary
+from moelab.train.run_summary import RunSummary
 
 __all__ = ["BudgetRun", "EvalResult", "FinetuneSummary", "RunFolder", "RunSummary", "Schedule",
            "TrainState", "WsdFamily", "branch_run", "evaluate", "evaluate_run", "evaluate_tasks",

@@ -29,7 +29,7 @@ from moelab.train.checkpoint import (
 from moelab.train.loop import train
 from moelab.train.run_folder import RunFolder, first_difference
 from moelab.train.schedule import Schedule
-from moelab.train.summary import RunSummary
+from moelab.train.run_summary import RunSummary
 
 BRANCH_FILE = "branch.json"
 """In a branch's run folder: the source run, the step and the checkpoint it started from."""

@@ -36,7 +36,7 @@ from moelab.train.evaluation import evaluate, scored_bytes
 from moelab.train.loop import train
 from moelab.train.run_folder import RunFolder
 from moelab.train.runs import load_run
-from moelab.train.summary import RunSummary
+from moelab.train.run_summary import RunSummary
 
 FINETUNE_FILE = "finetune.json"
 """In a finetune's run folder: the source run and checkpoint, and the source's val loss on the

@@ -51,7 +51,7 @@ from moelab.train.run_folder import RunFolder
 from moelab.train.schedule import Schedule
 from moelab.train.state import Clock, NonFiniteGuard, Throughput, TrainState
 from moelab.train.step import StepLoads, StepPlan, forward_backward, step_balance, step_slot_counts
-from moelab.train.summary import RunSummary
+from moelab.train.run_summary import RunSummary
 from moelab.version import __version__
 
 LOSS_NAMES = ("loss", "ce_loss", "lb_loss", "z_loss")

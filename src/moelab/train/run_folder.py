@@ -28,7 +28,7 @@ from moelab.fileio import (
     is_bookkeeping, read_json, remove_stale_temporaries,
 )
 from moelab.train.events import read_events
-from moelab.train.summary import RunSummary, parse_summary
+from moelab.train.run_summary import RunSummary, parse_summary
 
 RUN_KIND = "run"
 """The kind of command that owns a run folder (``moelab.fileio.claim_folder``): train and
@@ -165,7 +165,7 @@ class RunFolder:
         return summary
 
     def summary(self) -> RunSummary | None:
-        """The typed summary (``moelab.train.summary``), or None when the run has not finished;
+        """The typed summary (``moelab.train.run_summary``), or None when the run has not finished;
         a damaged one is a one-line error naming the file."""
         record = self.read_summary()
         return None if record is None else parse_summary(record, self.summary_path)

@@ -37,7 +37,7 @@ from tqdm import tqdm
 from moelab.errors import EXIT_PREEMPTED, MoelabError, Preempted
 from moelab.runs.execute import Log, RunOutcome
 from moelab.runs.failures import ChildFailure, child_error_line, raised_error_line
-from moelab.runs.records import has_checkpoint, is_complete
+from moelab.runs.completion import has_checkpoint, is_complete
 from moelab.runs.scratch import scratch_dir
 from moelab.runs.spec import RunSpec
 from moelab.runs.training import TrainFn, train_planned_run

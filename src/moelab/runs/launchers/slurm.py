@@ -25,7 +25,7 @@ from moelab.runs.execute import Log, RunOutcome
 from moelab.runs.failures import raised_error_line
 from moelab.runs.spec import RunSpec
 from moelab.runs.training import train_planned_run
-from moelab.train.summary import RunSummary
+from moelab.train.run_summary import RunSummary
 
 
 def _import_submitit():

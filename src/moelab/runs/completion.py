@@ -13,7 +13,7 @@ from moelab.fileio import atomic_write_json, read_json
 from moelab.train.checkpoint import latest_checkpoint
 from moelab.train.events import read_events
 from moelab.train.run_folder import RunFolder
-from moelab.train.summary import is_finite_number
+from moelab.train.run_summary import is_finite_number
 
 
 def is_complete(run_dir: Path) -> bool:

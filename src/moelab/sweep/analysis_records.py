@@ -20,7 +20,7 @@ from moelab.scaling.forms import FormCheck, FormCriteria, FormOutcome
 from moelab.scaling.isoflop import IsoflopAnalysis
 from moelab.scaling.isoflop_sparsity import SparsityOptima
 from moelab.scaling.optimal import FlopsCurvePoint, ParamsCurvePoint, SecondsCurvePoint, ThreeOptima
-from moelab.scaling.summary import OMIT_NONE, LawFit
+from moelab.scaling.fit_record import OMIT_NONE, LawFit
 from moelab.scaling.throughput import ShapeThroughput, ThroughputModel, ThroughputModelRecord
 
 

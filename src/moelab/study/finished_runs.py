@@ -22,7 +22,7 @@ from moelab.study.plan import run_name
 from moelab.tasks import read_run_tasks
 from moelab.train.events import read_events
 from moelab.train.run_folder import RunFolder
-from moelab.train.summary import RunSummary
+from moelab.train.run_summary import RunSummary
 
 _SEED_FOLDER = re.compile(r"^seed(\d+)$")
 

@@ -19,7 +19,7 @@ from moelab.sweep.results_csv import task_column
 from moelab.tasks import TASK_NAMES, read_run_tasks
 from moelab.train.finetune import read_finetune_reference
 from moelab.train.run_folder import RunFolder
-from moelab.train.summary import RunSummary
+from moelab.train.run_summary import RunSummary
 
 RESULT_COLUMNS = (
     "run", "size", "budget", "seed", "C_budget", "N_total", "N_active", "N_non_embedding", "D",
