@@ -73,8 +73,10 @@ def repetition(folder: Path) -> dict:
     for comparison, adjusted in zip(comparisons,
                                     holm([c["fixed_6"]["p"] for c in comparisons])):
         comparison["fixed_6"]["p_holm"] = adjusted
-    return {"folder": folder.name, "first_seed": order[0],
-            "seeds_trained": looks[sequential["rounds_run"] - 1], "comparisons": comparisons}
+    return {"folder": folder.name, "first_seed": order[0], "seed_order": order,
+            "seeds_trained": looks[sequential["rounds_run"] - 1], "comparisons": comparisons,
+            "losses": {arm: {str(seed): loss for seed, loss in seed_losses(results, arm).items()}
+                       for arm in results["arms"]}}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -984,6 +984,34 @@ def isoflop_lr_sign_sums() -> str:
             f"over {fixed['tuned']['rises_with_size']['pairs']} pairs")
 
 
+
+def until_resolved_row(first_seed: int) -> str:
+    """One repetition's row: seeds trained, each comparison's stop and interval, and the fixed
+    6-seed design's Holm p recomputed with scipy from the stored per-seed losses."""
+    record = load("seeds_until_resolved.json")
+    rep = next(r for r in record["repetitions"] if r["first_seed"] == first_seed)
+    cells, fixed = [], []
+    for comparison in rep["comparisons"]:
+        low, high = comparison["interval"]
+        outcome = "resolved" if comparison["reason"] == "resolved" else "undetermined"
+        cells.append(f"{comparison['seeds_at_stop']}, {outcome}: {comparison['gap']:+.4f} "
+                     f"[{low:+.4f}, {high:+.4f}]")
+        fixed.append(comparison["fixed_6"])
+    first = [str(seed) for seed in rep["seed_order"][:6]]
+    moe = rep["losses"]["moe"]
+    p_values = [stats.ttest_1samp([rep["losses"][dense][s] - moe[s] for s in first], 0.0).pvalue
+                for dense in ("dense_active", "dense_total")]
+    adjusted = holm_by_hand(p_values)
+    return (f"| {first_seed}-{first_seed + 11} | {rep['seeds_trained']} | {cells[0]} | {cells[1]} | "
+            f"{adjusted[0]:.2g} / {adjusted[1]:.2g} |")
+
+
+def until_resolved_mean() -> str:
+    record = load("seeds_until_resolved.json")
+    seeds = [r["seeds_trained"] for r in record["repetitions"]]
+    return (f"{np.mean(seeds):.2f} seeds on average ({', '.join(map(str, seeds))}) against "
+            f"{record['fixed_seeds']}")
+
 CLAIMS = [
     # The demo, 12 seeds pooled (docs/study.md), and seeds 0-5 alone.
     Claim(STUDY, "| matched active | +0.0117 | [0.0050, 0.0185] | 0.0027 | 0.0027 | 0.0094 |",
@@ -1249,6 +1277,16 @@ CLAIMS = [
           "[3.0658, 3.1046], same | 3.0580 [3.0546, 3.0613] / 3.0636 [3.0588, 3.0683] | 3.0461 "
           "[3.0341, 3.0557] / 3.0386 [3.0276, 3.0487] |", partial(isoflop_lr_minimum_row, 1.08e12)),
     Claim(SCALING, "+3 [+3, +5] to +8 [+8, +12] over 20 pairs", isoflop_lr_sign_sums),
+    Claim(STUDY, "11.75 seeds on average (12, 12, 11, 12) against 6", until_resolved_mean),
+    *(Claim(STUDY, row, partial(until_resolved_row, seed)) for seed, row in (
+        (100, "| 100-111 | 12 | 12, undetermined: +0.0068 [-0.0007, +0.0142] | 11, resolved: "
+              "+0.0142 [+0.0036, +0.0247] | 0.18 / 0.031 |"),
+        (200, "| 200-211 | 12 | 12, resolved: +0.0125 [+0.0015, +0.0235] | 12, resolved: "
+              "+0.0120 [+0.0017, +0.0223] | 0.2 / 0.2 |"),
+        (300, "| 300-311 | 11 | 9, resolved: +0.0119 [+0.0009, +0.0228] | 11, resolved: "
+              "+0.0160 [+0.0024, +0.0295] | 0.016 / 0.14 |"),
+        (400, "| 400-411 | 12 | 12, undetermined: +0.0077 [-0.0068, +0.0223] | 11, resolved: "
+              "+0.0125 [+0.0004, +0.0245] | 0.35 / 0.17 |"))),
 ]
 
 
