@@ -14,7 +14,8 @@ or at 12 seeds:
 Writes experiments/results/seeds_until_resolved.json: per repetition the seeds it trained, each
 comparison's stopping round and reason, and beside it what the fixed design would have said:
 the paired t interval (fixed-sample, 95 %, Holm over the two comparisons) on the repetition's
-first 6 seeds, the demo's default count.
+first 6 seeds, the demo's default count, and on every seed it trained (a fixed design of that
+size, tested once).
 """
 
 from __future__ import annotations
@@ -35,9 +36,10 @@ def seed_losses(results: dict, arm: str) -> dict[int, float]:
     return {run["seed"]: run["best_val_loss"] for run in results["arms"][arm]["runs"]}
 
 
-def fixed_sample(results: dict, order: list[int], moe: str, dense: str) -> dict:
-    """The paired t interval and p of dense - moe on the first FIXED_SEEDS seeds of ``order``."""
-    first = order[:FIXED_SEEDS]
+def fixed_sample(results: dict, order: list[int], moe: str, dense: str,
+                 seeds: int = FIXED_SEEDS) -> dict:
+    """The paired t interval and p of dense - moe on the first ``seeds`` seeds of ``order``."""
+    first = order[:seeds]
     moe_loss, dense_loss = seed_losses(results, moe), seed_losses(results, dense)
     diff = np.array([dense_loss[s] - moe_loss[s] for s in first])
     low, high = stats.t.interval(0.95, len(diff) - 1, diff.mean(), stats.sem(diff))
@@ -69,10 +71,15 @@ def repetition(folder: Path) -> dict:
             "seeds_at_stop": looks[stop - 1], "reason": comparison["reason"],
             "gap": last["gap"], "interval": [last["low"], last["high"]],
             "fixed_6": fixed_sample(results, order, comparison["moe_arm"],
-                                    comparison["dense_arm"])})
-    for comparison, adjusted in zip(comparisons,
-                                    holm([c["fixed_6"]["p"] for c in comparisons])):
-        comparison["fixed_6"]["p_holm"] = adjusted
+                                    comparison["dense_arm"]),
+            # A fixed design of the size the sequential one reached, tested once.
+            "fixed_all": fixed_sample(results, order, comparison["moe_arm"],
+                                      comparison["dense_arm"],
+                                      looks[sequential["rounds_run"] - 1])})
+    for design in ("fixed_6", "fixed_all"):
+        for comparison, adjusted in zip(comparisons,
+                                        holm([c[design]["p"] for c in comparisons])):
+            comparison[design]["p_holm"] = adjusted
     return {"folder": folder.name, "first_seed": order[0], "seed_order": order,
             "seeds_trained": looks[sequential["rounds_run"] - 1], "comparisons": comparisons,
             "losses": {arm: {str(seed): loss for seed, loss in seed_losses(results, arm).items()}
