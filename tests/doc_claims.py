@@ -16,7 +16,6 @@ and format the numbers the way the docs write them.
 
 from __future__ import annotations
 
-import csv
 import functools
 import json
 import math
@@ -36,8 +35,14 @@ RESULTS = ROOT / "experiments" / "results"
 if str(ROOT / "src") not in sys.path:  # run as a script from a checkout
     sys.path.insert(0, str(ROOT / "src"))
 
+from moelab.codec import from_json  # noqa: E402
+from moelab.scaling.isoflop_sparsity import SparsityOptima  # noqa: E402
 from moelab.stats.multiple import holm  # noqa: E402
 from moelab.stats.power import min_detectable_gap  # noqa: E402
+from moelab.study.study_results import read_results_json  # noqa: E402
+from moelab.sweep.analysis_records import IsoflopRecord, SweepFit  # noqa: E402
+from moelab.sweep.folder import read_results  # noqa: E402
+from moelab.sweep.results_csv import ResultRow  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -62,11 +67,23 @@ def load(name: str):
 
 
 def losses(study: str, arm: str, tokens: Optional[int] = None) -> dict[int, float]:
-    """{seed: best val loss} of an arm in a stored study's results.json (at a budget)."""
-    results = load(f"studies/{study}.json")
-    arms = results["arms"] if tokens is None else next(
-        group["arms"] for group in results["budgets"] if group["tokens"] == tokens)
-    return {run["seed"]: run["best_val_loss"] for run in arms[arm]["runs"]}
+    """{seed: best val loss} of an arm in a stored study's results.json (at a budget), read as
+    moelab reads a results.json (typed records)."""
+    results = read_results_json(study, load(f"studies/{study}.json"))
+    arms = results.arms if tokens is None else next(
+        group.arms for group in results.budgets if group.tokens == tokens)
+    return {run.seed: run.best_val_loss for run in arms[arm].runs}
+
+
+def sweep_file(sweep: str, name: str, record: type):
+    """A stored sweep's analysis file as its typed record (``moelab.codec``)."""
+    return from_json(record, load(f"sweeps/{sweep}/{name}"))
+
+
+def isoflop_optima(sweep: str) -> SparsityOptima:
+    optima = sweep_file(sweep, "isoflop.json", IsoflopRecord).sparsity_optima
+    assert optima is not None, f"{sweep}'s isoflop.json has no sparsity optima"
+    return optima
 
 
 def pooled(arm: str, *studies: str) -> dict[int, float]:
@@ -331,8 +348,8 @@ def extension_means(family: str, size: str) -> str:
     def means(sweep: str) -> dict[float, float]:
         by_s: dict[float, list[float]] = {}
         for row in sweep_rows(sweep):
-            if row["size"] == size:
-                by_s.setdefault(float(row["S"]), []).append(float(row["final_val_loss"]))
+            if row.size == size:
+                by_s.setdefault(row.S, []).append(row.final_val_loss)
         return {sparsity: float(np.mean(v)) for sparsity, v in by_s.items()}
     own, dense = means(family), means("cpu-expertn")[0.0]
     cells = [f"{dense:.3f}"] + [f"{own[x]:.3f}" if x in own else "–"
@@ -546,9 +563,9 @@ def fair_lr_gap(criterion: str) -> str:
 # --------------------------------------------------------------------------------------------
 
 
-def sweep_points(folder: str) -> list[dict]:
-    with open(RESULTS / "sweeps" / folder / "results.csv", encoding="utf-8") as handle:
-        return list(csv.DictReader(handle))
+def sweep_points(folder: str) -> list[ResultRow]:
+    """A stored sweep's results.csv as moelab reads it once: typed rows (``ResultRow``)."""
+    return list(sweep_rows(folder))
 
 
 TOPK_PAIRS = [(size, low, high) for size in ("s2", "s3") for low, high in ((4, 8), (4, 16), (8, 16))]
@@ -556,8 +573,8 @@ TOPK_PAIRS = [(size, low, high) for size in ("s2", "s3") for low, high in ((4, 8
 
 def topk_loss(size: str, experts: int) -> dict[int, float]:
     """{seed: best val loss} of one (size, E) of the cpu-topk sweep."""
-    return {int(row["seed"]): float(row["best_val_loss"]) for row in sweep_points("cpu-topk")
-            if row["size"] == size and int(row["E"]) == experts}
+    return {int(row.seed): row.best_val_loss for row in sweep_points("cpu-topk")
+            if row.size == size and row.E == experts}
 
 
 def topk_pair_row(size: str, low: int, high: int) -> str:
@@ -588,11 +605,11 @@ def fair_wsd_gap(schedule: str, steps: int) -> str:
 def wsd_minus_cosine(tokens: int) -> Paired:
     """wsd − cosine best val loss, paired on the points both grids have at seed 0."""
     def point(row):
-        return row["size"], row["S"], row["E"], row["k"]
-    cosine = {point(r): float(r["best_val_loss"]) for r in sweep_points("cpu-cosine")
-              if r["budget"] == f"D{tokens}"}
-    wsd = {point(r): float(r["best_val_loss"]) for r in sweep_points("cpu")
-           if r["budget"] == f"D{tokens}" and r["seed"] == "0"}
+        return row.size, row.S, row.E, row.k
+    cosine = {point(r): r.best_val_loss for r in sweep_points("cpu-cosine")
+              if r.budget == f"D{tokens}"}
+    wsd = {point(r): r.best_val_loss for r in sweep_points("cpu")
+           if r.budget == f"D{tokens}" and r.seed == "0"}
     keys = sorted(cosine.keys() & wsd.keys())
     return paired(dict(enumerate(wsd[k] for k in keys)), dict(enumerate(cosine[k] for k in keys)))
 
@@ -607,35 +624,34 @@ def wsd_lean() -> str:
 
 def fitted(name: str, digits: int) -> str:
     """'delta 0.029 [0.004, 0.039]' from the sweep's fit.json."""
-    fit = load("sweeps/cpu/fit.json")
-    low, high = fit["ci"][name]
-    return f"{name} {fit['params'][name]:.{digits}f} [{low:.{digits}f}, {high:.{digits}f}]"
+    fit = sweep_file("cpu", "fit.json", SweepFit)
+    low, high = fit.ci[name]
+    return f"{name} {fit.params[name]:.{digits}f} [{low:.{digits}f}, {high:.{digits}f}]"
 
 
 def isoflop_s_star() -> str:
     """'The interpolated S* is 0.820 [0.750, 0.875], ...' from cpu-isoflop's isoflop.json."""
-    rows = load("sweeps/cpu-isoflop/isoflop.json")["sparsity_optima"]["optimal_sparsity"]
-    shown = [f"{r['sparsity']:.3f} [{r['ci'][0]:.3f}, {r['ci'][1]:.3f}]" for r in rows]
+    rows = isoflop_optima("cpu-isoflop").optimal_sparsity
+    shown = [f"{r.sparsity:.3f} [{r.ci[0]:.3f}, {r.ci[1]:.3f}]" for r in rows]
     return f"The interpolated S* is {', '.join(shown[:-1])} and {shown[-1]}"
 
 
 def isoflop_slope() -> str:
-    trend = load("sweeps/cpu-isoflop/isoflop.json")["sparsity_optima"]["trend"]
-    low, high = trend["ci"]
-    return (f"The slope of S*(C) is {trend['slope_per_decade']:+.3f} [{low:+.3f}, {high:+.3f}] "
-            f"per decade of C over the {trend['n_budgets']} budgets")
+    trend = isoflop_optima("cpu-isoflop").trend
+    low, high = trend.ci
+    return (f"The slope of S*(C) is {trend.slope_per_decade:+.3f} [{low:+.3f}, {high:+.3f}] "
+            f"per decade of C over the {trend.n_budgets} budgets")
 
 
 def isoflop_minima(flops: float) -> str:
     """'3.4569 (dense), 3.4160, 3.3996 and 3.3981' at one budget."""
-    cells = [c for c in load("sweeps/cpu-isoflop/isoflop.json")["sparsity_optima"]["cells"]
-             if c["flops"] == flops]
-    losses = [f"{c['loss']:.4f}" for c in cells]
+    cells = [c for c in isoflop_optima("cpu-isoflop").cells if c.flops == flops]
+    losses = [f"{c.loss:.4f}" for c in cells]
     return f"{losses[0]} (dense), {', '.join(losses[1:-1])} and {losses[-1]}"
 
 
 def effective_size_exponent() -> str:
-    params = load("sweeps/cpu/fit.json")["params"]
+    params = sweep_file("cpu", "fit.json", SweepFit).params
     return f"N (1 - S)^{params['delta'] / params['gamma']:.3f}"
 
 
@@ -708,9 +724,10 @@ def published_law_row(flops: float) -> str:
 
 
 @functools.cache
-def sweep_rows(sweep: str) -> tuple[dict, ...]:
-    with (RESULTS / "sweeps" / sweep / "results.csv").open(newline="") as handle:
-        return tuple(csv.DictReader(handle))
+def sweep_rows(sweep: str) -> tuple[ResultRow, ...]:
+    table = read_results(RESULTS / "sweeps" / sweep)
+    assert table is not None, f"{sweep} has no results.csv"
+    return tuple(table.rows)
 
 
 def fixed_n_argmins() -> dict:
@@ -718,8 +735,8 @@ def fixed_n_argmins() -> dict:
     alone, seed 1 alone, both), and the grid's sparsities; the final val loss's mean."""
     table: dict = {}
     for row in sweep_rows("cpu-isoflop"):
-        cell = table.setdefault((row["budget"], row["size"]), {})
-        cell.setdefault(float(row["S"]), {})[row["seed"]] = float(row["final_val_loss"])
+        cell = table.setdefault((row.budget, row.size), {})
+        cell.setdefault(row.S, {})[row.seed] = row.final_val_loss
     draws = {"0": ("0",), "1": ("1",), "both": ("0", "1")}
     return {key: {name: min(sorted(by_s), key=lambda s: np.mean([by_s[s][x] for x in seeds]))
                   for name, seeds in draws.items()} for key, by_s in table.items()}
@@ -774,14 +791,14 @@ def finetune_pairs() -> list[tuple]:
     """(size, budget, S, seed, dL, d fine-tuned loss, d gain): each sparse run of cpu-finetune
     minus its (size, budget) cell's dense run of the same seed."""
     rows = sweep_rows("cpu-finetune")
-    dense = {(r["size"], r["budget"], r["seed"]): r for r in rows if float(r["S"]) == 0}
+    dense = {(r.size, r.budget, r.seed): r for r in rows if r.S == 0}
     out = []
     for r in rows:
-        if float(r["S"]) == 0:
+        if r.S == 0:
             continue
-        d = dense[r["size"], r["budget"], r["seed"]]
-        out.append((r["size"], r["budget"], float(r["S"]), r["seed"],
-                    *(float(r[k]) - float(d[k]) for k in
+        d = dense[r.size, r.budget, r.seed]
+        out.append((r.size, r.budget, r.S, r.seed,
+                    *(getattr(r, k) - getattr(d, k) for k in
                       ("final_val_loss", "finetune_val_loss", "finetune_gain"))))
     return out
 
@@ -847,8 +864,8 @@ def finetune_b_text() -> str:
 def finetune_b_within_and_pooled() -> str:
     """b over the pairs (within cells) and the pooled OLS of y on (1, L, S) over all runs."""
     rows = sweep_rows("cpu-finetune")
-    x = np.array([[1.0, float(r["final_val_loss"]), float(r["S"])] for r in rows])
-    y = np.array([float(r["finetune_val_loss"]) for r in rows])
+    x = np.array([[1.0, r.final_val_loss, r.S] for r in rows])
+    y = np.array([r.finetune_val_loss for r in rows])
     pooled_b = np.linalg.lstsq(x, y, rcond=None)[0][1]
     within_b = finetune_clustered(5)[0][0]
     return f"(within cells b is {within_b:.2f}, pooled {pooled_b:.2f})"

@@ -18,11 +18,10 @@ family, adjusted by Holm's method as in a study's report.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
-from moelab.codec import from_json
 from moelab.config import ModelConfig, from_dict, to_dict, without_logging
 from moelab.errors import ConfigError, MoelabError
 from moelab.fileio import atomic_write_json, atomic_write_text, read_json
@@ -31,7 +30,7 @@ from moelab.runs.tokens import format_token_count
 from moelab.study.aggregate import aggregate
 from moelab.study.arms import COMPARED_ARMS
 from moelab.study.finished_runs import find_runs
-from moelab.study.study_results import json_safe
+from moelab.study.study_results import ResultsBudget, json_safe, read_results_json
 from moelab.stats.intervals import summarize
 from moelab.study.gaps import Gap, adjust_family, compare
 
@@ -136,54 +135,13 @@ def _read_folder(folder: Path) -> StudySource:
     return _from_results(str(folder), results, config, from_folder=True)
 
 
-@dataclass
-class _ResultsRun:
-    """A run as a results.json lists it: what pooling reads of it."""
-
-    seed: int
-    best_val_loss: Optional[float] = None
-    tokens: Optional[int] = None
-    steps: Optional[int] = None
-
-
-@dataclass
-class _ResultsArm:
-    model: Any = None
-    runs: list[_ResultsRun] = field(default_factory=list)
-
-
-@dataclass
-class _ResultsBudget:
-    arms: dict[str, _ResultsArm]
-    tokens: Optional[int] = None
-
-
-@dataclass
-class _ResultsFile:
-    """What pooling reads of a results.json (``codec.from_json``: other keys are ignored)."""
-
-    arms: dict[str, _ResultsArm]
-    kind: Optional[str] = None
-    criteria: Any = None
-    budgets: list[_ResultsBudget] = field(default_factory=list)
-
-
-def _read_results(name: str, results: Any) -> _ResultsFile:
-    if not isinstance(results, dict) or not isinstance(results.get("arms"), dict):
-        raise MoelabError(f"{name} is not a study's results.json: it has no 'arms'")
-    try:
-        return from_json(_ResultsFile, results)
-    except (ValueError, TypeError, AttributeError) as exc:
-        raise MoelabError(f"{name} is not a study's results.json ({exc})") from None
-
-
 def _from_results(name: str, raw_results: Any, config_design: dict,
                   from_folder: bool) -> StudySource:
-    results = _read_results(name, raw_results)
+    results = read_results_json(name, raw_results)
     if results.kind != "study":
         raise MoelabError(f"{name} has kind {results.kind!r}: pooling compares the "
                           "MoE with its dense arms, kind 'study'")
-    groups = results.budgets or [_ResultsBudget(results.arms)]
+    groups = results.budgets or [ResultsBudget(results.arms)]
     design = {"kind": results.kind, "criteria": results.criteria,
               "budgets": [group.tokens for group in groups], **config_design}
     losses = {}

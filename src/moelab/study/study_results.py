@@ -16,7 +16,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from moelab.codec import record_items, to_json
+from moelab.codec import from_json, record_items, to_json
+from moelab.errors import MoelabError
 from moelab.study.rungs import RungStep
 from moelab.stats.intervals import Summary
 from moelab.study.gaps import Gap
@@ -280,3 +281,51 @@ def results_csv(results: StudyResults) -> str:
                     **{key: getattr(run, key) for key in CSV_COLUMNS if hasattr(run, key)},
                 })
     return out.getvalue()
+
+
+# A stored results.json read back
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class ResultsRun:
+    """A run as a results.json lists it: what pooling reads of it."""
+
+    seed: int
+    best_val_loss: Optional[float] = None
+    tokens: Optional[int] = None
+    steps: Optional[int] = None
+
+
+@dataclass
+class ResultsArm:
+    model: Any = None
+    runs: list[ResultsRun] = field(default_factory=list)
+
+
+@dataclass
+class ResultsBudget:
+    arms: dict[str, ResultsArm]
+    tokens: Optional[int] = None
+
+
+@dataclass
+class ResultsFile:
+    """What a reader of a stored results.json needs of it: its arms' runs per budget (pooling,
+    the docs' claims; ``codec.from_json``: other keys are ignored)."""
+
+    arms: dict[str, ResultsArm]
+    kind: Optional[str] = None
+    criteria: Any = None
+    budgets: list[ResultsBudget] = field(default_factory=list)
+
+
+def read_results_json(name: str, results: Any) -> ResultsFile:
+    """A study's results.json (already parsed) as typed records; a one-line error naming
+    ``name`` when it is not one."""
+    if not isinstance(results, dict) or not isinstance(results.get("arms"), dict):
+        raise MoelabError(f"{name} is not a study's results.json: it has no 'arms'")
+    try:
+        return from_json(ResultsFile, results)
+    except (ValueError, TypeError, AttributeError) as exc:
+        raise MoelabError(f"{name} is not a study's results.json ({exc})") from None
