@@ -16,6 +16,9 @@ A field may say, in its metadata, how it is written:
 - ``omit_with``: the name of another field: leave the key out when that field is None, and
   write it (null included) otherwise (a key that only some variants of a record carry).
 
+- ``json``: False for a field that is bookkeeping, never written (and never read back: it
+  takes its default).
+
 A class may list derived properties to write after its fields (``JSON_EXTRA = ("well_supported",)``);
 they are skipped when read. Unknown keys are ignored when reading (a newer file read by an older
 moelab); a missing key takes the field's default, and a missing key without one is an error that
@@ -60,6 +63,8 @@ def record_items(record: Any) -> list[tuple[str, Any]]:
     items = []
     for field in dataclasses.fields(record):
         value = getattr(record, field.name)
+        if field.metadata.get("json") is False:  # bookkeeping, never written
+            continue
         if value is None and field.metadata.get("omit_none"):
             continue
         if "omit_with" in field.metadata and getattr(record, field.metadata["omit_with"]) is None:
@@ -90,7 +95,7 @@ def _record_from_json(cls: type, data: Any) -> Any:
     hints = _field_types(cls)
     values = {}
     for field in dataclasses.fields(cls):
-        if not field.init:
+        if not field.init or field.metadata.get("json") is False:
             continue
         key = field.metadata.get("json_key", field.name)
         if key in data:

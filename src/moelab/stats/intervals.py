@@ -12,7 +12,7 @@ numpy and scipy only: no torch, nothing else of moelab.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import NamedTuple, Optional
 from collections.abc import Sequence
 
@@ -40,9 +40,6 @@ class Summary:
     mean: float
     std: float
     n: int
-
-    def to_dict(self) -> dict:
-        return asdict(self)
 
 
 def summarize(values: Sequence[float] | np.ndarray) -> Summary:

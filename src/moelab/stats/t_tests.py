@@ -24,6 +24,10 @@ from scipy import stats
 
 from moelab.stats.intervals import ALPHA, summarize, t_quantile
 
+NOT_WRITTEN = {"json": False}
+"""Field metadata: a value kept for computing, left out when the record is written as JSON
+(``moelab.codec``'s ``json`` key; a plain dict, so this package imports nothing of moelab's)."""
+
 # A spread this small relative to the values is floating-point residue (e.g. samples that
 # differ by the same constant in every seed), not seed noise: the test is then not testable,
 # not infinite.
@@ -81,9 +85,10 @@ class WelchTest:
     df: float
     n_moe: int
     n_dense: int
-    standard_error: float = math.nan
-    std_moe: float = math.nan
-    std_dense: float = math.nan
+    # Bookkeeping for the power computation, not results: never written to JSON.
+    standard_error: float = field(default=math.nan, metadata=NOT_WRITTEN)
+    std_moe: float = field(default=math.nan, metadata=NOT_WRITTEN)
+    std_dense: float = field(default=math.nan, metadata=NOT_WRITTEN)
 
 
 def welch_test(moe_values: Sequence[float], dense_values: Sequence[float],

@@ -13,13 +13,15 @@ spread and n) and the seeds a gap would need.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from collections.abc import Mapping, Sequence
 
 from moelab.stats.intervals import ALPHA
 from moelab.stats.multiple import family_label, holm
 from moelab.stats.power import min_detectable_gap, seeds_needed
-from moelab.stats.t_tests import PairedTest, WelchTest, paired_difference, welch_test
+from moelab.stats.t_tests import (
+    NOT_WRITTEN, PairedTest, WelchTest, paired_difference, welch_test,
+)
 
 REFERENCE_GAP = 0.02
 """nats/token: a gap worth resolving in the paper's setting, for the 'seeds needed' figure."""
@@ -65,15 +67,8 @@ class Gap:
     """[{"gap", "seeds"}] for the observed gap and REFERENCE_GAP, at the test's spread."""
     paired: PairedTest
     welch: WelchTest
-    detail: str = field(default="", repr=False)
+    detail: str = field(default="", repr=False, metadata=NOT_WRITTEN)
     """The verdict's parenthesis, e.g. 'paired t, n=6' (bookkeeping: the verdict holds it)."""
-
-    def to_dict(self) -> dict:
-        record = asdict(self)
-        record.pop("detail")
-        for key in ("standard_error", "std_moe", "std_dense"):  # bookkeeping, not results
-            record["welch"].pop(key)
-        return record
 
 
 def compare(criterion: str, moe_arm: str, dense_arm: str, moe_by_seed: Mapping[int, float],

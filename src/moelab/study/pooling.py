@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
+from moelab.codec import to_json
 from moelab.config import ModelConfig, from_dict, to_dict, without_logging
 from moelab.errors import ConfigError, MoelabError
 from moelab.fileio import atomic_write_json, atomic_write_text, read_json
@@ -84,10 +85,10 @@ class PooledStudy:
     def to_dict(self) -> dict:
         budgets = []
         for budget in self.budgets:
-            arms = {arm: {"best_val_loss": summarize(list(by_seed.values())).to_dict(),
+            arms = {arm: {"best_val_loss": to_json(summarize(list(by_seed.values()))),
                           "seeds": sorted(by_seed)}
                     for arm, by_seed in self.losses[budget].items()}
-            gaps = {criterion: gap.to_dict() for criterion, gap in self.gaps[budget].items()}
+            gaps = {criterion: to_json(gap) for criterion, gap in self.gaps[budget].items()}
             budgets.append({"tokens": budget, "label": _label(budget), "arms": arms, "gaps": gaps})
         return json_safe({
             "kind": "pooled",

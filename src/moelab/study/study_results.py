@@ -16,7 +16,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from moelab.codec import from_json, record_items, to_json
+from moelab.codec import from_json, to_json
 from moelab.errors import MoelabError
 from moelab.study.rungs import RungStep
 from moelab.stats.intervals import Summary
@@ -214,17 +214,7 @@ class StudyResults:
 
 
 def json_record(value: Any) -> Any:
-    """A results value as JSON data, as ``codec.to_json`` writes it, except that a record with a
-    ``to_dict`` of its own (the gap tests', which leave their bookkeeping out) is written by
-    it."""
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        if hasattr(value, "to_dict"):
-            return value.to_dict()
-        return {key: json_record(item) for key, item in record_items(value)}
-    if isinstance(value, dict):
-        return {key: json_record(item) for key, item in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [json_record(item) for item in value]
+    """A results value as JSON data (``codec.to_json``: bookkeeping fields left out)."""
     return to_json(value)
 
 
