@@ -157,11 +157,11 @@ def test_a_union_of_records_reads_each_object_as_the_record_whose_keys_it_has():
 
 
 @dataclass
-class Tested:
+class Bookkept:
     p: float
     standard_error: float = field(default=0.0, metadata={"json": False})
 
 
 def test_a_field_marked_json_false_is_never_written_and_reads_back_as_its_default():
-    assert to_json(Tested(0.5, standard_error=0.1)) == {"p": 0.5}
-    assert from_json(Tested, {"p": 0.5, "standard_error": 9.0}) == Tested(0.5)
+    assert to_json(Bookkept(0.5, standard_error=0.1)) == {"p": 0.5}
+    assert from_json(Bookkept, {"p": 0.5, "standard_error": 9.0}) == Bookkept(0.5)
