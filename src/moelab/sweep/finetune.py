@@ -191,13 +191,15 @@ def _cell_order(item) -> tuple:
 def _paired_mean(differences: np.ndarray) -> FinetuneEstimate:
     """The mean difference with its 95 % t interval, two-sided p and minimum detectable
     difference (no interval or p with fewer than two pairs)."""
-    record = FinetuneEstimate(pairs=len(differences), value=float(differences.mean()))
-    if len(differences) >= 2:
+    mean = float(differences.mean())
+    record = FinetuneEstimate(pairs=len(differences), value=mean)
+    interval = mean_interval(differences)
+    if interval is not None:  # two or more pairs
         se = float(differences.std(ddof=1) / math.sqrt(len(differences)))
         df = len(differences) - 1
-        record.ci = list(mean_interval(differences))
+        record.ci = list(interval)
         record.mdd = minimum_detectable(se, df)
-        record.p = t_p_value(record.value, se, df)
+        record.p = t_p_value(mean, se, df)
     return record
 
 
