@@ -101,14 +101,6 @@ def test_empty_lists_and_dicts_are_left_out_only_where_the_field_says_so():
     assert from_json(Budget, to_json(full)) == full
 
 
-def test_record_items_are_the_pairs_to_json_writes_before_conversion():
-    from moelab.codec import record_items
-
-    items = record_items(example())
-    assert [key for key, _ in items] == list(to_json(example()))
-    assert isinstance(dict(items)["interval"], Interval)  # not yet a dict
-
-
 @dataclass
 class Selection:
     means: dict[float, Optional[float]] = field(default_factory=dict,

@@ -54,12 +54,12 @@ def to_json(value: Any) -> Any:
 
 
 def _record_to_json(record: Any) -> dict[str, Any]:
-    return {key: to_json(value) for key, value in record_items(record)}
+    return {key: to_json(value) for key, value in _record_items(record)}
 
 
-def record_items(record: Any) -> list[tuple[str, Any]]:
+def _record_items(record: Any) -> list[tuple[str, Any]]:
     """The (key, value) pairs ``to_json`` writes for ``record``, in order, values not yet
-    converted: for a writer that must treat some values its own way."""
+    converted."""
     items = []
     for field in dataclasses.fields(record):
         value = getattr(record, field.name)

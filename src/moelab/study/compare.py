@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Optional
 
+from moelab.codec import to_json
 from moelab.config import Config
 from moelab.errors import MoelabError
 from moelab.fileio import atomic_write_json
@@ -26,7 +27,7 @@ from moelab.runs.lr_grid import (
     SELECTION_FOLDER, LrChoice, check_disjoint, lr_folder, read_choices, require_choices,
     run_selection, selection_record,
 )
-from moelab.study.study_results import json_record, json_safe
+from moelab.study.study_results import json_safe
 from moelab.stats.intervals import summarize
 from moelab.study.gaps import Gap, compare
 from moelab.study.tuning import LrTuning, with_lr
@@ -68,7 +69,7 @@ class Comparison:
 
 def comparison_json(comparison: Comparison) -> dict:
     """compare.json: the comparison's fields in order (``moelab.codec``), NaN as null."""
-    return json_record(json_safe(comparison))
+    return to_json(json_safe(comparison))
 
 
 def comparison_specs(configs: dict[str, Config], seeds: list[int]) -> list[RunSpec]:

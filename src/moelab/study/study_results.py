@@ -200,22 +200,17 @@ class StudyResults:
         """The content of results.json."""
         record = {
             "kind": self.kind, "study_dir": self.study_dir, "seeds": list(self.seeds),
-            "criteria": list(self.criteria), "arms": json_record(self.arms),
-            "gaps": json_record(self.gaps), "budgets": json_record(self.budgets),
+            "criteria": list(self.criteria), "arms": to_json(self.arms),
+            "gaps": to_json(self.gaps), "budgets": to_json(self.budgets),
             "missing_runs": list(self.missing_runs), "failed_runs": dict(self.failed_runs),
         }
         if self.zero_shot:
-            record["zero_shot"] = json_record(self.zero_shot)
+            record["zero_shot"] = to_json(self.zero_shot)
         if self.rung_steps:  # only the ladder: a study's results.json stays as it was
-            record["rung_steps"] = json_record(self.rung_steps)
+            record["rung_steps"] = to_json(self.rung_steps)
         if self.budget_family is not None:  # only wsd budget families: others stay as they were
-            record["budget_family"] = json_record(self.budget_family)
+            record["budget_family"] = to_json(self.budget_family)
         return record
-
-
-def json_record(value: Any) -> Any:
-    """A results value as JSON data (``codec.to_json``: bookkeeping fields left out)."""
-    return to_json(value)
 
 
 def json_safe(value: Any) -> Any:
