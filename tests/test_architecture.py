@@ -28,6 +28,7 @@ LAYERS = (
     ("train",),
     ("runs",),
     ("study", "sweep"),
+    ("findings",),
     ("cli",),
     ("__main__",),
 )
