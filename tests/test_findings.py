@@ -108,3 +108,33 @@ def test_recipe_post_hoc_recomputed_with_scipy():
         assert row[1] == f"{values.mean():+.4f}"
         assert row[4] == f"{p_holm:.2g}"
         assert re.fullmatch(r"\*\*(lowers|raises) the gap\*\*", row[5]) and p_holm < 0.05
+
+
+def _sweep_losses(name):
+    import csv
+    cells = {}
+    with open(RESULTS / "sweeps" / name / "results.csv", newline="") as f:
+        for row in csv.DictReader(f):
+            cells.setdefault(row["size"], {}).setdefault(float(row["S"]), {})[row["seed"]] = \
+                float(row["best_val_loss"])
+    return cells
+
+
+def test_fixed_size_page_recomputed_with_scipy():
+    """s0's rise past its best S (0.875 → 0.9375) and cpu-expertn's smallest Holm p, from
+    results.csv with scipy and a hand Holm."""
+    page = render_pages(RESULTS)["sparsity-at-fixed-size.md"]
+    s0 = _sweep_losses("cpu-fixedn")["s0"]
+    seeds = sorted(s0[0.875])
+    rise = np.array([s0[0.9375][s] - s0[0.875][s] for s in seeds])
+    line = next(l for l in page.splitlines() if l.startswith("| s0 | 0.9375 − 0.875 |"))
+    assert f"{rise.mean():+.4f}" in line
+    assert f"| {stats.ttest_1samp(rise, 0.0).pvalue:.2g} |" in line
+    cells = _sweep_losses("cpu-expertn")
+    raw = sorted(stats.ttest_rel([by_s[S][s] for s in sorted(by_s[0.0])],
+                                 [by_s[0.0][s] for s in sorted(by_s[0.0])]).pvalue
+                 for by_s in cells.values() for S in by_s if S > 0)
+    assert len(raw) == 9
+    smallest_holm = 9 * raw[0]
+    assert f"| {smallest_holm:.2g} | **not separated** |" in page
+    assert "| **interior, not bounded** |" in page and "**at the upper edge**" in page
