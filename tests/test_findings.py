@@ -138,3 +138,19 @@ def test_fixed_size_page_recomputed_with_scipy():
     smallest_holm = 9 * raw[0]
     assert f"| {smallest_holm:.2g} | **not separated** |" in page
     assert "| **interior, not bounded** |" in page and "**at the upper edge**" in page
+
+
+def test_ladder_counts_recomputed_from_the_traces():
+    """Runs passing the 0.9 flag per rung, counted here from each run's raw trace."""
+    entries = json.loads((RESULTS / "ladder_trace.json").read_text())
+    page = render_pages(RESULTS)["routing-stability.md"]
+    for entry in entries:
+        for rung in entry["rungs"]:
+            traces = [run["worst_layer_busiest_fraction"] for name, run in entry["runs"].items()
+                      if name.startswith(rung + "/")]
+            passing = sum(any(value > 0.9 for value in trace) for trace in traces)
+            line = next(l for l in page.splitlines()
+                        if f"`{entry['preset']}` (" in l and f"| `{rung}` |" in l)
+            assert f"| {passing} of {len(traces)} |" in line
+    balanced_top1 = [l for l in page.splitlines() if "| `top1_lb` |" in l]
+    assert sum(int(re.search(r"\| (\d) of 4 \|", l).group(1)) for l in balanced_top1) == 4

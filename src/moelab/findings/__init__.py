@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from moelab.findings import fixed_size, paper_a, recipe
+from moelab.findings import fixed_size, ladder, paper_a, recipe
 from moelab.findings.source import ResultsRoot
 from moelab.report.analysis import Analysis, compute_all, render_all
 
@@ -47,6 +47,14 @@ PAGES = (
          "top-1 routing, so they test the shape of the finding in these settings, not the "
          "paper's numbers. Both sweeps below trained with a shared lr, not one tuned per cell.",
          (fixed_size.ANALYSIS,)),
+    Page("routing-stability", "Routing stability: the ladder over training",
+         "The stability ladder swaps one routing ingredient at a time: naive top-1, top-1 with "
+         "Switch load balancing, top-2 with balancing. The seed summary moelab was specified "
+         "from says naive top-1 'collapses immediately' and top-2 gives 'the main quality "
+         "gain'; those are the summary's words, not paper A's abstract. cpu-ablation's 8 "
+         "experts and 3x lr were chosen so that top-1 could collapse: that choice is part of "
+         "its rows.",
+         (ladder.ANALYSIS,)),
 )
 
 
