@@ -154,3 +154,18 @@ def test_ladder_counts_recomputed_from_the_traces():
             assert f"| {passing} of {len(traces)} |" in line
     balanced_top1 = [l for l in page.splitlines() if "| `top1_lb` |" in l]
     assert sum(int(re.search(r"\| (\d) of 4 \|", l).group(1)) for l in balanced_top1) == 4
+
+
+def test_isoflop_page_reads_its_files():
+    """The best S per budget and the lr check's extremes, read here from the raw JSON."""
+    optima = json.loads((RESULTS / "sweeps/cpu-isoflop/isoflop.json").read_text())["sparsity_optima"]
+    page = render_pages(RESULTS)["compute-optimal-sparsity.md"]
+    for flops in optima["budgets"]:
+        cells = [c for c in optima["cells"] if c["flops"] == flops]
+        best = min(cells, key=lambda c: c["loss"])["sparsity"]
+        edge = "upper edge" if best == max(c["sparsity"] for c in cells) else None
+        line = next(l for l in page.splitlines() if l.startswith(f"| {flops:.3g} |"))
+        assert f"| {best:g} |" in line and (edge is None or edge in line)
+    per_run = json.loads((RESULTS / "isoflop_lr.json").read_text())["loss_change"]["per_run"]
+    s3 = [v for k, v in per_run.items() if "/s3/" in k and "/S0.000" not in k]
+    assert f"| s3 | 639.65K | {min(s3):+.3f} | {max(s3):+.3f} |" in page

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from moelab.findings import fixed_size, ladder, paper_a, recipe
+from moelab.findings import fixed_size, isoflop, ladder, paper_a, recipe
 from moelab.findings.source import ResultsRoot
 from moelab.report.analysis import Analysis, compute_all, render_all
 
@@ -47,6 +47,13 @@ PAGES = (
          "top-1 routing, so they test the shape of the finding in these settings, not the "
          "paper's numbers. Both sweeps below trained with a shared lr, not one tuned per cell.",
          (fixed_size.ANALYSIS,)),
+    Page("compute-optimal-sparsity", "The compute-optimal sparsity (paper B's finding (b))",
+         "Abnar et al. 2025 (paper B) report that at a fixed FLOPs budget with the size free the "
+         "loss falls with S, compute-optimal models growing in N and shrinking in N_active as S "
+         "rises, with S* at the top of their grid at every budget (§3, Figs. 1-3, 11-12). "
+         "moelab's cpu-isoflop sweep asks the same at about 0.07-0.64M parameters and "
+         "3.6e11-3.24e12 FLOPs, with 2 seeds and top-1 routing.",
+         (isoflop.ANALYSIS,)),
     Page("routing-stability", "Routing stability: the ladder over training",
          "The stability ladder swaps one routing ingredient at a time: naive top-1, top-1 with "
          "Switch load balancing, top-2 with balancing. The seed summary moelab was specified "
