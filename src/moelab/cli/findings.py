@@ -23,6 +23,8 @@ def register(subparsers) -> None:
                           help="the results folder the pages are generated from")
     findings.add_argument("--out", default="docs/findings", metavar="DIR",
                           help="where the pages are written")
+    findings.add_argument("--readme", default="README.md", metavar="FILE",
+                          help="the README whose findings summary block is rewritten")
     findings.add_argument("--check", action="store_true",
                           help="write nothing; exit 1 naming each page that differs from a "
                                "fresh render")
@@ -31,18 +33,26 @@ def register(subparsers) -> None:
 
 def _findings(args) -> int:
     from moelab.fileio import atomic_write_text
-    from moelab.findings import render_pages, stale_pages
+    from moelab.findings import render, stale_pages, with_summary
 
-    out = Path(args.out)
+    out, readme = Path(args.out), Path(args.readme)
+    if not readme.is_file():
+        raise MoelabError(f"--readme {readme} is invalid: no such file; allowed: the README "
+                          "holding the findings summary block")
     if args.check:
-        stale = stale_pages(Path(args.results), out)
+        stale = stale_pages(Path(args.results), out, readme)
         for name in stale:
-            print(f"moelab findings: {out / name} differs from a fresh render", file=sys.stderr)
+            shown = readme if name == readme.name else out / name
+            print(f"moelab findings: {shown} differs from a fresh render", file=sys.stderr)
         return EXIT_STALE if stale else 0
+    rendered = render(Path(args.results))
+    new_readme = with_summary(readme.read_text(encoding="utf-8"), rendered.summary)
     if out.exists() and not out.is_dir():
         raise MoelabError(f"--out {out} is invalid: it is a file; allowed: a folder")
     out.mkdir(parents=True, exist_ok=True)
-    for name, text in render_pages(Path(args.results)).items():
+    for name, text in rendered.pages.items():
         atomic_write_text(out / name, text)
         print(out / name)
+    atomic_write_text(readme, new_readme)
+    print(readme)
     return 0

@@ -161,3 +161,13 @@ def render(record: FixedSize | None, results: ResultsRoot, findings: Findings) -
 
 
 ANALYSIS: Analysis[ResultsRoot, FixedSize] = Analysis("fixed_size", compute, render)
+
+
+def summary(record: FixedSize) -> str:
+    optima = ", ".join(f"{o.size} {o.verdict.word} (best S {o.best:g})" for o in record.optima)
+    separated = [t for t in record.versus_dense if t.verdict.word != "not separated"]
+    versus = (f"{len(separated)} of {len(record.versus_dense)} sparse points separated from "
+              f"dense" if separated else
+              f"no sparse point separated from dense ({record.expert_family})")
+    return (f"At a fixed total size (cpu-fixedn): {optima}. With the experts' width fixed "
+            f"(cpu-expertn): {versus}.")

@@ -135,3 +135,12 @@ def _unchecked_sentence(record: IsoflopSparsity) -> str:
 
 
 ANALYSIS: Analysis[ResultsRoot, IsoflopSparsity] = Analysis("isoflop_sparsity", compute, render)
+
+
+def summary(record: IsoflopSparsity) -> str:
+    words = sorted({b.verdict.word for b in record.budgets})
+    return (f"At a fixed FLOPs budget with the size free (cpu-isoflop, 2 seeds): the best S is "
+            f"{' / '.join(f'{b.best:g}' for b in record.budgets)} at the {len(record.budgets)} "
+            f"budgets, **{', '.join(words)}**; whether it moves with compute is "
+            f"**{record.trend.word}**." + (" The largest budget rests on an lr too high for its "
+                                           "largest sizes." if _unchecked_sentence(record) else ""))

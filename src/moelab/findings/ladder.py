@@ -81,3 +81,15 @@ def render(traces: list[RungTrace] | None, results: ResultsRoot, findings: Findi
 
 
 ANALYSIS: Analysis[ResultsRoot, list[RungTrace]] = Analysis("ladder_trace", compute, render)
+
+
+def summary(traces: list[RungTrace]) -> str:
+    by_rung: dict[str, list[int]] = {}
+    for t in traces:
+        counts = by_rung.setdefault(t.rung, [0, 0])
+        counts[0] += t.passing
+        counts[1] += t.runs
+    rungs = "; ".join(f"`{rung}` {passing} of {runs} runs" for rung, (passing, runs)
+                      in by_rung.items())
+    return (f"Routing: one expert takes over {traces[0].threshold:g} of a layer's slots at some "
+            f"point in training in {rungs} (two shapes).")

@@ -198,3 +198,11 @@ def _common_best_sentence(factorial: Factorial) -> str:
 
 
 ANALYSIS: Analysis[ResultsRoot, Factorial] = Analysis("recipe_factorial", compute, render)
+
+
+def summary(factorial: Factorial) -> str:
+    """The README's line: the post hoc simple effects and the shared best recipe."""
+    effects = "; ".join(f"{t.name} {t.estimate:+.3f} [{t.ci[0]:+.3f}, {t.ci[1]:+.3f}], "
+                        f"**{t.verdict.word}**" for t in factorial.post_hoc[:2])
+    return (f"The matched-total gap depends on the recipe ({effects}; post hoc, "
+            f"{factorial.post_hoc[0].family})" + _common_best_sentence(factorial) + ".")
