@@ -339,7 +339,9 @@ class TrainConfig:
     weight_decay: float = 0.1
     """AdamW decay, applied to matrices only."""
     beta1: float = 0.9
+    """AdamW's first-moment decay."""
     beta2: float = 0.95
+    """AdamW's second-moment decay."""
     grad_clip: float = 1.0
     """Clip the global gradient norm to this (0 disables)."""
     eval_interval: int = 100
