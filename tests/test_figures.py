@@ -25,8 +25,9 @@ from moelab.report.axes import (
     labelled_colourbar,
 )
 from moelab.scaling.isoflop import IsoflopPoints, isoflop_analysis
-from moelab.study import figures as study_figures
-from moelab.study.study_results import BudgetResults
+from moelab.study.analyses import budgets as budget_analysis
+from moelab.study.analyses import comparisons, routing, val_loss
+from moelab.study.results import BudgetResults
 from moelab.stats.t_tests import PairedTest, WelchTest
 from moelab.study.gaps import Gap
 from moelab.sweep import figures as sweep_figures
@@ -77,16 +78,22 @@ def test_a_colourbar_without_a_label_is_refused():
 # ------------------------------------------------------------------------------------------
 
 
-def _capture(monkeypatch, module) -> dict:
-    """{file name: figure} for every figure ``module`` saves (still written to disk)."""
-    drawn, save = {}, module.save_figure
+def _capture(monkeypatch, *modules) -> dict:
+    """{file name: figure} for every figure ``modules`` save (still written to disk)."""
+    drawn: dict = {}
+    for module in modules:
+        save = module.save_figure
 
-    def keep(fig, path):
-        drawn[Path(path).name] = fig
-        return save(fig, path)
+        def keep(fig, path, save=save):
+            drawn[Path(path).name] = fig
+            return save(fig, path)
 
-    monkeypatch.setattr(module, "save_figure", keep)
+        monkeypatch.setattr(module, "save_figure", keep)
     return drawn
+
+
+STUDY_FIGURE_MODULES = (val_loss, comparisons, budget_analysis, routing)
+"""The study report's analyses that draw figures."""
 
 
 def _report(name: str, tmp_path: Path) -> Path:
@@ -113,7 +120,7 @@ def _eval_tokens(run_dir: Path) -> list[float]:
 def study_figures_drawn(tmp_path_factory):
     monkeypatch = pytest.MonkeyPatch()
     try:
-        drawn = _capture(monkeypatch, study_figures)
+        drawn = _capture(monkeypatch, *STUDY_FIGURE_MODULES)
         folder = _report("study", tmp_path_factory.mktemp("house"))
     finally:
         monkeypatch.undo()
@@ -159,14 +166,14 @@ def test_every_study_colourbar_is_labelled(study_figures_drawn):
 
 
 def test_the_gap_against_budget_ticks_read_1_6m(tmp_path, monkeypatch):
-    drawn = _capture(monkeypatch, study_figures)
+    drawn = _capture(monkeypatch, budget_analysis)
     paired = PairedTest(0.02, 0.01, 0.03, 0.01, 2, 0.01, [])
     welch = WelchTest(0.02, 0.01, 0.03, 0.01, 2.0, 2, 2)
     gap = Gap("active", "moe", "dense_active", "paired", 0.02, 0.01, 0.03, 0.01, 0.01, "raw",
               2, 2, "MoE better", "MoE better", 0.01, [], paired, welch)
     budgets = [BudgetResults(tokens, None, {}, {"active": gap})
                for tokens in (1_638_400, 3_276_800, 6_553_600)]
-    study_figures.gap_vs_tokens_figure(budgets, tmp_path / "gaps_vs_tokens.png")
+    budget_analysis.gap_vs_tokens_figure(budgets, tmp_path / "gaps_vs_tokens.png")
     ax = drawn["gaps_vs_tokens.png"].axes[0]
     assert _visible_tick_labels(ax) == ["1.6M", "3.3M", "6.6M"]
     assert "nats/token" in ax.get_ylabel()
