@@ -198,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
         "command": "python benchmarks/train_step.py " + " ".join(
             f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items()
             if v not in (None, False) and k != "out"),
-        **machine(), "threads": torch.get_num_threads(),
+        **machine(), "threads": torch.get_num_threads(), "transformers": _transformers_version(),
         "batch_size": batch_size, "seq_len": config.model.max_seq_len,
         "tokens_per_step": tokens_per_step,
         "matmul_peak": {name: {"flops_per_cpu_s": peak.flops_per_cpu_s, "source": peak.source}
@@ -213,6 +213,14 @@ def main(argv: list[str] | None = None) -> int:
     for name, message in errors.items():
         print(f"not measured: {name}: {message}")
     return int(bool(errors))
+
+
+def _transformers_version() -> str | None:
+    try:
+        import transformers
+    except ImportError:
+        return None
+    return transformers.__version__
 
 
 def _record_error(errors: dict, key: tuple, exc: Exception) -> None:

@@ -63,8 +63,8 @@ least 3 %."""
 PEAK_CACHE_FILE = "peak_flops.json"
 READINGS = 3
 """Readings of the peak kept per cache key, each by the first processes that need it: a
-reading taken while other jobs thrash the caches reads low (12 % below the others in one case,
-BENCHMARKS.md), and the best of readings at different times is the machine's."""
+reading taken while other jobs thrash the caches reads low (11-15 % below the others in one
+case, BENCHMARKS.md), and the best of readings at different times is the machine's."""
 
 
 @dataclass(frozen=True)
