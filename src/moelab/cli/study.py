@@ -292,9 +292,6 @@ def _threshold(text: str) -> float:
 
 
 def _study(args) -> int:
-    from moelab.runs.data import check_shared_data
-    from moelab.study.commands import list_runs, run_study, submit_study
-
     check_launcher_options(args)
     config, settings = load_study(args.config, args.overrides)
     if args.seeds is not None:
@@ -312,6 +309,10 @@ def _study(args) -> int:
         reporting = (list(range(config.train.seed, config.train.seed + until_resolved.max_seeds))
                      if until_resolved else settings.seed_list(config.train.seed))
         check_disjoint(tuning.seed_list(config.train.seed), reporting)
+    # the arguments are checked: now the engine (torch, scipy)
+    from moelab.runs.data import check_shared_data
+    from moelab.study.commands import list_runs, run_study, submit_study
+
     out = Path(args.out) if args.out else Path("out") / f"{Path(args.config).stem}-{args.kind}"
     if wants_commands(args):  # it writes the plan: the same one writer as a study
         with writer_lock(out, kind=args.kind):
