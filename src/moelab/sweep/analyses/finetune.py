@@ -118,7 +118,7 @@ class FinetuneCell:
 
 @dataclass
 class FinetuneRecord:
-    """finetune.json (``moelab.sweep.finetune``). A file of an older analysis has no ``cells``
+    """finetune.json (``moelab.sweep.analyses.finetune``). A file of an older analysis has no ``cells``
     (and may lack the counts): the report then asks for `moelab report DIR` to redo it."""
 
     runs: int
@@ -296,7 +296,7 @@ def finetune_analysis_text(analysis: FinetuneRecord) -> str:
     """The fine-tuned loss and the gain against S: every effect within a (size, budget) cell,
     paired to the cell's dense run of the same seed; at equal pretraining loss with errors
     clustered by (size, seed); Holm over every test; what nothing separates is said in words,
-    with the minimum detectable difference (``moelab.sweep.finetune``)."""
+    with the minimum detectable difference (``moelab.sweep.analyses.finetune``)."""
     if analysis.cells is None:  # finetune.json of an older analysis: `moelab report DIR` redoes it
         return ("## Fine-tuning against sparsity\n\nfinetune.json is from an older analysis; "
                 "`moelab report DIR` recomputes it.\n")

@@ -77,7 +77,7 @@ class EqualFlopsAccuracy:
 
 @dataclass
 class TaskAccuracy:
-    """One zero-shot task against sparsity (``moelab.sweep.zero_shot``)."""
+    """One zero-shot task against sparsity (``moelab.sweep.analyses.zero_shot``)."""
 
     items: int
     runs: int
