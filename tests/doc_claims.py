@@ -41,7 +41,8 @@ from moelab.scaling.isoflop_sparsity import SparsityOptima  # noqa: E402
 from moelab.stats.multiple import holm  # noqa: E402
 from moelab.stats.power import min_detectable_gap  # noqa: E402
 from moelab.study.results import read_results_json  # noqa: E402
-from moelab.sweep.analysis_records import IsoflopRecord, SweepFit  # noqa: E402
+from moelab.sweep.analyses.isoflop import IsoflopRecord  # noqa: E402
+from moelab.sweep.analyses.law_fit import SweepFit  # noqa: E402
 from moelab.sweep.folder import read_results  # noqa: E402
 from moelab.sweep.results_csv import ResultRow  # noqa: E402
 
