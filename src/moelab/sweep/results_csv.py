@@ -49,6 +49,10 @@ class ResultRow:
     """The nominal FLOPs budget the run was planned under; None at a token budget."""
     N_non_embedding: float | None = None
     k: int | None = None
+    shared_experts: int | None = None
+    """Shared experts of each MoE layer (E and k count the routed ones alone)."""
+    G: float | None = None
+    """Granularity d_ff / d_expert (Krajewski et al. 2024); None for a dense run."""
     final_val_loss: float | None = None
     tokens_per_s: float | None = None
     step_time_s: float | None = None
@@ -63,7 +67,8 @@ class ResultRow:
 
     @property
     def point(self) -> tuple[str, str, float, int]:
-        """(size, budget, S, E): the grid point the run is one seed of."""
+        """(size, budget, S, E): the grid point the run is one seed of (E counts the routed
+        experts, so a point with shared experts differs from the same S without)."""
         return (self.size, self.budget, self.S, self.E)
 
 
@@ -133,6 +138,8 @@ class _CellReader:
             best_val_loss=number("best_val_loss"), C_budget=optional("C_budget"),
             N_non_embedding=optional("N_non_embedding"),
             k=self.count("k") if self.text("k") else None,
+            shared_experts=self.count("shared_experts") if self.text("shared_experts") else None,
+            G=optional("G"),
             final_val_loss=optional("final_val_loss"), tokens_per_s=optional("tokens_per_s"),
             step_time_s=optional("step_time_s"), tokens_per_step=optional("tokens_per_step"),
             peak_memory_bytes=optional("peak_memory_bytes"), device=self.text("device"),

@@ -23,7 +23,7 @@ from moelab.train.run_summary import RunSummary
 
 RESULT_COLUMNS = (
     "run", "size", "budget", "seed", "C_budget", "N_total", "N_active", "N_non_embedding", "D",
-    "C", "S", "E", "k", "d_expert", "flops_per_token_6n", "flops_per_token_kaplan", "best_val_loss",
+    "C", "S", "E", "k", "d_expert", "shared_experts", "G", "flops_per_token_6n", "flops_per_token_kaplan", "best_val_loss",
     "final_val_loss", "collapse", "tokens_per_s", "step_time_s", "tokens_per_step",
     "peak_memory_bytes", "device",
 )
@@ -75,14 +75,19 @@ def result_row(point: SweepPoint, run_dir: str, summary: RunSummary, config: Con
     sparsity from its config.yaml; the plan gives only the names and the nominal budget."""
     moe = config.model.moe
     experts, top_k = (moe.num_experts, moe.top_k) if moe else (1, 1)
+    # E and k count the routed experts; S counts the shared ones too (s of E + s experts are
+    # used by every token), so a grid's shared_experts keep their point's S.
+    shared = moe.num_shared_experts if moe else 0
     return {
         "run": run_dir, "size": point.size, "budget": point.budget_label,
         "seed": config.train.seed,
         "C_budget": "" if point.flops_budget is None else exact_text(point.flops_budget),
         "N_total": summary.total_params, "N_active": summary.active_params,
         "N_non_embedding": summary.non_embedding_params, "D": summary.tokens,
-        "C": summary.flops_per_token_6n * summary.tokens, "S": (experts - top_k) / experts,
-        "E": experts, "k": top_k, "d_expert": moe.d_expert if moe else "",
+        "C": summary.flops_per_token_6n * summary.tokens,
+        "S": (experts - top_k) / (experts + shared), "E": experts, "k": top_k,
+        "d_expert": moe.d_expert if moe else "", "shared_experts": shared,
+        "G": config.model.d_ff / moe.d_expert if moe else "",
         "flops_per_token_6n": summary.flops_per_token_6n,
         "flops_per_token_kaplan": summary.flops_per_token_kaplan,
         "best_val_loss": summary.best_val_loss, "final_val_loss": summary.final_val_loss,
