@@ -354,7 +354,7 @@ def _same_grid_or_more_seeds(old: dict, new: dict) -> bool:
         return False
     # A grid.json without top_ks (older, or a grid of one top_k) has none; so for the other
     # optional lists.
-    absent = {"top_ks": [], "granularities": [], "shared_experts": []}
+    absent: dict[str, list] = {"top_ks": [], "granularities": [], "shared_experts": []}
     return ({**absent, **old, "seeds": None, "finetune": None}
             == {**absent, **new, "seeds": None, "finetune": None}
             and set(old.get("seeds", [])) <= set(new["seeds"]))

@@ -23,7 +23,8 @@ from moelab.train.run_summary import RunSummary
 
 RESULT_COLUMNS = (
     "run", "size", "budget", "seed", "C_budget", "N_total", "N_active", "N_non_embedding", "D",
-    "C", "S", "E", "k", "d_expert", "shared_experts", "G", "flops_per_token_6n", "flops_per_token_kaplan", "best_val_loss",
+    "C", "S", "E", "k", "d_expert", "shared_experts", "G", "flops_per_token_6n",
+    "flops_per_token_kaplan", "best_val_loss",
     "final_val_loss", "collapse", "tokens_per_s", "step_time_s", "tokens_per_step",
     "peak_memory_bytes", "device",
 )
