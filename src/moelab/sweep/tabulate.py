@@ -23,13 +23,16 @@ from moelab.train.run_summary import RunSummary
 
 RESULT_COLUMNS = (
     "run", "size", "budget", "seed", "C_budget", "N_total", "N_active", "N_non_embedding", "D",
-    "C", "S", "E", "k", "d_expert", "shared_experts", "G", "flops_per_token_6n",
-    "flops_per_token_kaplan", "best_val_loss",
+    "C", "S", "E", "k", "d_expert", "flops_per_token_6n", "flops_per_token_kaplan", "best_val_loss",
     "final_val_loss", "collapse", "tokens_per_s", "step_time_s", "tokens_per_step",
     "peak_memory_bytes", "device",
 )
 """The last five: how fast the run trained on the machine that ran it (training time only,
 eval and checkpoints excluded), its peak memory and its device; empty for older runs."""
+GRANULARITY_COLUMNS = ("shared_experts", "G")
+"""After d_expert, only in a sweep whose runs split experts differently at one sparsity (some
+run has shared experts, or one size and S holds two G = d_ff / d_expert): a file without them
+reads as no shared experts."""
 FINETUNE_COLUMNS = ("finetune_source_val_loss", "finetune_val_loss", "finetune_gain")
 """With a ``finetune`` recipe: the run's final weights scored on the new text's held-out part
 before fine-tuning (its finetune.json), its finetune's final val loss there (its summary.json),
@@ -105,11 +108,29 @@ def _throughput_fields(summary: RunSummary) -> dict:
     return {key: "" if value is None else value for key, value in fields.items()}
 
 
+def _splits_vary(rows: list[dict]) -> bool:
+    """Whether some run has shared experts or one (size, budget, S) holds two G."""
+    granularities: dict[tuple, set] = {}
+    for row in rows:
+        if row.get("G") not in (None, ""):
+            granularities.setdefault((row["size"], row["budget"], row["S"]), set()).add(row["G"])
+    return (any(row.get("shared_experts") for row in rows)
+            or any(len(values) > 1 for values in granularities.values()))
+
+
 def write_results_csv(path: Path, rows: list[dict]) -> Path:
-    """RESULT_COLUMNS, then a zero-shot column per task some run scored, then FINETUNE_COLUMNS
-    when some run has a complete finetune (none otherwise)."""
-    scored = {key for row in rows for key in row if key not in RESULT_COLUMNS}
-    columns = RESULT_COLUMNS + tuple(task_column(t) for t in TASK_NAMES if task_column(t) in scored)
+    """RESULT_COLUMNS (with GRANULARITY_COLUMNS after d_expert when the runs' expert splits
+    vary), then a zero-shot column per task some run scored, then FINETUNE_COLUMNS when some
+    run has a complete finetune (none otherwise)."""
+    scored = {key for row in rows for key in row
+              if key not in RESULT_COLUMNS and key not in GRANULARITY_COLUMNS}
+    columns = RESULT_COLUMNS
+    if _splits_vary(rows):
+        after = columns.index("d_expert") + 1
+        columns = columns[:after] + GRANULARITY_COLUMNS + columns[after:]
+    else:
+        rows = [{k: v for k, v in row.items() if k not in GRANULARITY_COLUMNS} for row in rows]
+    columns += tuple(task_column(t) for t in TASK_NAMES if task_column(t) in scored)
     if scored & set(FINETUNE_COLUMNS):
         columns += FINETUNE_COLUMNS
     buffer = io.StringIO()
