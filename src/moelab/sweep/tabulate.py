@@ -124,7 +124,7 @@ def write_results_csv(path: Path, rows: list[dict]) -> Path:
     run has a complete finetune (none otherwise)."""
     scored = {key for row in rows for key in row
               if key not in RESULT_COLUMNS and key not in GRANULARITY_COLUMNS}
-    columns = RESULT_COLUMNS
+    columns: tuple[str, ...] = RESULT_COLUMNS
     if _splits_vary(rows):
         after = columns.index("d_expert") + 1
         columns = columns[:after] + GRANULARITY_COLUMNS + columns[after:]
