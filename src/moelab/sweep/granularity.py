@@ -161,7 +161,7 @@ def render(record: GranularityRecord | None) -> str:
             + markdown_table(["size", "budget", "S", "cell", "seeds", "loss"], cell_rows,
                              "lllrrr")
             + "\nEach cell minus its reference, paired by seed (95 % t interval); the family, "
-            f"fixed by the grid before any loss was read, is every test below ({record.family})."
+            f"set by the grid's cells alone, never by a loss, is every test below ({record.family})."
             " A verdict says lower or higher only where the Holm-adjusted p < 0.05.\n\n"
             + markdown_table(["size", "S", "pair", "difference [95 % CI]", "p", "p (Holm)",
                               "verdict"], test_rows, "llllrrl"))
