@@ -155,6 +155,11 @@ def _study_summary(edit):
     return lambda tmp: _edit_json(tmp / STUDY_SEED0 / "summary.json", lambda s: {**s, **edit})
 
 
+def _study_summary_without(key: str):
+    return lambda tmp: _edit_json(tmp / STUDY_SEED0 / "summary.json",
+                                  lambda s: {k: v for k, v in s.items() if k != key})
+
+
 def _study_metrics(make: Callable[[bytes], bytes]):
     def damage(tmp):
         path = tmp / STUDY_SEED0 / "metrics.jsonl"
@@ -489,6 +494,19 @@ CASES = {
                                   _study_summary({"best_val_loss": "low"})),
     "report best loss nan": Case("report {study}", "best_val_loss=nan is not a finite number",
                                  _study_summary({"best_val_loss": float("nan")})),
+    "report best loss missing": Case("report {study}", "best_val_loss is missing",
+                                     _study_summary_without("best_val_loss")),
+    "report best loss null": Case("report {study}", "best_val_loss is missing",
+                                  _study_summary({"best_val_loss": None})),
+    "report best loss negative": Case("report {study}", "best_val_loss=-0.5 is not a loss",
+                                      _study_summary({"best_val_loss": -0.5})),
+    "report final bpb negative": Case("report {study}", "final_val_bpb=-1 is not a loss",
+                                      _study_summary({"final_val_bpb": -1})),
+    "report summary a list": Case("report {study}", "summary.json is corrupt (not a JSON object)",
+                                  _write(STUDY_SEED0 + "/summary.json", b"[1, 2]")),
+    "report summary nests too deep": Case("report {study}", "summary.json nests too deeply",
+                                          _write(STUDY_SEED0 + "/summary.json",
+                                                 b"[" * 30_000 + b"]" * 30_000)),
     "report routing a number": Case("report {study}", "routing is not a list of layers",
                                     _study_summary({"routing": 3})),
     "report tasks.json not json": Case("report {study}", "tasks.json is not valid JSON",
