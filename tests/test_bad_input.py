@@ -265,6 +265,17 @@ CASES = {
     "source train.txt a folder": Case("prepare-data --out {tmp}/c --source {in}/train_a_folder "
                                       "--no-progress", "train_a_folder': the folder has no "
                                                        "train.txt"),
+    "hf config of a file": Case("prepare-data --out {tmp}/c --source {in}/tiny.txt "
+                                "--hf-config x --no-progress",
+                                "data.hf_config='x' is invalid for data source {in}/tiny.txt"),
+    "text field of the sample": Case("prepare-data --out {tmp}/c --text-field body --no-progress",
+                                     "data.text_field='body' is invalid for data source sample"),
+    "train split of a file": Case("prepare-data --out {tmp}/c --source {in}/tiny.txt "
+                                  "--train-split training --no-progress",
+                                  "data.train_split='training' is invalid for data source"),
+    "valid split of a file": Case("prepare-data --out {tmp}/c --source {in}/tiny.txt "
+                                  "--valid-split test --no-progress",
+                                  "data.valid_split='test' is invalid for data source"),
     "out blank": Case("prepare-data --out '' --no-progress", "data.cache_dir=''"),
     "out under a file": Case("prepare-data --out {in}/file/c --no-progress",
                              "cannot write {in}/file/c"),
@@ -614,6 +625,11 @@ CASES = {
     "isoflop where": Case("isoflop {in}/iso_few.csv --where foo", "--where 'foo'"),
     "isoflop where no rows": Case("isoflop {in}/iso_few.csv --where N=5",
                                   "no rows left after --where N=5"),
+    "isoflop seed column missing": Case("isoflop {in}/iso_few.csv --seed-column run_seed",
+                                        "--seed-column 'run_seed' is not a column of"),
+    "isoflop window of a global fit": Case("isoflop {in}/iso_few.csv --estimator global "
+                                           "--window-factor 2", "--window-factor 2 is invalid with "
+                                           "--estimator global"),
     "isoflop column": Case("isoflop {in}/iso_few.csv --columns N=nope", "column 'nope' (for N)"),
     # -- sweep-sparsity
     "sweep grid missing": Case("sweep-sparsity nope", "sweep grid 'nope' is neither"),
