@@ -31,7 +31,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal, Optional
 
-from moelab.config import Parsed, apply_overrides, from_dict, preset_names, read_raw, to_dict
+from moelab.config import (
+    Parsed, apply_overrides, from_dict, preset_names, read_raw, spelt_as_today, to_dict,
+)
 from moelab.data.sources import NAMED_SOURCES
 from moelab.errors import ConfigError, short_repr
 from moelab.runs.tokens import TokenCount
@@ -247,11 +249,16 @@ def load_sweep_grid(source: str | Path, overrides: list[str]) -> SweepGrid:
     return dataclasses.replace(grid, overrides=[*grid.overrides, *config_pairs])
 
 
-def load_grid(source: str | Path, overrides: list[str] | None = None) -> SweepGrid:
+def load_grid(source: str | Path, overrides: list[str] | None = None, *,
+              record: bool = False) -> SweepGrid:
     """A preset name (``grid_preset_names()``) or a YAML file with the keys of SweepGrid, after
-    dotted ``key=value`` overrides (as ``--set``)."""
+    dotted ``key=value`` overrides (as ``--set``). A ``record`` (a folder's grid.json, which
+    moelab wrote) spells its flat logging keys as today silently, as a run's config.yaml."""
     raw = read_raw(source, "sweep grid", SWEEP_PRESETS)
     raw.setdefault("name", Path(source).stem)
+    if record and isinstance(raw.get("overrides"), list):
+        raw["overrides"] = [spelt_as_today(item) if isinstance(item, str) else item
+                            for item in raw["overrides"]]
     raw = apply_overrides(raw, list(overrides or []))
     try:
         grid = from_dict(SweepGrid, with_seeds_key(raw))
