@@ -34,7 +34,7 @@ from typing import Annotated, Any, Literal, Optional
 from moelab.config import (
     Parsed, apply_overrides, from_dict, preset_names, read_raw, spelt_as_today, to_dict,
 )
-from moelab.data.sources import NAMED_SOURCES
+from moelab.data.sources import ALLOWED_PATHS, HUB_PREFIX, NAMED_SOURCES
 from moelab.errors import ConfigError, short_repr
 from moelab.runs.tokens import TokenCount
 
@@ -102,10 +102,10 @@ class FinetuneRecipe:
         if not 0.0 <= self.warmup_fraction < 1.0:
             raise ConfigError(f"{where}: finetune.warmup_fraction={self.warmup_fraction} is "
                               "invalid: allowed [0, 1)")
-        if self.data not in NAMED_SOURCES and not Path(self.data).expanduser().exists():
+        if (self.data not in NAMED_SOURCES and not self.data.startswith(HUB_PREFIX)
+                and not Path(self.data).expanduser().exists()):
             raise ConfigError(f"{where}: finetune.data={short_repr(self.data)} is invalid: no "
-                              f"such file or folder; allowed {', '.join(NAMED_SOURCES)} or a "
-                              "path (a folder with train.txt and valid.txt, or one file)")
+                              f"such file or folder; {ALLOWED_PATHS}")
 
 
 @dataclass(kw_only=True)
