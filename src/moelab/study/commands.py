@@ -71,7 +71,10 @@ def write_study_plan(kind: str, config: Config, settings: StudySettings, study_d
 def check_not_rounds(study_dir: Path) -> None:
     """Refuse a fixed seed count on a folder of ``--until-resolved`` rounds: its plan would drop
     the rounds record, and the report would read every round's seeds as the fixed ones."""
-    plan = read_plan(study_dir)
+    try:
+        plan = read_plan(study_dir)
+    except MoelabError:  # a damaged plan.json: the planner names it (check_same_study)
+        return
     if isinstance(plan, dict) and plan.get(ROUNDS_KEY):
         raise MoelabError(f"{study_dir} holds --until-resolved rounds: continue it with "
                           "--until-resolved and the same design, or use another --out folder "
