@@ -36,10 +36,11 @@ SEPARATOR_BYTES = len(f"\n{EOT_TEXT}\n".encode())
 HF_DATASET = "roneneldan/TinyStories"
 DATA_ENV = "MOELAB_DATA"
 """A local copy of TinyStories that ``data.source: tinystories`` reads instead of the hub."""
-GET_TINYSTORIES = (
-    f"pip install 'moelab[hf]' and run moelab prepare-data --source tinystories once online "
-    f"(it downloads {HF_DATASET} into the datasets cache), or set {DATA_ENV} to a local copy "
-    "(a folder with train.txt and valid.txt)")
+GET_TINYSTORIES_ONLINE = (
+    f"run moelab prepare-data --source tinystories once online (it downloads {HF_DATASET} "
+    f"into the datasets cache), or set {DATA_ENV} to a local copy (a folder with train.txt and "
+    "valid.txt)")
+GET_TINYSTORIES = f"pip install 'moelab[hf]' and {GET_TINYSTORIES_ONLINE}"
 SAMPLE_FILES = {"train": "tinystories-train.txt.xz", "valid": "tinystories-valid.txt.xz"}
 ADAPTATION_FILES = {"train": "adaptation-train.txt.xz", "valid": "adaptation-valid.txt.xz"}
 """The adaptation set (``data.source: adaptation``, built by ``moelab.data.adaptation``): the
@@ -94,6 +95,49 @@ def resolve_source(data_cfg: DataConfig) -> Source:
         return _hub_dataset_source(data_cfg)
     return _path_source(Path(data_cfg.source).expanduser(), data_cfg)
 
+
+
+DATASET_SETTINGS = {
+    "hf_config": "only hf:NAME sources have configurations",
+    "text_field": "only dataset sources (hf, hf:NAME, .parquet, .arrow, a save_to_disk folder) "
+                  "have columns",
+    "train_split": "only hf, hf:NAME and a saved DatasetDict have named splits",
+    "valid_split": "only hf, hf:NAME and a saved DatasetDict have named splits",
+}
+"""The data settings that pick text out of a dataset, and what reads each."""
+
+
+def check_settings_read(data_cfg: DataConfig) -> None:
+    """Refuse a dataset setting given for a source that does not read it (``moelab prepare-data
+    --text-field`` on a .txt file, say), which would otherwise be ignored without a word. A
+    fine-tune keeps its source run's settings on new data, so only the command line asks."""
+    reads = _settings_read(data_cfg)
+    defaults = DataConfig()
+    for name, why in DATASET_SETTINGS.items():
+        value = getattr(data_cfg, name)
+        if name not in reads and value != getattr(defaults, name):
+            raise MoelabError(f"data.{name}={short_repr(value)} is invalid for data source "
+                              f"{data_cfg.source}: {why}")
+
+
+def _settings_read(data_cfg: DataConfig) -> tuple[str, ...]:
+    """The DATASET_SETTINGS the source reads (all of them where the source is not found: its
+    own error says so)."""
+    source = data_cfg.source
+    if source.startswith(HUB_PREFIX):
+        return tuple(DATASET_SETTINGS)
+    if source == "tinystories" and os.environ.get(DATA_ENV):
+        source = os.environ[DATA_ENV]
+    elif source in ("hf", "tinystories"):
+        return ("text_field", "train_split", "valid_split")
+    if source in NAMED_SOURCES:
+        return ()
+    path = Path(source).expanduser()
+    if (path / "dataset_dict.json").is_file():
+        return ("text_field", "train_split", "valid_split")
+    if (path.is_dir() and is_saved_dataset(path)) or (path.is_file() and path.suffix in TABLE_SUFFIXES):
+        return ("text_field",)
+    return () if path.exists() else tuple(DATASET_SETTINGS)
 
 
 def _tinystories_source(data_cfg: DataConfig) -> Source:
@@ -230,20 +274,20 @@ def _packaged_source(data_cfg: DataConfig, kind: str, files: dict[str, str]) -> 
 def _hf_source(data_cfg: DataConfig, name: str = "hf") -> Source:
     """TinyStories from the hub (or the datasets library's cache of it); ``name`` is the
     data.source that asked, for messages."""
-    how = GET_TINYSTORIES if name == "tinystories" else (
-        "use data.source=sample or a local path when offline")
     try:
         import datasets
     except ImportError:
-        raise MoelabError(f"data.source={name!r} needs the 'datasets' package: "
-                          + (how if name == "tinystories" else "pip install 'moelab[hf]'")) from None
+        raise MoelabError(f"data.source={name!r} needs the 'datasets' package: " + (
+            GET_TINYSTORIES if name == "tinystories" else "pip install 'moelab[hf]'")) from None
     try:
         with _quiet_hub_logs():  # offline, the hub client logs each retry; the error says it all
             dataset_dict = datasets.load_dataset(HF_DATASET)
     except Exception as exc:  # noqa: BLE001 -- network, auth, missing cache: all user-facing
-        first_line = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        how = _damaged_cache_remedy(exc, datasets) or (
+            GET_TINYSTORIES_ONLINE if name == "tinystories" else
+            "use data.source=sample or a local path when offline")
         raise MoelabError(
-            f"data.source={name!r}: cannot load {HF_DATASET} ({first_line}); {how}"
+            f"data.source={name!r}: cannot load {HF_DATASET} ({_first_line(exc)}); {how}"
         ) from None
     return source_from_dataset_dict(dataset_dict, data_cfg, label="hf")
 
@@ -773,13 +817,26 @@ def _load_hub_dataset(name: str, data_cfg: DataConfig) -> Source:
         with _quiet_hub_logs():
             splits = datasets.load_dataset(name, data_cfg.hf_config, streaming=not offline)
     except Exception as exc:  # noqa: BLE001 -- no network, unknown dataset or config, no cache
-        remedy = ("it is not in the datasets cache (offline)" if offline else
-                  "check the name and data.hf_config, and the network")
+        remedy = (offline and _damaged_cache_remedy(exc, datasets)) or (
+            "it is not in the datasets cache (offline)" if offline else
+            "check the name and data.hf_config, and the network")
         raise MoelabError(f"data.source={short_repr(data_cfg.source)}: cannot load the dataset "
                           f"({_first_line(exc)}); {remedy}") from None
     identity = {"name": name, "config": data_cfg.hf_config}
     return _source_from_splits(_safe_label(name.rstrip("/").split("/")[-1]), "hub", dict(splits),
                                data_cfg, where, identity)
+
+
+def _damaged_cache_remedy(exc: Exception, datasets) -> str:
+    """What to do when ``load_dataset`` found its cached copy but could not read it (a file cut
+    short: pyarrow's or json's errors); '' for any other failure (the dataset not reached or
+    not found, an unknown config), which the caller words."""
+    import pyarrow  # datasets stands on it
+
+    if not isinstance(exc, (pyarrow.ArrowException, json.JSONDecodeError)):
+        return ""
+    return (f"its copy in the datasets cache cannot be read: delete it from "
+            f"{datasets.config.HF_DATASETS_CACHE} and load it again online")
 
 
 def _hub_offline(datasets) -> bool:
