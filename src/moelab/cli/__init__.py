@@ -22,7 +22,7 @@ from moelab.errors import (
 from moelab.version import __version__
 
 # Modules with a register(subparsers) function, in the order their commands are listed.
-COMMAND_MODULES = ("model", "data", "train", "study", "fit", "sweep")
+COMMAND_MODULES = ("model", "data", "train", "study", "fit", "sweep", "predict")
 
 
 class _Parser(argparse.ArgumentParser):
