@@ -50,6 +50,10 @@ def register(subparsers) -> None:
                          help="refits over resampled seed families (default 200)")
     predict.add_argument("--starts", type=positive_int, default=None, metavar="K",
                          help="a law's start grid: a seeded subset of K starts")
+    predict.add_argument("--rollout", action="store_true",
+                         help="first leave out the sweep's largest budget and predict it from "
+                              "the rest: the error found beyond the predicted sd widens every "
+                              "interval (an extrapolation term; needs >= 3 budgets)")
     predict.add_argument("--seed", type=seed_int, default=0, help="bootstrap seed")
     predict.add_argument("--command", dest="train_command", default="", metavar="TEXT",
                          help="the command that will train the targets (recorded, for a "
@@ -78,6 +82,7 @@ def _predict(args) -> int:
     from moelab.scaling.prediction import predict
     from moelab.scaling.prediction_data import read_sweep_runs
     from moelab.scaling.prediction_score import format_prediction, target_cells
+    from moelab.scaling.rollout import extrapolation, rollout
 
     if args.out:
         refuse_overwriting_inputs(args.out, "--out", [str(Path(args.sweep) / "results.csv")])
@@ -91,9 +96,15 @@ def _predict(args) -> int:
         raise MoelabError(f"{args.sweep}'s budgets are {'FLOPs' if runs.budget_kind == 'C' else 'tokens'}: "
                           f"give {'--flops' if runs.budget_kind == 'C' else '--tokens'}")
     cells = target_cells(runs, args.cell, budget)
+    extra = None
+    if args.rollout:
+        extra = extrapolation(rollout(runs, args.form, sweep=str(args.sweep),
+                                      bootstrap=args.bootstrap, seed=args.seed,
+                                      max_starts=args.starts))
     record = predict(runs, args.form, cells, flops=[budget] if args.flops is not None else [],
                      seeds=args.seeds, bootstrap=args.bootstrap, seed=args.seed,
-                     max_starts=args.starts, source=str(args.sweep), excluded=args.exclude)
+                     max_starts=args.starts, source=str(args.sweep), excluded=args.exclude,
+                     extrapolation=extra)
     record.command = args.train_command
     if args.out:
         atomic_write_json(args.out, to_json(record))

@@ -16,9 +16,15 @@ the best sparsity among each size's targets, and the compute-optimal (N*, S*) at
   noise explains: max(0, sum r^2 / (points - parameters) - mean(noise^2 / seeds)); a form
   that misses the points it was fitted on will miss a new one by at least as much;
 - *noise*: the seeds' pooled scatter at the cell's sparsity (``prediction_data.seed_noise``),
-  divided by the seeds the cell will have.
+  divided by the seeds the cell will have;
+- *extrapolation* (optional, ``Extrapolation``): what a rollout on the same sweep found beyond
+  the three parts above when its largest budget was left out and predicted from the rest
+  (``moelab.scaling.rollout``): max(0, mean error^2 - mean predicted variance) over the cells
+  left out. It is measured at the sweep's own budget ratio, and a target farther out may need
+  more.
 
-The interval is prediction +- t(0.95, df) sqrt(parameters^2 + misfit^2 + noise^2 / seeds), df
+The interval is prediction +- t(0.95, df) sqrt(parameters^2 + misfit^2 + noise^2 / seeds
++ extrapolation^2), df
 the noise estimate's degrees of freedom (the residuals' when the sweep has one seed: the misfit
 then stands for noise and misfit together). It does not include what the sweep cannot show:
 that the form bends differently beyond the budgets fitted, a change of machine or code (MoE
@@ -75,6 +81,7 @@ class CellPrediction:
     noise_sd: float
     df: int
     finite_share: float
+    extrapolation_sd: float = 0.0
 
 
 @dataclass
@@ -104,6 +111,21 @@ class OptimumPrediction:
 
 
 @dataclass
+class Extrapolation:
+    """The error a rollout found beyond the predicted sd: the largest budget of the same runs
+    left out and predicted from the rest."""
+
+    held_out_budget: float
+    ratio: float
+    """The held-out budget over the largest budget its fit saw."""
+    cells: int
+    rms_error: float
+    rms_predicted_sd: float
+    sd: float
+    """sqrt(max(0, rms_error^2 - rms_predicted_sd^2))."""
+
+
+@dataclass
 class Prediction:
     form: str
     formula: str
@@ -126,25 +148,29 @@ class Prediction:
     optima: list[OptimumPrediction]
     command: str = ""
     """The command that trains the targets, for a pre-registered prediction."""
+    extrapolation: Extrapolation | None = None
     notes: list[str] = field(default_factory=list)
 
 
-def interval_half_width(parameter_sd: float, misfit_sd: float, noise_sd: float, seeds: int,
-                        df: int, level: float = LEVEL) -> float:
-    variance = parameter_sd ** 2 + misfit_sd ** 2 + noise_sd ** 2 / max(seeds, 1)
-    return float(stats.t.ppf(0.5 + level / 2, max(df, 1)) * np.sqrt(variance))
+def predicted_sd(cell: CellPrediction, seeds: int, with_extrapolation: bool = True) -> float:
+    """The sd of the mean of ``seeds`` runs about the cell's prediction."""
+    extrapolation = cell.extrapolation_sd if with_extrapolation else 0.0
+    return float(np.sqrt(cell.parameter_sd ** 2 + cell.misfit_sd ** 2 + extrapolation ** 2
+                         + cell.noise_sd ** 2 / max(seeds, 1)))
 
 
-def cell_interval(cell: CellPrediction, seeds: int, level: float = LEVEL) -> list[float]:
+def cell_interval(cell: CellPrediction, seeds: int, level: float = LEVEL,
+                  with_extrapolation: bool = True) -> list[float]:
     """The cell's interval for the mean of ``seeds`` runs (the score's, when fewer trained)."""
-    half = interval_half_width(cell.parameter_sd, cell.misfit_sd, cell.noise_sd, seeds,
-                               cell.df, level)
-    return [cell.loss - half, cell.loss + half]
+    half = stats.t.ppf(0.5 + level / 2, max(cell.df, 1)) * predicted_sd(cell, seeds,
+                                                                          with_extrapolation)
+    return [cell.loss - float(half), cell.loss + float(half)]
 
 
 def predict(runs: SweepRuns, form: str, cells: list[TargetCell], *, flops: list[float],
             seeds: int = 3, bootstrap: int = 200, seed: int = 0, max_starts: int | None = None,
-            source: str = "", excluded: list[str] | None = None) -> Prediction:
+            source: str = "", excluded: list[str] | None = None,
+            extrapolation: Extrapolation | None = None) -> Prediction:
     """Fit ``form`` to ``runs`` and predict ``cells`` and the compute-optimal model at each of
     ``flops``."""
     if bootstrap < 10:
@@ -158,7 +184,8 @@ def predict(runs: SweepRuns, form: str, cells: list[TargetCell], *, flops: list[
     targets = _targets(cells)
     point = model.predict(params, targets)
     draws = np.array([model.predict(r, targets) for r in replicas])
-    predicted = [_cell(c, point[i], draws[:, i], misfit, residual_df, noise, seeds)
+    extra_sd = extrapolation.sd if extrapolation else 0.0
+    predicted = [_cell(c, point[i], draws[:, i], misfit, residual_df, noise, seeds, extra_sd)
                  for i, c in enumerate(cells)]
     record = Prediction(
         form=model.name, formula=model.formula, level=LEVEL, source=source,
@@ -168,6 +195,7 @@ def predict(runs: SweepRuns, form: str, cells: list[TargetCell], *, flops: list[
         seed=seed, noise=noise, misfit_sd=misfit, cells=predicted,
         sparsity_choices=_sparsity_choices(predicted, draws, seed),
         optima=[_optimum(model, params, replicas, runs, c) for c in flops],
+        extrapolation=extrapolation,
     )
     record.notes = _notes(record, runs)
     return record
@@ -193,12 +221,13 @@ def _misfit(model, params, runs: SweepRuns, noise: SeedNoise) -> tuple[float, in
     mean_square = float(np.nansum((means - fitted) ** 2) / residual_df)
     noise_part = 0.0
     if noise.sd is not None:
-        noise_part = float(np.mean([noise.at(s)[0] ** 2 / n for s, n in zip(sparsities, counts)]))
+        noise_part = float(np.mean([(noise.at(s)[0] or 0.0) ** 2 / n
+                                    for s, n in zip(sparsities, counts)]))
     return float(np.sqrt(max(mean_square - noise_part, 0.0))), residual_df
 
 
 def _cell(cell: TargetCell, point: float, draws: np.ndarray, misfit: float, residual_df: int,
-          noise: SeedNoise, seeds: int) -> CellPrediction:
+          noise: SeedNoise, seeds: int, extrapolation_sd: float) -> CellPrediction:
     finite = draws[np.isfinite(draws)]
     share = len(finite) / max(len(draws), 1)
     noise_sd, noise_df = noise.at(cell.sparsity)
@@ -209,7 +238,8 @@ def _cell(cell: TargetCell, point: float, draws: np.ndarray, misfit: float, resi
         parameter_sd = float((q95 - q05) / QUANTILE_SPREAD)
     result = CellPrediction(cell=cell, loss=float(point), interval=None, seeds=seeds,
                             parameter_sd=parameter_sd, misfit_sd=misfit,
-                            noise_sd=float(noise_sd or 0.0), df=int(df), finite_share=share)
+                            noise_sd=float(noise_sd or 0.0), df=int(df), finite_share=share,
+                            extrapolation_sd=extrapolation_sd)
     if share >= MIN_FINITE_SHARE and np.isfinite(point):
         result.interval = cell_interval(result, seeds)
     return result
@@ -229,8 +259,8 @@ def _sparsity_choices(cells: list[CellPrediction], draws: np.ndarray, seed: int
         sparsities = np.array([cells[i].cell.sparsity for i in members])
         sub = draws[:, members]
         sub = sub[np.all(np.isfinite(sub), axis=1)]
-        spread = np.array([np.sqrt(cells[i].misfit_sd ** 2 + cells[i].noise_sd ** 2 / cells[i].seeds)
-                           for i in members])
+        spread = np.array([np.sqrt(cells[i].misfit_sd ** 2 + cells[i].extrapolation_sd ** 2
+                                   + cells[i].noise_sd ** 2 / cells[i].seeds) for i in members])
         noisy = (np.repeat(sub, PREDICTIVE_DRAWS, axis=0)
                  + rng.standard_normal((len(sub) * PREDICTIVE_DRAWS, len(members))) * spread)
         winners = sparsities[np.argmin(noisy, axis=1)] if len(noisy) else np.array([])

@@ -19,6 +19,7 @@ set (``predict``) and gives the in-sample prediction of each of the sweep's own 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -59,7 +60,7 @@ class LawForecaster:
         thetas = refit_weighted(self._fit, columns, weights_Rn).bootstrap_thetas
         return [] if thetas is None else list(thetas)
 
-    def predict(self, theta: np.ndarray, targets: Targets) -> np.ndarray:
+    def predict(self, theta: Any, targets: Targets) -> np.ndarray:
         columns = {"N": targets.N, "D": targets.D, "S": targets.S}
         features = log_features(self.law, columns)
         with np.errstate(all="ignore"):
@@ -103,7 +104,7 @@ class ParabolaForecaster:
             solved[sparsity] = np.array(rows)
         return solved
 
-    def predict(self, params: dict, targets: Targets) -> np.ndarray:
+    def predict(self, params: Any, targets: Targets) -> np.ndarray:
         out = np.full(len(targets.N), np.nan)
         for i, (n, s, c) in enumerate(zip(targets.N, targets.S, targets.budget)):
             rows = params.get(float(s))

@@ -26,7 +26,7 @@ from moelab.errors import MoelabError, short_repr
 from moelab.report.markdown import markdown_table
 from moelab.scaling.family import estimate_shared_fraction
 from moelab.scaling.prediction import (
-    CellPrediction, Prediction, TargetCell, cell_interval, interval_half_width,
+    CellPrediction, Prediction, TargetCell, cell_interval, predicted_sd,
 )
 from moelab.scaling.prediction_data import SweepRuns
 from moelab.stats.intervals import wilson_interval
@@ -58,6 +58,11 @@ class CellScore:
     inside: bool | None
     error: float | None
     standardised: float | None
+    sd: float | None
+    """The predicted sd of the mean of the seeds trained (extrapolation term included)."""
+    inside_without_extrapolation: bool | None = None
+    """Inside the interval left without the rollout's extrapolation term (equal to ``inside``
+    when the prediction has none)."""
     runs: list[str] = field(default_factory=list)
 
 
@@ -124,7 +129,8 @@ def _score_cell(p: CellPrediction, runs: list[MeasuredRun]) -> CellScore:
     c = p.cell
     result = CellScore(label=c.label, size=c.size, sparsity=c.sparsity, budget=c.budget,
                        predicted=p.loss, interval=None, seeds=len(runs), measured=None,
-                       inside=None, error=None, standardised=None, runs=[r.run for r in runs])
+                       inside=None, error=None, standardised=None, sd=None,
+                       runs=[r.run for r in runs])
     if not runs:
         return result
     result.measured = float(np.mean([r.loss for r in runs]))
@@ -133,8 +139,10 @@ def _score_cell(p: CellPrediction, runs: list[MeasuredRun]) -> CellScore:
         return result
     result.interval = cell_interval(p, len(runs))
     result.inside = bool(result.interval[0] <= result.measured <= result.interval[1])
-    sd = interval_half_width(p.parameter_sd, p.misfit_sd, p.noise_sd, len(runs), 10 ** 9, 0.6827)
-    result.standardised = result.error / sd if sd > 0 else None
+    raw = cell_interval(p, len(runs), with_extrapolation=False)
+    result.inside_without_extrapolation = bool(raw[0] <= result.measured <= raw[1])
+    result.sd = predicted_sd(p, len(runs))
+    result.standardised = result.error / result.sd if result.sd > 0 else None
     return result
 
 
@@ -207,7 +215,8 @@ def format_prediction(record: Prediction) -> str:
         interval = f"[{c.interval[0]:.4f}, {c.interval[1]:.4f}]" if c.interval else "none"
         lines.append(f"  {c.cell.label:<16} N={c.cell.params_total:.4g} D={c.cell.tokens:.4g}  "
                      f"loss {c.loss:.4f} {interval}  (sd: parameters {c.parameter_sd:.4f}, "
-                     f"misfit {c.misfit_sd:.4f}, noise {c.noise_sd:.4f})")
+                     f"misfit {c.misfit_sd:.4f}, noise {c.noise_sd:.4f}, extrapolation "
+                     f"{c.extrapolation_sd:.4f})")
     for s in record.sparsity_choices:
         shares = ", ".join(f"{k:g}: {v:.0%}" for k, v in s.shares.items())
         lines.append(f"  best S for {s.size}: {s.sparsity:g}  (shares {shares})")
@@ -216,6 +225,11 @@ def format_prediction(record: Prediction) -> str:
                      f"{_interval(o.sparsity_interval, '.3f')}, N* {o.params_total:.4g} "
                      f"{_interval(o.params_interval, '.4g')}, loss {o.loss:.4f}"
                      + (f"  ({o.bound})" if o.bound else ""))
+    if record.extrapolation:
+        e = record.extrapolation
+        lines.append(f"  extrapolation sd {e.sd:.4f}: a rollout predicting {e.held_out_budget:.3g} "
+                     f"({e.ratio:.3g}x the budgets it saw), {e.cells} cells, rms error "
+                     f"{e.rms_error:.4f} against a predicted sd of {e.rms_predicted_sd:.4f}")
     lines += [f"  note: {note}" for note in record.notes]
     return "\n".join(lines)
 
@@ -228,8 +242,7 @@ def render(record: Score) -> str:
              "trained.", ""]
     rows = [[c.label, f"{c.budget:.3g}", f"{c.predicted:.4f}", _interval(c.interval, ".4f"),
              c.seeds, _num(c.measured), _num(c.error, "+.4f"),
-             _num(c.standardised, "+.2f"), {True: "inside", False: "outside"}.get(c.inside, "pending")
-             if c.measured is not None else "pending"] for c in record.cells]
+             _num(c.standardised, "+.2f"), _verdict(c)] for c in record.cells]
     lines.append(markdown_table(["cell", "budget", "predicted", "interval", "seeds", "measured",
                                  "error", "z", "verdict"], rows))
     lines.append("")
@@ -272,6 +285,14 @@ def write_score_figure(record: Score, path: Path) -> Path | None:
         ax.set_ylabel("best validation loss")
         ax.legend(fontsize=7)
     return save_figure(fig, path)
+
+
+def _verdict(cell: CellScore) -> str:
+    if cell.measured is None:
+        return "pending"
+    if cell.inside is None:
+        return "no interval"
+    return "inside" if cell.inside else "outside"
 
 
 def _num(value: float | None, spec: str = ".4f") -> str:

@@ -1,0 +1,90 @@
+"""How well do moelab's forms predict a budget they have not seen? (docs/scaling.md,
+"Calibration by rollout")
+
+For every stored sweep with >= 3 budgets (experiments/results/sweeps/*/results.csv) and every
+form (the five laws and the IsoFLOP parabolas), leave out the largest budget, predict its cells
+from the smaller ones with 90 % prediction intervals (``moelab.scaling.prediction``) and score
+the prediction against the runs left out. Writes experiments/results/rollout.json: per sweep
+and form, the coverage, mean error, mean |error| and rms standardised error; per form, the
+same pooled over sweeps.
+
+    OMP_NUM_THREADS=1 python experiments/rollout.py [--bootstrap 100] [--starts 512] [SWEEP...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from moelab.cli import run_command
+from moelab.codec import to_json
+from moelab.fileio import atomic_write_json
+from moelab.scaling.prediction_data import read_sweep_runs
+from moelab.scaling.rollout import rollout
+
+RESULTS = Path(__file__).resolve().parent / "results"
+OUT = RESULTS / "rollout.json"
+FORMS = ("sparsity", "sparsity-interaction", "sparsity-additive", "sparsity-effective-size",
+         "chinchilla", "isoflop-parabola")
+
+
+def sweeps_with_budgets(names: list[str]) -> list[Path]:
+    folders = [RESULTS / "sweeps" / n for n in names] if names else \
+        sorted(p.parent for p in (RESULTS / "sweeps").glob("*/results.csv"))
+    return [f for f in folders if len(read_sweep_runs(f).budgets()) >= 3]
+
+
+def pooled(rows: list[dict]) -> dict[str, dict]:
+    by_form: dict[str, dict] = {}
+    for form in FORMS:
+        scores = [r["score"] for r in rows if r["form"] == form and r["score"]]
+        cells = [c for s in scores for c in s["cells"] if c["inside"] is not None]
+        if not cells:
+            by_form[form] = {"sweeps": 0, "cells": 0}
+            continue
+        errors = np.array([c["error"] for c in cells])
+        z = np.array([c["standardised"] for c in cells])
+        by_form[form] = {
+            "sweeps": len(scores), "cells": len(cells),
+            "coverage": float(np.mean([c["inside"] for c in cells])),
+            "mean_error": float(errors.mean()), "mean_abs_error": float(np.abs(errors).mean()),
+            "rms_standardised": float(np.sqrt(np.mean(z ** 2))),
+            "sweep_coverage": {r["sweep"]: r["score"]["coverage"] for r in rows
+                               if r["form"] == form and r["score"]},
+        }
+    return by_form
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("sweeps", nargs="*", help="sweep names under experiments/results/sweeps")
+    parser.add_argument("--bootstrap", type=int, default=100)
+    parser.add_argument("--starts", type=int, default=512)
+    parser.add_argument("--forms", default=",".join(FORMS))
+    parser.add_argument("--out", default=str(OUT))
+    args = parser.parse_args()
+    rows = []
+    for folder in sweeps_with_budgets(args.sweeps):
+        runs = read_sweep_runs(folder)
+        for form in args.forms.split(","):
+            result = rollout(runs, form, sweep=folder.name, bootstrap=args.bootstrap,
+                             max_starts=args.starts)
+            record = to_json(result)
+            rows.append(record)
+            s = result.score
+            summary = result.error or (f"coverage {s.inside}/{s.scored}, mean error "
+                                       f"{s.mean_error:+.4f}, rms z {s.rms_standardised:.2f}"
+                                       if s and s.scored else "nothing scored")
+            print(f"{folder.name:<22} {form:<24} {summary}", flush=True)
+    atomic_write_json(args.out, {
+        "command": "python experiments/rollout.py " + " ".join(sys.argv[1:]),
+        "level": 0.9, "bootstrap": args.bootstrap, "starts": args.starts, "seed": 0,
+        "by_form": pooled(rows), "rollouts": rows})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(run_command(main, prog="rollout"))
