@@ -9,11 +9,13 @@ and form, the coverage, mean error, mean |error| and rms standardised error; per
 same pooled over sweeps.
 
     OMP_NUM_THREADS=1 python experiments/rollout.py [--bootstrap 100] [--starts 512] [SWEEP...]
+    python experiments/rollout.py --markdown     # the docs' tables, from rollout.json
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
@@ -58,6 +60,34 @@ def pooled(rows: list[dict]) -> dict[str, dict]:
     return by_form
 
 
+def markdown(payload: dict) -> str:
+    """docs/scaling.md's rollout tables, from rollout.json."""
+    lines = ["| form | sweeps | cells | inside 90 % interval | mean error | mean abs error | rms z |",
+             "|---|---:|---:|---:|---:|---:|---:|"]
+    for form, row in payload["by_form"].items():
+        if not row["cells"]:
+            lines.append(f"| `{form}` | 0 | 0 | – | – | – | – |")
+            continue
+        inside = round(row["coverage"] * row["cells"])
+        lines.append(f"| `{form}` | {row['sweeps']} | {row['cells']} | {inside}/{row['cells']} "
+                     f"({row['coverage']:.0%}) | {row['mean_error']:+.4f} | "
+                     f"{row['mean_abs_error']:.4f} | {row['rms_standardised']:.2f} |")
+    sweeps = sorted({r["sweep"] for r in payload["rollouts"]})
+    lines += ["", "| sweep | held out | " + " | ".join(f"`{f}`" for f in FORMS) + " |",
+              "|---|---:|" + "---:|" * len(FORMS)]
+    for sweep in sweeps:
+        cells = []
+        held = ""
+        for form in FORMS:
+            found = [r for r in payload["rollouts"] if r["sweep"] == sweep and r["form"] == form]
+            score = found[0]["score"] if found else None
+            held = held or (f"{found[0]['held_out_budget']:.3g}" if found else "")
+            cells.append("n/a" if not score or not score["scored"]
+                         else f"{score['inside']}/{score['scored']}")
+        lines.append(f"| {sweep} | {held} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("sweeps", nargs="*", help="sweep names under experiments/results/sweeps")
@@ -65,7 +95,12 @@ def main() -> int:
     parser.add_argument("--starts", type=int, default=512)
     parser.add_argument("--forms", default=",".join(FORMS))
     parser.add_argument("--out", default=str(OUT))
+    parser.add_argument("--markdown", action="store_true",
+                        help="print the docs' tables from --out and stop")
     args = parser.parse_args()
+    if args.markdown:
+        print(markdown(json.loads(Path(args.out).read_text())))
+        return 0
     rows = []
     for folder in sweeps_with_budgets(args.sweeps):
         runs = read_sweep_runs(folder)

@@ -131,8 +131,6 @@ def test_prediction_intervals_reach_their_nominal_coverage_on_a_known_law(tmp_pa
                 noise * rng.standard_normal(new_seeds).mean()
             assert cell.interval is not None
             inside += cell.interval[0] <= measured <= cell.interval[1]
-            half = 1.645 * cell.parameter_sd
-            inside_params_only += abs(measured - cell.loss) <= half
             total += 1
     low, high = stats.binom.ppf([0.005, 0.995], total, 0.9) / total
     assert low <= inside / total <= high
@@ -197,3 +195,11 @@ def test_predict_refuses_bad_input_on_one_line(tmp_path, capsys, argv, message):
     assert main(["predict", str(sweep), "--bootstrap", "10", *argv]) == 2
     err = capsys.readouterr().err
     assert message in err and len(err.strip().splitlines()) == 1
+
+
+def test_the_cli_forms_are_the_laws_and_the_parabolas():
+    from moelab.cli.predict import FORMS
+    from moelab.scaling.laws import LAWS
+    from moelab.scaling.prediction_forms import PARABOLA
+
+    assert set(FORMS) == set(LAWS) | {PARABOLA}
