@@ -14,6 +14,7 @@ Writes experiments/results/preregistered/prediction.json (the primary form's) an
 prediction-<form>.json (every form's), and form_choice.json (the rollout that chose).
 
     OMP_NUM_THREADS=1 python experiments/preregister.py
+    python experiments/preregister.py --markdown     # the docs' table, from the files
 """
 
 from __future__ import annotations
@@ -61,7 +62,43 @@ def choose_form(runs) -> tuple[str, list[dict], dict]:
     return best["form"], rows, rollouts
 
 
+def markdown() -> str:
+    """docs/scaling.md's table of the pre-registered predictions, from the committed files."""
+    from moelab.codec import from_json
+    from moelab.fileio import read_json
+    from moelab.scaling.prediction import Prediction
+
+    records = [from_json(Prediction, read_json(OUT / f"prediction-{form}.json")) for form in FORMS]
+    labels = [c.cell.label for c in records[0].cells]
+    lines = ["| form | " + " | ".join(labels) + " | S* at C (90 %) |",
+             "|---|" + "---:|" * (len(labels) + 1)]
+    for record in records:
+        cells = [f"{c.loss:.3f} [{c.interval[0]:.3f}, {c.interval[1]:.3f}]" if c.interval
+                 else f"{c.loss:.3f}" for c in record.cells]
+        optimum = record.optima[0]
+        star = f"{optimum.sparsity:.3f}"
+        if optimum.sparsity_interval:
+            low, high = optimum.sparsity_interval
+            star += f" [{low:.3f}, {high:.3f}]"
+        if optimum.bound and optimum.bound.startswith("S* >="):
+            star = optimum.bound.split(",")[0] + " (the grid's edge: a bound)"
+        elif optimum.bound and optimum.bound.startswith("S* beyond"):
+            star += ", beyond the largest S fitted"
+        elif optimum.bound:
+            star = "0 by construction (no S term)"
+        lines.append(f"| `{record.form}` | " + " | ".join(cells) + f" | {star} |")
+    choices = "; ".join(f"{c.size}: {c.sparsity:g} ("
+                        + ", ".join(f"{s:g}: {share:.0%}" for s, share in c.shares.items()) + ")"
+                        for c in records[0].sparsity_choices)
+    lines += ["", f"Best target sparsity per size (`{records[0].form}`, shares of its draws): "
+              f"{choices}."]
+    return "\n".join(lines)
+
+
 def main() -> int:
+    if "--markdown" in sys.argv[1:]:
+        print(markdown())
+        return 0
     runs = read_sweep_runs(SWEEP, EXCLUDE)
     primary, rows, rollouts = choose_form(runs)
     atomic_write_json(OUT / "form_choice.json", {

@@ -203,3 +203,19 @@ def test_the_cli_forms_are_the_laws_and_the_parabolas():
     from moelab.scaling.prediction_forms import PARABOLA
 
     assert set(FORMS) == set(LAWS) | {PARABOLA}
+
+
+def test_predict_from_a_fit_file_uses_its_law_and_the_given_noise(tmp_path, capsys):
+    params = {"E": 1.8, "A": 400.0, "B": 600.0, "alpha": 0.35, "beta": 0.3}
+    fit = tmp_path / "fit.json"
+    fit.write_text(json.dumps({"law": "chinchilla", "params": params}))
+    out = tmp_path / "p.json"
+    assert main(["predict", str(fit), "--tokens", "1e8", "--cell", "2e5:0", "--seeds", "4",
+                 "--noise-sd", "0.02", "--noise-df", "30", "--out", str(out)]) == 0
+    cell = json.loads(out.read_text())["cells"][0]
+    assert cell["loss"] == pytest.approx(true_loss(2e5, 1e8))
+    # no bootstrap in the file: the interval is the noise's alone, t(0.95, 30) * 0.02 / sqrt(4)
+    half = stats.t.ppf(0.95, 30) * 0.02 / 2
+    assert cell["interval"] == pytest.approx([cell["loss"] - half, cell["loss"] + half])
+    assert main(["predict", str(fit), "--tokens", "1e8", "--cell", "s1:0"]) == 2
+    assert "allowed N:S" in capsys.readouterr().err

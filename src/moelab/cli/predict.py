@@ -30,7 +30,10 @@ def register(subparsers) -> None:
                     "the seeds' noise), each size's best sparsity and the compute-optimal "
                     "(N*, S*). docs/scaling.md, 'Predicting your next budget'.",
     )
-    predict.add_argument("sweep", metavar="SWEEP", help="a sweep folder (its results.csv)")
+    predict.add_argument("sweep", metavar="SWEEP|FIT.json",
+                         help="a sweep folder (its results.csv), or a fit file of moelab fit "
+                              "--out (then: parameters from its bootstrap only, no misfit, "
+                              "noise only with --noise-sd, cells as N:S)")
     predict.add_argument("--form", choices=FORMS, default="sparsity-additive",
                          help="the law or isoflop-parabola (default sparsity-additive)")
     predict.add_argument("--flops", type=float, metavar="C",
@@ -54,6 +57,10 @@ def register(subparsers) -> None:
                          help="first leave out the sweep's largest budget and predict it from "
                               "the rest: the error found beyond the predicted sd widens every "
                               "interval (an extrapolation term; needs >= 3 budgets)")
+    predict.add_argument("--noise-sd", type=float, default=None, metavar="SD",
+                         help="with FIT.json: the run-to-run sd of one run's loss (nats)")
+    predict.add_argument("--noise-df", type=positive_int, default=None, metavar="DF",
+                         help="with --noise-sd: its degrees of freedom")
     predict.add_argument("--seed", type=seed_int, default=0, help="bootstrap seed")
     predict.add_argument("--command", dest="train_command", default="", metavar="TEXT",
                          help="the command that will train the targets (recorded, for a "
@@ -91,6 +98,11 @@ def _predict(args) -> int:
     budget = args.flops if args.flops is not None else args.tokens
     if not budget > 0:
         raise MoelabError(f"budget {budget} is invalid: must be a positive number")
+    if Path(args.sweep).is_file() and args.sweep.endswith(".json"):
+        return _predict_from_fit(args, budget)
+    if args.noise_sd is not None or args.noise_df is not None:
+        raise MoelabError("--noise-sd and --noise-df go with a FIT.json: a sweep's noise is "
+                          "estimated from its seeds")
     runs = read_sweep_runs(args.sweep, args.exclude)
     if runs.budget_kind != ("C" if args.flops is not None else "D"):
         raise MoelabError(f"{args.sweep}'s budgets are {'FLOPs' if runs.budget_kind == 'C' else 'tokens'}: "
@@ -105,6 +117,35 @@ def _predict(args) -> int:
                      seeds=args.seeds, bootstrap=args.bootstrap, seed=args.seed,
                      max_starts=args.starts, source=str(args.sweep), excluded=args.exclude,
                      extrapolation=extra)
+    record.command = args.train_command
+    if args.out:
+        atomic_write_json(args.out, to_json(record))
+    print(json.dumps(to_json(record), indent=2) if args.json else format_prediction(record))
+    return 0
+
+
+def _predict_from_fit(args, budget: float) -> int:
+    import hashlib
+
+    from moelab.codec import to_json
+    from moelab.scaling.fit_record import load_fit
+    from moelab.scaling.prediction import predict_from_fit
+    from moelab.scaling.prediction_score import format_prediction, numeric_cells
+
+    for flag, value in (("--exclude", args.exclude), ("--rollout", args.rollout)):
+        if value:
+            raise MoelabError(f"{flag} needs a sweep folder, not a fit file")
+    if args.noise_sd is not None and not args.noise_sd >= 0:
+        raise MoelabError(f"--noise-sd {args.noise_sd} is invalid: must be a number >= 0")
+    if (args.noise_sd is None) != (args.noise_df is None):
+        raise MoelabError("give --noise-sd SD and --noise-df DF together")
+    fit = load_fit(args.sweep)
+    shared = fit.shared_fraction or 0.0
+    cells = numeric_cells(args.cell, budget, shared, flops=args.flops is not None)
+    record = predict_from_fit(
+        fit, cells, flops=[budget] if args.flops is not None else [], seeds=args.seeds,
+        source=str(args.sweep), data_hash=hashlib.sha256(Path(args.sweep).read_bytes()).hexdigest(),
+        noise_sd=args.noise_sd, noise_df=args.noise_df or 0)
     record.command = args.train_command
     if args.out:
         atomic_write_json(args.out, to_json(record))

@@ -41,6 +41,7 @@ from scipy import stats
 
 from moelab.errors import MoelabError
 from moelab.scaling.family import estimate_shared_fraction
+from moelab.scaling.fit_record import FitFile
 from moelab.scaling.optimal import compute_optimal
 from moelab.scaling.prediction_data import SeedNoise, SweepRuns, family_bootstrap_weights, seed_noise
 from moelab.scaling.prediction_forms import (
@@ -199,6 +200,63 @@ def predict(runs: SweepRuns, form: str, cells: list[TargetCell], *, flops: list[
     )
     record.notes = _notes(record, runs)
     return record
+
+
+def predict_from_fit(fit: FitFile, cells: list[TargetCell], *, flops: list[float], seeds: int,
+                     source: str, data_hash: str, noise_sd: float | None = None,
+                     noise_df: int = 0) -> Prediction:
+    """A prediction from a FIT.json alone (``moelab fit --out``): the parameter part from its
+    own bootstrap (over points, not seed families, and none without one), no misfit (the fit
+    file holds no points), and the noise only when given."""
+    law = fit.law
+    forecaster_ = LawForecaster(law.name)
+    theta = law.theta_from_natural(fit.params)
+    replicas = [law.theta_from_natural(p) for p in fit.replicas]
+    targets = _targets(cells)
+    point = forecaster_.predict(theta, targets)
+    draws = np.array([forecaster_.predict(r, targets) for r in replicas]) if replicas \
+        else np.full((0, len(cells)), np.nan)
+    noise = SeedNoise(sd=noise_sd, df=noise_df, by_sparsity={})
+    predicted = []
+    for i, cell in enumerate(cells):
+        one = _cell(cell, point[i], draws[:, i], 0.0, max(noise_df, 1), noise, seeds, 0.0)
+        if not replicas:  # no refits: the interval stands on the noise alone
+            one.parameter_sd, one.finite_share = 0.0, 1.0
+            one.interval = cell_interval(one, seeds) if np.isfinite(point[i]) else None
+        predicted.append(one)
+    shared = fit.shared_fraction or 0.0
+    record = Prediction(
+        form=law.name, formula=law.formula, level=LEVEL, source=source, data_hash=data_hash,
+        runs=0, families=0, excluded=[], budget_kind="C" if flops else "D", budgets_fitted=[],
+        params=dict(fit.params), bootstrap=len(replicas), seed=0, noise=noise, misfit_sd=0.0,
+        cells=predicted, sparsity_choices=_sparsity_choices(predicted, draws, 0) if replicas else [],
+        optima=[_law_optimum(forecaster_, theta, replicas, c, shared) for c in flops],
+    )
+    record.notes = ["from a fit file: data_hash is the file's sha256; the refits are its own "
+                    "bootstrap over points, not over seed families; no misfit term (the file "
+                    "holds no points)" + ("" if noise_sd else "; no noise term (give --noise-sd)")]
+    return record
+
+
+def _law_optimum(model: LawForecaster, theta, replicas: list, flops: float, shared: float
+                 ) -> OptimumPrediction:
+    solve = _optimum_solver(model, flops, shared)
+    best = solve(theta)
+    found = np.array([solve(r) for r in replicas]).reshape(-1, 3)
+    finite = found[np.all(np.isfinite(found), axis=1)]
+    s_interval = n_interval = None
+    if len(finite) >= 2 and len(finite) >= MIN_FINITE_SHARE * len(replicas):
+        tail = 100 * (1 - LEVEL) / 2
+        s_interval = [float(x) for x in np.percentile(finite[:, 0], [tail, 100 - tail])]
+        n_interval = [float(x) for x in np.percentile(finite[:, 1], [tail, 100 - tail])]
+    bound = None
+    if "log_U" not in model.law.features:
+        bound = "S* = 0 by construction: the law has no sparsity term"
+    elif best[0] >= 0.98 - 1e-3:
+        bound = "S* >= 0.98, the search's edge (unbounded)"
+    return OptimumPrediction(flops=flops, sparsity=best[0], sparsity_interval=s_interval,
+                             params_total=best[1], params_interval=n_interval, loss=best[2],
+                             bound=bound, shared_fraction=shared)
 
 
 def _targets(cells: list[TargetCell]) -> Targets:

@@ -188,6 +188,29 @@ def target_cells(runs: SweepRuns, specs: list[str], budget: float) -> list[Targe
     return cells
 
 
+def numeric_cells(specs: list[str], budget: float, shared: float, *, flops: bool
+                  ) -> list[TargetCell]:
+    """``--cell N:S`` items (a total parameter count) as cells, for a prediction from a fit
+    file: N_active from the shared fraction."""
+    if not specs:
+        raise MoelabError("give at least one --cell N:S (e.g. --cell 3e5:0.875)")
+    cells = []
+    for spec in specs:
+        size, _, sparsity_text = spec.partition(":")
+        try:
+            total, sparsity = float(size), float(sparsity_text)
+        except ValueError:
+            total, sparsity = -1.0, -1.0
+        if not (total > 0 and 0 <= sparsity < 1):
+            raise MoelabError(f"--cell {short_repr(spec)} is invalid: with a fit file allowed "
+                              "N:S, N a total parameter count > 0 and S in [0, 1)")
+        active = total * (shared + (1 - shared) * (1 - sparsity))
+        cells.append(TargetCell(label=f"N={total:.4g} S={sparsity:g}", size=f"{total:.4g}",
+                                params_total=total, params_active=active, sparsity=sparsity,
+                                budget=budget, tokens=budget / (6 * active) if flops else budget))
+    return cells
+
+
 def _cell_size(runs: SweepRuns, size: str, sparsity: float, shared: float, spec: str
                ) -> tuple[float, float]:
     mask = (runs.size == size) & np.isclose(runs.S, sparsity)
@@ -204,10 +227,11 @@ def _cell_size(runs: SweepRuns, size: str, sparsity: float, shared: float, spec:
 
 
 def format_prediction(record: Prediction) -> str:
+    origin = (f"fitted on {record.runs} runs ({record.families} seed families) of "
+              f"{record.source}, budgets {', '.join(f'{b:.3g}' for b in record.budgets_fitted)}"
+              if record.runs else f"read from the fit file {record.source}")
     lines = [f"{record.form}: {record.formula}",
-             f"fitted on {record.runs} runs ({record.families} seed families) of "
-             f"{record.source}, budgets {', '.join(f'{b:.3g}' for b in record.budgets_fitted)}; "
-             f"data sha256 {record.data_hash[:16]}...",
+             f"{origin}; data sha256 {record.data_hash[:16]}...",
              f"noise sd {_num(record.noise.sd)} ({record.noise.df} df), misfit sd "
              f"{record.misfit_sd:.4f}; {record.level:.0%} intervals for the mean of "
              f"{record.cells[0].seeds if record.cells else 0} seeds"]
