@@ -33,10 +33,31 @@ FORMS = ("sparsity", "sparsity-interaction", "sparsity-additive", "sparsity-effe
          "chinchilla", "isoflop-parabola")
 
 
-def sweeps_with_budgets(names: list[str]) -> list[Path]:
+def sweeps_with_budgets(names: list[str]) -> tuple[list[Path], dict[str, str]]:
+    """The sweeps with >= 3 budgets, each set of runs once: a sweep whose fitted rows equal an
+    earlier one's (a re-analysis of the same runs) is skipped, naming the one it repeats."""
     folders = [RESULTS / "sweeps" / n for n in names] if names else \
         sorted(p.parent for p in (RESULTS / "sweeps").glob("*/results.csv"))
-    return [f for f in folders if len(read_sweep_runs(f).budgets()) >= 3]
+    kept, repeats, seen = [], {}, {}
+    for folder in folders:
+        runs = read_sweep_runs(folder)
+        if len(runs.budgets()) < 3:
+            continue
+        digest = runs.data_hash()
+        if digest in seen:
+            repeats[folder.name] = seen[digest]
+            continue
+        seen[digest] = folder.name
+        kept.append(folder)
+    return kept, repeats
+
+
+def without_run_lists(record: dict) -> dict:
+    """A rollout's record less each cell's list of run paths (the table does not need them)."""
+    if record.get("score"):
+        for cell in record["score"]["cells"]:
+            cell.pop("runs", None)
+    return record
 
 
 def pooled(rows: list[dict]) -> dict[str, dict]:
@@ -102,12 +123,13 @@ def main() -> int:
         print(markdown(json.loads(Path(args.out).read_text())))
         return 0
     rows = []
-    for folder in sweeps_with_budgets(args.sweeps):
+    folders, repeats = sweeps_with_budgets(args.sweeps)
+    for folder in folders:
         runs = read_sweep_runs(folder)
         for form in args.forms.split(","):
             result = rollout(runs, form, sweep=folder.name, bootstrap=args.bootstrap,
                              max_starts=args.starts)
-            record = to_json(result)
+            record = without_run_lists(to_json(result))
             rows.append(record)
             s = result.score
             summary = result.error or (f"coverage {s.inside}/{s.scored}, mean error "
@@ -117,6 +139,7 @@ def main() -> int:
     atomic_write_json(args.out, {
         "command": "python experiments/rollout.py " + " ".join(sys.argv[1:]),
         "level": 0.9, "bootstrap": args.bootstrap, "starts": args.starts, "seed": 0,
+        "repeats": repeats,
         "by_form": pooled(rows), "rollouts": rows})
     return 0
 
