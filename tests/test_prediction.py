@@ -219,3 +219,24 @@ def test_predict_from_a_fit_file_uses_its_law_and_the_given_noise(tmp_path, caps
     assert cell["interval"] == pytest.approx([cell["loss"] - half, cell["loss"] + half])
     assert main(["predict", str(fit), "--tokens", "1e8", "--cell", "s1:0"]) == 2
     assert "allowed N:S" in capsys.readouterr().err
+
+
+def test_a_rollout_predicts_the_largest_budget_from_the_rest_and_measures_the_excess_error(tmp_path):
+    from moelab.errors import MoelabError
+    from moelab.scaling.rollout import extrapolation, rollout
+
+    rng = np.random.default_rng(11)
+    runs = read_sweep_runs(write_sweep(tmp_path / "sweep", tokens_sweep_rows(rng)))
+    result = rollout(runs, "chinchilla", sweep="synthetic", bootstrap=20, max_starts=100)
+    assert result.held_out_budget == 9e7 and result.budgets_fitted == [1e7, 3e7]
+    assert result.score is not None and result.score.scored == len(SIZES)
+    for cell in result.score.cells:  # each cell's measured mean is its 3 seeds' at 9e7
+        mask = runs.point == cell.label
+        assert cell.seeds == 3 and cell.measured == pytest.approx(runs.loss[mask].mean())
+    errors = np.array([c.error for c in result.score.cells])
+    sds = np.array([c.sd for c in result.score.cells])
+    extra = extrapolation(result)
+    assert extra is not None and extra.ratio == 3.0
+    assert extra.sd == pytest.approx(math.sqrt(max(np.mean(errors ** 2) - np.mean(sds ** 2), 0.0)))
+    with pytest.raises(MoelabError, match="a rollout needs >= 3"):
+        rollout(runs.subset(runs.budget < 9e7), "chinchilla", sweep="two", bootstrap=20)
