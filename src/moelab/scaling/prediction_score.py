@@ -270,6 +270,12 @@ def render(record: Score) -> str:
     lines.append(markdown_table(["cell", "budget", "predicted", "interval", "seeds", "measured",
                                  "error", "z", "verdict"], rows))
     lines.append("")
+    raw = [c for c in record.cells if c.inside_without_extrapolation is not None]
+    if any(c.inside_without_extrapolation != c.inside for c in raw):
+        lines.append(f"Without the rollout's extrapolation term, "
+                     f"{sum(bool(c.inside_without_extrapolation) for c in raw)} of {len(raw)} "
+                     "cells would be inside.")
+        lines.append("")
     if record.scored:
         lines.append(f"Coverage: {record.inside} of {record.scored} cells inside "
                      f"({record.coverage:.0%}, Wilson 95 % {_interval(record.coverage_interval, '.0%')}; "
