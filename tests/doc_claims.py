@@ -1101,6 +1101,40 @@ def mde_growth() -> str:
             f"t_0.80) x standard error used before at 3 seeds (2 df), "
             f"{100 * (exact_over_shortcut(5) - 1):.1f} % at 5 df")
 
+# --------------------------------------------------------------------------------------------
+# Predictions: the rollout and the pre-registered test (docs/scaling.md)
+# --------------------------------------------------------------------------------------------
+
+def rollout_row(form: str) -> str:
+    """The rollout table's row of one form, recounted from the stored cells: inside where the
+    measured mean lies in the stored interval, errors and z from the measured, predicted and sd."""
+    cells = [c for r in load("rollout.json")["rollouts"] if r["form"] == form and r["score"]
+             for c in r["score"]["cells"] if c["interval"] is not None and c["measured"] is not None]
+    sweeps = {r["sweep"] for r in load("rollout.json")["rollouts"] if r["form"] == form
+              and r["score"] and r["score"]["scored"]}
+    inside = sum(c["interval"][0] <= c["measured"] <= c["interval"][1] for c in cells)
+    errors = np.array([c["measured"] - c["predicted"] for c in cells])
+    z = errors / np.array([c["sd"] for c in cells])
+    return (f"| `{form}` | {len(sweeps)} | {len(cells)} | {inside}/{len(cells)} "
+            f"({inside / len(cells):.0%}) | {errors.mean():+.4f} | {np.abs(errors).mean():.4f} | "
+            f"{np.sqrt(np.mean(z ** 2)):.2f} |")
+
+
+def preregistered_row(form: str) -> str:
+    """A row of the pre-registered table, each interval rebuilt from its stored parts with
+    scipy's t quantile: loss +- t(0.95, df) sqrt(parameters^2 + misfit^2 + extrapolation^2 +
+    noise^2 / seeds)."""
+    record = json.loads((RESULTS / "preregistered" / f"prediction-{form}.json").read_text())
+    cells = []
+    for c in record["cells"]:
+        sd = math.sqrt(c["parameter_sd"] ** 2 + c["misfit_sd"] ** 2 + c["extrapolation_sd"] ** 2
+                       + c["noise_sd"] ** 2 / c["seeds"])
+        half = stats.t.ppf(0.95, c["df"]) * sd
+        cells.append(f"{c['loss']:.3f} [{c['loss'] - half:.3f}, {c['loss'] + half:.3f}]")
+    return f"| `{form}` | " + " | ".join(cells) + " |"
+
+
+
 CLAIMS = [
     # The demo, 12 seeds pooled (docs/study.md), and seeds 0-5 alone.
     Claim(STUDY, "| matched active | +0.0117 | [0.0050, 0.0185] | 0.0027 | 0.0027 | 0.0094 |",
@@ -1364,6 +1398,22 @@ CLAIMS = [
               "+0.0160 [+0.0024, +0.0295] | 0.016 / 0.14 |"),
         (400, "| 400-411 | 12 | 12, undetermined: +0.0077 [-0.0068, +0.0223] | 11, resolved: "
               "+0.0125 [+0.0004, +0.0245] | 0.35 / 0.17 |"))),
+    # Predictions (docs/scaling.md, "Calibration by rollout" and "A pre-registered prediction").
+    *[Claim(SCALING, row, partial(rollout_row, form)) for form, row in (
+        ("sparsity", "| `sparsity` | 7 | 116 | 84/116 (72%) | -0.0635 | 0.0743 | 1.89 |"),
+        ("sparsity-interaction",
+         "| `sparsity-interaction` | 7 | 116 | 86/116 (74%) | -0.0641 | 0.0775 | 2.24 |"),
+        ("sparsity-additive",
+         "| `sparsity-additive` | 7 | 116 | 87/116 (75%) | -0.0466 | 0.0562 | 1.53 |"),
+        ("sparsity-effective-size",
+         "| `sparsity-effective-size` | 7 | 116 | 103/116 (89%) | -0.0361 | 0.0508 | 1.27 |"),
+        ("chinchilla", "| `chinchilla` | 7 | 116 | 96/116 (83%) | -0.0472 | 0.0575 | 1.51 |"),
+        ("isoflop-parabola",
+         "| `isoflop-parabola` | 2 | 36 | 24/36 (67%) | -0.1356 | 0.1765 | 10.24 |"),
+    )],
+    Claim(SCALING, "| `isoflop-parabola` | 2.630 [2.587, 2.672] | 2.701 [2.622, 2.781] | "
+          "2.637 [2.589, 2.685] | 2.543 [2.507, 2.579] | 2.504 [2.457, 2.551] | "
+          "2.463 [2.426, 2.500] |", partial(preregistered_row, "isoflop-parabola")),
 ]
 
 

@@ -668,6 +668,11 @@ CASES = {
     "merge missing sweep": Case("merge {tmp}/a {tmp}/b --out {tmp}/m",
                                 "{tmp}/a is not a sweep folder: no such folder"),
     "merge one sweep": Case("merge {tmp}/a --out {tmp}/m", "merge needs 2 or more sweep folders"),
+    # -- predict, score
+    "predict missing sweep": Case("predict {tmp}/nope --flops 1e13 --cell s1:0 --out {tmp}/p.json",
+                                  "'{tmp}/nope' is invalid: not a sweep folder with a results.csv"),
+    "score missing prediction": Case("score {tmp}/nope.json {tmp}/runs --out {tmp}/s.json",
+                                     "cannot access {tmp}/nope.json"),
     # -- findings
     "findings missing results": Case("findings --results {tmp}/nope --out {tmp}/f --readme {tmp}/r.md --check",
                                      "--readme {tmp}/r.md is invalid: no such file"),

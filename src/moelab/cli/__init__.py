@@ -28,7 +28,7 @@ from moelab.errors import (
 from moelab.version import __version__
 
 # Modules with a register(subparsers) function, in the order their commands are listed.
-COMMAND_MODULES = ("model", "data", "train", "study", "fit", "sweep", "findings")
+COMMAND_MODULES = ("model", "data", "train", "study", "fit", "sweep", "predict", "findings")
 
 
 class _Parser(argparse.ArgumentParser):

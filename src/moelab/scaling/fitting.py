@@ -126,12 +126,23 @@ def bootstrap(fit: FitResult, columns: dict[str, np.ndarray], num_replicates: in
     which reuses single replicates. ``polish=False`` keeps the batched end points."""
     if num_replicates <= 0:
         raise MoelabError(f"--bootstrap {num_replicates} is invalid: must be a positive count")
-    law = fit.law
-    objective = HuberObjective(law, log_features(law, columns), columns["loss"])
-    num_points = objective.num_points
+    num_points = len(columns["loss"])
     rng = np.random.default_rng(seed)
     picks_Rn = rng.integers(0, num_points, size=(num_replicates, num_points))
     weights_Rn = np.stack([np.bincount(p, minlength=num_points) for p in picks_Rn]).astype(np.float64)
+    return refit_weighted(fit, columns, weights_Rn, polish=polish)
+
+
+def refit_weighted(fit: FitResult, columns: dict[str, np.ndarray], weights_Rn: np.ndarray,
+                   polish: bool = True) -> FitResult:
+    """Refit once per row of ``weights_Rn`` (replicates R, points n: how often each point is
+    drawn) from the full fit's best basins, each replicate's best end point polished as in
+    ``bootstrap`` (unless ``polish`` is False); fills bootstrap_thetas. ``bootstrap`` draws
+    points; a caller that resamples clusters of points (a seed's wsd family) passes its own
+    weights."""
+    law = fit.law
+    objective = HuberObjective(law, log_features(law, columns), columns["loss"])
+    num_replicates = len(weights_Rn)
     starts_KP = fit.basin_thetas[:BOOTSTRAP_STARTS]
     num_starts = len(starts_KP)
     # Row r * K + k is replicate r from start k.
