@@ -616,10 +616,8 @@ def granularity_pair_row(cell: str, reference: str) -> str:
              for pair in GRANULARITY_PAIRS}
     adjusted = dict(zip(tests, holm([t.p for t in tests.values()])))
     t, p_holm = tests[(cell, reference)], adjusted[(cell, reference)]
-    if p_holm < 0.05:
-        verdict = "lower" if t.gap < 0 else "higher"
-    else:
-        verdict = "not significant after Holm" if t.low > 0 or t.high < 0 else "not significant"
+    # docs/verdicts.md: a direction only at Holm p < 0.05
+    verdict = ("lower" if t.gap < 0 else "higher") if p_holm < 0.05 else "not separated"
     show = partial(signed, digits=4, minus="−")
     return (f"| {cell} minus {reference} | {show(t.gap)} [{show(t.low)}, {show(t.high)}] | "
             f"{p_text(t.p)} | {p_text(p_holm)} | {verdict} |")
@@ -1276,11 +1274,11 @@ CLAIMS = [
         ("G = 1", "| G = 1 | 3 | 3.4531 |"), ("G = 2", "| G = 2 | 3 | 3.4386 |"),
         ("G = 2 + 1 shared", "| G = 2 + 1 shared | 3 | 3.4600 |"))],
     Claim(SCALING, "| G = 2 minus G = 1 | −0.0146 [−0.0427, +0.0135] | 0.16 | 0.35 | "
-          "not significant |", partial(granularity_pair_row, "G = 2", "G = 1")),
+          "not separated |", partial(granularity_pair_row, "G = 2", "G = 1")),
     Claim(SCALING, "| G = 2 + 1 shared minus G = 1 | +0.0069 [−0.0043, +0.0180] | 0.12 | 0.35 | "
-          "not significant |", partial(granularity_pair_row, "G = 2 + 1 shared", "G = 1")),
+          "not separated |", partial(granularity_pair_row, "G = 2 + 1 shared", "G = 1")),
     Claim(SCALING, "| G = 2 + 1 shared minus G = 2 | +0.0214 [−0.0167, +0.0596] | 0.14 | 0.35 | "
-          "not significant |", partial(granularity_pair_row, "G = 2 + 1 shared", "G = 2")),
+          "not separated |", partial(granularity_pair_row, "G = 2 + 1 shared", "G = 2")),
     Claim(STUDY, "\u22120.0040 [\u22120.0138, +0.0059], Holm p 0.34",
           partial(fair_wsd_gap, "wsd20", 3000)),
     Claim(STUDY, "+0.0067 [\u22120.0023, +0.0158], Holm p 0.23", partial(fair_wsd_gap, "wsd30", 3000)),

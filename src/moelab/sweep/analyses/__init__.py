@@ -13,7 +13,7 @@ from typing import Any
 
 from moelab.report.analysis import Analysis
 from moelab.sweep.analyses import (
-    finetune, fixed_size, form_tests, holdout, isoflop, law_fit, law_form, lr_selection, optima,
+    finetune, fixed_size, form_tests, granularity, holdout, isoflop, law_fit, law_form, lr_selection, optima,
     partial_results, reproduce, runs, setup, throughput, zero_shot,
 )
 from moelab.sweep.folder import SweepFolder
@@ -31,6 +31,7 @@ ANALYSES: tuple[Analysis[SweepFolder, Any], ...] = (
     form_tests.ANALYSIS,       # the forms against the seeds' noise; S minus dense (form_tests.json)
     isoflop.ANALYSIS,          # IsoFLOP curves and S* from their minima (isoflop.json)
     fixed_size.ANALYSIS,       # S* at fixed N per size and budget (fixed_size.json)
+    granularity.ANALYSIS,      # G and shared experts at one sparsity (granularity.json)
     throughput.ANALYSIS,       # tokens/s and the throughput model (throughput.json)
     optima.ANALYSIS,           # S* under N, C and T, the three optima (optima.json)
     reproduce.ANALYSIS,        # the commands

@@ -357,6 +357,8 @@ def _path_text(path: list[str]) -> str:
 
 
 def _deltas_text(deltas: SparsityDeltas, figure_path: Path) -> str:
+    if not deltas.deltas:  # no dense point of the same size and budget (a granularity grid)
+        return ""
     columns = sorted({(d.sparsity, d.E) for d in deltas.deltas})
     several_e = len({s for s, _ in columns}) < len(columns)
     cells: dict[tuple, dict] = {(d.size, d.budget): {} for d in deltas.deltas}

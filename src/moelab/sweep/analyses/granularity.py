@@ -5,12 +5,11 @@ The family is fixed by the grid before any loss is read: at each size, budget an
 (1) every cell against the reference cell, the coarsest G without shared experts, and (2) every
 cell with shared experts against the cell of the same G without them. Each test is a paired t
 on the per-seed differences (the same seed shares the data order and validation windows); the
-Holm adjustment runs over every test of the sweep. Verdict words follow from the intervals:
-``lower`` / ``higher`` only where the Holm-adjusted p < 0.05, ``not significant after Holm``
-where only the unadjusted interval excludes 0, ``not significant`` otherwise.
+Holm adjustment runs over every test of the sweep. Verdict words by rule
+(``moelab.stats.verdicts``): ``lower`` / ``higher`` only where the Holm-adjusted p < 0.05,
+``not separated`` otherwise, ``undetermined`` without two paired seeds.
 
-A self-contained analysis (record, ``compute``, ``render``) for a report's registry of analyses
-(``moelab.report.analysis``); numpy and scipy through ``moelab.stats`` only.
+One analysis of the sweep report (``ANALYSES``), written to granularity.json.
 """
 
 from __future__ import annotations
@@ -20,10 +19,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from moelab.report.analysis import Analysis, Findings
 from moelab.report.markdown import format_number, markdown_table
 from moelab.stats.intervals import ALPHA
 from moelab.stats.multiple import family_label, holm
 from moelab.stats.t_tests import paired_difference
+from moelab.stats.verdicts import Difference, difference_verdict
+from moelab.sweep.folder import SweepFolder
 from moelab.sweep.results_csv import ResultRow
 
 CellKey = tuple[str, str, float, float, int]
@@ -110,7 +112,7 @@ def _planned_pairs(cells: dict[CellKey, GranularityCell]) -> list[tuple[CellKey,
     return pairs
 
 
-def compute(rows: list[ResultRow]) -> GranularityRecord | None:
+def granularity_record(rows: list[ResultRow]) -> GranularityRecord | None:
     """The cells and the pre-set family of paired tests; None for a sweep without two cells
     of one sparsity that differ in G or shared experts."""
     cells = _cells(rows)
@@ -125,27 +127,24 @@ def compute(rows: list[ResultRow]) -> GranularityRecord | None:
             size=cell.size, budget=cell.budget, S=cell.S, cell=cell.label,
             reference=reference.label, kind=kind, difference=paired.gap,
             ci=[paired.ci_low, paired.ci_high], p=paired.p_value, seeds=paired.n_pairs))
+    family = family_label(sum(not math.isnan(t.p) for t in tests))
     for test, adjusted in zip(tests, holm([test.p for test in tests])):
         test.p_holm = adjusted
-        test.verdict = verdict(test.difference, test.ci, adjusted)
+        test.verdict = verdict(test.difference, test.ci, adjusted, family)
     return GranularityRecord(cells=sorted(cells.values(), key=lambda c: (c.size, c.budget, c.S,
                                                                           c.G, c.shared)),
                              tests=tests, family=family_label(sum(not math.isnan(t.p)
                                                                    for t in tests)))
 
 
-def verdict(difference: float, ci: list[float], p_holm: float, alpha: float = ALPHA) -> str:
-    """The words a test's numbers allow (module docstring)."""
-    if math.isnan(p_holm):
-        return "untestable (fewer than 2 paired seeds)"
-    if p_holm < alpha:
-        return "lower" if difference < 0 else "higher"
-    if ci[0] > 0 or ci[1] < 0:
-        return "not significant after Holm"
-    return "not significant"
+def verdict(difference: float, ci: list[float], p_holm: float, family: str,
+            alpha: float = ALPHA) -> str:
+    """The word the rule gives (docs/verdicts.md): lower or higher, not separated, undetermined."""
+    return difference_verdict(Difference(difference, (ci[0], ci[1]), p_holm, family),
+                              alpha=alpha, ahead="higher", behind="lower").word
 
 
-def render(record: GranularityRecord | None) -> str:
+def render_section(record: GranularityRecord | None) -> str:
     """The report's section: the cells' mean losses, then the family of paired tests."""
     if record is None:
         return ""
@@ -169,3 +168,15 @@ def render(record: GranularityRecord | None) -> str:
 
 def _p(value: float) -> str:
     return "" if math.isnan(value) else f"{value:.2g}"
+
+
+def compute(folder: SweepFolder, findings: Findings) -> GranularityRecord | None:
+    return granularity_record(folder.rows) if folder.results is not None else None
+
+
+def render(record: GranularityRecord | None, folder: SweepFolder, findings: Findings) -> str:
+    return render_section(record)
+
+
+ANALYSIS: Analysis[SweepFolder, GranularityRecord] = Analysis(
+    "granularity", compute, render, file="granularity.json", record_type=GranularityRecord)
