@@ -35,7 +35,7 @@ from moelab.train.checkpoint import MODEL_FILE, latest_checkpoint, read_state, v
 from moelab.train.evaluation import evaluate, scored_bytes
 from moelab.train.loop import train
 from moelab.train.run_folder import RunFolder
-from moelab.train.runs import load_run
+from moelab.train.trained_run import load_run
 from moelab.train.run_summary import RunSummary
 
 FINETUNE_FILE = "finetune.json"

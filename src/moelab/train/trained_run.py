@@ -1,5 +1,5 @@
-"""Using a finished run folder: load its model and tokenizer, evaluate it on any data or on
-the zero-shot tasks."""
+"""A trained run put to use: its model and tokenizer loaded from its run folder, evaluated on any
+data or on the zero-shot tasks."""
 
 from __future__ import annotations
 
