@@ -13,7 +13,10 @@ import pytest
 from moelab.cli import main
 from moelab.config import DataConfig, load_config
 from moelab.data.cache import cache_folder_name
-from moelab.data.sources import HF_DATASET, resolve_source, sample_path, split_stories
+from moelab.data.hub_sources import HF_DATASET
+from moelab.data.sources import resolve_source
+from moelab.data.story_text import split_stories
+from moelab.data.text_sources import sample_path
 from moelab.sweep.grid import load_grid
 from tiny_overrides import TINY_MOE_RUN
 

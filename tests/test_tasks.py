@@ -22,7 +22,8 @@ from moelab.cli import main
 from moelab.config import load_config
 from moelab.data import Tokenizer
 from moelab.data import stories
-from moelab.data.sources import sample_path, split_stories
+from moelab.data.story_text import split_stories
+from moelab.data.text_sources import sample_path
 from moelab.errors import MoelabError
 from moelab.model import Transformer
 from moelab.tasks import (RESULTS_FILE, TASK_NAMES, load_task, parse_task_names, score_tasks,

@@ -354,7 +354,7 @@ def test_eval_on_a_folder_holding_the_same_validation_text_gives_the_same_loss(
         tiny_run, tmp_path, capsys):
     import lzma
 
-    from moelab.data.sources import sample_path
+    from moelab.data.text_sources import sample_path
 
     (tmp_path / "valid.txt").write_bytes(lzma.decompress(sample_path("valid").read_bytes()))
     (tmp_path / "train.txt").write_text("unused\n<|endoftext|>\n")
