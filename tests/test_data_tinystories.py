@@ -58,6 +58,7 @@ def _losses(run_dir) -> list[float]:
     return [record["loss"] for record in map(json.loads, lines) if "loss" in record]
 
 
+@pytest.mark.slow
 def test_a_run_through_moelab_data_trains_to_the_same_losses(local_copy, tmp_path, monkeypatch):
     tiny = [o for o in TINY_MOE_RUN if not o.startswith("data.")] + ["train.max_tokens=1024"]
     sets = [arg for override in tiny for arg in ("--set", override)]

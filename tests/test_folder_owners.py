@@ -108,6 +108,7 @@ def _tracked(*folders: str) -> list[Path]:
     return [REPO / name for name in listed if name]
 
 
+@pytest.mark.slow
 def test_no_committed_record_holds_an_absolute_path():
     if not (REPO / ".git").exists():
         pytest.skip("not a git checkout")
@@ -119,6 +120,7 @@ def test_no_committed_record_holds_an_absolute_path():
     assert not found, found
 
 
+@pytest.mark.slow
 def test_no_tracked_file_names_a_home_folder():
     if not (REPO / ".git").exists():
         pytest.skip("not a git checkout")

@@ -73,6 +73,7 @@ def _run(tmp_path, criteria):
     return train
 
 
+@pytest.mark.slow
 def test_each_comparison_stops_where_its_interval_decides_and_the_study_with_the_last(tmp_path):
     train = _run(tmp_path, ["active", "total"])
     stops = {"active": expected_stop("dense_active", 2, 0.01),
@@ -92,6 +93,7 @@ def test_each_comparison_stops_where_its_interval_decides_and_the_study_with_the
     assert f"stopped at round {stops['active'][0] + 1}" in report
 
 
+@pytest.mark.slow
 def test_report_rebuilds_the_rounds_and_a_rerun_trains_nothing(tmp_path, capsys):
     _run(tmp_path, ["active"])
     folder = tmp_path / "s"
@@ -101,6 +103,7 @@ def test_report_rebuilds_the_rounds_and_a_rerun_trains_nothing(tmp_path, capsys)
     assert _run(tmp_path, ["active"]).calls == []
 
 
+@pytest.mark.slow
 def test_another_design_in_the_same_folder_is_refused(tmp_path, capsys):
     _run(tmp_path, ["active"])
     out = str(tmp_path / "s")
@@ -134,6 +137,7 @@ def test_bad_input_is_one_line_and_exit_2(argv, message, capsys, tmp_path, monke
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow
 def test_tuned_arms_then_rounds_on_fresh_seeds(tmp_path):
     from moelab.study.tuning import LrTuning
 
