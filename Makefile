@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 # The CPU build of torch; installed first so that nothing pulls a multi-GB CUDA build.
 TORCH_SPEC ?= torch==2.13.0
 
-.PHONY: demo lint test test-torch-floor bench clean gpu-check
+.PHONY: demo lint test test-fast test-torch-floor bench clean gpu-check
 
 $(BIN)/moelab: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -28,6 +28,12 @@ lint: $(BIN)/moelab
 test: lint
 	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q
 	$(MAKE) --no-print-directory test-torch-floor
+
+# The tier to run after each change: every test not marked slow (pyproject.toml's markers: a
+# slow test trains a model end to end, spawns processes, starts Ray or builds a venv), no lint;
+# MEASURED_FAST_TIER. `make test` runs everything, slow tests included.
+test-fast: $(BIN)/moelab
+	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q -m "not slow"
 
 # The oldest torch and transformers moelab declares (pyproject.toml), tested rather than assumed.
 # Only a CUDA build of that torch is published (about 5 GB; it runs on a CPU), so it lives in a

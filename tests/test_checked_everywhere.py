@@ -91,6 +91,7 @@ def test_a_sweep_report_missing_a_finetune_says_it_is_partial(tmp_path):
     assert partial_results_text(folder, results_table(complete).rows) == ""
 
 
+@pytest.mark.slow
 def test_a_compare_with_a_failed_side_run_exits_incomplete(tmp_path, capsys):
     out = tmp_path / "cmp"
     args = ["compare", "demo", "demo", *_sets(TINY), "--set-b", "train.lr=0.03",

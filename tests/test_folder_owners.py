@@ -42,6 +42,7 @@ def compared(tmp_path_factory) -> tuple[Path, list[str]]:
     return out, args
 
 
+@pytest.mark.slow
 def test_a_compare_rerun_with_one_side_changed_is_refused(compared, capsys):
     out, args = compared
     before = _files(out)
@@ -60,6 +61,7 @@ def test_a_compare_into_a_study_folder_is_refused_and_the_study_kept(tmp_path, c
     assert _files(study) == before
 
 
+@pytest.mark.slow
 def test_a_study_into_a_compare_folder_is_refused(compared, capsys):
     out, _ = compared
     before = _files(out)
@@ -71,6 +73,7 @@ def test_a_study_into_a_compare_folder_is_refused(compared, capsys):
     assert _files(out) == before
 
 
+@pytest.mark.slow
 def test_the_owner_is_recorded_and_older_folders_are_told_by_their_files(compared, tmp_path):
     out, _ = compared
     assert json.loads((out / FOLDER_RECORD).read_text()) == {"kind": "compare"}

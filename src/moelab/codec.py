@@ -115,7 +115,7 @@ class Parsed:
 def from_json(cls: type[T], data: Any) -> T:
     """The ``cls`` that ``to_json`` wrote as ``data`` (lenient: unknown keys ignored); raises
     ValueError naming a missing key."""
-    return _read_record(cls, data, "", strict=False)
+    return _read(cls, data, "", strict=False)
 
 
 def from_dict(cls: type[T], data: Any, prefix: str = "") -> T:
