@@ -30,8 +30,9 @@ test: lint
 	$(MAKE) --no-print-directory test-torch-floor
 
 # The tier to run after each change: every test not marked slow (pyproject.toml's markers: a
-# slow test trains a model end to end, spawns processes, starts Ray or builds a venv), no lint;
-# MEASURED_FAST_TIER. `make test` runs everything, slow tests included.
+# slow test trains through the engine, spawns a process, starts Ray, compiles, builds a venv or
+# fits the law forms), no lint: 1,388 tests in 91 CPU-seconds on a 2-core CPU (about 1.5
+# minutes idle; 2026-12-06). `make test` runs everything, slow tests included.
 test-fast: $(BIN)/moelab
 	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q -m "not slow"
 
