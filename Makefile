@@ -2,15 +2,21 @@
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-# The CPU build of torch; installed first so that nothing pulls a multi-GB CUDA build.
+# The CPU build of torch, installed first so that nothing pulls a multi-GB CUDA build: from
+# PyTorch's CPU-only index (on PyPI itself a Linux torch is the CUDA build), falling back to the
+# configured indexes and wheel caches where that index cannot be reached (probed once: pip
+# itself would retry it for every package).
 TORCH_SPEC ?= torch==2.13.0
+TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 
 .PHONY: demo lint test test-fast test-torch-floor bench clean gpu-check
 
 $(BIN)/moelab: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet "$(TORCH_SPEC)"
+	if $(BIN)/python -c "import urllib.request as r; r.urlopen('$(TORCH_CPU_INDEX)/', timeout=10)" \
+		2>/dev/null; then $(BIN)/pip install --quiet --index-url "$(TORCH_CPU_INDEX)" "$(TORCH_SPEC)"; \
+	else $(BIN)/pip install --quiet "$(TORCH_SPEC)"; fi
 	$(BIN)/pip install --quiet -e ".[test]"
 	touch $@
 

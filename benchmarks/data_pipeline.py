@@ -1,6 +1,7 @@
 """Data pipeline speed: tokenizer training, encoding throughput, cache reuse, batch-loader cost.
 
     .venv/bin/python benchmarks/data_pipeline.py [--tinystories DIR] [--repeats N]
+    .venv/bin/python benchmarks/data_pipeline.py --smoke --out /tmp/data_pipeline.json
 
 Everything is measured side by side in one process on the shared 13 MB TinyStories copy
 (default: ../shared/data/tinystories next to the repository). The machine is shared and
@@ -14,14 +15,16 @@ to benchmarks/results/data_pipeline.json.
 - prepare_data end to end on the folder (fresh cache, then reuse with full sha256 checks);
 - loader: ``TrainBatches.next()`` at the demo preset's batch against one demo training step
   (forward, backward, AdamW) of the demo MoE model from ``moelab.model``.
+
+``--smoke``: the bundled sample's first 200 stories, one vocab size of 320, one repeat, the
+demo model at toy sizes.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import platform
-import resource
+from dataclasses import replace
 import tempfile
 import time
 from pathlib import Path
@@ -37,16 +40,12 @@ from moelab.data.sources import resolve_source
 from moelab.data.story_text import split_bytes
 from moelab.data.tokenizer import train_tokenizer
 from moelab.fileio import atomic_write_json
-from train_step import BENCHMARKED_DEMO  # the shapes BENCHMARKS.md measured
+from common import add_output_arguments, cpu_seconds, machine, parse_checked
+from train_step import BENCHMARKED_DEMO, SMOKE_SHAPES  # the shapes BENCHMARKS.md measured
 
 REPO = Path(__file__).resolve().parents[1]
-RESULTS = REPO / "benchmarks" / "results" / "data_pipeline.json"
-
-
-def cpu_seconds() -> float:
-    """CPU time of this process (all its threads) and of its finished child processes."""
-    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+SMOKE_DATA = ["data.source=sample", "data.max_train_stories=200"]
+VOCAB_SIZES = (2048, 4096)
 
 
 def best_time(fn, repeats: int) -> tuple[float, object]:
@@ -78,19 +77,20 @@ def hf_encode_batch(tokenizer: Tokenizer, stories: list[str]) -> np.ndarray:
                            for ids in tokenizer.encode_batch(stories)])
 
 
-def bench_tokenizer_and_encoding(folder: Path, work: Path, repeats: int) -> dict:
-    train, _ = resolve_source(DataConfig(source=str(folder))).load()
+def bench_tokenizer_and_encoding(data_cfg: DataConfig, work: Path, repeats: int,
+                                 vocab_sizes: tuple[int, ...] = VOCAB_SIZES) -> dict:
+    train, _ = resolve_source(data_cfg).load()
     stories = [story for batch in train.read_batches() for story in batch]
     megabytes = split_bytes(stories) / 1e6
     results = {"train_megabytes": megabytes, "train_stories": len(stories), "tokenizer_train_s": {}}
-    for vocab_size in (2048, 4096):
+    for vocab_size in vocab_sizes:
         wall, cpu, _ = best_wall_and_cpu(
-            lambda: train_tokenizer(train.read_batches(), vocab_size, work / f"tok{vocab_size}.json",
-                                    "bench"), 1)
+            lambda size=vocab_size: train_tokenizer(train.read_batches(), size,
+                                                    work / f"tok{size}.json", "bench"), 1)
         results["tokenizer_train_s"][vocab_size] = {"wall": wall, "cpu": cpu}
         print(f"tokenizer training, vocab {vocab_size}: {wall:.1f} s wall, {cpu:.1f} s CPU")
 
-    tokenizer = Tokenizer(work / "tok2048.json")
+    tokenizer = Tokenizer(work / f"tok{vocab_sizes[0]}.json")
     chunks = [stories[i : i + BATCH_STORIES] for i in range(0, len(stories), BATCH_STORIES)]
     warm_encoder = WordCacheEncoder(tokenizer, np.uint16)
     warm_encoder.encode_stories(stories)
@@ -116,21 +116,21 @@ def bench_tokenizer_and_encoding(folder: Path, work: Path, repeats: int) -> dict
     return results
 
 
-def bench_prepare(folder: Path, work: Path) -> dict:
-    cfg = DataConfig(source=str(folder), cache_dir=str(work / "cache"))
-    fresh_s, prepared = best_time(lambda: prepare_data(cfg, 2048, progress=False), 1)
-    reuse_s, _ = best_time(lambda: prepare_data(cfg, 2048, progress=False), 3)
-    print(f"prepare_data (vocab 2048): fresh {fresh_s:.1f} s, reuse {reuse_s:.3f} s")
+def bench_prepare(data_cfg: DataConfig, work: Path, vocab_size: int = VOCAB_SIZES[0]) -> dict:
+    cfg = replace(data_cfg, cache_dir=str(work / "cache"))
+    fresh_s, prepared = best_time(lambda: prepare_data(cfg, vocab_size, progress=False), 1)
+    reuse_s, _ = best_time(lambda: prepare_data(cfg, vocab_size, progress=False), 3)
+    print(f"prepare_data (vocab {vocab_size}): fresh {fresh_s:.1f} s, reuse {reuse_s:.3f} s")
     return {"prepare_fresh_s": fresh_s, "prepare_reuse_s": reuse_s,
             "train_tokens": prepared.train.num_tokens,
             "train_bytes_per_token": prepared.train.bytes_per_token,
             "valid_bytes_per_token": prepared.valid.bytes_per_token}
 
 
-def bench_loader_vs_step(repeats: int) -> dict:
+def bench_loader_vs_step(repeats: int, overrides: tuple[str, ...] = ()) -> dict:
     from moelab.model import Transformer
 
-    config = load_config("demo", BENCHMARKED_DEMO)
+    config = load_config("demo", [*BENCHMARKED_DEMO, *overrides])
     torch.manual_seed(0)
     seq_len, batch_size = config.model.max_seq_len, config.train.batch_size
     prepared = prepare_data(config.data, config.tokenizer_vocab_size, progress=False)
@@ -150,7 +150,7 @@ def bench_loader_vs_step(repeats: int) -> dict:
             batches.next()
 
     train_step()  # warm up allocator and kernels
-    step_s, _ = best_time(train_step, max(repeats, 5))
+    step_s, _ = best_time(train_step, repeats if overrides else max(repeats, 5))
     loader_s, _ = best_time(load_batches, repeats)
     loader_s /= 100
     print(f"demo train step {step_s * 1e3:.1f} ms, loader {loader_s * 1e3:.3f} ms "
@@ -160,25 +160,28 @@ def bench_loader_vs_step(repeats: int) -> dict:
             "batch": [batch_size, seq_len], "model": "moelab.model.Transformer, demo preset (MoE 4x top-2)"}
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tinystories", type=Path, default=REPO.parent / "shared" / "data" / "tinystories")
     parser.add_argument("--repeats", type=int, default=3)
-    args = parser.parse_args()
-    results = {
-        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
-                    "torch": torch.__version__, "torch_threads": torch.get_num_threads()},
-        "load_average_1min_before": os.getloadavg()[0],  # other users of the machine
-    }
+    add_output_arguments(parser, "data_pipeline")
+    args = parse_checked(parser, argv)
+    smoke = (*SMOKE_SHAPES, *SMOKE_DATA) if args.smoke else ()
+    data_cfg = (load_config("demo", list(smoke)).data if args.smoke
+                else DataConfig(source=str(args.tinystories)))
+    vocab_sizes = (320,) if args.smoke else VOCAB_SIZES
+    repeats = 1 if args.smoke else args.repeats
+    results = {"machine": machine(),
+               "load_average_1min_before": os.getloadavg()[0]}  # other users of the machine
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         os.environ["MOELAB_CACHE"] = str(work / "moelab-cache")
-        results.update(bench_prepare(args.tinystories, work))
-        results.update(bench_loader_vs_step(args.repeats))
-        results.update(bench_tokenizer_and_encoding(args.tinystories, work, args.repeats))
+        results.update(bench_prepare(data_cfg, work, vocab_sizes[0]))
+        results.update(bench_loader_vs_step(repeats, smoke))
+        results.update(bench_tokenizer_and_encoding(data_cfg, work, repeats, vocab_sizes))
     results["load_average_1min_after"] = os.getloadavg()[0]
-    atomic_write_json(RESULTS, results)
-    print(f"wrote {RESULTS.relative_to(REPO)}")
+    atomic_write_json(args.out, results)
+    print(f"wrote {args.out}")
 
 
 if __name__ == "__main__":

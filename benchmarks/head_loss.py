@@ -13,6 +13,7 @@ noise hits them alike:
 
     .venv/bin/python benchmarks/head_loss.py            # -> benchmarks/results/head_loss.json
     .venv/bin/python benchmarks/head_loss.py --quick    # fewer repeats, no compile, writes nothing
+    .venv/bin/python benchmarks/head_loss.py --smoke --out /tmp/head_loss.json  # toy sizes, seconds
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ import argparse
 import os
 import statistics
 import time
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -30,14 +30,15 @@ import moelab.model
 from moelab.fileio import atomic_write_json
 from moelab.linear_cross_entropy import linear_cross_entropy
 
-from train_step import build_step, demo_arms
+from common import add_output_arguments, machine, parse_checked
+from train_step import SMOKE_SHAPES, build_step, demo_arms
 
-RESULTS = Path(__file__).resolve().parent / "results" / "head_loss.json"
 HEAD_SHAPES = {  # rows N = batch x context, d_model D, vocabulary V
     "demo (16 x 128, D 64, V 1024)": (2048, 64, 1024),
     "cpu-replication (32 x 256, D 128, V 1024)": (8192, 128, 1024),
     "paper micro-batch (8 x 512, D 512, V 4096)": (4096, 512, 4096),
 }
+SMOKE_HEAD_SHAPES = {"toy (2 x 16, D 32, V 320)": (32, 32, 320)}
 
 
 def plain_cross_entropy(h_ND, weight_VD, targets_N):
@@ -53,7 +54,7 @@ def timed(fn) -> float:
     return time.perf_counter() - start
 
 
-def interleaved(configs: dict, repeats: int, warmup: int) -> dict[str, list[float]]:
+def interleaved(configs: dict, repeats: int, warmup: int) -> dict:
     """Seconds of each zero-argument function, ``repeats`` times, in round robin."""
     for fn in configs.values():
         for _ in range(warmup):
@@ -65,9 +66,9 @@ def interleaved(configs: dict, repeats: int, warmup: int) -> dict[str, list[floa
     return times
 
 
-def head_alone(repeats: int) -> list[dict]:
+def head_alone(repeats: int, shapes: dict = HEAD_SHAPES, warmup: int = 3) -> list[dict]:
     rows = []
-    for label, (rows_n, d_model, vocab) in HEAD_SHAPES.items():
+    for label, (rows_n, d_model, vocab) in shapes.items():
         generator = torch.Generator().manual_seed(0)
         h_ND = torch.randn(rows_n, d_model, generator=generator).requires_grad_()
         weight_VD = (0.02 * torch.randn(vocab, d_model, generator=generator)).requires_grad_()
@@ -78,15 +79,16 @@ def head_alone(repeats: int) -> list[dict]:
             head(h_ND, weight_VD, targets_N).backward()
 
         times = interleaved({name: (lambda head=head: step(head)) for name, head in HEADS.items()},
-                            repeats, warmup=3)
+                            repeats, warmup)
         row = summarise(label, times)
         rows.append(row)
         print_row(row)
     return rows
 
 
-def train_steps(repeats: int, modes: list[str]) -> list[dict]:
-    config, arms = demo_arms()
+def train_steps(repeats: int, modes: list[str], overrides: tuple[str, ...] = (),
+                warmup: int = 3) -> list[dict]:
+    config, arms = demo_arms(overrides)
     configs = {}
     for mode in modes:
         for arm in ("dense_active", "moe"):
@@ -99,7 +101,7 @@ def train_steps(repeats: int, modes: list[str]) -> list[dict]:
                     step()
 
                 configs[(mode, arm, head_name)] = run
-    times = interleaved(configs, repeats, warmup=3)
+    times = interleaved(configs, repeats, warmup)
     moelab.model.linear_cross_entropy = linear_cross_entropy
     rows = []
     for mode in modes:
@@ -126,27 +128,30 @@ def print_row(row: dict) -> None:
           f"(fastest steps {row['speedup_best']:.2f}x)", flush=True)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=15)
     parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
     parser.add_argument("--quick", action="store_true", help="3 repeats, eager only, no results file")
-    args = parser.parse_args()
+    add_output_arguments(parser, "head_loss")
+    args = parse_checked(parser, argv)
     torch.set_num_threads(args.threads)
-    repeats = 3 if args.quick else args.repeats
+    repeats = 1 if args.smoke else 3 if args.quick else args.repeats
+    warmup = 1 if args.smoke else 3
     load_before = os.getloadavg()[0]
-    head_rows = head_alone(repeats)
-    step_rows = train_steps(repeats, ["eager"] if args.quick else ["eager", "compile"])
+    head_rows = head_alone(repeats, SMOKE_HEAD_SHAPES if args.smoke else HEAD_SHAPES, warmup)
+    step_rows = train_steps(repeats, ["eager"] if args.quick or args.smoke else ["eager", "compile"],
+                            tuple(SMOKE_SHAPES) if args.smoke else (), warmup)
     if args.quick:
         return
-    atomic_write_json(RESULTS, {
+    atomic_write_json(args.out, {
         "command": f"python benchmarks/head_loss.py --repeats {args.repeats} --threads {args.threads}",
-        "torch": torch.__version__, "threads": torch.get_num_threads(),
+        **machine(), "threads": torch.get_num_threads(),
         "finished": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "load_average_1min": {"before": load_before, "after": os.getloadavg()[0]},
         "head_alone": head_rows, "train_step": step_rows,
     })
-    print(f"wrote {RESULTS}")
+    print(f"wrote {args.out}")
 
 
 if __name__ == "__main__":

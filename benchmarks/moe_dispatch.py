@@ -28,7 +28,8 @@ combine, the routing-weight gradient and their backward (and any page faults the
     .venv/bin/python benchmarks/moe_dispatch.py              # all threads -> results/moe_dispatch.json
     .venv/bin/python benchmarks/moe_dispatch.py --threads 1  # adds a 1-thread run to the same file
     .venv/bin/python benchmarks/moe_dispatch.py --label "run 2"  # kept beside the first run
-    .venv/bin/python benchmarks/moe_dispatch.py --quick      # 3 repeats, smoke test, writes nothing
+    .venv/bin/python benchmarks/moe_dispatch.py --quick      # 3 repeats, writes nothing
+    .venv/bin/python benchmarks/moe_dispatch.py --smoke --out /tmp/moe_dispatch.json  # toy sizes
     python benchmarks/moe_dispatch.py --device cuda --dtype bfloat16 --out DIR/moe_dispatch_cuda.json
 
 On a GPU (``--device cuda``, from ``benchmarks/gpu_check.sh``) every entry runs on the device,
@@ -48,7 +49,6 @@ import random
 import resource
 import statistics
 import time
-from pathlib import Path
 
 import torch
 
@@ -71,7 +71,11 @@ from moelab.moe.kernels import (
 )
 from moelab.moe.routing import count_slots, route
 
-RESULTS = Path(__file__).resolve().parent / "results" / "moe_dispatch.json"
+from common import add_output_arguments, machine, parse_checked
+
+SMOKE = {"experts": [4], "batch": 2, "seq_len": 16, "d_model": 32, "d_expert": 48, "repeats": 1,
+         "warmup": 0}
+"""``--smoke``: one toy layer of each kind, one repeat (the GPU check's dry run uses the same)."""
 
 
 def build_layers(num_experts: int, args) -> dict[str, torch.nn.Module]:
@@ -261,7 +265,7 @@ def bench_one(num_experts: int, args) -> dict:
     return row
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--experts", type=int, nargs="+", default=[4, 8, 16, 32, 64])
     parser.add_argument("--batch", type=int, default=16)
@@ -275,13 +279,15 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="3 repeats, 1 warmup, no results file")
     parser.add_argument("--label", default="",
                         help="results keep one run per (threads, label): repeat runs side by side")
-    parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument("--device", default="cpu", help="cpu (default) or cuda")
     parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"),
                         help="bfloat16: the layers run under bf16 autocast")
-    args = parser.parse_args()
+    add_output_arguments(parser, "moe_dispatch")
+    args = parse_checked(parser, argv)
     if args.quick:
         args.repeats, args.warmup = 3, 1
+    if args.smoke:
+        vars(args).update(SMOKE)
     if args.threads:
         torch.set_num_threads(args.threads)
     load_before = os.getloadavg()[0]
@@ -300,7 +306,8 @@ def main() -> None:
         "transformers": transformers.__version__ if transformers else None,
         "device": args.device, "dtype": args.dtype,
         "gpu": torch.cuda.get_device_name() if args.device != "cpu" else None,
-        "machine": platform.machine(), "cpus": os.cpu_count(), "rows": rows,
+        "machine": platform.machine(), "cpus": os.cpu_count(), "cpu": machine()["cpu"],
+        "rows": rows,
     }
     # One entry per (thread count, label): 1- and 2-thread runs and repeats share the file.
     previous = json.loads(args.out.read_text()) if args.out.is_file() else {"runs": []}

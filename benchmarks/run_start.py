@@ -1,6 +1,7 @@
 """What starting a run costs the local launcher: a fresh interpreter against a forked child.
 
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/run_start.py [--repeats 8] [--steps 10]
+    .venv/bin/python benchmarks/run_start.py --smoke --out /tmp/run_start.json  # 1 repeat, 1 step
 
 A sweep or study with ``--jobs N`` trains each run in a child process. A child that is a fresh
 ``python -m moelab train`` imports torch, moelab and (through torch's optimizers)
@@ -30,14 +31,19 @@ from moelab.runs.launchers.local import LocalLauncher
 from moelab.runs.spec import RunSpec, write_run_configs
 from moelab.sweep.grid import load_grid
 
-RESULTS = Path(__file__).parent / "results" / "run_start.json"
+from common import add_output_arguments, machine, parse_checked
 
 
-def tiny_run_config(steps: int):
+SMOKE = ["data.source=sample", "data.max_train_stories=200", "model.vocab_size=320",
+         "model.max_seq_len=16", "train.batch_size=2", "train.eval_windows=2"]
+"""``--smoke``: the bundled sample and toy sizes (the cpu grid trains on TinyStories)."""
+
+
+def tiny_run_config(steps: int, smoke: bool = False):
     """The cpu grid's smallest dense model (s0) trained for ``steps`` steps."""
     grid = load_grid("cpu")
     shape = [f"model.{key}={value}" for key, value in grid.sizes[0].items() if key != "name"]
-    config = load_config(grid.base, [*grid.overrides, *shape])
+    config = load_config(grid.base, [*grid.overrides, *shape, *(SMOKE if smoke else [])])
     tokens = steps * config.train.batch_size * config.model.max_seq_len
     return override(config, [f"train.max_tokens={tokens}", f"train.eval_interval={steps}"])
 
@@ -72,13 +78,16 @@ def timed_run(way: str, root: Path, config, index: int) -> float:
     return time.perf_counter() - started
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=8)
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--label", default="run start")
-    args = parser.parse_args()
-    config = tiny_run_config(args.steps)
+    add_output_arguments(parser, "run_start")
+    args = parse_checked(parser, argv)
+    if args.smoke:
+        args.repeats, args.steps = 1, 1
+    config = tiny_run_config(args.steps, args.smoke)
     seconds = {way: [] for way in WAYS}
     with tempfile.TemporaryDirectory() as root:
         first_fork = timed_run("forked_child", Path(root), config, -1)  # starts the server
@@ -88,11 +97,10 @@ def main() -> None:
     medians = {name: statistics.median(times) for name, times in seconds.items()}
     entry = {"steps": args.steps, "repeats": args.repeats, "first_forked_child_s": first_fork,
              "seconds": seconds, "median_s": medians,
-             "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
-             "load_average": os.getloadavg(), "time": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
-    results = json.loads(RESULTS.read_text()) if RESULTS.is_file() else {}
+             "omp_num_threads": os.environ.get("OMP_NUM_THREADS"), **machine()}
+    results = json.loads(args.out.read_text()) if args.out.is_file() else {}
     results[args.label] = entry
-    atomic_write_json(RESULTS, results)
+    atomic_write_json(args.out, results)
     floor = medians["in_process"]
     print(f"{args.steps}-step run, medians of {args.repeats} (first forked child, which starts "
           f"the server: {first_fork:.2f} s)")

@@ -19,7 +19,7 @@ import json
 from pathlib import Path
 
 from moelab.fileio import atomic_write_json
-from moelab.study.study_results import json_safe
+from moelab.study.results import json_safe
 from moelab.stats.multiple import holm
 from moelab.stats.power import min_detectable_gap
 from moelab.study.gaps import paired_test

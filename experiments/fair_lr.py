@@ -35,7 +35,7 @@ from moelab.runs.lr_grid import (
     SELECTION_FOLDER, lr_folder, parse_lr_grid, read_choices, run_selection,
 )
 from moelab.study.commands import plan, plan_arms
-from moelab.study.study_results import json_safe
+from moelab.study.results import json_safe
 from moelab.study.settings import load_study
 from moelab.stats.multiple import holm
 from moelab.stats.power import min_detectable_gap

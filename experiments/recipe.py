@@ -39,7 +39,7 @@ import numpy as np
 
 from moelab.fileio import atomic_write_json
 from moelab.study.commands import run_study
-from moelab.study.study_results import json_safe
+from moelab.study.results import json_safe
 from moelab.study.settings import load_study
 from moelab.stats.power import min_detectable_gap
 from moelab.study.gaps import paired_test

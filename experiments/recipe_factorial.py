@@ -47,7 +47,7 @@ from moelab.runs import execute_plan, is_complete
 from moelab.runs.data import prepare_shared_data
 from moelab.runs.launchers.local import LocalLauncher
 from moelab.study.commands import plan
-from moelab.study.study_results import json_safe
+from moelab.study.results import json_safe
 from moelab.study.settings import load_study
 from moelab.stats.multiple import holm
 from moelab.stats.power import min_detectable_gap

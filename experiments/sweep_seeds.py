@@ -26,7 +26,7 @@ from moelab.fileio import atomic_write_json
 from moelab.scaling.forms import select_form
 from moelab.codec import to_json
 from moelab.sweep.folder import SWEEP_FIT_COLUMNS, read_grid_record, read_results
-from moelab.sweep.run_tables import seed_spread
+from moelab.sweep.analyses.runs import seed_spread
 from moelab.scaling.table import fit_table_from_rows
 
 RESULTS = Path(__file__).parent / "results" / "sweep_seeds.json"

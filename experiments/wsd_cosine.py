@@ -43,7 +43,7 @@ from moelab.runs import RunSpec, execute_plan, is_complete, write_run_configs
 from moelab.runs.data import prepare_shared_data
 from moelab.runs.launchers.local import LocalLauncher
 from moelab.runs.spec import Branch
-from moelab.study.study_results import json_safe
+from moelab.study.results import json_safe
 from moelab.stats.multiple import holm
 from moelab.stats.power import min_detectable_gap
 from moelab.stats.t_tests import paired_difference

@@ -30,6 +30,7 @@ LAYERS = (
     ("train",),
     ("runs",),
     ("study", "sweep"),
+    ("findings",),
     ("cli",),
     ("__main__",),
 )

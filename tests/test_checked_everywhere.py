@@ -18,7 +18,7 @@ from moelab.cli import main
 from moelab.config import load_config
 from moelab.errors import ConfigError, MoelabError
 from moelab.scaling.table import MAX_CSV_ROWS, read_csv_rows
-from moelab.sweep.report import partial_results_text
+from moelab.sweep.analyses.partial_results import partial_results_text
 from moelab.tasks import TASK_NAMES, parse_task_names
 from moelab.train.events import read_events
 from one_line_errors import refused_on_one_line
@@ -84,11 +84,12 @@ def test_a_sweep_report_missing_a_finetune_says_it_is_partial(tmp_path):
     folder = _sweep_folder(tmp_path, runs=3, finetunes=3)
     rows = [{"run": "r0", "finetune_val_loss": "2.5"}, {"run": "r1", "finetune_val_loss": "2.4"},
             {"run": "r2", "finetune_val_loss": ""}]
-    text = partial_results_text(folder, results_table(rows).rows)
+    plan = json.loads((folder / "plan.json").read_text())
+    text = partial_results_text(results_table(rows).rows, plan)
     assert "partial" in text and "3 of 3 planned runs" in text
     assert "2 of 3 planned finetunes" in text
     complete = [dict(row, finetune_val_loss="2.3") for row in rows]
-    assert partial_results_text(folder, results_table(complete).rows) == ""
+    assert partial_results_text(results_table(complete).rows, plan) == ""
 
 
 @pytest.mark.slow

@@ -200,10 +200,14 @@ def test_trainer_state_json_keeps_its_keys_and_order():
                "best_val_bpb": 2.25,
                "last_eval": {"step": 4, "val_loss": 5.75, "bits_per_byte": 2.5,
                              "routing": [{"busiest_fraction": 0.5}]},
-               "train_time_s": 1.5, "wall_time_s": 2.0, "data": {"position": 7}}
+               "train_time_s": 1.5, "wall_time_s": 2.0, "train_cpu_time_s": 1.25,
+               "data": {"position": 7}}
     state = from_json(TrainState, written)
     assert (state.last_eval.step, state.last_eval.val_loss, state.data) == (4, 5.75, {"position": 7})
     assert json.dumps(to_json(state)) == json.dumps(written)
+    # a checkpoint written before the CPU time was kept reads as none counted
+    older = {k: v for k, v in written.items() if k != "train_cpu_time_s"}
+    assert from_json(TrainState, older).train_cpu_time_s == 0.0
     fresh = TrainState()
     fresh.record_eval(EvalResult(val_loss=6.0, bits_per_byte=3.0), step=2)
     assert list(to_json(fresh)["last_eval"]) == ["step", "val_loss", "bits_per_byte", "routing"]

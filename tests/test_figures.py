@@ -25,11 +25,12 @@ from moelab.report.axes import (
     labelled_colourbar,
 )
 from moelab.scaling.isoflop import IsoflopPoints, isoflop_analysis
-from moelab.study import figures as study_figures
-from moelab.study.study_results import BudgetResults
+from moelab.study.analyses import budgets as budget_analysis
+from moelab.study.analyses import comparisons, routing, val_loss
+from moelab.study.results import BudgetResults
 from moelab.stats.t_tests import PairedTest, WelchTest
 from moelab.study.gaps import Gap
-from moelab.sweep import figures as sweep_figures
+from moelab.sweep.analyses import isoflop as sweep_isoflop, optima as sweep_optima
 
 HOUSE = Path(__file__).parent / "fixtures" / "house"
 REPORT_FILES = ("report.md", "results.json", "results.csv", "analysis.json", "forms.json",
@@ -77,16 +78,22 @@ def test_a_colourbar_without_a_label_is_refused():
 # ------------------------------------------------------------------------------------------
 
 
-def _capture(monkeypatch, module) -> dict:
-    """{file name: figure} for every figure ``module`` saves (still written to disk)."""
-    drawn, save = {}, module.save_figure
+def _capture(monkeypatch, *modules) -> dict:
+    """{file name: figure} for every figure ``modules`` save (still written to disk)."""
+    drawn: dict = {}
+    for module in modules:
+        save = module.save_figure
 
-    def keep(fig, path):
-        drawn[Path(path).name] = fig
-        return save(fig, path)
+        def keep(fig, path, save=save):
+            drawn[Path(path).name] = fig
+            return save(fig, path)
 
-    monkeypatch.setattr(module, "save_figure", keep)
+        monkeypatch.setattr(module, "save_figure", keep)
     return drawn
+
+
+STUDY_FIGURE_MODULES = (val_loss, comparisons, budget_analysis, routing)
+"""The study report's analyses that draw figures."""
 
 
 def _report(name: str, tmp_path: Path) -> Path:
@@ -113,7 +120,7 @@ def _eval_tokens(run_dir: Path) -> list[float]:
 def study_figures_drawn(tmp_path_factory):
     monkeypatch = pytest.MonkeyPatch()
     try:
-        drawn = _capture(monkeypatch, study_figures)
+        drawn = _capture(monkeypatch, *STUDY_FIGURE_MODULES)
         folder = _report("study", tmp_path_factory.mktemp("house"))
     finally:
         monkeypatch.undo()
@@ -159,14 +166,14 @@ def test_every_study_colourbar_is_labelled(study_figures_drawn):
 
 
 def test_the_gap_against_budget_ticks_read_1_6m(tmp_path, monkeypatch):
-    drawn = _capture(monkeypatch, study_figures)
+    drawn = _capture(monkeypatch, budget_analysis)
     paired = PairedTest(0.02, 0.01, 0.03, 0.01, 2, 0.01, [])
     welch = WelchTest(0.02, 0.01, 0.03, 0.01, 2.0, 2, 2)
     gap = Gap("active", "moe", "dense_active", "paired", 0.02, 0.01, 0.03, 0.01, 0.01, "raw",
               2, 2, "MoE better", "MoE better", 0.01, [], paired, welch)
     budgets = [BudgetResults(tokens, None, {}, {"active": gap})
                for tokens in (1_638_400, 3_276_800, 6_553_600)]
-    study_figures.gap_vs_tokens_figure(budgets, tmp_path / "gaps_vs_tokens.png")
+    budget_analysis.gap_vs_tokens_figure(budgets, tmp_path / "gaps_vs_tokens.png")
     ax = drawn["gaps_vs_tokens.png"].axes[0]
     assert _visible_tick_labels(ax) == ["1.6M", "3.3M", "6.6M"]
     assert "nats/token" in ax.get_ylabel()
@@ -190,7 +197,7 @@ def _surface_by_hand(c: list[float], log_n: np.ndarray, sparsity: float) -> np.n
 @pytest.mark.slow  # a sweep's report fits its law forms
 def test_the_house_isoflop_panels_draw_each_budgets_surface_and_its_optimum(tmp_path,
                                                                             monkeypatch):
-    drawn = _capture(monkeypatch, sweep_figures)
+    drawn = _capture(monkeypatch, sweep_isoflop)
     folder = _report("sweep-flops", tmp_path)
     budgets = json.loads((folder / "isoflop.json").read_text())["all_points"]["budgets"]
     panels = drawn["isoflop.png"].axes
@@ -212,7 +219,7 @@ def test_the_house_isoflop_panels_draw_each_budgets_surface_and_its_optimum(tmp_
 
 
 def test_a_dense_isoflop_panel_draws_the_true_parabola_and_its_vertex(tmp_path, monkeypatch):
-    drawn = _capture(monkeypatch, sweep_figures)
+    drawn = _capture(monkeypatch, sweep_isoflop)
     true_n_star = {1e15: 3e4, 1e16: 1e5}
     n = np.repeat(np.geomspace(1e4, 3e5, 5)[None], 2, axis=0)
     c = np.array([[1e15] * 5, [1e16] * 5])
@@ -220,7 +227,7 @@ def test_a_dense_isoflop_panel_draws_the_true_parabola_and_its_vertex(tmp_path, 
     loss = 3.0 + 0.1 * np.log(n / star_n) ** 2  # a parabola in log N with its vertex at N*
     points = IsoflopPoints(params=n.ravel(), flops=c.ravel(), loss=loss.ravel(),
                            sparsity=np.zeros(10))
-    sweep_figures.isoflop_figure(tmp_path / "isoflop.png", points, None, 0.0,
+    sweep_isoflop.isoflop_figure(tmp_path / "isoflop.png", points, None, 0.0,
                                  isoflop_fits=isoflop_analysis(points))
     for ax, budget in zip(drawn["isoflop.png"].axes, (1e15, 1e16)):
         curve, = _by_gid(ax, "isoflop-fit")
@@ -233,10 +240,10 @@ def test_a_dense_isoflop_panel_draws_the_true_parabola_and_its_vertex(tmp_path, 
 
 
 def test_without_fits_the_isoflop_panels_draw_no_parabola(tmp_path, monkeypatch):
-    drawn = _capture(monkeypatch, sweep_figures)
+    drawn = _capture(monkeypatch, sweep_isoflop)
     points = IsoflopPoints(params=np.array([1e4, 2e4, 4e4]), flops=np.full(3, 1e15),
                            loss=np.array([3.2, 3.1, 3.3]), sparsity=np.zeros(3))
-    sweep_figures.isoflop_figure(tmp_path / "isoflop.png", points, None, 0.0)
+    sweep_isoflop.isoflop_figure(tmp_path / "isoflop.png", points, None, 0.0)
     ax = drawn["isoflop.png"].axes[0]
     assert _by_gid(ax, "isoflop-fit") == [] and _by_gid(ax, "isoflop-optimum") == []
 
@@ -258,11 +265,11 @@ def _limit_flags(ax) -> list:
 
 @pytest.mark.parametrize("max_sparsity", [0.98, 0.9])
 def test_optima_at_the_search_limit_are_flagged(tmp_path, monkeypatch, max_sparsity):
-    drawn = _capture(monkeypatch, sweep_figures)
+    drawn = _capture(monkeypatch, sweep_optima)
     vs_n = _optima_rows("params", [1e5, 1e6, 1e7], [0.5, 0.7, max_sparsity])
     vs_c = _optima_rows("flops", [1e15, 1e16, 1e17], [0.3, 0.6, 0.8])  # all inside
-    sweep_figures.optima_figure(tmp_path / "optimal_sparsity.png", vs_n, vs_c, None, 1e16,
-                                max_sparsity=max_sparsity)
+    sweep_optima.optima_figure(tmp_path / "optimal_sparsity.png", vs_n, vs_c, None, 1e16,
+                               max_sparsity=max_sparsity)
     by_params, by_flops = drawn["optimal_sparsity.png"].axes
     flag, = _limit_flags(by_params)
     assert flag.get_offsets().tolist() == [[1e7, max_sparsity]]

@@ -11,8 +11,7 @@ import pytest
 
 from moelab.codec import from_json, to_json
 from moelab.scaling.fixed_size import Run, fixed_size_optima, pair_sign, seed_draws
-from moelab.sweep.fixed_size_report import fixed_size_record, fixed_size_section
-from moelab.sweep.analysis_records import FixedSizeRecord
+from moelab.sweep.analyses.fixed_size import FixedSizeRecord, fixed_size_record, fixed_size_section
 from sweep_rows import results_table
 
 
@@ -158,7 +157,7 @@ def test_the_sweep_record_and_section_name_what_is_held_fixed(tmp_path, mode, fi
     record = fixed_size_record(results_table(_rows(runs, mode)).rows, mode)
     assert record.holds_fixed == fixed and record.mode == mode
     assert record.rises_with_size.claim == f"S* rises with {fixed} at fixed C"
-    text = fixed_size_section(tmp_path, record)
+    text = fixed_size_section(record, tmp_path / "figures" / "fixed_size.png")
     assert text.startswith(title)
     assert (tmp_path / "figures" / "fixed_size.png").stat().st_size > 0
 

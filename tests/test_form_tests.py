@@ -98,7 +98,7 @@ def test_the_effective_size_form_has_a_constant_s_star_and_the_full_law_need_not
 
 
 def test_the_report_says_in_words_when_the_chosen_form_fixes_s_star():
-    from moelab.sweep.report_sections import constant_s_star_text
+    from moelab.sweep.analyses.optima import constant_s_star_text
 
     text = constant_s_star_text("sparsity-effective-size")
     assert "cannot answer how S* moves with compute" in text
@@ -115,7 +115,7 @@ def test_a_stored_form_tests_json_reads_back_as_written_key_for_key(path):
     """Files earlier moelabs wrote as hand-built dicts (some without the likelihood-ratio path,
     the deltas' E or the expert pairs) read into the typed record and write back unchanged."""
     from moelab.codec import from_json, to_json
-    from moelab.sweep.analysis_records import FormTestsRecord
+    from moelab.sweep.analyses.form_tests import FormTestsRecord
 
     stored = json.loads(path.read_text())
     record = from_json(FormTestsRecord, stored)

@@ -24,6 +24,8 @@ SCRIPT = BENCHMARKS / "gpu_check.sh"
 
 
 def _load(name: str):
+    if str(BENCHMARKS) not in sys.path:  # as running the script does: its siblings (common.py)
+        sys.path.insert(0, str(BENCHMARKS))
     spec = importlib.util.spec_from_file_location(name, BENCHMARKS / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

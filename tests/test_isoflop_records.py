@@ -12,7 +12,7 @@ import pytest
 from moelab.codec import from_json, to_json
 from moelab.scaling.isoflop import ParabolaBudget, SurfaceBudget
 from moelab.scaling.isoflop_vertex import VertexSupport
-from moelab.sweep.analysis_records import IsoflopRecord
+from moelab.sweep.analyses.isoflop import IsoflopRecord
 
 ROOT = Path(__file__).parents[1]
 WRITTEN_BY_EARLIER_CODE = sorted(

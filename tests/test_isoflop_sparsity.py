@@ -180,7 +180,7 @@ def test_the_cpu_isoflop_sweep_writes_its_minima_and_s_star_into_isoflop_json_an
 
     from moelab.scaling.laws import get_law
     from moelab.sweep.grid import load_grid
-    from moelab.sweep.report import write_sweep_report
+    from moelab.sweep.report import sweep_inputs, write_sweep_report
     from moelab.sweep.tabulate import write_results_csv
     from sweep_rows import synthetic_results, write_grid_json
 
@@ -191,7 +191,7 @@ def test_the_cpu_isoflop_sweep_writes_its_minima_and_s_star_into_isoflop_json_an
     truth = {"b": 40.0, "d": 20.0, "e": 1.2, "beta": 0.3, "delta": 0.3, "gamma": 0.35}
     rows = synthetic_results(grid, truth, get_law("sparsity-effective-size"))
     write_results_csv(tmp_path / "results.csv", rows)
-    text = write_sweep_report(write_grid_json(tmp_path, grid), bootstrap_replicates=8,
+    text = write_sweep_report(sweep_inputs(write_grid_json(tmp_path, grid)), bootstrap_replicates=8,
                               max_starts=100, log=lambda _: None).read_text()
     optima = json.loads((tmp_path / "isoflop.json").read_text())["sparsity_optima"]
     assert len(optima["cells"]) == 3 * 4 and optima["replicates"] == 8
@@ -212,13 +212,14 @@ def test_the_report_gives_replicate_shares_only_from_three_seeds(tmp_path):
 
     from moelab.codec import from_json
     from moelab.scaling.isoflop_sparsity import SparsityOptima
-    from moelab.sweep.report_sections import isoflop_optima_text
+    from moelab.sweep.analyses.isoflop_minima import isoflop_optima_text
 
     stored = Path(__file__).parents[1] / "experiments/results/sweeps/cpu-isoflop/isoflop.json"
     optima = from_json(SparsityOptima, json.loads(stored.read_text())["sparsity_optima"])
     (tmp_path / "figures").mkdir()
     first = optima.optimal_sparsity[0].probability_best
     share = next(f"{s}: {p:.2f}" for s, p in first.items() if p > 0)
-    two, three = (isoflop_optima_text(tmp_path, optima, seeds) for seeds in (2, 3))
+    figure = tmp_path / "figures" / "isoflop_optima.png"
+    two, three = (isoflop_optima_text(optima, seeds, figure) for seeds in (2, 3))
     assert "– (2 seeds: too few)" in two and share not in two
     assert share in three and "too few" not in three

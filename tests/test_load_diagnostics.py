@@ -86,11 +86,15 @@ def test_gpu_peaks_from_the_data_sheets():
 def test_a_cpu_peak_is_measured_and_named_so():
     peak = peak_flops(torch.device("cpu"), torch.float32, None)
     assert peak.source.startswith("measured: CPU") and peak.flops_per_s > 0
-    assert measured_cpu_peak(torch.float32, torch.get_num_threads()) == peak.flops_per_s  # once
+    assert peak.clock == "cpu" and "CPU-second" in peak.convention
+    assert measured_cpu_peak(torch.float32, torch.get_num_threads()) == peak  # once
     given = peak_flops(torch.device("cpu"), torch.float32, 2e9)
     assert (given.flops_per_s, given.source) == (2e9, "given (train.peak_flops)")
-    assert mfu(1000.0, 6 * 100, PeakFlops(1.2e6, "given")) == pytest.approx(0.5)
-    assert mfu(1000.0, 600, PeakFlops(None, "unknown GPU")) is None
+    # a GPU's MFU reads wall tokens/s, a CPU's tokens per CPU-second: 1000 * 600 / 1.2e6
+    assert mfu(1000.0, 3000.0, 6 * 100, PeakFlops(1.2e6, "given")) == pytest.approx(0.5)
+    assert mfu(1000.0, 3000.0, 600, PeakFlops(1.2e6, "given", "cpu")) == pytest.approx(1.5)
+    assert mfu(1000.0, None, 600, PeakFlops(1.2e6, "given", "cpu")) is None
+    assert mfu(1000.0, 3000.0, 600, PeakFlops(None, "unknown GPU")) is None
 
 
 @pytest.mark.slow
@@ -112,14 +116,16 @@ def test_a_run_logs_balance_at_every_step_and_mfu_in_its_summary(tmp_path):
             assert layer["load_p50"] <= layer["load_p90"] <= layer["load_max"]
             assert layer["load_max"] == pytest.approx(layer["max_violation"] + 1)
         six_n = 6 * count_params(config.model).active
-        assert event["mfu"] == pytest.approx(event["tokens_per_s"] * six_n / 1e9)
+        # on a CPU, MFU counts tokens per CPU-second (the given peak is per CPU-second)
+        assert event["mfu"] == pytest.approx(event["tokens_per_cpu_s"] * six_n / 1e9)
     (last_eval,) = [e for e in events if e["kind"] == "eval"]
     for layer in last_eval["routing"]:
         loads = layer["expert_load"]  # shares of the slots: the percentiles follow from them
         assert layer["max_violation"] == pytest.approx(max(loads) * len(loads) - 1)
     assert summary.peak_flops_per_s == 1e9 and summary.peak_flops_source.startswith("given")
-    assert summary.mfu == pytest.approx(summary.tokens_per_s * 6 * summary.active_params / 1e9)
-    assert "6 * active params" in summary.mfu_convention
+    assert summary.tokens_per_cpu_s == pytest.approx(summary.tokens / summary.train_cpu_time_s)
+    assert summary.mfu == pytest.approx(summary.tokens_per_cpu_s * 6 * summary.active_params / 1e9)
+    assert summary.mfu_convention.startswith("6 * N_active * tokens per CPU-second")
     recorded = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert recorded["mfu"] == pytest.approx(summary.mfu)
     assert math.isfinite(recorded["tokens_per_s"])

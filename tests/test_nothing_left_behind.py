@@ -74,16 +74,17 @@ def test_a_killed_reports_temporaries_are_removed_by_the_next_report(tmp_path, c
 
 def test_the_study_report_removes_a_killed_reports_temporaries(tmp_path, monkeypatch):
     from moelab.study import report
+    from moelab.study.folder import StudyFolder
 
     study = tmp_path / "study"
     (study / "runs").mkdir(parents=True)
     (study / "figures").mkdir()
     left = study / "figures" / ".val_loss.png.k1ll3d.tmp"
     left.write_bytes(b"half a file")
-    monkeypatch.setattr(report, "find_runs", lambda folder: ["a run"])
-    monkeypatch.setattr(report, "aggregate", lambda *args: (_ for _ in ()).throw(KeyboardInterrupt))
+    monkeypatch.setattr(report, "compute_all",
+                        lambda *args: (_ for _ in ()).throw(KeyboardInterrupt))
     with pytest.raises(KeyboardInterrupt):  # stopped at once after the clean-up
-        report.write_outputs(study)
+        report.write_outputs(StudyFolder(study, runs=[]))
     assert not left.exists()
 
 

@@ -88,3 +88,24 @@ def test_a_bad_cell_or_a_missing_column_is_one_line_naming_the_file(tmp_path, te
 def test_a_header_alone_is_no_results_yet(tmp_path):
     assert read_results(write(tmp_path, OLDER_FILE.splitlines()[0] + "\n")) is None
     assert read_results(tmp_path / "elsewhere") is None
+
+
+def test_the_writer_and_the_reader_share_one_schema(tmp_path):
+    """The header written is ResultRow's fields in order (the zero-shot and finetune groups as
+    their columns), a row read back holds what was written, and a key that is no column of
+    ResultRow is refused: a new column is a new field, in one place."""
+    from moelab.sweep.tabulate import write_results_csv
+
+    header = CURRENT_FILE.splitlines()[0].split(",")
+    cells = dict(zip(header, CURRENT_FILE.splitlines()[1].split(",")))
+    cells.update(flops_per_token_6n="480", flops_per_token_kaplan="512")
+    path = write_results_csv(tmp_path / "results.csv", [cells])
+    written = path.read_text().splitlines()[0].split(",")
+    # By hand: the run's columns in the file's order, then the task, then the finetune group.
+    assert written == (header[:14] + ["flops_per_token_6n", "flops_per_token_kaplan"]
+                       + header[14:])
+    row = read_results(tmp_path).rows[0]
+    assert (row.d_expert, row.flops_per_token_6n, row.collapse) == (16, 480.0, False)
+    assert (row.zero_shot, row.finetune_gain) == ({"last_word": 0.25}, 0.4)
+    with pytest.raises(ValueError, match="new_column"):
+        write_results_csv(tmp_path / "other.csv", [{**cells, "new_column": "1"}])

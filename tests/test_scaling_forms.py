@@ -15,7 +15,7 @@ from moelab.scaling.forms import (
 )
 from moelab.scaling.laws import CHINCHILLA, SPARSITY, SPARSITY_FORMS, get_law
 from moelab.sweep.grid import load_grid
-from moelab.sweep.report import write_sweep_report
+from moelab.sweep.report import sweep_inputs, write_sweep_report
 from moelab.sweep.tabulate import write_results_csv
 from sweep_rows import synthetic_results, write_grid_json
 
@@ -152,7 +152,7 @@ def test_report_without_an_identified_form_shows_the_checks_and_no_law(tmp_path)
     write_results_csv(tmp_path / "results.csv", rows)
     for stale in ("fit.json", "fit_holdout.json", "optima.json"):
         (tmp_path / stale).write_text("{}")
-    text = write_sweep_report(write_grid_json(tmp_path, grid), bootstrap_replicates=4, max_starts=100,
+    text = write_sweep_report(sweep_inputs(write_grid_json(tmp_path, grid)), bootstrap_replicates=4, max_starts=100,
                               log=lambda _: None).read_text()
     assert "No form of the law passes both checks" in text
     # Four resamples are too few for the intervals the identification check reads: it says so.
@@ -194,7 +194,7 @@ def test_sweep_without_an_effect_of_sparsity_chooses_chinchilla(tmp_path):
     truth = {"A": 30.0, "B": 40.0, "E": 1.2, "alpha": 0.3, "beta": 0.3}
     write_results_csv(tmp_path / "results.csv", synthetic_results(grid, truth, CHINCHILLA))
     (tmp_path / "optima.json").write_text("{}")
-    text = write_sweep_report(write_grid_json(tmp_path, grid),
+    text = write_sweep_report(sweep_inputs(write_grid_json(tmp_path, grid)),
                               bootstrap_replicates=BOOTSTRAP_REPLICATES, max_starts=300,
                               log=lambda _: None).read_text()
     forms = json.loads((tmp_path / "forms.json").read_text())

@@ -23,7 +23,7 @@ from moelab.sweep.commands import run_sweep
 from moelab.sweep.folder import read_grid_record
 from moelab.sweep.grid import experts_for, grid_preset_names, load_grid
 from moelab.sweep.plan import grid_json_record, plan_sweep, plan_sweep_folder, tokens_for_flops
-from moelab.sweep.report import write_sweep_report
+from moelab.sweep.report import sweep_inputs, write_sweep_report
 from moelab.sweep.tabulate import collect_results, write_results_csv
 from sweep_rows import synthetic_results, write_grid_json
 
@@ -162,7 +162,7 @@ def test_report_from_synthetic_results_fits_checks_and_plots(tmp_path, capsys):
     rows = synthetic_results(grid, EFFECTIVE_TRUTH, EFFECTIVE_SIZE)
     write_results_csv(tmp_path / "results.csv", rows)
     (tmp_path / "optima.json").write_text("{}")  # stale: rewritten from these results
-    report = write_sweep_report(write_grid_json(tmp_path, grid), bootstrap_replicates=4, max_starts=200,
+    report = write_sweep_report(sweep_inputs(write_grid_json(tmp_path, grid)), bootstrap_replicates=4, max_starts=200,
                                 log=lambda _: None)
     text = report.read_text()
     for heading in ("## Runs", "## Law form", "## Law fit (`sparsity-effective-size`",
@@ -247,7 +247,7 @@ def true_dense_optimum(truth: dict, flops: float) -> float:
 def test_report_of_dense_only_sweep_uses_parabolas_and_skips_optima(tmp_path):
     grid = one_sparsity_grid(0.0)
     write_results_csv(tmp_path / "results.csv", synthetic_results(grid, INTERIOR_TRUTH))
-    text = write_sweep_report(write_grid_json(tmp_path, grid), bootstrap_replicates=2, max_starts=50,
+    text = write_sweep_report(sweep_inputs(write_grid_json(tmp_path, grid)), bootstrap_replicates=2, max_starts=50,
                               log=lambda _: None).read_text()
     optima = text[text.index("## Optimal sparsity"):text.index("## Reproduce")]
     assert "Skipped: every run has S = 0" in optima
@@ -278,7 +278,7 @@ def test_report_of_one_sparse_sparsity_skips_optima(tmp_path):
     grid = one_sparsity_grid(0.5)
     rows = synthetic_results(grid, INTERIOR_TRUTH)
     write_results_csv(tmp_path / "results.csv", rows)
-    text = write_sweep_report(write_grid_json(tmp_path, grid), bootstrap_replicates=0, max_starts=50,
+    text = write_sweep_report(sweep_inputs(write_grid_json(tmp_path, grid)), bootstrap_replicates=0, max_starts=50,
                               log=lambda _: None).read_text()
     assert "Skipped: every run has S = 0.5" in text and "## IsoFLOP analysis" in text
     # With a sparse sparsity the family's share is still measured: N_active / N = phi + (1-phi)/2.

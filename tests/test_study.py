@@ -172,7 +172,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 DOCUMENTED_RUNS = {
     "demo": (18, "trains 18 runs", "docs/study.md"),
     "cpu-budgets": (36, "CPU, 36 runs", "docs/study.md"),
-    "paper": (9, "3 seeds", "README.md"),  # x 3 arms: moe, dense_active, dense_total
+    "paper": (9, "3 seeds", "docs/study.md"),  # x 3 arms: moe, dense_active, dense_total
     "paper-budgets": (36, "GPU, 36 runs", "docs/study.md"),
     "ablation": (18, "GPU, 18 runs", "docs/study.md"),
     "cpu-ablation": (24, "CPU, 24 runs", "docs/study.md"),

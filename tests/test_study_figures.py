@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from moelab.report import format_tick_count, format_token_axis, new_figure
-from moelab.study import figures
-from moelab.study.finished_runs import RunRecord
+from moelab.study.analyses import comparisons, routing
+from moelab.study.folder import CompleteRun
 from moelab.stats.t_tests import PairedTest, WelchTest
 from moelab.study.gaps import Gap
 
@@ -37,18 +37,18 @@ def test_a_token_axis_has_short_labels_and_few_ticks():
     assert _tick_labels(fig, ax) == ["0", "1M", "2M"]
 
 
-def _record(seed: int, tokens_per_eval: int) -> RunRecord:
+def _record(seed: int, tokens_per_eval: int) -> CompleteRun:
     routing = [{"busiest_fraction": 0.4, "routing_entropy": 0.9, "mean_log_z": 1.0}]
     evals = [{"step": step, "tokens": step * tokens_per_eval, "val_loss": 3.0 - 0.1 * step,
               "routing": routing} for step in range(1, 41)]
-    return RunRecord("moe", seed, None, Path(f"runs/moe/seed{seed}"), {}, evals)
+    return CompleteRun("moe", seed, None, Path(f"runs/moe/seed{seed}"), {}, evals)
 
 
 def test_the_routing_figure_labels_tokens_in_k_and_m(tmp_path, monkeypatch):
     drawn = []
-    monkeypatch.setattr(figures, "save_figure", lambda fig, path: drawn.append(fig) or Path(path))
+    monkeypatch.setattr(routing, "save_figure", lambda fig, path: drawn.append(fig) or Path(path))
     records = {"moe": [_record(0, 65_536), _record(1, 65_536)]}  # up to 2.62M tokens
-    assert figures.routing_figure(records, tmp_path / "routing.png")
+    assert routing.routing_figure(records, tmp_path / "routing.png")
     fig = drawn[0]
     for ax in fig.axes:
         labels = _tick_labels(fig, ax)
@@ -68,12 +68,13 @@ def _gap(test: str, outcome: str, differences: list[dict]) -> Gap:
 
 def test_the_paired_differences_figure_draws_one_point_per_seed(tmp_path, monkeypatch):
     drawn = []
-    monkeypatch.setattr(figures, "save_figure", lambda fig, path: drawn.append(fig) or Path(path))
+    monkeypatch.setattr(comparisons, "save_figure",
+                        lambda fig, path: drawn.append(fig) or Path(path))
     differences = [{"seed": 10, "diff": 0.01}, {"seed": 11, "diff": 0.02},
                    {"seed": 12, "diff": 0.03}]
     gaps = {"active": _gap("paired", "MoE better", differences),
             "total": _gap("welch", "not significant", [])}
-    assert figures.paired_differences_figure(gaps, tmp_path / "d.png")
+    assert comparisons.paired_differences_figure(gaps, tmp_path / "d.png")
     ax = drawn[0].axes[0]
     points = ax.collections[0].get_offsets()
     assert [round(float(y), 6) for y in points[:, 1]] == [0.01, 0.02, 0.03]

@@ -26,10 +26,9 @@ from moelab.cli import main
 from moelab.errors import MoelabError
 from moelab.runs.launchers.commands import train_commands
 from moelab.sweep.commands import run_sweep
-from moelab.sweep.finetune import finetune_analysis
+from moelab.sweep.analyses.finetune import finetune_analysis, finetune_analysis_text
 from moelab.sweep.grid import FinetuneRecipe, load_grid
 from moelab.sweep.plan import plan_sweep_folder
-from moelab.sweep.report_sections import finetune_analysis_text
 from moelab.train.checkpoint import MODEL_FILE, latest_checkpoint
 from moelab.train.run_folder import RunFolder
 from sweep_rows import results_table
@@ -294,7 +293,7 @@ def test_the_stored_finetune_json_reads_back_as_written_and_renders_its_report_s
     from pathlib import Path
 
     from moelab.codec import from_json
-    from moelab.sweep.analysis_records import FinetuneRecord
+    from moelab.sweep.analyses.finetune import FinetuneRecord
 
     folder = Path(__file__).resolve().parents[1] / "experiments" / "results" / "sweeps" / "cpu-finetune"
     stored = json.loads((folder / "finetune.json").read_text())

@@ -74,9 +74,10 @@ def test_each_cell_is_planned_at_the_lr_its_selection_seeds_chose(tmp_path, monk
     record = json.loads((tmp_path / "plan.json").read_text())["lr_selection"]
     assert record["seeds"] == SELECT and record["grid"] == GRID
     assert (tmp_path / "select" / "lr0.02" / "runs" / "D256" / "b").is_dir()
-    from moelab.sweep.tuning import lr_selection_text
+    from moelab.runs.lr_grid import read_choices
+    from moelab.sweep.analyses.lr_selection import lr_selection_text
 
-    text = lr_selection_text(tmp_path, json.loads((tmp_path / "plan.json").read_text()))
+    text = lr_selection_text(record, read_choices(tmp_path, record))
     assert "## Learning rate per cell" in text and "lowest edge" in text and "highest edge" in text
 
 

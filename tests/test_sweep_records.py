@@ -10,9 +10,11 @@ import pytest
 
 from moelab.codec import from_json, to_json
 from moelab.scaling.fit_record import LawFit
-from moelab.sweep.analysis_records import (
-    AnalysisStatus, FormsRecord, OptimaRecord, SweepFit, ThroughputRecord,
-)
+from moelab.sweep.analyses.law_fit import SweepFit
+from moelab.sweep.analyses.law_form import FormsRecord
+from moelab.sweep.analyses.optima import OptimaRecord
+from moelab.sweep.analyses.throughput import ThroughputRecord
+from moelab.sweep.folder import AnalysisStatus
 
 REPO = Path(__file__).resolve().parents[1]
 HOUSE = REPO / "tests" / "fixtures" / "house"

@@ -18,7 +18,7 @@ from moelab.scaling.optimal import seconds_optimal
 from moelab.scaling.throughput import ThroughputModel, family_throughput
 from moelab.sweep.grid import load_grid
 from moelab.sweep.plan import plan_sweep
-from moelab.sweep.report import render_sweep_report, write_sweep_report
+from moelab.sweep.report import load_sweep, render_sweep_report, sweep_inputs, write_sweep_report
 from moelab.sweep.tabulate import write_results_csv
 from sweep_rows import synthetic_results, write_grid_json
 
@@ -66,7 +66,7 @@ def test_report_shows_measured_throughput_and_the_three_optima(tmp_path):
     grid = load_grid("demo")
     rows = timed_rows(grid)
     write_results_csv(tmp_path / "results.csv", rows)
-    text = write_sweep_report(write_grid_json(tmp_path, grid), bootstrap_replicates=4,
+    text = write_sweep_report(sweep_inputs(write_grid_json(tmp_path, grid)), bootstrap_replicates=4,
                               max_starts=200, log=lambda _: None).read_text()
     throughput = json.loads((tmp_path / "throughput.json").read_text())
     # One row per (N, S) of the grid, tokens/s the runs' own (each shape's runs agree here).
@@ -94,12 +94,12 @@ def test_report_shows_measured_throughput_and_the_three_optima(tmp_path):
     assert "throughput ratio" in text and len(optima["vs_seconds"]) == 9
     assert (tmp_path / "figures" / "optimal_sparsity.png").stat().st_size > 1000
     # The report is the folder's: rendering it again from the files gives the same text.
-    assert render_sweep_report(tmp_path).read_text() == text
+    assert render_sweep_report(load_sweep(tmp_path)).read_text() == text
 
 
 def test_a_wall_clock_optimum_whose_interval_spans_most_of_0_1_is_undetermined():
     from moelab.scaling.optimal import Optimum, OptimumInterval
-    from moelab.sweep.report import _undetermined_or_ci
+    from moelab.sweep.analyses.optima import _undetermined_or_ci
 
     def at(sparsity: float, ci: list[float]) -> OptimumInterval:
         optimum = Optimum(sparsity=sparsity, params_total=1e6, params_active=1e6 * (1 - sparsity),
@@ -119,7 +119,7 @@ def test_report_without_a_law_still_tabulates_throughput(tmp_path):
     for row in rows:
         row["best_val_loss"] = 3.0 + float(rng.normal(0, 0.3))  # noise: no form identified
     write_results_csv(tmp_path / "results.csv", rows)
-    text = write_sweep_report(write_grid_json(tmp_path, grid), bootstrap_replicates=4,
+    text = write_sweep_report(sweep_inputs(write_grid_json(tmp_path, grid)), bootstrap_replicates=4,
                               max_starts=100, log=lambda _: None).read_text()
     assert "No form of the law passes both checks" in text
     assert "## Throughput" in text and (tmp_path / "throughput.json").exists()
@@ -133,7 +133,7 @@ def test_results_without_timings_say_throughput_was_not_measured(tmp_path):
     write_results_csv(tmp_path / "results.csv", synthetic_results(grid, EFFECTIVE_TRUTH,
                                                                    EFFECTIVE_SIZE))
     (tmp_path / "throughput.json").write_text("{}")  # stale
-    text = write_sweep_report(write_grid_json(tmp_path, grid), bootstrap_replicates=0,
+    text = write_sweep_report(sweep_inputs(write_grid_json(tmp_path, grid)), bootstrap_replicates=0,
                               max_starts=100, log=lambda _: None).read_text()
     assert "## Throughput\n\nNot measured" in text
     assert not (tmp_path / "throughput.json").exists()
@@ -166,7 +166,7 @@ def test_malformed_sweep_files_are_one_line_errors_naming_the_file(tmp_path, dam
     write_grid_json(tmp_path, grid)
     damage(tmp_path)
     with pytest.raises(MoelabError, match=message) as error:
-        write_sweep_report(tmp_path, bootstrap_replicates=0, max_starts=50, log=lambda _: None)
+        write_sweep_report(sweep_inputs(tmp_path), bootstrap_replicates=0, max_starts=50, log=lambda _: None)
     assert "\n" not in str(error.value) and str(tmp_path) in str(error.value)
 
 
@@ -177,7 +177,7 @@ def test_a_wsd_family_sweep_says_its_smaller_budgets_are_branches_and_counts_the
     rows = timed_rows(grid)  # 1,024 tokens per step
     write_results_csv(tmp_path / "results.csv", rows)
     write_grid_json(tmp_path, grid)
-    write_sweep_report(tmp_path, bootstrap_replicates=0, max_starts=50, log=lambda _: None)
+    write_sweep_report(sweep_inputs(tmp_path), bootstrap_replicates=0, max_starts=50, log=lambda _: None)
     assert "budget family" not in (tmp_path / "report.md").read_text()  # no plan: no branches
 
     branches = {rows[0]["run"]: 3, rows[1]["run"]: 5}
@@ -185,7 +185,7 @@ def test_a_wsd_family_sweep_says_its_smaller_budgets_are_branches_and_counts_the
         {"run_dir": row["run"], **({"branch": {"source": "elsewhere", "step": branches[row["run"]]}}
                                    if row["run"] in branches else {})} for row in rows]}
     (tmp_path / "plan.json").write_text(json.dumps(plan))
-    text = render_sweep_report(tmp_path).read_text()
+    text = render_sweep_report(load_sweep(tmp_path)).read_text()
     separate = sum(int(row["D"]) for row in rows)
     trained = separate - (3 + 5) * 1024  # a branch trains only the steps after its source step
     assert "(2 branches, plan.json)" in text
@@ -206,7 +206,7 @@ def test_a_sweep_of_several_seeds_tabulates_each_runs_seed_and_the_spread_betwee
     rows[-1]["best_val_loss"] += 0.04
     write_results_csv(tmp_path / "results.csv", rows)
     write_grid_json(tmp_path, grid)
-    text = write_sweep_report(tmp_path, bootstrap_replicates=0, max_starts=50,
+    text = write_sweep_report(sweep_inputs(tmp_path), bootstrap_replicates=0, max_starts=50,
                               log=lambda _: None).read_text()
     points = len(rows) // 2
     small, large = 0.01 / np.sqrt(2), 0.05 / np.sqrt(2)
@@ -224,7 +224,7 @@ def test_every_run_and_optimum_says_its_tokens_per_parameter(tmp_path):
     grid = load_grid("demo")
     rows = timed_rows(grid)
     write_results_csv(tmp_path / "results.csv", rows)
-    text = write_sweep_report(write_grid_json(tmp_path, grid), bootstrap_replicates=0,
+    text = write_sweep_report(sweep_inputs(write_grid_json(tmp_path, grid)), bootstrap_replicates=0,
                               max_starts=200, log=lambda _: None).read_text()
     assert "| D/N (total / active) |" in text
     for row in rows:  # D over each count, by hand, in the run's table row

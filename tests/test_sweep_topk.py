@@ -59,7 +59,7 @@ def test_expert_pairs_are_seed_by_seed_differences_with_a_t_interval():
     import numpy as np
     import scipy.stats
 
-    from moelab.sweep.law_checks import sparsity_deltas
+    from moelab.sweep.analyses.form_tests import sparsity_deltas
     from sweep_rows import results_table
 
     rng = np.random.default_rng(0)

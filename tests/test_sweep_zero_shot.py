@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import scipy.stats
 
-from moelab.sweep.zero_shot import zero_shot_analysis
+from moelab.sweep.analyses.zero_shot import zero_shot_analysis
 from sweep_rows import results_table
 
 ITEMS = 300
@@ -81,7 +81,7 @@ def test_the_stored_zero_shot_json_reads_back_as_written_key_for_key():
     from pathlib import Path
 
     from moelab.codec import from_json, to_json
-    from moelab.sweep.analysis_records import TaskAccuracy
+    from moelab.sweep.analyses.zero_shot import TaskAccuracy
 
     path = (Path(__file__).resolve().parents[1] / "experiments" / "results" / "sweeps"
             / "cpu-isoflop" / "zero_shot.json")

@@ -40,7 +40,7 @@ TINY = TINY_MOE_RUN + [f"train.max_tokens={STEPS * 8 * 32}", "train.eval_interva
 # (0.001 * z) or the lb term (0.01 * lb) moves the loss by more than 3e-4 relative.
 REL = 1e-4
 COMPARED = ("loss", "ce_loss", "lb_loss", "z_loss", "grad_norm")
-TIMINGS = ("tokens_per_s", "flops_per_s", "mfu")
+TIMINGS = ("tokens_per_s", "tokens_per_cpu_s", "flops_per_s", "mfu")
 
 
 def tiny_config(*overrides: str):

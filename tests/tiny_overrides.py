@@ -13,7 +13,8 @@ TINY_MOE_RUN = [
     "train.logging.progress=false",
 ]
 
-TIMING_KEYS = ("tokens_per_s", "flops_per_s", "mfu", "peak_flops_per_s", "wall_time_s",
-               "train_time_s", "step_time_s", "peak_memory_bytes")
+TIMING_KEYS = ("tokens_per_s", "tokens_per_cpu_s", "flops_per_s", "mfu", "peak_flops_per_s",
+               "wall_time_s", "train_time_s", "train_cpu_time_s", "step_time_s",
+               "peak_memory_bytes")
 """Keys of metrics events and summaries that measure speed, not training: two runs of one
 config and seed differ in them and in nothing else."""

@@ -5,6 +5,12 @@ sub-command stores its handler as ``func`` (``handler(args) -> int | None``). A 
 from anywhere below is printed as one line and the process exits with code 2; so are the error
 classes that bad input raises before a check names it better (``moelab.errors.bad_input_message``).
 Anything else is a bug and keeps its traceback.
+
+Every command builds every parser, so ``moelab --help`` pays for what any cli module imports at
+its top: import there only what a parser needs, and the engine (torch, scipy, matplotlib:
+``moelab.train``, ``moelab.study.commands``, ``moelab.scaling...``) inside the handler, after
+its arguments are checked. ``tests/test_cli_start.py`` fails when ``--help``, ``--version``, a
+command's ``--help`` or an argument error imports one of them (docs/architecture.md, cli).
 """
 
 from __future__ import annotations
@@ -22,7 +28,7 @@ from moelab.errors import (
 from moelab.version import __version__
 
 # Modules with a register(subparsers) function, in the order their commands are listed.
-COMMAND_MODULES = ("model", "data", "train", "study", "fit", "sweep")
+COMMAND_MODULES = ("model", "data", "train", "study", "fit", "sweep", "findings")
 
 
 class _Parser(argparse.ArgumentParser):

@@ -50,6 +50,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "> my.yaml, then moelab train my.yaml (or study my.yaml).",
     )
     add_config_arguments(show)
+    show.add_argument("--comments", action="store_true",
+                      help="a comment line above each key: the first sentence of its meaning "
+                           "(docs/reference/config.md has the whole of it)")
     show.set_defaults(func=run_config_show)
 
 
@@ -84,7 +87,12 @@ def run_params(args: argparse.Namespace) -> int:
 
 
 def run_config_show(args: argparse.Namespace) -> int:
-    print(resolved_yaml(args.config, args.overrides), end="")
+    text = resolved_yaml(args.config, args.overrides)
+    if args.comments:
+        from moelab.config.docs import commented_yaml
+
+        text = commented_yaml(text)
+    print(text, end="")
     return 0
 
 

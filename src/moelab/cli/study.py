@@ -22,7 +22,7 @@ from moelab.runs.tokens import parse_budget_list
 from moelab.study.settings import check_seeds, load_study
 
 if TYPE_CHECKING:
-    from moelab.study.study_results import StudyResults
+    from moelab.study.results import StudyResults
     from moelab.study.zero_shot import TaskResult
 
 # The study machinery below (training, statistics, figures) imports torch and scipy, seconds
@@ -292,9 +292,6 @@ def _threshold(text: str) -> float:
 
 
 def _study(args) -> int:
-    from moelab.runs.data import check_shared_data
-    from moelab.study.commands import list_runs, run_study, submit_study
-
     check_launcher_options(args)
     config, settings = load_study(args.config, args.overrides)
     if args.seeds is not None:
@@ -312,6 +309,10 @@ def _study(args) -> int:
         reporting = (list(range(config.train.seed, config.train.seed + until_resolved.max_seeds))
                      if until_resolved else settings.seed_list(config.train.seed))
         check_disjoint(tuning.seed_list(config.train.seed), reporting)
+    # the arguments are checked: now the engine (torch, scipy)
+    from moelab.runs.data import check_shared_data
+    from moelab.study.commands import list_runs, run_study, submit_study
+
     out = Path(args.out) if args.out else Path("out") / f"{Path(args.config).stem}-{args.kind}"
     if wants_commands(args):  # it writes the plan: the same one writer as a study
         with writer_lock(out, kind=args.kind):
@@ -344,7 +345,8 @@ def study_exit_code(results: StudyResults, study_dir: Path) -> int:
 
 def _report(args) -> int:
     from moelab.study.plan import check_study_files
-    from moelab.study.report import check_recorded_runs, write_outputs
+    from moelab.study.folder import StudyFolder, check_recorded_runs
+    from moelab.study.report import write_outputs
 
     study_dir = Path(args.study_dir)
     if study_dir.exists() and not study_dir.is_dir():
@@ -358,7 +360,7 @@ def _report(args) -> int:
     check_study_files(study_dir)
     with writer_lock(args.study_dir):
         check_recorded_runs(study_dir)
-        results = write_outputs(study_dir)
+        results = write_outputs(StudyFolder.read(study_dir))
     print_results(results, study_dir)
     return study_exit_code(results, study_dir)
 

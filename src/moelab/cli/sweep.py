@@ -182,9 +182,11 @@ def report_sweep(out_dir: Path, bootstrap: int | None = None, starts: int | None
 def sweep_exit_code(out_dir: Path, report_path: Path) -> int:
     """0 when results.csv holds every planned run and finetune; else EXIT_INCOMPLETE (the
     report's "Partial results" section says the same)."""
-    from moelab.sweep.report import completeness
+    from moelab.sweep.analyses.partial_results import completeness
+    from moelab.sweep.folder import load_sweep_folder
 
-    counts = completeness(out_dir)
+    folder = load_sweep_folder(out_dir)
+    counts = completeness(folder.rows, folder.plan)
     if counts.complete:
         return 0
     return incomplete(f"results.csv holds {counts.describe()} (see {out_dir / 'failures.json'}): "

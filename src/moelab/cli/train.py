@@ -127,7 +127,16 @@ def _print_summary(out: str, summary: RunSummary | None) -> None:
         print(f"{out}: best val loss {summary.best_val_loss:.4f} "
               f"(step {summary.best_val_step}), final {summary.final_val_loss:.4f} "
               f"= {summary.final_val_bpb:.4f} bits/byte; {summary.tokens:,} tokens in "
-              f"{summary.steps} steps, {summary.tokens_per_s:,.0f} tokens/s")
+              f"{summary.steps} steps, {summary.tokens_per_s:,.0f} tokens/s{_cpu_rate(summary)}")
+
+
+def _cpu_rate(summary: RunSummary) -> str:
+    """Tokens per CPU-second and the MFU, its convention named (on a CPU: CPU time)."""
+    rate = (f" ({summary.tokens_per_cpu_s:,.0f} per CPU-second)"
+            if summary.tokens_per_cpu_s else "")
+    if summary.mfu is None:
+        return rate
+    return f"{rate}; MFU {100 * summary.mfu:.1f} % = {summary.mfu_convention}"
 
 
 def _eval(args) -> int:

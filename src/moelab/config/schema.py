@@ -339,7 +339,9 @@ class TrainConfig:
     weight_decay: float = 0.1
     """AdamW decay, applied to matrices only."""
     beta1: float = 0.9
+    """AdamW's first-moment decay."""
     beta2: float = 0.95
+    """AdamW's second-moment decay."""
     grad_clip: float = 1.0
     """Clip the global gradient norm to this (0 disables)."""
     eval_interval: int = 100
@@ -360,8 +362,9 @@ class TrainConfig:
     collapse_threshold: float = 0.9
     """Flag routing collapse when one expert takes more than this share of token slots."""
     peak_flops: Optional[float] = None
-    """The device's peak FLOP/s that MFU divides by; null: looked up for a known GPU (bf16
-    dense), measured once with a matmul on a CPU (docs/training.md, "Throughput and MFU")."""
+    """The peak MFU divides by: on a GPU FLOP/s, on a CPU FLOPs per CPU-second (one thread's
+    rate); null: looked up for a known GPU (bf16 dense), measured once per machine with
+    matmuls on a CPU and cached (docs/training.md, "Throughput and MFU")."""
     sample_tokens: int = 32
     """Tokens generated per prompt for samples.txt at the end of a run (0: no samples)."""
     eval_tasks: list[str] = field(default_factory=list)

@@ -18,12 +18,33 @@ config under ``configs/``, and hands the unfinished ones to ``execute_plan`` wit
 Every launcher trains a run the same way, as ``moelab train CONFIG --out RUN --resume`` would:
 rerun, it continues a torn run from its checkpoint and returns at once for a finished one, so
 a retried, requeued or preempted run ends identical to an uninterrupted one.
+
+The names below load their module (and with it torch) when first used (``__getattr__``), not
+when the package is imported: ``moelab.runs.tokens``, which the command line parses budgets
+with, must import without torch (docs/architecture.md, cli).
 """
 
-from moelab.runs.execute import RunOutcome, execute_plan, submit_plan
-from moelab.runs.completion import has_checkpoint, is_complete, read_failures
-from moelab.runs.spec import RunSpec, write_run_configs
-from moelab.runs.training import train_planned_run
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # imported on first use, below
+    from moelab.runs.completion import has_checkpoint, is_complete, read_failures
+    from moelab.runs.execute import RunOutcome, execute_plan, submit_plan
+    from moelab.runs.spec import RunSpec, write_run_configs
+    from moelab.runs.training import train_planned_run
+
+_MODULE_OF = {"RunOutcome": "execute", "execute_plan": "execute", "submit_plan": "execute",
+              "has_checkpoint": "completion", "is_complete": "completion",
+              "read_failures": "completion", "RunSpec": "spec", "write_run_configs": "spec",
+              "train_planned_run": "training"}
 
 __all__ = ["RunOutcome", "RunSpec", "execute_plan", "has_checkpoint", "is_complete",
            "read_failures", "submit_plan", "train_planned_run", "write_run_configs"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _MODULE_OF:
+        return getattr(importlib.import_module(f"moelab.runs.{_MODULE_OF[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

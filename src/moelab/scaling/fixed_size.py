@@ -205,7 +205,8 @@ def seed_draws(seeds: Sequence[str], replicates: int, rng_seed: int = 0
     return draws, np.full(replicates, 1.0 / replicates), False
 
 
-def weighted_quantile(values: Sequence[float], weights: np.ndarray, q: float) -> float:
+def weighted_quantile(values: Sequence[float] | np.ndarray, weights: np.ndarray,
+                      q: float) -> float:
     """The smallest value whose cumulative weight reaches q (an observed value, never between
     two: S* lives on the grid)."""
     order = np.argsort(values, kind="stable")

@@ -55,7 +55,8 @@ class VertexFit:
         """Mask of the sizes in ``params`` (N) that this parabola was fitted to."""
         log_n = np.log(np.asarray(params, dtype=np.float64))
         used = np.log(self.sizes_used)
-        return np.isclose(log_n[:, None], used[None, :], rtol=0, atol=1e-9).any(axis=1)
+        close = np.isclose(log_n[:, None], used[None, :], rtol=0, atol=1e-9)
+        return np.asarray(close.any(axis=1))
 
 
 @dataclass

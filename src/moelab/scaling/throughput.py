@@ -42,6 +42,7 @@ import json
 import math
 from dataclasses import dataclass, field, fields
 from pathlib import Path
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -319,6 +320,8 @@ def _checked_row(path: Path, index: int, row) -> ThroughputRow:
         if key in ("k", "tokens_per_step") and value in (None, ""):
             continue
         try:
+            if value is None:
+                raise TypeError(key)
             number = float(value)
         except (TypeError, ValueError):
             raise MoelabError(f"{where}: {key}={short_repr(value)} is invalid: expected a number") from None
@@ -375,7 +378,7 @@ def table_top_k(rows: list[ThroughputRow], source: str) -> int:
     return values.pop() if values else 1
 
 
-def moe_versus_dense(rows: list[ThroughputRow]) -> list[DenseComparison]:
+def moe_versus_dense(rows: Sequence[ThroughputRow]) -> list[DenseComparison]:
     """Per sparse row, two measured ratios (no model): its tokens/s over the dense model of the
     same total size (nearest dense N_total within 5 %), and its step time over a dense step of
     equal FLOPs (the dense rows' seconds per token interpolated log-log at its N_active; None

@@ -1,28 +1,26 @@
 """A study's results, computed from its run folders alone.
 
-``aggregate`` turns the complete runs (``moelab.study.finished_runs``) into the per-arm seed
+``aggregate`` turns a study folder's complete runs (``moelab.study.folder``) into the per-arm seed
 statistics and the per-criterion comparisons (paired and Welch) that results.json,
 results.csv and the report show. The gaps of every budget and criterion are one family of
 tests, the zero-shot comparisons another: each verdict uses its Holm-adjusted p. Nothing here
-trains or reads anything but those files (and ``plan.json`` for the arm order and the runs that
-are missing).
+trains or reads a file: the folder was read once, by the command (``StudyFolder``), with its
+``plan.json`` (the arm order and the runs that are missing) and its failures.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 import numpy as np
 
 from moelab.config import ModelConfig, to_dict
-from moelab.runs import read_failures
 from moelab.runs.families import count_family_tokens, planned_branch_steps
 from moelab.study.arms import COMPARED_ARMS, COMPUTE_ARM, LADDER_RUNGS, MOE_ARM, STUDY_CRITERIA
 from moelab.runs.tokens import format_token_count
-from moelab.study.finished_runs import RunRecord, read_plan
-from moelab.study.study_results import (
+from moelab.study.folder import CompleteRun, StudyFolder
+from moelab.study.results import (
     ROUTING_KEYS, RUN_FIELDS, SEED_STATISTICS, SIZE_FIELDS, ArmResult, BudgetFamilyTokens,
     BudgetResults, RoutingResult, RunResult, StudyResults, json_safe,
 )
@@ -32,11 +30,11 @@ from moelab.study.gaps import adjust_family, compare
 from moelab.study.zero_shot import adjust_comparisons, zero_shot_result
 
 
-def aggregate(study_dir: Path, records: list[RunRecord]) -> StudyResults:
+def aggregate(folder: StudyFolder) -> StudyResults:
     """Per-arm statistics and gaps (per budget in a sweep), NaN-free as results.json holds them."""
-    plan = read_plan(study_dir)
-    arm_names = _arm_order([arm["name"] for arm in plan.get("arms", [])], {r.arm for r in records})
-    kind = plan.get("kind") or ("ablation" if set(arm_names) <= set(LADDER_RUNGS) else "study")
+    records = folder.runs
+    arm_names = _arm_order(folder.planned_arms, {r.arm for r in records})
+    kind = folder.kind or ("ablation" if set(arm_names) <= set(LADDER_RUNGS) else "study")
     budgets = sorted({r.budget for r in records if r.budget is not None})
     groups = adjust_families(
         [budget_results(arm_names, [r for r in records if r.budget == b], b) for b in budgets]
@@ -44,14 +42,14 @@ def aggregate(study_dir: Path, records: list[RunRecord]) -> StudyResults:
     complete = {r.name for r in records}
     return json_safe(StudyResults(
         kind=kind,
-        study_dir=study_dir.resolve().name,
+        study_dir=folder.name,
         seeds=sorted({r.seed for r in records}),
         criteria=[c for c, pair in COMPARED_ARMS.items() if set(pair) <= set(arm_names)],
         final=groups[-1],  # the largest budget of a sweep
         budgets=groups if budgets else [],
-        missing_runs=[run["name"] for run in plan.get("runs", []) if run["name"] not in complete],
-        failed_runs=read_failures(study_dir),
-        budget_family=budget_family_tokens(plan, records),
+        missing_runs=[name for name in folder.planned_runs if name not in complete],
+        failed_runs=dict(folder.failures),
+        budget_family=budget_family_tokens(folder.plan, records),
     ))
 
 
@@ -77,14 +75,14 @@ def adjust_families(groups: list[BudgetResults]) -> list[BudgetResults]:
     ) for i, group in enumerate(groups)]
 
 
-def budget_family_tokens(plan: dict, records: list[RunRecord]) -> Optional[BudgetFamilyTokens]:
+def budget_family_tokens(plan: dict, records: list[CompleteRun]) -> Optional[BudgetFamilyTokens]:
     """Under a wsd budget family (plan.json names each branch's source and step): the tokens
     the complete runs trained, against one run per budget from scratch; None without branches."""
     branch_steps = planned_branch_steps(plan)
     if not branch_steps:
         return None
 
-    def tokens(record: RunRecord) -> tuple[str, int, int]:
+    def tokens(record: CompleteRun) -> tuple[str, int, int]:
         total, steps = record.summary.tokens or 0, record.summary.steps or 1
         return record.name, total, record.summary.tokens_per_step or total // steps
 
@@ -100,7 +98,7 @@ def _arm_order(planned: list[str], present: set[str]) -> list[str]:
     return ordered + sorted(present - set(ordered))
 
 
-def budget_results(arm_names: list[str], records: list[RunRecord],
+def budget_results(arm_names: list[str], records: list[CompleteRun],
                    budget: Optional[int]) -> BudgetResults:
     """The arms present among ``records`` and the MoE against each dense arm."""
     arms = {}
@@ -120,15 +118,15 @@ def budget_results(arm_names: list[str], records: list[RunRecord],
     return BudgetResults(budget, label, arms, gaps, zero_shot_result(arm_names, records), steps)
 
 
-def arm_result(arm: str, records: list[RunRecord]) -> ArmResult:
+def arm_result(arm: str, records: list[CompleteRun]) -> ArmResult:
     """Seed statistics, sizes, routing and the per-run numbers of one arm (run files only)."""
     first = records[0].summary
     runs = [RunResult(r.seed, r.run_dir.as_posix(), *(getattr(r.summary, k) for k in RUN_FIELDS))
             for r in records]
     model = records[0].config.model
-    statistics = {key: summarize([getattr(run, key) for run in runs
-                                  if getattr(run, key) is not None])
-                  for key in SEED_STATISTICS}
+    statistics: dict[str, Any] = {
+        key: summarize([getattr(run, key) for run in runs if getattr(run, key) is not None])
+        for key in SEED_STATISTICS}
     return ArmResult(
         description=describe_model(model),
         criterion=_criterion_of(arm),
@@ -159,12 +157,12 @@ def describe_model(model: ModelConfig) -> str:
     return f"dense, d_ff={model.d_ff}"
 
 
-def routing_result(records: list[RunRecord]) -> RoutingResult:
+def routing_result(records: list[CompleteRun]) -> RoutingResult:
     """Final routing diagnostics: mean over layers, then mean over seeds; the worst layer too."""
     per_run = [r.summary.routing for r in records]
     if not any(per_run):
         return RoutingResult()
-    means = {}
+    means: dict[str, Any] = {}
     for key in ROUTING_KEYS:
         layer_means = [np.mean([layer[key] for layer in layers]) for layers in per_run
                        if layers and all(key in layer for layer in layers)]
@@ -183,8 +181,9 @@ def routing_result(records: list[RunRecord]) -> RoutingResult:
         result.dead_experts_per_layer = np.mean(dead, axis=0).tolist()
         result.dead_experts = float(sum(result.dead_experts_per_layer))
     loads = [layer_loads(layers) for layers in per_run]
-    if all(load is not None for load in loads):
-        result.expert_load = np.mean(loads, axis=0).tolist()  # (layers, experts)
+    recorded = [load for load in loads if load is not None]
+    if len(recorded) == len(loads):
+        result.expert_load = np.mean(recorded, axis=0).tolist()  # (layers, experts)
     return result
 
 

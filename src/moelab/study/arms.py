@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 from typing import Optional
 
 from moelab.accounting import count_params, equal_compute_tokens, match_dense
-from moelab.config import Config, ModelConfig
+from moelab.config import BalanceMode, Config, LbScope, ModelConfig, MoEConfig
 from moelab.errors import ConfigError, MoelabError, short_repr
 
 MOE_ARM = "moe"
@@ -100,19 +100,20 @@ def parse_criteria(text: str, key: str = "--criteria") -> list[str]:
     return check_criteria(criteria)
 
 
-def require_moe(config: Config) -> None:
+def require_moe(config: Config) -> MoEConfig:
+    """The base config's MoE section; a study of a dense base config is a ConfigError."""
     if config.model.moe is None:
         raise ConfigError(
             "model.moe=null is invalid for a study: the base config must be an MoE "
             "(the dense arms are derived from it)"
         )
+    return config.model.moe
 
 
 def study_arms(config: Config, criteria: list[str], match_step: int = 32) -> list[Arm]:
     """The MoE arm, then one matched dense arm per parameter criterion; ``compute`` adds the
     equal-compute MoE arm (and dense_total, its comparison, when ``total`` is not asked)."""
-    require_moe(config)
-    moe = config.model.moe
+    moe = require_moe(config)
     shared = f" + {moe.num_shared_experts} shared" if moe.num_shared_experts else ""
     description = f"MoE, {moe.num_experts} experts, top-{moe.top_k}{shared}"
     criteria = check_criteria(criteria)
@@ -140,10 +141,12 @@ def equal_compute_arm(config: Config, dense: ModelConfig, description: str) -> A
     its mismatch is that of the FLOPs at the config's token budget, from whole steps."""
     arm = Arm(COMPUTE_ARM, config, "compute", flops_of=dense)
     tokens_per_step = config.train.batch_size * config.model.max_seq_len
+    # What arm.run_tokens(None) gives: the MoE's tokens at dense's FLOPs at train.max_tokens.
+    tokens = equal_compute_tokens(config.model, dense, config.train.max_tokens, tokens_per_step)
     dense_flops = count_params(dense).active * (config.train.max_tokens // tokens_per_step)
-    moe_flops = count_params(config.model).active * (arm.run_tokens(None) // tokens_per_step)
+    moe_flops = count_params(config.model).active * (tokens // tokens_per_step)
     arm.mismatch = (moe_flops - dense_flops) / dense_flops
-    arm.description = (f"{description}, {arm.run_tokens(None):,} tokens: dense_total's "
+    arm.description = (f"{description}, {tokens:,} tokens: dense_total's "
                        "training FLOPs (6N x tokens)")
     return arm
 
@@ -152,18 +155,18 @@ def ladder_arms(config: Config) -> list[Arm]:
     """The routing-stability ladder: naive top-1, + Switch LB, top-2, + router z-loss, then the
     balancing variants at top-2 + z-loss: the Switch loss over the global batch, and the
     aux-loss-free bias instead of the loss."""
-    require_moe(config)
-    if config.model.moe.num_experts < 2:
+    base_moe = require_moe(config)
+    if base_moe.num_experts < 2:
         raise ConfigError(
-            f"model.moe.num_experts={config.model.moe.num_experts} is invalid for the routing "
+            f"model.moe.num_experts={base_moe.num_experts} is invalid for the routing "
             "ladder: top-2 needs at least 2 experts"
         )
-    lb = config.model.moe.lb_coef or DEFAULT_LB_COEF
-    z = config.model.moe.z_coef or DEFAULT_Z_COEF
+    lb = base_moe.lb_coef or DEFAULT_LB_COEF
+    z = base_moe.z_coef or DEFAULT_Z_COEF
     # top_k, lb_coef, z_coef, lb_scope, balance. Every rung sets all five, so a base config's
     # lb_scope or balance reaches no rung that does not name it. The bias rung has no balancing
     # loss in its objective (balance: bias), so its lb_coef is 0.
-    settings = {
+    settings: dict[str, tuple[int, float, float, LbScope, BalanceMode]] = {
         "naive_top1": (1, 0.0, 0.0, "micro_batch", "aux_loss"),
         "top1_lb": (1, lb, 0.0, "micro_batch", "aux_loss"),
         "top2_lb": (2, lb, 0.0, "micro_batch", "aux_loss"),
@@ -174,7 +177,7 @@ def ladder_arms(config: Config) -> list[Arm]:
     arms = []
     for name in LADDER_RUNGS:
         top_k, lb_coef, z_coef, lb_scope, balance = settings[name]
-        moe = replace(config.model.moe, top_k=top_k, lb_coef=lb_coef, z_coef=z_coef,
+        moe = replace(base_moe, top_k=top_k, lb_coef=lb_coef, z_coef=z_coef,
                       lb_scope=lb_scope, balance=balance)
         rung_config = with_model(config, replace(config.model, moe=moe))
         arms.append(Arm(name, rung_config, description=LADDER_DESCRIPTIONS[name]))

@@ -23,14 +23,14 @@ from moelab.runs.training import TrainFn
 from moelab.study.arms import Arm, ladder_arms, study_arms
 from moelab.study import tuning as tuning_module
 from moelab.study.plan import check_same_study, check_study_files, plan_runs, write_plan
-from moelab.study.finished_runs import find_runs, read_plan
+from moelab.study.folder import StudyFolder, read_complete_runs, read_plan
 from moelab.study.rounds import (
     RECORD_KEY as ROUNDS_KEY, UntilResolved, all_stopped, analyse, check_same_design,
     comparison_keys, sequential_record,
 )
 from moelab.study.tuning import LrTuning, with_arm_lrs
 from moelab.study.report import write_outputs
-from moelab.study.study_results import StudyResults
+from moelab.study.results import StudyResults
 from moelab.study.settings import StudySettings
 
 
@@ -42,12 +42,12 @@ def plan(kind: str, config: Config, settings: StudySettings,
     if lrs is not None:
         arms = with_arm_lrs(arms, lrs)
     tokens_per_step = config.train.batch_size * config.model.max_seq_len  # the same for every arm
-    for budget in settings.budgets:
+    for budget in settings.budget_list:
         if budget < tokens_per_step:
             raise MoelabError(
                 f"token budget {budget} is invalid: less than one step of batch_size x "
                 f"max_seq_len = {tokens_per_step} tokens (every run of it would fail)")
-    return arms, plan_runs(arms, settings.seed_list(config.train.seed), settings.budgets)
+    return arms, plan_runs(arms, settings.seed_list(config.train.seed), settings.budget_list)
 
 
 def plan_arms(kind: str, config: Config, settings: StudySettings) -> list[Arm]:
@@ -102,7 +102,7 @@ def run_study(kind: str, config: Config, settings: StudySettings, study_dir: Pat
     specs = write_study_plan(kind, config, settings, study_dir, lrs, extra)
     train_study(config, study_dir, specs, launcher, log)
     check_study_files(study_dir)
-    return write_outputs(study_dir)
+    return write_outputs(StudyFolder.read(study_dir))
 
 
 def train_study(config: Config, study_dir: Path, specs: list[RunSpec], launcher,
@@ -128,7 +128,7 @@ def choose_arm_lrs(kind: str, config: Config, settings: StudySettings, study_dir
     check_same_study(study_dir, kind, config, [])  # before select/ is written into the folder
     specs_by_lr = tuning_module.selection_specs(
         lambda base: plan_arms(kind, base, settings), selection_seeds, tuning, config,
-        settings.budgets)
+        settings.budget_list)
     tuning_module.check_selection_folders(study_dir, kind, config, specs_by_lr)
     if any(not is_complete(study_dir / SELECTION_FOLDER / lr_folder(lr) / spec.run_dir)
            for lr, specs in specs_by_lr.items() for spec in specs):
@@ -147,7 +147,7 @@ def run_rounds(kind: str, config: Config, settings: StudySettings, study_dir: Pa
                extra: dict) -> StudyResults:
     """Round after round: plan the look's seeds, train them, read every comparison's repeated
     interval; stop when each is decided or at the design's last look."""
-    keys = comparison_keys(plan_arms_criteria(kind, config, settings), settings.budgets)
+    keys = comparison_keys(plan_arms_criteria(kind, config, settings), settings.budget_list)
     design = options.design(settings.seeds, len(keys))
     old_plan = read_plan(study_dir) if (study_dir / "plan.json").is_file() else {}
     check_same_design(old_plan, sequential_record(design, seed_order, keys, 0))
@@ -161,14 +161,14 @@ def run_rounds(kind: str, config: Config, settings: StudySettings, study_dir: Pa
         extra[ROUNDS_KEY] = to_json(record)
         plan_record = read_plan(study_dir)
         atomic_write_json(study_dir / "plan.json", {**plan_record, ROUNDS_KEY: extra[ROUNDS_KEY]})
-        comparisons = analyse(record, find_runs(study_dir))
+        comparisons = analyse(record, read_complete_runs(study_dir))
         for c in comparisons:
             if c.outcome.stopped_at == look:
                 log(f"  {c.criterion}: {c.outcome.reason} at round {look + 1}")
         if all_stopped(comparisons):
             break
     check_study_files(study_dir)
-    return write_outputs(study_dir)
+    return write_outputs(StudyFolder.read(study_dir))
 
 
 def plan_arms_criteria(kind: str, config: Config, settings: StudySettings) -> list[str]:

@@ -27,7 +27,7 @@ from moelab.runs.lr_grid import (
     SELECTION_FOLDER, LrChoice, check_disjoint, lr_folder, read_choices, require_choices,
     run_selection, selection_record,
 )
-from moelab.study.study_results import json_safe
+from moelab.study.results import json_safe
 from moelab.stats.intervals import summarize
 from moelab.study.gaps import Gap, compare
 from moelab.study.tuning import LrTuning, with_lr
@@ -133,8 +133,9 @@ def compare_runs(folder: Path, specs: list[RunSpec], labels: dict[str, str],
     missing = []
     for spec in specs:
         run = RunFolder(folder / spec.run_dir)
-        if run.is_complete():
-            losses[spec.labels["side"]][spec.labels["seed"]] = float(run.summary().best_val_loss)
+        summary = run.summary() if run.is_complete() else None
+        if summary is not None and summary.best_val_loss is not None:
+            losses[spec.labels["side"]][spec.labels["seed"]] = float(summary.best_val_loss)
         else:
             missing.append(spec.name)
     if not all(losses.values()):

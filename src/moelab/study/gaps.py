@@ -40,7 +40,7 @@ class Gap:
 
     ``gap``, ``ci_low``, ``ci_high`` and ``p_value`` are those of ``test``, the one the verdict
     used. A statistic that cannot be computed is NaN here, and None in a study's results
-    (``moelab.study.study_results.json_safe``), as in results.json.
+    (``moelab.study.results.json_safe``), as in results.json.
     """
 
     criterion: str

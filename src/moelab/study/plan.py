@@ -55,7 +55,8 @@ def plan_runs(arms: list[Arm], seeds: list[int], budgets: list[int]) -> list[Run
     (``moelab.runs.families``): the largest trained in full, the others branching from it.
     """
     specs = []
-    for budget in budgets or [None]:
+    each_budget: list[Optional[int]] = [*budgets] or [None]
+    for budget in each_budget:
         for seed in seeds:
             for arm in arms:
                 specs.append(RunSpec(run_name(arm.name, seed, budget),

@@ -30,8 +30,8 @@ from moelab.report import format_mean_std, format_number, format_p_value, markdo
 from moelab.runs.tokens import format_token_count
 from moelab.study.aggregate import aggregate
 from moelab.study.arms import COMPARED_ARMS
-from moelab.study.finished_runs import find_runs
-from moelab.study.study_results import ResultsBudget, json_safe, read_results_json
+from moelab.study.folder import StudyFolder
+from moelab.study.results import ResultsBudget, json_safe, read_results_json
 from moelab.stats.intervals import summarize
 from moelab.study.gaps import Gap, adjust_family, compare
 
@@ -118,22 +118,18 @@ def read_source(path: Path) -> StudySource:
     raise MoelabError(f"{path} does not exist: give a study folder or its results.json")
 
 
-def _read_folder(folder: Path) -> StudySource:
-    if not (folder / "runs").is_dir():
-        raise MoelabError(f"{folder} is not a study folder: it has no runs/ folder")
-    records = find_runs(folder)
-    if not records:
-        raise MoelabError(f"{folder} has no complete runs yet: nothing to pool")
+def _read_folder(path: Path) -> StudySource:
+    folder = StudyFolder.read(path, purpose="pool")
     config_design: dict[str, set] = {}
-    for record in records:
+    for record in folder.runs:
         for key, value in _flatten(without_logging(to_dict(record.config))).items():
             if key not in NOT_DESIGN and not key.startswith("model."):  # model: per arm, below
                 config_design.setdefault(key, set()).add(json.dumps(value))
     # A key whose value varies within the study (train.max_tokens over budgets) is the set.
     config = {key: [json.loads(v) for v in sorted(values)] if len(values) > 1
               else json.loads(next(iter(values))) for key, values in config_design.items()}
-    results = aggregate(folder, records).to_dict()
-    return _from_results(str(folder), results, config, from_folder=True)
+    results = aggregate(folder).to_dict()
+    return _from_results(str(path), results, config, from_folder=True)
 
 
 def _from_results(name: str, raw_results: Any, config_design: dict,

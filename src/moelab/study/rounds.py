@@ -8,7 +8,7 @@ once it is resolved (the interval excludes 0) or smaller than the threshold (the
 inside +- threshold), and the study stops once every comparison has, or at the maximum. Every
 arm trains every seed of a round, so the paired tests of the rest of the report keep their
 pairs. plan.json keeps the design and the rounds run (``sequential``); the report recomputes
-every look from the run folders.
+every look from the run folders (``moelab.study.analyses.rounds``).
 """
 
 from __future__ import annotations
@@ -19,12 +19,11 @@ from typing import Optional
 
 from moelab.codec import from_json
 from moelab.errors import MoelabError
-from moelab.report import format_number, markdown_table
 from moelab.stats.sequential import (
     METHOD, SequentialDesign, SequentialOutcome, round_looks, run_looks,
 )
 from moelab.study.arms import COMPARED_ARMS
-from moelab.study.finished_runs import RunRecord
+from moelab.study.folder import CompleteRun
 from moelab.stats.intervals import ALPHA
 
 RECORD_KEY = "sequential"
@@ -44,9 +43,10 @@ class UntilResolved:
     round_seeds: int = DEFAULT_ROUND_SEEDS
     alpha: float = ALPHA
 
-    def check(self, first_seeds: int | list[int]) -> None:
-        """One line naming the bad value: the first round is a count of at least 2 seeds, the
-        maximum above it, a positive finite threshold, rounds of at least one seed."""
+    def check(self, first_seeds: int | list[int]) -> int:
+        """The first round's seed count; one line naming the bad value: the first round is a
+        count of at least 2 seeds, the maximum above it, a positive finite threshold, rounds of
+        at least one seed."""
         if not isinstance(first_seeds, int) or first_seeds < 2:
             raise MoelabError(f"--seeds={first_seeds} is invalid with --until-resolved: the first "
                               "round is a seed count of at least 2 (train.seed, train.seed + 1, "
@@ -59,16 +59,19 @@ class UntilResolved:
                               "in nats/token, e.g. 0.01")
         if self.round_seeds < 1:
             raise MoelabError(f"--round-seeds={self.round_seeds} is invalid: allowed 1 or more")
+        return first_seeds
 
-    def design(self, first_seeds: int, comparisons: int) -> SequentialDesign:
-        return SequentialDesign(round_looks(first_seeds, self.round_seeds, self.max_seeds),
+    def design(self, first_seeds: int | list[int], comparisons: int) -> SequentialDesign:
+        first = self.check(first_seeds)
+        return SequentialDesign(round_looks(first, self.round_seeds, self.max_seeds),
                                 self.alpha, self.threshold, comparisons)
 
 
 def comparison_keys(criteria: list[str], budgets: list[int]) -> list[tuple[Optional[int], str]]:
     """(budget, criterion) of every comparison the rounds decide: the family, fixed in
     advance."""
-    return [(budget, criterion) for budget in (budgets or [None]) for criterion in criteria]
+    each_budget: list[Optional[int]] = [*budgets] or [None]
+    return [(budget, criterion) for budget in each_budget for criterion in criteria]
 
 
 @dataclass
@@ -141,7 +144,7 @@ class ComparisonRounds:
     outcome: SequentialOutcome
 
 
-def analyse(record: SequentialRecord, records: list[RunRecord]) -> list[ComparisonRounds]:
+def analyse(record: SequentialRecord, records: list[CompleteRun]) -> list[ComparisonRounds]:
     """Every planned comparison read look by look from the complete runs, up to the rounds
     run: where it stopped and why."""
     design, order = record.design, record.seed_order
@@ -150,7 +153,8 @@ def analyse(record: SequentialRecord, records: list[RunRecord]) -> list[Comparis
     for entry in record.comparisons_planned:
         budget, criterion = entry.budget, entry.criterion
         moe_arm, dense_arm = COMPARED_ARMS[criterion]
-        loss = {(r.arm, r.seed): r.summary.best_val_loss for r in records if r.budget == budget}
+        loss = {(r.arm, r.seed): r.summary.best_val_loss for r in records
+                if r.budget == budget and r.summary.best_val_loss is not None}
         by_look = []
         for n in looks:
             by_look.append([loss[dense_arm, seed] - loss[moe_arm, seed] for seed in order[:n]
@@ -162,64 +166,3 @@ def analyse(record: SequentialRecord, records: list[RunRecord]) -> list[Comparis
 
 def all_stopped(comparisons: list[ComparisonRounds]) -> bool:
     return all(c.outcome.reason is not None for c in comparisons)
-
-
-def rounds_json(record: SequentialRecord, comparisons: list[ComparisonRounds]) -> dict:
-    return {
-        "method": METHOD, "alpha": record.alpha, "threshold": record.threshold,
-        "alpha_per_comparison": record.alpha_per_comparison, "looks": record.looks,
-        "rounds_run": record.rounds_run,
-        "comparisons": [{
-            "budget": c.budget, "criterion": c.criterion, "moe_arm": c.moe_arm,
-            "dense_arm": c.dense_arm,
-            "stopped_at_round": None if c.outcome.stopped_at is None else c.outcome.stopped_at + 1,
-            "reason": c.outcome.reason,
-            "looks": [{"round": look.look + 1, "n": look.n, "gap": _finite(look.mean),
-                       "low": _finite(look.low), "high": _finite(look.high)}
-                      for look in c.outcome.looks],
-        } for c in comparisons],
-    }
-
-
-def _finite(value: float) -> Optional[float]:
-    return value if math.isfinite(value) else None
-
-
-def rounds_section(record: SequentialRecord, comparisons: list[ComparisonRounds]) -> str:
-    """Where each comparison stopped, why, and its interval at every look."""
-    looks = record.looks
-    rows = []
-    for c in comparisons:
-        name = f"{c.criterion}" + ("" if c.budget is None else f" @ {c.budget:,} tokens")
-        for look in c.outcome.looks:
-            stop = look.look == c.outcome.stopped_at
-            rows.append([name, f"{look.look + 1} ({look.n} seeds)", format_number(look.mean),
-                         f"[{_bound(look.low)}, {_bound(look.high)}]",
-                         c.outcome.reason if stop else ""])
-    table = markdown_table(["comparison (dense - moe)", "round", "gap", "repeated 95% interval",
-                            "stopped"], rows, "llrrl")
-    summary = []
-    for c in comparisons:
-        name = c.criterion + ("" if c.budget is None else f" @ {c.budget:,} tokens")
-        if c.outcome.reason is None:
-            summary.append(f"- {name}: still open after round {record.rounds_run}")
-        else:
-            summary.append(f"- {name}: stopped at round {c.outcome.stopped_at + 1} "
-                           f"({c.outcome.final.n} seeds): {c.outcome.reason}")
-    return "\n".join([
-        "## Seeds until resolved\n",
-        f"Method: {METHOD}. Seeds per look: {', '.join(str(n) for n in looks)} (fixed before "
-        f"the first run); two-sided alpha {record.alpha:g}, split over "
-        f"{record.comparisons} comparisons ({record.alpha_per_comparison:.3g} each); "
-        f"practical threshold {record.threshold:g} nats/token. A comparison stops when its "
-        "repeated interval excludes 0 (resolved) or lies inside +- the threshold (smaller than "
-        "threshold); the intervals of all looks hold together, so stopping on them keeps the "
-        f"error rate. Rounds run: {record.rounds_run}.\n",
-        *summary, "", table, "",
-        "The fixed-sample tests of the other sections (paired t, Holm) do not account for this "
-        "optional stopping: read the decisions from this section.\n",
-    ])
-
-
-def _bound(value: float) -> str:
-    return format_number(value) if math.isfinite(value) else "∞" if value > 0 else "-∞"

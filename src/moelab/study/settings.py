@@ -117,6 +117,11 @@ class StudySettings:
         self.eval_tasks = list(dict.fromkeys(self.eval_tasks))
         return self
 
+    @property
+    def budget_list(self) -> list[int]:
+        """The token budgets, smallest first; [] for train.max_tokens only (null reads as [])."""
+        return list(self.budgets or [])
+
     def seed_list(self, base_seed: int) -> list[int]:
         """The seeds every arm runs, counted from ``base_seed`` (train.seed) for a count."""
         if isinstance(self.seeds, int):
@@ -135,7 +140,7 @@ class StudySettings:
         """Budgets within train.max_tokens' sanity cap and a seed count that is a study, checked
         before any plan is written (a budget of 1e400 tokens is a whole number too); the keys
         name where the values came from (``--budgets`` or the preset)."""
-        for budget in self.budgets:
+        for budget in self.budget_list:
             if budget > MAX_TOKENS:
                 shown = budget if budget < 10**20 else f"~1e{len(str(budget)) - 1}"  # no float cast
                 raise MoelabError(f"{budgets_key}: token budget {shown} is invalid: allowed up "

@@ -6,22 +6,21 @@ loss wins (``moelab.runs.lr_grid``); then the study runs on its reporting seeds,
 the selection seeds, each arm at its own lr. The equal-compute arm ``moe_compute`` is the MoE
 (same model, same recipe) trained on more tokens: it is not tuned, it takes the ``moe`` arm's
 lr (``SHARED_LR``). With token budgets the lrs are chosen at the largest budget and used at
-every budget. plan.json keeps the selection (``lr_selection``); the report reads the choices
-back from the selection runs' folders.
+every budget. plan.json keeps the selection (``lr_selection``); the study folder reads the
+choices back from the selection runs' folders (``StudyFolder.lr_choices``) and the report shows
+them (``moelab.study.analyses.lr_tuning``).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Optional
 
-from moelab.codec import from_json, to_json
 from moelab.config import Config
-from moelab.report import format_number, markdown_table
 from moelab.runs.lr_grid import (
-    DEFAULT_SELECTION_SEEDS, SELECTION_FOLDER, LrChoice, SelectionRecord,
-    default_selection_seeds, lr_folder, read_choices, selection_record,
+    DEFAULT_SELECTION_SEEDS, SELECTION_FOLDER, default_selection_seeds, lr_folder,
+    selection_record,
 )
 from moelab.runs.spec import RunSpec
 from moelab.study.arms import COMPUTE_ARM, MOE_ARM, Arm
@@ -92,75 +91,3 @@ def tuning_record(tuning: LrTuning, seeds: list[int],
                   specs_by_lr: dict[float, list[RunSpec]]) -> dict:
     return {**selection_record(tuning.grid, seeds, specs_by_lr, lambda spec: spec.labels["arm"]),
             "shared": dict(SHARED_LR)}
-
-
-# --------------------------------------------------------------------------------------------
-# The report
-# --------------------------------------------------------------------------------------------
-
-
-@dataclass
-class StudySelection(SelectionRecord):
-    """A study's selection record: the arms that take a partner's lr untuned, too."""
-
-    shared: dict[str, str] = field(default_factory=dict)
-    """Untuned arm -> the arm whose lr it takes (``SHARED_LR``)."""
-
-
-def read_study_selection(plan: dict) -> StudySelection:
-    return from_json(StudySelection, plan[RECORD_KEY])
-
-
-def read_tuning(study_dir: Path, plan: dict) -> Optional[dict[str, LrChoice]]:
-    record = plan.get(RECORD_KEY)
-    return None if not record else read_choices(study_dir, record)
-
-
-def tuning_json(plan: dict, choices: dict[str, LrChoice], reporting_seeds: list[int]) -> dict:
-    """results.json's ``lr_selection``: every arm's table and choice, which seeds chose and
-    which report."""
-    selection = read_study_selection(plan)
-    return {"grid": selection.grid, "selection_seeds": selection.seeds,
-            "reporting_seeds": list(reporting_seeds), "metric": selection.metric,
-            "shared": selection.shared,
-            "arms": {unit: to_json(choice) for unit, choice in choices.items()}}
-
-
-def tuning_section(plan: dict, choices: dict[str, LrChoice], reporting_seeds: list[int]) -> str:
-    """The selection table (arm x lr x selection seed), each arm's lr, the edge flags, and
-    which seeds chose and which report."""
-    selection = read_study_selection(plan)
-    grid, seeds = selection.grid, selection.seeds
-    rows = []
-    for unit, choice in choices.items():
-        for lr in grid:
-            cells = [_loss(choice.losses.get(lr, {}).get(seed)) for seed in seeds]
-            mean = choice.means.get(lr)
-            mark = " (chosen)" if lr == choice.lr else ""
-            rows.append([unit, f"{lr:g}{mark}", *cells, _loss(mean)])
-    table = markdown_table(["arm", "lr", *[f"seed {s}" for s in seeds], "mean"], rows,
-                           "ll" + "r" * (len(seeds) + 1))
-    lines = ["## Learning rate per arm\n",
-             f"Each arm's peak lr was chosen from the grid {', '.join(f'{lr:g}' for lr in grid)} "
-             f"by the lowest mean best validation loss over the selection seeds "
-             f"{', '.join(str(s) for s in seeds)}; the runs of every other section used the "
-             f"reporting seeds {', '.join(str(s) for s in reporting_seeds)}, which chose nothing. "
-             f"Selection runs: `{SELECTION_FOLDER}/lr<X>/runs/`; a missing loss (–) is a run that "
-             "failed or is not complete, and its lr could not be chosen.\n", table, ""]
-    for unit, choice in choices.items():
-        chosen = "none (no lr has every selection seed)" if choice.lr is None else f"{choice.lr:g}"
-        edge = (f" **at the grid's {choice.edge} lr: the best lr may lie beyond the grid; "
-                "read this arm's loss as an upper bound of its tuned loss**" if choice.edge else "")
-        lines.append(f"- {unit}: lr {chosen}{edge}")
-    planned_arms = {arm.get("name") for arm in plan.get("arms", [])}
-    for untuned, partner in selection.shared.items():
-        if partner in choices and untuned in planned_arms:
-            lines.append(f"- {untuned}: not tuned, it takes {partner}'s lr (the same model and "
-                         "recipe, trained on more tokens)")
-    lines.append("\nWarmup, head tying, batch size and every other setting stay shared by all "
-                 "arms.\n")
-    return "\n".join(lines)
-
-
-def _loss(value: Optional[float]) -> str:
-    return "–" if value is None else format_number(value)

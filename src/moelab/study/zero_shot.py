@@ -23,7 +23,7 @@ from moelab.stats.multiple import family_label, holm
 from moelab.stats.t_tests import paired_difference
 from moelab.study.arms import COMPARED_ARMS
 from moelab.study.gaps import decide
-from moelab.study.finished_runs import RunRecord
+from moelab.study.folder import CompleteRun
 from moelab.tasks import TASK_NAMES
 
 
@@ -33,10 +33,11 @@ class TaskRunResult:
 
     seed: int
     run_dir: str
-    accuracy: Optional[float]
+    accuracy: float
+    """Every entry of a tasks.json has it, and its chance (``moelab.tasks.read_run_tasks``)."""
     correct: Optional[int]
     items: Optional[int]
-    chance: Optional[float]
+    chance: float
     step: Optional[int]
 
 
@@ -90,7 +91,7 @@ class TaskResult:
     comparisons: dict[str, AccuracyComparison]
 
 
-def zero_shot_result(arm_names: list[str], records: list[RunRecord]) -> dict[str, TaskResult]:
+def zero_shot_result(arm_names: list[str], records: list[CompleteRun]) -> dict[str, TaskResult]:
     """Per task the runs scored: each arm's accuracy over seeds and, per criterion, the paired
     MoE - dense accuracy difference (from the runs' tasks.json only); {} when none scored any."""
     result = {}
@@ -112,7 +113,7 @@ def zero_shot_result(arm_names: list[str], records: list[RunRecord]) -> dict[str
     return result
 
 
-def task_arm_result(task: str, records: list[RunRecord]) -> TaskArmResult:
+def task_arm_result(task: str, records: list[CompleteRun]) -> TaskArmResult:
     """One arm on one task: accuracy over seeds with its t interval, and the chance level."""
     runs = [TaskRunResult(r.seed, r.run_dir.as_posix(),
                           *(r.tasks[task].get(key) for key in RUN_TASK_FIELDS))

@@ -8,19 +8,17 @@ torch-free law maths below both (``moelab.scaling``):
                   ``--set`` pairs
     plan.py       every point as a config (the base config with its size, experts and budget),
                   the folder's grid.json, plan.json and configs/
-    tabulate.py   results.csv, rebuilt from the run folders alone; results_csv.py reads it
-                  back once, as typed rows (ResultRow)
+    tabulate.py   results.csv, rebuilt from the run folders alone; results_csv.py's ResultRow
+                  is its schema (the columns written) and its reader (typed rows)
     cost.py       the dry run's cost (runs, tokens, FLOPs, time from measured speeds);
                   merging.py ``moelab merge``: sweeps of one grid that differ in sparsities
     commands.py   run_sweep (plan, train, tabulate, analyse, report) and the report of a folder
-    folder.py     reading a sweep folder's files, each problem a one-line error
-    analysis.py   the law's form, fit and held-out check, IsoFLOP curves, throughput and optima
-                  from grid.json and results.csv, written as JSON files (SweepAnalysis, its
-                  typed records in analysis_records.py)
-    zero_shot.py  accuracy against S; finetune.py the fine-tuned loss and gain against S (a
-                  grid with ``finetune``: each run fine-tuned by one recipe, runs/finetune/)
-    report.py     report.md from those files alone; run_tables.py its sections on the runs,
-                  figures.py its figures
+    folder.py     SweepFolder: the folder read once (grid.json, plan.json, results.csv,
+                  analysis.json, the analyses' records), each problem a one-line error
+    analyses/     one module per analysis of the report (its record, compute, text and
+                  figure), listed once in ANALYSES in report order
+    analysis.py   the registry computed in order, written as JSON files and analysis.json
+    report.py     report.md: the registry rendered in order
     timing.py     ``moelab throughput``: a tokens/s table of the grid's shapes, without training
 
 See docs/scaling.md.

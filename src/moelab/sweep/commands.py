@@ -32,7 +32,7 @@ from moelab.sweep.plan import (
 )
 from moelab.sweep.tuning import SweepLrGrid
 from moelab.sweep.folder import read_results
-from moelab.sweep.report import render_sweep_report, write_sweep_report
+from moelab.sweep.report import load_sweep, render_sweep_report, sweep_inputs, write_sweep_report
 from moelab.sweep.tabulate import collect_results, write_results_csv
 
 
@@ -126,7 +126,7 @@ def write_sweep_outputs(out_dir: Path, grid: SweepGrid, points: list[SweepPoint]
         # failures.json lists the runs that raised; a run never started is not in it.
         where = ": see failures.json" if (out_dir / "failures.json").is_file() else ""
         log(f"{len(points) - len(rows)} of {len(points)} runs are not complete{where}")
-    return write_sweep_report(out_dir, bootstrap_replicates=bootstrap_replicates,
+    return write_sweep_report(sweep_inputs(out_dir, log), bootstrap_replicates=bootstrap_replicates,
                               max_starts=max_starts, log=log)
 
 
@@ -176,6 +176,6 @@ def report_from_stored_table(out_dir: Path, log: Callable[[str], None] = print,
     log(f"{out_dir} has none of its run folders: report.md and figures/ are rebuilt from the "
         "stored results.csv" + (" and fit files" if render_only else ""))
     if render_only:
-        return render_sweep_report(out_dir)
-    return write_sweep_report(out_dir, **{**recorded_fit_settings(out_dir), **(refit or {})},
-                              log=log)
+        return render_sweep_report(load_sweep(out_dir, log))
+    return write_sweep_report(sweep_inputs(out_dir, log),
+                              **{**recorded_fit_settings(out_dir), **(refit or {})}, log=log)

@@ -1,35 +1,151 @@
-"""A sweep folder's files, each problem a one-line error naming the file.
+"""A sweep folder read once, at the command boundary, into a typed ``SweepFolder``: grid.json,
+plan.json, results.csv (as ``ResultRow``s), analysis.json (``AnalysisSettings``), what the runs'
+tasks.json and the lr selection runs say, and the analyses' stored records (``Findings``).
 
-The analysis (``moelab.sweep.analysis``) and the report (``moelab.sweep.report``) read a sweep
-through these alone: ``grid.json`` (as moelab sweep-sparsity wrote it, or as a GridRecord),
-``results.csv`` and the analysis's JSON files, which are written and read back here as a
-``SweepAnalysis``. Neither imports the sweep runner.
+Every analysis (``moelab.sweep.analyses``) and the report take the folder object and read no
+file themselves; each problem with a file is a one-line error naming it. Writing the analyses'
+records back is ``store_findings``.
 """
 
 from __future__ import annotations
 
-from dataclasses import is_dataclass, replace
+import dataclasses
+import typing
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any, Optional
+
+import numpy as np
 
 from moelab.codec import from_json, to_json
 from moelab.errors import ConfigError, MoelabError, short_repr
 from moelab.fileio import atomic_write_json, read_json as read_json_file
-from moelab.scaling.fit_record import LawFit
-from moelab.scaling.table import RESULTS_CSV_COLUMNS, read_csv_rows
+from moelab.report.analysis import Analysis, Findings, figure_path
+from moelab.runs.lr_grid import LrChoice, read_choices
+from moelab.scaling.fit_record import OMIT_NONE
+from moelab.scaling.table import RESULTS_CSV_COLUMNS, fit_table_from_rows, read_csv_rows
 from moelab.sweep.grid import with_seeds_key
-from moelab.sweep.analysis_records import (
-    AnalysisStatus, FinetuneRecord, FixedSizeRecord, FormsRecord, FormTestsRecord, GridRecord,
-    IsoflopRecord, OptimaRecord, SweepAnalysis, SweepFit, TaskAccuracy, ThroughputRecord,
-)
-from moelab.sweep.results_csv import ResultsTable, parse_results
+from moelab.sweep.results_csv import ResultRow, ResultsTable, parse_results, task_column
+from moelab.tasks import TASK_NAMES, read_run_tasks
 
 SWEEP_FIT_COLUMNS = RESULTS_CSV_COLUMNS
 """How results.csv's columns map to the law's: N is the total parameter count."""
+LR_SELECTION_KEY = "lr_selection"
+"""plan.json's record of an ``--lr-grid`` selection."""
 
-GRID_FIELDS = {"name": str, "base": str, "sizes": list, "sparsities": list, "top_k": int,
-               "mode": str, "flops_budgets": list, "token_budgets": list, "seeds": list,
-               "holdout": str}
-"""The grid.json keys the analysis and the report read, with their types."""
+
+@dataclass
+class GridRecord:
+    """grid.json as the analysis and the report read it (``read_grid``): the keys they use,
+    each with the type it must have (``SweepGrid`` writes the whole grid)."""
+
+    name: str
+    base: str
+    sizes: list[dict]
+    sparsities: list[float]
+    top_k: int
+    mode: str
+    flops_budgets: list[float]
+    token_budgets: list[float]
+    seeds: list[int]
+    holdout: str
+
+    @classmethod
+    def from_dict(cls, record: dict) -> GridRecord:
+        return cls(**{f.name: record[f.name] for f in dataclasses.fields(cls)})
+
+    def describe(self) -> str:
+        budgets = (", ".join(f"{b:.3g} FLOPs" for b in self.flops_budgets)
+                   or ", ".join(f"{int(b):,} tokens" for b in self.token_budgets))
+        sparsities = ", ".join(f"{s:g}" for s in self.sparsities)
+        seeds = ("seed " if len(self.seeds) == 1 else "seeds ") + ", ".join(map(str, self.seeds))
+        return (f"{len(self.sizes)} sizes ({', '.join(s['name'] for s in self.sizes)}) x "
+                f"{len(self.sparsities)} sparsities ({sparsities}, top-{self.top_k}, "
+                f"{self.mode}) x {len(self.flops_budgets or self.token_budgets)} budgets "
+                f"({budgets}), {seeds}, base config {self.base!r}")
+
+
+GRID_FIELDS: dict[str, type] = {name: typing.get_origin(kind) or kind
+                                for name, kind in typing.get_type_hints(GridRecord).items()}
+"""The grid.json keys the analysis and the report read, with their types (GridRecord's)."""
+
+
+@dataclass
+class AnalysisStatus:
+    """What was and was not computed, and why (analysis.json's ``status``); a step that did not
+    run has no entry."""
+
+    results: Optional[str] = field(default=None, metadata=OMIT_NONE)
+    """Set only when results.csv has no complete runs (and then alone)."""
+    law: Optional[str] = field(default=None, metadata=OMIT_NONE)
+    """chosen, no_form_identified, one_sparsity or too_few_points."""
+    throughput: Optional[str] = field(default=None, metadata=OMIT_NONE)
+    optima: Optional[str] = field(default=None, metadata=OMIT_NONE)
+    """computed, no_law, one_sparsity or no_sparsity_term."""
+    seconds: Optional[str] = field(default=None, metadata=OMIT_NONE)
+
+
+@dataclass
+class AnalysisSettings:
+    """analysis.json: the fit settings, what was computed (``status``) and, with results, the
+    number of runs and their shared fraction."""
+
+    bootstrap_replicates: int
+    max_starts: Optional[int]
+    columns: dict[str, str]
+    """How results.csv's columns map to the law's (N is the total parameter count)."""
+    status: AnalysisStatus = field(default_factory=AnalysisStatus)
+    n_points: Optional[int] = field(default=None, metadata=OMIT_NONE)
+    """The runs in results.csv; None when it has none yet."""
+    shared_fraction: Optional[float] = field(default=None, metadata={"omit_with": "n_points"})
+    """The runs' share of parameters outside the experts; None when every run is dense."""
+
+
+@dataclass(frozen=True)
+class SweepFolder:
+    """A sweep folder as the analyses and the report read it, every file read once."""
+
+    root: Path
+    grid: GridRecord
+    plan: dict
+    """plan.json ({} without one)."""
+    results: Optional[ResultsTable]
+    """results.csv; None while it holds no complete run."""
+    settings: Optional[AnalysisSettings] = None
+    """analysis.json; set by the analysis before it computes, None in a folder not analysed."""
+    findings: Findings = field(default_factory=Findings)
+    """Each analysis's record, by analysis name (None where its file is absent)."""
+    task_chance: dict[str, float] = field(default_factory=dict)
+    """Each zero-shot task's chance accuracy, from the runs' tasks.json."""
+    lr_choices: Optional[dict[str, LrChoice]] = None
+    """Each cell's lr choice, read from the selection runs (sweeps run with --lr-grid)."""
+    log: Callable[[str], None] = field(default=print, compare=False, repr=False)
+    """Where the analysis reports its progress."""
+
+    @property
+    def rows(self) -> list[ResultRow]:
+        """results.csv's runs ([] without results)."""
+        return self.results.rows if self.results else []
+
+    @property
+    def results_path(self) -> Path:
+        return self.root / "results.csv"
+
+    def figure(self, name: str) -> Path:
+        """Where an analysis draws its figure ``name``."""
+        return figure_path(self.root, name)
+
+    def law_columns(self) -> dict[str, np.ndarray]:
+        """results.csv as the law's columns (N, N_active, D, S, loss), through analysis.json's
+        column map."""
+        assert self.results is not None and self.settings is not None
+        return fit_table_from_rows(self.results_path, self.results.header, self.results.cells,
+                                   True, self.settings.columns)
+
+    def record(self, analysis: Analysis[Any, Any]) -> Any:
+        """``analysis``'s record (None when it found nothing)."""
+        return self.findings.record(analysis)
 
 
 def read_json(path: Path) -> dict:
@@ -94,68 +210,82 @@ def read_results(out_dir: Path) -> ResultsTable | None:
     return parse_results(path, header, cells)
 
 
-ANALYSIS_FILES = ("analysis.json", "forms.json", "fit.json", "fit_holdout.json", "isoflop.json",
-                  "throughput.json", "optima.json", "form_tests.json", "zero_shot.json",
-                  "finetune.json", "fixed_size.json")
+def read_settings(out_dir: Path) -> AnalysisSettings | None:
+    """analysis.json (None without one)."""
+    settings = read_optional_json(Path(out_dir) / "analysis.json")
+    return None if settings is None else from_json(AnalysisSettings, settings)
 
 
-def write_analysis(out_dir: Path, analysis: SweepAnalysis) -> None:
-    """analysis.json and the files beside it; a file the analysis no longer supports (its record
-    is None) is removed rather than left stale."""
-    records = {
-        "forms.json": analysis.forms and to_json(analysis.forms),
-        "fit.json": analysis.fit and to_json(analysis.fit),
-        "fit_holdout.json": analysis.holdout_fit and to_json(analysis.holdout_fit),
-        "isoflop.json": analysis.isoflop and to_json(analysis.isoflop),
-        "throughput.json": analysis.throughput and to_json(analysis.throughput),
-        "optima.json": analysis.optima and to_json(analysis.optima),
-        "form_tests.json": analysis.form_tests and to_json(analysis.form_tests),
-        "zero_shot.json": analysis.zero_shot and to_json(analysis.zero_shot),
-        "finetune.json": analysis.finetune and to_json(analysis.finetune),
-        "fixed_size.json": analysis.fixed_size and to_json(analysis.fixed_size),
-    }
-    for name, record in records.items():
-        path = Path(out_dir) / name
+def load_sweep_folder(out_dir: Path, analyses: Optional[Sequence[Analysis[SweepFolder, Any]]] = None,
+                      log: Callable[[str], None] = print) -> SweepFolder:
+    """The folder's files, each read once. With ``analyses``, also analysis.json and their
+    stored records (a folder to render); without, only what the analysis reads (a folder to
+    analyse: its old analysis files are not read, so a stale or damaged one is replaced)."""
+    root = Path(out_dir)
+    grid = read_grid(root)
+    plan = read_optional_json(root / "plan.json") or {}
+    results = read_results(root)
+    selection = plan.get(LR_SELECTION_KEY)
+    folder = SweepFolder(root=root, grid=grid, plan=plan, results=results,
+                         task_chance=_task_chance(root, results),
+                         lr_choices=read_choices(root, selection) if selection else None, log=log)
+    if analyses is None:
+        return folder
+    return replace(folder, settings=read_settings(root), findings=read_findings(root, analyses))
+
+
+def _task_chance(root: Path, results: ResultsTable | None) -> dict[str, float]:
+    """Each scored task's chance level, from the first run whose tasks.json names it (read only
+    when results.csv has a zero-shot column)."""
+    if results is None or not any(results.has_column(task_column(t)) for t in TASK_NAMES):
+        return {}
+    chance: dict[str, float] = {}
+    for row in results.rows:
+        for task, entry in read_run_tasks(root / row.run).items():
+            chance.setdefault(task, entry["chance"])
+    return chance
+
+
+def read_findings(root: Path, analyses: Sequence[Analysis[SweepFolder, Any]]) -> Findings:
+    """The record of each analysis that stores one, read from its file (None where absent)."""
+    records: dict[str, Any] = {}
+    for analysis in analyses:
+        if analysis.file is not None:
+            data = read_optional_json(root / analysis.file)
+            records[analysis.name] = None if data is None else _decoded(analysis, data)
+    return Findings(records)
+
+
+def stored_form(analysis: Analysis[SweepFolder, Any], record: Any) -> Any:
+    """``record`` as its file holds it: what reading it back gives, without the bookkeeping
+    fields that are never written."""
+    if record is None or analysis.file is None:
+        return record
+    return _decoded(analysis, to_json(record))
+
+
+def _decoded(analysis: Analysis[SweepFolder, Any], data: Any) -> Any:
+    """``data`` read as ``analysis``'s record type."""
+    kind: Any = analysis.record_type
+    assert kind is not None, f"{analysis.name} stores {analysis.file} but names no record type"
+    return from_json(kind, data)
+
+
+def store_findings(folder: SweepFolder, analyses: Sequence[Analysis[SweepFolder, Any]],
+                   findings: Findings, settings: AnalysisSettings) -> SweepFolder:
+    """Each analysis's file and analysis.json; a file the analysis no longer supports (its
+    record is None) is removed rather than left stale. Returns the folder holding the records
+    as stored."""
+    for analysis in analyses:
+        if analysis.file is None:
+            continue
+        path = folder.root / analysis.file
+        record = findings.get(analysis.name)
         if record is not None:
-            atomic_write_json(path, record)
+            atomic_write_json(path, to_json(record))
         elif path.exists():
             path.unlink()
-    atomic_write_json(Path(out_dir) / "analysis.json", analysis.settings_dict())
-
-
-def read_analysis(out_dir: Path) -> SweepAnalysis:
-    """analysis.json's settings and status (``with_derived_files`` adds the files beside it)."""
-    settings = read_json(Path(out_dir) / "analysis.json")
-    return SweepAnalysis(
-        bootstrap_replicates=settings["bootstrap_replicates"], max_starts=settings["max_starts"],
-        columns=settings["columns"], status=from_json(AnalysisStatus, settings["status"]),
-        n_points=settings.get("n_points"), shared_fraction=settings.get("shared_fraction"))
-
-
-def with_derived_files(out_dir: Path, analysis: SweepAnalysis) -> SweepAnalysis:
-    """``analysis`` with the records of the files ``write_analysis`` wrote beside analysis.json
-    (None for a file that is not there)."""
-    out_dir = Path(out_dir)
-
-    def optional(name: str, parse):
-        """The file's record: ``parse`` a typed record's class (read by the codec) or a
-        function of the JSON."""
-        record = read_optional_json(out_dir / name)
-        if record is None:
-            return None
-        if isinstance(parse, type) and is_dataclass(parse):
-            return from_json(parse, record)
-        return parse(record)
-
-    return replace(
-        analysis, fit=optional("fit.json", SweepFit),
-        forms=optional("forms.json", FormsRecord),
-        holdout_fit=optional("fit_holdout.json", LawFit),
-        throughput=optional("throughput.json", ThroughputRecord),
-        optima=optional("optima.json", OptimaRecord),
-        isoflop=optional("isoflop.json", IsoflopRecord),
-        form_tests=optional("form_tests.json", FormTestsRecord),
-        zero_shot=optional("zero_shot.json",
-                           lambda data: from_json(dict[str, TaskAccuracy], data)),
-        finetune=optional("finetune.json", FinetuneRecord),
-        fixed_size=optional("fixed_size.json", lambda data: from_json(FixedSizeRecord, data)))
+    atomic_write_json(folder.root / "analysis.json", to_json(settings))
+    stored = Findings({analysis.name: stored_form(analysis, findings.get(analysis.name))
+                       for analysis in analyses})
+    return replace(folder, settings=settings, findings=stored)

@@ -9,62 +9,102 @@ one-line error naming the file, the line and the cell.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import MISSING, Field, dataclass, field, fields
 from pathlib import Path
+from typing import Any, Optional
 
 from moelab.errors import MoelabError, short_repr
 from moelab.tasks import TASK_NAMES
-
-REQUIRED_COLUMNS = ("run", "size", "budget", "N_total", "N_active", "D", "C", "S", "E",
-                    "best_val_loss")
-"""Columns every results.csv moelab ever wrote has: a file without one is not a sweep's."""
-
 
 def task_column(task: str) -> str:
     """results.csv's column of a zero-shot task's accuracy (runs with ``train.eval_tasks``)."""
     return f"zero_shot_{task}"
 
 
-@dataclass(frozen=True)
+ZERO_SHOT = {"columns": "zero_shot"}
+"""A field written as one column per task some run scored (``task_column``), after the run's
+own columns."""
+FINETUNE = {"columns": "finetune"}
+"""A field of a complete finetune: the group's columns are written only when some run has one."""
+WHOLE = {"read": "count"}
+"""A field read as a whole number."""
+
+
+@dataclass(frozen=True, kw_only=True)
 class ResultRow:
-    """One run of results.csv (``moelab.sweep.tabulate`` writes the file from the run folders)."""
+    """One run of results.csv, and the file's schema: its columns are these fields, in this
+    order (``RESULT_COLUMNS``), then the zero-shot and the finetune groups. The writer
+    (``moelab.sweep.tabulate``) and the reader (``parse_results``) both follow it, so a new
+    column is a new field here (and its value where the writer reads the run)."""
 
     run: str
     """The run folder, relative to the sweep folder."""
     size: str
     budget: str
     """The budget's label: ``C1e+18`` (a FLOPs budget) or ``D1228800`` (a token budget)."""
-    seed: str
+    seed: str = field(metadata={"read": "seed"})
     """The seed column, or the run folder's ``seed<N>`` in files older than the column."""
+    C_budget: Optional[float] = None
+    """The nominal FLOPs budget the run was planned under; None at a token budget."""
     N_total: float
     N_active: float
+    N_non_embedding: Optional[float] = None
     D: float
     """Tokens trained."""
     C: float
     """Actual compute, 6 N_active D per token (C_budget is the nominal one)."""
     S: float
-    E: int
+    E: int = field(metadata=WHOLE)
+    k: Optional[int] = field(default=None, metadata=WHOLE)
+    d_expert: Optional[int] = field(default=None, metadata=WHOLE)
+    """None for a dense run."""
+    flops_per_token_6n: Optional[float] = None
+    flops_per_token_kaplan: Optional[float] = None
     best_val_loss: float
-    C_budget: float | None = None
-    """The nominal FLOPs budget the run was planned under; None at a token budget."""
-    N_non_embedding: float | None = None
-    k: int | None = None
-    final_val_loss: float | None = None
-    tokens_per_s: float | None = None
-    step_time_s: float | None = None
-    tokens_per_step: float | None = None
-    peak_memory_bytes: float | None = None
+    final_val_loss: Optional[float] = None
+    collapse: Optional[bool] = field(default=None, metadata={"read": "flag"})
+    """Whether the run's routing collapsed (moelab writes True or False)."""
+    tokens_per_s: Optional[float] = None
+    """This and the next four: how fast the run trained on the machine that ran it (training
+    time only, eval and checkpoints excluded), its peak memory and its device; empty for older
+    runs."""
+    step_time_s: Optional[float] = None
+    tokens_per_step: Optional[float] = None
+    peak_memory_bytes: Optional[float] = None
     device: str = ""
-    zero_shot: dict[str, float] = field(default_factory=dict)
+    zero_shot: dict[str, float] = field(default_factory=dict, metadata=ZERO_SHOT)
     """Accuracy per task the run scored (its zero_shot_<task> cells that are not empty)."""
-    finetune_source_val_loss: float | None = None
-    finetune_val_loss: float | None = None
-    finetune_gain: float | None = None
+    finetune_source_val_loss: Optional[float] = field(default=None, metadata=FINETUNE)
+    """With a ``finetune`` recipe: the run's final weights scored on the new text's held-out
+    part before fine-tuning (its finetune.json), its finetune's final val loss there (its
+    summary.json), and the gain, the first minus the second; empty while the finetune is not
+    complete."""
+    finetune_val_loss: Optional[float] = field(default=None, metadata=FINETUNE)
+    finetune_gain: Optional[float] = field(default=None, metadata=FINETUNE)
 
     @property
     def point(self) -> tuple[str, str, float, int]:
         """(size, budget, S, E): the grid point the run is one seed of."""
         return (self.size, self.budget, self.S, self.E)
+
+
+RESULT_COLUMNS = tuple(f.name for f in fields(ResultRow) if "columns" not in f.metadata)
+"""The columns of every run, in the file's order."""
+FINETUNE_COLUMNS = tuple(f.name for f in fields(ResultRow)
+                         if f.metadata.get("columns") == FINETUNE["columns"])
+"""The columns of a complete finetune, written when some run has one."""
+REQUIRED_COLUMNS = tuple(f.name for f in fields(ResultRow)
+                         if f.default is MISSING and f.default_factory is MISSING
+                         and f.metadata.get("read") != "seed")
+"""Columns every results.csv moelab ever wrote has (the fields without a default, but the
+seed): a file without one is not a sweep's."""
+
+
+def result_columns(scored_tasks: set[str], finetuned: bool) -> tuple[str, ...]:
+    """results.csv's header: RESULT_COLUMNS, a zero-shot column per task in ``scored_tasks``
+    (in TASK_NAMES order), and FINETUNE_COLUMNS when some run has a finetune."""
+    return (RESULT_COLUMNS + tuple(task_column(t) for t in TASK_NAMES if t in scored_tasks)
+            + (FINETUNE_COLUMNS if finetuned else ()))
 
 
 @dataclass(frozen=True)
@@ -124,20 +164,35 @@ class _CellReader:
     def seed(self) -> str:
         return self.text("seed") or self.text("run").rsplit("/seed", 1)[-1]
 
+    def flag(self, name: str) -> bool | None:
+        text = self.text(name)
+        if not text:
+            return None
+        if text not in ("True", "False"):
+            raise MoelabError(f"{self.path} line {self.line}: {name}={short_repr(text)} is "
+                              "invalid: expected True or False")
+        return text == "True"
+
+    def value(self, column: Field) -> Any:
+        """The field's cell(s), read as its type says."""
+        name, read = column.name, column.metadata.get("read")
+        if column.metadata.get("columns") == ZERO_SHOT["columns"]:
+            return {task: self.number(task_column(task)) for task in TASK_NAMES
+                    if self.text(task_column(task))}
+        if read == "seed":
+            return self.seed()
+        if read == "flag":
+            return self.flag(name)
+        if read == "count":
+            return self.count(name) if self.text(name) or not _optional(column) else None
+        if column.type == "str":
+            return self.text(name)
+        return self.optional_number(name) if _optional(column) else self.number(name)
+
     def result_row(self) -> ResultRow:
-        number, optional = self.number, self.optional_number
-        return ResultRow(
-            run=self.text("run"), size=self.text("size"), budget=self.text("budget"),
-            seed=self.seed(), N_total=number("N_total"), N_active=number("N_active"),
-            D=number("D"), C=number("C"), S=number("S"), E=self.count("E"),
-            best_val_loss=number("best_val_loss"), C_budget=optional("C_budget"),
-            N_non_embedding=optional("N_non_embedding"),
-            k=self.count("k") if self.text("k") else None,
-            final_val_loss=optional("final_val_loss"), tokens_per_s=optional("tokens_per_s"),
-            step_time_s=optional("step_time_s"), tokens_per_step=optional("tokens_per_step"),
-            peak_memory_bytes=optional("peak_memory_bytes"), device=self.text("device"),
-            zero_shot={task: number(task_column(task)) for task in TASK_NAMES
-                       if self.text(task_column(task))},
-            finetune_source_val_loss=optional("finetune_source_val_loss"),
-            finetune_val_loss=optional("finetune_val_loss"),
-            finetune_gain=optional("finetune_gain"))
+        return ResultRow(**{column.name: self.value(column) for column in fields(ResultRow)})
+
+
+def _optional(column: Field) -> bool:
+    """Whether the field may be empty (older files lack the column)."""
+    return (column.default is not MISSING or column.default_factory is not MISSING)

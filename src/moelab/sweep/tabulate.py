@@ -12,28 +12,15 @@ import io
 from pathlib import Path
 
 from moelab.config import Config
+from moelab.errors import MoelabError
 from moelab.fileio import atomic_write_text
 from moelab.runs import is_complete
 from moelab.sweep.plan import SweepPoint, exact_text, finetune_run_name, run_specs
-from moelab.sweep.results_csv import task_column
+from moelab.sweep.results_csv import FINETUNE_COLUMNS, result_columns, task_column
 from moelab.tasks import TASK_NAMES, read_run_tasks
 from moelab.train.finetune import read_finetune_reference
 from moelab.train.run_folder import RunFolder
 from moelab.train.run_summary import RunSummary
-
-RESULT_COLUMNS = (
-    "run", "size", "budget", "seed", "C_budget", "N_total", "N_active", "N_non_embedding", "D",
-    "C", "S", "E", "k", "d_expert", "flops_per_token_6n", "flops_per_token_kaplan", "best_val_loss",
-    "final_val_loss", "collapse", "tokens_per_s", "step_time_s", "tokens_per_step",
-    "peak_memory_bytes", "device",
-)
-"""The last five: how fast the run trained on the machine that ran it (training time only,
-eval and checkpoints excluded), its peak memory and its device; empty for older runs."""
-FINETUNE_COLUMNS = ("finetune_source_val_loss", "finetune_val_loss", "finetune_gain")
-"""With a ``finetune`` recipe: the run's final weights scored on the new text's held-out part
-before fine-tuning (its finetune.json), its finetune's final val loss there (its summary.json),
-and the gain, the first minus the second; empty while the finetune is not complete."""
-
 
 def collect_results(out_dir: Path, points: list[SweepPoint]) -> list[dict]:
     """One row per complete run, from its summary.json and config.yaml (nothing else)."""
@@ -52,7 +39,8 @@ def _finetune_fields(finetune: RunFolder) -> dict:
     if not is_complete(finetune.path):
         return {}
     reference = read_finetune_reference(finetune.path)
-    tuned = finetune.summary().require(("final_val_loss",), finetune.summary_path).final_val_loss
+    tuned = _complete_summary(finetune, ("final_val_loss",)).final_val_loss
+    assert tuned is not None  # required above
     return {"finetune_source_val_loss": reference.source_val_loss, "finetune_val_loss": tuned,
             "finetune_gain": reference.source_val_loss - tuned}
 
@@ -67,7 +55,15 @@ SUMMARY_KEYS = ("total_params", "active_params", "non_embedding_params", "tokens
 
 
 def _run_summary(run: RunFolder) -> RunSummary:
-    return run.summary().require(SUMMARY_KEYS, run.summary_path)
+    return _complete_summary(run, SUMMARY_KEYS)
+
+
+def _complete_summary(run: RunFolder, keys: tuple[str, ...]) -> RunSummary:
+    """The summary of a run found complete, with ``keys`` (an error naming the file without)."""
+    summary = run.summary()
+    if summary is None:  # complete a moment ago: removed since
+        raise MoelabError(f"{run.summary_path}: no summary; train the run again")
+    return summary.require(keys, run.summary_path)
 
 
 def result_row(point: SweepPoint, run_dir: str, summary: RunSummary, config: Config) -> dict:
@@ -75,13 +71,15 @@ def result_row(point: SweepPoint, run_dir: str, summary: RunSummary, config: Con
     sparsity from its config.yaml; the plan gives only the names and the nominal budget."""
     moe = config.model.moe
     experts, top_k = (moe.num_experts, moe.top_k) if moe else (1, 1)
+    six_n, tokens = summary.flops_per_token_6n, summary.tokens
+    assert six_n is not None and tokens is not None  # required by _run_summary
     return {
         "run": run_dir, "size": point.size, "budget": point.budget_label,
         "seed": config.train.seed,
         "C_budget": "" if point.flops_budget is None else exact_text(point.flops_budget),
         "N_total": summary.total_params, "N_active": summary.active_params,
         "N_non_embedding": summary.non_embedding_params, "D": summary.tokens,
-        "C": summary.flops_per_token_6n * summary.tokens, "S": (experts - top_k) / experts,
+        "C": six_n * tokens, "S": (experts - top_k) / experts,
         "E": experts, "k": top_k, "d_expert": moe.d_expert if moe else "",
         "flops_per_token_6n": summary.flops_per_token_6n,
         "flops_per_token_kaplan": summary.flops_per_token_kaplan,
@@ -100,12 +98,12 @@ def _throughput_fields(summary: RunSummary) -> dict:
 
 
 def write_results_csv(path: Path, rows: list[dict]) -> Path:
-    """RESULT_COLUMNS, then a zero-shot column per task some run scored, then FINETUNE_COLUMNS
-    when some run has a complete finetune (none otherwise)."""
-    scored = {key for row in rows for key in row if key not in RESULT_COLUMNS}
-    columns = RESULT_COLUMNS + tuple(task_column(t) for t in TASK_NAMES if task_column(t) in scored)
-    if scored & set(FINETUNE_COLUMNS):
-        columns += FINETUNE_COLUMNS
+    """The rows under ``ResultRow``'s columns: every run's, then a zero-shot column per task
+    some run scored, then the finetune columns when some run has a complete finetune (none
+    otherwise). A key that is not one of its columns is an error."""
+    keys = {key for row in rows for key in row}
+    columns = result_columns({task for task in TASK_NAMES if task_column(task) in keys},
+                             bool(keys & set(FINETUNE_COLUMNS)))
     buffer = io.StringIO()
     writer = csv.DictWriter(buffer, fieldnames=columns, lineterminator="\n")
     writer.writeheader()

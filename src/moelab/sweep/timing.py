@@ -36,7 +36,10 @@ from moelab.train.distributed import setup_distributed
 from moelab.train.loop import Session, StepPlan, check_cpp_compiler, compile_afresh, optimizer_step
 from moelab.train.memory import check_training_fits, peak_memory_bytes
 from moelab.train.optim import build_optimizer
-from moelab.train.state import TrainState
+from moelab.train.state import Clock, TrainState
+from moelab.data.batches import TrainBatches
+from moelab.data.tokenizer import Tokenizer
+from moelab.train.evaluation import EvalResult
 
 TABLE_COLUMNS = ("shape", "N_total", "N_active", "S", "E", "k", "d_expert", "tokens_per_step",
                  "steps_timed", "step_time_s", "tokens_per_s", "flops_per_token_6n",
@@ -110,8 +113,18 @@ def time_shapes(shapes: list[Shape], seconds_per_shape: float, warmup_steps: int
     return rows
 
 
-class RandomBatches:
-    """Uniform random tokens in the batch shape the training loop uses."""
+NO_TOKENIZER = Tokenizer.__new__(Tokenizer)
+"""The session's tokenizer when only training steps are timed: random tokens need no tokenizer
+file, and a step decodes nothing."""
+
+
+def _not_evaluated() -> EvalResult:
+    raise MoelabError("moelab throughput times training steps only: it evaluates nothing")
+
+
+class RandomBatches(TrainBatches):
+    """Uniform random tokens in the batch shape the training loop uses (no token file: the
+    data's own windows are not drawn, so the parent's state is not set up)."""
 
     def __init__(self, batch_size: int, seq_len: int, vocab_size: int):
         self._shape, self._vocab = (batch_size, seq_len), vocab_size
@@ -144,9 +157,11 @@ def time_shape(shape: Shape, seconds_per_shape: float, warmup_steps: int,
     autocast = _autocast(dist.device, tc.dtype)
     # Timed as the grid's runs train: compiled where they are (the warmup steps compile).
     train_model = compile_afresh(model) if tc.compile else model
+    # Only steps run: nothing is evaluated, decoded or timed by the session's own clock.
     session = Session(model, train_model, None, build_optimizer(model, tc),
                       RandomBatches(tc.batch_size, config.model.max_seq_len, config.model.vocab_size),
-                      dist.device, autocast, None, None, TrainState(), None, dist)
+                      dist.device, autocast, _not_evaluated, NO_TOKENIZER, TrainState(), Clock(),
+                      dist)
     for _ in range(warmup_steps):
         optimizer_step(session, plan, tc.lr, tc.grad_clip)
     _synchronize(dist.device)

@@ -14,21 +14,20 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, replace
-from pathlib import Path
-from typing import Optional
 
 from moelab.accounting import flops_per_token
-from moelab.report import format_count, format_number, markdown_table
+from moelab.report import format_count
 from moelab.runs.lr_grid import (
-    DEFAULT_SELECTION_SEEDS, SELECTION_FOLDER, check_disjoint, default_selection_seeds,
-    read_choices, selection_record,
+    DEFAULT_SELECTION_SEEDS, check_disjoint, default_selection_seeds,
+    selection_record,
 )
 from moelab.runs.spec import RunSpec
 from moelab.sweep.cost import tokens_trained
+from moelab.sweep.folder import LR_SELECTION_KEY
 from moelab.sweep.grid import SweepGrid
 from moelab.sweep.plan import SweepPoint, plan_sweep, run_specs
 
-RECORD_KEY = "lr_selection"
+RECORD_KEY = LR_SELECTION_KEY
 
 
 @dataclass
@@ -127,47 +126,3 @@ def dry_run_lines(sweep: SweepGrid, tuning: SweepLrGrid, sweep_specs: list[RunSp
         f"{selection.flops_6n + sweep_cost.flops_6n:.3g} training FLOPs "
         f"({selection.flops_6n / sweep_cost.flops_6n:.1f}x the sweep's own for the selection)",
     ]
-
-
-# --------------------------------------------------------------------------------------------
-# The report
-# --------------------------------------------------------------------------------------------
-
-
-def read_plan_record(out_dir: Path) -> dict:
-    """plan.json as a dict ({} when absent or unreadable: the report then has no section)."""
-    import json
-
-    try:
-        plan = json.loads((Path(out_dir) / "plan.json").read_text("utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return plan if isinstance(plan, dict) else {}
-
-
-def lr_selection_text(out_dir: Path, plan: dict) -> str:
-    """The report's section: each cell's lr, its mean loss at every lr, the edge flags."""
-    record = plan.get(RECORD_KEY)
-    if not record:
-        return ""
-    choices = read_choices(out_dir, record)
-    grid = [float(lr) for lr in record["grid"]]
-    rows = []
-    for cell, choice in sorted(choices.items()):
-        chosen = "–" if choice.lr is None else f"{choice.lr:g}"
-        edge = f"{choice.edge} edge" if choice.edge else ""
-        rows.append([cell, *[_loss(choice.means.get(lr)) for lr in grid], chosen, edge])
-    table = markdown_table(["cell", *[f"lr {lr:g}" for lr in grid], "chosen", "flag"], rows,
-                           "l" + "r" * (len(grid) + 1) + "l")
-    return "\n".join([
-        "## Learning rate per cell\n",
-        f"Each cell (per {record.get('per', 'budget')}) trained at its own peak lr, the lowest "
-        f"mean best validation loss over the selection seeds "
-        f"{', '.join(str(s) for s in record['seeds'])}, which no result of this report uses "
-        f"(selection runs in `{SELECTION_FOLDER}/lr<X>/runs/`). A choice at the grid's edge may "
-        "lie beyond it: that cell's loss is an upper bound of its tuned loss. Warmup and every "
-        "other setting stay the grid's.\n", table, ""])
-
-
-def _loss(value: Optional[float]) -> str:
-    return "–" if value is None else format_number(value)

@@ -226,6 +226,8 @@ STATE_FIELD_CHECKS: tuple[tuple[str, Callable[[Any], bool], str], ...] = (
     ("tokens", lambda value: _is_count(value) and value >= 0, "a whole number >= 0"),
     ("train_time_s", _is_time, "a finite number >= 0"),
     ("wall_time_s", _is_time, "a finite number >= 0"),
+    ("train_cpu_time_s", lambda value: value is None or _is_time(value),
+     "a finite number >= 0"),  # absent in a checkpoint written before it
     ("best_val_loss", lambda value: value is None or _is_number(value), "a number or null"),
     ("best_val_bpb", lambda value: value is None or _is_number(value), "a number or null"),
     ("best_val_step", lambda value: value is None or _is_count(value), "a whole number"),

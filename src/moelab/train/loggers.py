@@ -19,8 +19,9 @@ from moelab.train.run_folder import RunFolder
 DEFAULT_WANDB_PROJECT = "moelab"
 PER_LAYER_KEYS = ("routing", "balance")
 """Event keys holding one dict per MoE layer, logged as ``<key>/layer<i>/<name>``."""
-SUMMARY_KEYS = ("tokens_per_s", "flops_per_s", "mfu", "mfu_convention", "peak_flops_per_s",
-                "peak_flops_source", "total_params", "active_params", "tokens", "final_val_loss")
+SUMMARY_KEYS = ("tokens_per_s", "tokens_per_cpu_s", "flops_per_s", "mfu", "mfu_convention",
+                "peak_flops_per_s", "peak_flops_source", "total_params", "active_params", "tokens",
+                "final_val_loss")
 
 
 class ExternalLoggers:

@@ -45,7 +45,7 @@ from moelab.train.generate import sample_text
 from moelab.train.loggers import ExternalLoggers
 from moelab.train.memory import check_training_fits, peak_memory_bytes
 from moelab.train.optim import build_optimizer
-from moelab.train.peak import MFU_CONVENTION, PeakFlops, mfu, peak_flops
+from moelab.train.peak import PeakFlops, mfu, peak_flops
 from moelab.train.preemption import preemptible, preemption_requested
 from moelab.train.run_folder import RunFolder
 from moelab.train.schedule import Schedule
@@ -202,7 +202,7 @@ def _set_up(config: Config, run: RunFolder, resume: bool, dist: Distributed,
                        plan.micro_batch_size, dist.device, autocast)
     return Session(model, train_model, ddp_model, optimizer, batches, dist.device, autocast,
                    run_eval, data.tokenizer, state,
-                   Clock(state.train_time_s, state.wall_time_s), dist)
+                   Clock(state.train_time_s, state.wall_time_s, state.train_cpu_time_s), dist)
 
 
 def _train_steps(config: Config, run: RunFolder, dist: Distributed, plan: StepPlan,
@@ -210,7 +210,7 @@ def _train_steps(config: Config, run: RunFolder, dist: Distributed, plan: StepPl
     """From the session's step to the last: train, and log, evaluate, checkpoint when due."""
     tc, state, clock = config.train, session.state, session.clock
     nonfinite = NonFiniteGuard(dist.device)
-    throughput = Throughput(state.step, clock.train_s, plan.tokens_per_step)
+    throughput = Throughput(state.step, clock, plan.tokens_per_step)
     flops = flops_per_token(config.model)
     with clock.paused():  # a CPU's peak is measured (once per process), not trained
         peak = run_peak_flops(config, dist)
@@ -230,8 +230,9 @@ def _train_steps(config: Config, run: RunFolder, dist: Distributed, plan: StepPl
 
         if is_log:
             losses = dist.average(losses_4).tolist()  # syncs: the only per-log host wait
-            tokens_per_s = throughput.since_last(step, clock.train_s)
-            event = _train_event(state, losses, lr, grad_norm, tokens_per_s, flops, peak)
+            tokens_per_s, tokens_per_cpu_s = throughput.since_last(step, clock)
+            event = _train_event(state, losses, lr, grad_norm, (tokens_per_s, tokens_per_cpu_s),
+                                 flops, peak)
             log({**event, "balance": step_balance(loads, dist, splits_step)})
             bar.set_postfix(loss=f"{losses[0]:.3f}", tok_s=f"{tokens_per_s:,.0f}")
         if is_eval and dist.is_main:
@@ -253,6 +254,7 @@ def _save_checkpoint(config: Config, run: RunFolder, session: Session) -> None:
     state, clock = session.state, session.clock
     with clock.paused():
         state.train_time_s, state.wall_time_s = clock.train_s, clock.wall_s
+        state.train_cpu_time_s = clock.train_cpu_s
         state.data = session.batches.state_dict()
         save_checkpoint(run.checkpoints_dir, session.model, session.optimizer, to_json(state),
                         config)
@@ -373,12 +375,15 @@ def _due(step: int, total_steps: int, tc) -> tuple[bool, bool, bool]:
 
 
 def _train_event(state: TrainState, losses: list[float], lr: float, grad_norm: torch.Tensor,
-                 tokens_per_s: float, flops, peak: PeakFlops) -> dict[str, Any]:
-    """A log step's numbers; ``mfu`` counts 6 x active params per token (MFU_CONVENTION)."""
+                 rates: tuple[float, float], flops, peak: PeakFlops) -> dict[str, Any]:
+    """A log step's numbers; ``mfu`` counts 6 x active params per token in the peak's clock
+    (``peak.convention``, named in summary.json)."""
+    tokens_per_s, tokens_per_cpu_s = rates
     event = {"kind": "train", "step": state.step, "tokens": state.tokens,
              **dict(zip(LOSS_NAMES, losses)), "lr": lr, "grad_norm": float(grad_norm),
-             "tokens_per_s": tokens_per_s, "flops_per_s": tokens_per_s * flops.kaplan}
-    utilisation = mfu(tokens_per_s, flops.six_n, peak)
+             "tokens_per_s": tokens_per_s, "tokens_per_cpu_s": tokens_per_cpu_s,
+             "flops_per_s": tokens_per_s * flops.kaplan}
+    utilisation = mfu(tokens_per_s, tokens_per_cpu_s, flops.six_n, peak)
     if utilisation is not None:
         event["mfu"] = utilisation
     return event
@@ -410,7 +415,9 @@ def _summary(config: Config, state: TrainState, plan: StepPlan, clock: Clock,
     if final is None:
         raise RuntimeError("a run's summary is written after its last evaluation")
     train_s = clock.train_s  # the clock runs: read it once, so the numbers below agree
+    cpu_s = clock.train_cpu_s
     tokens_per_s = state.tokens / max(train_s, 1e-9)
+    tokens_per_cpu_s = state.tokens / max(cpu_s, 1e-9) if clock.counts_all_cpu else None
     peak = run_peak_flops(config, dist)
     return RunSummary(
         status="complete",
@@ -429,10 +436,12 @@ def _summary(config: Config, state: TrainState, plan: StepPlan, clock: Clock,
         tokens_per_step=plan.tokens_per_step,
         wall_time_s=clock.wall_s,
         train_time_s=train_s,
+        train_cpu_time_s=cpu_s if clock.counts_all_cpu else None,
         tokens_per_s=tokens_per_s,
+        tokens_per_cpu_s=tokens_per_cpu_s,
         flops_per_s=tokens_per_s * flops.kaplan,
-        mfu=mfu(tokens_per_s, flops.six_n, peak),
-        mfu_convention=MFU_CONVENTION,
+        mfu=mfu(tokens_per_s, tokens_per_cpu_s, flops.six_n, peak),
+        mfu_convention=peak.convention,
         peak_flops_per_s=peak.flops_per_s,
         peak_flops_source=peak.source,
         step_time_s=train_s / max(state.step, 1),

@@ -45,14 +45,24 @@ class RunSummary:
     wall_time_s: Optional[float] = None
     train_time_s: Optional[float] = None
     """Wall time less evaluation and checkpoint pauses, across resumes."""
+    train_cpu_time_s: Optional[float] = None
+    """This process's CPU time (all threads) over the same span: what other jobs on a shared
+    machine barely move. None for a run resumed from a checkpoint written without it."""
     tokens_per_s: Optional[float] = None
+    """Tokens per second of train_time_s (wall)."""
+    tokens_per_cpu_s: Optional[float] = None
+    """Tokens per CPU-second of train_cpu_time_s."""
     flops_per_s: Optional[float] = None
     mfu: Optional[float] = None
-    """Model FLOPs utilisation: tokens_per_s * flops_per_token_6n / peak_flops_per_s."""
+    """Model FLOPs utilisation, 6 N_active per token, in the clock ``mfu_convention`` names: on
+    a GPU tokens_per_s, on a CPU tokens_per_cpu_s, times flops_per_token_6n over
+    peak_flops_per_s (``moelab.train.peak``)."""
     mfu_convention: Optional[str] = None
     peak_flops_per_s: Optional[float] = None
+    """On a CPU: matmul FLOPs per CPU-second of this machine (measured, cached per machine)."""
     peak_flops_source: Optional[str] = None
-    """Where the peak comes from: given, a GPU's data sheet, or measured (a CPU matmul)."""
+    """Where the peak comes from: given, a GPU's data sheet, or measured (a CPU matmul in CPU
+    time: its sizes, the cache key — CPU model, torch, threads, dtype — and when)."""
     step_time_s: Optional[float] = None
     peak_memory_bytes: Optional[int] = None
     """Peak allocated GPU memory, or the process's peak resident memory on a CPU."""

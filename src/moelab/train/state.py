@@ -31,6 +31,8 @@ class TrainState:
     """The last evaluation, its ``step`` set."""
     train_time_s: float = 0.0
     wall_time_s: float = 0.0
+    train_cpu_time_s: float = 0.0
+    """CPU time of the training (``Clock.train_cpu_s``); 0 in a checkpoint written before it."""
     data: dict[str, Any] = field(default_factory=dict)
     """``TrainBatches.state_dict()`` at the last checkpoint."""
 
@@ -43,24 +45,36 @@ class TrainState:
 
 
 class Throughput:
-    """Tokens per second of training time since the previous reading (the previous log)."""
+    """Tokens per second of training time, and per CPU-second of it, since the previous
+    reading (the previous log)."""
 
-    def __init__(self, step: int, train_s: float, tokens_per_step: int):
-        self._step, self._train_s, self._tokens_per_step = step, train_s, tokens_per_step
+    def __init__(self, step: int, clock: Clock, tokens_per_step: int):
+        self._step, self._tokens_per_step = step, tokens_per_step
+        self._train_s, self._cpu_s = clock.train_s, clock.train_cpu_s
 
-    def since_last(self, step: int, train_s: float) -> float:
-        steps, seconds = step - self._step, train_s - self._train_s
-        self._step, self._train_s = step, train_s
-        return steps * self._tokens_per_step / max(seconds, 1e-9)
+    def since_last(self, step: int, clock: Clock) -> tuple[float, float]:
+        """(tokens per second, tokens per CPU-second) since the last reading."""
+        train_s, cpu_s = clock.train_s, clock.train_cpu_s
+        tokens = (step - self._step) * self._tokens_per_step
+        rates = (tokens / max(train_s - self._train_s, 1e-9),
+                 tokens / max(cpu_s - self._cpu_s, 1e-9))
+        self._step, self._train_s, self._cpu_s = step, train_s, cpu_s
+        return rates
 
 
 class Clock:
-    """Wall time and training time (wall time minus eval/checkpoint pauses), across resumes."""
+    """Wall time, training time (wall time minus eval/checkpoint pauses) and the training's
+    CPU time (this process's, all threads, minus the same pauses), across resumes. On a machine
+    shared with other jobs CPU time is the steadier measure: wall time counts theirs too."""
 
-    def __init__(self, prior_train_s: float = 0.0, prior_wall_s: float = 0.0):
-        self._start = time.perf_counter()
-        self._paused_s = 0.0
+    def __init__(self, prior_train_s: float = 0.0, prior_wall_s: float = 0.0,
+                 prior_cpu_s: float = 0.0):
+        self._start, self._start_cpu = time.perf_counter(), time.process_time()
+        self._paused_s = self._paused_cpu_s = 0.0
         self._prior_train_s, self._prior_wall_s = prior_train_s, prior_wall_s
+        self._prior_cpu_s = prior_cpu_s
+        # A checkpoint written before CPU time was kept has train time but no CPU time.
+        self.counts_all_cpu = not (prior_train_s > 0 and prior_cpu_s == 0)
 
     @property
     def wall_s(self) -> float:
@@ -70,13 +84,18 @@ class Clock:
     def train_s(self) -> float:
         return self._prior_train_s + time.perf_counter() - self._start - self._paused_s
 
+    @property
+    def train_cpu_s(self) -> float:
+        return self._prior_cpu_s + time.process_time() - self._start_cpu - self._paused_cpu_s
+
     @contextmanager
     def paused(self):
-        start = time.perf_counter()
+        start, start_cpu = time.perf_counter(), time.process_time()
         try:
             yield
         finally:
             self._paused_s += time.perf_counter() - start
+            self._paused_cpu_s += time.process_time() - start_cpu
 
 
 class NonFiniteGuard:

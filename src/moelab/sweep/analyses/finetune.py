@@ -38,25 +38,99 @@ the family is fixed by the grid, not by which tests came out small. Where an int
 the true effect that this many runs would detect at the 5 % level four times out of five, by the
 exact power of the t-test at that standard error and degrees of freedom (noncentral t,
 ``moelab.stats.power.min_detectable_gap``, as the study's gaps).
+
+Written as ``finetune.json`` (``FinetuneRecord``); the report's section says each effect in
+words.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Optional
 
 import numpy as np
 
 from moelab.errors import MoelabError
+from moelab.report import markdown_table
+from moelab.report.analysis import Analysis, Findings
+from moelab.scaling.fit_record import OMIT_NONE
 from moelab.stats.intervals import mean_interval, t_interval, t_p_value
 from moelab.stats.multiple import holm
 from moelab.stats.power import min_detectable_gap
 from moelab.stats.regression import clustered_least_squares
-from moelab.sweep.analysis_records import (
-    FinetuneCell, FinetuneCellMetric, FinetuneEqualLoss, FinetuneEstimate, FinetuneMetric,
-    FinetuneRecord,
-)
+from moelab.sweep.folder import SweepFolder
 from moelab.sweep.results_csv import ResultRow, ResultsTable
+
+
+@dataclass
+class FinetuneEstimate:
+    """One fine-tuning effect with its 95 % t interval, two-sided p, minimum detectable value and,
+    when it was tested, Holm's p: a coefficient of the clustered equal-loss fit (``se``, ``df``
+    set) or a cell's mean difference from dense over its pairs (``pairs`` set; no interval, p or
+    detectable value with a single pair)."""
+
+    pairs: Optional[int] = field(default=None, metadata=OMIT_NONE)
+    value: Optional[float] = None
+    se: Optional[float] = field(default=None, metadata=OMIT_NONE)
+    df: Optional[int] = field(default=None, metadata=OMIT_NONE)
+    ci: Optional[list[float]] = None
+    p: Optional[float] = None
+    mdd: Optional[float] = None
+    p_holm: Optional[float] = field(default=None, metadata=OMIT_NONE)
+
+
+@dataclass
+class FinetuneEqualLoss:
+    """dy = b dL + c S over the pairs: b per nat of pretraining loss, c per unit S."""
+
+    loss: FinetuneEstimate
+    sparsity: FinetuneEstimate
+
+
+@dataclass
+class FinetuneMetric:
+    """One metric over every fine-tuned run: its range, the equal-loss fit (None with too few
+    clusters) and whether S separates anything at equal loss."""
+
+    range: list[float]
+    equal_loss: Optional[FinetuneEqualLoss]
+    separates: bool = False
+
+
+@dataclass
+class FinetuneCellMetric:
+    minus_dense: FinetuneEstimate
+
+
+@dataclass
+class FinetuneCell:
+    """A (budget, size, S) cell: sparse minus dense over its seed pairs."""
+
+    budget: str
+    size: str
+    sparsity: float
+    pairs: int
+    pretraining_minus_dense: FinetuneEstimate
+    finetune_val_loss: FinetuneCellMetric
+    finetune_gain: FinetuneCellMetric
+
+
+@dataclass
+class FinetuneRecord:
+    """finetune.json (``moelab.sweep.analyses.finetune``). A file of an older analysis has no ``cells``
+    (and may lack the counts): the report then asks for `moelab report DIR` to redo it."""
+
+    runs: int
+    pretraining_loss: Optional[str] = None
+    pairs: Optional[int] = None
+    clusters: Optional[int] = None
+    cluster_unit: Optional[str] = None
+    tests: Optional[int] = None
+    basis: Optional[str] = None
+    metrics: dict[str, FinetuneMetric] = field(default_factory=dict)
+    cells: Optional[list[FinetuneCell]] = None
+
 
 METRICS = ("finetune_val_loss", "finetune_gain")
 """ResultRow fields, and the names finetune.json gives them."""
@@ -213,3 +287,103 @@ def _adjust_family(metrics: dict[str, FinetuneMetric], cells: list[FinetuneCell]
     for record, adjusted in zip(tested, holm([record.p for record in tested])):
         record.p_holm = adjusted
     return len(tested)
+
+
+FINETUNE_LABELS = {"finetune_val_loss": "fine-tuned val loss", "finetune_gain": "gain"}
+
+
+def finetune_analysis_text(analysis: FinetuneRecord) -> str:
+    """The fine-tuned loss and the gain against S: every effect within a (size, budget) cell,
+    paired to the cell's dense run of the same seed; at equal pretraining loss with errors
+    clustered by (size, seed); Holm over every test; what nothing separates is said in words,
+    with the minimum detectable difference (``moelab.sweep.analyses.finetune``)."""
+    if analysis.cells is None:  # finetune.json of an older analysis: `moelab report DIR` redoes it
+        return ("## Fine-tuning against sparsity\n\nfinetune.json is from an older analysis; "
+                "`moelab report DIR` recomputes it.\n")
+    equal = ("equal FLOPs and total parameters" if analysis.basis == "flops"
+             else "equal tokens")
+    text = ("## Fine-tuning against sparsity\n\n"
+            f"Every run's final weights fine-tuned by the grid's one recipe ({analysis.runs} "
+            "finetunes, runs/finetune/): the fine-tuned val loss on the new text's held-out part "
+            "and the gain (the weights' loss there before fine-tuning minus after); moelab's own "
+            "stage (anchored on Artetxe et al. 2021 and ST-MoE, Zoph et al. 2022), not paper B's. "
+            f"Each sparse run is paired with its cell's (size, budget: {equal}) dense run of the "
+            f"same seed ({analysis.pairs} pairs), and every effect is sparse minus dense. At "
+            "equal pretraining loss: dy = b dL + c S over the pairs without intercept, dL the "
+            "pair's difference of final pretraining val loss; c per unit S with its 95 % "
+            f"interval, errors clustered by {analysis.cluster_unit} ({analysis.clusters} "
+            f"clusters, t with {(analysis.clusters or 0) - 1} df). Holm over all "
+            f"{analysis.tests} fine-tuning tests of this section (`finetune.json`).\n\n")
+    rows, silent = [], []
+    for metric, result in analysis.metrics.items():
+        fit = result.equal_loss
+        if fit is None:
+            rows.append([FINETUNE_LABELS[metric], "–", "–", "–", "–", "–"])
+            continue
+        loss, sparsity = fit.loss, fit.sparsity
+        rows.append([FINETUNE_LABELS[metric], _coefficient_text(loss),
+                     _coefficient_text(sparsity), _p_pair(sparsity), f"±{sparsity.mdd:.3f}",
+                     "yes" if result.separates else "**no**"])
+        if not result.separates:
+            silent.append(f"{FINETUNE_LABELS[metric]} (an effect smaller than "
+                          f"{sparsity.mdd:.3f} per unit S would go unseen)")
+    text += markdown_table(["metric", "b (per nat of pretraining loss)", "c (per unit S)",
+                            "p (Holm)", "detectable c", "S separates"], rows, "lrrrrl")
+    if any(result.equal_loss is None for result in analysis.metrics.values()):
+        text += ("\nThe equal-loss fit needs at least 4 pairs in 3 or more (size, seed) "
+                 "clusters: too few here.\n")
+    if silent:
+        text += ("\n**At equal pretraining loss nothing separates the sparsities** for "
+                 + "; ".join(silent) + ": the interval of c includes 0.\n")
+    table = []
+    for cell in analysis.cells:
+        line = [cell.budget, cell.size, f"{cell.sparsity:g}", str(cell.pairs),
+                _minus_dense_text(cell.pretraining_minus_dense)]
+        for metric in FINETUNE_LABELS:
+            record = getattr(cell, metric).minus_dense
+            line.append(_minus_dense_text(record) + (f", p {_p_pair(record)}"
+                                                     if record.p is not None else ""))
+        table.append(line)
+    text += (f"\nPer cell and S, at {equal}: the mean over seeds of sparse minus dense, paired "
+             "by seed, with its 95 % t interval, p and Holm's p (where an interval includes 0 "
+             "nothing separates it from dense; ± is its minimum detectable difference):\n\n")
+    text += markdown_table(["budget", "size", "S", "pairs", "pretraining loss minus dense",
+                            "fine-tuned loss minus dense", "gain minus dense"], table, "llrrrrr")
+    return text + "\n"
+
+
+def _p_pair(record: FinetuneEstimate) -> str:
+    """'0.018 (0.21)': raw p and Holm's."""
+    if record.p is None:
+        return "–"
+    return f"{record.p:.2g} ({record.p_holm:.2g})"
+
+
+def _coefficient_text(coefficient: FinetuneEstimate) -> str:
+    assert coefficient.ci is not None  # a fitted coefficient always has its interval
+    low, high = coefficient.ci
+    return f"{coefficient.value:+.3f} [{low:+.3f}, {high:+.3f}]"
+
+
+def _minus_dense_text(record: FinetuneEstimate | None) -> str:
+    if record is None or record.value is None:
+        return ""
+    text = f"{record.value:+.4f}"
+    if record.ci:
+        low, high = record.ci
+        text += f" [{low:+.4f}, {high:+.4f}]"
+        if low <= 0 <= high and record.mdd is not None:
+            text += f" n.s. (±{record.mdd:.4f})"
+    return text
+
+
+def compute(folder: SweepFolder, findings: Findings) -> FinetuneRecord | None:
+    return None if folder.results is None else finetune_analysis(folder.results)
+
+
+def render(record: FinetuneRecord | None, folder: SweepFolder, findings: Findings) -> str:
+    return "" if record is None or folder.results is None else finetune_analysis_text(record)
+
+
+ANALYSIS: Analysis[SweepFolder, FinetuneRecord] = Analysis(
+    "finetune", compute, render, file="finetune.json", record_type=FinetuneRecord)

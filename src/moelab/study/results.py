@@ -1,10 +1,10 @@
 """What a study's results.json holds, as dataclasses; and results.csv.
 
-``moelab.study.aggregate`` builds a ``StudyResults`` from the run folders; the report, the
-figures and the terminal table read it by attribute. It becomes a dict only at the JSON
-boundary (``StudyResults.to_dict``), with the keys in the order results.json has always had
-them, and NaN already turned into None (``json_safe``: JSON has no NaN) so that what the
-report reads is what results.json says.
+``moelab.study.aggregate`` builds a ``StudyResults`` from the study folder; the report's
+analyses (``moelab.study.analyses``) and the terminal table read it by attribute. It becomes a
+dict only at the JSON boundary (``StudyResults.to_dict``), with the keys in the order
+results.json has always had them, and NaN already turned into None (``json_safe``: JSON has no
+NaN) so that what the report reads is what results.json says.
 """
 
 from __future__ import annotations
@@ -196,8 +196,14 @@ class StudyResults:
     def is_ablation(self) -> bool:
         return self.kind == "ablation"
 
+    def results_entries(self) -> dict:
+        """results.json's keys of the statistics (the ``--tune-lr`` and ``--until-resolved``
+        records follow them: ``moelab.study.analyses``)."""
+        return self.to_dict()
+
     def to_dict(self) -> dict:
-        """The content of results.json."""
+        """The content of results.json (without the records of ``--tune-lr`` and
+        ``--until-resolved``)."""
         record = {
             "kind": self.kind, "study_dir": self.study_dir, "seeds": list(self.seeds),
             "criteria": list(self.criteria), "arms": to_json(self.arms),

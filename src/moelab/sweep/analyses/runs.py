@@ -1,29 +1,28 @@
-"""The sweep report's sections about the runs themselves: the table of every run, how far a
-point's seeds disagree, what a wsd budget family trained, and the zero-shot accuracies, all
-from results.csv's rows (and plan.json, the runs' tasks.json)."""
+"""The runs themselves, from results.csv's rows (and plan.json): what a wsd budget family
+trained, how far a point's seeds disagree, and the table of every run."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
 from moelab.report import format_count, format_number, markdown_table
+from moelab.report.analysis import Analysis, Findings
 from moelab.runs.families import count_family_tokens, planned_branch_steps
-from moelab.sweep.folder import read_optional_json
-from moelab.sweep.results_csv import ResultRow, ResultsTable, task_column
-from moelab.tasks import TASK_NAMES, read_run_tasks
+from moelab.sweep.analyses.common import format_tokens_per_param, joined, no_record
+from moelab.sweep.folder import SweepFolder
+from moelab.sweep.results_csv import ResultRow
 
 
-def budget_family_text(out_dir: Path, rows: list[ResultRow]) -> str:
+def budget_family_text(folder: SweepFolder) -> str:
     """Under a wsd budget family (plan.json names each branch's source and step): what the
     smaller budgets are, the tokens trained against one run per budget, and what sharing a run
     means for the points' noise; empty without branches."""
-    branch_steps = planned_branch_steps(read_optional_json(out_dir / "plan.json") or {},
-                                        key="run_dir")
+    branch_steps = planned_branch_steps(folder.plan, key="run_dir")
     if not branch_steps:
         return ""
+    rows = folder.rows
     text = ("Under `train.schedule: wsd` each size and sparsity of a seed is one budget family: "
             "its largest budget's run is trained in full and each smaller budget's run is a "
             f"cooldown branch from it ({len(branch_steps)} branches, plan.json), the same run as "
@@ -47,21 +46,6 @@ def runs_table(rows: list[ResultRow]) -> str:
     return "## Runs\n\n" + seed_spread_text(rows) + markdown_table(
         ["size", "budget", "S", "E", "seed", "N total", "N active", "D",
          "D/N (total / active)", "C", "best val loss"], body, "llrrrrrrrrr")
-
-
-def format_tokens_per_param(tokens: float, total: float, active: float) -> str:
-    """Tokens per total and per active parameter, e.g. ``12.5 / 20.1``."""
-    return f"{tokens / total:.3g} / {tokens / active:.3g}"
-
-
-def tokens_per_param_caption(rows: list[ResultRow]) -> str:
-    """The sentence under a figure: how long the runs trained for their size."""
-    if not rows:
-        return ""
-    per_total = [r.D / r.N_total for r in rows]
-    per_active = [r.D / r.N_active for r in rows]
-    return (f"Tokens per parameter of the runs: D/N_total {min(per_total):.3g} to "
-            f"{max(per_total):.3g}, D/N_active {min(per_active):.3g} to {max(per_active):.3g}.\n")
 
 
 @dataclass(frozen=True)
@@ -100,22 +84,10 @@ def seed_spread_text(rows: list[ResultRow]) -> str:
             "below this spread.\n\n")
 
 
-def zero_shot_section(out_dir: Path, results: ResultsTable) -> str:
-    """Each run's zero-shot accuracies (results.csv's zero_shot_* columns, from the runs'
-    tasks.json) beside each task's chance level; nothing when no run scored tasks."""
-    tasks = [task for task in TASK_NAMES if results.has_column(task_column(task))]
-    if not tasks:
+def render(record: None, folder: SweepFolder, findings: Findings) -> str:
+    if folder.results is None:
         return ""
-    chance: dict[str, float] = {}
-    for row in results.rows:
-        for task, entry in read_run_tasks(out_dir / row.run).items():
-            chance.setdefault(task, entry["chance"])
-    body = [[r.size, r.budget, str(r.S), r.seed] + [
-        format_number(r.zero_shot[t]) if t in r.zero_shot else "" for t in tasks]
-        for r in results.rows]
-    names = [f"{task} (chance {format_number(chance[task])})" if task in chance else task
-             for task in tasks]
-    return ("## Zero-shot tasks\n\nAccuracy of each run's final weights on the tasks it scored "
-            "(`train.eval_tasks`; each run's `tasks.json`, docs/training.md \"Zero-shot tasks\").\n\n"
-            + markdown_table(["size", "budget", "S", "seed", *names], body,
-                             "llrr" + "r" * len(tasks)))
+    return joined(budget_family_text(folder), runs_table(folder.rows))
+
+
+ANALYSIS: Analysis[SweepFolder, None] = Analysis("runs", no_record, render)

@@ -1,17 +1,31 @@
-"""fixed_size.json for a sweep and its report section: S*(N; C) per size and budget read off the
-runs (``moelab.scaling.fixed_size``), the trend tests, and a figure of loss against S per size
-at one budget with each S* marked."""
+"""S* at fixed total (or active) parameters, read off the runs: per size and budget the sparsity
+tried of lowest mean loss, with intervals resampling seeds as whole wsd families, the ordinal
+tests of "S* rises with N" and "S* falls with C" (``moelab.scaling.fixed_size``), and a figure of
+loss against S per size at one budget with each S* marked. Written as ``fixed_size.json``
+(grids with two sparsities or more per size and budget)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
-
 from moelab.report import markdown_table, new_figure, save_figure
-from moelab.scaling.fixed_size import CellOptimum, Run, TrendTest, fixed_size_optima
-from moelab.sweep.analysis_records import FixedSizeRecord
+from moelab.report.analysis import Analysis, Findings
+from moelab.scaling.fixed_size import (
+    CellOptimum, FixedSizeAnalysis, Run, TrendTest, fixed_size_optima,
+)
+from moelab.sweep.analyses.common import palette
+from moelab.sweep.folder import SweepFolder
 from moelab.sweep.results_csv import ResultRow
+
+
+@dataclass
+class FixedSizeRecord(FixedSizeAnalysis):
+    """fixed_size.json: the analysis of ``moelab.scaling.fixed_size`` and the grid's mode."""
+
+    mode: str = "fixed_total"
+    """The grid's ``mode``: fixed_total (N fixed across S) or fixed_expert (N_active fixed)."""
+
 
 LOSS_COLUMN = "final_val_loss"
 """The loss each run is read at: the final weights' (an IsoFLOP point is the end of its run)."""
@@ -40,10 +54,10 @@ def _loss(row: ResultRow, final: bool) -> float:
     return row.final_val_loss if final and row.final_val_loss is not None else row.best_val_loss
 
 
-def fixed_size_section(out_dir: Path, record: FixedSizeRecord) -> str:
+def fixed_size_section(record: FixedSizeRecord, figure_path: Path) -> str:
     """The report's section: the question, the table of S* per cell, the two trend tests and
-    the figure."""
-    figure = fixed_size_figure(Path(out_dir) / "figures" / FIGURE, record)
+    the figure (drawn at ``figure_path``)."""
+    figure = fixed_size_figure(figure_path, record)
     fixed = record.holds_fixed
     title = ("S* at fixed total parameters" if fixed == "N"
              else "S* at fixed active parameters (N grows with S)")
@@ -114,7 +128,7 @@ def fixed_size_figure(path: Path, record: FixedSizeRecord) -> Path | None:
         return None
     budget = max(by_budget, key=lambda b: (len(by_budget[b]), by_budget[b][0].flops))
     fig, ax = new_figure(width_in=6.0)
-    colours = matplotlib_palette(len(by_budget[budget]))
+    colours = palette(len(by_budget[budget]), 0.05, 0.85)
     for colour, cell in zip(colours, by_budget[budget]):
         ax.plot(cell.sparsities, cell.mean_loss, marker="o", color=colour, label=f"{cell.size}")
         for losses in cell.seed_loss.values():
@@ -133,8 +147,17 @@ def fixed_size_figure(path: Path, record: FixedSizeRecord) -> Path | None:
     return save_figure(fig, path)
 
 
-def matplotlib_palette(count: int) -> list:
-    import matplotlib
+def compute(folder: SweepFolder, findings: Findings) -> FixedSizeRecord | None:
+    if folder.results is None:
+        return None
+    return fixed_size_record(folder.rows, folder.grid.mode, folder.grid.top_k)
 
-    cmap = matplotlib.colormaps["viridis"]
-    return [cmap(x) for x in np.linspace(0.05, 0.85, max(count, 1))]
+
+def render(record: FixedSizeRecord | None, folder: SweepFolder, findings: Findings) -> str:
+    if record is None or folder.results is None:
+        return ""
+    return fixed_size_section(record, folder.figure(FIGURE))
+
+
+ANALYSIS: Analysis[SweepFolder, FixedSizeRecord] = Analysis(
+    "fixed_size", compute, render, file="fixed_size.json", record_type=FixedSizeRecord)
