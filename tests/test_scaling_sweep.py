@@ -428,7 +428,8 @@ def test_sweep_help_lists_every_preset(capsys):
     assert exit_code(["sweep-sparsity", "--help"]) == 0
     help_text = " ".join(capsys.readouterr().out.split())
     assert grid_preset_names() == ["cpu", "cpu-expertn", "cpu-finetune", "cpu-fixedn",
-                                   "cpu-isoflop", "cpu-topk", "demo", "micro", "paper"]
+                                   "cpu-granularity", "cpu-isoflop", "cpu-topk", "demo", "micro",
+                                   "paper"]
     for name in grid_preset_names():
         assert re.search(rf"\b{name}\b", help_text), name
 

@@ -22,7 +22,7 @@ if TYPE_CHECKING:  # the handlers import the maths when they run (scipy)
     from moelab.scaling.isoflop_sparsity import SparsityOptima
 
 LAW_NAMES = ("chinchilla", "sparsity", "sparsity-interaction", "sparsity-additive",
-             "sparsity-effective-size")
+             "sparsity-effective-size", "clark", "granularity", "joint")
 
 MAX_BOOTSTRAP = 100_000
 """Bootstrap resamples: the intervals are stable long before; more would exhaust memory."""
@@ -39,10 +39,11 @@ def register(subparsers) -> None:
                      "results.csv needs no --columns (N is N_total, loss best_val_loss)")
     # Spelled out (moelab.scaling.laws imports scipy); a test checks them against LAWS.
     fit.add_argument("--law", choices=LAW_NAMES, default="chinchilla",
-                     help="chinchilla, Abnar et al.'s sparsity law (eq. 6) or one of its reduced "
-                          "forms (docs/scaling.md)")
+                     help="chinchilla, Abnar et al.'s sparsity law (eq. 6), one of its reduced "
+                          "forms, or the MoE forms clark, granularity (G) and joint (E, "
+                          "N_active) (docs/scaling.md)")
     fit.add_argument("--columns", action="append", default=[], metavar="NAME=COLUMN,...",
-                     help='map canonical names N, D, C, S, N_active, loss to CSV columns, '
+                     help='map canonical names N, D, C, S, E, G, N_active, loss to CSV columns, '
                           'e.g. --columns N="Model Size",C="Training FLOP"')
     fit.add_argument("--drop-highest", type=int, default=0, metavar="K",
                      help="drop the K highest-loss points first (Epoch's convention: 5)")
@@ -127,7 +128,10 @@ def _fit(args) -> int:
 
     if args.out:
         refuse_overwriting_inputs(args.out, "--out", [args.csv])
-    columns = read_fit_table(args.csv, args.law.startswith("sparsity"), parse_column_map(args.columns))
+    from moelab.scaling.laws import get_law
+
+    columns = read_fit_table(args.csv, args.law.startswith("sparsity"),
+                             parse_column_map(args.columns), needs=get_law(args.law).columns)
     columns = drop_highest_loss(columns, args.drop_highest)
     check_identifiable(args.law, columns, args.holdout, args.csv)
     fit = fit_columns(args.law, columns, bootstrap_replicates=args.bootstrap,

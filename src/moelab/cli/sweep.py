@@ -34,8 +34,9 @@ def register(subparsers) -> None:
     # Spelled out rather than read from moelab.sweep.grid, whose import (scipy) would slow
     # every moelab command; a test checks the list against grid_preset_names().
     sweep.add_argument("grid", metavar="PRESET|GRID",
-                       help="a preset (cpu, cpu-expertn, cpu-finetune, cpu-fixedn, cpu-isoflop, "
-                       "cpu-topk, demo, micro, paper) or a grid YAML file")
+                       help="a preset (cpu, cpu-expertn, cpu-finetune, cpu-fixedn, "
+                       "cpu-granularity, cpu-isoflop, cpu-topk, demo, micro, paper) or a grid "
+                       "YAML file")
     sweep.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                        help="override a grid key (--set token_budgets=[409.6K,1.2M], --set "
                        "seeds=[0,1]) or, for a model./data./train. key, add it to the grid's config "

@@ -44,6 +44,10 @@ class HeldoutPoint:
     D: float
     S: float | None = field(default=None, metadata=OMIT_NONE)
     """Only for a law with a sparsity term."""
+    E: float | None = field(default=None, metadata=OMIT_NONE)
+    G: float | None = field(default=None, metadata=OMIT_NONE)
+    N_active: float | None = field(default=None, metadata=OMIT_NONE)
+    """E, G and N_active only for a law that reads them."""
     loss: float
     predicted: float
 
@@ -133,7 +137,9 @@ def _intervals(fit: FitResult) -> dict[str, list[float]]:
 def heldout_error(law: Law, params: dict[str, float], points: dict[str, np.ndarray],
                   spec: str) -> HeldoutError:
     """How well the fit predicts points it never saw."""
-    columns = {key: points[key] for key in ("N", "D", "S") if key in points}
+    columns = {key: points[key] for key in law.columns}
+    # S whenever the points have it (a sweep's report lists held-out points by S).
+    shown = {key: points[key] for key in ("N", "D", "S", *law.columns) if key in points}
     predicted = law.predict_loss(params, **columns)
     actual = points["loss"]
     relative = (predicted - actual) / actual
@@ -143,7 +149,7 @@ def heldout_error(law: Law, params: dict[str, float], points: dict[str, np.ndarr
         mean_abs_log_error=float(np.mean(np.abs(np.log(predicted) - np.log(actual)))),
         rmse_loss=float(np.sqrt(np.mean((predicted - actual) ** 2))),
         max_abs_relative_error=float(np.max(np.abs(relative))),
-        points=[HeldoutPoint(**{key: float(values[i]) for key, values in columns.items()},
+        points=[HeldoutPoint(**{key: float(values[i]) for key, values in shown.items()},
                              loss=float(actual[i]), predicted=float(predicted[i]))
                 for i in range(len(actual))],
     )
@@ -256,8 +262,7 @@ def check_identifiable(law_name: str, columns: dict, holdout: str | None, csv_pa
     law = get_law(law_name)
     if holdout:
         columns = select(columns, ~holdout_mask(columns, holdout))
-    variables = {"log_N": "N", "log_D": "D", "log_U": "S"}
-    used = [variables[feature] for feature in law.features]
+    used = list(law.columns)
     where = f"{csv_path}" + (f" (without --holdout {holdout})" if holdout else "")
     loss = np.asarray(columns["loss"], dtype=float)
     if np.ptp(loss) == 0:

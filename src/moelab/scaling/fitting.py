@@ -15,6 +15,7 @@ that matter), all replicates in one batch. 95 % intervals are the 2.5 and 97.5 p
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -116,8 +117,13 @@ def fit_law(law: Law, columns: dict[str, np.ndarray], *, max_starts: int | None 
 
 
 def bootstrap(fit: FitResult, columns: dict[str, np.ndarray], num_replicates: int,
-              seed: int = 0) -> FitResult:
-    """Refit ``num_replicates`` resamples (with replacement) of the points; fills bootstrap_thetas."""
+              seed: int = 0, polish: bool = True) -> FitResult:
+    """Refit ``num_replicates`` resamples (with replacement) of the points; fills bootstrap_thetas.
+
+    Each replicate's best end point is polished as the main fit's is (scipy L-BFGS-B at tight
+    tolerances, on the replicate's weights): the batched runs stop at a loose tolerance, and
+    a replicate left short of its own optimum would be a wrong draw for ``moelab optimal``,
+    which reuses single replicates. ``polish=False`` keeps the batched end points."""
     if num_replicates <= 0:
         raise MoelabError(f"--bootstrap {num_replicates} is invalid: must be a positive count")
     law = fit.law
@@ -135,8 +141,32 @@ def bootstrap(fit: FitResult, columns: dict[str, np.ndarray], num_replicates: in
     fun_RK = batch.fun.reshape(num_replicates, num_starts)
     best_k = np.argmin(np.where(np.isfinite(fun_RK), fun_RK, np.inf), axis=1)
     thetas = batch.x.reshape(num_replicates, num_starts, -1)[np.arange(num_replicates), best_k]
+    if polish:
+        thetas = np.stack([_polish(objective, theta, weights)[0]
+                           for theta, weights in zip(thetas, weights_Rn)])
     fit.bootstrap_thetas = thetas
     return fit
+
+
+def replicates_short_of_optimum(fit: FitResult, columns: dict[str, np.ndarray], seed: int = 0,
+                                tolerance: float = 1e-6) -> float:
+    """The share of ``fit``'s bootstrap replicates that a tight polish (``_polish``) lowers by
+    more than ``tolerance`` (relative) on their own resample: the replicates that stopped short.
+    The resamples are redrawn as ``bootstrap`` drew them (pass its ``seed``)."""
+    thetas = fit.bootstrap_thetas
+    if thetas is None or not len(thetas):
+        return math.nan
+    objective = HuberObjective(fit.law, log_features(fit.law, columns), columns["loss"])
+    rng = np.random.default_rng(seed)
+    num_points = objective.num_points
+    picks_Rn = rng.integers(0, num_points, size=(len(thetas), num_points))
+    short = 0
+    for theta, picks in zip(thetas, picks_Rn):
+        weights = np.bincount(picks, minlength=num_points).astype(np.float64)
+        before = float(objective(theta[None], weights[None])[0][0])
+        after = _polish(objective, theta, weights)[1]
+        short += after < before - tolerance * max(abs(before), 1e-12)
+    return short / len(thetas)
 
 
 def check_num_starts(max_starts: int | None) -> None:
@@ -180,10 +210,13 @@ def _distinct_best(x_SP: np.ndarray, f_S: np.ndarray, count: int) -> np.ndarray:
     return np.array(chosen)
 
 
-def _polish(objective: HuberObjective, theta: np.ndarray) -> tuple[np.ndarray, float]:
-    """scipy L-BFGS-B from theta at tight tolerances."""
+def _polish(objective: HuberObjective, theta: np.ndarray,
+            weights_n: np.ndarray | None = None) -> tuple[np.ndarray, float]:
+    """scipy L-BFGS-B from theta at tight tolerances (on the points' ``weights_n``, if any)."""
+    weights = None if weights_n is None else weights_n[None]
+
     def fun(x: np.ndarray):
-        f, g = objective(x[None])
+        f, g = objective(x[None], weights)
         return float(f[0]), g[0]
 
     result = scipy.optimize.minimize(fun, theta, jac=True, method="L-BFGS-B",

@@ -22,13 +22,26 @@ the prediction two einsums, for thousands of starting points at once.
   - ``sparsity-additive``: without d / ((1 - S)^delta N^gamma) (7 parameters);
   - ``sparsity-effective-size``: L = b / D^beta + d / ((1 - S)^delta N^gamma) + e (6
     parameters), Chinchilla's law in an effective size N (1 - S)^(delta / gamma).
+- MoE forms beyond Abnar et al. (docs/scaling.md, "Other MoE law forms"), each a log-sum-exp
+  of linear terms in log features too:
+  - ``clark`` (Clark et al. 2022): log L = a log N_active + b log Ê + c log N_active log Ê + d,
+    with Ê the saturating expert count of ``saturated_experts`` (E_start, E_max fixed per law,
+    not fitted);
+  - ``granularity`` (after Krajewski et al. 2024): L = c + (g / G^gamma + a) / N^alpha + b / D^beta;
+  - ``joint`` (after Ludziejewski et al. 2025): L = a / (Ê^delta N_active^(alpha + gamma ln Ê))
+    + b / (Ê^omega D^(beta + zeta ln Ê)) + c.
+
+A feature is ``log_X`` (the log of canonical column X), ``log_U`` (log(1 - S)), ``log_Ehat``
+(log Ê of column E), a product ``F*G`` of two, or ``-F`` (the negative of one: a term
+``theta * log N`` rather than ``-theta * log N``, for a law written with signed slopes).
 """
 
 from __future__ import annotations
 
 import functools
 import itertools
-from collections.abc import Callable
+import math
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -54,10 +67,19 @@ class Law:
     when max_starts is below the grid's size."""
     formula: str = ""
     """The law in natural parameters, for reports."""
+    expert_saturation: tuple[float, float] = (1.0, math.inf)
+    """(E_start, E_max) of the saturating expert count Ê of a law with ``log_Ehat``."""
 
     @property
     def num_params(self) -> int:
         return len(self.param_names)
+
+    @property
+    def columns(self) -> tuple[str, ...]:
+        """The canonical columns the law's features read (N, D, S, E, G, N_active)."""
+        names = [_feature_column(base) for feature in self.features
+                 for base in feature.lstrip("-").split("*")]
+        return tuple(dict.fromkeys(names))
 
     def design(self, feature_values: dict[str, np.ndarray]) -> np.ndarray:
         """The design tensor M (terms J, params P, points n) for these log features."""
@@ -129,14 +151,35 @@ def _logsumexp(x: np.ndarray, axis: int) -> np.ndarray:
 
 
 def log_features(law: Law, columns: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """The log features a law needs from raw columns N, D and S (U = 1 - S)."""
-    features = {}
-    for feature in law.features:
-        if feature == "log_U":
-            features[feature] = np.log1p(-columns["S"])
-        else:
-            features[feature] = np.log(columns[feature[len("log_"):]])
-    return features
+    """The log features a law needs from raw columns N, D, S (U = 1 - S), E, G, N_active."""
+    return {feature: _feature_values(law, feature, columns) for feature in law.features}
+
+
+def _feature_values(law: Law, feature: str, columns: dict[str, np.ndarray]) -> np.ndarray:
+    if feature.startswith("-"):
+        return -_feature_values(law, feature[1:], columns)
+    if "*" in feature:
+        left, right = feature.split("*", 1)
+        return _feature_values(law, left, columns) * _feature_values(law, right, columns)
+    if feature == "log_U":
+        return np.log1p(-columns["S"])
+    if feature == "log_Ehat":
+        return np.log(saturated_experts(columns["E"], *law.expert_saturation))
+    return np.log(columns[_feature_column(feature)])
+
+
+def _feature_column(feature: str) -> str:
+    """The canonical column behind one plain log feature."""
+    return {"log_U": "S", "log_Ehat": "E"}.get(feature, feature[len("log_"):])
+
+
+def saturated_experts(experts, e_start: float = 1.0, e_max: float = math.inf) -> np.ndarray:
+    """Clark et al.'s saturating expert count: 1/Ê = 1/(E - 1 + (1/E_start - 1/E_max)^-1) +
+    1/E_max. Ê = E_start at E = 1, grows like E past E_start and saturates at E_max; with
+    E_start = 1 and E_max = inf it is E itself."""
+    experts = np.asarray(experts, dtype=np.float64)
+    inverse_max = 0.0 if math.isinf(e_max) else 1.0 / e_max
+    return 1.0 / (1.0 / (experts - 1.0 + 1.0 / (1.0 / e_start - inverse_max)) + inverse_max)
 
 
 # --------------------------------------------------------------------------------------------
@@ -249,7 +292,71 @@ SPARSITY_FORMS = (
 )
 """The sparsity law and its reduced forms, richest first."""
 
-LAWS = {law.name: law for law in (CHINCHILLA, *SPARSITY_FORMS)}
+def _grid_starts(axes: Mapping[str, tuple[float, ...]], max_starts: int | None = 4096) -> np.ndarray:
+    """The product of ``axes`` (in their order), or a seeded subset of ``max_starts`` rows."""
+    grid = np.array(list(itertools.product(*axes.values())), dtype=np.float64)
+    return _subsample(grid, max_starts)
+
+
+CLARK_START_AXES = {"d": (0.0, 1.0, 2.0), "a": (-0.2, -0.1, -0.05, 0.0),
+                    "b": (-0.2, -0.1, -0.05, 0.0), "c": (-0.02, -0.01, 0.0, 0.01, 0.02)}
+"""Clark et al.'s form is linear in log L: any start reaches its one optimum; these span the
+signs and sizes they report (loss falling with N and E, a shrinking gain at larger N)."""
+
+CLARK = Law(
+    name="clark",
+    param_names=tuple(CLARK_START_AXES),
+    log_coef_names={},  # d is an intercept of log L: reported as fitted, not exponentiated
+    terms=(("d", (("a", "-log_N_active"), ("b", "-log_Ehat"),
+                  ("c", "-log_N_active*log_Ehat"))),),
+    features=("-log_N_active", "-log_Ehat", "-log_N_active*log_Ehat"),
+    start_grid=functools.partial(_grid_starts, CLARK_START_AXES),
+    formula="log L = a log N_active + b log Ê + c log N_active log Ê + d",
+)
+
+GRANULARITY_START_AXES = {
+    "log_a": (0.0, 5.0, 10.0), "log_b": (0.0, 5.0, 10.0), "log_c": (-1.0, 0.0, 1.0),
+    "log_g": (0.0, 5.0, 10.0), "alpha": (0.0, 0.25, 0.5, 0.75, 1.0),
+    "beta": (0.0, 0.25, 0.5, 0.75, 1.0), "gamma": (0.0, 0.5, 1.0)}
+"""Our grid (4,050 starts): coefficients and exponents at the sizes Chinchilla-like fits take."""
+
+GRANULARITY = Law(
+    name="granularity",
+    param_names=tuple(GRANULARITY_START_AXES),
+    log_coef_names={"log_a": "a", "log_b": "b", "log_c": "c", "log_g": "g"},
+    terms=(("log_g", (("gamma", "log_G"), ("alpha", "log_N"))),
+           ("log_a", (("alpha", "log_N"),)),
+           ("log_b", (("beta", "log_D"),)),
+           ("log_c", ())),
+    features=("log_N", "log_D", "log_G"),
+    start_grid=functools.partial(_grid_starts, GRANULARITY_START_AXES),
+    formula="L = c + (g / G^gamma + a) / N^alpha + b / D^beta",
+)
+
+JOINT_START_AXES = {
+    "log_a": (0.0, 5.0, 10.0), "log_b": (0.0, 5.0, 10.0), "log_c": (-1.0, 0.0, 1.0),
+    "alpha": (0.0, 0.25, 0.5), "beta": (0.0, 0.25, 0.5), "delta": (-0.5, 0.0, 0.5),
+    "omega": (-0.5, 0.0, 0.5), "gamma": (-0.02, 0.0, 0.02), "zeta": (-0.02, 0.0, 0.02)}
+"""Our grid (a seeded 4,096 of its 19,683 starts)."""
+
+JOINT = Law(
+    name="joint",
+    param_names=tuple(JOINT_START_AXES),
+    log_coef_names={"log_a": "a", "log_b": "b", "log_c": "c"},
+    terms=(("log_a", (("delta", "log_Ehat"), ("alpha", "log_N_active"),
+                      ("gamma", "log_N_active*log_Ehat"))),
+           ("log_b", (("omega", "log_Ehat"), ("beta", "log_D"), ("zeta", "log_D*log_Ehat"))),
+           ("log_c", ())),
+    features=("log_N_active", "log_D", "log_Ehat", "log_N_active*log_Ehat", "log_D*log_Ehat"),
+    start_grid=functools.partial(_grid_starts, JOINT_START_AXES),
+    formula="L = a / (Ê^delta N_active^(alpha + gamma ln Ê)) "
+            "+ b / (Ê^omega D^(beta + zeta ln Ê)) + c",
+)
+
+MOE_FORMS = (CLARK, GRANULARITY, JOINT)
+"""The MoE forms beyond Abnar et al.'s law."""
+
+LAWS = {law.name: law for law in (CHINCHILLA, *SPARSITY_FORMS, *MOE_FORMS)}
 
 
 def get_law(name: str) -> Law:

@@ -1,7 +1,8 @@
 """Reading fit data from a CSV: column mapping, derived tokens, validation, point selection.
 
 Canonical columns: ``N`` (parameters), ``D`` (training tokens), ``C`` (training FLOPs, may replace
-D), ``S`` (sparsity, sparsity law only), ``N_active`` (optional) and ``loss``. A mapping such as
+D), ``S`` (sparsity, sparsity law only), ``E`` (experts) and ``G`` (granularity) for the laws that
+read them, ``N_active`` (optional; required by the laws in active parameters) and ``loss``. A mapping such as
 ``{"N": "Model Size", "C": "Training FLOP"}`` names the CSV column behind a canonical one.
 
 When D is absent it is derived from C as D = C / (6 N_active) if an N_active column is mapped
@@ -20,7 +21,7 @@ import numpy as np
 
 from moelab.errors import MoelabError, short_repr
 
-CANONICAL_COLUMNS = ("N", "D", "C", "S", "N_active", "loss")
+CANONICAL_COLUMNS = ("N", "D", "C", "S", "E", "G", "N_active", "loss")
 RESULTS_CSV_COLUMNS = {"N": "N_total", "loss": "best_val_loss"}
 """The CSV columns behind canonical names in moelab's own results.csv (a sweep's): N is the total
 parameter count, the loss the best validation loss. Used when a CSV lacks the canonical name."""
@@ -58,17 +59,19 @@ def parse_column_map(items: list[str] | None) -> dict[str, str]:
 
 
 def read_fit_table(path: str | Path, needs_sparsity: bool,
-                   column_map: dict[str, str] | None = None) -> dict[str, np.ndarray]:
-    """Columns N, D, loss (and S) as float arrays, validated; D derived from C when needed."""
+                   column_map: dict[str, str] | None = None,
+                   needs: tuple[str, ...] = ()) -> dict[str, np.ndarray]:
+    """Columns N, D, loss (and S, and the canonical columns ``needs`` names) as float arrays,
+    validated; D derived from C when needed."""
     path = Path(path)
     header, rows = read_csv_rows(path)
     return fit_table_from_rows(path, header, rows, needs_sparsity,
-                               with_default_columns(header, column_map))
+                               with_default_columns(header, column_map), needs)
 
 
 def fit_table_from_rows(path: Path, header: list[str], rows: list[dict[str, str]],
-                        needs_sparsity: bool,
-                        column_map: dict[str, str] | None = None) -> dict[str, np.ndarray]:
+                        needs_sparsity: bool, column_map: dict[str, str] | None = None,
+                        needs: tuple[str, ...] = ()) -> dict[str, np.ndarray]:
     """``read_fit_table`` on rows already read (``path`` only names the file in errors)."""
     names = {key: key for key in CANONICAL_COLUMNS}
     names.update(column_map or {})
@@ -77,10 +80,11 @@ def fit_table_from_rows(path: Path, header: list[str], rows: list[dict[str, str]
         return numeric_column(path, rows, names[key])
 
     required = ["N", "loss"] + (["S"] if needs_sparsity else [])
+    required += [key for key in needs if key in ("S", "E", "G", "N_active") and key not in required]
     for key in required:
         require_column(path, header, names[key], key)
     columns = {key: column(key) for key in required}
-    if names["N_active"] in header:
+    if names["N_active"] in header and "N_active" not in columns:
         columns["N_active"] = column("N_active")
     if names["D"] in header:
         columns["D"] = column("D")

@@ -15,6 +15,13 @@ It names a base config and varies three things:
     2, not by E);
   - ``fixed_expert``: d_expert = d_ff / k, so the active FFN equals the dense one and the
     total grows with E (vary E at fixed k and expert size);
+- **granularity and shared experts** (optional): ``granularities`` plans every sparse point
+  once per G with E and k multiplied by G, so each expert is G times narrower and the total and
+  active parameters stay those of G = 1 (Krajewski et al. 2024's granularity; with
+  ``fixed_expert`` and top_k 1, G = d_ff / d_expert exactly as they define it);
+  ``shared_experts`` turns s of a point's k·G active experts into shared ones that every token
+  uses (DeepSeekMoE's shared-expert isolation): E·G − s routed experts choose k·G − s, each as
+  wide as before, so N and N_active again stay fixed;
 - **finetune** (optional): every run fine-tuned by one fixed recipe once it has finished;
 - **budget**: training compute C in FLOPs (``flops_budgets``: D = C / (6 N_active), rounded
   down to whole optimizer steps, so every point of a budget lies on one IsoFLOP curve, up to
@@ -124,6 +131,14 @@ class SweepGrid:
     """Several k instead of one: every sparse point is planned once per k (E = k / (1 - S)),
     so one S is compared as 4-choose-1, 8-choose-2, 16-choose-4 at the same total and active
     parameters (fixed_total); the dense point once. Empty: top_k alone."""
+    granularities: list[int] = field(default_factory=list)
+    """G: every sparse point planned once per G, with E and k multiplied by G and each expert G
+    times narrower (N and N_active fixed; results.csv's G column is d_ff / d_expert). Empty:
+    G = 1 alone. Not with top_ks (several k at one S is the same axis)."""
+    shared_experts: list[int] = field(default_factory=list)
+    """Shared experts s: every sparse point (and G) planned once per s, s of its k·G active
+    experts shared (always used) and E·G − s routed ones choosing k·G − s (N and N_active
+    fixed). A point with k·G <= s would route nothing and is not planned. Empty: none."""
     mode: Mode = "fixed_total"
     """How experts are sized: fixed_total (d_expert = d_ff / E) or fixed_expert (d_ff / k)."""
     flops_budgets: list[float] = field(default_factory=list)
@@ -154,6 +169,7 @@ class SweepGrid:
         if any(k < 1 for k in self.top_ks) or len(set(self.top_ks)) < len(self.top_ks):
             raise ConfigError(f"{where}: top_ks={self.top_ks!r} is invalid: expected distinct "
                               "whole numbers >= 1")
+        self._check_variants(where)
         for sparsity in self.sparsities:
             for k in self.planned_top_ks:
                 experts_for(sparsity, k)  # raises on a sparsity with no whole E
@@ -175,10 +191,60 @@ class SweepGrid:
         return self
 
 
+    def _check_variants(self, where: str) -> None:
+        if any(g < 1 for g in self.granularities) or len(set(self.granularities)) < len(
+                self.granularities):
+            raise ConfigError(f"{where}: granularities={self.granularities!r} is invalid: "
+                              "expected distinct whole numbers >= 1")
+        if any(s < 0 for s in self.shared_experts) or len(set(self.shared_experts)) < len(
+                self.shared_experts):
+            raise ConfigError(f"{where}: shared_experts={self.shared_experts!r} is invalid: "
+                              "expected distinct whole numbers >= 0")
+        if self.top_ks and self.granularities:
+            raise ConfigError(f"{where}: top_ks and granularities are both given: give one "
+                              "(several k at one S is a granularity axis already)")
+        if self.sparse_variants == []:
+            raise ConfigError(f"{where}: shared_experts={self.shared_experts!r} is invalid: "
+                              "every (G, s) leaves no routed expert (k·G <= s)")
+
     @property
     def planned_top_ks(self) -> list[int]:
-        """The k each sparse point is planned at: top_ks, or top_k alone."""
-        return list(self.top_ks) or [self.top_k]
+        """The k each sparse point is planned at (shared experts included): top_ks, or
+        top_k·G for each G of granularities, or top_k alone."""
+        return list(dict.fromkeys(variant.top_k for variant in self.sparse_variants))
+
+    @property
+    def sparse_variants(self) -> list[SparseVariant]:
+        """Every (k, G, s) a sparse point is planned at, in the grid's order; a (G, s) with no
+        routed expert (k·G <= s) is left out (``skipped_variants``)."""
+        return [v for v in self._all_variants() if v.routes]
+
+    @property
+    def skipped_variants(self) -> list[SparseVariant]:
+        """The (G, s) of the grid that route nothing (k·G <= s): not planned."""
+        return [v for v in self._all_variants() if not v.routes]
+
+    def _all_variants(self) -> list[SparseVariant]:
+        if self.top_ks:
+            return [SparseVariant(k, 1, 0) for k in self.top_ks]
+        return [SparseVariant(self.top_k * g, g, s) for g in (self.granularities or [1])
+                for s in (self.shared_experts or [0])]
+
+
+@dataclass(frozen=True)
+class SparseVariant:
+    """How one sparse point of a grid splits its experts."""
+
+    top_k: int
+    """Experts each token uses, shared ones included (E = top_k / (1 - S) counts them too)."""
+    granularity: int
+    """G: top_k / the grid's top_k (1 for a grid without granularities)."""
+    shared: int
+    """How many of the top_k are shared experts, used by every token."""
+
+    @property
+    def routes(self) -> bool:
+        return self.top_k > self.shared
 
 
 GRID_KEYS = tuple(f.name for f in dataclasses.fields(SweepGrid))

@@ -28,8 +28,8 @@ from moelab.runs.families import as_budget_family
 from moelab.runs.lr_grid import check_same_selection
 from moelab.runs.spec import Finetune, branch_record
 from moelab.scaling.isoflop import compute_deviation
-from moelab.sweep.grid import (GRID_KEYS, SIZE_KEYS, FinetuneRecipe, SweepGrid, experts_for,
-                               with_seeds_key)
+from moelab.sweep.grid import (GRID_KEYS, SIZE_KEYS, FinetuneRecipe, SparseVariant, SweepGrid,
+                               experts_for, with_seeds_key)
 
 FINETUNE_RUNS = "finetune"
 """The folder under runs/ that holds the finetunes: runs/finetune/<the run's name>."""
@@ -44,11 +44,18 @@ class SweepPoint:
     budget_label: str
     flops_budget: Optional[float]
     config: Config
+    shared: int = 0
+    """How many of the num_experts (and of the top_k) are shared experts."""
+    granularity: int = 1
+    """G of the grid's ``granularities`` (1 without)."""
 
     @property
     def arm(self) -> str:
-        """The point's name without its seed: ``C3e+13/s1/S0.750-E4k1``."""
-        return f"{self.budget_label}/{self.size}/S{self.sparsity:.3f}-E{self.num_experts}k{self.top_k}"
+        """The point's name without its seed: ``C3e+13/s1/S0.750-E4k1``; with shared experts
+        ``S0.750-E8k2s1`` (1 of the 8 experts, and of the 2 a token uses, shared)."""
+        shared = f"s{self.shared}" if self.shared else ""
+        return (f"{self.budget_label}/{self.size}/S{self.sparsity:.3f}-E{self.num_experts}"
+                f"k{self.top_k}{shared}")
 
     @property
     def seed(self) -> int:
@@ -69,10 +76,13 @@ class SweepPoint:
         return text
 
 
-def point_config(base: Config, size: dict, sparsity: float, top_k: int, mode: str) -> Config:
+def point_config(base: Config, size: dict, sparsity: float, top_k: int, mode: str,
+                 shared: int = 0) -> Config:
     """The base config as this size at this sparsity: the size's model keys, and at S > 0
     E = k / (1 - S) experts of width d_ff / E (fixed_total) or d_ff / k (fixed_expert), over
-    the base config's own expert settings (or the defaults for a dense base)."""
+    the base config's own expert settings (or the defaults for a dense base). ``shared`` of
+    the E (and of the k) are shared experts of the same width: E - shared routed experts
+    choose k - shared, so the total and active parameters do not change with ``shared``."""
     shape = {key: size[key] for key in SIZE_KEYS if key in size}
     if sparsity == 0.0:
         return replace(base, model=replace(base.model, **shape, moe=None)).validate()
@@ -86,8 +96,12 @@ def point_config(base: Config, size: dict, sparsity: float, top_k: int, mode: st
             f"sweep size {short_repr(size['name'])}: d_ff={d_ff} is invalid for {mode} with E={experts}, "
             f"k={top_k}: must be divisible by {divisor}"
         )
-    moe = replace(base.model.moe or MoEConfig(), num_experts=experts, top_k=top_k,
-                  d_expert=d_ff // divisor)
+    if not 0 <= shared < top_k:
+        raise ConfigError(f"shared experts {shared} is invalid with k={top_k}: allowed 0 to "
+                          f"k - 1 (at least one routed expert per token)")
+    moe = replace(base.model.moe or MoEConfig(), num_experts=experts - shared,
+                  top_k=top_k - shared, d_expert=d_ff // divisor, num_shared_experts=shared,
+                  d_shared=None)
     return replace(base, model=replace(base.model, **shape, moe=moe)).validate()
 
 
@@ -123,24 +137,27 @@ def plan_sweep(grid: SweepGrid) -> list[SweepPoint]:
             for size in grid.sizes:
                 for sparsity in grid.sparsities:
                     # The dense model has no k: planned once, at the first.
-                    top_ks = grid.planned_top_ks[:1] if sparsity == 0 else grid.planned_top_ks
-                    points.extend(_plan_point(base, grid, size, float(sparsity), kind, budget, k)
-                                  for k in top_ks)
+                    variants = grid.sparse_variants
+                    points.extend(_plan_point(base, grid, size, float(sparsity), kind, budget,
+                                              variant)
+                                  for variant in (variants[:1] if sparsity == 0 else variants))
     _check_distinct_folders(points)
     return points
 
 
 def _plan_point(base: Config, grid: SweepGrid, size: dict, sparsity: float, kind: str,
-                budget: float, top_k: int) -> SweepPoint:
-    config = point_config(base, size, sparsity, top_k, grid.mode)
+                budget: float, variant: SparseVariant) -> SweepPoint:
+    shared = variant.shared if sparsity > 0 else 0
+    config = point_config(base, size, sparsity, variant.top_k, grid.mode, shared)
     if kind == "flops":
         tokens, label = tokens_for_flops(config, budget), f"C{exact_text(budget)}"
     else:
         tokens, label = int(budget), f"D{int(budget)}"
     config = with_max_tokens(config, tokens)
-    experts = config.model.moe.num_experts if config.model.moe else 1
-    return SweepPoint(size["name"], sparsity, experts, top_k, label,
-                      float(budget) if kind == "flops" else None, config)
+    experts = config.model.moe.num_experts + shared if config.model.moe else 1
+    granularity = variant.granularity if sparsity > 0 else 1
+    return SweepPoint(size["name"], sparsity, experts, variant.top_k, label,
+                      float(budget) if kind == "flops" else None, config, shared, granularity)
 
 
 def exact_text(value: float) -> str:
@@ -171,7 +188,8 @@ def run_specs(points: list[SweepPoint]) -> list[RunSpec]:
                      {"size": point.size, "sparsity": point.sparsity, "budget": point.budget_label,
                       "seed": point.seed})
              for point in points]
-    shapes = [(point.size, point.sparsity, point.top_k, point.seed) for point in points]
+    shapes = [(point.size, point.sparsity, point.top_k, point.shared, point.seed)
+              for point in points]
     planned = {spec.name: spec for shape in dict.fromkeys(shapes)
                for spec in as_budget_family([s for s, other in zip(specs, shapes) if other == shape])}
     return [planned[spec.name] for spec in specs]
@@ -268,10 +286,14 @@ def recorded_fit_settings(out_dir: Path) -> dict:
 
 
 def grid_json_record(grid: SweepGrid) -> dict:
-    """grid.json's record of a grid; top_ks and finetune only when given, so that the
+    """grid.json's record of a grid; the optional keys only when given, so that the
     grid.json of a sweep planned before the keys existed still matches its grid."""
     return {key: to_dict(getattr(grid, key)) for key in GRID_KEYS
-            if (key != "top_ks" or grid.top_ks) and (key != "finetune" or grid.finetune)}
+            if key not in OPTIONAL_GRID_KEYS or getattr(grid, key)}
+
+
+OPTIONAL_GRID_KEYS = ("top_ks", "granularities", "shared_experts", "finetune")
+"""Grid keys grid.json records only when given (an empty list or None: as if absent)."""
 
 
 def check_same_grid(out_dir: Path, grid: SweepGrid) -> None:
@@ -313,6 +335,8 @@ def _write_plan(out_dir: Path, grid: SweepGrid, points: list[SweepPoint], specs:
         "runs": [{"name": spec.name, "run_dir": str(spec.run_dir), "config": str(spec.config_path),
                   "size": point.size, "sparsity": point.sparsity, "budget": point.budget_label,
                   "seed": point.seed,
+                  **({"granularity": point.granularity, "shared_experts": point.shared}
+                     if grid.granularities or grid.shared_experts else {}),
                   "model": to_dict(point.config.model), **branch_record(spec)}
                  for point, spec in zip(points, specs)],
         **({"finetunes": [{"name": spec.name, "run_dir": str(spec.run_dir),
@@ -328,7 +352,9 @@ def _same_grid_or_more_seeds(old: dict, new: dict) -> bool:
     are new runs). A recipe changed or dropped is another grid: finetunes would mix."""
     if old.get("finetune") is not None and old.get("finetune") != new.get("finetune"):
         return False
-    # A grid.json without top_ks (older, or a grid of one top_k) has none.
-    return ({"top_ks": [], **old, "seeds": None, "finetune": None}
-            == {"top_ks": [], **new, "seeds": None, "finetune": None}
+    # A grid.json without top_ks (older, or a grid of one top_k) has none; so for the other
+    # optional lists.
+    absent: dict[str, list] = {"top_ks": [], "granularities": [], "shared_experts": []}
+    return ({**absent, **old, "seeds": None, "finetune": None}
+            == {**absent, **new, "seeds": None, "finetune": None}
             and set(old.get("seeds", [])) <= set(new["seeds"]))

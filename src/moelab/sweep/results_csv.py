@@ -28,6 +28,10 @@ FINETUNE = {"columns": "finetune"}
 """A field of a complete finetune: the group's columns are written only when some run has one."""
 WHOLE = {"read": "count"}
 """A field read as a whole number."""
+GRANULARITY = {"columns": "granularity", "read": "count"}
+"""A field of the expert splits, written in place (after d_expert) only in a sweep whose runs
+split experts differently at one sparsity (``granularity_columns``); a file without them reads
+as no shared experts."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -58,6 +62,10 @@ class ResultRow:
     k: Optional[int] = field(default=None, metadata=WHOLE)
     d_expert: Optional[int] = field(default=None, metadata=WHOLE)
     """None for a dense run."""
+    shared_experts: Optional[int] = field(default=None, metadata=GRANULARITY)
+    """Shared experts of each MoE layer (E and k count the routed ones alone)."""
+    G: Optional[float] = field(default=None, metadata={**GRANULARITY, "read": "number"})
+    """Granularity d_ff / d_expert (Krajewski et al. 2024); None for a dense run."""
     flops_per_token_6n: Optional[float] = None
     flops_per_token_kaplan: Optional[float] = None
     best_val_loss: float
@@ -90,6 +98,9 @@ class ResultRow:
 
 RESULT_COLUMNS = tuple(f.name for f in fields(ResultRow) if "columns" not in f.metadata)
 """The columns of every run, in the file's order."""
+GRANULARITY_COLUMNS = tuple(f.name for f in fields(ResultRow)
+                            if f.metadata.get("columns") == GRANULARITY["columns"])
+"""The expert-split columns, after d_expert, when the runs' splits vary."""
 FINETUNE_COLUMNS = tuple(f.name for f in fields(ResultRow)
                          if f.metadata.get("columns") == FINETUNE["columns"])
 """The columns of a complete finetune, written when some run has one."""
@@ -100,10 +111,16 @@ REQUIRED_COLUMNS = tuple(f.name for f in fields(ResultRow)
 seed): a file without one is not a sweep's."""
 
 
-def result_columns(scored_tasks: set[str], finetuned: bool) -> tuple[str, ...]:
-    """results.csv's header: RESULT_COLUMNS, a zero-shot column per task in ``scored_tasks``
-    (in TASK_NAMES order), and FINETUNE_COLUMNS when some run has a finetune."""
-    return (RESULT_COLUMNS + tuple(task_column(t) for t in TASK_NAMES if t in scored_tasks)
+def result_columns(scored_tasks: set[str], finetuned: bool,
+                   split_experts: bool = False) -> tuple[str, ...]:
+    """results.csv's header: RESULT_COLUMNS (with GRANULARITY_COLUMNS after d_expert when
+    ``split_experts``), a zero-shot column per task in ``scored_tasks`` (in TASK_NAMES order),
+    and FINETUNE_COLUMNS when some run has a finetune."""
+    columns = RESULT_COLUMNS
+    if split_experts:
+        after = columns.index("d_expert") + 1
+        columns = columns[:after] + GRANULARITY_COLUMNS + columns[after:]
+    return (columns + tuple(task_column(t) for t in TASK_NAMES if t in scored_tasks)
             + (FINETUNE_COLUMNS if finetuned else ()))
 
 
@@ -185,6 +202,8 @@ class _CellReader:
             return self.flag(name)
         if read == "count":
             return self.count(name) if self.text(name) or not _optional(column) else None
+        if read == "number":
+            return self.optional_number(name)
         if column.type == "str":
             return self.text(name)
         return self.optional_number(name) if _optional(column) else self.number(name)

@@ -16,7 +16,9 @@ from moelab.errors import MoelabError
 from moelab.fileio import atomic_write_text
 from moelab.runs import is_complete
 from moelab.sweep.plan import SweepPoint, exact_text, finetune_run_name, run_specs
-from moelab.sweep.results_csv import FINETUNE_COLUMNS, result_columns, task_column
+from moelab.sweep.results_csv import (
+    FINETUNE_COLUMNS, GRANULARITY_COLUMNS, result_columns, task_column,
+)
 from moelab.tasks import TASK_NAMES, read_run_tasks
 from moelab.train.finetune import read_finetune_reference
 from moelab.train.run_folder import RunFolder
@@ -73,14 +75,18 @@ def result_row(point: SweepPoint, run_dir: str, summary: RunSummary, config: Con
     experts, top_k = (moe.num_experts, moe.top_k) if moe else (1, 1)
     six_n, tokens = summary.flops_per_token_6n, summary.tokens
     assert six_n is not None and tokens is not None  # required by _run_summary
+    # E and k count the routed experts; S counts the shared ones too (s of E + s experts are
+    # used by every token), so a grid's shared_experts keep their point's S.
+    shared = moe.num_shared_experts if moe else 0
     return {
         "run": run_dir, "size": point.size, "budget": point.budget_label,
         "seed": config.train.seed,
         "C_budget": "" if point.flops_budget is None else exact_text(point.flops_budget),
         "N_total": summary.total_params, "N_active": summary.active_params,
         "N_non_embedding": summary.non_embedding_params, "D": summary.tokens,
-        "C": six_n * tokens, "S": (experts - top_k) / experts,
+        "C": six_n * tokens, "S": (experts - top_k) / (experts + shared),
         "E": experts, "k": top_k, "d_expert": moe.d_expert if moe else "",
+        "shared_experts": shared, "G": config.model.d_ff / moe.d_expert if moe else "",
         "flops_per_token_6n": summary.flops_per_token_6n,
         "flops_per_token_kaplan": summary.flops_per_token_kaplan,
         "best_val_loss": summary.best_val_loss, "final_val_loss": summary.final_val_loss,
@@ -97,13 +103,26 @@ def _throughput_fields(summary: RunSummary) -> dict:
     return {key: "" if value is None else value for key, value in fields.items()}
 
 
+def _splits_vary(rows: list[dict]) -> bool:
+    """Whether some run has shared experts or one (size, budget, S) holds two G."""
+    granularities: dict[tuple, set] = {}
+    for row in rows:
+        if row.get("G") not in (None, ""):
+            granularities.setdefault((row["size"], row["budget"], row["S"]), set()).add(row["G"])
+    return (any(row.get("shared_experts") for row in rows)
+            or any(len(values) > 1 for values in granularities.values()))
+
+
 def write_results_csv(path: Path, rows: list[dict]) -> Path:
     """The rows under ``ResultRow``'s columns: every run's, then a zero-shot column per task
     some run scored, then the finetune columns when some run has a complete finetune (none
     otherwise). A key that is not one of its columns is an error."""
     keys = {key for row in rows for key in row}
+    split_experts = _splits_vary(rows)
+    if not split_experts:
+        rows = [{k: v for k, v in row.items() if k not in GRANULARITY_COLUMNS} for row in rows]
     columns = result_columns({task for task in TASK_NAMES if task_column(task) in keys},
-                             bool(keys & set(FINETUNE_COLUMNS)))
+                             bool(keys & set(FINETUNE_COLUMNS)), split_experts)
     buffer = io.StringIO()
     writer = csv.DictWriter(buffer, fieldnames=columns, lineterminator="\n")
     writer.writeheader()
