@@ -155,6 +155,11 @@ def _study_summary(edit):
     return lambda tmp: _edit_json(tmp / STUDY_SEED0 / "summary.json", lambda s: {**s, **edit})
 
 
+def _study_summary_without(key: str):
+    return lambda tmp: _edit_json(tmp / STUDY_SEED0 / "summary.json",
+                                  lambda s: {k: v for k, v in s.items() if k != key})
+
+
 def _study_metrics(make: Callable[[bytes], bytes]):
     def damage(tmp):
         path = tmp / STUDY_SEED0 / "metrics.jsonl"
@@ -260,6 +265,17 @@ CASES = {
     "source train.txt a folder": Case("prepare-data --out {tmp}/c --source {in}/train_a_folder "
                                       "--no-progress", "train_a_folder': the folder has no "
                                                        "train.txt"),
+    "hf config of a file": Case("prepare-data --out {tmp}/c --source {in}/tiny.txt "
+                                "--hf-config x --no-progress",
+                                "data.hf_config='x' is invalid for data source {in}/tiny.txt"),
+    "text field of the sample": Case("prepare-data --out {tmp}/c --text-field body --no-progress",
+                                     "data.text_field='body' is invalid for data source sample"),
+    "train split of a file": Case("prepare-data --out {tmp}/c --source {in}/tiny.txt "
+                                  "--train-split training --no-progress",
+                                  "data.train_split='training' is invalid for data source"),
+    "valid split of a file": Case("prepare-data --out {tmp}/c --source {in}/tiny.txt "
+                                  "--valid-split test --no-progress",
+                                  "data.valid_split='test' is invalid for data source"),
     "out blank": Case("prepare-data --out '' --no-progress", "data.cache_dir=''"),
     "out under a file": Case("prepare-data --out {in}/file/c --no-progress",
                              "cannot write {in}/file/c"),
@@ -489,6 +505,19 @@ CASES = {
                                   _study_summary({"best_val_loss": "low"})),
     "report best loss nan": Case("report {study}", "best_val_loss=nan is not a finite number",
                                  _study_summary({"best_val_loss": float("nan")})),
+    "report best loss missing": Case("report {study}", "best_val_loss is missing",
+                                     _study_summary_without("best_val_loss")),
+    "report best loss null": Case("report {study}", "best_val_loss is missing",
+                                  _study_summary({"best_val_loss": None})),
+    "report best loss negative": Case("report {study}", "best_val_loss=-0.5 is not a loss",
+                                      _study_summary({"best_val_loss": -0.5})),
+    "report final bpb negative": Case("report {study}", "final_val_bpb=-1 is not a loss",
+                                      _study_summary({"final_val_bpb": -1})),
+    "report summary a list": Case("report {study}", "summary.json is corrupt (not a JSON object)",
+                                  _write(STUDY_SEED0 + "/summary.json", b"[1, 2]")),
+    "report summary nests too deep": Case("report {study}", "summary.json nests too deeply",
+                                          _write(STUDY_SEED0 + "/summary.json",
+                                                 b"[" * 30_000 + b"]" * 30_000)),
     "report routing a number": Case("report {study}", "routing is not a list of layers",
                                     _study_summary({"routing": 3})),
     "report tasks.json not json": Case("report {study}", "tasks.json is not valid JSON",
@@ -596,6 +625,11 @@ CASES = {
     "isoflop where": Case("isoflop {in}/iso_few.csv --where foo", "--where 'foo'"),
     "isoflop where no rows": Case("isoflop {in}/iso_few.csv --where N=5",
                                   "no rows left after --where N=5"),
+    "isoflop seed column missing": Case("isoflop {in}/iso_few.csv --seed-column run_seed",
+                                        "--seed-column 'run_seed' is not a column of"),
+    "isoflop window of a global fit": Case("isoflop {in}/iso_few.csv --estimator global "
+                                           "--window-factor 2", "--window-factor 2 is invalid with "
+                                           "--estimator global"),
     "isoflop column": Case("isoflop {in}/iso_few.csv --columns N=nope", "column 'nope' (for N)"),
     # -- sweep-sparsity
     "sweep grid missing": Case("sweep-sparsity nope", "sweep grid 'nope' is neither"),
@@ -634,6 +668,9 @@ CASES = {
     "merge missing sweep": Case("merge {tmp}/a {tmp}/b --out {tmp}/m",
                                 "{tmp}/a is not a sweep folder: no such folder"),
     "merge one sweep": Case("merge {tmp}/a --out {tmp}/m", "merge needs 2 or more sweep folders"),
+    # -- findings
+    "findings missing results": Case("findings --results {tmp}/nope --out {tmp}/f --readme {tmp}/r.md --check",
+                                     "--readme {tmp}/r.md is invalid: no such file"),
     # -- report
     "report bootstrap of a study": Case("report {tmp} --bootstrap 4",
                                         "--bootstrap is invalid for {tmp}: it has no grid.json"),

@@ -129,6 +129,15 @@ def test_a_key_given_both_ways_with_two_values_is_refused(tmp_path, capsys):
                         "train.logging.progress=True are both given: keep train.logging.progress")
 
 
+@pytest.mark.parametrize("section", ["5", "[1]", "on"])
+def test_a_logging_section_that_is_no_mapping_is_named_beside_a_flat_key(tmp_path, capsys,
+                                                                          section):
+    path = tmp_path / "bad.yaml"
+    path.write_text(f"train:\n  logging: {section}\n  progress: false\n")
+    refused_on_one_line(capsys, ["config", "show", str(path)],
+                        "train.logging=", "is invalid: expected a mapping of keys")
+
+
 def test_a_bad_logging_value_names_its_section_key(capsys):
     refused_on_one_line(capsys, ["params", "demo", "--set", "train.logging.wandb=maybe"],
                         "train.logging.wandb='maybe' is invalid: expected true or false")
@@ -152,6 +161,16 @@ def test_the_fixtures_spell_the_keys_flat():
     assert run_config["train"]["progress"] is False and "logging" not in run_config["train"]
     grid = (HOUSE / "sweep-tokens/grid.json").read_text()
     assert '"train.progress=false"' in grid
+
+
+def test_a_stored_sweep_folder_reports_without_the_note(tmp_path, capsys):
+    """Its grid.json is a record moelab wrote, its flat key spelt as then: no note to the user."""
+    folder = tmp_path / "sweep-tokens"
+    shutil.copytree(HOUSE / "sweep-tokens", folder)
+    assert "train.progress=false" in (folder / "grid.json").read_text()
+    capsys.readouterr()
+    assert main(["report", str(folder)]) == 0
+    assert "deprecated" not in capsys.readouterr().err
 
 
 @pytest.mark.slow

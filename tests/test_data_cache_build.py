@@ -8,9 +8,12 @@ a tokenizer trained directly with Hugging Face ``tokenizers`` never exceeds the 
 from __future__ import annotations
 
 import lzma
+import random
+import string
 import threading
 from pathlib import Path
 
+import numpy as np
 from tokenizers import Tokenizer as HFTokenizer
 from tokenizers import decoders, models, pre_tokenizers, trainers
 
@@ -19,10 +22,11 @@ from moelab.config import DataConfig
 from moelab.data import prepare_data
 from moelab.data import cache as cache_module
 from moelab.data.cache import cache_folder_name
+from moelab.data.encoding import WordCacheEncoder
 from moelab.data.sources import resolve_source
 from moelab.data.story_text import split_stories
 from moelab.data.text_sources import sample_path
-from moelab.data.tokenizer import supported_vocab_bound
+from moelab.data.tokenizer import MAX_PRE_TOKEN_BYTES, supported_vocab_bound
 from moelab.fileio import WriterLock
 
 SEPARATOR = "\n<|endoftext|>\n"
@@ -135,3 +139,46 @@ def test_a_second_builder_waits_and_leaves_the_first_ones_files_alone(tmp_path, 
         thread.join(timeout=60)
     assert not second_builds and second[0].cache_dir == cache_dir
     assert second[0].train.num_tokens > 0
+
+
+# One unbroken 100 KB "word" (a URL, base64, minified code): the GPT-2 pattern keeps it whole,
+# and the BPE trainer's cost grows with the square of a word's length, so the pipeline cuts
+# every pre-token into pieces of at most MAX_PRE_TOKEN_BYTES bytes before BPE sees it.
+LONG_WORD_BYTES = 100_000
+
+
+def test_an_unbroken_100kb_word_reaches_bpe_in_short_pieces(tmp_path):
+    rng = random.Random(0)
+    word = "".join(rng.choice(string.ascii_lowercase) for _ in range(LONG_WORD_BYTES))
+    source = _folder_source(tmp_path / "long", CAT_STORIES + [f"see {word} there"])
+    prepared = prepare_data(DataConfig(source=str(source), cache_dir=str(tmp_path / "c")), 300,
+                            progress=False)
+    # The pre-tokenizer stored with the tokenizer is what both the trainer and the encoder ran.
+    stored = HFTokenizer.from_file(str(prepared.tokenizer.path))
+    pieces = [piece for piece, _ in stored.pre_tokenizer.pre_tokenize_str(word)]
+    assert "".join(pieces) == word
+    assert max(map(len, pieces)) == MAX_PRE_TOKEN_BYTES
+    assert len(pieces) == -(-LONG_WORD_BYTES // MAX_PRE_TOKEN_BYTES)
+    story = f"see {word} there"
+    assert prepared.tokenizer.decode(prepared.tokenizer.encode(story)) == story
+
+
+def test_the_vocabulary_bound_counts_the_pieces_bpe_sees():
+    # "abab..." of 100,000 bytes in pieces of 256: 390 equal pieces and one of 160 bytes, two
+    # distinct words allowing 255 + 159 merges (a whole word would allow 99,999).
+    pieces = LONG_WORD_BYTES // MAX_PRE_TOKEN_BYTES
+    last = LONG_WORD_BYTES - pieces * MAX_PRE_TOKEN_BYTES
+    assert MAX_PRE_TOKEN_BYTES == 256 and (pieces, last) == (390, 160)
+    assert supported_vocab_bound([["ab" * (LONG_WORD_BYTES // 2)]], enough=10**6) == 257 + 255 + 159
+
+
+def test_a_piece_boundary_inside_a_character_still_round_trips(tmp_path):
+    # "€" is 3 bytes, so pieces of 256 bytes cut characters in two; byte-level BPE decodes the
+    # bytes, not the pieces, so the text comes back exactly, and the word-cache encoder agrees.
+    story = "price " + "€" * 1000 + " paid"
+    source = _folder_source(tmp_path / "cats", CAT_STORIES)
+    tokenizer = prepare_data(DataConfig(source=str(source), cache_dir=str(tmp_path / "c")), 300,
+                             progress=False).tokenizer
+    assert tokenizer.decode(tokenizer.encode(story)) == story
+    encoder = WordCacheEncoder(tokenizer, np.dtype(np.uint16))
+    assert encoder.encode_stories([story]).tolist() == tokenizer.encode(story) + [tokenizer.eot_id]

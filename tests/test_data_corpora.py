@@ -150,6 +150,25 @@ def test_a_hub_dataset_by_name_streamed_and_from_the_cache(hub_folder, stories, 
         DataConfig(source=f"hf:{hub_folder}", max_train_stories=81)).fingerprint
 
 
+def test_a_damaged_datasets_cache_entry_is_named_damaged_not_missing(hub_folder, tmp_path,
+                                                                    monkeypatch):
+    cfg = DataConfig(source=f"hf:{hub_folder}")
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_OFFLINE", True)
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", tmp_path / "hf-cache")
+    read_splits(cfg)  # the entry is in the cache now
+    arrows = sorted((tmp_path / "hf-cache").rglob("*.arrow"))
+    assert arrows
+    for arrow in arrows:  # a copy cut short, a disk error
+        arrow.write_bytes(arrow.read_bytes()[:40])
+    with pytest.raises(MoelabError) as info:
+        read_splits(cfg)
+    message = str(info.value)
+    assert "\n" not in message and "not in the datasets cache" not in message
+    assert "pip install" not in message
+    assert "its copy in the datasets cache cannot be read" in message
+    assert str(tmp_path / "hf-cache") in message  # where to delete it
+
+
 def test_a_built_hub_cache_trains_without_the_hub(hub_folder, tmp_path, monkeypatch):
     cfg = DataConfig(source=f"hf:{hub_folder}", max_train_stories=100, cache_dir=str(tmp_path))
     prepared = prepare_data(cfg, VOCAB, progress=False)

@@ -118,6 +118,7 @@ def test_an_unreachable_hub_says_how_to_get_the_corpus(monkeypatch, tmp_path, ca
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1
     assert "moelab prepare-data --source tinystories" in err and "MOELAB_DATA" in err
+    assert "pip install" not in err  # datasets is installed: that advice would mislead
     assert not (tmp_path / "c").exists()
 
 

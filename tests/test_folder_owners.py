@@ -61,6 +61,19 @@ def test_a_compare_into_a_study_folder_is_refused_and_the_study_kept(tmp_path, c
     assert _files(study) == before
 
 
+@pytest.mark.parametrize("record", [{"kind": "compare"}, {"kind": "run"}])
+def test_an_edited_or_copied_owner_record_does_not_hand_over_a_study_folder(tmp_path, capsys,
+                                                                             record):
+    study = tmp_path / "study"
+    assert main(["study", "demo", "--seeds", "2", "--out", str(study), "--list-runs"]) == 0
+    (study / FOLDER_RECORD).write_text(json.dumps(record))  # a record copied from elsewhere
+    before = _files(study)
+    refused_on_one_line(capsys, ["compare", "demo", "demo", "--seeds", "1", "--out", str(study)],
+                        str(study), "output of moelab study", "plan.json")
+    refused_on_one_line(capsys, ["train", "demo", "--out", str(study)], "output of moelab study")
+    assert _files(study) == before
+
+
 @pytest.mark.slow
 def test_a_study_into_a_compare_folder_is_refused(compared, capsys):
     out, _ = compared

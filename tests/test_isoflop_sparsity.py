@@ -130,7 +130,12 @@ def test_the_cli_gives_s_star_intervals_from_a_seed_column(tmp_path, capsys):
         low, high = (float(v) for v in line.split("CI [")[1].rstrip("]").split(", "))
         assert low <= 0.5 <= high
     assert "slope of S*(C): " in out and "per decade" in out
-    assert main(["isoflop", str(path), "--seed-column", "none-such"]) == 0
+    assert main(["isoflop", str(path), "--seed-column", "none-such"]) == 2  # refused, not ignored
+    assert "--seed-column 'none-such' is not a column of" in capsys.readouterr().err
+    unseeded = tmp_path / "unseeded.csv"  # the same table without its seed column
+    unseeded.write_text("".join(line.rsplit(",", 1)[0] + "\n"
+                                for line in path.read_text().splitlines()))
+    assert main(["isoflop", str(unseeded)]) == 0
     assert "no interval: one seed" in capsys.readouterr().out
 
 

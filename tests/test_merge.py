@@ -134,6 +134,14 @@ def test_an_output_that_is_an_input_or_holds_a_sweep_is_refused(two_sweeps, tmp_
     assert snapshot(kept) == before[0]
 
 
+def test_an_output_inside_an_input_is_refused_and_nothing_written(two_sweeps, capsys):
+    first, second = two_sweeps
+    for inside in (second / "sub", second / "deeper" / "still"):
+        refused_on_one_line(capsys, ["merge", str(first), str(second), "--out", str(inside)],
+                            f"--out {inside} is invalid", f"inside {second}")
+        assert not (second / "sub").exists() and not (second / "deeper").exists()
+
+
 @pytest.mark.parametrize("damage, expected", [
     ("one folder", "2 or more"),
     ("no grid.json", "grid.json"),

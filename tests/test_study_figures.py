@@ -81,3 +81,23 @@ def test_the_paired_differences_figure_draws_one_point_per_seed(tmp_path, monkey
     assert [text.get_text() for text in ax.texts] == ["10", "11", "12"]
     # "total" has no pairs, so no column
     assert [tick.get_text() for tick in ax.get_xticklabels()] == ["matched active"]
+
+
+def test_the_layer_load_figure_of_runs_with_one_eval_draws_without_a_warning(tmp_path,
+                                                                             monkeypatch):
+    """A tiny budget (study --budgets 2K: one step, one eval) gives one column: it is drawn
+    around its eval's tokens, where matplotlib would warn of identical x limits."""
+    import warnings
+
+    drawn = []
+    monkeypatch.setattr(routing, "save_figure", lambda fig, path: drawn.append(fig) or Path(path))
+    loads = [{"busiest_fraction": 0.6}, {"busiest_fraction": 0.3}]
+    one_eval = [CompleteRun("moe", seed, None, Path(f"runs/moe/seed{seed}"), {},
+                          [{"step": 1, "tokens": 2048, "val_loss": 6.9, "routing": loads}])
+                for seed in (0, 1)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert routing.layer_load_over_training_figure({"moe": one_eval}, tmp_path / "l.png")
+        drawn[0].canvas.draw()
+    low, high = drawn[0].axes[0].get_xlim()
+    assert low < 2048 < high

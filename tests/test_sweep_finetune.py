@@ -302,3 +302,13 @@ def test_the_stored_finetune_json_reads_back_as_written_and_renders_its_report_s
     assert finetune_analysis_text(record).strip() in (folder / "report.md").read_text()
     older = from_json(FinetuneRecord, {"runs": 3, "metrics": {}})
     assert "from an older analysis" in finetune_analysis_text(older)
+
+
+def test_a_recipe_takes_every_source_moelab_finetune_takes(tmp_path, monkeypatch):
+    """hf:NAME streams a hub dataset (moelab finetune --data reads it as data.source does), so a
+    recipe naming one is a plan, not an error; an unknown name is refused with today's list."""
+    FinetuneRecipe(steps=3, lr=0.003, data="hf:HuggingFaceFW/fineweb-edu").validate("grid")
+    with pytest.raises(MoelabError, match=r"finetune.data='nope' is invalid: .*hf:NAME, "
+                                          r"adaptation, a folder with train.txt"):
+        monkeypatch.chdir(tmp_path)  # no ./nope
+        FinetuneRecipe(steps=3, lr=0.003, data="nope").validate("grid")

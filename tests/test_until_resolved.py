@@ -16,6 +16,7 @@ from moelab.study import commands as study_commands
 from moelab.study.rounds import UntilResolved
 from moelab.study.settings import StudySettings, load_study
 from fake_runs import write_fake_run
+from one_line_errors import refused_on_one_line
 
 LOOKS = [2, 4, 6, 8, 10]  # first round 2 seeds, 2 more a round, at most 10
 
@@ -114,6 +115,18 @@ def test_another_design_in_the_same_folder_is_refused(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "already holds rounds with another threshold" in err
     assert len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("listing", [[], ["--list-runs"]])
+def test_a_fixed_seed_count_on_a_rounds_folder_is_refused_and_its_record_kept(tmp_path, capsys,
+                                                                             listing):
+    _run(tmp_path, ["active"])
+    folder = tmp_path / "s"
+    before = {name: (folder / name).read_bytes() for name in ("plan.json", "results.json")}
+    argv = ["study", "demo", "--set", "train.max_tokens=1000000", "--criteria", "active",
+            "--seeds", "2", "--out", str(folder), *listing]
+    refused_on_one_line(capsys, argv, "holds --until-resolved rounds", "--until-resolved")
+    assert {name: (folder / name).read_bytes() for name in before} == before
 
 
 @pytest.mark.parametrize("argv, message", [

@@ -182,14 +182,33 @@ def folder_kind(folder: str | os.PathLike) -> str | None:
 
 def check_folder_kind(folder: str | os.PathLike, kind: str, flag: str = "--out") -> None:
     """Refuse, on one line and before anything is written, a folder another kind of command
-    owns: a compare trained into a study folder would be read back as the study's runs."""
+    owns: a compare trained into a study folder would be read back as the study's runs. The
+    folder's own files are asked as well as its FOLDER_RECORD, so that a record edited or
+    copied from another folder hands over no folder whose files another kind wrote."""
     folder = Path(folder)
-    owner = folder_kind(folder) if folder.is_dir() else None
+    if not folder.is_dir():
+        return
+    # The files only one kind writes outweigh a record, which may be edited or copied.
+    told = _kinds_told_by_files(folder)
+    owner = folder_kind(folder) if not told else kind if told == {kind} else min(told - {kind})
     if owner is not None and owner != kind:
         held = sorted(p.name for p in folder.iterdir() if not is_bookkeeping(p))
         listing = ", ".join(held[:3]) + (", ..." if len(held) > 3 else "")
         raise MoelabError(f"{flag} {folder} is not empty and holds no {kind} (it has {listing}): "
                           f"it holds the output of moelab {owner}; use another folder for {kind}")
+
+
+def _kinds_told_by_files(folder: Path) -> set[str]:
+    """The kinds of command the files in ``folder`` name: plan.json's kind (a study's when it
+    names none and no grid.json says sweep), and every file of KIND_FILES present."""
+    kinds = {kind for name, kind in KIND_FILES.items() if (folder / name).is_file()}
+    if (folder / "plan.json").is_file():
+        planned = _read_json_object(folder / "plan.json").get("kind")
+        if isinstance(planned, str):
+            kinds.add(planned)
+        elif "sweep-sparsity" not in kinds:
+            kinds.add("study")
+    return kinds
 
 
 def claim_folder(folder: str | os.PathLike, kind: str, flag: str = "--out") -> None:

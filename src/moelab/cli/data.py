@@ -55,6 +55,7 @@ def register(subparsers) -> None:
 
 def prepare_data_command(args) -> int:
     from moelab.data import prepare_data  # here: the data pipeline imports torch, --help must not
+    from moelab.data.sources import check_settings_read
 
     refuse_overwriting_inputs(args.out, "--out", [args.source])
     if args.out is not None:
@@ -64,6 +65,7 @@ def prepare_data_command(args) -> int:
                           hf_config=args.hf_config, train_split=args.train_split,
                           valid_split=args.valid_split, max_train_stories=args.max_train_stories)
     data_cfg.validate()
+    check_settings_read(data_cfg)
     prepared = prepare_data(data_cfg, args.vocab_size, progress=not args.no_progress)
     if args.out is not None:  # claimed once it holds a cache: a refused source leaves nothing
         claim_folder(args.out, DATA_CACHE_KIND)

@@ -106,10 +106,10 @@ def register(subparsers) -> None:
                          help="window (default): a parabola through the sizes within "
                               "--window-factor of the vertex; global: through every size of "
                               "the budget (docs/scaling.md compares them)")
-    isoflop.add_argument("--window-factor", type=float, default=3.0, metavar="F",
+    isoflop.add_argument("--window-factor", type=float, metavar="F",
                          help="with --estimator window: sizes within F times the vertex (> 1; "
                               "default 3)")
-    isoflop.add_argument("--seed-column", default="seed", metavar="COLUMN",
+    isoflop.add_argument("--seed-column", metavar="COLUMN",
                          help="the column naming each run's seed (default: seed, when present): "
                               "the fits' residuals are compared with the seeds' noise, and S* "
                               "gets bootstrap intervals over seeds")
@@ -294,8 +294,15 @@ def _isoflop(args) -> int:
         isoflop_analysis, read_isoflop_table, uses_surface, why_no_budget,
     )
     from moelab.scaling.isoflop_sparsity import sparsity_isoflop
+    from moelab.scaling.isoflop_vertex import WINDOW_FACTOR
     from moelab.scaling.table import parse_column_map
 
+    if args.window_factor is not None and args.estimator == "global":
+        raise MoelabError(f"--window-factor {args.window_factor:g} is invalid with --estimator "
+                          "global, whose parabola goes through every size of a budget: allowed "
+                          "with --estimator window only")
+    if args.window_factor is None:
+        args.window_factor = WINDOW_FACTOR
     if not (math.isfinite(args.window_factor) and args.window_factor > 1.0):
         raise MoelabError(f"--window-factor {args.window_factor} is invalid: must be a number > 1")
     points = read_isoflop_table(args.csv, parse_column_map(args.columns), args.where,

@@ -64,8 +64,9 @@ def move_flat_logging_keys(raw: Any, note: bool = True) -> Any:
     section = train.get("logging")
     if section is None:
         section = train["logging"] = {}
-    if not isinstance(section, dict):  # the parser names it
-        return raw
+    if not isinstance(section, dict):  # else the parser would call the flat key unknown
+        raise ConfigError(f"train.logging={short_repr(section)} is invalid: expected a mapping "
+                          f"of keys")
     for name in flat:
         value = train.pop(name)
         if name in section and section[name] != value:

@@ -6,6 +6,7 @@ library's cache of it), any hub dataset by name (``hf:NAME``, streamed) and fold
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -24,10 +25,11 @@ from moelab.errors import MoelabError, short_repr
 HF_DATASET = "roneneldan/TinyStories"
 DATA_ENV = "MOELAB_DATA"
 """A local copy of TinyStories that ``data.source: tinystories`` reads instead of the hub."""
-GET_TINYSTORIES = (
-    f"pip install 'moelab[hf]' and run moelab prepare-data --source tinystories once online "
-    f"(it downloads {HF_DATASET} into the datasets cache), or set {DATA_ENV} to a local copy "
-    "(a folder with train.txt and valid.txt)")
+GET_TINYSTORIES_ONLINE = (
+    f"run moelab prepare-data --source tinystories once online (it downloads {HF_DATASET} "
+    f"into the datasets cache), or set {DATA_ENV} to a local copy (a folder with train.txt and "
+    "valid.txt)")
+GET_TINYSTORIES = f"pip install 'moelab[hf]' and {GET_TINYSTORIES_ONLINE}"
 HUB_PREFIX = "hf:"
 """``data.source: hf:NAME`` streams the Hugging Face dataset NAME (``load_dataset(NAME)``)."""
 
@@ -35,17 +37,18 @@ HUB_PREFIX = "hf:"
 def hf_source(data_cfg: DataConfig, name: str = "hf") -> Source:
     """TinyStories from the hub (or the datasets library's cache of it); ``name`` is the
     data.source that asked, for messages."""
-    how = GET_TINYSTORIES if name == "tinystories" else (
-        "use data.source=sample or a local path when offline")
     try:
         import datasets
     except ImportError:
-        raise MoelabError(f"data.source={name!r} needs the 'datasets' package: "
-                          + (how if name == "tinystories" else "pip install 'moelab[hf]'")) from None
+        raise MoelabError(f"data.source={name!r} needs the 'datasets' package: " + (
+            GET_TINYSTORIES if name == "tinystories" else "pip install 'moelab[hf]'")) from None
     try:
         with _quiet_hub_logs():  # offline, the hub client logs each retry; the error says it all
             dataset_dict = datasets.load_dataset(HF_DATASET)
     except Exception as exc:  # noqa: BLE001 -- network, auth, missing cache: all user-facing
+        how = _damaged_cache_remedy(exc, datasets) or (
+            GET_TINYSTORIES_ONLINE if name == "tinystories" else
+            "use data.source=sample or a local path when offline")
         raise MoelabError(
             f"data.source={name!r}: cannot load {HF_DATASET} ({first_line(exc)}); {how}"
         ) from None
@@ -229,13 +232,26 @@ def _load_hub_dataset(name: str, data_cfg: DataConfig) -> Source:
         with _quiet_hub_logs():
             splits = datasets.load_dataset(name, data_cfg.hf_config, streaming=not offline)
     except Exception as exc:  # noqa: BLE001 -- no network, unknown dataset or config, no cache
-        remedy = ("it is not in the datasets cache (offline)" if offline else
-                  "check the name and data.hf_config, and the network")
+        remedy = (offline and _damaged_cache_remedy(exc, datasets)) or (
+            "it is not in the datasets cache (offline)" if offline else
+            "check the name and data.hf_config, and the network")
         raise MoelabError(f"data.source={short_repr(data_cfg.source)}: cannot load the dataset "
                           f"({first_line(exc)}); {remedy}") from None
     identity = {"name": name, "config": data_cfg.hf_config}
     return _source_from_splits(safe_label(name.rstrip("/").split("/")[-1]), "hub", dict(splits),
                                data_cfg, where, identity)
+
+
+def _damaged_cache_remedy(exc: Exception, datasets) -> str:
+    """What to do when ``load_dataset`` found its cached copy but could not read it (a file cut
+    short: pyarrow's or json's errors); '' for any other failure (the dataset not reached or
+    not found, an unknown config), which the caller words."""
+    import pyarrow  # datasets stands on it
+
+    if not isinstance(exc, (pyarrow.ArrowException, json.JSONDecodeError)):
+        return ""
+    return (f"its copy in the datasets cache cannot be read: delete it from "
+            f"{datasets.config.HF_DATASETS_CACHE} and load it again online")
 
 
 def _hub_offline(datasets) -> bool:

@@ -27,7 +27,7 @@ from moelab.data.table_sources import table_file_source
 from moelab.data.text_sources import (
     ADAPTATION_FILES, ALLOWED_PATHS, file_source, folder_source, packaged_source, sample_source,
 )
-from moelab.errors import MoelabError
+from moelab.errors import MoelabError, short_repr
 
 NAMED_SOURCES = ("sample", "tinystories", "hf", "adaptation")
 TABLE_SUFFIXES = (".parquet", ".arrow")
@@ -47,6 +47,49 @@ def resolve_source(data_cfg: DataConfig) -> Source:
     if data_cfg.source.startswith(HUB_PREFIX):
         return hub_dataset_source(data_cfg)
     return _path_source(Path(data_cfg.source).expanduser(), data_cfg)
+
+
+DATASET_SETTINGS = {
+    "hf_config": "only hf:NAME sources have configurations",
+    "text_field": "only dataset sources (hf, hf:NAME, .parquet, .arrow, a save_to_disk folder) "
+                  "have columns",
+    "train_split": "only hf, hf:NAME and a saved DatasetDict have named splits",
+    "valid_split": "only hf, hf:NAME and a saved DatasetDict have named splits",
+}
+"""The data settings that pick text out of a dataset, and what reads each."""
+
+
+def check_settings_read(data_cfg: DataConfig) -> None:
+    """Refuse a dataset setting given for a source that does not read it (``moelab prepare-data
+    --text-field`` on a .txt file, say), which would otherwise be ignored without a word. A
+    fine-tune keeps its source run's settings on new data, so only the command line asks."""
+    reads = _settings_read(data_cfg)
+    defaults = DataConfig()
+    for name, why in DATASET_SETTINGS.items():
+        value = getattr(data_cfg, name)
+        if name not in reads and value != getattr(defaults, name):
+            raise MoelabError(f"data.{name}={short_repr(value)} is invalid for data source "
+                              f"{data_cfg.source}: {why}")
+
+
+def _settings_read(data_cfg: DataConfig) -> tuple[str, ...]:
+    """The DATASET_SETTINGS the source reads (all of them where the source is not found: its
+    own error says so)."""
+    source = data_cfg.source
+    if source.startswith(HUB_PREFIX):
+        return tuple(DATASET_SETTINGS)
+    if source == "tinystories" and os.environ.get(DATA_ENV):
+        source = os.environ[DATA_ENV]
+    elif source in ("hf", "tinystories"):
+        return ("text_field", "train_split", "valid_split")
+    if source in NAMED_SOURCES:
+        return ()
+    path = Path(source).expanduser()
+    if (path / "dataset_dict.json").is_file():
+        return ("text_field", "train_split", "valid_split")
+    if (path.is_dir() and is_saved_dataset(path)) or (path.is_file() and path.suffix in TABLE_SUFFIXES):
+        return ("text_field",)
+    return () if path.exists() else tuple(DATASET_SETTINGS)
 
 
 def _tinystories_source(data_cfg: DataConfig) -> Source:

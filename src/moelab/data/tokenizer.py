@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 from tokenizers import Tokenizer as HFTokenizer
-from tokenizers import decoders, models, pre_tokenizers, trainers
+from tokenizers import Regex, decoders, models, pre_tokenizers, trainers
 
 from moelab.errors import MoelabError, short_repr
 from moelab.data.story_text import EOT_TEXT, SEPARATOR_BYTES
@@ -24,9 +24,16 @@ MIN_VOCAB_SIZE = 257
 # vocabulary it is asked for (about 70 bytes a token), so 10^9 tokens abort the process. 2^20
 # is eight times the largest vocabularies in use; the data usually supports far fewer.
 MAX_VOCAB_SIZE = 1 << 20
+# The longest pre-token BPE sees, in bytes: the GPT-2 pattern keeps an unbroken run (a URL,
+# base64, minified code) as one word, and the trainer's cost grows with the square of a word's
+# length (each merge rewrites the word's symbol list): 36 s for one 100 KB "abab..." at 300
+# tokens, 0.4 s cut (benchmarks/long_word.py). Longer words are cut into pieces of this length,
+# for training and encoding alike. No word of the TinyStories samples is over 40 bytes, so
+# their tokenizers keep every merge.
+MAX_PRE_TOKEN_BYTES = 256
 # Bump when anything below changes the trained tokenizer: cached tokenizers and token files
-# are keyed by it, so old caches are never reused by mistake.
-TOKENIZER_RECIPE_VERSION = 1
+# are keyed by it, so old caches are never reused by mistake. 2: words cut at 256 bytes.
+TOKENIZER_RECIPE_VERSION = 2
 
 
 class Tokenizer:
@@ -98,7 +105,7 @@ def supported_vocab_bound(batches: Iterable[list[str]], enough: int) -> int:
     can shrink n - 1 times, so there are at most sum(n - 1) merges over the distinct words,
     and each adds at most one token to the 256 bytes and ``<|endoftext|>``.
     """
-    splitter = pre_tokenizers.ByteLevel(add_prefix_space=False)  # as ``train_tokenizer``'s
+    splitter = byte_level_pre_tokenizer()  # as ``train_tokenizer``'s
     seen: set[str] = set()
     bound = MIN_VOCAB_SIZE
     for stories in batches:
@@ -125,6 +132,16 @@ def check_data_supports_vocab(batches: Iterable[list[str]], vocab_size: int,
         )
 
 
+def byte_level_pre_tokenizer() -> pre_tokenizers.PreTokenizer:
+    """GPT-2's byte-level words, each cut into pieces of at most ``MAX_PRE_TOKEN_BYTES`` bytes
+    (after ``ByteLevel`` every byte is one character, so the cut counts bytes; it may split a
+    character's bytes, which byte-level decoding joins again)."""
+    return pre_tokenizers.Sequence([
+        pre_tokenizers.ByteLevel(add_prefix_space=False),
+        pre_tokenizers.Split(Regex(rf"[\s\S]{{1,{MAX_PRE_TOKEN_BYTES}}}"), behavior="isolated"),
+    ])
+
+
 def train_tokenizer(batches: Iterable[list[str]], vocab_size: int, path: Path,
                     source_label: str, *, progress: bool = False) -> Tokenizer:
     """Train a byte-level BPE of ``vocab_size`` tokens on ``batches`` of stories, save to ``path``.
@@ -136,7 +153,7 @@ def train_tokenizer(batches: Iterable[list[str]], vocab_size: int, path: Path,
 
     check_vocab_size(vocab_size)
     hf = HFTokenizer(models.BPE())
-    hf.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    hf.pre_tokenizer = byte_level_pre_tokenizer()
     hf.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,

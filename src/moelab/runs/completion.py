@@ -46,8 +46,10 @@ def write_failures(folder: Path, failures: dict[str, str]) -> None:
 # --------------------------------------------------------------------------------------------
 
 def check_run_files(runs_root: Path) -> None:
-    """Refuse, on one line naming the file, what a report would choke on: in every complete run
-    under ``runs_root`` a summary number that is not a finite number, a metrics.jsonl line that
+    """Refuse, on one line naming the file, what a report would choke on: any summary.json under
+    ``runs_root`` that is not a JSON object; in every complete run a summary number that is not
+    a finite number, a negative loss or none at all (a run without its best_val_loss would drop
+    out of the statistics unseen), a metrics.jsonl line that
     is not an event (``moelab.train.events``), without evals or logging a step twice, an
     unreadable config.yaml. A hand edit or a copy gone wrong, never anything training writes;
     a complete run is never to be deleted for it. A torn last metrics line (a copy cut short)
@@ -56,6 +58,7 @@ def check_run_files(runs_root: Path) -> None:
         return
     for summary_path in sorted(runs_root.rglob("summary.json")):
         run = RunFolder(summary_path.parent)
+        run.read_summary()  # a summary that is not a JSON object is corrupt, not "incomplete"
         if run.is_complete():
             problem = _summary_problem(run)
             if problem:  # resuming a run without summary.json writes it again, no step trained
@@ -72,9 +75,11 @@ def check_run_files(runs_root: Path) -> None:
 
 def _summary_problem(run: RunFolder) -> str:
     try:
-        run.summary()
+        summary = run.summary()
     except MoelabError as exc:
         return str(exc)
+    if summary is not None and summary.best_val_loss is None:  # training always writes it
+        return f"{run.summary_path} is corrupt (best_val_loss is missing or null)"
     return ""
 
 

@@ -183,10 +183,11 @@ class IsoflopAnalysis:
 
 def read_isoflop_table(path: str | Path, column_map: dict[str, str] | None = None,
                        where: list[str] | None = None,
-                       seed_column: str | None = SEED_COLUMN) -> IsoflopPoints:
+                       seed_column: str | None = None) -> IsoflopPoints:
     """Columns N, C (the IsoFLOP budget), loss, and S / N_active when present (validated as for
-    ``moelab fit``: N, C, N_active, loss > 0 and S in [0, 1)); ``seed`` (strings) when the
-    table has ``seed_column`` with a value in every row."""
+    ``moelab fit``: N, C, N_active, loss > 0 and S in [0, 1)); ``seed`` (strings) from
+    ``seed_column``, which must then be a column, else from a 'seed' column with a value in
+    every row."""
     path = Path(path)
     header, rows = read_csv_rows(path)
     # In moelab's results.csv, C is a run's actual compute and C_budget the budget it was
@@ -215,7 +216,11 @@ def read_isoflop_table(path: str | Path, column_map: dict[str, str] | None = Non
     columns = {key: numeric_column(path, rows, names[key])
                for key in ("N", "C", "S", "N_active", "loss") if names[key] in header}
     validate_columns(path, columns)
-    if seed_column and seed_column in header and all((row[seed_column] or "").strip() for row in rows):
+    if seed_column is not None and seed_column not in header:  # else: "one seed per point"
+        raise MoelabError(f"--seed-column {short_repr(seed_column)} is not a column of {path}; "
+                          f"found: {', '.join(header)}")
+    seed_column = seed_column or SEED_COLUMN
+    if seed_column in header and all((row[seed_column] or "").strip() for row in rows):
         columns["seed"] = np.array([row[seed_column].strip() for row in rows])
     return IsoflopPoints.from_columns(columns)
 

@@ -68,8 +68,22 @@ def write_study_plan(kind: str, config: Config, settings: StudySettings, study_d
     return specs
 
 
+def check_not_rounds(study_dir: Path) -> None:
+    """Refuse a fixed seed count on a folder of ``--until-resolved`` rounds: its plan would drop
+    the rounds record, and the report would read every round's seeds as the fixed ones."""
+    try:
+        plan = read_plan(study_dir)
+    except MoelabError:  # a damaged plan.json: the planner names it (check_same_study)
+        return
+    if isinstance(plan, dict) and plan.get(ROUNDS_KEY):
+        raise MoelabError(f"{study_dir} holds --until-resolved rounds: continue it with "
+                          "--until-resolved and the same design, or use another --out folder "
+                          "for a fixed number of seeds")
+
+
 def list_runs(kind: str, config: Config, settings: StudySettings, study_dir: Path) -> list[str]:
     """Write the plan and return one ``moelab train`` command per run not yet complete."""
+    check_not_rounds(study_dir)
     specs = write_study_plan(kind, config, settings, study_dir)
     todo = [spec for spec in specs if not is_complete(study_dir / spec.run_dir)]
     return train_commands(study_dir, todo)
@@ -89,7 +103,9 @@ def run_study(kind: str, config: Config, settings: StudySettings, study_dir: Pat
     if launcher is None:
         launcher = LocalLauncher(jobs=jobs, train_fn=train_fn)
     reporting = settings.seed_list(config.train.seed)
-    if until_resolved is not None:
+    if until_resolved is None:
+        check_not_rounds(study_dir)
+    else:
         until_resolved.check(settings.seeds)
         reporting = list(range(config.train.seed, config.train.seed + until_resolved.max_seeds))
     lrs, extra = None, {}
@@ -185,6 +201,7 @@ def submit_study(kind: str, config: Config, settings: StudySettings, study_dir: 
     the job id, or None when there is nothing to train. ``moelab report`` writes the results
     once the runs are done."""
     study_dir = Path(study_dir)
+    check_not_rounds(study_dir)
     specs = write_study_plan(kind, config, settings, study_dir)
     if any(not is_complete(study_dir / spec.run_dir) for spec in specs):
         prepare_shared_data(config, log)  # once, here: not raced by the array's tasks

@@ -141,7 +141,7 @@ def rewrite_sweep_outputs(out_dir: Path, log: Callable[[str], None] = print, *,
     refit = {key: value for key, value in (("bootstrap_replicates", bootstrap_replicates),
                                            ("max_starts", max_starts)) if value is not None}
     check_fit_settings(refit.get("bootstrap_replicates", 0), refit.get("max_starts"))
-    grid = load_grid(out_dir / "grid.json")
+    grid = load_grid(out_dir / "grid.json", record=True)
     check_run_files(out_dir / "runs")
     with writer_lock(out_dir):
         remove_stale_temporaries(out_dir, out_dir / "figures")  # what a killed report left

@@ -38,8 +38,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal, Optional
 
-from moelab.config import Parsed, apply_overrides, from_dict, preset_names, read_raw, to_dict
-from moelab.data.sources import NAMED_SOURCES
+from moelab.config import (
+    Parsed, apply_overrides, from_dict, preset_names, read_raw, spelt_as_today, to_dict,
+)
+from moelab.data.sources import ALLOWED_PATHS, HUB_PREFIX, NAMED_SOURCES
 from moelab.errors import ConfigError, short_repr
 from moelab.runs.tokens import TokenCount
 
@@ -107,10 +109,10 @@ class FinetuneRecipe:
         if not 0.0 <= self.warmup_fraction < 1.0:
             raise ConfigError(f"{where}: finetune.warmup_fraction={self.warmup_fraction} is "
                               "invalid: allowed [0, 1)")
-        if self.data not in NAMED_SOURCES and not Path(self.data).expanduser().exists():
+        if (self.data not in NAMED_SOURCES and not self.data.startswith(HUB_PREFIX)
+                and not Path(self.data).expanduser().exists()):
             raise ConfigError(f"{where}: finetune.data={short_repr(self.data)} is invalid: no "
-                              f"such file or folder; allowed {', '.join(NAMED_SOURCES)} or a "
-                              "path (a folder with train.txt and valid.txt, or one file)")
+                              f"such file or folder; {ALLOWED_PATHS}")
 
 
 @dataclass(kw_only=True)
@@ -313,11 +315,16 @@ def load_sweep_grid(source: str | Path, overrides: list[str]) -> SweepGrid:
     return dataclasses.replace(grid, overrides=[*grid.overrides, *config_pairs])
 
 
-def load_grid(source: str | Path, overrides: list[str] | None = None) -> SweepGrid:
+def load_grid(source: str | Path, overrides: list[str] | None = None, *,
+              record: bool = False) -> SweepGrid:
     """A preset name (``grid_preset_names()``) or a YAML file with the keys of SweepGrid, after
-    dotted ``key=value`` overrides (as ``--set``)."""
+    dotted ``key=value`` overrides (as ``--set``). A ``record`` (a folder's grid.json, which
+    moelab wrote) spells its flat logging keys as today silently, as a run's config.yaml."""
     raw = read_raw(source, "sweep grid", SWEEP_PRESETS)
     raw.setdefault("name", Path(source).stem)
+    if record and isinstance(raw.get("overrides"), list):
+        raw["overrides"] = [spelt_as_today(item) if isinstance(item, str) else item
+                            for item in raw["overrides"]]
     raw = apply_overrides(raw, list(overrides or []))
     try:
         grid = from_dict(SweepGrid, with_seeds_key(raw))

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from moelab.errors import ConfigError, MoelabError
-from moelab.fileio import atomic_write_json, atomic_write_text, writer_lock
+from moelab.fileio import atomic_write_json, atomic_write_text, is_inside, writer_lock
 from moelab.scaling.table import read_csv_rows
 from moelab.sweep.folder import read_json
 from moelab.sweep.grid import with_seeds_key
@@ -107,6 +107,10 @@ def check_out_dir(out_dir: Path, sources: list[Path]) -> None:
     if any(out_dir.resolve() == Path(source).resolve() for source in sources):
         raise MoelabError(f"--out {out_dir} is invalid: it is one of the folders merged; "
                           "write to a new folder")
+    holder = next((source for source in sources if is_inside(out_dir, source)), None)
+    if holder is not None:  # a sweep inside a sweep: the input's own report would read it
+        raise MoelabError(f"--out {out_dir} is invalid: it lies inside {holder}, one of the "
+                          "folders merged; write to a new folder outside them")
     if out_dir.exists() and not out_dir.is_dir():
         raise MoelabError(f"--out {out_dir} is a file: it must be a new folder")
     held = [name for name in MERGED_FILES if (out_dir / name).exists()]

@@ -95,6 +95,9 @@ def parse_summary(record: dict[str, Any], path: Path | str = "summary.json") -> 
         value = record.get(name)
         if value is not None and not is_finite_number(value):
             raise MoelabError(f"{path} is corrupt ({name}={short_repr(value)} is not a finite number)")
+        if name in _LOSSES and value is not None and value < 0:  # cross-entropies, never below 0
+            raise MoelabError(f"{path} is corrupt ({name}={short_repr(value)} is not a loss: "
+                              f"allowed >= 0)")
     routing = record.get("routing")
     if routing is None:
         record.pop("routing", None)
@@ -106,6 +109,9 @@ def parse_summary(record: dict[str, Any], path: Path | str = "summary.json") -> 
 _NUMBERS = tuple(f.name for f in fields(RunSummary)
                  if f.name not in ("status", "device", "versions", "routing", "collapse",
                                    "schema_version", "mfu_convention", "peak_flops_source"))
+
+
+_LOSSES = ("best_val_loss", "best_val_bpb", "final_val_loss", "final_val_bpb")
 
 
 def _upgraded(record: dict[str, Any]) -> dict[str, Any]:

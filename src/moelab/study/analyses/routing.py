@@ -152,8 +152,13 @@ def layer_load_over_training_figure(runs_by_arm: dict[str, list[CompleteRun]],
     fig, axes = new_figure(ncols=len(panels), width_in=4.5, height_in=3.5)
     axes = axes if isinstance(axes, list) else [axes]
     for ax, (arm, (tokens, busiest_LS)) in zip(axes, panels.items()):
+        # One eval (a tiny budget) is one column, drawn around its tokens: equal x limits
+        # would make matplotlib warn and pick its own.
+        half = max(0.5 * tokens[0], 0.5)
+        left, right = ((tokens[0], tokens[-1]) if tokens[-1] > tokens[0]
+                       else (tokens[0] - half, tokens[0] + half))
         image = ax.imshow(busiest_LS, vmin=0.0, vmax=1.0, cmap="viridis", aspect="auto",
-                          extent=(tokens[0], tokens[-1], busiest_LS.shape[0] - 0.5, -0.5))
+                          extent=(left, right, busiest_LS.shape[0] - 0.5, -0.5))
         ax.set_xlabel("training tokens")
         format_axis(ax.xaxis, format_count_tick, max_ticks=4)
         ax.set_ylabel("layer")
