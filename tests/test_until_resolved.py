@@ -117,6 +117,7 @@ def test_another_design_in_the_same_folder_is_refused(tmp_path, capsys):
     assert len(err.strip().splitlines()) == 1
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("listing", [[], ["--list-runs"]])
 def test_a_fixed_seed_count_on_a_rounds_folder_is_refused_and_its_record_kept(tmp_path, capsys,
                                                                              listing):
