@@ -37,8 +37,8 @@ test: lint
 
 # The tier to run after each change: every test not marked slow (pyproject.toml's markers: a
 # slow test trains through the engine, spawns a process, starts Ray, compiles, builds a venv or
-# fits the law forms), no lint: 1,388 tests in 91 CPU-seconds on a 2-core CPU (about 1.5
-# minutes idle; 2026-12-06). `make test` runs everything, slow tests included.
+# fits the law forms), no lint: about 1,400 tests in 86-91 CPU-seconds, measured twice on a
+# busy 2-core CPU (so about 1.5 minutes idle; 2026-12-06). `make test` runs everything.
 test-fast: $(BIN)/moelab
 	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q -m "not slow"
 
