@@ -35,7 +35,9 @@ import torch
 from moelab.config import DataConfig, load_config
 from moelab.data import Tokenizer, TrainBatches, prepare_data
 from moelab.data.encoding import WordCacheEncoder, available_cores, encode_batches
-from moelab.data.sources import BATCH_STORIES, resolve_source, split_bytes
+from moelab.data.source_record import BATCH_STORIES
+from moelab.data.sources import resolve_source
+from moelab.data.story_text import split_bytes
 from moelab.data.tokenizer import train_tokenizer
 from moelab.fileio import atomic_write_json
 from common import add_output_arguments, cpu_seconds, machine, parse_checked

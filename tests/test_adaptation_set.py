@@ -13,8 +13,9 @@ import shutil
 
 from moelab.config import DataConfig
 from moelab.data import adaptation
-from moelab.data.sources import (ADAPTATION_FILES, EOT_TEXT, resolve_source, sample_path,
-                                 split_stories)
+from moelab.data.sources import resolve_source
+from moelab.data.story_text import EOT_TEXT, split_stories
+from moelab.data.text_sources import ADAPTATION_FILES, sample_path
 
 
 def test_check_passes_on_the_shipped_files():

@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 import moelab
 
 SRC = Path(moelab.__file__).parent
@@ -160,6 +162,7 @@ def test_the_graph_check_sees_a_circle_and_an_upward_arrow():
     assert imported_modules(loop, "moelab.train.loop") >= {"moelab.model"}
 
 
+@pytest.mark.slow
 def test_the_torch_free_layers_import_without_torch():
     modules = [module for module in import_graph() if package_of(module) in TORCH_FREE]
     code = ("import importlib, sys\n"

@@ -682,6 +682,7 @@ CASES = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_bad_input_is_one_line_and_exit_2(shared, tmp_path, capsys, monkeypatch, name):
     import shlex
@@ -763,6 +764,7 @@ def test_an_expected_error_from_deep_inside_is_one_line(monkeypatch, capsys):
     assert err.startswith("moelab: error: the input is not UTF-8 text") and err.count("\n") == 1
 
 
+@pytest.mark.slow
 def test_a_real_process_exits_2_with_one_line(shared):
     """The same through ``python -m moelab``: exit status and stderr as a shell sees them."""
     for args in (["params", str(shared / "in" / "latin1.yaml")],
@@ -773,6 +775,7 @@ def test_a_real_process_exits_2_with_one_line(shared):
         assert len(child.stderr.strip().splitlines()) == 1 and "Traceback" not in child.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("env, expected", [
     ({"WORLD_SIZE": "abc"}, "WORLD_SIZE='abc' is invalid"),
     ({"WORLD_SIZE": "0"}, "WORLD_SIZE='0' is invalid"),
@@ -791,6 +794,7 @@ def test_malformed_torchrun_variables_are_one_line(tmp_path, capsys, monkeypatch
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.slow
 def test_compiling_for_a_cpu_without_a_cpp_compiler_is_refused_before_writing(tmp_path, capsys):
     """Inductor turns a CPU model into C++; with no compiler on the machine the run is refused
     on one line, not with inductor's traceback at step 1 (the cpu sweep preset compiles)."""
@@ -811,6 +815,7 @@ def test_compiling_for_a_cpu_without_a_cpp_compiler_is_refused_before_writing(tm
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.slow
 def test_output_into_a_closed_pipe_ends_quietly():
     """`moelab ... --dry-run | head -1`: the reader goes away, the command stops without a
     traceback (exit 141, as for SIGPIPE)."""

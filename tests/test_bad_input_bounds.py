@@ -88,6 +88,7 @@ def run_bounded(commands: list[list[str]]) -> list[tuple[int, str]]:
     return [tuple(result) for result in json.loads(child.stdout.splitlines()[-1])]
 
 
+@pytest.mark.slow
 def test_alias_bombs_and_huge_values_are_one_short_line_in_bounded_memory(tmp_path):
     """A bomb as a config file, a --set value, a run's config.yaml (eval and report) and a
     study's study.yaml, at three depths; a 100 KB and a 60 KB --set value."""
@@ -228,6 +229,7 @@ def killed_run(tiny_run, tmp_path) -> Path:
     return run
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("line", NOT_EVENTS[:3])
 def test_resume_refuses_a_metrics_line_that_is_not_an_event(killed_run, capsys, line):
     metrics = killed_run / "metrics.jsonl"
@@ -240,6 +242,7 @@ def test_resume_refuses_a_metrics_line_that_is_not_an_event(killed_run, capsys, 
     assert fingerprint(killed_run) == before
 
 
+@pytest.mark.slow
 def test_resume_skips_a_torn_last_line(killed_run, capsys):
     metrics = killed_run / "metrics.jsonl"
     logged = metrics.read_text()
@@ -249,6 +252,7 @@ def test_resume_skips_a_torn_last_line(killed_run, capsys):
     assert metrics.read_text() == logged  # the torn line gone, every event kept
 
 
+@pytest.mark.slow
 def test_a_branch_refuses_a_source_line_that_is_not_an_event(tiny_run, tmp_path, capsys):
     source = tmp_path / "source"
     shutil.copytree(tiny_run, source)
@@ -260,6 +264,7 @@ def test_a_branch_refuses_a_source_line_that_is_not_an_event(tiny_run, tmp_path,
     assert not (tmp_path / "branch").exists()  # refused before the branch folder is made
 
 
+@pytest.mark.slow
 def test_generate_defaults_to_what_the_run_context_allows(tiny_run, capsys):
     capsys.readouterr()
     assert main(["generate", str(tiny_run), "--prompt", "Once", "--temperature", "0"]) == 0
@@ -291,6 +296,7 @@ def test_fit_never_writes_over_its_csv(tmp_path, capsys, alias):
     assert csv.read_text() == FIT_ROWS
 
 
+@pytest.mark.slow
 def test_other_commands_never_write_over_their_inputs(tiny_run, tmp_path, capsys):
     config = tmp_path / "config.yaml"
     config.write_text("model:\n  d_model: 64\n")

@@ -60,16 +60,19 @@ def smoke_results(tmp_path_factory):
     return results
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", SMOKED)
 def test_the_script_runs_in_its_smoke_mode(name, smoke_results):
     assert smoke_results(name)  # something was measured and written where asked
 
 
+@pytest.mark.slow
 def test_a_smoke_run_refuses_to_write_into_the_committed_results(tmp_path):
     done = run_script("fit_speed", "--smoke")
     assert done.returncode == 2 and "outside benchmarks/results/" in done.stderr
 
 
+@pytest.mark.slow
 def test_train_steps_hf_rows_are_measured_beside_moelabs(smoke_results):
     """The rows every comparison in BENCHMARKS.md divides by: moelab and Hugging Face, each arm."""
     (entry,) = smoke_results("train_step").values()

@@ -109,12 +109,14 @@ def assert_same_run(branch_dir: Path, separate_dir: Path) -> None:
     assert (branch_dir / "samples.txt").read_text() == (separate_dir / "samples.txt").read_text()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("budget", BUDGETS[:2])
 def test_a_branch_equals_a_separate_wsd_run_bit_for_bit(family_runs, budget):
     root, _, _ = family_runs
     assert_same_run(root / f"family{budget}", root / f"separate{budget}")
 
 
+@pytest.mark.slow
 def test_the_family_trains_the_largest_budget_plus_the_cooldowns(family_runs):
     _, family, family_steps = family_runs
     # Hand count: 24 steps of the full run, then 10 - 8 and 16 - 12 cooldown steps.
@@ -122,6 +124,7 @@ def test_the_family_trains_the_largest_budget_plus_the_cooldowns(family_runs):
     assert family_steps * STEP <= BUDGETS[-1] + (2 + 4) * STEP
 
 
+@pytest.mark.slow
 def test_the_full_run_keeps_a_checkpoint_at_each_decay_start(family_runs):
     root, _, _ = family_runs
     checkpoints = root / f"family{BUDGETS[-1]}" / "checkpoints"
@@ -137,6 +140,7 @@ def test_the_full_run_keeps_a_checkpoint_at_each_decay_start(family_runs):
     assert origin["step"] == 8 and origin["source"] == str((root / f"family{BUDGETS[-1]}").resolve())
 
 
+@pytest.mark.slow
 def test_a_killed_branch_resumes_by_rerunning_the_same_command(family_runs, tmp_path):
     root, family, _ = family_runs
     member = family.branches[1]  # 16 steps, branched at 12
@@ -156,6 +160,7 @@ def test_a_killed_branch_resumes_by_rerunning_the_same_command(family_runs, tmp_
     assert_same_run(branch_dir, root / f"separate{BUDGETS[1]}")
 
 
+@pytest.mark.slow
 def test_rerunning_a_finished_branch_returns_its_summary(family_runs):
     root, family, _ = family_runs
     member = family.branches[0]
@@ -180,6 +185,7 @@ def branch_config_file(family_runs, tmp_path):
     return save_config(family.branches[0].config, tmp_path / "branch.yaml")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("step, sets, message", [
     ("9", [], "kept no checkpoint at step 9 (kept: 8, 12)"),
     ("8", ["model.d_ff=128"], "its config differs at model.d_ff (64 in the source, 128 given)"),
@@ -200,6 +206,7 @@ def test_a_branch_that_would_not_be_a_separate_run_is_refused(
     assert not (tmp_path / "out" / "checkpoints").exists()
 
 
+@pytest.mark.slow
 def test_branch_from_needs_a_step_and_a_run(family_runs, branch_config_file, tmp_path, capsys):
     root, _, _ = family_runs
     refused_on_one_line(capsys, ["train", str(branch_config_file), "--out", str(tmp_path / "o"),
@@ -209,6 +216,7 @@ def test_branch_from_needs_a_step_and_a_run(family_runs, branch_config_file, tmp
                         "kept no checkpoint at step 8 (kept: none)")
 
 
+@pytest.mark.slow
 def test_a_folder_holding_another_run_or_branch_is_refused(family_runs, branch_config_file,
                                                            capsys):
     root, _, _ = family_runs
@@ -219,6 +227,7 @@ def test_a_folder_holding_another_run_or_branch_is_refused(family_runs, branch_c
                                             source, "8"), "is the branch of", "at step 12")
 
 
+@pytest.mark.slow
 def test_a_damaged_kept_checkpoint_is_refused(family_runs, branch_config_file, tmp_path, capsys):
     root, _, _ = family_runs
     source = tmp_path / "source"
@@ -239,6 +248,7 @@ def test_a_damaged_kept_checkpoint_is_refused(family_runs, branch_config_file, t
                         "kept.json is corrupt")
 
 
+@pytest.mark.slow
 def test_a_kept_checkpoint_outside_its_run_is_refused(family_runs, branch_config_file, tmp_path,
                                                       capsys):
     root, _, _ = family_runs

@@ -42,6 +42,7 @@ def source_run(tmp_path_factory) -> Path:
 
 # -- one validation path for every override form ---------------------------------------------
 
+@pytest.mark.slow
 @pytest.mark.parametrize("override, changed", [
     ("train={max_tokens: 512}", "train.init_from"),
     ("data={source: sample, cache_dir: ELSEWHERE}", "data.cache_dir"),
@@ -91,6 +92,7 @@ def test_a_sweep_report_missing_a_finetune_says_it_is_partial(tmp_path):
     assert partial_results_text(results_table(complete).rows, plan) == ""
 
 
+@pytest.mark.slow
 def test_a_compare_with_a_failed_side_run_exits_incomplete(tmp_path, capsys):
     out = tmp_path / "cmp"
     args = ["compare", "demo", "demo", *_sets(TINY), "--set-b", "train.lr=0.03",
@@ -118,6 +120,7 @@ def test_prepare_data_of_a_file_without_out_uses_the_cache_root(tmp_path, capsys
     assert json.loads(capsys.readouterr().out)["splits"]["train"]["stories"] > 0
 
 
+@pytest.mark.slow
 def test_a_sweep_refit_on_a_folder_without_grid_json_is_one_line(tmp_path):
     done = subprocess.run([sys.executable, "-m", "moelab", "report", str(tmp_path),
                            "--bootstrap", "16"], capture_output=True, text=True, timeout=300,
@@ -127,6 +130,7 @@ def test_a_sweep_refit_on_a_folder_without_grid_json_is_one_line(tmp_path):
     assert "grid.json" in done.stderr
 
 
+@pytest.mark.slow
 def test_wandb_online_with_an_unreachable_server_fails_in_bounded_time(tmp_path):
     pytest.importorskip("wandb")
     env = {**os.environ, "WANDB_MODE": "online", "WANDB_BASE_URL": "http://127.0.0.1:9",
@@ -213,6 +217,7 @@ def test_a_source_file_too_large_to_read_whole_is_refused_with_the_limit(tmp_pat
     assert time.monotonic() - started < 30
 
 
+@pytest.mark.slow
 def test_wandb_keeps_its_files_in_the_run_and_a_corrupt_record_is_refused_on_resume(tmp_path):
     pytest.importorskip("wandb")
     home = tmp_path / "home"
@@ -243,6 +248,7 @@ def test_wandb_keeps_its_files_in_the_run_and_a_corrupt_record_is_refused_on_res
     assert "wandb.json is corrupt" in done.stderr and len(done.stderr.strip().splitlines()) == 1
 
 
+@pytest.mark.slow
 def test_a_sweep_whose_finetunes_all_fail_exits_incomplete_and_its_report_says_so(
         tmp_path, capsys):
     corpus = tmp_path / "short"  # a corpus, but its validation split is too short to score

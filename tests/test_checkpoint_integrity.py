@@ -71,6 +71,7 @@ def _sha256(path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+@pytest.mark.slow
 def test_the_state_records_the_sha256_of_every_file_and_the_pointer_that_of_the_state(run):
     step = run.checkpoints_dir / "step_00000004"
     state = json.loads((step / "trainer_state.json").read_text())
@@ -96,6 +97,7 @@ def _resume_args(run: RunFolder) -> list[str]:
             *[arg for item in SIX_STEPS for arg in ("--set", item)]]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["model.safetensors", "trainer_state.safetensors",
                                   "config.yaml"])
 def test_a_changed_file_is_refused_naming_it_and_nothing_is_overwritten(run, capsys, name):
@@ -114,6 +116,7 @@ def test_a_changed_file_is_refused_naming_it_and_nothing_is_overwritten(run, cap
                              f"{name} is corrupt")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("edit, problem", [
     ({"step": -5}, "sha256 does not match"),
     ({"tokens": "many"}, "sha256 does not match"),
@@ -135,6 +138,7 @@ def _strip_hashes(run: RunFolder) -> None:
         path.write_text(json.dumps(record))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("edit, problem", [
     ({"step": -5}, "step=-5 is invalid: expected 4"),
     ({"step": 40}, "step=40 is invalid: expected 4"),
@@ -154,6 +158,7 @@ def test_an_unhashed_state_is_still_checked_field_by_field(run, capsys, edit, pr
     assert _files(run.path) == before
 
 
+@pytest.mark.slow
 def test_a_missing_data_entry_is_a_one_line_error(run, capsys):
     _strip_hashes(run)
     path = run.checkpoints_dir / "step_00000004" / "trainer_state.json"
@@ -168,6 +173,7 @@ def _without_timings(event: dict) -> dict:
     return {k: v for k, v in event.items() if k not in TIMING_KEYS}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("legacy", [False, True], ids=["hashed", "unhashed"])
 def test_resume_is_exact_with_and_without_hashes(run, tmp_path, legacy):
     """Checking (or, for an old checkpoint, skipping) the hashes changes nothing resumed."""

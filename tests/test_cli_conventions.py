@@ -98,6 +98,7 @@ def test_every_argument_of_the_results_tools_has_help():
             assert action.help, f"moelab {name} {action.dest} has no help"
 
 
+@pytest.mark.slow
 def test_harness_help_is_plain_text():
     result = subprocess.run([sys.executable, "-m", "moelab.tasks.harness", "--help"],
                             capture_output=True, text=True, check=True)

@@ -56,6 +56,7 @@ def test_the_command_list_is_found():
     assert {("train",), ("study",), ("sweep-sparsity",), ("fit",)} <= set(paths)
 
 
+@pytest.mark.slow
 def test_help_version_and_every_commands_help_import_nothing_heavy():
     argvs = [["--help"], ["--version"], *[[*path, "--help"] for path in command_paths()]]
     result = probe(argvs)
@@ -63,6 +64,7 @@ def test_help_version_and_every_commands_help_import_nothing_heavy():
     assert result["heavy"] == []
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("argv", [
     [],  # no command: the help, exit 2
     ["no-such-command"],
@@ -78,6 +80,7 @@ def test_an_argument_error_exits_2_without_anything_heavy(argv):
     assert result["heavy"] == []
 
 
+@pytest.mark.slow
 def test_the_probe_sees_a_heavy_import():
     """The probe can fail: a command that trains imports torch, and the probe says so."""
     result = probe([["params", "demo"]])

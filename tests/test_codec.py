@@ -1,4 +1,5 @@
-"""The JSON codec against hand-written dicts: key order, nesting, optional keys, reading back."""
+"""The codec against hand-written dicts: key order, nesting, optional keys, reading back; and its
+two reading modes on one record class (a stored file leniently, a user's input strictly)."""
 
 import json
 from dataclasses import dataclass, field
@@ -7,7 +8,8 @@ from typing import Optional
 import numpy as np
 import pytest
 
-from moelab.codec import from_json, to_json
+from moelab.codec import from_dict, from_json, to_json
+from moelab.errors import ConfigError
 
 
 @dataclass
@@ -157,3 +159,21 @@ class Bookkept:
 def test_a_field_marked_json_false_is_never_written_and_reads_back_as_its_default():
     assert to_json(Bookkept(0.5, standard_error=0.1)) == {"p": 0.5}
     assert from_json(Bookkept, {"p": 0.5, "standard_error": 9.0}) == Bookkept(0.5)
+
+
+def test_one_record_class_reads_a_stored_file_leniently_and_a_users_input_strictly():
+    data = {"flops": 1, "parabola": [2], "later_key": 3}
+    assert from_json(Parabola, data) == Parabola(1.0, [2.0])  # a newer file's key: ignored
+    with pytest.raises(ConfigError) as info:
+        from_dict(Parabola, data, "p")
+    assert str(info.value) == "p.later_key is not a known key: allowed flops, parabola"
+    # Strict mode reads a user's notation: YAML 1.1's "1e9" string, --set's "1, 2" list.
+    assert from_dict(Parabola, {"flops": "1e9", "parabola": "1, 2"}) == Parabola(1e9, [1.0, 2.0])
+    with pytest.raises(ConfigError) as info:
+        from_dict(Parabola, {"flops": True, "parabola": []}, "p")
+    assert str(info.value) == "p.flops=True is invalid: expected a number"
+    with pytest.raises(ConfigError) as info:
+        from_dict(Parabola, {"flops": 1.0})
+    assert str(info.value) == "parabola is missing: required keys are flops, parabola"
+    with pytest.raises(ValueError, match="Parabola: the key 'parabola' is missing"):
+        from_json(Parabola, {"flops": 1.0})

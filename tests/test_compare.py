@@ -31,6 +31,7 @@ def compared(tmp_path_factory):
     return out, args
 
 
+@pytest.mark.slow
 def test_compare_gives_the_paired_gap_of_the_two_sides_runs(compared, capsys):
     out, args = compared
     assert main(args) == 0
@@ -65,6 +66,7 @@ def test_compare_gives_the_paired_gap_of_the_two_sides_runs(compared, capsys):
         assert a.model == b.model and a.data == b.data
 
 
+@pytest.mark.slow
 def test_compare_again_trains_nothing_and_prints_the_gap(compared, capsys):
     out, args = compared
     summaries = sorted(out.glob("runs/*/*/summary.json"))

@@ -95,6 +95,7 @@ def test_bad_yaml_file(tmp_path):
         load_config(write(tmp_path, "- 1\n- 2\n"))
 
 
+@pytest.mark.slow
 def test_cli_bad_config_exits_2_with_one_line(tmp_path):
     bad = write(tmp_path, "model:\n  n_heads: 3\n")
     proc = subprocess.run(

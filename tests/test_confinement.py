@@ -49,6 +49,7 @@ def _point_latest_at(run: RunFolder, folder: str) -> None:
     pointer.write_text(json.dumps({**record, "folder": folder}))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("folder", ["{other}/checkpoints/step_00000002",
                                     "../../other/checkpoints/step_00000002",
                                     "step_00000002/../../../other/checkpoints/step_00000002",
@@ -64,6 +65,7 @@ def test_a_latest_pointer_out_of_the_run_is_refused_by_eval_generate_export(vict
     assert not (victim.path.parent / "hf").exists()
 
 
+@pytest.mark.slow
 def test_a_symlinked_checkpoint_folder_is_refused(victim, capsys):
     """The pointer names a plain step folder, but the folder is a link into another run."""
     step = victim.checkpoints_dir / "step_00000002"
@@ -72,6 +74,7 @@ def test_a_symlinked_checkpoint_folder_is_refused(victim, capsys):
     refused_on_one_line(capsys, ["eval", str(victim.path)], "outside its run folder", "refused")
 
 
+@pytest.mark.slow
 def test_resume_refuses_another_runs_checkpoint_and_does_not_mark_the_run_complete(victim, capsys):
     victim.summary_path.unlink()  # as if killed after its last checkpoint
     metrics = victim.metrics_path.read_bytes()
@@ -91,6 +94,7 @@ def _set_cache_dir(run: RunFolder, cache_dir: str) -> None:
     run.config_path.write_text(yaml.safe_dump(raw))
 
 
+@pytest.mark.slow
 def test_eval_refuses_a_cache_dir_outside_the_run_and_the_cache_root(victim, capsys):
     elsewhere = victim.path.parent / "system-folder"
     _set_cache_dir(victim, str(elsewhere))
@@ -102,6 +106,7 @@ def test_eval_refuses_a_cache_dir_outside_the_run_and_the_cache_root(victim, cap
     assert not elsewhere.exists()
 
 
+@pytest.mark.slow
 def test_eval_uses_a_cache_dir_inside_the_run_or_given_explicitly(victim, capsys):
     capsys.readouterr()
     assert main(["eval", str(victim.path), "--json"]) == 0

@@ -136,6 +136,7 @@ def _batches(steps, batch=4, seq=65, vocab=256):
     return list(((starts + torch.arange(seq)) % vocab).cuda())
 
 
+@pytest.mark.slow
 @pytest.mark.cuda
 @needs_cuda
 def test_a_bf16_training_step_never_waits_for_the_host():
@@ -160,6 +161,7 @@ def test_a_bf16_training_step_never_waits_for_the_host():
         torch.cuda.set_sync_debug_mode("default")
 
 
+@pytest.mark.slow
 @pytest.mark.cuda
 @needs_cuda
 def test_compiled_training_equals_eager_within_bf16_over_20_steps():
@@ -174,6 +176,7 @@ def test_compiled_training_equals_eager_within_bf16_over_20_steps():
     assert losses[False][-1] < losses[False][0] - 0.1  # and it trains
 
 
+@pytest.mark.slow
 @pytest.mark.cuda
 @needs_cuda
 def test_one_process_nccl_ddp_matches_the_plain_model(tmp_path):
@@ -195,6 +198,7 @@ def test_one_process_nccl_ddp_matches_the_plain_model(tmp_path):
     torch.testing.assert_close(torch.stack(ddp), torch.stack(plain), rtol=1e-5, atol=0)
 
 
+@pytest.mark.slow
 @pytest.mark.cuda
 @needs_cuda
 def test_cuda_training_run_end_to_end(tmp_path):

@@ -22,8 +22,10 @@ from moelab.config import DataConfig
 from moelab.data import prepare_data
 from moelab.data import cache as cache_module
 from moelab.data.cache import cache_folder_name
-from moelab.data.sources import resolve_source, sample_path, split_stories
 from moelab.data.encoding import WordCacheEncoder
+from moelab.data.sources import resolve_source
+from moelab.data.story_text import split_stories
+from moelab.data.text_sources import sample_path
 from moelab.data.tokenizer import MAX_PRE_TOKEN_BYTES, supported_vocab_bound
 from moelab.fileio import WriterLock
 

@@ -192,6 +192,7 @@ def run_offline(*argv: str, home: Path) -> subprocess.CompletedProcess:
                           env=env, timeout=120)
 
 
+@pytest.mark.slow
 def test_an_unknown_hub_dataset_offline_is_one_line(tmp_path):
     result = run_offline("prepare-data", "--no-progress", "--out", str(tmp_path / "c"),
                          "--source", "hf:nobody/no-such-corpus", home=tmp_path / "hf")

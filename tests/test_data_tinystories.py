@@ -13,7 +13,10 @@ import pytest
 from moelab.cli import main
 from moelab.config import DataConfig, load_config
 from moelab.data.cache import cache_folder_name
-from moelab.data.sources import HF_DATASET, resolve_source, sample_path, split_stories
+from moelab.data.hub_sources import HF_DATASET
+from moelab.data.sources import resolve_source
+from moelab.data.story_text import split_stories
+from moelab.data.text_sources import sample_path
 from moelab.sweep.grid import load_grid
 from tiny_overrides import TINY_MOE_RUN
 
@@ -55,6 +58,7 @@ def _losses(run_dir) -> list[float]:
     return [record["loss"] for record in map(json.loads, lines) if "loss" in record]
 
 
+@pytest.mark.slow
 def test_a_run_through_moelab_data_trains_to_the_same_losses(local_copy, tmp_path, monkeypatch):
     tiny = [o for o in TINY_MOE_RUN if not o.startswith("data.")] + ["train.max_tokens=1024"]
     sets = [arg for override in tiny for arg in ("--set", override)]

@@ -96,6 +96,7 @@ def test_grid_is_sorted_and_bad_grids_are_named():
 # --------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_each_arm_reports_at_the_lr_its_selection_seeds_chose(tmp_path):
     results, train = _tuned_study(tmp_path)
     # hand count: 3 lrs x 3 arms x 2 selection seeds, then 3 arms x 2 reporting seeds
@@ -124,6 +125,7 @@ def test_each_arm_reports_at_the_lr_its_selection_seeds_chose(tmp_path):
     assert "peak lr per arm" in report
 
 
+@pytest.mark.slow
 def test_report_rebuilds_the_selection_from_the_run_folders(tmp_path, capsys):
     _tuned_study(tmp_path)
     folder = tmp_path / "s"
@@ -133,6 +135,7 @@ def test_report_rebuilds_the_selection_from_the_run_folders(tmp_path, capsys):
     assert json.loads((folder / "results.json").read_text()) == before
 
 
+@pytest.mark.slow
 def test_the_equal_compute_arm_takes_the_moes_lr_and_is_not_tuned(tmp_path):
     _, train = _tuned_study(tmp_path, criteria=("compute",))
     # arms moe, dense_total, moe_compute; moe_compute is not selected: 3 lrs x 2 arms x 2 seeds
@@ -145,6 +148,7 @@ def test_the_equal_compute_arm_takes_the_moes_lr_and_is_not_tuned(tmp_path):
     assert "moe_compute: not tuned, it takes moe's lr" in report
 
 
+@pytest.mark.slow
 def test_an_lr_whose_runs_fail_is_not_chosen(tmp_path):
     results, _ = _tuned_study(tmp_path, train=LrTrain(fail={("moe", 0.02)}))
     record = json.loads((tmp_path / "s" / "results.json").read_text())["lr_selection"]
@@ -152,6 +156,7 @@ def test_an_lr_whose_runs_fail_is_not_chosen(tmp_path):
     assert record["arms"]["moe"]["losses"]["0.02"] == {"500": None, "501": None}
 
 
+@pytest.mark.slow
 def test_a_rerun_trains_nothing_again(tmp_path):
     _, first = _tuned_study(tmp_path)
     _, again = _tuned_study(tmp_path)

@@ -194,6 +194,7 @@ def _surface_by_hand(c: list[float], log_n: np.ndarray, sparsity: float) -> np.n
     return c[0] + c[1] * log_n + c[2] * y + c[3] * log_n**2 + c[4] * log_n * y + c[5] * y**2
 
 
+@pytest.mark.slow  # a sweep's report fits its law forms
 def test_the_house_isoflop_panels_draw_each_budgets_surface_and_its_optimum(tmp_path,
                                                                             monkeypatch):
     drawn = _capture(monkeypatch, sweep_isoflop)

@@ -23,6 +23,7 @@ def test_committed_pages_equal_a_fresh_render():
     assert stale_pages(RESULTS, PAGES) == [], "run `moelab findings` and commit docs/findings/"
 
 
+@pytest.mark.slow
 def test_check_flags_an_edited_page(tmp_path):
     for name, text in render_pages(RESULTS).items():
         (tmp_path / name).write_text(text.replace("MoE ahead", "dense ahead", 1), encoding="utf-8")

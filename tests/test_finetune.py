@@ -56,6 +56,7 @@ def source_and_finetune(tmp_path_factory):
     return root, text
 
 
+@pytest.mark.slow
 def test_the_finetune_beats_the_source_on_the_new_text(source_and_finetune, capsys):
     root, text = source_and_finetune
     source_on_new = evaluate_run(root / "source", data=text, device="cpu").val_loss
@@ -68,6 +69,7 @@ def test_the_finetune_beats_the_source_on_the_new_text(source_and_finetune, caps
     assert record["source_val_loss"] == pytest.approx(source_on_new, rel=1e-5)
 
 
+@pytest.mark.slow
 def test_it_starts_from_the_source_weights_with_a_fresh_schedule(source_and_finetune):
     root, text = source_and_finetune
     config = RunFolder(root / "tuned").read_config()
@@ -89,6 +91,7 @@ def test_it_starts_from_the_source_weights_with_a_fresh_schedule(source_and_fine
     assert tuned_tokenizer.sha256() == source_tokenizer.sha256()
 
 
+@pytest.mark.slow
 def test_a_finetune_starts_from_the_weights_not_a_random_init(source_and_finetune, tmp_path):
     # One step at lr 1e-12: the weights barely move, so the val loss is the source's own.
     root, text = source_and_finetune
@@ -99,6 +102,7 @@ def test_a_finetune_starts_from_the_weights_not_a_random_init(source_and_finetun
     assert random_init.train.init_from is None
 
 
+@pytest.mark.slow
 def test_rerunning_the_finetune_resumes_it(source_and_finetune):
     root, text = source_and_finetune
     before = RunFolder(root / "tuned").read_summary()
@@ -106,6 +110,7 @@ def test_rerunning_the_finetune_resumes_it(source_and_finetune):
     assert {k: getattr(again.run, k) for k in before} == before
 
 
+@pytest.mark.slow
 def test_changed_source_weights_are_refused(source_and_finetune, tmp_path, capsys):
     root, text = source_and_finetune
     tuned = RunFolder(root / "tuned").read_config()
@@ -116,6 +121,7 @@ def test_changed_source_weights_are_refused(source_and_finetune, tmp_path, capsy
                         "train.init_from=", "the config names aaaaaaaaaaaa")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("args, message", [
     (["--data", "{text}", "--out", "{tmp}/o", "--set", "model.d_model=64"],
      "--set model.d_model=64 is invalid in a finetune"),
@@ -131,6 +137,7 @@ def test_bad_finetune_input_is_one_line(source_and_finetune, tmp_path, capsys, a
     refused_on_one_line(capsys, ["finetune", str(root / "source"), *args], message)
 
 
+@pytest.mark.slow
 def test_an_unfinished_or_missing_source_is_refused(source_and_finetune, tmp_path, capsys):
     root, text = source_and_finetune
     refused_on_one_line(capsys, ["finetune", str(tmp_path), "--data", str(text), "--out",

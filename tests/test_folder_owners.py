@@ -42,6 +42,7 @@ def compared(tmp_path_factory) -> tuple[Path, list[str]]:
     return out, args
 
 
+@pytest.mark.slow
 def test_a_compare_rerun_with_one_side_changed_is_refused(compared, capsys):
     out, args = compared
     before = _files(out)
@@ -73,6 +74,7 @@ def test_an_edited_or_copied_owner_record_does_not_hand_over_a_study_folder(tmp_
     assert _files(study) == before
 
 
+@pytest.mark.slow
 def test_a_study_into_a_compare_folder_is_refused(compared, capsys):
     out, _ = compared
     before = _files(out)
@@ -84,6 +86,7 @@ def test_a_study_into_a_compare_folder_is_refused(compared, capsys):
     assert _files(out) == before
 
 
+@pytest.mark.slow
 def test_the_owner_is_recorded_and_older_folders_are_told_by_their_files(compared, tmp_path):
     out, _ = compared
     assert json.loads((out / FOLDER_RECORD).read_text()) == {"kind": "compare"}
@@ -121,6 +124,7 @@ def _tracked(*folders: str) -> list[Path]:
     return [REPO / name for name in listed if name]
 
 
+@pytest.mark.slow
 def test_no_committed_record_holds_an_absolute_path():
     if not (REPO / ".git").exists():
         pytest.skip("not a git checkout")
@@ -132,6 +136,7 @@ def test_no_committed_record_holds_an_absolute_path():
     assert not found, found
 
 
+@pytest.mark.slow
 def test_no_tracked_file_names_a_home_folder():
     if not (REPO / ".git").exists():
         pytest.skip("not a git checkout")

@@ -71,6 +71,7 @@ def fitted(columns, names):
     return fits
 
 
+@pytest.mark.slow
 def test_f_tests_take_the_s_term_a_truth_has_and_not_one_it_lacks():
     names = ("chinchilla", "sparsity-effective-size", "sparsity-additive")
     with_s = replicated_points(EFFECTIVE, EFFECTIVE_TRUTH)

@@ -182,6 +182,7 @@ def _phase_limits(text: str) -> list[tuple[str, int]]:
             re.findall(r'^\s*phase (\w+) "?\$?\{?(?:\w+_S:-)?(\d+)\}?"? ', text, flags=re.M)]
 
 
+@pytest.mark.slow
 def test_the_shell_script_times_every_phase_within_six_minutes_and_quick_within_two():
     text = SCRIPT.read_text()
     quick, full = text.split("\nelse\n")
@@ -202,6 +203,7 @@ def test_the_shell_script_times_every_phase_within_six_minutes_and_quick_within_
     subprocess.run(["bash", "-n", str(SCRIPT)], check=True)
 
 
+@pytest.mark.slow
 def test_the_shell_script_refuses_an_unknown_mode(tmp_path):
     done = subprocess.run(["bash", str(SCRIPT), "--fast"], capture_output=True, text=True,
                           env={"OUT": str(tmp_path), "PATH": "/usr/bin:/bin"})

@@ -112,6 +112,7 @@ def write_table(path, columns, seeds) -> None:
     path.write_text("\n".join(lines) + "\n")
 
 
+@pytest.mark.slow
 def test_the_cli_gives_s_star_intervals_from_a_seed_column(tmp_path, capsys):
     """A user's table with a seed column: S*(C) with bootstrap intervals that bracket the truth
     (constant S* = 0.5), and the slope of S*(C), since no S* sits on the grid's edge."""
@@ -138,6 +139,7 @@ def test_the_cli_gives_s_star_intervals_from_a_seed_column(tmp_path, capsys):
     assert "no interval: one seed" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_an_s_star_at_the_grid_edge_is_a_bound_and_gets_no_slope(tmp_path, capsys):
     """A truth whose S* lies beyond the largest sparsity tried at the last budgets: the CLI
     prints "S* ≥ 0.875 (unbounded)" there instead of a number, and no slope of S*(C)."""
@@ -173,6 +175,7 @@ def test_a_parabola_without_minimum_leaves_the_interval_open():
     assert result.optimal_sparsity[0].sparsity is None
 
 
+@pytest.mark.slow
 def test_the_cpu_isoflop_sweep_writes_its_minima_and_s_star_into_isoflop_json_and_the_report(
         tmp_path):
     """The preset's 120 planned runs with losses from the effective-size law, whose S* cannot

@@ -78,6 +78,7 @@ def test_the_reported_cases_are_refused_by_every_command(tmp_path, capsys, comma
     assert not out.exists()
 
 
+@pytest.mark.slow
 def test_a_dry_run_checks_the_options_but_accepts_those_of_its_launcher(tmp_path, capsys):
     slurm = ["--launcher", "slurm", *[arg for option, (owners, _) in BELONGS_TO.items()
                                       if "slurm" in owners for arg in option_arguments(option)]]

@@ -101,6 +101,7 @@ def test_children_pinned_to_gpu_slots_and_submitit_local_match_an_in_process_swe
     assert any((slurm / "slurm").rglob("*_log.out"))  # the job array's logs stay in the folder
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("threads", ["1", "2"])
 def test_children_train_with_the_threads_they_are_given(tmp_path, monkeypatch, threads):
     # Children are forked from a server that read OMP_NUM_THREADS once, when it started (in
@@ -144,6 +145,7 @@ def _child_pids(out: Path, count: int, parent: subprocess.Popen, timeout: float 
     raise AssertionError("the study's runs did not start")
 
 
+@pytest.mark.slow
 def test_a_child_that_fails_before_it_trains_is_a_recorded_failure_that_says_so(tmp_path):
     # A script without a __main__ guard: each child re-imports it, so its runs fail in the
     # fork server's set-up, before `moelab train` prints anything of its own.
@@ -169,6 +171,7 @@ def test_a_child_that_fails_before_it_trains_is_a_recorded_failure_that_says_so(
     assert all("before it started" in error for error in failures.values())
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads process states in /proc")
 def test_kill_9_of_a_study_parent_leaves_no_child_alive(tmp_path):
     out = tmp_path / "study"
@@ -304,6 +307,7 @@ def test_report_rebuilds_a_sweep_folder_byte_identically(tmp_path, capsys):
     assert rebuilt == written
 
 
+@pytest.mark.slow
 def test_an_option_of_another_launcher_is_refused_on_one_line(tmp_path, capsys):
     assert main(["study", "demo", "--out", str(tmp_path / "s"), "--ray-address", "auto"]) == 2
     err = capsys.readouterr().err
@@ -318,6 +322,7 @@ def test_the_cli_offers_every_launcher_the_runs_layer_has():
     assert OFFERED == LAUNCHERS
 
 
+@pytest.mark.slow
 def test_a_run_asking_more_than_the_ray_cluster_has_is_refused(tmp_path, ray_cluster):
     from moelab.runs.launchers.ray import RayLauncher
 

@@ -97,6 +97,7 @@ def test_a_cpu_peak_is_measured_and_named_so():
     assert mfu(1000.0, 3000.0, 600, PeakFlops(None, "unknown GPU")) is None
 
 
+@pytest.mark.slow
 def test_a_run_logs_balance_at_every_step_and_mfu_in_its_summary(tmp_path):
     # 2 micro batches a step (gradient accumulation), a given peak of 1 GFLOP/s
     config = load_config(None, TINY_MOE_RUN + [

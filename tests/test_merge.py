@@ -52,6 +52,7 @@ def two_sweeps(tmp_path) -> tuple[Path, Path]:
             fake_sweep(tmp_path / "second", "[0.75]", "name=micro-extended"))
 
 
+@pytest.mark.slow
 def test_merged_folder_holds_both_grids_rows_and_reports_as_one_sweep(two_sweeps, tmp_path,
                                                                       capsys):
     first, second = two_sweeps

@@ -614,6 +614,7 @@ def _assert_blocks_match_fp64(products, outer, rows, matrices, right_RB, counts,
         start += count
 
 
+@pytest.mark.slow
 def test_expert_loop_custom_ops_pass_opcheck_and_equal_per_expert_products():
     # What torch.compile sees of the expert loops: ops whose schema, fake (shape-only) kernel and
     # autograd registration must agree with what they do (opcheck), and whose values must be each

@@ -188,6 +188,7 @@ def _moe_model_config(num_experts=8) -> ModelConfig:
                        moe=MoEConfig(num_experts=num_experts, top_k=2, d_expert=24))
 
 
+@pytest.mark.slow
 def test_compiled_moe_layer_is_one_graph_whatever_the_routing():
     # Static shapes: torch.compile traces the layer once (fullgraph: no graph break) and a new
     # routing every step recompiles nothing. aot_eager traces forward and backward as inductor
@@ -280,6 +281,7 @@ def test_grouped_is_in_the_registry_and_auto_is_an_allowed_name():
         MoEFeedForward(_moe_model_config(), experts_implementation="fast")
 
 
+@pytest.mark.slow
 def test_compiled_model_with_grouped_experts_is_one_graph_and_equals_eager():
     # The whole model (attention, MoE layers, fused head and loss) as one graph, forward and
     # backward, over steps whose routings differ: no graph break, no recompile.

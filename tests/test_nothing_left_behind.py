@@ -35,6 +35,7 @@ os.kill(os.getpid(), signal.SIGKILL)
 """
 
 
+@pytest.mark.slow
 def test_a_launcher_killed_with_sigkill_leaves_one_folder_the_next_removes(tmp_path, monkeypatch):
     from moelab.runs.scratch import SCRATCH_PREFIX, remove_stale_scratch
 

@@ -58,6 +58,7 @@ PRINTED_COMMANDS = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("command", PRINTED_COMMANDS, ids=" ".join)
 def test_printed_commands_are_refused_while_another_process_writes_the_folder(
         tmp_path, capsys, holder_of, command):
@@ -75,6 +76,7 @@ def test_printed_commands_are_refused_while_another_process_writes_the_folder(
     assert _files(folder) == before
 
 
+@pytest.mark.slow
 def test_printed_commands_into_a_new_busy_folder_write_nothing(tmp_path, capsys, holder_of):
     folder = tmp_path / "busy"
     holder_of(folder)
@@ -82,6 +84,7 @@ def test_printed_commands_into_a_new_busy_folder_write_nothing(tmp_path, capsys,
     assert sorted(p.name for p in folder.iterdir()) == [LOCK_NAME]
 
 
+@pytest.mark.slow
 def test_a_dry_run_reads_beside_a_writer(tmp_path, capsys, holder_of):
     folder = tmp_path / "busy"
     holder_of(folder)

@@ -129,6 +129,7 @@ def test_the_clock_leaves_paused_cpu_time_out(monkeypatch):
     assert not Clock(prior_train_s=2.0, prior_cpu_s=0.0).counts_all_cpu  # an older checkpoint
 
 
+@pytest.mark.slow
 def test_a_cpu_run_names_its_peak_and_reports_tokens_per_cpu_second(tmp_path):
     config = load_config(None, TINY_MOE_RUN + ["train.max_tokens=256", "train.sample_tokens=0"])
     summary = train(config, tmp_path / "run")

@@ -131,6 +131,7 @@ def train_steps(run: Path) -> list[int]:
     return [e["step"] for e in RunFolder(run).read_metrics() if e["kind"] == "train"]
 
 
+@pytest.mark.slow
 def test_a_sigterm_from_outside_stops_a_training_process_at_a_checkpoint(tmp_path):
     run = tmp_path / "run"
     process = subprocess.Popen([sys.executable, "-c", SLOW_TRAIN, *train_args(run)],
@@ -191,6 +192,7 @@ def start_slow_study(tmp_path: Path, study: Path) -> tuple[subprocess.Popen, Pat
     return process, temp
 
 
+@pytest.mark.slow
 def test_a_preempted_study_stops_its_runs_at_checkpoints_and_leaves_nothing_behind(
         tmp_path, capsys, request):
     study = tmp_path / "study"

@@ -4,6 +4,7 @@ import re
 import runpy
 from pathlib import Path
 
+import pytest
 import torch
 
 from moelab.config import load_config
@@ -17,6 +18,7 @@ def python_blocks() -> list[str]:
     return re.findall(r"```python\n(.*?)```", README.read_text("utf-8"), flags=re.S)
 
 
+@pytest.mark.slow
 def test_the_readme_python_example_runs_on_a_trained_run(tmp_path, monkeypatch, capsys):
     (example,) = python_blocks()
     run_dir = re.search(r'load_run\("([^"]+)"\)', example).group(1)

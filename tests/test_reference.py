@@ -22,6 +22,7 @@ def test_committed_reference_equals_a_fresh_render():
     assert stale(ROOT / "docs" / "reference") == [], "run `python -m moelab.cli.reference`"
 
 
+@pytest.mark.slow
 def test_check_names_a_drifted_page(tmp_path):
     for name, text in render().items():
         (tmp_path / name).write_text(text.replace("| `--json` |", "| `--jsn` |", 1))

@@ -30,6 +30,7 @@ def read(folder: Path, name: str) -> dict:
     return json.loads((folder / name).read_text("utf-8"))
 
 
+@pytest.mark.slow
 def test_a_stored_sweep_is_fitted_again_with_the_given_settings(tmp_path, capsys):
     folder = copy_without_runs(COMMITTED_SWEEP, tmp_path)
     kept = {name: (folder / name).read_bytes() for name in READ_ONLY}
@@ -44,6 +45,7 @@ def test_a_stored_sweep_is_fitted_again_with_the_given_settings(tmp_path, capsys
     assert "report: " in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_a_sweep_with_its_runs_is_fitted_with_the_given_bootstrap(tmp_path):
     folder = tmp_path / "sweep-flops"
     shutil.copytree(HOUSE / "sweep-flops", folder)

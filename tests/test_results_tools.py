@@ -23,6 +23,7 @@ def run_json(args: list[str], capsys) -> dict:
     return json.loads(capsys.readouterr().out)
 
 
+@pytest.mark.slow
 def test_fit_reads_a_sweeps_results_csv_as_the_sweep_fitted_it(capsys):
     folder = HOUSE / "sweep-flops"
     analysis = json.loads((folder / "analysis.json").read_text())
@@ -36,6 +37,7 @@ def test_fit_reads_a_sweeps_results_csv_as_the_sweep_fitted_it(capsys):
         assert fit["params"][name] == pytest.approx(value, rel=1e-3, abs=1e-6), name
 
 
+@pytest.mark.slow
 def test_explicit_columns_still_win(capsys):
     csv = str(HOUSE / "sweep-flops" / "results.csv")
     by_default = run_json(["fit", csv, "--law", "chinchilla", "--starts", "20"], capsys)

@@ -41,6 +41,7 @@ def _mode(path) -> int:
     return stat.S_IMODE(os.stat(path).st_mode)
 
 
+@pytest.mark.slow
 def test_a_failed_first_start_leaves_the_folder_reusable(tmp_path, monkeypatch):
     def no_data(*args, **kwargs):
         raise MoelabError("the data source is gone")
@@ -56,6 +57,7 @@ def test_a_failed_first_start_leaves_the_folder_reusable(tmp_path, monkeypatch):
     assert summary.status == "complete" and summary.steps == 2
 
 
+@pytest.mark.slow
 def test_resume_of_a_failed_first_start_takes_another_config(tmp_path, monkeypatch):
     def no_data(*args, **kwargs):
         raise MoelabError("the data source is gone")
@@ -69,6 +71,7 @@ def test_resume_of_a_failed_first_start_takes_another_config(tmp_path, monkeypat
     assert RunFolder(tmp_path / "run").read_config().train.lr == 0.01
 
 
+@pytest.mark.slow
 def test_a_run_with_a_checkpoint_still_needs_resume_and_the_same_config(tmp_path):
     config = load_config(None, TWO_STEPS)
     train(config, tmp_path / "run")
@@ -78,6 +81,7 @@ def test_a_run_with_a_checkpoint_still_needs_resume_and_the_same_config(tmp_path
         train(load_config(None, TWO_STEPS + ["train.lr=0.5"]), tmp_path / "run", resume=True)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("resume", [False, True])
 def test_a_non_empty_folder_that_is_not_a_run_is_refused_and_left_alone(tmp_path, resume):
     folder = tmp_path / "thesis"
@@ -88,6 +92,7 @@ def test_a_non_empty_folder_that_is_not_a_run_is_refused_and_left_alone(tmp_path
     assert sorted(p.name for p in folder.iterdir()) == ["chapter1.tex"]
 
 
+@pytest.mark.slow
 def test_an_empty_folder_or_one_with_stale_temporaries_is_used(tmp_path):
     folder = tmp_path / "run"
     folder.mkdir()
@@ -98,6 +103,7 @@ def test_an_empty_folder_or_one_with_stale_temporaries_is_used(tmp_path):
     assert RunFolder(folder).is_complete()
 
 
+@pytest.mark.slow
 def test_stale_temporaries_in_checkpoints_are_removed_on_resume(tmp_path):
     config = load_config(None, TWO_STEPS)
     train(config, tmp_path / "run")
@@ -118,6 +124,7 @@ def test_atomic_writes_follow_the_umask(tmp_path, umask, mask, file_mode, folder
     assert _mode(path.parent) == folder_mode
 
 
+@pytest.mark.slow
 def test_every_file_and_folder_of_a_run_follows_the_umask(tmp_path, umask):
     umask(0o022)
     train(load_config(None, TWO_STEPS + ["train.sample_tokens=4"]), tmp_path / "run")
@@ -126,6 +133,7 @@ def test_every_file_and_folder_of_a_run_follows_the_umask(tmp_path, umask):
     assert modes == {name: 0o755 if (tmp_path / name).is_dir() else 0o644 for name in modes}
 
 
+@pytest.mark.slow
 def test_an_exported_folder_follows_the_umask(tmp_path, umask):
     pytest.importorskip("transformers")
     from moelab.train.export import export_hf
@@ -137,6 +145,7 @@ def test_an_exported_folder_follows_the_umask(tmp_path, umask):
     assert {_mode(p) for p in out.iterdir()} == {0o644}
 
 
+@pytest.mark.slow
 def test_a_sweep_removes_the_temporaries_a_killed_write_left(tmp_path):
     out = tmp_path / "sweep"
     (out / "configs").mkdir(parents=True)

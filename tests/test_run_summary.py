@@ -17,6 +17,7 @@ from moelab.train.run_summary import SCHEMA_VERSION, RunSummary, parse_summary
 from tiny_overrides import TINY_MOE_RUN
 
 
+@pytest.mark.slow
 def test_a_run_writes_every_field_of_the_typed_summary_once(tmp_path):
     config = load_config("demo", [*TINY_MOE_RUN, "train.max_tokens=512", "train.sample_tokens=0"])
     train(config, tmp_path / "run")

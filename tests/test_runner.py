@@ -21,6 +21,7 @@ def planned_study(tmp_path, monkeypatch) -> Path:
     return tmp_path / "s"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name, damage", [
     ("plan.json", '{"kind": "stu'),
     ("plan.json", "[1, 2]"),
@@ -64,6 +65,7 @@ def test_first_difference_names_the_dotted_key_and_both_values():
     assert first_difference({"a": {"b": 1}}, {"a": None}) == ("a", {"b": 1}, None)
 
 
+@pytest.mark.slow
 def test_a_study_planned_before_a_config_key_existed_is_the_same_study(planned_study, capsys):
     """A key added to the config since (here train.eval_tasks, at its default) is no difference;
     a changed value still is."""

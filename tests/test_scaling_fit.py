@@ -32,6 +32,7 @@ def epoch_points() -> dict[str, np.ndarray]:
     return drop_highest_loss(read_fit_table(EPOCH_CSV, False, EPOCH_COLUMNS), 5)
 
 
+@pytest.mark.slow
 def test_cli_reproduces_epoch_huber_refit(capsys):
     code = main(["fit", str(EPOCH_CSV), "--columns", 'N="Model Size",C=Training FLOP',
                  "--drop-highest", "5", "--starts", str(EPOCH_TEST_STARTS), "--json"])
@@ -92,6 +93,7 @@ def test_bootstrap_replicates_are_fits_of_explicit_resamples():
         np.testing.assert_allclose(fit.bootstrap_thetas[r], refit.x, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_fit_cli_intervals_are_percentiles_of_its_stored_bootstrap_fits(tmp_path):
     _, columns = chinchilla_synthetic(noise=0.003)
     path = tmp_path / "points.csv"
@@ -226,6 +228,7 @@ def test_sparsity_fit_recovers_noise_free_truth():
         assert fit.params[name] == pytest.approx(value, rel=0.02, abs=0.01), name
 
 
+@pytest.mark.slow
 def test_sparsity_fit_with_noise_predicts_held_out_highest_sparsity(capsys, tmp_path):
     """0.2 % noise, the S = 0.9375 points held out: predicted within 1 % (mean |log error| < 0.5 %)."""
     columns = sparsity_synthetic(noise=0.002)

@@ -117,6 +117,7 @@ def test_identification_problems_name_each_failed_check(ci, problem):
     assert f"at most {MAX_HOLDOUT_MAE:g} nats" in docs
 
 
+@pytest.mark.slow
 def test_selection_recovers_the_generating_reduced_form():
     columns = grid_columns(EFFECTIVE_SIZE, EFFECTIVE_TRUTH, 0.001)
     # The checks read bootstrap intervals, so they need enough resamples for an interval's ends
@@ -140,6 +141,7 @@ def test_selection_recovers_the_generating_reduced_form():
         assert low <= EFFECTIVE_TRUTH[name] + 0.01 and EFFECTIVE_TRUTH[name] - 0.01 <= high
 
 
+@pytest.mark.slow
 def test_report_without_an_identified_form_shows_the_checks_and_no_law(tmp_path):
     """Losses that are pure noise around 3 nats: no form predicts held-out points to 0.02."""
     grid = load_grid("demo")
@@ -166,6 +168,7 @@ def test_report_without_an_identified_form_shows_the_checks_and_no_law(tmp_path)
     assert all(not (f["predictive"] and f["identified"]) for f in forms["forms"])
 
 
+@pytest.mark.slow
 def test_fit_cli_knows_every_form_and_fits_one(tmp_path, capsys):
     from moelab.cli import main
     from moelab.cli.fit import LAW_NAMES
@@ -183,6 +186,7 @@ def test_fit_cli_knows_every_form_and_fits_one(tmp_path, capsys):
     assert params == pytest.approx(EFFECTIVE_TRUTH, rel=1e-4)
 
 
+@pytest.mark.slow
 def test_sweep_without_an_effect_of_sparsity_chooses_chinchilla(tmp_path):
     """Losses that depend on N and D only: every sparsity form's S exponent is unmeasured, and
     the report says sparsity pays only through compute instead of drawing optima."""

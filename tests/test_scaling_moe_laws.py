@@ -119,6 +119,7 @@ def test_fit_recovers_noise_free_truth(law, truth, columns):
         assert fit.params[name] == pytest.approx(value, rel=0.02, abs=2e-3), name
 
 
+@pytest.mark.slow
 def test_fit_cli_reads_the_mapped_granularity_column(tmp_path, capsys):
     points = moe_points()
     loss = granularity_formula(GRANULARITY_TRUTH, points["N"], points["D"], points["G"])

@@ -156,6 +156,7 @@ EFFECTIVE_SIZE = get_law("sparsity-effective-size")
 EFFECTIVE_TRUTH = {"b": 40.0, "d": 20.0, "e": 1.2, "beta": 0.3, "delta": 0.3, "gamma": 0.35}
 
 
+@pytest.mark.slow
 def test_report_from_synthetic_results_fits_checks_and_plots(tmp_path, capsys):
     grid = load_grid("demo")
     rows = synthetic_results(grid, EFFECTIVE_TRUTH, EFFECTIVE_SIZE)
@@ -242,6 +243,7 @@ def true_dense_optimum(truth: dict, flops: float) -> float:
     return float(params[np.argmin(loss)])
 
 
+@pytest.mark.slow
 def test_report_of_dense_only_sweep_uses_parabolas_and_skips_optima(tmp_path):
     grid = one_sparsity_grid(0.0)
     write_results_csv(tmp_path / "results.csv", synthetic_results(grid, INTERIOR_TRUTH))
@@ -271,6 +273,7 @@ def test_report_of_dense_only_sweep_uses_parabolas_and_skips_optima(tmp_path):
     assert f"C^{analysis['params_exponent']['exponent']:.3f}" in text
 
 
+@pytest.mark.slow
 def test_report_of_one_sparse_sparsity_skips_optima(tmp_path):
     grid = one_sparsity_grid(0.5)
     rows = synthetic_results(grid, INTERIOR_TRUTH)
@@ -285,6 +288,7 @@ def test_report_of_one_sparse_sparsity_skips_optima(tmp_path):
     assert fit["shared_fraction"] == pytest.approx(expected, abs=1e-12)
 
 
+@pytest.mark.slow
 def test_sweep_bootstrap_must_be_a_count_before_any_training(tmp_path, capsys):
     assert exit_code(["sweep-sparsity", "micro", "--dry-run", "--bootstrap", "-1"]) == 2
     err = capsys.readouterr().err

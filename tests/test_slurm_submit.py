@@ -79,6 +79,7 @@ def test_the_slurm_options_reach_the_job_script(tmp_path, fake_sbatch, capsys):
     assert not list(out.glob("runs/**/summary.json"))  # submitted, not trained here
 
 
+@pytest.mark.slow
 def test_without_a_max_parallel_the_array_is_not_throttled_below_its_size(tmp_path, fake_sbatch):
     assert main(["sweep-sparsity", "micro", "--out", str(tmp_path / "sweep"), "--launcher", "slurm",
                  "--detach"]) == 0

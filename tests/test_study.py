@@ -209,6 +209,7 @@ def _no_data(monkeypatch):
     monkeypatch.setattr(study_commands, "prepare_shared_data", lambda config, log: None)
 
 
+@pytest.mark.slow
 def test_results_equal_statistics_of_the_summaries(tmp_path, demo):
     results, train = _study(tmp_path, demo, seeds=3)
     assert len(train.calls) == 9
@@ -265,6 +266,7 @@ def test_results_equal_statistics_of_the_summaries(tmp_path, demo):
         assert row["run_dir"] == f"runs/{arm}/seed{seed}"
 
 
+@pytest.mark.slow
 def test_rerun_skips_finished_runs_and_redoes_a_torn_one(tmp_path, demo):
     _, train = _study(tmp_path, demo)
     assert len(train.calls) == 6
@@ -277,6 +279,7 @@ def test_rerun_skips_finished_runs_and_redoes_a_torn_one(tmp_path, demo):
                                   (str(tmp_path / "s/runs/moe/seed0"), True)]
 
 
+@pytest.mark.slow
 def test_a_failed_run_is_recorded_and_the_others_run(tmp_path, demo):
     results, train = _study(tmp_path, demo, train=FakeTrain(fail_arm="dense_total"))
     assert len(train.calls) == 6
@@ -293,6 +296,7 @@ def test_a_failed_run_is_recorded_and_the_others_run(tmp_path, demo):
     assert len(train.calls) == 2 and results["failed_runs"] == {} and "total" in results["gaps"]
 
 
+@pytest.mark.slow
 def test_a_study_whose_every_run_fails_says_so(tmp_path, demo):
     """Not "not a study folder": the runs failed before writing a folder (refused configs)."""
     every_run = tuple(f"{arm}/seed{seed}" for arm in ("moe", "dense_active", "dense_total")
@@ -302,6 +306,7 @@ def test_a_study_whose_every_run_fails_says_so(tmp_path, demo):
         _study(tmp_path, demo, train=FakeTrain(fail_runs=every_run))
 
 
+@pytest.mark.slow
 def test_stale_temporaries_of_a_killed_write_are_removed_on_the_next_plan(tmp_path, demo):
     _study(tmp_path, demo)
     stale = [tmp_path / "s" / ".plan.json.k1ll3d.tmp", tmp_path / "s/configs/.moe-seed0.yaml.x.tmp"]
@@ -311,6 +316,7 @@ def test_stale_temporaries_of_a_killed_write_are_removed_on_the_next_plan(tmp_pa
     assert not any(path.exists() for path in stale)
 
 
+@pytest.mark.slow
 def test_budgets_below_one_step_are_refused_when_planned(tmp_path, demo):
     with pytest.raises(MoelabError, match=r"token budget 100 is invalid: less than one step"):
         _study(tmp_path, demo, budgets=[100, 10**6])
@@ -321,6 +327,7 @@ def _figures_named(report: str) -> list[str]:
     return [line.split("](")[1].rstrip(")") for line in report.splitlines() if line.startswith("![")]
 
 
+@pytest.mark.slow
 def test_report_renders_every_figure_it_names(tmp_path, demo):
     _study(tmp_path, demo)
     folder = tmp_path / "s"
@@ -333,6 +340,7 @@ def test_report_renders_every_figure_it_names(tmp_path, demo):
             image.verify()
 
 
+@pytest.mark.slow
 def test_report_command_rebuilds_identical_numbers(tmp_path, demo, capsys):
     _study(tmp_path, demo)
     folder = tmp_path / "s"
@@ -346,6 +354,7 @@ def test_report_command_rebuilds_identical_numbers(tmp_path, demo, capsys):
     assert "    paired t: 95% CI [" in out and "    Welch t:  95% CI [" in out
 
 
+@pytest.mark.slow
 def test_budget_sweep_groups_and_plots(tmp_path, demo):
     results, train = _study(tmp_path, demo, budgets=[200_000, 1_000_000])
     assert len(train.calls) == 12
@@ -361,6 +370,7 @@ def test_budget_sweep_groups_and_plots(tmp_path, demo):
     assert "figures/gaps_vs_tokens.png" in _figures_named((tmp_path / "s/report.md").read_text())
 
 
+@pytest.mark.slow
 def test_ablation_ladder_report(tmp_path, demo):
     config, _ = demo
     results = study_commands.run_study("ablation", config, StudySettings(seeds=2), tmp_path / "a",
@@ -382,6 +392,7 @@ def _losses(arm: str, seeds) -> list[float]:
     return [fake_loss(arm, seed, 1_000_000) for seed in seeds]
 
 
+@pytest.mark.slow
 def test_a_seed_list_names_the_folders_and_pairs_by_seed(tmp_path, demo):
     results, train = _study(tmp_path, demo, seeds=[11, 10, 13])
     plan = json.loads((tmp_path / "s/plan.json").read_text())
@@ -399,6 +410,7 @@ def test_a_seed_list_names_the_folders_and_pairs_by_seed(tmp_path, demo):
     assert results["gaps"]["active"]["test"] == "paired"
 
 
+@pytest.mark.slow
 def test_a_missing_run_falls_back_to_welch(tmp_path, demo):
     results, _ = _study(tmp_path, demo, train=FakeTrain(fail_runs=("dense_active/seed1",)), seeds=3)
     active, total = results["gaps"]["active"], results["gaps"]["total"]
@@ -412,6 +424,7 @@ def test_a_missing_run_falls_back_to_welch(tmp_path, demo):
     assert "| Welch t |" in report and "| paired t |" in report  # the power table
 
 
+@pytest.mark.slow
 def test_one_seed_is_not_testable_and_writes_null_not_nan(tmp_path, demo, capsys):
     results, _ = _study(tmp_path, demo, seeds=1)
     gap = results["gaps"]["active"]
@@ -427,6 +440,7 @@ def test_one_seed_is_not_testable_and_writes_null_not_nan(tmp_path, demo, capsys
     assert "no CI (not testable)" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_results_json_holds_both_tests_and_the_power(tmp_path, demo):
     _study(tmp_path, demo, seeds=3, budgets=[200_000, 1_000_000])
     results = json.loads((tmp_path / "s/results.json").read_text())
@@ -442,6 +456,7 @@ def test_results_json_holds_both_tests_and_the_power(tmp_path, demo):
     assert "seeds needed (0.02 nats)" in report and "min detectable gap" in report
 
 
+@pytest.mark.slow
 def test_ablation_takes_a_seed_list(tmp_path, demo):
     config, _ = demo
     results = study_commands.run_study("ablation", config, StudySettings(seeds=[5, 7]), tmp_path / "a",
@@ -564,6 +579,7 @@ def test_compute_criterion_plans_the_equal_compute_arm(demo):
             assert spec.labels["budget"] in (409_600, 1_000_000)  # labelled by the dense budget
 
 
+@pytest.mark.slow
 def test_compute_gap_pairs_the_equal_compute_moe_with_dense_total(tmp_path, demo):
     results, train = _study(tmp_path, demo, seeds=3, criteria=["active", "total", "compute"])
     assert len(train.calls) == 12

@@ -62,6 +62,7 @@ def test_each_step_is_the_paired_t_on_earlier_minus_later_with_holm_over_the_ste
     assert by_later["top2_lb"].outcome == "not significant"
 
 
+@pytest.mark.slow
 def test_the_ladder_report_has_its_steps(tmp_path, monkeypatch):
     # Seed noise for two rungs, so that their steps have a spread to test.
     monkeypatch.setitem(test_study.ARM_ODD_SEED_NOISE, "top1_lb", 0.004)

@@ -68,12 +68,14 @@ def test_the_yaml_study_section_takes_a_list(tmp_path):
         load_study(path)
 
 
+@pytest.mark.slow
 def test_run_folders_are_named_by_the_seed(tmp_path):
     assert plan_study(tmp_path / "s", "--seeds", "10,12") == [
         "moe/seed10", "dense_active/seed10", "dense_total/seed10",
         "moe/seed12", "dense_active/seed12", "dense_total/seed12"]
 
 
+@pytest.mark.slow
 def test_a_runs_config_depends_only_on_its_arm_and_seed(tmp_path):
     ways = {
         "count from 10": ["--seeds", "3", "--set", "train.seed=10"],
@@ -93,6 +95,7 @@ def test_a_runs_config_depends_only_on_its_arm_and_seed(tmp_path):
         assert text == reference, way
 
 
+@pytest.mark.slow
 def test_a_folder_planned_with_a_count_takes_the_same_seeds_as_a_list(tmp_path):
     folder = tmp_path / "s"
     plan_study(folder, "--seeds", "2", "--set", "train.seed=10")

@@ -58,6 +58,7 @@ def _run(kind, demo, folder, train, **settings):
                                     train_fn=train, log=lambda line: None).to_dict()
 
 
+@pytest.mark.slow
 def test_each_budget_has_its_section_and_the_last_is_the_studys(tmp_path, demo):
     results = _run("study", demo, tmp_path / "s", FakeTrainWithTasks(), seeds=3,
                    budgets=[200_000, 1_000_000])
@@ -88,6 +89,7 @@ def test_each_budget_has_its_section_and_the_last_is_the_studys(tmp_path, demo):
     assert "## Zero-shot tasks" in (tmp_path / "s/report.md").read_text()
 
 
+@pytest.mark.slow
 def test_a_failed_run_leaves_the_pairs_it_has(tmp_path, demo):
     results = _run("study", demo, tmp_path / "s", FakeTrainWithTasks(
         fail_runs=("dense_total/seed2",)), seeds=3)
@@ -98,6 +100,7 @@ def test_a_failed_run_leaves_the_pairs_it_has(tmp_path, demo):
     assert results["zero_shot"]["agreement"]["arms"]["dense_total"]["accuracy"]["n"] == 2
 
 
+@pytest.mark.slow
 def test_one_seed_has_no_interval_and_is_not_testable(tmp_path, demo):
     results = _run("study", demo, tmp_path / "s", FakeTrainWithTasks(), seeds=1)
     agreement = results["zero_shot"]["agreement"]
@@ -107,6 +110,7 @@ def test_one_seed_has_no_interval_and_is_not_testable(tmp_path, demo):
     assert "| agreement | moe | 0.6250 (n=1) | – | 0.5000 |" in report  # (120 + 5) / 200
 
 
+@pytest.mark.slow
 def test_the_ladder_lists_its_rungs_without_comparisons(tmp_path, demo):
     results = _run("ablation", demo, tmp_path / "a", FakeTrainWithTasks(), seeds=2)
     agreement = results["zero_shot"]["agreement"]

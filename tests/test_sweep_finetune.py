@@ -56,6 +56,7 @@ def _weights_sha256(run_dir) -> str:
     return hashlib.sha256((folder / MODEL_FILE).read_bytes()).hexdigest()
 
 
+@pytest.mark.slow
 def test_a_sweep_finetune_is_a_separate_moelab_finetune_bit_for_bit(sweep, tmp_path):
     plan = json.loads((sweep / "plan.json").read_text())
     assert len(plan["finetunes"]) == len(plan["runs"]) == 4
@@ -79,6 +80,7 @@ def test_a_sweep_finetune_is_a_separate_moelab_finetune_bit_for_bit(sweep, tmp_p
     assert _weights_sha256(swept) != _weights_sha256(source)  # it did train
 
 
+@pytest.mark.slow
 def test_results_csv_carries_each_finetune_before_and_after(sweep):
     with open(sweep / "results.csv", newline="") as handle:
         rows = list(csv.DictReader(handle))
@@ -93,6 +95,7 @@ def test_results_csv_carries_each_finetune_before_and_after(sweep):
         assert after < before  # three steps on the new text already lower its loss
 
 
+@pytest.mark.slow
 def test_the_report_section_is_rebuilt_from_files(sweep, capsys):
     report = (sweep / "report.md").read_text()
     assert "## Fine-tuning against sparsity" in report
@@ -107,6 +110,7 @@ def test_the_report_section_is_rebuilt_from_files(sweep, capsys):
         assert (sweep / name).read_text() == text, name
 
 
+@pytest.mark.slow
 def test_a_report_with_a_finetune_folder_missing_says_it_is_partial(sweep, tmp_path, capsys):
     copy = tmp_path / "copy"
     shutil.copytree(sweep, copy)

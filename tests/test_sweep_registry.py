@@ -11,6 +11,8 @@ import pkgutil
 import sys
 from pathlib import Path
 
+import pytest
+
 import moelab.sweep.analyses as registry
 from moelab.scaling.laws import get_law
 from moelab.sweep.grid import load_grid
@@ -74,6 +76,7 @@ def _module_from(path: Path, name: str):
     return module
 
 
+@pytest.mark.slow
 def test_a_new_analysis_is_one_module_and_one_registry_line(tmp_path, monkeypatch):
     (tmp_path / "runs_per_sparsity.py").write_text(NEW_ANALYSIS)
     new = _module_from(tmp_path / "runs_per_sparsity.py", "runs_per_sparsity_probe")
@@ -106,6 +109,7 @@ def test_a_new_analysis_is_one_module_and_one_registry_line(tmp_path, monkeypatc
     assert "Runs per sparsity" not in without and report.startswith(without)
 
 
+@pytest.mark.slow
 def test_the_report_follows_the_registry_order(tmp_path, monkeypatch):
     """Moving an analysis in the registry moves its section: nothing else orders them."""
     folder = write_grid_json(tmp_path / "sweep", load_grid("demo"))

@@ -61,6 +61,7 @@ def test_report_and_analysis_do_not_import_the_sweep_runner():
             assert runner not in imported_modules(SWEEP / module), module
 
 
+@pytest.mark.slow
 def test_report_shows_measured_throughput_and_the_three_optima(tmp_path):
     grid = load_grid("demo")
     rows = timed_rows(grid)
@@ -110,6 +111,7 @@ def test_a_wall_clock_optimum_whose_interval_spans_most_of_0_1_is_undetermined()
     assert _undetermined_or_ci(narrow) == "0.800 [0.700, 0.900]"
 
 
+@pytest.mark.slow
 def test_report_without_a_law_still_tabulates_throughput(tmp_path):
     grid = load_grid("demo")
     rows = timed_rows(grid)
@@ -125,6 +127,7 @@ def test_report_without_a_law_still_tabulates_throughput(tmp_path):
     assert not (tmp_path / "optima.json").exists()
 
 
+@pytest.mark.slow
 def test_results_without_timings_say_throughput_was_not_measured(tmp_path):
     grid = load_grid("demo")
     write_results_csv(tmp_path / "results.csv", synthetic_results(grid, EFFECTIVE_TRUTH,
@@ -167,6 +170,7 @@ def test_malformed_sweep_files_are_one_line_errors_naming_the_file(tmp_path, dam
     assert "\n" not in str(error.value) and str(tmp_path) in str(error.value)
 
 
+@pytest.mark.slow
 def test_a_wsd_family_sweep_says_its_smaller_budgets_are_branches_and_counts_their_tokens(
         tmp_path):
     grid = load_grid("demo")
@@ -189,6 +193,7 @@ def test_a_wsd_family_sweep_says_its_smaller_budgets_are_branches_and_counts_the
     assert "its points are not independent draws" in text
 
 
+@pytest.mark.slow
 def test_a_sweep_of_several_seeds_tabulates_each_runs_seed_and_the_spread_between_seeds(tmp_path):
     grid = load_grid("demo", ["seeds=[0,1]"])
     rows = synthetic_results(grid, EFFECTIVE_TRUTH, EFFECTIVE_SIZE)
@@ -214,6 +219,7 @@ def test_a_sweep_of_several_seeds_tabulates_each_runs_seed_and_the_spread_betwee
     assert sorted(line.split("|")[5].strip() for line in table[2:]) == ["0"] * points + ["1"] * points
 
 
+@pytest.mark.slow
 def test_every_run_and_optimum_says_its_tokens_per_parameter(tmp_path):
     grid = load_grid("demo")
     rows = timed_rows(grid)

@@ -22,7 +22,8 @@ from moelab.cli import main
 from moelab.config import load_config
 from moelab.data import Tokenizer
 from moelab.data import stories
-from moelab.data.sources import sample_path, split_stories
+from moelab.data.story_text import split_stories
+from moelab.data.text_sources import sample_path
 from moelab.errors import MoelabError
 from moelab.model import Transformer
 from moelab.tasks import (RESULTS_FILE, TASK_NAMES, load_task, parse_task_names, score_tasks,
@@ -168,6 +169,7 @@ def _reference_loglik(model, context: list[int], continuation: list[int]) -> tup
     return total, greedy
 
 
+@pytest.mark.slow
 def test_continuation_scores_match_the_slow_reference(trained_run):
     tokenizer = Tokenizer(RunFolder(trained_run).tokenizer_path)
     model = _untrained(3)
@@ -185,6 +187,7 @@ def test_continuation_scores_match_the_slow_reference(trained_run):
         assert result.greedy == greedy and result.num_tokens == len(continuation)
 
 
+@pytest.mark.slow
 def test_task_decisions_match_the_slow_reference(trained_run):
     from moelab.train import load_run
 
@@ -231,6 +234,7 @@ def test_wilson_interval_matches_its_closed_form():
 # --------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_untrained_model_scores_at_chance(trained_run):
     """A fresh init knows nothing, so over init seeds its mean accuracy is chance (a t
     interval over 8 seeds covers it). One init is not exactly at chance on the ranking tasks:
@@ -256,6 +260,7 @@ def test_untrained_model_scores_at_chance(trained_run):
         assert interval.low < chance < interval.high, (name, accuracies[name])
 
 
+@pytest.mark.slow
 def test_trained_tiny_model_beats_chance_via_the_cli(trained_run, capsys):
     assert main(["eval", str(trained_run), "--tasks", "agreement,last_word", "--json"]) == 0
     printed = json.loads(capsys.readouterr().out)
@@ -291,6 +296,7 @@ def test_task_names():
             parse_task_names(bad)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("arguments, message", [
     (["--tasks", "lambada"], "unknown task 'lambada'"),
     (["--tasks", "ending", "--data", "x.txt"], "do not apply to --tasks"),
@@ -301,6 +307,7 @@ def test_bad_task_arguments_are_one_line_errors(trained_run, capsys, arguments, 
     assert message in err and err.count("\n") == 1
 
 
+@pytest.mark.slow
 def test_short_context_and_corrupt_results_are_one_line_errors(trained_run, tmp_path, capsys):
     model = Transformer(load_config(None, TINY_MOE_RUN).model)  # max_seq_len 32
     tokenizer = Tokenizer(RunFolder(trained_run).tokenizer_path)
@@ -338,6 +345,7 @@ def test_harness_task_folder(tmp_path):
     assert agreement["doc_to_choice"] == "{{[good, bad]}}" and agreement["doc_to_target"] == 0
 
 
+@pytest.mark.slow
 def test_harness_scores_an_exported_run_as_moelab_does(trained_run, tmp_path, monkeypatch):
     """Runs only where the ``lmeval`` extra is installed: the harness, on the Hugging Face
     export, offline, gets moelab's counts on every task."""

@@ -171,6 +171,7 @@ def tiny_run(tmp_path_factory):
     return folder
 
 
+@pytest.mark.slow
 def test_tiny_run_learns_and_its_files_agree(tiny_run):
     run = RunFolder(tiny_run)
     summary = run.read_summary()
@@ -234,6 +235,7 @@ def test_tiny_run_learns_and_its_files_agree(tiny_run):
     assert [p.name for p in run.checkpoints_dir.glob("step_*")] == ["step_00000020"]
 
 
+@pytest.mark.slow
 def test_bits_per_byte_divide_by_the_bytes_of_the_scored_target_tokens(tiny_run):
     """The reference decodes the scored targets (every window but its first token) back to text
     and counts its UTF-8 bytes, a separator counting as its line "\\n<|endoftext|>\\n" of the
@@ -261,6 +263,7 @@ def test_bits_per_byte_divide_by_the_bytes_of_the_scored_target_tokens(tiny_run)
                 event["val_loss"] / math.log(2) / bytes_per_target, rel=1e-12)
 
 
+@pytest.mark.slow
 def test_final_val_loss_is_the_mean_cross_entropy_of_every_validation_target(tmp_path):
     """The reference scores the run's final weights (``moelab.load_run``, the top-level lazy
     import) on windows cut by hand, all in one batch, with one plain F.cross_entropy. The run
@@ -304,6 +307,7 @@ def test_final_val_loss_is_the_mean_cross_entropy_of_every_validation_target(tmp
         assert stats["expert_load"] == pytest.approx(expected_load, abs=1.01 / slots)
 
 
+@pytest.mark.slow
 def test_eval_cli_reproduces_the_final_val_loss(tiny_run, capsys):
     assert main(["eval", str(tiny_run), "--json"]) == 0
     result = json.loads(capsys.readouterr().out)
@@ -312,6 +316,7 @@ def test_eval_cli_reproduces_the_final_val_loss(tiny_run, capsys):
     assert result["bits_per_byte"] == pytest.approx(summary["final_val_bpb"], rel=1e-6)
 
 
+@pytest.mark.slow
 def test_eval_cli_windows_scores_that_many_evenly_spaced_windows(tiny_run, capsys):
     """``--windows 11`` against the model's mean cross-entropy on 11 windows cut by hand."""
     import numpy as np
@@ -336,6 +341,7 @@ def test_eval_cli_windows_scores_that_many_evenly_spaced_windows(tiny_run, capsy
                                                rel=1e-6)
 
 
+@pytest.mark.slow
 def test_eval_cli_refuses_more_windows_than_the_split_holds_naming_the_flag(tiny_run, capsys):
     assert main(["eval", str(tiny_run), "--windows", "100000000"]) == 2
     err = capsys.readouterr().err
@@ -343,6 +349,7 @@ def test_eval_cli_refuses_more_windows_than_the_split_holds_naming_the_flag(tiny
     assert len(err.strip().splitlines()) == 1
 
 
+@pytest.mark.slow
 def test_eval_cli_refuses_a_malformed_device_on_one_line(tiny_run, capsys):
     assert main(["eval", str(tiny_run), "--device", "cuda:x"]) == 2
     err = capsys.readouterr().err
@@ -350,11 +357,12 @@ def test_eval_cli_refuses_a_malformed_device_on_one_line(tiny_run, capsys):
     assert len(err.strip().splitlines()) == 1
 
 
+@pytest.mark.slow
 def test_eval_on_a_folder_holding_the_same_validation_text_gives_the_same_loss(
         tiny_run, tmp_path, capsys):
     import lzma
 
-    from moelab.data.sources import sample_path
+    from moelab.data.text_sources import sample_path
 
     (tmp_path / "valid.txt").write_bytes(lzma.decompress(sample_path("valid").read_bytes()))
     (tmp_path / "train.txt").write_text("unused\n<|endoftext|>\n")
@@ -365,6 +373,7 @@ def test_eval_on_a_folder_holding_the_same_validation_text_gives_the_same_loss(
     assert result["bits_per_byte"] == pytest.approx(summary["final_val_bpb"], rel=1e-6)
 
 
+@pytest.mark.slow
 def test_generate_is_deterministic_for_a_seed(tiny_run, capsys):
     args = ["generate", str(tiny_run), "--prompt", "Once upon a time", "--max-new-tokens", "12",
             "--temperature", "1.0", "--top-k", "20"]
@@ -377,6 +386,7 @@ def test_generate_is_deterministic_for_a_seed(tiny_run, capsys):
     assert all(o.startswith("Once upon a time") for o in outputs)
 
 
+@pytest.mark.slow
 def test_temperature_zero_is_greedy(tiny_run):
     from moelab.train.generate import generate_tokens
 
@@ -390,6 +400,7 @@ def test_temperature_zero_is_greedy(tiny_run):
     assert generate_tokens(model, prompt, 6, temperature=0.0, seed=2) == greedy
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("temperature", [float("nan"), float("inf"), -0.5])
 def test_generate_refuses_a_temperature_that_is_not_a_finite_non_negative_number(
         tiny_run, temperature):
@@ -399,6 +410,7 @@ def test_generate_refuses_a_temperature_that_is_not_a_finite_non_negative_number
         generate_text(model, tokenizer, "Once", 4, temperature=temperature)
 
 
+@pytest.mark.slow
 def test_resume_of_a_finished_run_returns_its_summary(tiny_run):
     config = RunFolder(tiny_run).read_config()
     assert to_json(train(config, tiny_run, resume=True)) == RunFolder(tiny_run).read_summary()
@@ -406,6 +418,7 @@ def test_resume_of_a_finished_run_returns_its_summary(tiny_run):
         train(config, tiny_run)
 
 
+@pytest.mark.slow
 def test_gradient_accumulation_equals_the_full_batch(tmp_path):
     """A dense model's objective is a mean over tokens: 4 micro batches of 2 sequences give the
     same losses and val loss as one batch of 8, up to float rounding."""
@@ -419,6 +432,7 @@ def test_gradient_accumulation_equals_the_full_batch(tmp_path):
     assert accumulated.final_val_loss == pytest.approx(full.final_val_loss, rel=1e-5)
 
 
+@pytest.mark.slow
 def test_bfloat16_autocast_trains(tmp_path):
     summary = train(tiny_config("train.dtype=bfloat16", "train.max_tokens=1536"), tmp_path / "run")
     first = RunFolder(tmp_path / "run").read_metrics()[0]
@@ -431,6 +445,7 @@ def test_bfloat16_autocast_trains(tmp_path):
 # --------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_nan_loss_stops_the_run_naming_the_step_and_keeps_the_last_good_checkpoint(
         tmp_path, monkeypatch):
     from moelab.model import Transformer
@@ -458,6 +473,7 @@ def test_nan_loss_stops_the_run_naming_the_step_and_keeps_the_last_good_checkpoi
     assert run.read_summary() is None
 
 
+@pytest.mark.slow
 def test_a_full_disk_at_a_checkpoint_is_a_clear_error_and_keeps_the_previous_one(
         tmp_path, monkeypatch):
     from safetensors import SafetensorError
@@ -483,6 +499,7 @@ def test_a_full_disk_at_a_checkpoint_is_a_clear_error_and_keeps_the_previous_one
     assert not list((checkpoints / "step_00000004").glob("*.tmp"))  # no half-written file left
 
 
+@pytest.mark.slow
 def test_resume_with_another_config_is_refused(tmp_path):
     config = tiny_config("train.max_tokens=512")
     train(config, tmp_path / "run")
@@ -498,6 +515,7 @@ def _without_timings(summary: dict) -> dict:
                          "mfu", "peak_flops_per_s", "peak_flops_source")}
 
 
+@pytest.mark.slow
 def test_resume_refuses_a_data_cache_whose_tokenizer_is_not_the_runs(tmp_path):
     """A rebuilt cache (here: one of fewer stories, so other BPE merges) maps the same ids to
     other text; continuing the run on it would silently change what it learns."""
@@ -524,6 +542,7 @@ def test_resume_refuses_a_data_cache_whose_tokenizer_is_not_the_runs(tmp_path):
     assert run.read_summary() is None
 
 
+@pytest.mark.slow
 def test_external_loggers_are_closed_when_the_run_ends_and_when_it_fails(tmp_path, monkeypatch):
     import moelab.train.loop as loop
 
@@ -556,6 +575,7 @@ def test_external_loggers_are_closed_when_the_run_ends_and_when_it_fails(tmp_pat
     assert closed == [True, True]
 
 
+@pytest.mark.slow
 def test_a_corrupt_summary_is_a_clear_error_and_resume_writes_it_again(tmp_path):
     config = tiny_config("train.max_tokens=512", "train.sample_tokens=4")
     first = train(config, tmp_path / "run")
@@ -615,6 +635,7 @@ def test_bad_cli_input_exits_2_with_one_line(tmp_path, capsys, args, message):
     assert len(err.strip().splitlines()) == 1
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("package", ["tensorboard", "wandb"])
 def test_asking_for_a_missing_logging_package_is_a_clear_error(tmp_path, package):
     import importlib.util

@@ -47,6 +47,7 @@ def _train_alone_and_on_two_ranks(tmp_path, config_text: str):
     return single, ddp
 
 
+@pytest.mark.slow
 def test_two_cpu_processes_match_one(tmp_path):
     single, ddp = _train_alone_and_on_two_ranks(tmp_path, TINY_DENSE)
 
@@ -72,6 +73,7 @@ TINY_MOE_GLOBAL = TINY_DENSE.replace(
 ).replace("max_tokens: 3072", "max_tokens: 1536")
 
 
+@pytest.mark.slow
 def test_two_cpu_processes_match_one_for_moe_with_global_batch_and_bias_balancing(tmp_path):
     assert "global_batch" in TINY_MOE_GLOBAL
     single, ddp = _train_alone_and_on_two_ranks(tmp_path, TINY_MOE_GLOBAL)

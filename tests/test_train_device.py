@@ -41,6 +41,7 @@ def test_without_cuda_a_gpu_device_is_refused_and_auto_is_the_cpu(monkeypatch):
         resolve_device("cuda:0")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["cuda:0", "cuda:1"])
 def test_under_torchrun_an_explicit_gpu_is_refused_before_joining_the_group(
         two_fake_gpus, monkeypatch, name):
@@ -56,6 +57,7 @@ def test_under_torchrun_an_explicit_gpu_is_refused_before_joining_the_group(
     assert joined == []
 
 
+@pytest.mark.slow
 def test_under_torchrun_cuda_gives_each_rank_its_local_gpu(two_fake_gpus, monkeypatch):
     monkeypatch.setenv("WORLD_SIZE", "2")
     monkeypatch.setenv("RANK", "1")

@@ -38,6 +38,7 @@ ARMS = {
 TEXT = "Once upon a time, there was a little girl named Lily. She liked to play outside."
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("arm", sorted(ARMS))
 def test_exported_model_matches_moelab(tmp_path, arm):
     hf_class, overrides = ARMS[arm]
@@ -81,6 +82,7 @@ def test_export_refuses_a_non_empty_folder(tmp_path, capsys):
     assert (tmp_path / "out" / "keep.txt").read_text() == "mine"
 
 
+@pytest.mark.slow
 def test_export_refuses_a_router_mixtral_cannot_hold(tmp_path, capsys):
     # Top-1 keeps the raw router probability by default (Switch); Mixtral would weight by 1.
     config = load_config(None, TINY + ["model.moe={num_experts: 4, top_k: 1, d_expert: 32}",
@@ -93,6 +95,7 @@ def test_export_refuses_a_router_mixtral_cannot_hold(tmp_path, capsys):
     assert not (tmp_path / "hf").exists() and not list(tmp_path.glob(".hf.*"))
 
 
+@pytest.mark.slow
 def test_export_refuses_shared_experts(tmp_path, capsys):
     # Mixtral has no always-on expert (Qwen2-MoE's shared expert is gated by a sigmoid: not
     # these semantics).
@@ -107,6 +110,7 @@ def test_export_refuses_shared_experts(tmp_path, capsys):
     assert not (tmp_path / "hf").exists() and not list(tmp_path.glob(".hf.*"))
 
 
+@pytest.mark.slow
 def test_export_refuses_a_nonzero_expert_bias(tmp_path, capsys):
     # Mixtral picks the top-k by the probabilities it weights with: a bias on the choice alone
     # has no Hugging Face form.

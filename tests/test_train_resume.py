@@ -70,6 +70,7 @@ def _without_timings(event: dict) -> dict:
     return {k: v for k, v in event.items() if k not in TIMING_KEYS}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("config_text", [TINY_MOE, TINY_MOE_BIAS], ids=["aux_loss", "bias"])
 def test_sigkilled_run_resumes_bit_for_bit(tmp_path, config_text):
     config_file = tmp_path / "tiny.yaml"

@@ -128,6 +128,7 @@ def test_weight_decay_goes_on_matrices_and_embeddings_not_on_norms():
 # --------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_the_optimizer_sees_the_clipped_gradient_and_the_log_the_unclipped_norm(tmp_path, watch):
     clip = 1e-3
     three_steps = "train.max_tokens=768"
@@ -157,6 +158,7 @@ def test_the_optimizer_sees_the_clipped_gradient_and_the_log_the_unclipped_norm(
 # --------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_logged_and_applied_lr_follow_linear_warmup_then_cosine_to_the_floor(tmp_path, watch):
     # 10 steps of 256 tokens; warmup int(0.2 * 10) = 2 steps; floor 0.25 * 0.01.
     config = tiny_config("model.moe=null", "train.max_tokens=2560", "train.warmup_fraction=0.2",
@@ -182,6 +184,7 @@ def test_logged_and_applied_lr_follow_linear_warmup_then_cosine_to_the_floor(tmp
         assert group_lrs == pytest.approx([lr, lr], rel=1e-12)
 
 
+@pytest.mark.slow
 def test_a_wsd_run_logs_and_applies_warmup_stable_then_sqrt_decay(tmp_path, watch):
     # 10 steps; warmup int(0.2 * 10) = 2; decay int(0.5 * 10) = 5 steps (6-10, 1-based), t = 0,
     # 1/4, 1/2, 3/4, 1; peak 0.01, floor 0.25 * 0.01: lr = 0.0025 + 0.0075 * (1 - sqrt(t)).
@@ -263,6 +266,7 @@ def test_global_batch_balancing_makes_four_micro_batches_equal_one_batch_of_four
     assert not torch.allclose(micro_grads[router], full_grads[router], rtol=1e-2)
 
 
+@pytest.mark.slow
 def test_global_batch_balancing_trains_like_one_micro_batch(tmp_path):
     """Through the loop (the routing pass of optimizer_step): 3 steps of batch 8 in micro
     batches of 2 follow the run without accumulation; micro_batch scope does not."""
@@ -283,6 +287,7 @@ def test_global_batch_balancing_trains_like_one_micro_batch(tmp_path):
 # --------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_the_loop_moves_the_expert_bias_by_the_sign_of_the_steps_loads(tmp_path, watch):
     """After step 1 each layer's bias is rate * sign(mean load - load) of the loads that
     step's batch had under the initial weights (recounted here from the recorded batch, in
@@ -310,6 +315,7 @@ def test_the_loop_moves_the_expert_bias_by_the_sign_of_the_steps_loads(tmp_path,
 # --------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_data_seed_changes_the_batches_and_not_the_init(tmp_path, watch):
     one_step = "train.max_tokens=256"
     runs = {"seed0": ["train.seed=0"], "seed0_data7": ["train.seed=0", "train.data_seed=7"],

@@ -74,6 +74,7 @@ def _run(tmp_path, criteria):
     return train
 
 
+@pytest.mark.slow
 def test_each_comparison_stops_where_its_interval_decides_and_the_study_with_the_last(tmp_path):
     train = _run(tmp_path, ["active", "total"])
     stops = {"active": expected_stop("dense_active", 2, 0.01),
@@ -93,6 +94,7 @@ def test_each_comparison_stops_where_its_interval_decides_and_the_study_with_the
     assert f"stopped at round {stops['active'][0] + 1}" in report
 
 
+@pytest.mark.slow
 def test_report_rebuilds_the_rounds_and_a_rerun_trains_nothing(tmp_path, capsys):
     _run(tmp_path, ["active"])
     folder = tmp_path / "s"
@@ -102,6 +104,7 @@ def test_report_rebuilds_the_rounds_and_a_rerun_trains_nothing(tmp_path, capsys)
     assert _run(tmp_path, ["active"]).calls == []
 
 
+@pytest.mark.slow
 def test_another_design_in_the_same_folder_is_refused(tmp_path, capsys):
     _run(tmp_path, ["active"])
     out = str(tmp_path / "s")
@@ -114,6 +117,7 @@ def test_another_design_in_the_same_folder_is_refused(tmp_path, capsys):
     assert len(err.strip().splitlines()) == 1
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("listing", [[], ["--list-runs"]])
 def test_a_fixed_seed_count_on_a_rounds_folder_is_refused_and_its_record_kept(tmp_path, capsys,
                                                                              listing):
@@ -147,6 +151,7 @@ def test_bad_input_is_one_line_and_exit_2(argv, message, capsys, tmp_path, monke
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow
 def test_tuned_arms_then_rounds_on_fresh_seeds(tmp_path):
     from moelab.study.tuning import LrTuning
 

@@ -109,6 +109,7 @@ def train_stopped_at_step(config, run_dir: Path, step: int, monkeypatch) -> None
     monkeypatch.setattr(loop, "optimizer_step", OPTIMIZER_STEP)
 
 
+@pytest.mark.slow
 def test_a_resumed_run_continues_its_wandb_run(tmp_path, monkeypatch):
     config = tiny_config("train.max_tokens=1536", "train.checkpoint_interval=2",
                          "train.eval_interval=3")
@@ -126,6 +127,7 @@ def test_a_resumed_run_continues_its_wandb_run(tmp_path, monkeypatch):
     assert first["steps"] == [1, 2, 3, 4] and resumed["steps"] == [5, 6]
 
 
+@pytest.mark.slow
 def test_a_run_started_afresh_gets_a_new_wandb_run(tmp_path, monkeypatch):
     # No checkpoint before the stop: the run starts again from step 1, as a new W&B run.
     config = tiny_config("train.max_tokens=768")
@@ -212,6 +214,7 @@ def logged_keys(run_dir: Path) -> tuple[set[str], dict[str, str]]:
     return history, summary
 
 
+@pytest.mark.slow
 def test_the_load_diagnostics_and_mfu_reach_wandb(tmp_path):
     config = tiny_config("train.max_tokens=512", "train.micro_batch_size=4",
                          "train.eval_interval=2")

@@ -49,6 +49,7 @@ def holder_of(tmp_path):
         holder.wait()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("command", [
     ["train", "demo", *settings(*TINY_MOE_RUN, "train.max_tokens=512"), "--out", "{folder}"],
     ["study", "demo", "--seeds", "1", "--out", "{folder}"],
@@ -65,6 +66,7 @@ def test_a_second_writer_is_refused_naming_the_holder(tmp_path, capsys, holder_o
     assert sorted(p.name for p in folder.iterdir()) == [LOCK_NAME]
 
 
+@pytest.mark.slow
 def test_report_is_refused_while_its_study_is_written(tmp_path, capsys, holder_of):
     study = tmp_path / "study"
     assert main(["study", "demo", "--seeds", "1", "--budgets", "2048",
@@ -78,6 +80,7 @@ def test_report_is_refused_while_its_study_is_written(tmp_path, capsys, holder_o
         == {p: b for p, b in before.items() if p.name != LOCK_NAME}
 
 
+@pytest.mark.slow
 def test_the_kernel_releases_a_killed_writers_lock(tmp_path, holder_of):
     folder = tmp_path / "run"
     holder = holder_of(folder)
@@ -87,6 +90,7 @@ def test_the_kernel_releases_a_killed_writers_lock(tmp_path, holder_of):
         assert (folder / LOCK_NAME).read_text().strip() == str(os.getpid())
 
 
+@pytest.mark.slow
 def test_two_train_resume_on_one_folder_leave_one_clean_run(tmp_path):
     """The real race: the second `train --resume` exits 2 while the first trains on, and the
     first's metrics have every step once."""
@@ -111,6 +115,7 @@ def test_two_train_resume_on_one_folder_leave_one_clean_run(tmp_path):
     assert steps == sorted(set(steps)) and steps[-1] == 163840 // 256
 
 
+@pytest.mark.slow
 def test_a_folder_holding_only_the_lock_is_an_empty_run_folder(tmp_path):
     folder = tmp_path / "run"
     with writer_lock(folder):

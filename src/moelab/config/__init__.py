@@ -4,7 +4,8 @@ A config has three sections, ``model``, ``data`` and ``train``. A YAML file (or 
 only the keys it changes; everything else keeps the default documented on the field. Overrides
 use dotted paths: ``model.d_model=256``, ``model.moe.top_k=1``, ``model.moe=null`` (dense).
 
-The same parser (``from_dict``) reads the other typed sections of moelab: the ``study:``
+The same parser (``from_dict``, the strict mode of ``moelab.codec``, whose lenient mode reads
+stored records) reads the other typed sections of moelab: the ``study:``
 section of a study preset (``moelab.study.settings``) and the sparsity-sweep grids
 (``moelab.sweep.grid``). A field's type says what it takes: ``int``, ``float``, ``bool``,
 ``str``, ``Optional[...]`` (null allowed), ``Literal[...]`` (one of the values), ``list[...]``
@@ -23,14 +24,15 @@ and dotted overrides into sections), ``files`` (YAML files, presets, ``load_conf
 spell otherwise (the flat ``train.progress`` of today's ``train.logging.progress``).
 """
 
+from moelab.codec import Parsed, from_dict
 from moelab.config.files import (
     MAX_BASE_DEPTH, deep_merge, dump_config, load_config, preset_names, read_raw, read_with_base,
     read_yaml, save_config,
 )
 from moelab.config.legacy import LOGGING_KEYS, spelt_as_today, without_logging
 from moelab.config.parsing import (
-    MAX_YAML_CHARS, MAX_YAML_DEPTH, Parsed, RefusedYAML, apply_overrides, build_config, from_dict,
-    load_yaml, override, to_dict, yaml_problem,
+    MAX_YAML_CHARS, MAX_YAML_DEPTH, RefusedYAML, apply_overrides, build_config, load_yaml,
+    override, to_dict, yaml_problem,
 )
 from moelab.config.schema import (
     DEVICE_CHOICES, DEVICE_NAME, EVAL_TASK_NAMES, MAX_SAMPLE_TOKENS, MAX_SEED, MAX_TOKENS,

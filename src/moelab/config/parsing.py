@@ -1,164 +1,29 @@
-"""Dicts and dotted overrides into typed configs: ``from_dict`` (keys, types, one-line errors),
-``Parsed`` for a value with its own notation, ``apply_overrides`` and ``override``.
+"""Dicts and dotted overrides into typed configs: ``apply_overrides``, ``override``,
+``build_config``, and YAML read within bounds (``load_yaml``).
 
-The same parser reads the other typed sections of moelab (a study preset's ``study:``, the
-sparsity-sweep grids); the rules a field's type sets are in the package docstring.
+A dict becomes a typed section through the codec's strict mode (``moelab.codec.from_dict``:
+keys, types, one-line errors; ``Parsed`` for a value with its own notation), the one converter
+that also reads stored records leniently. The same parser reads the other typed sections of
+moelab (a study preset's ``study:``, the sparsity-sweep grids); the rules a field's type sets
+are in the package docstring.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import types
-import typing
-from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import yaml
 
+from moelab.codec import from_dict, to_json
 from moelab.config.legacy import logging_key, move_flat_logging_keys
 from moelab.config.schema import Config
 from moelab.errors import ConfigError, short_repr, short_text
 
 
-@dataclass(frozen=True)
-class Parsed:
-    """``Annotated[T, Parsed(fn)]``: a value with its own notation (``40.5M`` tokens, a seed
-    count or list). ``fn(value, key)`` gets the raw value, null included, and the dotted key;
-    it returns the value or raises a ConfigError naming the key."""
-
-    fn: Callable[[Any, str], Any]
-
-
 def to_dict(obj: Any) -> Any:
-    """A plain, YAML-safe dict of a config (nested dataclasses become dicts, lists are copied)."""
-    if dataclasses.is_dataclass(obj):
-        return {f.name: to_dict(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
-    if isinstance(obj, list):
-        return [to_dict(item) for item in obj]
-    return obj
-
-
-def from_dict(cls: type, data: Any, prefix: str = "") -> Any:
-    """Build dataclass ``cls`` from ``data``, checking keys and types; missing keys keep defaults
-    (a field without a default is required). ``prefix`` is the dotted path in messages."""
-    where = prefix or "config"
-    if data is None:
-        data = {}
-    if not isinstance(data, dict):
-        raise ConfigError(f"{where}={short_repr(data)} is invalid: expected a mapping of keys")
-    hints = typing.get_type_hints(cls, include_extras=True)
-    names = [f.name for f in dataclasses.fields(cls)]
-    unknown = [key for key in data if key not in names]
-    if unknown:
-        raise ConfigError(
-            f"{_join(prefix, str(unknown[0]))} is not a known key: allowed {', '.join(names)}"
-        )
-    required = [f.name for f in dataclasses.fields(cls)
-                if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
-    missing = [name for name in required if name not in data]
-    if missing:
-        raise ConfigError(f"{_join(prefix, missing[0])} is missing: required keys are "
-                          f"{', '.join(required)}")
-    kwargs = {key: _coerce(hints[key], value, _join(prefix, key)) for key, value in data.items()}
-    return cls(**kwargs)
-
-
-def _coerce(hint: Any, value: Any, key: str) -> Any:
-    if typing.get_origin(hint) is typing.Annotated:
-        parsed = [m for m in hint.__metadata__ if isinstance(m, Parsed)]
-        if parsed:
-            return parsed[0].fn(value, key)
-        hint = typing.get_args(hint)[0]
-    optional, inner = _unwrap_optional(hint)
-    if value is None:
-        if optional:
-            return None
-        if typing.get_origin(inner) is typing.Literal:  # null is none of the names: name them
-            raise ConfigError(f"{key}=null is invalid: allowed {_choices(typing.get_args(inner))}")
-        raise ConfigError(f"{key}=null is invalid: expected {_type_name(inner)}")
-    if isinstance(inner, type) and dataclasses.is_dataclass(inner):
-        return from_dict(inner, value, key)
-    if typing.get_origin(inner) is list:
-        return _coerce_list(typing.get_args(inner)[0], value, key)
-    if typing.get_origin(inner) is typing.Literal:
-        return _coerce_literal(typing.get_args(inner), value, key)
-    return _coerce_scalar(inner, value, key)
-
-
-def _coerce_list(item_hint: Any, value: Any, key: str) -> list:
-    if isinstance(value, str):  # --set key=a,b: YAML reads a,b as one string
-        value = [item.strip() for item in value.split(",") if item.strip()]
-    elif isinstance(value, (int, float)) and not isinstance(value, bool):  # --set key=5: [5]
-        value = [value]
-    if not isinstance(value, list):
-        raise ConfigError(f"{key}={short_repr(value)} is invalid: expected {_type_name(list[item_hint])}")
-    return [_coerce(item_hint, item, f"{key}[{index}]") for index, item in enumerate(value)]
-
-
-def _coerce_literal(allowed: tuple, value: Any, key: str) -> Any:
-    # Compare types too: YAML's 1 must not pass for a literal True, nor "1" for 1.
-    if any(value == choice and type(value) is type(choice) for choice in allowed):
-        return value
-    raise ConfigError(f"{key}={short_repr(value)} is invalid: allowed {_choices(allowed)}")
-
-
-def _choices(allowed: tuple) -> str:
-    return ", ".join(map(str, allowed))
-
-
-def _coerce_scalar(hint: Any, value: Any, key: str) -> Any:
-    if hint in (int, float) and isinstance(value, str):
-        value = _parse_number(value)  # YAML 1.1 reads 3e-4 (no dot) as a string
-    if hint is bool:
-        if isinstance(value, bool):
-            return value
-    elif hint is int:
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-        if isinstance(value, float) and value.is_integer():  # 1e6 in YAML is a float
-            return int(value)
-    elif hint is float:
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
-    elif hint is str:  # noqa: SIM102 -- one branch per type, like those above
-        if isinstance(value, (str, int, float)) and not isinstance(value, bool):
-            return str(value)
-    raise ConfigError(f"{key}={short_repr(value)} is invalid: expected {_type_name(hint)}")
-
-
-def _parse_number(text: str) -> Any:
-    try:
-        return float(text.replace("_", ""))
-    except ValueError:
-        return text
-
-
-def _unwrap_optional(hint: Any) -> tuple[bool, Any]:
-    if typing.get_origin(hint) in (typing.Union, types.UnionType):
-        args = [a for a in typing.get_args(hint) if a is not type(None)]
-        return True, args[0]
-    return False, hint
-
-
-_SCALAR_NAMES = {int: "a whole number", float: "a number", bool: "true or false",
-                 str: "a string"}
-_PLURAL_NAMES = {int: "whole numbers", float: "numbers", bool: "true or false values",
-                 str: "strings"}
-
-
-def _type_name(hint: Any) -> str:
-    if dataclasses.is_dataclass(hint):
-        return "a mapping"
-    if typing.get_origin(hint) is list:
-        item = typing.get_args(hint)[0]
-        plural = "mappings" if dataclasses.is_dataclass(item) else _PLURAL_NAMES.get(item, "values")
-        return f"a list of {plural}"
-    return _SCALAR_NAMES.get(hint, str(hint))
-
-
-def _join(prefix: str, key: str) -> str:
-    return f"{prefix}.{key}" if prefix else key
+    """A plain, YAML-safe dict of a config (nested dataclasses become dicts, lists are copied):
+    the codec's writer, which every record goes through."""
+    return to_json(obj)
 
 
 MAX_YAML_CHARS = 64 * 1024

@@ -12,7 +12,7 @@ See docs/data.md.
 from moelab.data.batches import TrainBatches, validation_windows
 from moelab.data.cache import TokenSplit
 from moelab.data.prepare import PreparedData, cache_root, prepare_data
-from moelab.data.sources import EOT_TEXT
+from moelab.data.story_text import EOT_TEXT
 from moelab.data.tokenizer import MIN_VOCAB_SIZE, Tokenizer
 from moelab.data.units import nats_to_bits_per_byte
 

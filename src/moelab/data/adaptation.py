@@ -32,8 +32,9 @@ import sys
 from importlib import resources
 from pathlib import Path
 
-from moelab.data.sources import ADAPTATION_FILES, EOT_TEXT
 from moelab.data.stories import read_valid_stories, sentences
+from moelab.data.story_text import EOT_TEXT
+from moelab.data.text_sources import ADAPTATION_FILES
 from moelab.errors import MoelabError
 from moelab.fileio import atomic_write_bytes
 

@@ -24,7 +24,8 @@ from tqdm import tqdm
 
 from moelab.codec import from_json, to_json
 from moelab.data.encoding import encode_batches
-from moelab.data.sources import Source, StorySplit, split_bytes
+from moelab.data.source_record import Source, StorySplit
+from moelab.data.story_text import split_bytes
 from moelab.data.tokenizer import (
     TOKENIZER_RECIPE_VERSION, Tokenizer, check_data_supports_vocab, file_sha256, train_tokenizer,
 )

@@ -33,7 +33,7 @@ from typing import Optional
 
 import numpy as np
 
-from moelab.data.sources import EOT_TEXT
+from moelab.data.story_text import EOT_TEXT
 from moelab.data.tokenizer import Tokenizer
 
 # The GPT-2 / ByteLevel pattern

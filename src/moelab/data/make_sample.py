@@ -13,7 +13,8 @@ import argparse
 import lzma
 from pathlib import Path
 
-from moelab.data.sources import EOT_TEXT, SAMPLE_FILES, split_stories
+from moelab.data.story_text import EOT_TEXT, split_stories
+from moelab.data.text_sources import SAMPLE_FILES
 from moelab.fileio import atomic_write_bytes
 
 TRAIN_KEEP_EVERY = 5

@@ -7,7 +7,8 @@ from __future__ import annotations
 import lzma
 import re
 
-from moelab.data.sources import sample_path, split_stories
+from moelab.data.story_text import split_stories
+from moelab.data.text_sources import sample_path
 
 # A sentence ends at . ! or ? (repeated, and a closing quote) followed by whitespace or the end.
 SENTENCE_END = re.compile(r"[.!?]+[\"'\u201d]?(?=\s|$)")

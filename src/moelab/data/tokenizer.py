@@ -16,7 +16,7 @@ from tokenizers import Tokenizer as HFTokenizer
 from tokenizers import Regex, decoders, models, pre_tokenizers, trainers
 
 from moelab.errors import MoelabError, short_repr
-from moelab.data.sources import EOT_TEXT, SEPARATOR_BYTES
+from moelab.data.story_text import EOT_TEXT, SEPARATOR_BYTES
 
 # 256 byte symbols plus <|endoftext|>.
 MIN_VOCAB_SIZE = 257

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, Protocol
 
 import torch
 from torch import nn
@@ -20,6 +21,15 @@ from moelab.moe.experts import (
 )
 from moelab.moe.routing import Routing, RoutingStats, route, router_logits, routing_stats
 from moelab.precision import compute_dtype
+
+
+class SharedExperts(Protocol):
+    """What ``MoEFeedForward`` runs beside its routed experts: a module with the FFN signature
+    (the model's dense SwiGLU) that initialises its own weights."""
+
+    def __call__(self, x_BTD: torch.Tensor) -> tuple[torch.Tensor, Any]: ...
+
+    def init_weights(self, std: float, residual_std: float) -> None: ...
 
 
 @dataclass
@@ -54,7 +64,7 @@ class MoEFeedForward(nn.Module):
     """
 
     def __init__(self, cfg: ModelConfig, experts_implementation: str = AUTO,
-                 shared_experts: nn.Module | None = None):
+                 shared_experts: SharedExperts | None = None):
         super().__init__()
         if cfg.moe is None:
             raise MoelabError("model.moe=null is invalid for MoEFeedForward: give a moe section")
@@ -73,7 +83,7 @@ class MoEFeedForward(nn.Module):
         self.w1 = nn.Parameter(torch.empty(moe.num_experts, moe.d_expert, cfg.d_model))
         self.w2 = nn.Parameter(torch.empty(moe.num_experts, cfg.d_model, moe.d_expert))
         self.w3 = nn.Parameter(torch.empty(moe.num_experts, moe.d_expert, cfg.d_model))
-        self.shared_experts: nn.Module | None = shared_experts
+        self.shared_experts = shared_experts
         # Aux-loss-free balancing (balance: bias | both): a buffer, not a parameter (no
         # gradient; ``update_expert_bias`` moves it), so it is checkpointed with the weights.
         # Absent otherwise, so the state dict of a model without it is unchanged.
@@ -145,5 +155,7 @@ class MoEFeedForward(nn.Module):
         """DeepSeek-V3's bias step: ``b_i += rate * sign(mean_j c_j - c_i)`` from the loads
         ``c`` of one optimizer step (the caller sums them over micro batches and ranks):
         an overloaded expert's bias goes down, an underloaded one's up."""
+        if self.expert_bias is None:
+            raise ValueError("update_expert_bias: this layer balances without an expert bias")
         load_E = slot_counts_E.to(self.expert_bias.dtype)
         self.expert_bias += self.bias_update_rate * torch.sign(load_E.mean() - load_E)

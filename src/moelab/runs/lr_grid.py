@@ -109,8 +109,8 @@ def choose_lr(unit: str, grid: list[float], seeds: list[int],
     means: dict[float, Optional[float]] = {}
     for lr in grid:
         values = [losses.get(lr, {}).get(seed) for seed in seeds]
-        complete = all(v is not None and math.isfinite(v) for v in values)
-        means[lr] = sum(values) / len(values) if complete and values else None
+        finite = [v for v in values if v is not None and math.isfinite(v)]
+        means[lr] = sum(finite) / len(finite) if values and len(finite) == len(values) else None
     ranked = [lr for lr in grid if means[lr] is not None]
     chosen = min(ranked, key=lambda lr: (means[lr], lr)) if ranked else None
     edge = None
@@ -198,7 +198,8 @@ def read_choices(folder: Path, record: dict) -> dict[str, LrChoice]:
 
 
 def _mean(values: list[Optional[float]]) -> Optional[float]:
-    return None if any(v is None for v in values) else sum(values) / len(values)
+    present = [v for v in values if v is not None]
+    return None if len(present) < len(values) else sum(present) / len(present)
 
 
 def _run_loss(run_dir: Path, metric: str) -> Optional[float]:
@@ -211,13 +212,15 @@ def _run_loss(run_dir: Path, metric: str) -> Optional[float]:
 def require_choices(choices: dict[str, LrChoice], folder: Path) -> dict[str, float]:
     """unit -> chosen lr; one line naming the unit when no lr of the grid trained on every
     selection seed."""
+    chosen = {}
     for unit, choice in choices.items():
         if choice.lr is None:
             raise MoelabError(
                 f"lr selection for {unit} failed: no lr of {','.join(f'{lr:g}' for lr in choice.grid)} "
                 f"has a loss on every selection seed; see "
                 f"{folder / SELECTION_FOLDER}/lr*/failures.json")
-    return {unit: choice.lr for unit, choice in choices.items()}
+        chosen[unit] = choice.lr
+    return chosen
 
 
 def check_same_selection(plan: dict, record: Optional[dict], key: str = "--lr-grid") -> None:

@@ -17,7 +17,7 @@ from moelab.train.finetune import FinetuneSummary, finetune
 from moelab.train.generate import generate_text
 from moelab.train.loop import train
 from moelab.train.run_folder import RunFolder
-from moelab.train.runs import evaluate_run, evaluate_tasks, load_run
+from moelab.train.trained_run import evaluate_run, evaluate_tasks, load_run
 from moelab.train.schedule import Schedule
 from moelab.train.state import TrainState
 from moelab.train.run_summary import RunSummary

@@ -26,7 +26,7 @@ from moelab.config import ModelConfig
 from moelab.data import EOT_TEXT
 from moelab.errors import MoelabError, short_repr
 from moelab.fileio import current_umask, read_json
-from moelab.train.runs import load_run
+from moelab.train.trained_run import load_run
 
 # moelab name -> Hugging Face name, for everything but the stacked experts.
 _RENAMES = [

@@ -35,7 +35,7 @@ from moelab.train.checkpoint import MODEL_FILE, latest_checkpoint, read_state, v
 from moelab.train.evaluation import evaluate, scored_bytes
 from moelab.train.loop import train
 from moelab.train.run_folder import RunFolder
-from moelab.train.runs import load_run
+from moelab.train.trained_run import load_run
 from moelab.train.run_summary import RunSummary
 
 FINETUNE_FILE = "finetune.json"
@@ -89,6 +89,8 @@ def finetune(run_dir: str | Path, data: str | Path, out_dir: str | Path,
         finally:
             out.writer_lock.release()  # train() takes it again
     summary = train(config, out.path, resume=True)
+    if summary is None:  # only a DDP rank other than 0 gets none, and torchrun is refused above
+        raise RuntimeError("a finetune's single process trained without a summary")
     return FinetuneSummary(summary, _read_reference(out))
 
 
@@ -159,14 +161,22 @@ def _final_checkpoint(source: RunFolder) -> Path:
     return folder
 
 
+def _set_by_finetune_key(value: str | None, key: str) -> str:
+    """The value of a key in ``SET_BY_FINETUNE``: ``finetune_config`` sets it and no override may
+    change it, so it is never null."""
+    if value is None:
+        raise RuntimeError(f"{key} is null in a finetune's config, which finetune_config sets")
+    return value
+
+
 def _build_token_cache(source: RunFolder, config: Config) -> None:
     """Encode the new text with the source's tokenizer: placed in the cache folder before the
     build, it is the tokenizer the build uses (it trains one only when none is there)."""
     if not source.tokenizer_path.is_file():
         raise MoelabError(f"cannot fine-tune {source.path}: {source.tokenizer_path} is missing")
     vocab_size = config.tokenizer_vocab_size
-    cache_dir = Path(config.data.cache_dir) / cache_folder_name(resolve_source(config.data),
-                                                                vocab_size)
+    cache_root = Path(_set_by_finetune_key(config.data.cache_dir, "data.cache_dir"))
+    cache_dir = cache_root / cache_folder_name(resolve_source(config.data), vocab_size)
     if not has_manifest(cache_dir):
         atomic_write(cache_dir / TOKENIZER_FILE,
                      lambda tmp: shutil.copyfile(source.tokenizer_path, tmp))
@@ -190,7 +200,8 @@ def _write_reference(source: RunFolder, checkpoint: Path, config: Config, out: R
                       tc.micro_batch_size or tc.batch_size, device, autocast)
     reference = FinetuneReference(
         source_run=str(source.path.resolve()), source_checkpoint=str(checkpoint.resolve()),
-        source_step=read_state(checkpoint)["step"], source_model_sha256=tc.init_sha256,
+        source_step=read_state(checkpoint)["step"],
+        source_model_sha256=_set_by_finetune_key(tc.init_sha256, "train.init_sha256"),
         data=config.data.source, source_val_loss=result.val_loss,
         source_val_bpb=result.bits_per_byte, windows=int(windows_NT.shape[0]))
     atomic_write_json(out.path / FINETUNE_FILE, asdict(reference))

@@ -18,7 +18,7 @@ import platform
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, cast
 from collections.abc import Callable
 
 import numpy as np
@@ -143,7 +143,7 @@ def compile_afresh(module: torch.nn.Module) -> torch.nn.Module:
     few seconds at the start of every compiled run (BENCHMARKS.md, "Compile start-up")."""
     torch._dynamo.reset()
     torch._functorch.config.autograd_cache_allow_custom_autograd_functions = True
-    return torch.compile(module)
+    return cast(torch.nn.Module, torch.compile(module))  # a module in, its compiled module out
 
 
 # --------------------------------------------------------------------------------------------
@@ -185,14 +185,15 @@ def _set_up(config: Config, run: RunFolder, resume: bool, dist: Distributed,
     windows_NT = validation_windows(data.valid.tokens, seq_len, tc.eval_windows)
     state = (_resume_state(run, model, optimizer, batches, data.tokenizer, plan.total_steps)
              if resume else TrainState())
-    if state.step == 0 and tc.init_from is not None:  # a finetune starts from its source
+    if state.step == 0 and tc.init_from is not None and tc.init_sha256 is not None:
+        # a finetune starts from its source (its config names both or neither: validate)
         load_initial_weights(Path(tc.init_from), tc.init_sha256, model)
     if dist.is_main:
         run.save_tokenizer(data.tokenizer.path)
         run.truncate_metrics(state.step)  # drop what a killed run logged after its checkpoint
 
     ddp_model = DistributedDataParallel(model) if dist.is_ddp else None
-    train_model = ddp_model or model
+    train_model: torch.nn.Module = ddp_model or model
     if tc.compile:
         train_model = compile_afresh(train_model)
     autocast = partial(torch.autocast, dist.device.type, dtype=torch.bfloat16,
@@ -296,7 +297,8 @@ def optimizer_step(session: Session, plan: StepPlan, lr: float, grad_clip: float
     grad_norm = torch.nn.utils.clip_grad_norm_(session.model.parameters(), grad_clip or math.inf)
     session.optimizer.step()
     session.optimizer.zero_grad(set_to_none=True)
-    if moe is not None and moe.uses_expert_bias:  # the same loads, so the same bias, on every rank
+    if moe is not None and moe.uses_expert_bias and loads is not None:
+        # the same loads, so the same bias, on every rank
         session.model.update_expert_bias(session.dist.sum(loads.slot_counts_LE))
     return losses_4, grad_norm, loads
 
@@ -410,6 +412,8 @@ def _summary(config: Config, state: TrainState, plan: StepPlan, clock: Clock,
     """summary.json's content, after the last step's evaluation."""
     counts, flops = count_params(config.model), flops_per_token(config.model)
     final = state.last_eval
+    if final is None:
+        raise RuntimeError("a run's summary is written after its last evaluation")
     train_s = clock.train_s  # the clock runs: read it once, so the numbers below agree
     cpu_s = clock.train_cpu_s
     tokens_per_s = state.tokens / max(train_s, 1e-9)

@@ -9,6 +9,7 @@ sweep's timing run them on their own.
 
 from __future__ import annotations
 
+import functools
 from contextlib import nullcontext
 from dataclasses import dataclass
 from collections.abc import Callable
@@ -103,7 +104,8 @@ def step_slot_counts(model: Transformer, x_BT: torch.Tensor, plan: StepPlan, aut
     micro batch these counts (docs/training.md, "Balancing scope").
     """
     with autocast():
-        counts_LE = sum(model.routing_counts(x_bT) for x_bT in x_BT.split(plan.micro_batch_size))
+        counts_LE = functools.reduce(torch.add, [model.routing_counts(x_bT)
+                                                 for x_bT in x_BT.split(plan.micro_batch_size)])
     return sum_over_ranks(counts_LE)
 
 
@@ -136,7 +138,7 @@ def forward_backward(train_model, ddp_model, x_BT: torch.Tensor, y_BT: torch.Ten
             micro_L = max_violation(out.slot_counts_LE)
             micro_max_violation_L = (micro_L if micro_max_violation_L is None
                                      else micro_max_violation_L + micro_L)
-    loads = (None if slot_counts_LE is None else
+    loads = (None if slot_counts_LE is None or micro_max_violation_L is None else
              StepLoads(slot_counts_LE, micro_max_violation_L, len(micro_batches)))
     return torch.stack(losses).mean(dim=0), loads
 

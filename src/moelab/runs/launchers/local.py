@@ -115,7 +115,8 @@ class LocalLauncher:
                 record(self._train_here(folder, spec, f"[{index}/{len(specs)}]", log))
             return
         gpus = self._gpus()
-        slots: list[Optional[str]] = gpu_slots(gpus, self.runs_per_gpu) if gpus else [None] * self.jobs
+        slots: list[Optional[str]] = (list(gpu_slots(gpus, self.runs_per_gpu)) if gpus
+                                      else [None] * self.jobs)
         if len(slots) < self.jobs:
             raise MoelabError(f"--jobs {self.jobs} is invalid with {len(gpus)} GPU(s) x "
                               f"--runs-per-gpu {self.runs_per_gpu}: allowed up to {len(slots)}")
@@ -201,6 +202,8 @@ class _Child:
     def preempt(self) -> None:
         """Ask the run to stop at its next step boundary, its checkpoint saved (as SIGTERM
         asks ``moelab train``)."""
+        if self.process.pid is None:  # never started: nothing to stop
+            return
         with contextlib.suppress(ProcessLookupError):
             os.kill(self.process.pid, signal.SIGTERM)
 
@@ -225,7 +228,7 @@ class _Child:
         run_dir = folder / self.spec.run_dir
         if code == 0 and is_complete(run_dir):
             return RunOutcome.completed(self.spec, seconds, run_dir)
-        if code < 0:  # killed (out of memory, a signal): it recorded nothing
+        if code is not None and code < 0:  # killed (out of memory, a signal): it recorded nothing
             error = f"moelab train was killed by signal {-code}"
         elif failure is not None:
             error = failure.error

@@ -1,5 +1,5 @@
-"""Using a finished run folder: load its model and tokenizer, evaluate it on any data or on
-the zero-shot tasks."""
+"""A trained run put to use: its model and tokenizer loaded from its run folder, evaluated on any
+data or on the zero-shot tasks."""
 
 from __future__ import annotations
 
@@ -30,9 +30,7 @@ def load_run(run_dir: str | Path, device: str = "cpu") -> tuple[Transformer, Tok
     """The run's latest weights (in eval mode) and its tokenizer: ``model(tokens).logits``."""
     run = RunFolder(run_dir)
     config = run.read_config()
-    folder = latest_checkpoint(run.checkpoints_dir)
-    if folder is None:
-        raise MoelabError(f"run {run.path} has no checkpoint yet: train it first")
+    folder = _latest_checkpoint(run)
     target = resolve_device(device, key="device")
     check_weights_fit(config.model, target, f"run {run.path}")
     tokenizer = Tokenizer(run.tokenizer_path)
@@ -44,6 +42,13 @@ def load_run(run_dir: str | Path, device: str = "cpu") -> tuple[Transformer, Tok
     model = Transformer(config.model)
     load_weights(folder, model)
     return model.to(target).eval(), tokenizer
+
+
+def _latest_checkpoint(run: RunFolder) -> Path:
+    folder = latest_checkpoint(run.checkpoints_dir)
+    if folder is None:
+        raise MoelabError(f"run {run.path} has no checkpoint yet: train it first")
+    return folder
 
 
 @dataclass(frozen=True)
@@ -81,12 +86,12 @@ def evaluate_run(run_dir: str | Path, data: str | Path | None = None,
     windows_NT = (validation_windows(tokens, config.model.max_seq_len, config.train.eval_windows)
                   if windows is None else
                   validation_windows(tokens, config.model.max_seq_len, windows, setting="--windows"))
-    device = next(model.parameters()).device
-    autocast = partial(torch.autocast, device.type, dtype=torch.bfloat16,
+    weights_device = next(model.parameters()).device
+    autocast = partial(torch.autocast, weights_device.type, dtype=torch.bfloat16,
                        enabled=config.train.dtype == "bfloat16")  # as in training
     batch_size = config.train.micro_batch_size or config.train.batch_size
-    result = evaluate(model, windows_NT, scored_bytes(windows_NT, tokenizer), batch_size, device,
-                      autocast)
+    result = evaluate(model, windows_NT, scored_bytes(windows_NT, tokenizer), batch_size,
+                      weights_device, autocast)
     return RunEvaluation(val_loss=result.val_loss, bits_per_byte=result.bits_per_byte,
                          windows=int(windows_NT.shape[0]), routing=result.routing)
 
@@ -100,7 +105,7 @@ def evaluate_tasks(run_dir: str | Path, names: list[str], device: str = "cpu",
     """
     run = RunFolder(run_dir)
     model, tokenizer = load_run(run.path, device)
-    step = read_state(latest_checkpoint(run.checkpoints_dir))["step"]
+    step = read_state(_latest_checkpoint(run))["step"]
     path = run.path / RESULTS_FILE
     results = read_results(path)  # a corrupt file fails before the scoring, not after
     scored = score_tasks(model, tokenizer, names, batch_size)
