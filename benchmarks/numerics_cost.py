@@ -38,38 +38,45 @@ SETTINGS = {
 
 def child(reps: int, warmup: int) -> dict[str, list[float]]:
     """Step times of the demo's arms in this process (its numerics set by the parent)."""
-    import torch
-
     from moelab.accounting import match_dense
     from moelab.config import load_config
-    from moelab.model import Transformer
-    from moelab.train.optim import build_optimizer
-    from moelab.train.step import StepPlan, forward_backward
 
     config = load_config("demo", [])
     arms = {"moe": config.model, "dense_active": match_dense(config.model, "active").config,
             "dense_total": match_dense(config.model, "total").config}
-    batch = config.train.batch_size
     times = {}
     for name, cfg in arms.items():
-        torch.manual_seed(0)
-        model = Transformer(cfg)
-        optimizer = build_optimizer(model, config.train)
-        plan = StepPlan(total_steps=1, tokens_per_step=batch * cfg.max_seq_len,
-                        rank_batch_size=batch, micro_batch_size=batch, warmup_steps=0)
-        tokens = torch.randint(0, cfg.vocab_size, (batch, cfg.max_seq_len + 1),
-                               generator=torch.Generator().manual_seed(0))
-
-        def step():
-            forward_backward(model, None, tokens[:, :-1], tokens[:, 1:], plan, _no_autocast)
-            torch.nn.utils.clip_grad_norm_(model.parameters(), config.train.grad_clip)
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
-
+        step = build_step(cfg, config.train)
         for _ in range(warmup):
             step()
         times[name] = [_timed(step) for _ in range(reps)]
     return times
+
+
+def build_step(cfg, train_cfg):
+    """One optimizer step of a fresh model of shape ``cfg`` on a fixed batch."""
+    import torch
+
+    from moelab.model import Transformer
+    from moelab.train.optim import build_optimizer
+    from moelab.train.step import StepPlan, forward_backward
+
+    torch.manual_seed(0)
+    batch = train_cfg.batch_size
+    model = Transformer(cfg)
+    optimizer = build_optimizer(model, train_cfg)
+    plan = StepPlan(total_steps=1, tokens_per_step=batch * cfg.max_seq_len,
+                    rank_batch_size=batch, micro_batch_size=batch, warmup_steps=0)
+    tokens = torch.randint(0, cfg.vocab_size, (batch, cfg.max_seq_len + 1),
+                           generator=torch.Generator().manual_seed(0))
+
+    def step():
+        forward_backward(model, None, tokens[:, :-1], tokens[:, 1:], plan, _no_autocast)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), train_cfg.grad_clip)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    return step
 
 
 def _no_autocast():

@@ -15,9 +15,11 @@ import torch
 
 from moelab.errors import MoelabError
 from moelab.numerics import (
-    NUMERICS_VARIABLES, PINNED_ENVIRONMENT, Machine, blas_version, enter_numerics,
+    NUMERICS_VARIABLES, PINNED_ENVIRONMENT, Machine, blas_version, enter_numerics, machine_bullet,
 )
-from moelab.train.run_summary import parse_summary
+from moelab.sweep.folder import read_results
+from moelab.sweep.tabulate import machine_fields, write_results_csv
+from moelab.train.run_summary import RunSummary, parse_summary
 
 RUN = ["data.max_train_stories=300", "train.max_tokens=10240", "train.eval_interval=2",
        "train.eval_windows=8", "train.log_interval=1", "train.sample_tokens=0",
@@ -110,3 +112,36 @@ def test_two_machines_name_only_what_differs():
 def test_a_summary_without_a_machine_still_reads():
     summary = parse_summary({"status": "complete", "best_val_loss": 3.5, "schema_version": 2})
     assert summary.machine is None
+
+
+MACHINE = Machine(cpu="AMD EPYC", capability="AVX2", torch="2.13.0+cpu", blas="MKL 2024.2",
+                  threads=2, numerics="portable", environment={"MKL_CBWR": "AVX2"})
+
+
+def test_report_line_counts_the_runs_of_each_machine_and_the_older_ones():
+    older = Machine(**{**vars(MACHINE), "threads": 1, "numerics": "native"})
+    line = machine_bullet([MACHINE, MACHINE, older, None])
+    assert line == (
+        "- Machine: AMD EPYC, torch kernels AVX2, torch 2.13.0+cpu, MKL 2024.2, 2 threads, "
+        "numerics portable (2 runs); AMD EPYC, torch kernels AVX2, torch 2.13.0+cpu, MKL 2024.2,"
+        " 1 thread, numerics native (1 run); not recorded (1 older run).\n")
+    assert machine_bullet([None, None]) == ""  # an older folder's report is unchanged
+
+
+def test_a_sweeps_results_csv_carries_the_machine_columns_only_when_a_run_recorded_them(
+        tmp_path):
+    rows = [{"run": "runs/a/seed0", "size": "s0", "budget": "D100", "seed": 0, "N_total": 10,
+             "N_active": 5, "D": 100, "C": 3000, "S": 0.5, "E": 2, "best_val_loss": 3.0,
+             **machine_fields(RunSummary(machine=MACHINE))},
+            {"run": "runs/a/seed1", "size": "s0", "budget": "D100", "seed": 1, "N_total": 10,
+             "N_active": 5, "D": 100, "C": 3000, "S": 0.5, "E": 2, "best_val_loss": 3.1,
+             **machine_fields(RunSummary())}]
+    write_results_csv(tmp_path / "results.csv", rows)
+    header = (tmp_path / "results.csv").read_text().splitlines()[0].split(",")
+    assert header[-6:] == ["cpu", "cpu_capability", "torch_version", "blas", "threads",
+                           "numerics"]
+    recorded, older = read_results(tmp_path).rows
+    assert recorded.machine == Machine(**{**vars(MACHINE), "environment": {}})
+    assert older.machine is None and older.cpu == ""
+    write_results_csv(tmp_path / "results.csv", rows[1:])
+    assert "numerics" not in (tmp_path / "results.csv").read_text()

@@ -33,7 +33,7 @@ import os
 import platform
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Optional
 
 from moelab.errors import MoelabError
 
@@ -137,3 +137,28 @@ def blas_version(build_info: str) -> str:
         return f"MKL {mkl.group(1)}"
     named = re.search(r"BLAS_INFO=(\w+)", build_info)
     return named.group(1) if named else ""
+
+
+def describe_machines(machines: list[Optional[Machine]]) -> str:
+    """One line naming the machine(s) runs trained on, with how many runs each; '' when no run
+    recorded one (a folder older than the record reads as it always did)."""
+    recorded = [machine for machine in machines if machine is not None]
+    if not recorded:
+        return ""
+    counts: dict[str, int] = {}
+    for machine in recorded:
+        text = (f"{machine.cpu or 'unknown CPU'}, torch kernels {machine.capability}, torch "
+                f"{machine.torch}, {machine.blas or 'unknown BLAS'}, {machine.threads} "
+                f"thread{'s' if machine.threads != 1 else ''}, numerics {machine.numerics}")
+        counts[text] = counts.get(text, 0) + 1
+    parts = [f"{text} ({count} run{'s' if count != 1 else ''})" for text, count in counts.items()]
+    missing = len(machines) - len(recorded)
+    if missing:
+        parts.append(f"not recorded ({missing} older run{'s' if missing != 1 else ''})")
+    return "; ".join(parts)
+
+
+def machine_bullet(machines: list[Optional[Machine]]) -> str:
+    """A report's setup line naming the machines (describe_machines); '' when none recorded."""
+    text = describe_machines(machines)
+    return f"- Machine: {text}.\n" if text else ""

@@ -28,6 +28,7 @@ from moelab.stats.intervals import ALPHA
 from moelab.stats.power import MAX_SEEDS, POWER
 from moelab.study.gaps import REFERENCE_GAP, TEST_NAMES, Gap
 from moelab.study.zero_shot import TaskResult
+from moelab.numerics import machine_bullet
 
 CRITERION_TEXT = {
     "active": "matched on active parameters per token",
@@ -184,7 +185,7 @@ def setup_section(results: StudyResults, records: list[RunRecord]) -> str:
         f"- Seeds: {seeds} (n = {len(results.seeds)}); a seed sets the weight init and the "
         "data order; the validation windows are the same for every run.\n"
         "- Loss: best validation loss over training, nats/token (bits/byte alongside).\n"
-    )
+    ) + machine_bullet([record.summary.machine for record in records])
 
 
 def arms_section(arms: dict[str, ArmResult]) -> str:

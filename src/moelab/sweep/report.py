@@ -44,6 +44,7 @@ from moelab.sweep.run_tables import (
     zero_shot_section,
 )
 from moelab.sweep.tuning import lr_selection_text, read_plan_record
+from moelab.numerics import machine_bullet
 
 
 def write_sweep_report(out_dir: Path, *, bootstrap_replicates: int = 200,
@@ -62,7 +63,7 @@ def render_sweep_report(out_dir: Path) -> Path:
     out_dir = Path(out_dir)
     grid = read_grid(out_dir)
     analysis = read_analysis(out_dir)
-    sections = [f"# Sparsity sweep `{grid.name}`\n", _setup(grid)]
+    sections = [f"# Sparsity sweep `{grid.name}`\n", _setup(grid) + _machine_line(out_dir)]
     lr_text = lr_selection_text(out_dir, read_plan_record(out_dir))
     if lr_text:  # only a sweep run with --lr-grid
         sections.append(lr_text)
@@ -207,6 +208,12 @@ def _resamples_caveat(replicates: int) -> str:
         return (f" (with fewer than {MIN_STEADY_REPLICATES} resamples these intervals, and so "
                 "the choice of form, can turn on float rounding)")
     return ""
+
+
+def _machine_line(out_dir: Path) -> str:
+    """The setup's line naming the machines the runs trained on ('' when none recorded one)."""
+    results = read_results(out_dir)
+    return machine_bullet([row.machine for row in results.rows]) if results else ""
 
 
 def _setup(grid: GridRecord) -> str:

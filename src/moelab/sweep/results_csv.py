@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from moelab.errors import MoelabError, short_repr
+from moelab.numerics import Machine
 from moelab.tasks import TASK_NAMES
 
 REQUIRED_COLUMNS = ("run", "size", "budget", "N_total", "N_active", "D", "C", "S", "E",
@@ -55,11 +56,27 @@ class ResultRow:
     tokens_per_step: float | None = None
     peak_memory_bytes: float | None = None
     device: str = ""
+    cpu: str = ""
+    """The CPU model, torch's kernel set, torch and BLAS versions, torch threads and
+    train.numerics the run trained with (its summary's machine record; empty for older runs)."""
+    cpu_capability: str = ""
+    torch_version: str = ""
+    blas: str = ""
+    threads: int | None = None
+    numerics: str = ""
     zero_shot: dict[str, float] = field(default_factory=dict)
     """Accuracy per task the run scored (its zero_shot_<task> cells that are not empty)."""
     finetune_source_val_loss: float | None = None
     finetune_val_loss: float | None = None
     finetune_gain: float | None = None
+
+    @property
+    def machine(self) -> Machine | None:
+        """The machine columns as a record; None for a run older than them."""
+        if not self.numerics:
+            return None
+        return Machine(cpu=self.cpu, capability=self.cpu_capability, torch=self.torch_version,
+                       blas=self.blas, threads=self.threads or 0, numerics=self.numerics)
 
     @property
     def point(self) -> tuple[str, str, float, int]:
@@ -136,6 +153,10 @@ class _CellReader:
             final_val_loss=optional("final_val_loss"), tokens_per_s=optional("tokens_per_s"),
             step_time_s=optional("step_time_s"), tokens_per_step=optional("tokens_per_step"),
             peak_memory_bytes=optional("peak_memory_bytes"), device=self.text("device"),
+            cpu=self.text("cpu"), cpu_capability=self.text("cpu_capability"),
+            torch_version=self.text("torch_version"), blas=self.text("blas"),
+            threads=self.count("threads") if self.text("threads") else None,
+            numerics=self.text("numerics"),
             zero_shot={task: number(task_column(task)) for task in TASK_NAMES
                        if self.text(task_column(task))},
             finetune_source_val_loss=optional("finetune_source_val_loss"),

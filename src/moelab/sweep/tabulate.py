@@ -21,6 +21,10 @@ from moelab.train.finetune import read_finetune_reference
 from moelab.train.run_folder import RunFolder
 from moelab.train.run_summary import RunSummary
 
+MACHINE_COLUMNS = ("cpu", "cpu_capability", "torch_version", "blas", "threads", "numerics")
+"""The run's summary.json machine record (moelab.numerics.Machine): CPU model, torch's kernel
+set, torch and BLAS versions, torch threads, train.numerics. Written after RESULT_COLUMNS when
+some run has the record (none in a sweep whose runs all predate it, so its file is unchanged)."""
 RESULT_COLUMNS = (
     "run", "size", "budget", "seed", "C_budget", "N_total", "N_active", "N_non_embedding", "D",
     "C", "S", "E", "k", "d_expert", "flops_per_token_6n", "flops_per_token_kaplan", "best_val_loss",
@@ -87,8 +91,18 @@ def result_row(point: SweepPoint, run_dir: str, summary: RunSummary, config: Con
         "flops_per_token_kaplan": summary.flops_per_token_kaplan,
         "best_val_loss": summary.best_val_loss, "final_val_loss": summary.final_val_loss,
         "collapse": bool(summary.collapse),
-        **_throughput_fields(summary),
+        **_throughput_fields(summary), **machine_fields(summary),
     }
+
+
+def machine_fields(summary: RunSummary) -> dict:
+    """MACHINE_COLUMNS from the summary's machine record (none for a run without one)."""
+    machine = summary.machine
+    if machine is None:
+        return {}
+    return {"cpu": machine.cpu, "cpu_capability": machine.capability,
+            "torch_version": machine.torch, "blas": machine.blas, "threads": machine.threads,
+            "numerics": machine.numerics}
 
 
 def _throughput_fields(summary: RunSummary) -> dict:
@@ -100,10 +114,12 @@ def _throughput_fields(summary: RunSummary) -> dict:
 
 
 def write_results_csv(path: Path, rows: list[dict]) -> Path:
-    """RESULT_COLUMNS, then a zero-shot column per task some run scored, then FINETUNE_COLUMNS
-    when some run has a complete finetune (none otherwise)."""
+    """RESULT_COLUMNS, MACHINE_COLUMNS when some run recorded its machine, then a zero-shot
+    column per task some run scored, then FINETUNE_COLUMNS when some run has a complete
+    finetune (none otherwise)."""
     scored = {key for row in rows for key in row if key not in RESULT_COLUMNS}
-    columns = RESULT_COLUMNS + tuple(task_column(t) for t in TASK_NAMES if task_column(t) in scored)
+    columns = RESULT_COLUMNS + (MACHINE_COLUMNS if "numerics" in scored else ())
+    columns += tuple(task_column(t) for t in TASK_NAMES if task_column(t) in scored)
     if scored & set(FINETUNE_COLUMNS):
         columns += FINETUNE_COLUMNS
     buffer = io.StringIO()
