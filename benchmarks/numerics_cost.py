@@ -4,8 +4,7 @@
 
 The numerics are fixed when a process first computes, so each setting is timed in its own child
 process (this script again, with ``--child``): ``native`` (the machine's own kernels),
-``portable`` (``moelab.numerics.PORTABLE_ENVIRONMENT``) and ``portable-mkl-avx2`` (portable but
-MKL's AVX2 branch instead of COMPATIBLE, to show what the GEMM pin costs alone). One child per
+``portable`` and ``compatible`` (``moelab.numerics.PINNED_ENVIRONMENT``). One child per
 setting per round, the settings in turn each round, so a noisy neighbour slows all of them alike;
 each child builds the demo preset's three arms (moelab.accounting.match_dense), warms up, and
 times single optimizer steps (forward, backward, clipping, AdamW). The cost is the ratio of the
@@ -26,14 +25,11 @@ import time
 from pathlib import Path
 
 from moelab.fileio import atomic_write_json
-from moelab.numerics import PORTABLE_ENVIRONMENT, cpu_model
+from moelab.numerics import NUMERICS_VARIABLES, PINNED_ENVIRONMENT, cpu_model
 
 RESULTS = Path(__file__).parent / "results" / "numerics_cost.json"
-SETTINGS = {
-    "native": {},
-    "portable": PORTABLE_ENVIRONMENT,
-    "portable-mkl-avx2": {**PORTABLE_ENVIRONMENT, "MKL_CBWR": "AVX2"},
-}
+SETTINGS = PINNED_ENVIRONMENT
+"""native, portable, compatible: each one's variables (moelab.numerics)."""
 
 
 def child(reps: int, warmup: int) -> dict[str, list[float]]:
@@ -92,7 +88,7 @@ def _timed(fn) -> float:
 
 
 def run_setting(name: str, reps: int, warmup: int) -> dict[str, list[float]]:
-    env = {key: value for key, value in os.environ.items() if key not in PORTABLE_ENVIRONMENT}
+    env = {key: value for key, value in os.environ.items() if key not in NUMERICS_VARIABLES}
     env.update(SETTINGS[name])
     out = subprocess.run([sys.executable, __file__, "--child", "--reps", str(reps),
                           "--warmup", str(warmup)], env=env, check=True, capture_output=True,
