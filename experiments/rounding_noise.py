@@ -10,8 +10,8 @@ trained by ``moelab train`` in a fresh process whose environment sets the numeri
 ``train.numerics=native``, so the environment decides): the reference is this machine's own
 (torch's AVX2 kernels, MKL's own GEMM, one thread); each perturbation changes one thing: MKL's
 reproducibility mode on its AVX2 branch (what ``train.numerics=portable`` changes on an AMD
-machine), torch's DEFAULT (non-SIMD) kernels, MKL's SSE2 (COMPATIBLE) GEMM, and two torch
-threads. The first seed is trained under each. Runs are kept in ``--work`` (a run already
+machine), torch's DEFAULT (non-SIMD) kernels, two torch threads, and MKL's SSE2 (COMPATIBLE)
+GEMM. The first seed is trained under each. Runs are kept in ``--work`` (a run already
 there is read, not retrained) and the record is rewritten after every run, so an interrupted
 experiment resumes. Results: experiments/results/rounding_noise.json (best val loss of every
 run, and per arm the seed std and each perturbation's difference to the reference run).
@@ -37,16 +37,17 @@ from moelab.numerics import NUMERICS_VARIABLES, cpu_model
 RESULTS = Path(__file__).parent / "results" / "rounding_noise.json"
 PERTURBATIONS = {
     "reference": {},
-    "mkl_cnr_avx2": {"MKL_CBWR": "AVX2"},
     "torch_default_kernels": {"ATEN_CPU_CAPABILITY": "default"},
-    "mkl_compatible": {"MKL_CBWR": "COMPATIBLE"},
+    "mkl_cnr_avx2": {"MKL_CBWR": "AVX2"},
     "two_threads": {"OMP_NUM_THREADS": "2"},
+    "mkl_compatible": {"MKL_CBWR": "COMPATIBLE"},
 }
 """Each one's environment on top of the reference's (OMP_NUM_THREADS=1, no numerics variable)."""
 LABELS = {
-    "mkl_cnr_avx2": "MKL CNR (AVX2)", "torch_default_kernels": "torch DEFAULT kernels",
-    "mkl_compatible": "MKL COMPATIBLE", "two_threads": "2 threads",
+    "torch_default_kernels": "torch DEFAULT kernels", "mkl_cnr_avx2": "MKL CNR (AVX2)",
+    "two_threads": "2 threads", "mkl_compatible": "MKL COMPATIBLE",
 }
+"""In the order they are trained: an experiment stopped early has the first ones."""
 
 
 def arm_configs(steps: int) -> dict[str, Config]:

@@ -23,7 +23,9 @@ def test_summary_gives_hand_counted_std_differences_and_rms():
     moe = summary["moe"]
     # Seeds 4.0, 4.2, 4.1: mean 4.1, squares 0.01 + 0.01 + 0 over 2: std 0.1.
     assert abs(moe["seed_std"] - 0.1) < 1e-12 and moe["seeds"] == 3
-    assert [round(d, 9) for d in moe["differences"].values()] == [0.03, -0.04, 0.0, 0.0]
+    assert {name: round(d, 9) for name, d in moe["differences"].items()} == {
+        "torch_default_kernels": -0.04, "mkl_cnr_avx2": 0.03, "two_threads": 0.0,
+        "mkl_compatible": 0.0}
     # rms of +0.03, -0.04, 0, 0: sqrt(0.0025 / 4) = 0.025.
     assert abs(moe["rounding_rms"] - 0.025) < 1e-12
     dense = summary["dense"]  # only one perturbation run: the others are absent, not zero
@@ -35,6 +37,6 @@ def test_render_marks_what_was_not_run_and_gives_the_ratio():
               "summary": rounding_noise.summarize(ARMS, 0)}
     text = rounding_noise.render(record)
     assert "`experiments/rounding_noise.py --steps 100 --seeds 0,1,2`" in text
-    assert "| moe | 0.1000 (n=3) | +0.03000 | -0.04000 | +0.00000 | +0.00000 | 0.02500 |" in text
-    assert "| dense | 0.0707 (n=2) | +0.00000 | not run | not run | not run | 0.00000 |" in text
+    assert "| moe | 0.1000 (n=3) | -0.04000 | +0.03000 | +0.00000 | +0.00000 | 0.02500 |" in text
+    assert "| dense | 0.0707 (n=2) | not run | +0.00000 | not run | not run | 0.00000 |" in text
     assert text.endswith("Rounding rms over seed std: moe 0.25, dense 0.00.")

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Optional
+from typing import Optional, cast
 
 import torch
 
+from moelab.config.schema import Numerics
 from moelab.errors import MoelabError
-from moelab.numerics import Machine
+from moelab.numerics import NUMERICS_MODES, Machine
 from moelab.train.loop import train
 from moelab.train.run_folder import RunFolder
 from moelab.train.run_summary import RunSummary
@@ -59,8 +60,11 @@ def rerun(run_dir: str | Path, out_dir: str | Path) -> RerunComparison:
         raise MoelabError(f"--out {out_dir} exists: give a folder that does not exist yet")
     machine = summary.machine
     numerics = machine.numerics if machine else "native"
+    if numerics not in NUMERICS_MODES:
+        raise MoelabError(f"{stored.summary_path} is corrupt (machine.numerics="
+                          f"{numerics!r} is not one of {', '.join(NUMERICS_MODES)})")
     threads = machine.threads if machine else summary.torch_threads
-    config = replace(config, train=replace(config.train, numerics=numerics))
+    config = replace(config, train=replace(config.train, numerics=cast(Numerics, numerics)))
     if threads:
         torch.set_num_threads(threads)
     new_summary = train(config, out_dir)
