@@ -7,8 +7,9 @@ process (this script again, with ``--child``): ``native`` (the machine's own ker
 ``portable`` and ``compatible`` (``moelab.numerics.PINNED_ENVIRONMENT``). One child per
 setting per round, the settings in turn each round, so a noisy neighbour slows all of them alike;
 each child builds the demo preset's three arms (moelab.accounting.match_dense), warms up, and
-times single optimizer steps (forward, backward, clipping, AdamW). The cost is the ratio of the
-fastest steps (the least disturbed), medians recorded too. Results go to
+times single optimizer steps (forward, backward, clipping, AdamW), then the fastest of 200 runs
+of the demo's two largest matmuls (``gemm_mlp``, ``gemm_head``). The cost is the ratio of the
+fastest times (the least disturbed), medians recorded too. Results go to
 benchmarks/results/numerics_cost.json.
 """
 
@@ -46,7 +47,22 @@ def child(reps: int, warmup: int) -> dict[str, list[float]]:
         for _ in range(warmup):
             step()
         times[name] = [_timed(step) for _ in range(reps)]
+    times.update(gemm_times(config.model))
     return times
+
+
+def gemm_times(cfg, reps: int = 200) -> dict[str, list[float]]:
+    """The fastest of ``reps`` runs of the demo's two largest matmuls, tokens x d_model by
+    d_model x d_ff (an MLP) and by d_model x vocab (the head): a step's GEMM alone, the part the
+    numerics pin most, timed finely enough to stand out of a loaded machine's noise."""
+    import torch
+
+    tokens = torch.randn(8 * cfg.max_seq_len, cfg.d_model)
+    out = {}
+    for name, width in (("gemm_mlp", cfg.d_ff), ("gemm_head", cfg.vocab_size)):
+        weight = torch.randn(cfg.d_model, width)
+        out[name] = [min(_timed(lambda w=weight: tokens @ w) for _ in range(reps))]
+    return out
 
 
 def build_step(cfg, train_cfg):

@@ -26,6 +26,7 @@ import os
 import statistics
 import subprocess
 import sys
+import textwrap
 from dataclasses import replace
 from pathlib import Path
 
@@ -80,8 +81,7 @@ def run_experiment(work: Path, steps: int, seeds: list[int]) -> dict:
                     "preset": "demo", "steps": steps, "seeds": seeds, "cpu": cpu_model(),
                     "perturbations": PERTURBATIONS, "arms": {arm: {} for arm in configs}}
     plan = [(arm, seed, "reference") for seed in seeds for arm in configs]
-    plan += [(arm, seeds[0], name) for name in PERTURBATIONS if name != "reference"
-             for arm in configs]
+    plan += perturbation_plan(list(configs), seeds[0])
     for arm, seed, name in plan:
         loss = train_run(work, arm, configs[arm], seed, name)
         record["arms"][arm].setdefault(name, {})[str(seed)] = loss
@@ -89,6 +89,13 @@ def run_experiment(work: Path, steps: int, seeds: list[int]) -> dict:
         atomic_write_json(RESULTS, record)
         print(f"{arm} seed {seed} {name}: {loss:.6f}", file=sys.stderr)
     return record
+
+
+def perturbation_plan(arms: list[str], seed: int) -> list[tuple[str, int, str]]:
+    """The MoE under every perturbation first (its routing is what amplifies rounding), then
+    the dense arms: an experiment stopped early has the MoE's whole row."""
+    names = [name for name in PERTURBATIONS if name != "reference"]
+    return [(arm, seed, name) for arm in arms for name in names]
 
 
 def summarize(arms: dict, seed: int) -> dict:
@@ -115,11 +122,13 @@ def render(record: dict) -> str:
     """The measured section of docs/study.md, from the record alone."""
     seeds = ",".join(str(s) for s in record["seeds"])
     lines = [
-        f"Measured by `experiments/rounding_noise.py --steps {record['steps']} --seeds {seeds}` "
-        f"({record['cpu']}; the demo preset's arms shortened to {record['steps']} steps; "
-        "experiments/results/rounding_noise.json). Each column after the seed std is the "
-        f"best val loss of seed {record['seeds'][0]} under one perturbed numerics minus the "
-        "same seed under this machine's own:", "",
+        textwrap.fill(
+            f"Measured by `experiments/rounding_noise.py --steps {record['steps']} --seeds "
+            f"{seeds}` ({record['cpu']}; the demo preset's arms shortened to {record['steps']} "
+            "steps; experiments/results/rounding_noise.json). Each column after the seed std "
+            f"is the best val loss of seed {record['seeds'][0]} under one perturbed numerics "
+            "minus the same seed under this machine's own (not run: the experiment stopped "
+            "before it):", width=96), "",
         "| arm | seed std | " + " | ".join(LABELS.values()) + " | rms of those |",
         "|---|---|" + "---|" * (len(LABELS) + 1),
     ]

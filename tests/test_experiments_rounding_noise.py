@@ -40,3 +40,10 @@ def test_render_marks_what_was_not_run_and_gives_the_ratio():
     assert "| moe | 0.1000 (n=3) | -0.04000 | +0.03000 | +0.00000 | +0.00000 | 0.02500 |" in text
     assert "| dense | 0.0707 (n=2) | not run | +0.00000 | not run | not run | 0.00000 |" in text
     assert text.endswith("Rounding rms over seed std: moe 0.25, dense 0.00.")
+
+
+def test_the_moe_is_perturbed_first_so_a_stopped_experiment_has_its_row():
+    plan = rounding_noise.perturbation_plan(["moe", "dense_active"], 0)
+    assert plan[:4] == [("moe", 0, "torch_default_kernels"), ("moe", 0, "mkl_cnr_avx2"),
+                        ("moe", 0, "two_threads"), ("moe", 0, "mkl_compatible")]
+    assert len(plan) == 8 and all(name != "reference" for _, _, name in plan)
