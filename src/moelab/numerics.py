@@ -45,7 +45,8 @@ PINNED_ENVIRONMENT = {
                  "ONEDNN_MAX_CPU_ISA": "AVX2", "DNNL_MAX_CPU_ISA": "AVX2"},
     # COMPATIBLE is the one MKL branch its documentation says gives the same results on Intel
     # and non-Intel processors: a named branch such as AVX2 falls back to MKL's own choice on
-    # AMD CPUs. Its GEMM is SSE2, 2.5-3.4x slower than AVX2 (BENCHMARKS.md, numerics).
+    # AMD CPUs. Its GEMM is SSE2: the demo's matmuls take about 2.6x as long
+    # (benchmarks/numerics_cost.py).
     "compatible": {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "COMPATIBLE",
                    "ONEDNN_MAX_CPU_ISA": "AVX2", "DNNL_MAX_CPU_ISA": "AVX2"},
     "native": {},
