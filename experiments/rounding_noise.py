@@ -77,7 +77,8 @@ def train_run(work: Path, arm: str, config: Config, seed: int, perturbation: str
 
 def run_experiment(work: Path, steps: int, seeds: list[int]) -> dict:
     configs = arm_configs(steps)
-    record: dict = {"command": "experiments/rounding_noise.py " + " ".join(sys.argv[1:]),
+    command = f"experiments/rounding_noise.py --steps {steps} --seeds {','.join(map(str, seeds))}"
+    record: dict = {"command": command,  # not --work: a path of the machine that ran it
                     "preset": "demo", "steps": steps, "seeds": seeds, "cpu": cpu_model(),
                     "perturbations": PERTURBATIONS, "arms": {arm: {} for arm in configs}}
     plan = [(arm, seed, "reference") for seed in seeds for arm in configs]
@@ -127,8 +128,9 @@ def render(record: dict) -> str:
             f"{seeds}` ({record['cpu']}; the demo preset's arms shortened to {record['steps']} "
             "steps; experiments/results/rounding_noise.json). Each column after the seed std "
             f"is the best val loss of seed {record['seeds'][0]} under one perturbed numerics "
-            "minus the same seed under this machine's own (not run: the experiment stopped "
-            "before it):", width=96), "",
+            "minus the same seed under this machine's own" + (
+                " (not run: the experiment stopped before it)" if _stopped(record) else "")
+            + ":", width=96), "",
         "| arm | seed std | " + " | ".join(LABELS.values()) + " | rms of those |",
         "|---|---|" + "---|" * (len(LABELS) + 1),
     ]
@@ -140,6 +142,11 @@ def render(record: dict) -> str:
         lines.append(f"| {arm} | {std} | " + " | ".join(cells) + f" | {rms} |")
     lines += ["", _ratio_line(record["summary"])]
     return "\n".join(lines)
+
+
+def _stopped(record: dict) -> bool:
+    return any(len(row.get("differences", {})) < len(LABELS)
+               for row in record["summary"].values())
 
 
 def _ratio_line(summary: dict) -> str:
