@@ -23,7 +23,7 @@ LAYERS = (
     ("report",),
     ("stats",),
     ("scaling",),
-    ("accounting", "precision"),
+    ("accounting", "precision", "numerics"),
     ("linear_cross_entropy", "moe", "data"),
     ("model",),
     ("tasks",),

@@ -89,6 +89,16 @@ def register(subparsers) -> None:
                           help="seed of the sampler: the same seed gives the same text")
     generate.set_defaults(func=_generate)
 
+    again = subparsers.add_parser(
+        "rerun", help="train a stored run again from its config and compare, bit for bit",
+        description="Retrain RUN from its own config.yaml (with the numerics and threads it "
+                    "recorded) into a new folder; say whether every loss matches bit for bit, "
+                    "else the difference at each evaluation and how the two machines differ. Exit 0 when "
+                    "they match, 1 when they do not.")
+    again.add_argument("run", metavar="RUN", help="a finished run folder")
+    again.add_argument("--out", metavar="DIR", help="the new run folder (default: RUN-rerun)")
+    again.set_defaults(func=_rerun)
+
     export = subparsers.add_parser(
         "export-hf", help="write a Hugging Face model folder (Llama or Mixtral) of a run")
     export.add_argument("run", metavar="RUN", help="a run folder")
@@ -137,6 +147,24 @@ def _cpu_rate(summary: RunSummary) -> str:
     if summary.mfu is None:
         return rate
     return f"{rate}; MFU {100 * summary.mfu:.1f} % = {summary.mfu_convention}"
+
+
+def _rerun(args) -> int:
+    from moelab.train.rerun import rerun
+
+    out = args.out or f"{args.run.rstrip('/')}-rerun"
+    refuse_overwriting_inputs(out, "--out", [args.run])
+    result = rerun(args.run, out)
+    if result.identical:
+        print(f"{out}: every loss matches {args.run} bit for bit")
+    else:
+        print(f"{out}: differs from {args.run}; val loss rerun - stored per evaluation:")
+        for row in result.evals:
+            print(f"  step {row.step}: {row.stored:.6f} -> {row.rerun:.6f} "
+                  f"({row.difference:+.2e})")
+    for line in result.machine_differences or ["machines: the same record"]:
+        print(f"  {line}")
+    return 0 if result.identical else 1
 
 
 def _eval(args) -> int:

@@ -255,6 +255,7 @@ ScheduleName = Literal["cosine", "wsd"]
 DecayShape = Literal["linear", "sqrt"]
 """The train.decay_shape names of the wsd final decay."""
 Dtype = Literal["float32", "bfloat16"]
+Numerics = Literal["portable", "compatible", "native"]
 """The train.dtype names: float32, or bfloat16 autocast."""
 
 
@@ -359,6 +360,9 @@ class TrainConfig:
     device: str = "auto"
     """'auto', 'cpu', 'cuda' or 'cuda:N' (whether that GPU exists is checked when training starts:
     a run may be planned on a machine without it)."""
+    numerics: Numerics = "portable"
+    """CPU kernels pinned so other x86 machines give the same losses (moelab.numerics):
+    'portable' (AVX2 paths), 'compatible' (also MKL's vendor-neutral GEMM) or 'native'."""
     collapse_threshold: float = 0.9
     """Flag routing collapse when one expert takes more than this share of token slots."""
     peak_flops: Optional[float] = None

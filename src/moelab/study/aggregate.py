@@ -121,8 +121,8 @@ def budget_results(arm_names: list[str], records: list[CompleteRun],
 def arm_result(arm: str, records: list[CompleteRun]) -> ArmResult:
     """Seed statistics, sizes, routing and the per-run numbers of one arm (run files only)."""
     first = records[0].summary
-    runs = [RunResult(r.seed, r.run_dir.as_posix(), *(getattr(r.summary, k) for k in RUN_FIELDS))
-            for r in records]
+    runs = [RunResult(seed=r.seed, run_dir=r.run_dir.as_posix(), machine=r.summary.machine,
+                      **{key: getattr(r.summary, key) for key in RUN_FIELDS}) for r in records]
     model = records[0].config.model
     statistics: dict[str, Any] = {
         key: summarize([getattr(run, key) for run in runs if getattr(run, key) is not None])

@@ -18,6 +18,7 @@ from typing import Any, Optional
 
 from moelab.codec import from_json, to_json
 from moelab.errors import MoelabError
+from moelab.numerics import Machine
 from moelab.study.rungs import RungStep
 from moelab.stats.intervals import Summary
 from moelab.study.gaps import Gap
@@ -56,6 +57,8 @@ class RunResult:
     tokens_per_s: Optional[float]
     wall_time_s: Optional[float]
     collapse: bool
+    machine: Optional[Machine] = field(default=None, metadata={"omit_none": True})
+    """The machine the run trained on (moelab.numerics); not written for a run older than it."""
 
 
 _NOT_RECORDED = {"omit_none": True}
@@ -254,15 +257,22 @@ def _field_values(obj: Any) -> list[Any]:
 # --------------------------------------------------------------------------------------------
 
 CSV_COLUMNS = ("budget_tokens", "arm", "criterion", "seed", *RUN_FIELDS, *SIZE_FIELDS, "run_dir")
+MACHINE_CSV_COLUMNS = ("cpu", "cpu_capability", "torch_version", "blas", "threads", "numerics")
+"""After CSV_COLUMNS when some run recorded its machine: its CPU model, torch's kernel set,
+torch and BLAS versions, torch threads and train.numerics (empty for an older run)."""
 
 
 def results_csv(results: StudyResults) -> str:
     """One row per run, every budget. ``budget_tokens`` is the ``--budgets`` value a run belongs
     to (empty in a single-budget study); ``tokens`` is what the run trained."""
     out = io.StringIO()
-    writer = csv.DictWriter(out, fieldnames=CSV_COLUMNS, lineterminator="\n")
+    groups = results.budgets or [results.final]
+    recorded = any(run.machine for group in groups for arm in group.arms.values()
+                   for run in arm.runs)
+    writer = csv.DictWriter(out, fieldnames=CSV_COLUMNS + (MACHINE_CSV_COLUMNS if recorded else ()),
+                            lineterminator="\n")
     writer.writeheader()
-    for group in results.budgets or [results.final]:
+    for group in groups:
         for arm, result in group.arms.items():
             for run in result.runs:
                 writer.writerow({
@@ -270,8 +280,17 @@ def results_csv(results: StudyResults) -> str:
                     "arm": arm, "criterion": result.criterion or "",
                     **{key: getattr(result, key) for key in SIZE_FIELDS},
                     **{key: getattr(run, key) for key in CSV_COLUMNS if hasattr(run, key)},
+                    **_machine_cells(run.machine),
                 })
     return out.getvalue()
+
+
+def _machine_cells(machine: Optional[Machine]) -> dict[str, Any]:
+    if machine is None:
+        return {}
+    return {"cpu": machine.cpu, "cpu_capability": machine.capability,
+            "torch_version": machine.torch, "blas": machine.blas, "threads": machine.threads,
+            "numerics": machine.numerics}
 
 
 # A stored results.json read back

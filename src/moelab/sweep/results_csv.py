@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from moelab.errors import MoelabError, short_repr
+from moelab.numerics import Machine
 from moelab.tasks import TASK_NAMES
 
 def task_column(task: str) -> str:
@@ -28,6 +29,9 @@ FINETUNE = {"columns": "finetune"}
 """A field of a complete finetune: the group's columns are written only when some run has one."""
 WHOLE = {"read": "count"}
 """A field read as a whole number."""
+MACHINE = {"columns": "machine"}
+"""A field of the machine record, written after device only when some run has one (older
+sweeps' files stay as they were)."""
 GRANULARITY = {"columns": "granularity", "read": "count"}
 """A field of the expert splits, written in place (after d_expert) only in a sweep whose runs
 split experts differently at one sparsity (``granularity_columns``); a file without them reads
@@ -80,6 +84,14 @@ class ResultRow:
     tokens_per_step: Optional[float] = None
     peak_memory_bytes: Optional[float] = None
     device: str = ""
+    cpu: str = field(default="", metadata=MACHINE)
+    """The CPU model, torch's kernel set, torch and BLAS versions, torch threads and
+    train.numerics the run trained with (its summary's machine record; empty for older runs)."""
+    cpu_capability: str = field(default="", metadata=MACHINE)
+    torch_version: str = field(default="", metadata=MACHINE)
+    blas: str = field(default="", metadata=MACHINE)
+    threads: Optional[int] = field(default=None, metadata={**MACHINE, "read": "count"})
+    numerics: str = field(default="", metadata=MACHINE)
     zero_shot: dict[str, float] = field(default_factory=dict, metadata=ZERO_SHOT)
     """Accuracy per task the run scored (its zero_shot_<task> cells that are not empty)."""
     finetune_source_val_loss: Optional[float] = field(default=None, metadata=FINETUNE)
@@ -91,6 +103,14 @@ class ResultRow:
     finetune_gain: Optional[float] = field(default=None, metadata=FINETUNE)
 
     @property
+    def machine(self) -> Machine | None:
+        """The machine columns as a record; None for a run older than them."""
+        if not self.numerics:
+            return None
+        return Machine(cpu=self.cpu, capability=self.cpu_capability, torch=self.torch_version,
+                       blas=self.blas, threads=self.threads or 0, numerics=self.numerics)
+
+    @property
     def point(self) -> tuple[str, str, float, int]:
         """(size, budget, S, E): the grid point the run is one seed of."""
         return (self.size, self.budget, self.S, self.E)
@@ -98,6 +118,9 @@ class ResultRow:
 
 RESULT_COLUMNS = tuple(f.name for f in fields(ResultRow) if "columns" not in f.metadata)
 """The columns of every run, in the file's order."""
+MACHINE_COLUMNS = tuple(f.name for f in fields(ResultRow)
+                        if f.metadata.get("columns") == MACHINE["columns"])
+"""The machine columns, after device, when some run recorded its machine."""
 GRANULARITY_COLUMNS = tuple(f.name for f in fields(ResultRow)
                             if f.metadata.get("columns") == GRANULARITY["columns"])
 """The expert-split columns, after d_expert, when the runs' splits vary."""
@@ -111,15 +134,19 @@ REQUIRED_COLUMNS = tuple(f.name for f in fields(ResultRow)
 seed): a file without one is not a sweep's."""
 
 
-def result_columns(scored_tasks: set[str], finetuned: bool,
-                   split_experts: bool = False) -> tuple[str, ...]:
+def result_columns(scored_tasks: set[str], finetuned: bool, split_experts: bool = False,
+                   machine: bool = False) -> tuple[str, ...]:
     """results.csv's header: RESULT_COLUMNS (with GRANULARITY_COLUMNS after d_expert when
-    ``split_experts``), a zero-shot column per task in ``scored_tasks`` (in TASK_NAMES order),
-    and FINETUNE_COLUMNS when some run has a finetune."""
+    ``split_experts``, MACHINE_COLUMNS after device when ``machine``), a zero-shot column per
+    task in ``scored_tasks`` (in TASK_NAMES order), and FINETUNE_COLUMNS when some run has a
+    finetune."""
     columns = RESULT_COLUMNS
     if split_experts:
         after = columns.index("d_expert") + 1
         columns = columns[:after] + GRANULARITY_COLUMNS + columns[after:]
+    if machine:
+        after = columns.index("device") + 1
+        columns = columns[:after] + MACHINE_COLUMNS + columns[after:]
     return (columns + tuple(task_column(t) for t in TASK_NAMES if t in scored_tasks)
             + (FINETUNE_COLUMNS if finetuned else ()))
 

@@ -91,8 +91,18 @@ def result_row(point: SweepPoint, run_dir: str, summary: RunSummary, config: Con
         "flops_per_token_kaplan": summary.flops_per_token_kaplan,
         "best_val_loss": summary.best_val_loss, "final_val_loss": summary.final_val_loss,
         "collapse": bool(summary.collapse),
-        **_throughput_fields(summary),
+        **_throughput_fields(summary), **machine_fields(summary),
     }
+
+
+def machine_fields(summary: RunSummary) -> dict:
+    """MACHINE_COLUMNS from the summary's machine record (none for a run without one)."""
+    machine = summary.machine
+    if machine is None:
+        return {}
+    return {"cpu": machine.cpu, "cpu_capability": machine.capability,
+            "torch_version": machine.torch, "blas": machine.blas, "threads": machine.threads,
+            "numerics": machine.numerics}
 
 
 def _throughput_fields(summary: RunSummary) -> dict:
@@ -114,15 +124,17 @@ def _splits_vary(rows: list[dict]) -> bool:
 
 
 def write_results_csv(path: Path, rows: list[dict]) -> Path:
-    """The rows under ``ResultRow``'s columns: every run's, then a zero-shot column per task
-    some run scored, then the finetune columns when some run has a complete finetune (none
-    otherwise). A key that is not one of its columns is an error."""
+    """The rows under ``ResultRow``'s columns: every run's (the machine columns when some run
+    recorded its machine), then a zero-shot column per task some run scored, then the finetune
+    columns when some run has a complete finetune (none otherwise). A key that is not one of its
+    columns is an error."""
     keys = {key for row in rows for key in row}
     split_experts = _splits_vary(rows)
     if not split_experts:
         rows = [{k: v for k, v in row.items() if k not in GRANULARITY_COLUMNS} for row in rows]
     columns = result_columns({task for task in TASK_NAMES if task_column(task) in keys},
-                             bool(keys & set(FINETUNE_COLUMNS)), split_experts)
+                             bool(keys & set(FINETUNE_COLUMNS)), split_experts,
+                             machine="numerics" in keys)
     buffer = io.StringIO()
     writer = csv.DictWriter(buffer, fieldnames=columns, lineterminator="\n")
     writer.writeheader()

@@ -33,6 +33,7 @@ from moelab.data import Tokenizer, TrainBatches, prepare_data, validation_window
 from moelab.data.prepare import check_data
 from moelab.errors import MoelabError, Preempted
 from moelab.model import Transformer
+from moelab.numerics import enter_numerics, this_machine
 from moelab.train.checkpoint import (
     latest_checkpoint, load_checkpoint, load_initial_weights, save_checkpoint,
 )
@@ -76,6 +77,7 @@ def train(config: Config, run_dir: str | Path, *, resume: bool = False) -> Optio
     if resume and run.is_complete():
         run.check_same_config(config)
         return run.summary()
+    enter_numerics(config.train.numerics)  # before this process's first torch computation
     dist = setup_distributed(config.train.device)
     try:
         with preemptible():  # SIGTERM / SIGUSR1: checkpoint at the next step boundary, stop
@@ -453,6 +455,7 @@ def _summary(config: Config, state: TrainState, plan: StepPlan, clock: Clock,
         device=str(dist.device),
         versions={"moelab": __version__, "torch": torch.__version__,
                   "numpy": np.__version__, "python": platform.python_version()},
+        machine=this_machine(config.train.numerics),
         routing=final.routing,
         collapse=is_collapsed(final.routing, config.train.collapse_threshold),
     )

@@ -19,6 +19,7 @@ from typing import Any, Optional
 
 from moelab.codec import from_json
 from moelab.errors import MoelabError, short_repr
+from moelab.numerics import Machine
 
 SCHEMA_VERSION = 2
 
@@ -73,6 +74,9 @@ class RunSummary:
     """torch's intra-op threads: on a CPU a run's losses depend on them."""
     device: Optional[str] = None
     versions: dict[str, str] = field(default_factory=dict)
+    machine: Optional[Machine] = None
+    """The CPU, torch's kernel set, torch and BLAS versions, threads and numerics the run
+    trained with (moelab.numerics); None in summaries written before it was recorded."""
     routing: list[dict[str, Any]] = field(default_factory=list)
     """Per MoE layer, the final evaluation's routing diagnostics; [] for a dense model."""
     collapse: bool = False
@@ -107,7 +111,7 @@ def parse_summary(record: dict[str, Any], path: Path | str = "summary.json") -> 
 
 
 _NUMBERS = tuple(f.name for f in fields(RunSummary)
-                 if f.name not in ("status", "device", "versions", "routing", "collapse",
+                 if f.name not in ("status", "device", "versions", "machine", "routing", "collapse",
                                    "schema_version", "mfu_convention", "peak_flops_source"))
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Optional
 
+from moelab.numerics import machine_bullet
 from moelab.report import format_count
 from moelab.report.analysis import Analysis, Findings
 from moelab.study.analyses.statistics import results_of
@@ -34,7 +35,7 @@ def render(results: Optional[StudyResults], folder: StudyFolder, findings: Findi
         f"- Seeds: {seeds} (n = {len(results.seeds)}); a seed sets the weight init and the "
         "data order; the validation windows are the same for every run.\n"
         "- Loss: best validation loss over training, nats/token (bits/byte alongside).\n"
-    )
+    ) + machine_bullet([run.summary.machine for run in folder.runs])
 
 
 ANALYSIS: Analysis[StudyFolder, StudyResults] = Analysis("setup", compute, render)

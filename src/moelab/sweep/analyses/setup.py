@@ -3,6 +3,7 @@ C and the loss (from grid.json alone)."""
 
 from __future__ import annotations
 
+from moelab.numerics import machine_bullet
 from moelab.report.analysis import Analysis, Findings
 from moelab.sweep.analyses.common import no_record
 from moelab.sweep.folder import SweepFolder
@@ -23,7 +24,8 @@ def render(record: None, folder: SweepFolder, findings: Findings) -> str:
         "- Loss: best validation loss (nats/token) over training, on the same validation "
         "windows for every run. Every number below comes from `results.csv`, whose rows come "
         "from the runs' `summary.json` and `config.yaml`, or from the analysis files next to "
-        "it (`analysis.json` lists what was computed).\n"])
+        "it (`analysis.json` lists what was computed).\n"
+        + machine_bullet([row.machine for row in folder.rows] if folder.results else [])])
 
 
 ANALYSIS: Analysis[SweepFolder, None] = Analysis("setup", no_record, render)
