@@ -17,6 +17,8 @@ import time
 from pathlib import Path
 
 from moelab.fileio import atomic_write_json
+from common import add_output_arguments, parse_checked
+
 from moelab.scaling.fitting import bootstrap, fit_law, replicates_short_of_optimum
 from moelab.scaling.laws import get_law
 from moelab.scaling.table import read_fit_table
@@ -45,11 +47,13 @@ def measure(sweep: str, law_name: str, replicates: int) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--replicates", type=int, default=200)
-    args = parser.parse_args()
-    results = [measure(sweep, law, args.replicates) for sweep, law in CASES]
+    add_output_arguments(parser, "bootstrap_polish")
+    args = parse_checked(parser)
+    cases, replicates = (CASES[:1], 4) if args.smoke else (CASES, args.replicates)
+    results = [measure(sweep, law, replicates) for sweep, law in cases]
     for row in results:
         print(row)
-    atomic_write_json(ROOT / "benchmarks" / "results" / "bootstrap_polish.json",
+    atomic_write_json(args.out,
                       {"command": "benchmarks/bootstrap_polish.py", "cases": results})
 
 

@@ -24,12 +24,12 @@ from pathlib import Path
 
 from tokenizers import pre_tokenizers
 
+from common import add_output_arguments, machine, parse_checked
+
 from moelab.data import tokenizer as tokenizer_module
 from moelab.data.tokenizer import MAX_PRE_TOKEN_BYTES, train_tokenizer
 from moelab.fileio import atomic_write_json
 
-REPO = Path(__file__).resolve().parents[1]
-RESULTS = REPO / "benchmarks" / "results" / "long_word.json"
 STORIES = ["Once upon a time there was a little cat named Tom who liked to play. " * 5] * 200
 VOCAB = 300
 
@@ -59,17 +59,20 @@ def training_seconds(word: str, cut: bool) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--lengths", type=int, nargs="+", default=[12_500, 25_000, 50_000, 100_000])
-    args = parser.parse_args()
+    add_output_arguments(parser, "long_word")
+    args = parse_checked(parser)
+    lengths = [2_000] if args.smoke else args.lengths
     rows = []
     for shape in ("repeated pair", "base64"):
-        for length in args.lengths:
+        for length in lengths:
             word = long_word(shape, length)
             row = {"shape": shape, "bytes": length,
                    "uncut_s": round(training_seconds(word, cut=False), 3),
                    "cut_s": round(training_seconds(word, cut=True), 3)}
             print(row, flush=True)
             rows.append(row)
-    atomic_write_json(RESULTS, {"machine": platform.processor() or platform.machine(),
+    atomic_write_json(args.out, {"machine": machine() if not args.smoke else
+                                 platform.processor() or platform.machine(),
                                 "max_pre_token_bytes": MAX_PRE_TOKEN_BYTES, "vocab_size": VOCAB,
                                 "stories": len(STORIES) + 1, "rows": rows})
 

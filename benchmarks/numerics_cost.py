@@ -25,10 +25,11 @@ import sys
 import time
 from pathlib import Path
 
+from common import add_output_arguments, parse_checked
+
 from moelab.fileio import atomic_write_json
 from moelab.numerics import NUMERICS_VARIABLES, PINNED_ENVIRONMENT, cpu_model
 
-RESULTS = Path(__file__).parent / "results" / "numerics_cost.json"
 SETTINGS = PINNED_ENVIRONMENT
 """native, portable, compatible: each one's variables (moelab.numerics)."""
 
@@ -134,10 +135,13 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=15, help="timed steps per arm per child")
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    add_output_arguments(parser, "numerics_cost")
+    args = parse_checked(parser)
     if args.child:
         print(json.dumps(child(args.reps, args.warmup)))
         return
+    if args.smoke:
+        args.rounds, args.reps, args.warmup = 1, 1, 0
     samples: dict[str, dict[str, list[float]]] = {name: {} for name in SETTINGS}
     for round_index in range(args.rounds):
         for name in SETTINGS:
@@ -151,7 +155,7 @@ def main() -> None:
               "machine": cpu_model(), "python": platform.python_version(),
               "threads": os.environ.get("OMP_NUM_THREADS"), "rounds": args.rounds,
               "reps": args.reps, "summary": summary, "samples": samples}
-    atomic_write_json(RESULTS, record)
+    atomic_write_json(args.out, record)
 
 
 if __name__ == "__main__":
