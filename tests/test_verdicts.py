@@ -65,11 +65,17 @@ def test_no_interval_is_undetermined():
     assert difference_verdict(no_spread).word == "undetermined"
 
 
-def test_optimum_at_either_edge_is_unbounded():
+def test_optimum_at_either_edge_is_unbounded_only_when_the_neighbour_is_worse():
     grid = [0.0, 0.25, 0.5, 0.75]
-    verdict = optimum_verdict(grid, 3, paired([0.1, 0.1, 0.12]), None)
+    rise = paired([0.1, 0.1, 0.12])
+    verdict = optimum_verdict(grid, 3, rise, None)
     assert verdict.word == "at the upper edge" and "≥ 0.75" in verdict.rule
-    assert optimum_verdict(grid, 0, None, paired([0.1, 0.1, 0.12])).word == "at the lower edge"
+    assert optimum_verdict(grid, 0, None, rise).word == "at the lower edge"
+    # the best mean at the edge, but not separated from (or not tested against) its neighbour
+    flat = optimum_verdict(grid, 3, paired([0.02, -0.01, 0.03]), None)
+    assert flat.word == "best at the edge, not separated" and "not located" in flat.rule
+    untested = optimum_verdict(grid, 0, None, None)
+    assert untested.word == "best at the edge, not separated" and "not tested" in untested.rule
 
 
 def test_interior_optimum_is_bounded_only_when_both_sides_rise():
@@ -104,6 +110,9 @@ def test_trend_words():
     assert trend_verdict(0.001, (-0.004, 0.006), margin=0.01).word == "flat"
     assert trend_verdict(0.001, (-0.004, 0.016), margin=0.01).word == "undetermined"
     assert trend_verdict(0.1, None).word == "undetermined"
+    # a slope through optima at a grid's edge, or resampling 2 seeds, is read as nothing
+    assert trend_verdict(fit.slope, interval, edge_values=2).word == "undetermined"
+    assert trend_verdict(fit.slope, interval, seeds=2).word == "undetermined"
 
 
 def test_shares_need_three_seeds():

@@ -38,7 +38,7 @@ class Page:
 PAGES = (
     Page("dense-vs-moe", "Dense vs MoE on the demo (paper A's question)",
          "Paper A (Wael 2026, abstract) compares an MoE with dense baselines matched on active "
-         "and on total parameters, at about 15-21M parameters. moelab asks the same question "
+         "and on total parameters, under 25M parameters (its abstract). moelab asks the same question "
          "at the demo's scale, about 0.3-0.5M parameters and 409,600 tokens per run, so its "
          "numbers are not the paper's; the sign and its certainty are what is compared. The "
          "recipe choices below were made on other seeds than those reported.",
@@ -47,9 +47,12 @@ PAGES = (
          "Abnar et al. 2025 (paper B) report that at a fixed total parameter count and compute "
          "the loss is parabolic in S with an interior optimum that rises with N, and that small "
          "models are best dense at most budgets (§2.2, App. D.2, Figs. 2a, 4, 9). moelab's CPU "
-         "sweeps are far smaller (about 0.1-0.4M parameters, 1.08e12 FLOPs per run) and use "
-         "top-1 routing, so they test the shape of the finding in these settings, not the "
-         "paper's numbers. Both sweeps below trained with a shared lr, not one tuned per cell.",
+         "sweeps are far smaller (1.08e12 FLOPs per run, top-1 routing), so they test the shape "
+         "of the finding in these settings, not the paper's numbers. cpu-fixedn holds the total "
+         "at 98.6K-331K parameters: raising S there also narrows the experts (d_expert 64 to 8 "
+         "at s0) and lowers N_active, and the grid has no dense point, so 'small models are "
+         "best dense' is not tested. cpu-expertn holds the experts' width (and N_active) fixed, "
+         "so its totals grow with S (up to 2.54M). Both trained with a shared lr.",
          (fixed_size.ANALYSIS,), (fixed_size.summary,)),
     Page("compute-optimal-sparsity", "The compute-optimal sparsity (paper B's finding (b))",
          "Abnar et al. 2025 (paper B) report that at a fixed FLOPs budget with the size free the "

@@ -28,8 +28,9 @@ class BudgetRow:
     flops: float
     sparsities: list[float]
     minima: list[float]
-    misfits: list[float]
-    """Sparsities whose IsoFLOP parabola misfits (residuals above the seed noise)."""
+    residual_to_noise: list[float | None]
+    """Per sparsity, the IsoFLOP parabola's residual rms over the seed noise (None: a 3-size
+    window leaves no residual to test)."""
     best: float
     verdict: Verdict
     largest_size_used: float
@@ -49,11 +50,14 @@ class LrSensitivity:
 class IsoflopSparsity:
     seeds: list[str]
     budgets: list[BudgetRow]
-    trend_slope: float
-    trend_ci: tuple[float, float]
     trend: Verdict
     lr_sensitive: list[LrSensitivity]
     checked_budgets: list[str]
+    checked_s_star: dict[str, float]
+    """The best S at the rechecked budgets with each cell's own lr (isoflop_lr.json)."""
+    s3_lr: list[float]
+    """The lrs the check chose for the size the shared lr hurt most."""
+    lr_grid: list[float]
 
 
 def _lr_sensitivity(results: ResultsRoot, params_by_size: dict[str, float]) -> list[LrSensitivity]:
@@ -81,15 +85,24 @@ def compute(results: ResultsRoot, findings: Findings) -> IsoflopSparsity:
         minima = [c["loss"] for c in cells]
         best = minima.index(min(minima))
         rows.append(BudgetRow(flops, grid, minima,
-                              [c["sparsity"] for c in cells if not c["support"]["well_supported"]],
+                              [c["support"]["residual_to_noise"] for c in cells],
                               grid[best], optimum_verdict(grid, best, None, None),
                               max(size for c in cells for size in c["support"]["sizes_used"])))
     trend = optima["trend"]
-    checked = sorted({run.split("/")[0] for run in results.json(LR_CHECK)["loss_change"]["per_run"]})
+    seeds = sorted({row.seed for row in table.rows})
+    at_edge = sum(row.best == row.sparsities[-1] or row.best == row.sparsities[0] for row in rows)
+    check = results.json(LR_CHECK)
+    checked = sorted({run.split("/")[0] for run in check["loss_change"]["per_run"]})
+    sensitive = _lr_sensitivity(results, params_by_size)
+    most_hurt = min(sensitive, key=lambda s: s.lowest_change).size
     return IsoflopSparsity(
-        sorted({row.seed for row in table.rows}), rows, trend["slope_per_decade"],
-        tuple(trend["ci"]), trend_verdict(trend["slope_per_decade"], tuple(trend["ci"])),
-        _lr_sensitivity(results, params_by_size), checked)
+        seeds, rows,
+        trend_verdict(trend["slope_per_decade"], tuple(trend["ci"]), edge_values=at_edge,
+                      seeds=len(seeds)),
+        sensitive, checked, {c: float(v) for c, v in check["s_star"]["tuned"].items()},
+        sorted({lr for cell, lr in check["lrs"].items() if f"/{most_hurt}/" in f"/{cell}"
+                and "/S0.000" not in cell}),
+        sorted({float(v) for v in check["selection"][next(iter(check["selection"]))]}))
 
 
 def render(record: IsoflopSparsity | None, results: ResultsRoot, findings: Findings) -> str:
@@ -97,26 +110,30 @@ def render(record: IsoflopSparsity | None, results: ResultsRoot, findings: Findi
         return ""
     rows = [[f"{b.flops:.3g}", " / ".join(f"{m:.4f}" for m in b.minima), f"{b.best:g}",
              f"**{b.verdict.word}**",
-             ", ".join(f"{s:g}" for s in b.misfits) or "–", format_count(b.largest_size_used)]
+             " / ".join("–" if r is None else f"{r:.2f}" for r in b.residual_to_noise),
+             format_count(b.largest_size_used)]
             for b in record.budgets]
     grid = " / ".join(f"{s:g}" for s in record.budgets[0].sparsities)
     lr_rows = [[s.size, format_count(s.params), f"{s.lowest_change:+.3f}",
                 f"{s.highest_change:+.3f}"] for s in record.lr_sensitive]
-    low, high = record.trend_ci
     return ("## The compute-optimal sparsity (cpu-isoflop)\n\n"
             f"IsoFLOP minimum of the loss over sizes at each budget and S = {grid} (seeds "
             f"{', '.join(record.seeds)}; `{SWEEP}/isoflop.json`), and where the best S sits:\n\n"
             + markdown_table(["C (FLOPs)", "minimum loss per S", "best S", "verdict",
-                              "S whose parabola misfits", "largest size used"], rows, "rrrlrr")
-            + f"\nS*(C)'s slope per decade of C: {record.trend_slope:+.3f} [{low:+.3f}, "
-              f"{high:+.3f}] (resampling the 2 seeds), **{record.trend.word}**: these runs do not "
-              "say whether the compute-optimal S* moves with compute.\n\n"
+                              "parabola residual / seed noise, per S", "largest size used"],
+                             rows, "rrrlrr")
+            + "\nThe minima are not tested against each other here (2 seeds), so a best S at the "
+              "grid's edge is not located. Residual over noise above 1: the parabola misfits; "
+              "'–': a 3-size window leaves no residual to test. Whether the compute-optimal S* "
+              f"moves with compute: **{record.trend.word}** ({record.trend.rule}).\n\n"
               "### The shared lr\n\n"
               "Every cell trained at lr 0.01. The per-cell lr check (`isoflop_lr.json`) retrained "
               f"the budgets {', '.join(record.checked_budgets)} with each cell's own lr from "
               "{0.005, 0.01, 0.02}; the sparse runs' loss change at their own lr, per size "
               "(negative: better than at 0.01):\n\n"
             + markdown_table(["size", "N", "lowest change", "highest change"], lr_rows, "lrrr")
+            + "\nWith each cell's own lr, the best S at the rechecked budgets is "
+            + ", ".join(f"{s:g} at {c}" for c, s in record.checked_s_star.items()) + ".\n"
             + _unchecked_sentence(record))
 
 
@@ -128,10 +145,12 @@ def _unchecked_sentence(record: IsoflopSparsity) -> str:
     if not exposed or most_hurt.lowest_change >= 0:
         return ""
     budgets = ", ".join(f"{b.flops:.3g}" for b in exposed)
-    return (f"\nThe shared lr cost {most_hurt.size}'s sparse runs most (down to "
-            f"{most_hurt.lowest_change:+.3f} nats). The budget {budgets} was not rechecked and its "
-            f"IsoFLOP windows use {most_hurt.size}, so its minima rest on runs trained at an lr "
-            "the check found too high at the smaller budgets.\n")
+    lowest = (f" (there its own lr was the check grid's lowest, {record.lr_grid[0]:g}, so the "
+              "cost may be larger)" if record.s3_lr == record.lr_grid[:1] else "")
+    return (f"\nThe shared lr cost {most_hurt.size}'s sparse runs most, down to "
+            f"{most_hurt.lowest_change:+.3f} nats{lowest}. The budget {budgets} was not "
+            f"rechecked and its sparse IsoFLOP windows use {most_hurt.size}, so its sparse minima "
+            "rest on runs trained at an lr the check found too high at the smaller budgets.\n")
 
 
 ANALYSIS: Analysis[ResultsRoot, IsoflopSparsity] = Analysis("isoflop_sparsity", compute, render)
@@ -141,6 +160,8 @@ def summary(record: IsoflopSparsity) -> str:
     words = sorted({b.verdict.word for b in record.budgets})
     return (f"At a fixed FLOPs budget with the size free (cpu-isoflop, 2 seeds): the best S is "
             f"{' / '.join(f'{b.best:g}' for b in record.budgets)} at the {len(record.budgets)} "
-            f"budgets, **{', '.join(words)}**; whether it moves with compute is "
-            f"**{record.trend.word}**." + (" The largest budget rests on an lr too high for its "
-                                           "largest sizes." if _unchecked_sentence(record) else ""))
+            f"budgets, **{', '.join(words)}** (untested at 2 seeds); whether it moves with "
+            f"compute is **{record.trend.word}**." + (
+                " The largest budget's sparse windows use the size whose sparse runs the per-cell "
+                "lr check found trained at too high an lr at the two smaller budgets (not "
+                "rechecked there)." if _unchecked_sentence(record) else ""))

@@ -70,10 +70,14 @@ class Factorial:
     sds: dict[str, dict[str, float]]
     unstable: list[str]
     preset: list[Test]
+    """The pre-set tests, adjusted (and read) in the family enlarged by the post hoc ones."""
+    preset_holm: list[float]
+    """Their Holm p over the pre-set family alone, as it was fixed before looking."""
     post_hoc: list[Test]
     added_cell: list[Test]
     own_best: dict[str, str]
-    """{arm: the cell of its lowest mean loss} over the 2 x 2."""
+    """{arm: the cell of its lowest mean loss} over the 2 x 2 (not a test)."""
+    lr_grid: list[float]
 
 
 def _gap_by_seed(cell_runs: dict[str, SeedLosses], moe: str, dense: str) -> SeedLosses:
@@ -140,7 +144,9 @@ def compute(results: ResultsRoot, findings: Findings) -> Factorial:
     own_best = {arm: min(factorial, key=lambda cell: means[cell][arm]) for arm in arms}
     return Factorial(sorted(int(s) for s in record["report_seeds"]),
                      {cell: report[cell]["lr"] for cell in runs}, means, sds, unstable,
-                     preset_only, adjusted[len(preset):], added_tests, own_best)
+                     adjusted[:len(preset)], [t.p_holm for t in preset_only],
+                     adjusted[len(preset):], added_tests, own_best,
+                     sorted(float(lr) for lr in record["lrs"]))
 
 
 def _rows(tests: list[Test]) -> list[list[str]]:
@@ -148,7 +154,16 @@ def _rows(tests: list[Test]) -> list[list[str]]:
              f"{t.p_holm:.2g}", f"**{t.verdict.word}**"] for t in tests]
 
 
+def _preset_rows(factorial: Factorial) -> list[list[str]]:
+    """The pre-set tests with both Holm columns: the pre-set family's and the enlarged one's,
+    whose p the verdict reads."""
+    return [[*row[:4], f"{alone:.2g}", *row[4:]]
+            for row, alone in zip(_rows(factorial.preset), factorial.preset_holm)]
+
+
 HEADERS = ["test", "estimate", "95 % CI", "p", "p (Holm)", "verdict"]
+PRESET_HEADERS = ["test", "estimate", "95 % CI", "p", "p (Holm, pre-set 15)",
+                  "p (Holm, with post hoc)", "verdict"]
 
 
 def render(factorial: Factorial | None, results: ResultsRoot, findings: Findings) -> str:
@@ -168,9 +183,12 @@ def render(factorial: Factorial | None, results: ResultsRoot, findings: Findings
             + markdown_table(["cell", *arms], loss_rows, "l" + "r" * len(arms))
             + f"\nUnstable (an arm's seed sd above {UNSTABLE_FACTOR:g}x the factorial's median): "
             + (", ".join(factorial.unstable) or "none") + ".\n\n"
-            "### The pre-set family\n\nGaps are dense − MoE (positive: the MoE is lower); the "
-            "contrasts are of the matched-total gap.\n\n"
-            + markdown_table(HEADERS, _rows(factorial.preset), "lrrrrl")
+            "### The pre-set family\n\nGaps are dense − MoE (positive: the MoE is lower); "
+            "'matched compute' is dense_total against `moe_compute`, the MoE trained on "
+            "dense_total's training FLOPs (1.5-1.6x the tokens) at the MoE's lr, which was not "
+            "tuned for that longer run. The contrasts are of the matched-total gap. Once the post "
+            "hoc tests below join the family, every verdict reads the enlarged family's p.\n\n"
+            + markdown_table(PRESET_HEADERS, _preset_rows(factorial), "lrrrrrl")
             + "\n### Post hoc: the simple effects the unstable cell leaves measurable\n\n"
             "Contrasts of the matched-total gap between stable cells only, labelled post hoc; "
             "their p is adjusted over the pre-set tests and these together: "
@@ -178,7 +196,7 @@ def render(factorial: Factorial | None, results: ResultsRoot, findings: Findings
             + markdown_table(HEADERS, _rows(factorial.post_hoc), "lrrrrl")
             + "\nThe interaction needs the unstable tied + 2 % cell, so it stays as the pre-set "
             "family reads it.\n\n"
-            f"Each arm's own best cell of the 2 x 2 (lowest mean): {best}.\n\n"
+            f"Each arm's own best cell of the 2 x 2 (lowest mean, not a test): {best}.\n\n"
             "### The added cell (its own family)\n\n"
             + markdown_table(HEADERS, _rows(factorial.added_cell), "lrrrrl"))
 
@@ -193,8 +211,13 @@ def _common_best_sentence(factorial: Factorial) -> str:
              and not t.name.endswith("compute")]
     readings = "; ".join(f"{t.name.split(': ')[1]} {t.estimate:+.4f} "
                          f"[{t.ci[0]:+.4f}, {t.ci[1]:+.4f}], {t.verdict.word}" for t in tests)
-    return (f". The MoE and both dense arms each have their own best recipe in {cell}; "
-            f"there: {readings} ({tests[0].family})")
+    at_edge = [arm for arm, lr in factorial.lrs[cell].items()
+               if arm in ("moe", "dense_active", "dense_total")
+               and lr in (factorial.lr_grid[0], factorial.lr_grid[-1])]
+    edge = (f"; {', '.join(at_edge)} chose its lr there at the edge of the lr grid "
+            f"({factorial.lr_grid[0]:g}-{factorial.lr_grid[-1]:g})" if at_edge else "")
+    return (f". The MoE and both dense arms each have their lowest mean in {cell}; "
+            f"there: {readings} ({tests[0].family}){edge}")
 
 
 ANALYSIS: Analysis[ResultsRoot, Factorial] = Analysis("recipe_factorial", compute, render)
@@ -204,5 +227,6 @@ def summary(factorial: Factorial) -> str:
     """The README's line: the post hoc simple effects and the shared best recipe."""
     effects = "; ".join(f"{t.name} {t.estimate:+.3f} [{t.ci[0]:+.3f}, {t.ci[1]:+.3f}], "
                         f"**{t.verdict.word}**" for t in factorial.post_hoc[:2])
-    return (f"The matched-total gap depends on the recipe ({effects}; post hoc, "
-            f"{factorial.post_hoc[0].family})" + _common_best_sentence(factorial) + ".")
+    return (f"Recipe factorial: post hoc, in its stable cells, {effects} "
+            f"({factorial.post_hoc[0].family}); the pre-set main effects and interaction are not "
+            "separated" + _common_best_sentence(factorial) + ".")

@@ -11,13 +11,17 @@ generated. docs/verdicts.md states the rules for a reader:
   equivalence); otherwise *not separated*; with no interval (one replicate, no spread) it is
   *undetermined*.
 - **An optimum on a grid** (``optimum_verdict``) is *at the edge* when the best point is the
-  first or last tried (then the optimum is only bounded by the edge: "≥ the largest tried");
-  *bounded* only when the loss rises significantly past it on both sides (each rise a difference
-  that is *ahead* in the direction of a higher loss, in its family); otherwise *interior, not
-  bounded*.
+  first or last tried and the loss rises significantly from it to its neighbour (then the
+  optimum is only bounded by the edge: "≥ the largest tried"); *best at the edge, not
+  separated* when the best point is at the edge but not separated from its neighbour (or not
+  tested): the optimum is not located; *bounded* only when the loss rises significantly past an
+  interior best point on both sides (each rise a difference that is *ahead* in the direction of
+  a higher loss, in its family); otherwise *interior, not bounded*.
 - **A trend** (``trend_verdict``) *rises* or *falls* when its interval excludes 0 (and its
   adjusted p, if given, is below alpha), is *flat within ±m* when the interval lies inside a
-  pre-set margin, and is *undetermined* otherwise.
+  pre-set margin, and is *undetermined* otherwise; a trend through optima at a grid's edge is
+  *undetermined* and gets no slope (``edge_values``), and an interval needs at least
+  ``MIN_SEEDS_FOR_SHARES`` seeds.
 - **A share of replicates** ("best in 80 % of resamples") is given only from
   ``MIN_SEEDS_FOR_SHARES`` seeds: a bootstrap over 2 seeds has 3 outcomes per cell.
 
@@ -35,8 +39,8 @@ from moelab.stats.intervals import ALPHA
 from moelab.stats.multiple import ADJUSTMENT, holm
 
 DifferenceWord = Literal["ahead", "behind", "equivalent", "not separated", "undetermined"]
-OptimumWord = Literal["at the lower edge", "at the upper edge", "bounded", "interior, not bounded",
-                      "undetermined"]
+OptimumWord = Literal["at the lower edge", "at the upper edge", "best at the edge, not separated",
+                      "bounded", "interior, not bounded", "undetermined"]
 TrendWord = Literal["rises", "falls", "flat", "undetermined"]
 
 MIN_SEEDS_FOR_SHARES = 3
@@ -67,7 +71,9 @@ class Difference:
 
 @dataclass(frozen=True)
 class Family:
-    """A named family of tests fixed before looking, adjusted by Holm together."""
+    """A named family of tests fixed before looking, adjusted by Holm together. Tests added
+    after looking (post hoc) join the family, and every verdict in it is read again at the
+    enlarged family's adjusted p."""
 
     name: str
     p_values: Mapping[str, Optional[float]]
@@ -129,12 +135,8 @@ def optimum_verdict(grid: Sequence[float], best: int, rise_below: Optional[Diffe
         raise ValueError(f"best={best} is not an index of a grid of {len(grid)} points")
     if len(grid) < 3:
         return Verdict("undetermined", f"{len(grid)} grid points cannot bound an optimum")
-    if best == 0:
-        return Verdict("at the lower edge", f"the best point is the smallest tried, "
-                                            f"{grid[0]:g}: the optimum is ≤ {grid[0]:g}")
-    if best == len(grid) - 1:
-        return Verdict("at the upper edge", f"the best point is the largest tried, "
-                                            f"{grid[-1]:g}: the optimum is ≥ {grid[-1]:g}")
+    if best in (0, len(grid) - 1):
+        return _edge_verdict(grid, best, rise_above if best == 0 else rise_below, alpha)
     rises = [difference_verdict(rise, alpha=alpha).word if rise else "undetermined"
              for rise in (rise_below, rise_above)]
     if rises == ["ahead", "ahead"]:
@@ -144,10 +146,37 @@ def optimum_verdict(grid: Sequence[float], best: int, rise_below: Optional[Diffe
                    f"the loss does not rise significantly {' or '.join(sides)} the optimum")
 
 
+def _edge_verdict(grid: Sequence[float], best: int, rise: Optional[Difference],
+                  alpha: float) -> Verdict:
+    """A best point at the edge: the optimum lies at or past it only when the loss rises
+    significantly from it to its one neighbour."""
+    lower = best == 0
+    edge, side = grid[best], ("smallest" if lower else "largest")
+    neighbour = grid[1] if lower else grid[-2]
+    if rise is not None and difference_verdict(rise, alpha=alpha).word == "ahead":
+        return Verdict("at the lower edge" if lower else "at the upper edge",
+                       f"the best point is the {side} tried and the loss rises significantly "
+                       f"to {neighbour:g}: the optimum is {'≤' if lower else '≥'} {edge:g}")
+    tested = "not tested against" if rise is None else "not separated from"
+    return Verdict("best at the edge, not separated",
+                   f"the best mean is at the {side} point tried, {edge:g}, {tested} {neighbour:g}: "
+                   "the optimum is not located")
+
+
 def trend_verdict(estimate: float, interval: Optional[tuple[float, float]], *,
                   p_adjusted: Optional[float] = None, family: Optional[str] = None,
-                  margin: Optional[float] = None, alpha: float = ALPHA) -> Verdict:
-    """The word for a slope or an ordinal trend statistic with its 95 % interval."""
+                  margin: Optional[float] = None, alpha: float = ALPHA,
+                  edge_values: int = 0, seeds: Optional[int] = None) -> Verdict:
+    """The word for a slope or an ordinal trend statistic with its 95 % interval.
+
+    ``edge_values``: how many of the values the trend runs through sit at a grid's edge (a
+    slope through clamped values is no estimate); ``seeds``: how many seeds its interval
+    resamples (fewer than ``MIN_SEEDS_FOR_SHARES`` give no interval to read)."""
+    if edge_values:
+        return Verdict("undetermined", f"{edge_values} of the values it runs through sit at the "
+                                       "grid's edge, so no slope is read")
+    if seeds is not None and seeds < MIN_SEEDS_FOR_SHARES:
+        return Verdict("undetermined", f"its interval resamples {seeds} seeds")
     if _interval_missing(interval):
         return Verdict("undetermined", "no interval")
     low, high = interval  # type: ignore[misc]
