@@ -41,7 +41,7 @@ def machine() -> dict:
     """The CPU, torch and load a measurement ran with (BENCHMARKS.md names them per section)."""
     import torch
 
-    from moelab.train.peak import cpu_model
+    from moelab.numerics import cpu_model
 
     return {"cpu": cpu_model(), "cpus": os.cpu_count(), "python": platform.python_version(),
             "torch": torch.__version__, "torch_threads": torch.get_num_threads(),

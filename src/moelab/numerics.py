@@ -121,6 +121,7 @@ def this_machine(numerics: str) -> Machine:
 
 
 def cpu_model() -> str:
+    """The CPU's model name (/proc/cpuinfo on Linux), else what ``platform`` knows."""
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as cpuinfo:
             for line in cpuinfo:

@@ -204,9 +204,9 @@ def render(factorial: Factorial | None, results: ResultsRoot, findings: Findings
 def _common_best_sentence(factorial: Factorial) -> str:
     """When the MoE and both dense arms share their own best cell, the gaps there."""
     cells = {factorial.own_best.get(arm) for arm in ("moe", "dense_active", "dense_total")}
-    if len(cells) != 1 or None in cells:
+    cell = cells.pop() if len(cells) == 1 else None
+    if cell is None:
         return ""
-    cell = cells.pop()
     tests = [t for t in factorial.preset if t.name.startswith(f"{cell}: matched ")
              and not t.name.endswith("compute")]
     readings = "; ".join(f"{t.name.split(': ')[1]} {t.estimate:+.4f} "

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import csv
 import io
-import platform
 import statistics
 import time
 from collections.abc import Callable
@@ -25,6 +24,7 @@ from pathlib import Path
 
 import torch
 
+from moelab.numerics import cpu_model
 from moelab.accounting import count_params, flops_per_token
 from moelab.config import Config, load_config
 from moelab.errors import MoelabError
@@ -212,13 +212,7 @@ def device_name(device) -> str:
     """The GPU's name, or the CPU's model name (Linux) or architecture."""
     if device.type == "cuda":
         return torch.cuda.get_device_name(device)
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
+    return cpu_model()
 
 
 def write_table(path: str | Path, rows: list[dict], header: dict) -> Path:

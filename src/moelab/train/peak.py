@@ -24,7 +24,6 @@ every summary that shows one:
 from __future__ import annotations
 
 import functools
-import platform
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,6 +34,7 @@ import torch
 
 from moelab.data.prepare import cache_base
 from moelab.fileio import atomic_write_json, read_json
+from moelab.numerics import cpu_model
 
 MFU_CONVENTION = "6 * N_active * tokens/s (wall) / peak FLOP/s (attention FLOPs not counted)"
 MFU_CONVENTION_CPU = ("6 * N_active * tokens per CPU-second / matmul FLOPs per CPU-second "
@@ -122,17 +122,6 @@ def matmul_flops(m: int, k: int, n: int) -> int:
 # --------------------------------------------------------------------------------------------
 # A CPU's peak: measured in CPU time, cached per machine
 # --------------------------------------------------------------------------------------------
-
-
-def cpu_model() -> str:
-    """The CPU's model name (/proc/cpuinfo on Linux), else what ``platform`` knows."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine() or "unknown CPU"
 
 
 def peak_cache_key(dtype: torch.dtype, threads: int, cpu: str | None = None,
