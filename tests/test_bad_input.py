@@ -668,6 +668,8 @@ CASES = {
     "merge missing sweep": Case("merge {tmp}/a {tmp}/b --out {tmp}/m",
                                 "{tmp}/a is not a sweep folder: no such folder"),
     "merge one sweep": Case("merge {tmp}/a --out {tmp}/m", "merge needs 2 or more sweep folders"),
+    # -- rerun
+    "rerun not a run": Case("rerun {tmp}/nope", "{tmp}/nope is not a run folder: it has no config.yaml"),
     # -- predict, score
     "predict missing sweep": Case("predict {tmp}/nope --flops 1e13 --cell s1:0 --out {tmp}/p.json",
                                   "'{tmp}/nope' is invalid: not a sweep folder with a results.csv"),

@@ -207,8 +207,8 @@ def test_bad_study_settings_name_the_key(override, message):
 
 def test_grid_presets_are_the_yaml_files_and_keep_their_numbers():
     assert grid_preset_names() == ["cpu", "cpu-expertn", "cpu-finetune", "cpu-fixedn",
-                                   "cpu-isoflop", "cpu-prereg", "cpu-topk", "demo", "micro",
-                                   "paper"]
+                                   "cpu-granularity", "cpu-isoflop", "cpu-prereg", "cpu-topk",
+                                   "demo", "micro", "paper"]
     demo, cpu, paper = load_grid("demo"), load_grid("cpu"), load_grid("paper")
     assert (demo.name, demo.base, demo.flops_budgets, demo.token_budgets) == (
         "demo", "demo", [4e10, 1.2e11], [])

@@ -119,5 +119,6 @@ def test_a_stored_form_tests_json_reads_back_as_written_key_for_key(path):
 
     stored = json.loads(path.read_text())
     record = from_json(FormTestsRecord, stored)
-    assert record.by_count and record.by_count["total"].forms
+    # a single-sparsity grid (cpu-granularity) fits no law forms: only its deltas
+    assert record.by_count is None or record.by_count["total"].forms
     assert json.dumps(to_json(record), indent=2) == json.dumps(stored, indent=2)
