@@ -293,7 +293,7 @@ def _threshold(text: str) -> float:
 
 def _study(args) -> int:
     from moelab.runs.data import check_shared_data
-    from moelab.study.commands import list_runs, run_study, submit_study
+    from moelab.study.commands import list_runs, planned_configs, run_study, submit_study
 
     check_launcher_options(args)
     config, settings = load_study(args.config, args.overrides)
@@ -319,7 +319,9 @@ def _study(args) -> int:
         for command in commands:
             print(command)
         return 0
-    check_shared_data(config)  # a source without the text asked for: before the folder exists
+    # A corpus that cannot serve the runs (no separators, too short for train.eval_windows):
+    # refused before the folder exists, so the corrected command finds nothing in its way.
+    check_shared_data(planned_configs(args.kind, config, settings))
     launcher = build_launcher(args)
     if args.detach:
         with writer_lock(out, kind=args.kind):
