@@ -319,10 +319,10 @@ def _study(args) -> int:
         for command in commands:
             print(command)
         return 0
+    launcher = build_launcher(args)  # its options first: the data check below may build a cache
     # A corpus that cannot serve the runs (no separators, too short for train.eval_windows):
     # refused before the folder exists, so the corrected command finds nothing in its way.
     check_shared_data(planned_configs(args.kind, config, settings))
-    launcher = build_launcher(args)
     if args.detach:
         with writer_lock(out, kind=args.kind):
             job_id = submit_study(args.kind, config, settings, out, launcher)
