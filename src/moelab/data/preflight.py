@@ -4,10 +4,10 @@ A run needs its source to parse into stories (a .txt file needs its ``<|endoftex
 separators, or it is one story and nothing is held out), a tokenizer of the vocabulary the
 model embeds, a training split longer than one window, and a validation split long enough for
 ``train.eval_windows`` windows of ``max_seq_len + 1`` tokens. All of it is known once the token
-cache is built, and the cache lives outside any run or study folder: so ``study``,
-``sweep-sparsity`` and ``train`` build it first and check every config they will train against
-it, and a corpus that cannot serve them is refused on one line, naming the fix, before a
-folder exists (so the corrected command finds nothing in its way).
+cache is built, and the cache lives outside any study or sweep folder: so ``study`` and
+``sweep-sparsity`` build it first and check every config they will train against it, and a
+corpus that cannot serve them is refused on one line, naming the fix, before a folder exists
+(so the corrected command finds nothing in its way).
 """
 
 from __future__ import annotations

@@ -30,8 +30,7 @@ from moelab.accounting import count_params, flops_per_token
 from moelab.codec import from_json, to_json
 from moelab.config import Config
 from moelab.data import Tokenizer, TrainBatches, prepare_data, validation_windows
-from moelab.data.preflight import check_runs_fit_data
-from moelab.data.prepare import PreparedData
+from moelab.data.prepare import check_data
 from moelab.errors import MoelabError, Preempted
 from moelab.model import Transformer
 from moelab.train.checkpoint import (
@@ -94,17 +93,14 @@ def _train(config: Config, run: RunFolder, resume: bool,
                         processes_on_device=dist.world_size if dist.device.type == "cpu" else 1)
     if config.train.compile and dist.device.type == "cpu":
         check_cpp_compiler()
-    prepared = None
     if dist.is_main:
-        # A corpus the run cannot use (no separators, too short for train.eval_windows) is
-        # refused here, the token cache built outside the run: no run folder is written.
-        prepared = check_runs_fit_data([config], progress=config.train.logging.progress)
+        check_data(config.data, config.tokenizer_vocab_size)  # a bad source writes no folder
         run.start(config, resume)
     loggers = (ExternalLoggers(config, run, continuing=resume and run.has_progress())
                if dist.is_main else None)  # fails fast if a package is missing
     try:
         log = partial(_log_event, run, loggers) if dist.is_main else _log_nothing
-        session = _set_up(config, run, resume, dist, plan, prepared)
+        session = _set_up(config, run, resume, dist, plan)
         _train_steps(config, run, dist, plan, session, log)
         if dist.is_main and preemption_requested():  # the last step's checkpoint is saved
             raise _preempted(run, session.state.step, plan.total_steps)
@@ -176,10 +172,10 @@ class Session:
 
 
 def _set_up(config: Config, run: RunFolder, resume: bool, dist: Distributed,
-            plan: StepPlan, prepared: Optional[PreparedData] = None) -> Session:
+            plan: StepPlan) -> Session:
     """Data, model, optimizer and the state to start from (the latest checkpoint on resume)."""
     tc, seq_len = config.train, config.model.max_seq_len
-    data = _prepare_data_once(config, dist, prepared)
+    data = _prepare_data_once(config, dist)
     check_tasks_fit(tc.eval_tasks, seq_len, data.tokenizer)  # refused now, not after training
     torch.manual_seed(tc.seed)
     model = Transformer(config.model).to(dist.device)
@@ -331,13 +327,11 @@ def _write_up(config: Config, run: RunFolder, dist: Distributed, plan: StepPlan,
 # --------------------------------------------------------------------------------------------
 
 
-def _prepare_data_once(config: Config, dist: Distributed,
-                       prepared: Optional[PreparedData] = None):
-    """Rank 0 builds the tokenizer and token cache (or has: ``prepared``); the others wait,
-    then read the cache."""
+def _prepare_data_once(config: Config, dist: Distributed):
+    """Rank 0 builds the tokenizer and token cache; the others wait, then read the cache."""
     if dist.is_main:
-        data = prepared or prepare_data(config.data, config.tokenizer_vocab_size,
-                                        progress=config.train.logging.progress)
+        data = prepare_data(config.data, config.tokenizer_vocab_size,
+                            progress=config.train.logging.progress)
     dist.barrier()
     if not dist.is_main:
         data = prepare_data(config.data, config.tokenizer_vocab_size, progress=False)
