@@ -39,7 +39,7 @@ def test_render_marks_what_was_not_run_and_gives_the_ratio():
     assert "`experiments/rounding_noise.py --steps 100 --seeds 0,1,2`" in text
     assert "| moe | 0.1000 (n=3) | -0.04000 | +0.03000 | 0 (identical) | 0 (identical) | 0.02500 |" in text
     assert "| dense | 0.0707 (n=2) | not run | 0 (identical) | not run | not run | 0.00000 |" in text
-    assert text.endswith("Rounding rms over seed std: moe 0.25, dense 0.00.")
+    assert "\nRounding rms over seed std: moe 0.25, dense 0.00.\n" in text
 
 
 def test_the_moe_is_perturbed_first_so_a_stopped_experiment_has_its_row():

@@ -129,7 +129,8 @@ def study_figures_drawn(tmp_path_factory):
 
 def test_the_study_plots_validation_loss_against_tokens_and_flops(study_figures_drawn):
     folder, drawn = study_figures_drawn
-    by_tokens, by_flops = drawn["val_loss.png"].axes
+    by_tokens, by_flops, gaps = drawn["val_loss.png"].axes  # the gaps on a scale of their own
+    assert "(nats/token" in gaps.get_ylabel() and len(gaps.get_lines()) == 3  # 2 gaps and 0
     assert by_tokens.get_xlabel() == "training tokens"
     assert "FLOPs" in by_flops.get_xlabel()
     for ax in (by_tokens, by_flops):

@@ -222,3 +222,19 @@ def test_a_preempted_study_stops_its_runs_at_checkpoints_and_leaves_nothing_behi
     finally:
         torch.set_num_threads(torch_threads)
     assert_same_run(study / "runs" / "moe" / "seed0", reference)
+
+
+def test_a_study_training_in_this_process_says_to_rerun_the_same_command(
+        tmp_path, capsys, monkeypatch, unhandled_signals_fail):
+    """With --jobs 1 the runs train in the study's own process: the line it stops with names
+    what works for a study (rerunning it), not train's --resume, which study does not have."""
+    study = tmp_path / "study"
+    signal_at(monkeypatch, 3, signal.SIGTERM)
+    capsys.readouterr()
+    assert main(study_args(study, "--jobs", "1")) == EXIT_PREEMPTED
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "rerun the same command" in err, err
+    assert "--resume" not in err
+    monkeypatch.setattr(loop, "optimizer_step", REAL_OPTIMIZER_STEP)
+    assert main(study_args(study, "--jobs", "1")) == 0  # and rerunning it does resume
+    assert "resuming from its checkpoint" in capsys.readouterr().out

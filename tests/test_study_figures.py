@@ -3,15 +3,18 @@ the per-seed differences figure draws one point per seed."""
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 import pytest
 
+from moelab.config import load_config
 from moelab.report import format_tick_count, format_token_axis, new_figure
-from moelab.study.analyses import comparisons, routing
+from moelab.study.analyses import comparisons, routing, val_loss
 from moelab.study.folder import CompleteRun
 from moelab.stats.t_tests import PairedTest, WelchTest
 from moelab.study.gaps import Gap
+from moelab.train.run_summary import RunSummary
 
 
 @pytest.mark.parametrize("value, label", [
@@ -101,3 +104,62 @@ def test_the_layer_load_figure_of_runs_with_one_eval_draws_without_a_warning(tmp
         drawn[0].canvas.draw()
     low, high = drawn[0].axes[0].get_xlim()
     assert low < 2048 < high
+
+
+def _moe_run(arm: str, seed: int, losses: list[float], num_experts: int = 8) -> CompleteRun:
+    config = load_config("demo", [f"model.moe.num_experts={num_experts}"])
+    routing_rows = [{"busiest_fraction": 0.3, "routing_entropy": 0.9, "mean_log_z": 1.0}]
+    evals = [{"step": step, "tokens": 100 * step, "val_loss": loss, "routing": routing_rows}
+             for step, loss in enumerate(losses, start=1)]
+    return CompleteRun(arm, seed, None, Path(f"runs/{arm}/seed{seed}"), RunSummary(), evals,
+                       config)
+
+
+def _saved(monkeypatch, module) -> list:
+    drawn: list = []
+    monkeypatch.setattr(module, "save_figure", lambda fig, path: drawn.append(fig) or Path(path))
+    return drawn
+
+
+def test_the_routing_figure_draws_the_balanced_values(tmp_path, monkeypatch):
+    drawn = _saved(monkeypatch, routing)
+    assert routing.routing_figure({"moe": [_moe_run("moe", 0, [3.0, 2.9])]}, tmp_path / "r.png")
+    busiest, entropy, log_z = drawn[0].axes
+    dashed = {ax: [line.get_ydata()[0] for line in ax.get_lines()
+                   if line.get_linestyle() == "--"] for ax in (busiest, entropy, log_z)}
+    assert dashed == {busiest: [1 / 8], entropy: [1.0], log_z: []}
+
+
+def test_a_run_with_one_eval_draws_its_layer_heatmap_without_warnings(tmp_path, monkeypatch):
+    _saved(monkeypatch, routing)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert routing.layer_load_over_training_figure({"moe": [_moe_run("moe", 0, [3.0])]},
+                                                       tmp_path / "l.png")
+
+
+def test_the_gaps_get_a_panel_of_their_own_paired_within_seeds(tmp_path, monkeypatch):
+    drawn = _saved(monkeypatch, val_loss)
+    runs = {"moe": [_moe_run("moe", 0, [3.00, 2.50]), _moe_run("moe", 1, [3.10, 2.60])],
+            "dense_active": [_moe_run("dense_active", 0, [3.02, 2.51]),
+                             _moe_run("dense_active", 1, [3.14, 2.63])]}
+    assert val_loss.val_loss_figure(runs, tmp_path / "v.png", {"active": ("moe", "dense_active")})
+    gap_panel = drawn[0].axes[2]
+    curve = gap_panel.get_lines()[0]
+    # By hand: seed 0 gaps 0.02, 0.01; seed 1 gaps 0.04, 0.03; the mean of the two seeds.
+    assert list(curve.get_xdata()) == [100, 200]
+    assert list(curve.get_ydata()) == pytest.approx([0.03, 0.02])
+    assert "n=2 pairs" in curve.get_label()
+    assert "nats/token" in gap_panel.get_ylabel()
+
+
+def test_the_gap_figures_say_the_interval_is_unadjusted_and_the_colour_is_not(tmp_path,
+                                                                              monkeypatch):
+    drawn = _saved(monkeypatch, comparisons)
+    differences = [{"seed": 0, "diff": 0.01}, {"seed": 1, "diff": 0.03}]
+    gaps = {"active": _gap("paired", "not significant", differences)}
+    assert comparisons.gap_bar_figure(gaps, tmp_path / "g.png")
+    assert comparisons.paired_differences_figure(gaps, tmp_path / "d.png")
+    for fig in drawn:
+        title = fig.axes[0].get_title()
+        assert "unadjusted 95 % CI" in title and "adjusted over 1 test (Holm)" in title, title

@@ -311,7 +311,7 @@ def _study(args) -> int:
         check_disjoint(tuning.seed_list(config.train.seed), reporting)
     # the arguments are checked: now the engine (torch, scipy)
     from moelab.runs.data import check_shared_data
-    from moelab.study.commands import list_runs, run_study, submit_study
+    from moelab.study.commands import list_runs, planned_configs, run_study, submit_study
 
     out = Path(args.out) if args.out else Path("out") / f"{Path(args.config).stem}-{args.kind}"
     if wants_commands(args):  # it writes the plan: the same one writer as a study
@@ -320,8 +320,10 @@ def _study(args) -> int:
         for command in commands:
             print(command)
         return 0
-    check_shared_data(config)  # a source without the text asked for: before the folder exists
-    launcher = build_launcher(args)
+    launcher = build_launcher(args)  # its options first: the data check below may build a cache
+    # A corpus that cannot serve the runs (no separators, too short for train.eval_windows):
+    # refused before the folder exists, so the corrected command finds nothing in its way.
+    check_shared_data(planned_configs(args.kind, config, settings))
     if args.detach:
         with writer_lock(out, kind=args.kind):
             job_id = submit_study(args.kind, config, settings, out, launcher)

@@ -118,7 +118,8 @@ def _sweep(args) -> int:
             print(command)
         return 0
     launcher = build_launcher(args)
-    check_shared_data(plan[0].config)  # a source without the text asked for: before the folder
+    # A corpus that cannot serve the runs: refused before the folder exists.
+    check_shared_data([point.config for point in plan])
     if args.detach:
         with writer_lock(out_dir, kind=SWEEP_KIND):
             job_id = submit_sweep(grid, out_dir, launcher, bootstrap_replicates=args.bootstrap,

@@ -50,6 +50,12 @@ def plan(kind: str, config: Config, settings: StudySettings,
     return arms, plan_runs(arms, settings.seed_list(config.train.seed), settings.budget_list)
 
 
+def planned_configs(kind: str, config: Config, settings: StudySettings) -> list[Config]:
+    """The config of every run the study plans (at the base lr: what the data must serve)."""
+    _, specs = plan(kind, settings.apply_to(config), settings)
+    return [spec.config for spec in specs]
+
+
 def plan_arms(kind: str, config: Config, settings: StudySettings) -> list[Arm]:
     return ladder_arms(config) if kind == "ablation" else study_arms(
         config, settings.criteria, settings.match_step)

@@ -13,6 +13,7 @@ Layout of a study folder::
 from __future__ import annotations
 
 import copy
+import shlex
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -30,7 +31,7 @@ from moelab.fileio import (
 from moelab.runs import RunSpec, write_run_configs
 from moelab.runs.spec import branch_record
 from moelab.runs.families import as_budget_family
-from moelab.runs.completion import check_run_files
+from moelab.runs.completion import check_run_files, is_complete
 from moelab.study.arms import Arm
 from moelab.runs.tokens import format_token_count
 from moelab.train.run_folder import first_difference
@@ -148,8 +149,17 @@ def check_same_study(study_dir: Path, kind: str, base: Config, specs: list[RunSp
                 raise MoelabError(
                     f"{study_dir} already holds a study with another {what}: "
                     f"{key}={short_repr(old_value)} (now {short_repr(new_value)}); "
-                    "use another --out folder or the same config"
+                    + _how_to_go_on(study_dir)
                 )
+
+
+def _how_to_go_on(study_dir: Path) -> str:
+    """What to do about a folder planned with another config: a failed first try, with no
+    run finished, has nothing to keep, so the one command that starts afresh is named."""
+    if any(is_complete(summary.parent) for summary in study_dir.glob("**/summary.json")):
+        return "use another --out folder or the same config"
+    return (f"none of its runs finished, so nothing is lost by starting afresh: "
+            f"rm -r {shlex.quote(str(study_dir))}, then rerun (or use another --out folder)")
 
 
 def _with_defaults(planned: dict) -> dict:

@@ -130,6 +130,10 @@ class LocalLauncher:
         started = time.perf_counter()
         try:
             train_planned_run(folder, spec, train_fn=self.train_fn)
+        except Preempted:
+            # The run's own line says "rerun with --resume", a flag of train, not of the
+            # study or sweep that trains it here: rerunning that same command resumes it.
+            raise _study_preempted() from None
         except Exception as exc:  # noqa: BLE001 -- one failed run must not stop the others
             return RunOutcome(spec, "failed", time.perf_counter() - started,
                               raised_error_line(exc))

@@ -84,7 +84,7 @@ def gap_vs_tokens_figure(budget_groups: list[BudgetResults], path: Path) -> Opti
     ax.set_xlabel("training tokens (budget of each run)")
     ax.set_ylabel(GAP_LABEL)
     used = tests_used(g for group in budget_groups for g in group.gaps.values())
-    ax.set_title(f"Gap against the token budget (95 % CI, {used})")
+    ax.set_title(f"Gap against the token budget (unadjusted 95 % CI, {used})")
     ax.grid(alpha=0.3)
     ax.legend()
     return save_figure(fig, path)

@@ -24,7 +24,7 @@ from moelab.study.analyses.statistics import results_of
 from moelab.study.folder import StudyFolder
 from moelab.study.gaps import REFERENCE_GAP, TEST_NAMES, Gap
 
-SEED_GAP_LABEL = f"dense − MoE best val loss per seed ({LOSS_UNIT}; >0: MoE better)"
+SEED_GAP_LABEL = f"dense − MoE best val loss per seed\n({LOSS_UNIT}; >0: MoE better)"
 
 
 def compute(folder: StudyFolder, findings: Findings) -> Optional[dict[str, Gap]]:
@@ -135,9 +135,17 @@ def gap_bar_figure(gaps: dict[str, Gap], path: Path) -> Optional[Path]:
            color=[OUTCOME_COLOURS.get(g.outcome, "tab:gray") for g in gaps.values()])
     ax.axhline(0.0, color="black", linewidth=0.8)
     ax.set_ylabel(GAP_LABEL)
-    ax.set_title(f"Gap per fairness criterion (95 % CI, {tests_used(gaps.values())})")
+    note = _interval_and_colour_note(gaps, tests_used(gaps.values()))
+    ax.set_title(f"Gap per fairness criterion\n{note}", fontsize=10)
     ax.grid(axis="y", alpha=0.3)
     return save_figure(fig, path)
+
+
+def _interval_and_colour_note(gaps: dict[str, Gap], tests: str) -> str:
+    """Why an interval may exclude 0 beside a 'not significant' verdict: the interval drawn is
+    the test's own (unadjusted), the verdict (the colour) uses the p adjusted for the family."""
+    return (f"error bars: unadjusted 95 % CI ({tests})\n"
+            f"colour: verdict at p adjusted over {family(gaps)}")
 
 
 def paired_differences_figure(gaps: dict[str, Gap], path: Path) -> Optional[Path]:
@@ -162,12 +170,14 @@ def paired_differences_figure(gaps: dict[str, Gap], path: Path) -> Optional[Path
         # Coloured by the verdict only when the verdict came from this (the paired) test.
         colour = OUTCOME_COLOURS.get(g.outcome, "black") if g.test == "paired" else "black"
         ax.errorbar([position + 0.25], [mean], yerr=error, fmt="s", capsize=6, zorder=3,
-                    color=colour, label="paired mean, 95 % CI" if position == 0 else None)
+                    color=colour,
+                    label="paired mean, unadjusted 95 % CI" if position == 0 else None)
     ax.axhline(0.0, color="black", linewidth=0.8)
     ax.set_xticks(range(len(paired)), labels=[CRITERION_LABELS.get(c, c) for c in paired])
     ax.set_xlim(-0.6, len(paired) - 0.4)
     ax.set_ylabel(SEED_GAP_LABEL)
-    ax.set_title("Per-seed paired differences (labels: seed)")
+    ax.set_title("Per-seed paired differences (labels: seed)\n"
+                 f"{_interval_and_colour_note(gaps, TEST_NAMES['paired'])}", fontsize=10)
     ax.grid(axis="y", alpha=0.3)
     ax.legend()
     return save_figure(fig, path)

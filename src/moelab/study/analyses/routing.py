@@ -113,8 +113,22 @@ def routing_figure(runs_by_arm: dict[str, list[CompleteRun]], path: Path) -> Opt
     if not drew:
         discard_figure(fig)
         return None
+    _draw_balanced(axes, runs_by_arm)
     axes[0].legend()
     return save_figure(fig, path)
+
+
+def _draw_balanced(axes, runs_by_arm: dict[str, list[CompleteRun]]) -> None:
+    """The value each diagnostic takes when every expert gets the same share: a busiest
+    expert of 1/E, a routing entropy of log E (1 as a share of it); log-z has none."""
+    experts = sorted({run.config.model.moe.num_experts for runs in runs_by_arm.values()
+                      for run in runs if run.config.model.moe is not None})
+    style = {"color": "black", "linestyle": "--", "linewidth": 0.8}
+    for count in experts:
+        axes[0].axhline(1.0 / count, **style, label=f"balanced: 1/E = 1/{count}")
+    if experts:
+        axes[1].axhline(1.0, **style, label="balanced: 1")
+        axes[1].legend()
 
 
 def expert_load_figure(loads_by_arm: dict[str, list[list[float]]], path: Path) -> Optional[Path]:
@@ -152,13 +166,8 @@ def layer_load_over_training_figure(runs_by_arm: dict[str, list[CompleteRun]],
     fig, axes = new_figure(ncols=len(panels), width_in=4.5, height_in=3.5)
     axes = axes if isinstance(axes, list) else [axes]
     for ax, (arm, (tokens, busiest_LS)) in zip(axes, panels.items()):
-        # One eval (a tiny budget) is one column, drawn around its tokens: equal x limits
-        # would make matplotlib warn and pick its own.
-        half = max(0.5 * tokens[0], 0.5)
-        left, right = ((tokens[0], tokens[-1]) if tokens[-1] > tokens[0]
-                       else (tokens[0] - half, tokens[0] + half))
         image = ax.imshow(busiest_LS, vmin=0.0, vmax=1.0, cmap="viridis", aspect="auto",
-                          extent=(left, right, busiest_LS.shape[0] - 0.5, -0.5))
+                          extent=(*_column_span(tokens), busiest_LS.shape[0] - 0.5, -0.5))
         ax.set_xlabel("training tokens")
         format_axis(ax.xaxis, format_count_tick, max_ticks=4)
         ax.set_ylabel("layer")
@@ -166,6 +175,16 @@ def layer_load_over_training_figure(runs_by_arm: dict[str, list[CompleteRun]],
         ax.set_title(f"{arm}: busiest-expert fraction")
         labelled_colourbar(fig, image, ax, "busiest-expert fraction")
     return save_figure(fig, path)
+
+
+def _column_span(tokens) -> tuple[float, float]:
+    """The x extent of the heatmap's columns, the first eval to the last; a run with one eval
+    gets a column of its own width around it (equal limits would make a singular axis)."""
+    first, last = float(tokens[0]), float(tokens[-1])
+    if last > first:
+        return first, last
+    half = max(abs(first), 1.0) / 2
+    return first - half, first + half
 
 
 ANALYSIS: Analysis[StudyFolder, MoeArms] = Analysis("routing", compute, render)

@@ -30,7 +30,8 @@ CRITERION_LABELS = {"active": "matched active", "total": "matched total", "flops
 """A criterion's short name, for a figure's axis."""
 # Colour by the verdict, not the sign: grey when the test shows no difference.
 OUTCOME_COLOURS = {"MoE better": "tab:green", "dense better": "tab:red"}
-GAP_LABEL = f"dense − MoE best val loss ({LOSS_UNIT}; >0: MoE better)"
+GAP_LABEL = f"dense − MoE best val loss\n({LOSS_UNIT}; >0: MoE better)"
+"""On two lines: on one it runs past a 4-inch-tall figure's edge."""
 
 
 class Interval(Protocol):
