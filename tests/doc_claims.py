@@ -197,42 +197,14 @@ def active_gap_fall() -> str:
 
 
 
-def headline_losses() -> dict[str, dict[int, float]]:
-    """The demo's runs on the seeds that chose nothing, all on one CPU: the study of seeds 617-622
-    (its -cpu3 file) and the fair-lr check's reporting seeds 1000-1007 at their own lr (0.01 for
-    every arm, the demo's)."""
-    own = load("fair_lr.json")["report_runs"]["own"]
-    return {arm: {**losses("demo-seeds617-622-cpu3", arm),
-                  **{int(seed): run["best_val_loss"] for seed, run in own[arm].items()}}
-            for arm in ("moe", "dense_active", "dense_total")}
 
 
-def readme_headline_row(criterion: str) -> str:
-    by_arm = headline_losses()
-    tests = {c: paired(by_arm[f"dense_{c}"], by_arm["moe"]) for c in ("active", "total")}
-    adjusted = dict(zip(tests, holm_by_hand([t.p for t in tests.values()])))
-    t = tests[criterion]
-    return (f"| matched {criterion} | {signed(t.gap, 4)} | {interval(t, 4)} | "
-            f"{adjusted[criterion]:.4f} | {t.mde:.4f} |")
 
 
-def readme_headline_gap(criterion: str) -> str:
-    by_arm = headline_losses()
-    t = paired(by_arm[f"dense_{criterion}"], by_arm["moe"])
-    return f"{signed(t.gap, 4)} {interval(t, 4)}"
 
 
-def readme_factorial_total() -> str:
-    family = factorial_family()
-    (tied, p_tied), (short, p_short) = (family[cell, "total"]
-                                        for cell in ("tied_warmup0.5", "untied_warmup0.02"))
-    return (f"{signed(tied.gap, 3, '−')} {interval(tied, 3, '−')} and a 2 % warmup (untied) "
-            f"{signed(short.gap, 3, '−')} {interval(short, 3, '−')}, Holm {holm_text(p_tied)} and "
-            f"{holm_text(p_short)}")
 
 
-def readme_check_seeds() -> str:
-    return (f"give {readme_pooled_gap('active')} and {readme_pooled_gap('total')}")
 
 
 FACTORIAL_PAIRS = {"active": ("dense_active", "moe"), "total": ("dense_total", "moe"),
@@ -359,9 +331,6 @@ def extension_means(family: str, size: str) -> str:
     return "| " + " | ".join(cells) + " |"
 
 
-def readme_pooled_gap(criterion: str) -> str:
-    t, _ = demo_pooled("first", criterion)
-    return f"{signed(t.gap, 4)} {interval(t, 4)}"
 
 
 def readme_active_trend() -> str:

@@ -7,7 +7,6 @@ one-line error naming a missing or malformed file.
 
 from __future__ import annotations
 
-from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -40,10 +39,6 @@ class ResultsRoot:
             except (OSError, ValueError) as exc:
                 raise MoelabError(f"{path} is not readable JSON: {exc}") from None
         return self._cache[relative]
-
-    @cached_property
-    def name(self) -> str:
-        return self.root.name
 
 
 def seed_losses(by_seed: dict[str, Any], key: str | None = None) -> SeedLosses:
