@@ -129,7 +129,13 @@ def check_planned_configs(folder: Path, specs: list[RunSpec]) -> None:
             raise MoelabError(
                 f"{folder} already holds run {spec.name} planned with another config: "
                 f"{key}={short_repr(before)} (now {short_repr(now)}); use another --out folder "
-                "or the same config")
+                f"or the same config{_numerics_hint(key, before)}")
+
+
+def _numerics_hint(key: str, before: object) -> str:
+    if key == "train.numerics" and before == "native":
+        return " (resume with --set train.numerics=native)"
+    return ""
 
 
 def _planned_config(path: Path) -> dict | None:
@@ -143,6 +149,10 @@ def _planned_config(path: Path) -> dict | None:
         return None
     if not isinstance(raw, dict):
         return None
+    if isinstance(raw.get("train"), dict) and "numerics" not in raw["train"]:
+        # Planned before train.numerics existed: it trained with the CPU's native kernels,
+        # whatever today's default is, so a resume must not mix in another numerics.
+        raw = {**raw, "train": {**raw["train"], "numerics": "native"}}
     with contextlib.suppress(MoelabError):  # a config this moelab no longer builds: compare raw
         raw = to_dict(build_config(raw))
     return without_logging(raw)

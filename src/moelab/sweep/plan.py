@@ -17,7 +17,8 @@ from typing import Optional
 
 from moelab.accounting import count_params, flops_per_token
 from moelab.config import (
-    Config, MoEConfig, apply_overrides, build_config, load_config, spelt_as_today, to_dict,
+    Config, MoEConfig, apply_overrides, build_config, load_config, read_yaml, spelt_as_today,
+    to_dict,
 )
 from moelab.data.sources import resolve_source
 from moelab.errors import ConfigError, MoelabError, short_repr
@@ -301,10 +302,39 @@ def check_same_grid(out_dir: Path, grid: SweepGrid) -> None:
     grid_path = out_dir / "grid.json"
     if grid_path.is_file():
         old = _keys_spelt_as_today(with_seeds_key(read_json(grid_path)))
+        if _planned_before_numerics(out_dir):
+            old = _with_override(old, NATIVE_NUMERICS)
         new = _keys_spelt_as_today(json.loads(json.dumps(grid_json_record(grid))))
-        if not _same_grid_or_more_seeds(old, new):
-            raise MoelabError(f"{out_dir} already holds another sweep grid ({short_repr(old.get('name'))}): "
-                              "use another --out folder")
+        if _same_grid_or_more_seeds(old, new):
+            return
+        if _same_grid_or_more_seeds(old, _with_override(new, NATIVE_NUMERICS)):
+            raise MoelabError(f"{out_dir} holds runs planned before train.numerics existed (they "
+                              f"trained with native CPU numerics): resume with --set {NATIVE_NUMERICS}")
+        raise MoelabError(f"{out_dir} already holds another sweep grid ({short_repr(old.get('name'))}): "
+                          "use another --out folder")
+
+
+NATIVE_NUMERICS = "train.numerics=native"
+"""The numerics of every run planned before ``train.numerics`` existed (moelab.numerics)."""
+
+
+def _planned_before_numerics(out_dir: Path) -> bool:
+    """Whether the folder's run configs predate ``train.numerics``: those runs trained with
+    the CPU's native kernels, so resuming them today (default ``portable``) would mix numerics."""
+    stored = sorted((out_dir / "configs").glob("*.yaml"))
+    if not stored:
+        return False
+    train = (read_yaml(stored[0]) or {}).get("train")
+    return isinstance(train, dict) and "numerics" not in train
+
+
+def _with_override(record: dict, override: str) -> dict:
+    """The grid record with ``override`` among its overrides unless its key is already set."""
+    overrides = list(record.get("overrides") or [])
+    key = override.split("=", 1)[0]
+    if any(isinstance(item, str) and item.split("=", 1)[0].strip() == key for item in overrides):
+        return record
+    return {**record, "overrides": [*overrides, override]}
 
 
 def _keys_spelt_as_today(record: dict) -> dict:
