@@ -48,8 +48,8 @@ PAGES = (
          "Paper A (abstract) reports the matched-active MoE advantage growing with training "
          "tokens. cpu-budgets trains the demo's arms and recipe at 409.6K, 819.2K, 1.64M and "
          "3.28M tokens per run (400 to 3,200 steps, each budget its own full schedule) on a "
-         "TinyStories copy, 3 seeds: about 0.4-0.6M parameters, 100-1,000x below paper A's "
-         "budgets, so the sign and shape are what is compared, not the numbers.",
+         "TinyStories copy, 3 seeds, at about 0.4-0.6M parameters (paper A's models are under "
+         "25M, its abstract): the sign and shape are what is compared, not the numbers.",
          (budgets.ANALYSIS,), (budgets.summary,)),
     Page("sparsity-at-fixed-size", "The best sparsity at a fixed size (paper B's finding (a))",
          "Abnar et al. 2025 (paper B) report that at a fixed total parameter count and compute "
@@ -78,10 +78,10 @@ PAGES = (
          "its rows.",
          (ladder.ANALYSIS, ladder_loss.ANALYSIS), (ladder.summary, ladder_loss.summary)),
     Page("zero-shot-tasks", "Zero-shot tasks on the demo",
-         "moelab's own three zero-shot tasks (docs/training.md, 'Zero-shot tasks': the last "
-         "word of a story, the ending of four, subject-verb agreement), scored on the demo "
-         "study's final weights. They are not paper A's or paper B's evaluations, and at "
-         "this scale they measure little beyond the loss.",
+         "moelab's own three zero-shot tasks (docs/training.md, 'Zero-shot tasks': a story's "
+         "last word, LAMBADA-style; its true ending against three others; grammatical minimal "
+         "pairs, BLiMP-style), scored on the demo study's final weights. They are not paper "
+         "A's or paper B's evaluations.",
          (zero_shot.ANALYSIS,)),
 )
 

@@ -86,7 +86,7 @@ def render(rows: list[TaskRow] | None, results: ResultsRoot, findings: Findings)
             "the last column counts the runs whose Wilson interval over the items reaches "
             "chance.\n\n"
             + markdown_table(["task", "chance", "items", MOE, DENSE, "MoE − dense (95 % CI)",
-                              "p", "p (Holm)", "verdict", "runs not above chance"], table,
+                              "p", "p (Holm)", "verdict", "runs not shown above chance"], table,
                              "lrrrrrrrlr"))
 
 
