@@ -172,3 +172,93 @@ def test_isoflop_page_reads_its_files():
     per_run = json.loads((RESULTS / "isoflop_lr.json").read_text())["loss_change"]["per_run"]
     s3 = [v for k, v in per_run.items() if "/s3/" in k and "/S0.000" not in k]
     assert f"| s3 | 639.65K | {min(s3):+.3f} | {max(s3):+.3f} |" in page
+
+
+def _holm_by_hand(raw):
+    """Holm's step-down adjustment written out: the i-th smallest p times (m - i), running max."""
+    order = np.argsort(raw)
+    adjusted, running = np.empty(len(raw)), 0.0
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (len(raw) - rank) * raw[i]))
+        adjusted[i] = running
+    return adjusted
+
+
+def _t_interval(values):
+    values = np.asarray(values, dtype=float)
+    half = stats.t.ppf(0.975, len(values) - 1) * values.std(ddof=1) / np.sqrt(len(values))
+    return values.mean() - half, values.mean() + half
+
+
+def test_budget_page_recomputed_with_scipy():
+    """cpu-budgets: every gap's Holm p over the 8 tests, the verdicts at 1.64M and 3.28M, and
+    the per-seed slope of the matched-active gap per doubling, from the per-run losses."""
+    budgets = sorted(json.loads((RESULTS / "studies/cpu-budgets.json").read_text())["budgets"],
+                     key=lambda b: b["tokens"])
+
+    def by_seed(budget, arm):
+        return {run["seed"]: run["best_val_loss"] for run in budget["arms"][arm]["runs"]}
+
+    diffs = [np.array([by_seed(b, dense)[s] - by_seed(b, "moe")[s] for s in sorted(by_seed(b, "moe"))])
+             for b in budgets for dense in ("dense_active", "dense_total")]
+    raw = [stats.ttest_1samp(d, 0.0).pvalue for d in diffs]
+    adjusted = _holm_by_hand(raw)
+    page = render_pages(RESULTS)["budget-trend.md"]
+    for index, label in ((4, "1.64M"), (6, "3.28M")):
+        low, high = _t_interval(diffs[index])
+        cell = (f"{diffs[index].mean():+.3f} [{low:+.3f}, {high:+.3f}], p {raw[index]:.2g}, "
+                f"Holm {adjusted[index]:.2g}")
+        assert cell in _row(page, label)[4]
+        assert adjusted[index] < 0.05 and low > 0 and "**MoE ahead**" in _row(page, label)[4]
+    assert all(p >= 0.05 for i, p in enumerate(adjusted) if i not in (4, 6))
+    doublings = np.log2([b["tokens"] for b in budgets])
+    seeds = sorted(by_seed(budgets[0], "moe"))
+    slopes = [stats.linregress(doublings, [by_seed(b, "dense_active")[s] - by_seed(b, "moe")[s]
+                                           for b in budgets]).slope for s in seeds]
+    low, high = _t_interval(slopes)
+    row = _row(page, "matched active")
+    assert row[1:3] == [f"{np.mean(slopes):+.4f}", f"[{low:+.4f}, {high:+.4f}]"]
+    assert low < 0 < high and row[5] == "**undetermined**"
+
+
+def test_ladder_steps_recomputed_with_scipy():
+    """cpu-ablation's top-2 step (top1_lb − top2_lb, paired over seeds 1-4), Holm over the
+    ladder's 5 steps."""
+    arms = json.loads((RESULTS / "studies/cpu-ablation-seeds1-4.json").read_text())["arms"]
+
+    def by_seed(rung):
+        return {run["seed"]: run["best_val_loss"] for run in arms[rung]["runs"]}
+
+    steps = [("naive_top1", "top1_lb"), ("top1_lb", "top2_lb"), ("top2_lb", "top2_lb_z"),
+             ("top2_lb_z", "top2_global_lb_z"), ("top2_lb_z", "top2_bias_z")]
+    diffs = [np.array([by_seed(a)[s] - by_seed(b)[s] for s in sorted(by_seed(a))]) for a, b in steps]
+    adjusted = _holm_by_hand([stats.ttest_1samp(d, 0.0).pvalue for d in diffs])
+    low, high = _t_interval(diffs[1])
+    line = next(l for l in render_pages(RESULTS)["routing-stability.md"].splitlines()
+                if l.startswith("| `top1_lb` → `top2_lb` | 4 |"))
+    assert f"| {diffs[1].mean():+.3f} | [{low:+.3f}, {high:+.3f}] |" in line
+    assert f"| {adjusted[1]:.2g} | 1.33 | **not separated** |" in line
+    assert adjusted.min() >= 0.05
+
+
+def test_zero_shot_page_recomputed_with_scipy():
+    """MoE − dense_active accuracy per task from the correct/items counts, Holm over the 3 tasks;
+    the runs whose Wilson interval reaches chance, from scipy's binomtest."""
+    tasks = json.loads((RESULTS / "studies/demo-tasks-active.json").read_text())["zero_shot"]
+
+    def accuracy(task, arm):
+        return {r["seed"]: r["correct"] / r["items"] for r in tasks[task]["arms"][arm]["runs"]}
+
+    diffs = {t: np.array([accuracy(t, "moe")[s] - accuracy(t, "dense_active")[s]
+                          for s in sorted(accuracy(t, "moe"))]) for t in tasks}
+    adjusted = _holm_by_hand([stats.ttest_1samp(d, 0.0).pvalue for d in diffs.values()])
+    page = render_pages(RESULTS)["zero-shot-tasks.md"]
+    for (task, d), p_holm in zip(diffs.items(), adjusted):
+        low, high = _t_interval(d)
+        row = _row(page, f"`{task}`")
+        assert row[5] == f"{d.mean():+.4f} [{low:+.4f}, {high:+.4f}]"
+        assert row[7] == f"{p_holm:.2g}" and row[8] == "**not separated**"
+        runs = [r for arm in ("moe", "dense_active") for r in tasks[task]["arms"][arm]["runs"]]
+        reaching = sum(stats.binomtest(r["correct"], r["items"]).proportion_ci(method="wilson").low
+                       <= r["chance"] for r in runs)
+        assert row[9] == f"{reaching} of {len(runs)}"

@@ -15,7 +15,8 @@ from collections.abc import Callable
 from typing import Any
 
 from moelab.errors import MoelabError
-from moelab.findings import fixed_size, isoflop, ladder, paper_a, recipe
+from moelab.findings import (budgets, fixed_size, isoflop, ladder, ladder_loss, paper_a, recipe,
+                             zero_shot)
 from moelab.findings.source import ResultsRoot
 from moelab.report.analysis import Analysis, compute_all, render_all
 
@@ -43,6 +44,13 @@ PAGES = (
          "numbers are not the paper's; the sign and its certainty are what is compared. The "
          "recipe choices below were made on other seeds than those reported.",
          (paper_a.ANALYSIS, recipe.ANALYSIS), (paper_a.summary, recipe.summary)),
+    Page("budget-trend", "Dense vs MoE across budgets (paper A's trend)",
+         "Paper A (abstract) reports the matched-active MoE advantage growing with training "
+         "tokens. cpu-budgets trains the demo's arms and recipe at 409.6K, 819.2K, 1.64M and "
+         "3.28M tokens per run (400 to 3,200 steps, each budget its own full schedule) on a "
+         "TinyStories copy, 3 seeds, at about 0.4-0.6M parameters (paper A's models are under "
+         "25M, its abstract): the sign and shape are what is compared, not the numbers.",
+         (budgets.ANALYSIS,), (budgets.summary,)),
     Page("sparsity-at-fixed-size", "The best sparsity at a fixed size (paper B's finding (a))",
          "Abnar et al. 2025 (paper B) report that at a fixed total parameter count and compute "
          "the loss is parabolic in S with an interior optimum that rises with N, and that small "
@@ -68,7 +76,13 @@ PAGES = (
          "gain'; those are the summary's words, not paper A's abstract. cpu-ablation's 8 "
          "experts and 3x lr were chosen so that top-1 could collapse: that choice is part of "
          "its rows.",
-         (ladder.ANALYSIS,), (ladder.summary,)),
+         (ladder.ANALYSIS, ladder_loss.ANALYSIS), (ladder.summary, ladder_loss.summary)),
+    Page("zero-shot-tasks", "Zero-shot tasks on the demo",
+         "moelab's own three zero-shot tasks (docs/training.md, 'Zero-shot tasks': a story's "
+         "last word, LAMBADA-style; its true ending against three others; grammatical minimal "
+         "pairs, BLiMP-style), scored on the demo study's final weights. They are not paper "
+         "A's or paper B's evaluations.",
+         (zero_shot.ANALYSIS,)),
 )
 
 
