@@ -1,4 +1,4 @@
-"""Do per-cell learning rates move the cpu-isoflop answers? (docs/scaling.md, "Per-cell learning
+"""Do per-cell learning rates move the cpu-isoflop answers? (docs/findings/isoflop-sweep-hand-read.md, "Per-cell learning
 rates on the IsoFLOP sweep")
 
 Compares two sweep folders of the same grid and seeds: one trained at the preset's

@@ -92,7 +92,7 @@ def render(record: PublishedLaw | None, results: ResultsRoot, findings: Findings
     rows = [[f"C = {_power(c)}",
              *(_s(o) for o in record.fixed_n if o.flops == c)] for c in BUDGETS]
     free = [[_power(o.flops), _s(o), _power(o.params, 2)] for o in record.free_n]
-    dense = "; ".join(f"{_power(d.params)} parameters from about C = {_power(d.flops, 2)}"
+    dense = "; ".join(f"{_power(d.params)} parameters from about {_power(d.flops, 2)} FLOPs"
                       for d in record.dense_from)
     return ("## S* at fixed N and C\n\n"
             f"`moelab optimal {FIT.split('/')[-1]} --params N --flops C` at each size and budget "
