@@ -218,7 +218,7 @@ def test_fixed_n_on_isoflop_recomputed_from_results_csv():
                       else int(np.sign(argmin[b, s2][d] - argmin[b, s1][d]))
                       for b in budgets for i, s1 in enumerate(sizes) for s2 in sizes[i + 1:])
     text = f"{sums['both']:+d} [{min(sums.values()):+d}, {max(sums.values()):+d}] over 30 pairs"
-    assert f"**S* rises with N at fixed C**: **undetermined**" in page and text in page
+    assert "**S* rises with N at fixed C**: **undetermined**" in page and text in page
 
 
 def test_topk_page_recomputed_with_scipy():
