@@ -44,7 +44,8 @@ PAGES = (
          "numbers are not the paper's; the sign and its certainty are what is compared. The "
          "recipe choices below were made on other seeds than those reported.",
          (paper_a.ANALYSIS, recipe.ANALYSIS), (paper_a.summary, recipe.summary)),
-    Page("sparsity-at-fixed-size", "The best sparsity at a fixed size (paper B's finding (a))",
+    Page("sparsity-at-fixed-size",
+         "The best sparsity at a fixed size (paper B's findings (a) and (c))",
          "Abnar et al. 2025 (paper B) report that at a fixed total parameter count and compute "
          "the loss is parabolic in S with an interior optimum that rises with N, and that small "
          "models are best dense at most budgets (§2.2, App. D.2, Figs. 2a, 4, 9). moelab's CPU "
@@ -53,7 +54,11 @@ PAGES = (
          "at 98.6K-331K parameters: raising S there also narrows the experts (d_expert 64 to 8 "
          "at s0) and lowers N_active, and the grid has no dense point, so 'small models are "
          "best dense' is not tested. cpu-expertn holds the experts' width (and N_active) fixed, "
-         "so its totals grow with S (up to 2.54M). Both trained with a shared lr.",
+         "so its totals grow with S (up to 2.54M). Both trained with a shared lr. The "
+         "IsoFLOP sweep cpu-isoflop (68K-640K parameters, 3.6e11-3.24e12 FLOPs, seeds 0-1) "
+         "holds each size's total fixed across S too, and asks (c): paper B reports that at a "
+         "fixed N, S* falls as C grows (§3, App. D.2; one Discussion bullet, §6, says the "
+         "opposite).",
          (fixed_size.ANALYSIS, fixed_n_isoflop.ANALYSIS),
          (fixed_size.summary, fixed_n_isoflop.summary)),
     Page("compute-optimal-sparsity", "The compute-optimal sparsity (paper B's finding (b))",
