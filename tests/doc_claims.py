@@ -468,26 +468,6 @@ def sweep_points(folder: str) -> list[ResultRow]:
     return list(sweep_rows(folder))
 
 
-TOPK_PAIRS = [(size, low, high) for size in ("s2", "s3") for low, high in ((4, 8), (4, 16), (8, 16))]
-
-
-def topk_loss(size: str, experts: int) -> dict[int, float]:
-    """{seed: best val loss} of one (size, E) of the cpu-topk sweep."""
-    return {int(row.seed): row.best_val_loss for row in sweep_points("cpu-topk")
-            if row.size == size and row.E == experts}
-
-
-def topk_pair_row(size: str, low: int, high: int) -> str:
-    """A row of docs/scaling.md's top-k table: E = high minus E = low, Holm over the 6 pairs."""
-    tests = {pair: paired(topk_loss(pair[0], pair[2]), topk_loss(pair[0], pair[1]))
-             for pair in TOPK_PAIRS}
-    adjusted = dict(zip(tests, holm([t.p for t in tests.values()])))
-    t = tests[(size, low, high)]
-    show = partial(signed, digits=3, minus="−")
-    return (f"| {size} | E = {high} minus E = {low} | {show(t.gap)} [{show(t.low)}, {show(t.high)}]"
-            f" | {p_text(t.p)} | {p_text(adjusted[(size, low, high)])} |")
-
-
 GRANULARITY_CELLS = {"G = 1": (1.0, 0), "G = 2": (2.0, 0), "G = 2 + 1 shared": (2.0, 1)}
 GRANULARITY_PAIRS = [("G = 2", "G = 1"), ("G = 2 + 1 shared", "G = 1"),
                      ("G = 2 + 1 shared", "G = 2")]
@@ -631,27 +611,6 @@ def replication_holm(study: str, criterion: str) -> str:
 # --------------------------------------------------------------------------------------------
 
 # --------------------------------------------------------------------------------------------
-# Paper B's published law (Table 3, as transcribed): S* at fixed N and C, by brute force
-# --------------------------------------------------------------------------------------------
-
-
-def published_law_row(flops: float) -> str:
-    """'| C = 1e21 | 0 | 0.05 | ... |': S* of eq. 6 with tests/fixtures/abnar2025_table3_fit.json
-    at N = 1e8 .. 1e10, N_active = (1 - S) N, D = C / (6 N_active), on a grid of steps 1e-5."""
-    p = json.loads((ROOT / "tests" / "fixtures" / "abnar2025_table3_fit.json").read_text())["params"]
-    sparsity = np.linspace(0.0, 0.98, 98_001)
-    cells = []
-    for total in (1e8, 3e8, 1e9, 3e9, 1e10):
-        u = 1.0 - sparsity
-        tokens = flops / (6.0 * u * total)
-        loss = (p["a"] / total ** p["alpha"] + p["b"] / tokens ** p["beta"] + p["c"] / u ** p["lam"]
-                + p["d"] / (u ** p["delta"] * total ** p["gamma"]) + p["e"])
-        best = float(sparsity[int(np.argmin(loss))])
-        cells.append("0" if best == 0 else f"{best:.2f}" + (" (edge)" if best >= 0.98 else ""))
-    return f"| C = 1e{round(math.log10(flops))} | " + " | ".join(cells) + " |"
-
-
-# --------------------------------------------------------------------------------------------
 # S* at fixed N (cpu-isoflop) and fine-tuning against S (cpu-finetune), from results.csv
 # --------------------------------------------------------------------------------------------
 
@@ -673,22 +632,6 @@ def fixed_n_argmins() -> dict:
     draws = {"0": ("0",), "1": ("1",), "both": ("0", "1")}
     return {key: {name: min(sorted(by_s), key=lambda s: np.mean([by_s[s][x] for x in seeds]))
                   for name, seeds in draws.items()} for key, by_s in table.items()}
-
-
-def fixed_n_cell(budget: str, size: str) -> str:
-    """'0.5 [0.5, 0.75]' or '≥ 0.875': the pooled argmin, bounded at the grid's top; the
-    interval of 3 draws with weights 1/4, 1/2, 1/4 spans their argmins."""
-    draws = fixed_n_argmins()[budget, size]
-    top = 0.875
-    if draws["both"] == top:
-        return "≥ 0.875"
-    low, high = min(draws.values()), max(draws.values())
-    return f"{draws['both']:g} [{low:g}, {'≥ ' if high == top else ''}{high:g}]"
-
-
-def fixed_n_row(label: str, budget: str) -> str:
-    sizes = ("sA", "s0", "s1", "s2", "s3")
-    return f"| {label} | " + " | ".join(fixed_n_cell(budget, size) for size in sizes) + " |"
 
 
 def fixed_n_trend(axis: str) -> tuple[dict, int, int]:
@@ -752,48 +695,6 @@ def finetune_clustered(metric: int) -> tuple[np.ndarray, np.ndarray, int]:
     return beta, se, g - 1
 
 
-def finetune_family() -> list[tuple[str, float]]:
-    """The 26 tests: the two equal-loss c, then each cell's paired t for both metrics."""
-    tests = []
-    for metric, name in ((5, "c loss"), (6, "c gain")):
-        beta, se, df = finetune_clustered(metric)
-        tests.append((name, float(2 * stats.t.sf(abs(beta[1] / se[1]), df))))
-    cells: dict = {}
-    for p in finetune_pairs():
-        cells.setdefault((p[1], p[0], p[2]), []).append(p)
-    for key, members in sorted(cells.items()):
-        for metric in (5, 6):
-            tests.append((f"{key} {metric}",
-                          float(stats.ttest_1samp([m[metric] for m in members], 0.0).pvalue)))
-    return tests
-
-
-def holm_adjusted() -> dict[str, float]:
-    """Holm over the family: the k-th smallest p times (m - k + 1), a running maximum, capped."""
-    tests = sorted(finetune_family(), key=lambda t: t[1])
-    adjusted, running = {}, 0.0
-    for k, (name, p) in enumerate(tests):
-        running = max(running, min(1.0, (len(tests) - k) * p))
-        adjusted[name] = running
-    return adjusted
-
-
-def finetune_slope_text(metric: int) -> str:
-    """'-0.000 [-0.010, +0.010] per unit S** (p 0.96, Holm 1)'."""
-    beta, se, df = finetune_clustered(metric)
-    half = stats.t.ppf(0.975, df) * se[1]
-    p = 2 * stats.t.sf(abs(beta[1] / se[1]), df)
-    adjusted = holm_adjusted()["c loss" if metric == 5 else "c gain"]
-    return (f"{beta[1]:+.3f} [{beta[1] - half:+.3f}, {beta[1] + half:+.3f}]"
-            + f" (p {p:.2f}, Holm {adjusted:.2g})")
-
-
-def finetune_b_text() -> str:
-    beta, se, df = finetune_clustered(5)
-    half = stats.t.ppf(0.975, df) * se[0]
-    return f"b = {beta[0]:+.3f} [{beta[0] - half:+.3f}, {beta[0] + half:+.3f}] per nat"
-
-
 def finetune_b_within_and_pooled() -> str:
     """b over the pairs (within cells) and the pooled OLS of y on (1, L, S) over all runs."""
     rows = sweep_rows("cpu-finetune")
@@ -804,24 +705,11 @@ def finetune_b_within_and_pooled() -> str:
     return f"(within cells b is {within_b:.2f}, pooled {pooled_b:.2f})"
 
 
-def finetune_cell_text(budget: str, size: str, sparsity: float) -> str:
-    members = [p[5] for p in finetune_pairs() if (p[1], p[0], p[2]) == (budget, size, sparsity)]
-    mean, half = np.mean(members), stats.t.ppf(0.975, 2) * np.std(members, ddof=1) / np.sqrt(3)
-    adjusted = holm_adjusted()[f"{(budget, size, sparsity)} 5"]
-    return f"{mean:.3f} [{mean - half:.3f}, {mean + half:.3f}] (Holm p {adjusted:.2g})"
-
-
-def finetune_cell_range() -> str:
-    cells: dict = {}
-    for p in finetune_pairs():
-        cells.setdefault((p[1], p[0], p[2]), []).append(p[5])
-    means = [np.mean(v) for v in cells.values()]
-    assert max(means) < 0, "a cell's fine-tuned loss is above its dense run's"
-    return f"below 0 in every (size, budget, S) cell ({max(means):.3f} to {min(means):.3f} nats)"
-
-
 STUDY_HAND, SCALING, RECIPE = "docs/findings/study-by-hand.md", "docs/scaling.md", "docs/recipe.md"
 BY_HAND = "docs/findings/not-yet-generated.md"
+ISOFLOP_BY_HAND = "docs/findings/isoflop-sweep-hand-read.md"
+SWEEPS_BY_HAND = "docs/findings/sweeps-hand-read.md"
+"""docs/scaling.md's measured sections that are not generated, moved verbatim."""
 """The readings not yet generated by `moelab findings` (README.md quotes none: its findings are
 generated)."""
 
@@ -998,7 +886,7 @@ def mde_growth() -> str:
             f"{100 * (exact_over_shortcut(5) - 1):.1f} % at 5 df")
 
 # --------------------------------------------------------------------------------------------
-# Predictions: the rollout and the pre-registered test (docs/scaling.md)
+# Predictions: the rollout (docs/findings/sweeps-hand-read.md) and the pre-registered test (docs/scaling.md)
 # --------------------------------------------------------------------------------------------
 
 def rollout_row(form: str) -> str:
@@ -1108,19 +996,19 @@ CLAIMS = [
           partial(fair_lr_gap, "active")),
     Claim(RECIPE, "+0.0176 [+0.0078, +0.0275]** (p 0.0039, Holm 0.0078)",
           partial(fair_lr_gap, "total")),
-    # The sweep (docs/scaling.md).
-    Claim(SCALING, "Paired on the 16 points of seed 0 (the cosine grid's only seed), the wsd "
+    # The sweeps, read by hand (docs/findings/*-hand-read.md, moved from docs/scaling.md).
+    Claim(SWEEPS_BY_HAND, "Paired on the 16 points of seed 0 (the cosine grid's only seed), the wsd "
           "points end above cosine's by +0.013 [0.009, 0.017] nats at 1.2M tokens and +0.018 "
           "[0.009, 0.026] at 3.7M (wsd − cosine, t intervals; p 6e-6 and 4e-4)", wsd_lean),
-    Claim(SCALING, "delta 0.029 [0.004, 0.039]", lambda: fitted("delta", 3)),
-    Claim(SCALING, "gamma 0.62 [0.43, 0.79], beta 0.80 [0.55, 1.16], e 2.18 [1.95, 2.34]",
+    Claim(SWEEPS_BY_HAND, "delta 0.029 [0.004, 0.039]", lambda: fitted("delta", 3)),
+    Claim(SWEEPS_BY_HAND, "gamma 0.62 [0.43, 0.79], beta 0.80 [0.55, 1.16], e 2.18 [1.95, 2.34]",
           lambda: ", ".join(fitted(name, 2) for name in ("gamma", "beta", "e"))),
-    Claim(SCALING, "N (1 - S)^0.047", effective_size_exponent),
-    Claim(SCALING, "The interpolated S* is 0.820 [0.750, 0.875], 0.853 [0.790, 0.875] and "
+    Claim(SWEEPS_BY_HAND, "N (1 - S)^0.047", effective_size_exponent),
+    Claim(ISOFLOP_BY_HAND, "The interpolated S* is 0.820 [0.750, 0.875], 0.853 [0.790, 0.875] and "
           "0.797 [0.761, 0.869]", isoflop_s_star),
-    Claim(SCALING, "The slope of S*(C) is -0.024 [-0.103, +0.062] per decade of C over the 3 "
+    Claim(ISOFLOP_BY_HAND, "The slope of S*(C) is -0.024 [-0.103, +0.062] per decade of C over the 3 "
           "budgets", isoflop_slope),
-    Claim(SCALING, "3.4569 (dense), 3.4160, 3.3996 and 3.3981", lambda: isoflop_minima(3.6e11)),
+    Claim(ISOFLOP_BY_HAND, "3.4569 (dense), 3.4160, 3.3996 and 3.3981", lambda: isoflop_minima(3.6e11)),
     # The recipe (docs/recipe.md).
     Claim(RECIPE, "| untied_warmup0.5_b8 | 0-2 | 409,600 | 3.3581 ± 0.0118 | 3.3762 ± 0.0066 | "
           "3.3759 ± 0.0093 | +0.0181 ± 0.0122 (MDE 0.040) | +0.0178 ± 0.0031 (MDE 0.010) |",
@@ -1146,26 +1034,14 @@ CLAIMS = [
                              "`recipe_lr0.01` (the preset before) | 0-2")),
     Claim(RECIPE, "(+0.037, p = 0.016; 0.031 after Holm's adjustment over the study's 2 criteria)",
           lambda: replication_holm("cpu-replication-recipe", "total")),
-    Claim(SCALING, '| s2 | E = 8 minus E = 4 | −0.015 [−0.056, +0.026] | 0.25 | 0.25 |',
-          partial(topk_pair_row, "s2", 4, 8)),
-    Claim(SCALING, '| s2 | E = 16 minus E = 4 | −0.038 [−0.075, −0.000] | 0.049 | 0.10 |',
-          partial(topk_pair_row, "s2", 4, 16)),
-    Claim(SCALING, '| s2 | E = 16 minus E = 8 | −0.022 [−0.035, −0.010] | 0.016 | 0.065 |',
-          partial(topk_pair_row, "s2", 8, 16)),
-    Claim(SCALING, '| s3 | E = 8 minus E = 4 | −0.031 [−0.034, −0.029] | 0.0003 | 0.0015 |',
-          partial(topk_pair_row, "s3", 4, 8)),
-    Claim(SCALING, '| s3 | E = 16 minus E = 4 | −0.058 [−0.081, −0.034] | 0.0088 | 0.044 |',
-          partial(topk_pair_row, "s3", 4, 16)),
-    Claim(SCALING, '| s3 | E = 16 minus E = 8 | −0.026 [−0.047, −0.005] | 0.034 | 0.10 |',
-          partial(topk_pair_row, "s3", 8, 16)),
-    *[Claim(SCALING, quoted, partial(granularity_cell_row, cell)) for cell, quoted in (
+    *[Claim(SWEEPS_BY_HAND, quoted, partial(granularity_cell_row, cell)) for cell, quoted in (
         ("G = 1", "| G = 1 | 3 | 3.4531 |"), ("G = 2", "| G = 2 | 3 | 3.4386 |"),
         ("G = 2 + 1 shared", "| G = 2 + 1 shared | 3 | 3.4600 |"))],
-    Claim(SCALING, "| G = 2 minus G = 1 | −0.0146 [−0.0427, +0.0135] | 0.16 | 0.35 | "
+    Claim(SWEEPS_BY_HAND, "| G = 2 minus G = 1 | −0.0146 [−0.0427, +0.0135] | 0.16 | 0.35 | "
           "not separated |", partial(granularity_pair_row, "G = 2", "G = 1")),
-    Claim(SCALING, "| G = 2 + 1 shared minus G = 1 | +0.0069 [−0.0043, +0.0180] | 0.12 | 0.35 | "
+    Claim(SWEEPS_BY_HAND, "| G = 2 + 1 shared minus G = 1 | +0.0069 [−0.0043, +0.0180] | 0.12 | 0.35 | "
           "not separated |", partial(granularity_pair_row, "G = 2 + 1 shared", "G = 1")),
-    Claim(SCALING, "| G = 2 + 1 shared minus G = 2 | +0.0214 [−0.0167, +0.0596] | 0.14 | 0.35 | "
+    Claim(SWEEPS_BY_HAND, "| G = 2 + 1 shared minus G = 2 | +0.0214 [−0.0167, +0.0596] | 0.14 | 0.35 | "
           "not separated |", partial(granularity_pair_row, "G = 2 + 1 shared", "G = 2")),
     Claim(STUDY_HAND, "\u22120.0040 [\u22120.0138, +0.0059], Holm p 0.34",
           partial(fair_wsd_gap, "wsd20", 3000)),
@@ -1196,66 +1072,36 @@ CLAIMS = [
     Claim(STUDY_HAND, "0.45 / 0.48 / 0.48 / 0.48 |", lambda: ladder_trace_columns("demo", "top2_lb").split(" | ... | ")[1] + " |"),
     Claim(STUDY_HAND, "one expert takes 0.995-0.999 of the worst layer's slots", ladder_peaks),
     # The extension past the edge (cpu-fixedn, cpu-expertn), seeds 2-4.
-    Claim(SCALING, "| 3.180 | 3.163 | 3.137 | 3.123 | 3.140 |", partial(extension_means, "cpu-fixedn", "s0")),
-    Claim(SCALING, "| 3.179 | 3.111 | 3.075 | 3.079 | 3.078 |", partial(extension_means, "cpu-fixedn", "s1")),
-    Claim(SCALING, "| 3.358 | 3.220 | 3.155 | 3.129 | 3.111 |", partial(extension_means, "cpu-fixedn", "s2")),
-    Claim(SCALING, "| 3.180 | – | 3.148 | 3.159 | 3.161 |", partial(extension_means, "cpu-expertn", "s0")),
-    Claim(SCALING, "| 3.179 | – | 3.155 | 3.170 | 3.177 |", partial(extension_means, "cpu-expertn", "s1")),
-    Claim(SCALING, "| 3.358 | – | 3.326 | 3.338 | 3.325 |", partial(extension_means, "cpu-expertn", "s2")),
+    Claim(ISOFLOP_BY_HAND, "| 3.180 | 3.163 | 3.137 | 3.123 | 3.140 |", partial(extension_means, "cpu-fixedn", "s0")),
+    Claim(ISOFLOP_BY_HAND, "| 3.179 | 3.111 | 3.075 | 3.079 | 3.078 |", partial(extension_means, "cpu-fixedn", "s1")),
+    Claim(ISOFLOP_BY_HAND, "| 3.358 | 3.220 | 3.155 | 3.129 | 3.111 |", partial(extension_means, "cpu-fixedn", "s2")),
+    Claim(ISOFLOP_BY_HAND, "| 3.180 | – | 3.148 | 3.159 | 3.161 |", partial(extension_means, "cpu-expertn", "s0")),
+    Claim(ISOFLOP_BY_HAND, "| 3.179 | – | 3.155 | 3.170 | 3.177 |", partial(extension_means, "cpu-expertn", "s1")),
+    Claim(ISOFLOP_BY_HAND, "| 3.358 | – | 3.326 | 3.338 | 3.325 |", partial(extension_means, "cpu-expertn", "s2")),
     # The readings not yet generated (docs/findings/not-yet-generated.md).
-    Claim(BY_HAND, "(+13 [+7, +13] over 30 pairs of cells",
-          lambda: "(" + fixed_n_trend_text("size").split(" (")[0] + " of cells"),
-    Claim(BY_HAND, "undetermined: −2 [−2, +2] over 15 pairs of budgets, 7 of them",
-          lambda: "undetermined: " + fixed_n_trend_text("budget").split(" (")[0].replace("-", "−")
-          + " of budgets, " + fixed_n_trend_text("budget").split("(")[1].split(" ")[0] + " of them"),
-    Claim(SCALING, "| C = 1e20 | 0.12 | 0.65 | 0.87 | 0.95 | 0.98 (edge) |",
-          partial(published_law_row, 1e20)),
-    Claim(SCALING, "| C = 1e21 | 0 | 0.05 | 0.62 | 0.84 | 0.94 |", partial(published_law_row, 1e21)),
-    Claim(SCALING, "| C = 1e22 | 0 | 0 | 0.15 | 0.61 | 0.84 |", partial(published_law_row, 1e22)),
     # S* at fixed total parameters (cpu-isoflop): argmins over the 3 draws of 2 seeds.
-    Claim(SCALING, "| 3.6e11 | 0.75 [0.75, 0.75] | ≥ 0.875 | ≥ 0.875 | ≥ 0.875 | 0.5 [0, 0.5] |",
-          lambda: fixed_n_row("3.6e11", "C3.6e+11")),
-    Claim(SCALING, "| 1.08e12 | 0.5 [0.5, 0.75] | 0.75 [0.75, ≥ 0.875] | ≥ 0.875 | ≥ 0.875 | ≥ 0.875 |",
-          lambda: fixed_n_row("1.08e12", "C1.08e+12")),
-    Claim(SCALING, "| 3.24e12 | 0.5 [0.5, 0.5] | 0.75 [0.75, 0.75] | ≥ 0.875 | ≥ 0.875 | ≥ 0.875 |",
-          lambda: fixed_n_row("3.24e12", "C3.24e+12")),
-    Claim(SCALING, "+13 [+7, +13] over 30 pairs (9 with both", lambda: fixed_n_trend_text("size")),
-    Claim(SCALING, "-2 [-2, +2] over 15 pairs (7 with both", lambda: fixed_n_trend_text("budget")),
+    Claim(ISOFLOP_BY_HAND, "+13 [+7, +13] over 30 pairs (9 with both", lambda: fixed_n_trend_text("size")),
+    Claim(ISOFLOP_BY_HAND, "-2 [-2, +2] over 15 pairs (7 with both", lambda: fixed_n_trend_text("budget")),
     # Fine-tuning against S (cpu-finetune): within cells, paired, clustered, Holm over 26.
-    Claim(SCALING, "-0.000 [-0.010, +0.010] per unit S** (p 0.96, Holm 1)",
-          lambda: finetune_slope_text(5).replace(" (p", " per unit S** (p")),
-    Claim(SCALING, "c = -0.018 [-0.049, +0.013] (p 0.20, Holm 1)",
-          lambda: "c = " + finetune_slope_text(6)),
-    Claim(SCALING, "b = +0.649 [+0.532, +0.767] per nat", finetune_b_text),
-    Claim(SCALING, "(within cells b is 0.65, pooled 0.87)", finetune_b_within_and_pooled),
-    Claim(SCALING, "-0.036 [-0.041, -0.032] (Holm p 0.023)",
-          lambda: finetune_cell_text("C3.24e+12", "s1", 0.75)),
-    Claim(SCALING, "below 0 in every (size, budget, S) cell (-0.002 to -0.088 nats)",
-          finetune_cell_range),
-    Claim(BY_HAND, "−0.000 [−0.010, +0.010] nats per unit S (Holm p 1,",
-          lambda: finetune_slope_text(5).split(" (p")[0].replace("-", "−") + " nats per unit S (Holm p "
-          + f"{holm_adjusted()['c loss']:.2g},"),
-    Claim(BY_HAND, "one cell significantly after Holm over 26 tests",
-          lambda: f"{['no', 'one', 'two', 'three'][sum(p < 0.05 for n, p in holm_adjusted().items() if n.endswith(' 5'))]} "
-          f"cell significantly after Holm over {len(finetune_family())} tests"),
+    Claim(SWEEPS_BY_HAND, "(within cells b is 0.65, pooled 0.87)", finetune_b_within_and_pooled),
     # Fair comparisons (docs/findings/study-by-hand.md, docs/scaling.md).
     Claim(STUDY_HAND, "moe 3.3627 against 3.3900, dense_active 3.3862 against 3.3905, dense_total 3.3869 "
           "against 3.4008", tuned_demo_selection),
     Claim(STUDY_HAND, "+0.0141 [+0.0058, +0.0223] matched on active parameters (p 0.007, Holm over the "
           "two 0.014), and +0.0150 [-0.0021, +0.0320] on total (p 0.07: not significant)",
           tuned_demo_gaps),
-    Claim(SCALING, "9 of the 20 families chose 0.005", isoflop_lr_families),
-    Claim(SCALING, "10 of the 20 choices were decided by less than 0.017", isoflop_lr_margins),
-    Claim(SCALING, "all 16 runs of s3 improve, by 0.04 to 0.62 nats (mean -0.18)", isoflop_lr_changes),
-    Claim(SCALING, "The other 20 changed runs move by +0.007 on average (range -0.043 to +0.076). "
+    Claim(ISOFLOP_BY_HAND, "9 of the 20 families chose 0.005", isoflop_lr_families),
+    Claim(ISOFLOP_BY_HAND, "10 of the 20 choices were decided by less than 0.017", isoflop_lr_margins),
+    Claim(ISOFLOP_BY_HAND, "all 16 runs of s3 improve, by 0.04 to 0.62 nats (mean -0.18)", isoflop_lr_changes),
+    Claim(ISOFLOP_BY_HAND, "The other 20 changed runs move by +0.007 on average (range -0.043 to +0.076). "
           "Over their 5 families the mean change is +0.007 [-0.018, +0.032]", isoflop_lr_other_sizes),
-    Claim(SCALING, "| 3.6e+11 | 3.4569 [3.4413, 3.4711], same | 3.4158 [3.4029, 3.4278], same | "
+    Claim(ISOFLOP_BY_HAND, "| 3.6e+11 | 3.4569 [3.4413, 3.4711], same | 3.4158 [3.4029, 3.4278], same | "
           "3.3986 [3.3969, 3.3993] / 3.4358 [3.4063, 3.4399] | 3.3976 [3.3721, 3.4155] / 3.3984 "
           "[3.3739, 3.4211] |", partial(isoflop_lr_minimum_row, 3.6e11)),
-    Claim(SCALING, "| 1.08e+12 | 3.1482 [3.1428, 3.1531] / 3.1490 [3.1431, 3.1543] | 3.0840 "
+    Claim(ISOFLOP_BY_HAND, "| 1.08e+12 | 3.1482 [3.1428, 3.1531] / 3.1490 [3.1431, 3.1543] | 3.0840 "
           "[3.0658, 3.1046], same | 3.0580 [3.0546, 3.0613] / 3.0636 [3.0588, 3.0683] | 3.0461 "
           "[3.0341, 3.0557] / 3.0386 [3.0276, 3.0487] |", partial(isoflop_lr_minimum_row, 1.08e12)),
-    Claim(SCALING, "+3 [+3, +5] to +8 [+8, +12] over 20 pairs", isoflop_lr_sign_sums),
+    Claim(ISOFLOP_BY_HAND, "+3 [+3, +5] to +8 [+8, +12] over 20 pairs", isoflop_lr_sign_sums),
     Claim(STUDY_HAND, "11.75 seeds on average (12, 12, 11, 12) against 6", until_resolved_mean),
     Claim(STUDY_HAND, "finds 7 of the 8 significant after Holm", until_resolved_fixed_all),
     Claim(SCALING, "It is 5.4 % larger than the shortcut (t_0.975 + t_0.80) x standard error used "
@@ -1269,8 +1115,9 @@ CLAIMS = [
               "+0.0160 [+0.0024, +0.0295] | 0.016 / 0.14 |"),
         (400, "| 400-411 | 12 | 12, undetermined: +0.0077 [-0.0068, +0.0223] | 11, resolved: "
               "+0.0125 [+0.0004, +0.0245] | 0.35 / 0.17 |"))),
-    # Predictions (docs/scaling.md, "Calibration by rollout" and "A pre-registered prediction").
-    *[Claim(SCALING, row, partial(rollout_row, form)) for form, row in (
+    # Predictions (docs/findings/sweeps-hand-read.md, "Calibration by rollout"; docs/scaling.md,
+    # "A pre-registered prediction").
+    *[Claim(SWEEPS_BY_HAND, row, partial(rollout_row, form)) for form, row in (
         ("sparsity", "| `sparsity` | 7 | 116 | 84/116 (72%) | -0.0635 | 0.0743 | 1.89 |"),
         ("sparsity-interaction",
          "| `sparsity-interaction` | 7 | 116 | 86/116 (74%) | -0.0641 | 0.0775 | 2.24 |"),
