@@ -45,17 +45,25 @@ LOG_FLOPS_RANGE = (math.log(1e6), math.log(1e32))
 
 
 class SweepRow(Protocol):
-    """What a sweep's results row (``moelab.sweep.results_csv.ResultRow``) gives this module."""
+    """What a sweep's results row (``moelab.sweep.results_csv.ResultRow``, frozen: so the
+    members are read-only properties) gives this module."""
 
-    size: str
-    S: float
-    E: int
-    N_total: float
-    N_active: float
-    D: float
-    C: float
-    best_val_loss: float
-    tokens_per_s: Optional[float]
+    @property
+    def size(self) -> str: ...
+    @property
+    def S(self) -> float: ...
+    @property
+    def E(self) -> int: ...
+    @property
+    def N_total(self) -> float: ...
+    @property
+    def N_active(self) -> float: ...
+    @property
+    def D(self) -> float: ...
+    @property
+    def C(self) -> float: ...
+    @property
+    def tokens_per_s(self) -> Optional[float]: ...
 
 
 @dataclass(frozen=True)
