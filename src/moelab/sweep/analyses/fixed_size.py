@@ -1,9 +1,10 @@
 """S* at fixed total (or active) parameters, read off the runs: per size and budget the sparsity
-tried of lowest mean best validation loss (the loss of the runs table, the IsoFLOP curves and the
-law fits, so the section, its figure and the rest of the report read one statistic), with intervals resampling seeds as whole wsd families, the ordinal
-tests of "S* rises with N" and "S* falls with C" (``moelab.scaling.fixed_size``), and a figure of
-loss against S per size at one budget with each S* marked. Written as ``fixed_size.json``
-(grids with two sparsities or more per size and budget)."""
+tried of lowest mean best validation loss (the loss of the runs table, the IsoFLOP curves and
+the law fits, so the section, its figure and the rest of the report read one statistic), with
+intervals resampling seeds as whole wsd families, the ordinal tests of "S* rises with N" and "S*
+falls with C" (``moelab.scaling.fixed_size``), and a figure of loss against S per size at one
+budget with each S* marked. Written as ``fixed_size.json`` (grids with two sparsities or more
+per size and budget)."""
 
 from __future__ import annotations
 
