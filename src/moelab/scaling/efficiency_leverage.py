@@ -278,7 +278,7 @@ def render(record: Optional[EfficiencyLeverage]) -> str:
     """The markdown section of an EfficiencyLeverage record ("" for none)."""
     if record is None:
         return ""
-    rows = [f"| {p.size} | {p.S:g} | {p.E} | {p.law_loss:.4f} | {p.C_moe:.3g} | "
+    rows = [f"| {p.size} | {p.S:g} | {p.E} | {p.D:.3g} | {p.law_loss:.4f} | {p.C_moe:.3g} | "
             + ("–" if p.C_dense is None else f"{p.C_dense:.3g}") + " | "
             + _leverage_text(p.leverage, p.ci) + " | "
             + ("–" if p.leverage_seconds is None and not p.ci_seconds
@@ -297,6 +297,6 @@ def render(record: Optional[EfficiencyLeverage]) -> str:
             "MoE's measured training time against C_dense at the dense runs' median seconds "
             "per FLOP. Read off the fitted law, so it inherits the law's form and its misfit; "
             "beyond the sweep's sizes it is an extrapolation.\n\n"
-            "| size | S | E | fitted loss | C_MoE | C_dense | EL (FLOPs) [95 % CI] | "
-            "EL (seconds) [95 % CI] |\n|---|---:|---:|---:|---:|---:|---:|---:|\n"
+            "| size | S | E | D | fitted loss | C_MoE | C_dense | EL (FLOPs) [95 % CI] | "
+            "EL (seconds) [95 % CI] |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|\n"
             + "\n".join(rows) + "\n")
