@@ -368,6 +368,10 @@ def test_budget_sweep_groups_and_plots(tmp_path, demo):
         assert active["min_detectable_gap"] > 0
     assert results["arms"] == results["budgets"][-1]["arms"]
     assert "figures/gaps_vs_tokens.png" in _figures_named((tmp_path / "s/report.md").read_text())
+    # Two budgets, the dense arms' loss falling with them: the leverage section follows.
+    report = (tmp_path / "s/report.md").read_text()
+    assert report.index("## Budget sweep") < report.index("## Efficiency leverage")
+    assert "### In measured training seconds" in report
 
 
 @pytest.mark.slow
