@@ -85,6 +85,7 @@ def test_every_field_of_the_run_and_study_files_and_results_csv_is_documented():
     from moelab.cli.reference_outputs import undocumented
 
     assert undocumented(_core_records()) == []
+    assert "`moelab.study.results.RunResult`: One run of an arm" in render()["outputs.md"]
 
 
 def test_every_field_of_the_sweep_analysis_files_is_documented():

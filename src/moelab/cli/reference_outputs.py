@@ -91,6 +91,12 @@ def record_fields(cls: type, found: list[type]) -> list[FieldDoc]:
     for field in dataclasses.fields(cls):
         if field.metadata.get("json") is False:  # bookkeeping, never written
             continue
+        if "written_as" in field.metadata:  # a record whose keys the file holds at this level
+            inner = typing.get_type_hints(hints[field.name])
+            nested = {row.key: row for row in record_fields(hints[field.name], found)}
+            rows += [FieldDoc(name, nested[name].type, nested[name].doc) for name in
+                     field.metadata["written_as"] if name in inner]
+            continue
         kind = type_text(hints[field.name], found)
         if RECORD_OF in field.metadata:
             kind += f" (each with the keys of {type_text(field.metadata[RECORD_OF], found)})"
@@ -124,15 +130,22 @@ def field_table(rows: list[FieldDoc]) -> list[str]:
               for row in rows)]
 
 
+def class_doc(cls: type) -> str:
+    """The record's own docstring, one line; "" for the signature a dataclass makes up."""
+    doc = " ".join((cls.__dict__.get("__doc__") or "").split())
+    return "" if doc.startswith(f"{cls.__name__}(") else doc
+
+
 def record_section(cls: type, found: list[type]) -> list[str]:
-    doc = " ".join((cls.__doc__ or "").split())
+    doc = class_doc(cls) or UNDOCUMENTED
     return [f"### {cls.__name__}", "", f"`{cls.__module__}.{cls.__qualname__}`: {doc}", "",
             *field_table(record_fields(cls, found)), ""]
 
 
 def undocumented(records: list[type]) -> list[str]:
-    """``Record.field`` for every written field without a docstring."""
-    missing = []
+    """``Record.field`` for every written field without a docstring (``Record`` itself when the
+    class has none)."""
+    missing = [cls.__name__ for cls in records if not class_doc(cls)]
     for cls in records:
         docs = docstrings(cls)
         missing += [f"{cls.__name__}.{f.name}" for f in dataclasses.fields(cls)

@@ -80,6 +80,8 @@ class HeldoutError:
 
 @dataclass
 class FitBootstrap:
+    """The bootstrap refits behind a fit's intervals."""
+
     replicates: int
     """Bootstrap resamples fitted."""
     seed: int

@@ -100,6 +100,8 @@ class FormSS:
 
 @dataclass(frozen=True)
 class LackOfFit:
+    """The residual beyond pure error against pure error, as an F test."""
+
     F: float
     """Lack-of-fit F: the residual beyond pure error against pure error."""
     df: list[int]

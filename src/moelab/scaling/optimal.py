@@ -44,6 +44,8 @@ DEFAULT_MAX_SPARSITY = 0.98
 
 @dataclass
 class Optimum:
+    """An optimal shape a fitted law gives: its S, size, tokens and loss."""
+
     sparsity: float
     """The optimal sparsity S*."""
     params_total: float
@@ -227,6 +229,8 @@ MAX_PARAMS = 1e13
 
 @dataclass
 class SecondsOptimum(Optimum):
+    """A time-optimal shape: an Optimum with its throughput and the compute it spends."""
+
     tokens_per_s: float = 0.0
     """Training throughput of the optimal shape, from the throughput model."""
     flops: float = 0.0
@@ -379,6 +383,9 @@ def seconds_versus_dense(law: Law, params: dict[str, float], seconds: float, tok
 
 @dataclass(kw_only=True)
 class VersusDenseInterval(OptimumInterval):
+    """A seconds optimum with its intervals, beside the dense model that reaches its loss
+    soonest."""
+
     optimum: SecondsVersusDense
     """The optimum, beside the equal-loss dense model."""
 

@@ -177,6 +177,8 @@ class ThroughputModel:
 
 @dataclass
 class ThroughputBootstrap:
+    """The bootstrap refits of a throughput model, resampling whole shapes."""
+
     replicates: int
     """Resamples of the distinct shapes fitted."""
     coefficients: list[dict[str, float]]

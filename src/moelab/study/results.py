@@ -208,8 +208,11 @@ class StudyResults:
     """The seeds the runs used, ascending."""
     criteria: list[str]
     """The criteria that have a dense arm, in ``moelab.accounting.CRITERIA`` order."""
-    final: BudgetResults
-    """The largest budget of a sweep, the only one otherwise: what the report leads with."""
+    final: BudgetResults = field(metadata={"written_as": ("arms", "gaps", "zero_shot",
+                                                           "rung_steps")})
+    """The largest budget of a sweep, the only one otherwise: what the report leads with.
+    results.json holds its arms, gaps, zero_shot and rung_steps at the top level (``to_dict``),
+    not this key."""
     budgets: list[BudgetResults]
     """Every budget, smallest first; [] in a study without ``--budgets``."""
     missing_runs: list[str]

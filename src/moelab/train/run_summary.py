@@ -28,6 +28,9 @@ SCHEMA_VERSION = 2
 
 @dataclass
 class RunSummary:
+    """summary.json: a finished run's numbers (the module's docstring says how older files are
+    read)."""
+
     status: str = "complete"
     """"complete": the run finished (the loop writes the file only then)."""
     best_val_loss: Optional[float] = None

@@ -113,6 +113,8 @@ class FinetuneMetric:
 
 @dataclass
 class FinetuneCellMetric:
+    """One fine-tuning metric of a cell: sparse minus dense over its pairs."""
+
     minus_dense: FinetuneEstimate
     """Sparse minus dense over the cell's pairs."""
 

@@ -114,6 +114,8 @@ class ExpertPair:
 
 @dataclass
 class SparsityDeltas:
+    """Loss at each sparse S minus dense at fixed size and tokens, with the seeds' pooled noise."""
+
     seed_std: float
     """The pooled std of a point's seeds."""
     df: int

@@ -95,6 +95,9 @@ class GranularityTest:
 
 @dataclass
 class GranularityRecord:
+    """granularity.json: the sweep's expert splits at one sparsity and the pre-set comparisons
+    between them."""
+
     cells: list[GranularityCell]
     """Each (size, budget, S, G, shared) of the sweep."""
     tests: list[GranularityTest]
