@@ -84,3 +84,14 @@ def test_the_small_sweeps_quote_their_dry_run_estimates(capsys):
         seconds = float(re.search(r"about ([\d,]+) s", line).group(1).replace(",", ""))
         figures.append(f"{seconds / 60:.0f} min" if seconds >= 60 else f"{seconds:.0f} s")
     assert f"(`--dry-run`: {', '.join(figures)})" in _presets_row("sweeps `demo`, `micro`")
+
+
+def test_benchmarks_md_copies_the_committed_times():
+    text = (ROOT / "BENCHMARKS.md").read_text()
+    for row in _committed().values():
+        name = f"{'sweep ' if row['kind'] == 'sweep' else ''}`{row['preset']}`"
+        cells = (f"| {row['runs']} | {row['seconds'] / 60:.1f} |",
+                 f"| {row['estimated_seconds'] / 60:.1f} | "
+                 f"{row['estimated_seconds'] / row['seconds']:.2f} |")
+        line = next(line for line in text.splitlines() if line.startswith(f"| {name}"))
+        assert all(cell in line for cell in cells), line
