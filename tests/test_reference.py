@@ -146,12 +146,12 @@ def test_metrics_lines_have_the_keys_the_page_documents(tmp_path):
                                "lr", "grad_norm", "tokens_per_s", "tokens_per_cpu_s",
                                "flops_per_s", "balance"}
     page = render()["outputs.md"]
-    section = page.split("### EvalEvent")[1].split("### ")[0]
+    section = page.split('<a id="evalevent">')[1].split("### ")[0]
     for key in eval_line:
         assert f"| `{key}` |" in section
     routing = page.split("### LayerRouting")[1].split("### ")[0]
     assert [f"| `{key}` |" in routing for key in eval_line["routing"][0]] == \
         [True] * len(eval_line["routing"][0])
-    section = page.split("### TrainEvent")[1].split("### ")[0]
+    section = page.split('<a id="trainevent">')[1].split("### ")[0]
     for key in train_line:
         assert f"| `{key}` |" in section

@@ -175,6 +175,9 @@ def run_files() -> list[OutputFile]:
     from moelab.train.run_summary import RunSummary
 
     return [
+        OutputFile("config.yaml", "the run's folder before it trains", None,
+                   "The run's resolved config: every key, its type and meaning in "
+                   "[config.md](config.md)."),
         OutputFile("summary.json", "the training loop, once, after the last evaluation",
                    RunSummary, "Its presence with `\"status\": \"complete\"` marks the run "
                    "finished."),
@@ -256,7 +259,9 @@ def study_csv_section() -> list[str]:
 
 
 def _file_sections(title: str, files: list[OutputFile], roots: list[Any],
-                   special: dict[str, list[str]]) -> list[str]:
+                   special: dict[str, list[str]], shown: list[type]) -> list[str]:
+    """Each file's section: who writes it and its keys (a record's table right there, anchored
+    for the links; a mapping of records names them, documented under Records)."""
     lines = [f"## {title}", ""]
     for output in files:
         lines += [f"### {output.name}", "", f"Written by {output.writer}."
@@ -266,27 +271,34 @@ def _file_sections(title: str, files: list[OutputFile], roots: list[Any],
             continue
         roots.append(output.record)
         found: list[type] = []
-        lines += [f"Holds {type_text(output.record, found)}.", ""]
+        if isinstance(output.record, type) and output.record not in shown:
+            shown.append(output.record)
+            lines += [f'<a id="{anchor(output.record)}"></a>`{output.record.__qualname__}` '
+                      f"(`{output.record.__module__}`): {class_doc(output.record)}", "",
+                      *field_table(record_fields(output.record, found)), ""]
+        else:
+            lines += [f"Holds {type_text(output.record, found)}.", ""]
     return lines
 
 
 def outputs_markdown() -> str:
     """docs/reference/outputs.md."""
     roots: list[Any] = []
+    shown: list[type] = []
     lines = ["# Output file reference", "",
              "Every file a run, a study and a sweep writes that you read, each key with its type "
              "and meaning, generated from the typed record the file is written from (its "
              "dataclass fields and their docstrings). Figures and report.md are rendered from "
              "these files.", ""]
-    lines += _file_sections("A run's folder", run_files(), roots, {})
+    lines += _file_sections("A run's folder", run_files(), roots, {"config.yaml": []}, shown)
     lines += _file_sections("A study's folder", study_files(), roots,
-                            {"results.csv": study_csv_section()})
+                            {"results.csv": study_csv_section()}, shown)
     lines += _file_sections("A sweep's folder", sweep_files(), roots,
-                            {"results.csv": results_csv_section()})
-    records = reachable(roots)
-    lines += ["## Records", "", "Each record a file holds, once; a key typed with a record holds "
-              "an object of that record.", ""]
-    for cls in records:
-        lines += record_section(cls, [])
+                            {"results.csv": results_csv_section()}, shown)
+    lines += ["## Records", "", "The records the files' keys hold, each once; a key typed with a "
+              "record holds an object of it.", ""]
+    for cls in reachable(roots):
+        if cls not in shown:
+            lines += record_section(cls, [])
     return ("<!-- Generated from the records by `python -m moelab.cli.reference`; do not edit. "
             "-->\n\n" + "\n".join(lines).rstrip("\n") + "\n")

@@ -79,7 +79,8 @@ class RunSummary:
     a GPU tokens_per_s, on a CPU tokens_per_cpu_s, times flops_per_token_6n over
     peak_flops_per_s (``moelab.train.peak``)."""
     mfu_convention: Optional[str] = None
-    """Which clock mfu uses: wall time on a GPU, CPU time on a CPU."""
+    """How mfu was computed, in words: its clock (wall on a GPU, CPU-seconds on a CPU) and the
+    FLOPs it counts."""
     peak_flops_per_s: Optional[float] = None
     """On a CPU: matmul FLOPs per CPU-second of this machine (measured, cached per machine)."""
     peak_flops_source: Optional[str] = None
