@@ -69,7 +69,7 @@ PAGES = (
          "fixed N, S* falls as C grows (§3, App. D.2; one Discussion bullet, §6, says the "
          "opposite).",
          (fixed_size.ANALYSIS, fixed_n_isoflop.ANALYSIS),
-         (fixed_size.summary, fixed_n_isoflop.summary)),
+         (fixed_size.summary,)),  # fixed_n_isoflop: no README line (no room)
     Page("compute-optimal-sparsity", "The compute-optimal sparsity (paper B's finding (b))",
          "Abnar et al. 2025 (paper B) report that at a fixed FLOPs budget with the size free the "
          "loss falls with S, compute-optimal models growing in N and shrinking in N_active as S "
@@ -127,7 +127,7 @@ PAGES = (
          "gain'; those are the summary's words, not paper A's abstract. cpu-ablation's 8 "
          "experts and 3x lr were chosen so that top-1 could collapse: that choice is part of "
          "its rows.",
-         (ladder.ANALYSIS, ladder_loss.ANALYSIS), (ladder.summary, ladder_loss.summary)),
+         (ladder.ANALYSIS, ladder_loss.ANALYSIS), (ladder.summary,)),  # ladder_loss: no README line (no room)
     Page("zero-shot-tasks", "Zero-shot tasks on the demo",
          "moelab's own three zero-shot tasks (docs/training.md, 'Zero-shot tasks': a story's "
          "last word, LAMBADA-style; its true ending against three others; grammatical minimal "

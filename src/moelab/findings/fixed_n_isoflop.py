@@ -104,11 +104,3 @@ def render(record: FixedNOnIsoflop | None, results: ResultsRoot, findings: Findi
 
 
 ANALYSIS: Analysis[ResultsRoot, FixedNOnIsoflop] = Analysis("fixed_n_isoflop", compute, render)
-
-
-def summary(record: FixedNOnIsoflop) -> str:
-    return (f"At a fixed total size on the IsoFLOP sweep (cpu-isoflop, 2 seeds): S* rising with "
-            f"N is **{record.with_size.verdict.word}** (pair signs {record.with_size.statistic:+d} "
-            f"over {record.with_size.pairs}), S* falling with C is "
-            f"**{record.with_budget.verdict.word}** ({record.with_budget.statistic:+d} over "
-            f"{record.with_budget.pairs}).")

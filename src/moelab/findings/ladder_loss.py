@@ -111,15 +111,3 @@ def render(ladders: list[Ladder] | None, results: ResultsRoot, findings: Finding
 
 
 ANALYSIS: Analysis[ResultsRoot, list[Ladder]] = Analysis("ladder_steps", compute, render)
-
-
-def summary(ladders: list[Ladder]) -> str:
-    """The README's line: top-2 over top-1 on cpu-ablation."""
-    ladder = ladders[0]
-    step = next(s for s in ladder.steps if (s.earlier, s.later) == ("top1_lb", "top2_lb"))
-    ci = "" if step.ci is None else f" [{step.ci[0]:+.3f}, {step.ci[1]:+.3f}]"
-    return (f"Top-2 over top-1 (both balanced) on `{ladder.preset}`: {step.difference:+.3f}"
-            f"{ci} nats over {len(ladder.seeds)} seeds, p {_p(step.p_holm)} ({ladder.family}), "
-            f"**{step.verdict.word}**; top-2 also has {step.active_ratio:.2f}x the active "
-            "parameters and renormalised weights, and the preset's lr and experts were chosen "
-            "so that top-1 could collapse.")

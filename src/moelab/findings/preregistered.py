@@ -95,6 +95,21 @@ def _coverage(record: Score) -> str:
             f"mean |error| {_num(record.mean_abs_error)}, rms z {_num(record.rms_standardised, '.2f')}")
 
 
+def _misses(record: Score) -> str:
+    """What held and what missed, counted: the errors' signs, and what the interval would have
+    covered without the extrapolation term the rollout added."""
+    scored = [c for c in record.cells if c.inside is not None and c.error is not None]
+    above = sum(c.error > 0 for c in scored)  # type: ignore[operator]
+    outside = [f"{c.label} ({c.error:+.4f}, z {_num(c.standardised, '+.2f')})" for c in scored
+               if not c.inside]
+    raw = sum(bool(c.inside_without_extrapolation) for c in scored)
+    return (f"The measured mean lies above the prediction in {above} of {len(scored)} cells. "
+            f"Outside: {', '.join(outside) or 'none'}. Without the extrapolation term measured "
+            f"by the rollout, {raw} of {len(scored)} cells would be inside. Why a cell missed is "
+            "not told by these runs: the interval leaves out the change of machine from the "
+            "sweep's and any lr the larger size may want at 4x the budget (the design page).")
+
+
 def _sparsity_rows(test: PreregisteredTest) -> list[list[str]]:
     optima = {o.size: o for o in test.optima}
     rows = []
@@ -129,7 +144,7 @@ def render(test: PreregisteredTest | None, results: ResultsRoot, findings: Findi
              f"measured value is the mean best validation loss of its seeds ({seeds}).", "",
              markdown_table(["cell", "predicted", f"{primary.level:.0%} interval", "seeds",
                              "measured", "error", "z", "verdict"], _cell_rows(primary)), "",
-             f"Coverage: {_coverage(primary)}.", ""]
+             f"Coverage: {_coverage(primary)}.", "", _misses(primary), ""]
     if primary.pending:
         lines += [f"Pending (no complete run yet): {', '.join(primary.pending)}.", ""]
     lines += ["## The best sparsity per size", "",

@@ -114,11 +114,3 @@ def render(record: PublishedLaw | None, results: ResultsRoot, findings: Findings
 
 
 ANALYSIS: Analysis[ResultsRoot, PublishedLaw] = Analysis("published_law", compute, render)
-
-
-def summary(record: PublishedLaw) -> str:
-    edges = sum(o.at_edge for o in record.free_n)
-    return (f"Paper B's published law (Table 3 as transcribed, read by `moelab optimal`): with N "
-            f"free S* sits at the search's edge at {edges} of {len(record.free_n)} budgets; at "
-            "fixed C it rises with N and at fixed N falls with C, by the law's form (no interval, "
-            "no verdict word).")

@@ -72,9 +72,3 @@ def render(record: ZeroShot | None, results: ResultsRoot, findings: Findings) ->
 
 
 ANALYSIS: Analysis[ResultsRoot, ZeroShot] = Analysis("zero_shot", compute, render)
-
-
-def summary(record: ZeroShot) -> str:
-    words = sorted({t.verdict.word for t in record.tasks})
-    return (f"Zero-shot accuracy against S at equal pretraining loss (cpu-isoflop, moelab's "
-            f"{len(record.tasks)} tasks): **{', '.join(words)}** for every task.")
