@@ -140,3 +140,69 @@ def test_the_corpus_guide_refuses_and_passes_as_it_says(tmp_path, monkeypatch, c
     assert valid_tokens // 129 == 24  # the "most that fit", by hand: 129-token windows
     assert (tmp_path / "my-study" / "report.md").is_file()
     assert not (tmp_path / "my_notes.txt").read_text().count("<|endoftext|>")
+
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_the_first_sweep_guide_runs(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    commands = guide_commands("first-sweep.md")
+    assert [c.split()[1] for c in commands] == [
+        "sweep-sparsity", "sweep-sparsity", "fit", "optimal", "optimal", "isoflop"]
+    outputs = run_guide("first-sweep.md", tmp_path, capsys)
+    assert "36 runs" in outputs[0].splitlines()  # the count the guide gives, by hand: 3 x 4 x 3
+    results = (tmp_path / "my-sweep" / "results.csv").read_text().splitlines()
+    assert len(results) == 1 + 36
+    report = (tmp_path / "my-sweep" / "report.md").read_text()
+    headings = set(report.splitlines())
+    walked_through = re.findall(r"`(## [^`]+)`", guide_text("first-sweep.md"))
+    # the law's own sections are there only when a form passed, which the tiny runs need not
+    always = [h for h in walked_through if h not in ("## Law fit", "## Held-out check",
+                                                      "## Optimal sparsity")]
+    assert len(always) >= 3
+    for heading in always:
+        assert heading in headings, heading
+
+
+def test_the_first_sweep_guide_quotes_the_price_moelab_prints(monkeypatch, capsys):
+    (price,) = [block for block in re.findall(r"```text\n(.*?)```", guide_text("first-sweep.md"),
+                                              flags=re.S) if block.startswith("time at")]
+    speeds = "experiments/results/sweeps/cpu-eager/results.csv"
+    assert f"moelab sweep-sparsity quick-law --dry-run --speeds {speeds}\n" in guide_text(
+        "first-sweep.md")
+    monkeypatch.chdir(REPO)
+    assert main(["sweep-sparsity", "quick-law", "--dry-run", "--speeds", speeds]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == price.strip()
+
+
+def law_grid_record(name: str) -> dict:
+    import json
+
+    return json.loads((REPO / "experiments" / "results" / name).read_text())
+
+
+def test_the_first_sweep_guide_quotes_the_form_checks_of_the_committed_runs():
+    """Its table of forms chosen on the cpu sweep's runs of the quick-law grid is the record's;
+    and that grid is, of the sub-grids the search checked, the cheapest on which a form passed
+    with each seed alone."""
+    quoted = re.findall(r"^\| seed (\d+) \((\d+) runs\) \| `([\w-]+)` \| (\d\.\d{4}) \|$",
+                        guide_text("first-sweep.md"), flags=re.M)
+    record = law_grid_record("smallest_law_grid-quick-law.json")
+    assert record["bootstrap"] == 200 and record["starts"] == 4096
+    expected = []
+    for grid in record["sub_grids"]:
+        (seed,) = grid["seeds"]
+        (chosen,) = [form for form in grid["forms"] if form["law"] == grid["chosen"]]
+        expected.append((seed, str(grid["runs"]), grid["chosen"], f"{chosen['holdout_mae']:.4f}"))
+    assert sorted(quoted) == sorted(expected) and len(quoted) == 2
+    search = law_grid_record("smallest_law_grid.json")
+    passed: dict[tuple, dict[str, float]] = {}  # grid without its seeds -> {seed: CPU-s}
+    for grid in search["sub_grids"]:
+        if len(grid["seeds"]) == 1 and grid["chosen"] is not None:
+            key = (tuple(grid["sizes"]), tuple(grid["S"]), tuple(grid["budgets"]))
+            passed.setdefault(key, {})[grid["seeds"][0]] = grid["cpu_s"]
+    both = {key: sum(costs.values()) / len(costs) for key, costs in passed.items()
+            if len(costs) == 2}
+    assert min(both, key=both.__getitem__) == (
+        ("s0", "s1", "s2"), ("0.0", "0.5", "0.75", "0.875"), ("D1228800", "D2457600", "D3686400"))
