@@ -3,7 +3,7 @@
     .venv/bin/python experiments/smallest_law_grid.py experiments/results/sweeps/cpu-eager \
         --max-cpu-s 1600 [--bootstrap 32] [--starts 512]
     .venv/bin/python experiments/smallest_law_grid.py experiments/results/sweeps/cpu-eager \
-        --sizes s0,s1,s2 --bootstrap 200 --starts 4096 \
+        --sizes s0,s1,s2 --max-cpu-s 3100 --bootstrap 200 --starts 4096 \
         --out experiments/results/smallest_law_grid-quick-law.json     # as the report checks
 
 Every sub-grid of the sweep (2 to 4 of its sizes; its sparsities, or S = 0, 0.75, 0.875; its
