@@ -1,5 +1,5 @@
-"""Do per-cell learning rates move the cpu-isoflop answers? (docs/scaling.md, "Per-cell learning
-rates on the IsoFLOP sweep")
+"""Do per-cell learning rates move the cpu-isoflop answers?
+(docs/findings/isoflop-sweep-hand-read.md, "Per-cell learning rates on the IsoFLOP sweep")
 
 Compares two sweep folders of the same grid and seeds: one trained at the preset's
 shared lr, one with ``--lr-grid`` (each size x sparsity x budget family at its own lr, chosen on a

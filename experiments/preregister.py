@@ -1,7 +1,8 @@
 """The pre-registered prediction (docs/scaling.md, "A pre-registered prediction on a CPU").
 
-Fits every form to cpu-isoflop without s3 (its shared lr 0.01 was too high for s3: docs/scaling.md,
-"Per-cell learning rates on the IsoFLOP sweep") and predicts the cells of the cpu-prereg grid
+Fits every form to cpu-isoflop without s3 (its shared lr 0.01 was too high for s3:
+docs/findings/isoflop-sweep-hand-read.md, "Per-cell learning rates on the IsoFLOP sweep") and
+predicts the cells of the cpu-prereg grid
 (s1 and s2 at S = 0, 0.75, 0.875, C = 1.3e13 FLOPs: 4x cpu-isoflop's largest budget, 3 new seeds
 each). The primary form is chosen by a rule fixed here, before any target trains: the lowest
 mean |error| when cpu-isoflop's own largest budget (3.24e12) is left out and predicted from the

@@ -1,4 +1,4 @@
-"""How well do moelab's forms predict a budget they have not seen? (docs/scaling.md,
+"""How well do moelab's forms predict a budget they have not seen? (docs/findings/sweeps-hand-read.md,
 "Calibration by rollout")
 
 For every stored sweep with >= 3 budgets (experiments/results/sweeps/*/results.csv) and every
@@ -82,7 +82,7 @@ def pooled(rows: list[dict]) -> dict[str, dict]:
 
 
 def markdown(payload: dict) -> str:
-    """docs/scaling.md's rollout tables, from rollout.json."""
+    """docs/findings/sweeps-hand-read.md's rollout tables, from rollout.json."""
     lines = ["| form | sweeps | cells | inside 90 % interval | mean error | mean abs error | rms z |",
              "|---|---:|---:|---:|---:|---:|---:|"]
     for form, row in payload["by_form"].items():

@@ -2,7 +2,7 @@
 perturbed numerics, beside the spread of seeds under the same numerics.
 
     nice -n 5 .venv/bin/python experiments/rounding_noise.py --work DIR [--steps 100] [--seeds 0,1,2]
-    .venv/bin/python experiments/rounding_noise.py --render     # the docs/study.md section
+    .venv/bin/python experiments/rounding_noise.py --render     # the docs/findings/study-by-hand.md section
 
 Each run is the ``demo`` preset's arm (the MoE and its dense baselines matched on active and on
 total parameters, ``moelab.accounting.match_dense``) shortened to ``--steps`` optimizer steps,
@@ -120,7 +120,7 @@ def summarize(arms: dict, seed: int) -> dict:
 
 
 def render(record: dict) -> str:
-    """The measured section of docs/study.md, from the record alone."""
+    """The measured section of docs/findings/study-by-hand.md, from the record alone."""
     seeds = ",".join(str(s) for s in record["seeds"])
     lines = [
         textwrap.fill(

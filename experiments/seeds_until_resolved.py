@@ -1,5 +1,5 @@
 """How many seeds does `study --until-resolved` take on the demo, against the fixed 6?
-(docs/study.md, "Fair comparisons")
+(docs/findings/study-by-hand.md, "Fair comparisons on the demo")
 
 Each repetition is the demo study on its own block of seeds (disjoint, so the repetitions are
 independent draws), run until every comparison is resolved, shown smaller than the threshold,

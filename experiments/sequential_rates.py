@@ -7,8 +7,8 @@ Per case, seeded studies of paired differences drawn from a normal law, looked a
 threshold 0.01: how often the procedure (moelab.stats.sequential) stops resolved or smaller
 than the threshold, beside a fixed-sample 95 % t interval read at every look (naive). Also the
 rejection rate of the normal-theory critical values turned into t quantiles at their nominal
-levels, which moelab does not use. docs/study.md, "Fair comparisons", quotes these numbers;
-the tests (tests/test_sequential.py) hold the same cases to their bounds.
+levels, which moelab does not use. docs/explanation/statistics.md, "Seeds until resolved",
+quotes these numbers; the tests (tests/test_sequential.py) hold the same cases to their bounds.
 """
 
 from __future__ import annotations

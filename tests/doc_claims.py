@@ -171,19 +171,6 @@ def budget_holm(tokens: int, criterion: str) -> float:
     return adjusted[keys.index((tokens, criterion))]
 
 
-def budget_cell(tokens: int, criterion: str) -> str:
-    """'+0.018 [−0.022, 0.058], p 0.19, 0.23, MDE 0.052' (docs/study.md's cpu-budgets table)."""
-    t = budget_gap(tokens, criterion)
-    return (f"{signed(t.gap, 3)} {interval(t, 3, '−')}, p {p_text(t.p)}, "
-            f"{p_text(budget_holm(tokens, criterion))}, MDE {t.mde:.3f}")
-
-
-def budget_row(tokens: int) -> str:
-    arms = [mean_std(losses("cpu-budgets", arm, tokens)) for arm in ("moe", *DENSE.values())]
-    cells = [budget_cell(tokens, c) for c in DENSE]
-    return f"| {CPU_BUDGETS[tokens]} | {' | '.join(arms)} | {' | '.join(cells)} |"
-
-
 def active_gap_fall() -> str:
     """The active gap per seed at 3.28M minus at 1.64M, paired over the seeds."""
     def per_seed(tokens):
@@ -333,11 +320,6 @@ def extension_means(family: str, size: str) -> str:
 
 
 
-def readme_active_trend() -> str:
-    gaps = [signed(budget_gap(tokens, "active").gap, 3) for tokens in CPU_BUDGETS]
-    return f"{', '.join(gaps)} at 0.4M-3.3M tokens"
-
-
 DEMO_SETS = {"first": ("demo-seeds0-5", "demo-seeds617-622"),
              "second": ("demo-seeds0-5-cpu2", "demo-seeds617-622-cpu2"),
              "third": ("demo-seeds0-5-cpu3", "demo-seeds617-622-cpu3")}
@@ -404,17 +386,6 @@ def task_runs(task: str) -> list[dict]:
     return [run for arm in arms.values() for run in arm["runs"]]
 
 
-def task_row(task: str) -> str:
-    """'+0.0064 [−0.0094, 0.0222], p 0.34, 0.69': MoE − dense_active, paired, Holm over the 3."""
-    def accuracy(name, arm):
-        runs = load(TASKS_STUDY)["zero_shot"][name]["arms"][arm]["runs"]
-        return {run["seed"]: run["accuracy"] for run in runs}
-    tasks = list(load(TASKS_STUDY)["zero_shot"])
-    tests = [paired(accuracy(name, "moe"), accuracy(name, "dense_active")) for name in tasks]
-    t, p_holm = tests[tasks.index(task)], holm([test.p for test in tests])[tasks.index(task)]
-    return f"{signed(t.gap, 4)} {interval(t, 4, '−')}, p {t.p:.2f}, {p_holm:.2f} |"
-
-
 def wilson(run: dict) -> tuple[float, float]:
     found = stats.binomtest(run["correct"], run["items"]).proportion_ci(0.95, method="wilson")
     return found.low, found.high
@@ -462,42 +433,6 @@ def wsd_budget_row(tokens: int) -> str:
             f"{interval(t, 4, plus=True)}, p {t.p:.2f} |")
 
 
-def ladder_steps() -> str:
-    """The paired differences earlier minus later rung (n = 3), as docs/study.md lists them."""
-    arms = load("studies/demo-ladder-seeds0-2.json")["arms"]
-    by_seed = {rung: {run["seed"]: run["best_val_loss"] for run in arm["runs"]}
-               for rung, arm in arms.items()}
-    steps = [("naive_top1", "top1_lb", "+ balancing"), ("top1_lb", "top2_lb", "top-2"),
-             ("top2_lb", "top2_lb_z", "+ z-loss"),
-             ("top2_lb_z", "top2_bias_z", "bias instead of the loss")]
-    parts = []
-    for earlier, later, what in steps:
-        t = paired(by_seed[earlier], by_seed[later])
-        parts.append(f"{signed(t.gap, 3)} (p {t.p:.2f}, {what})")
-    return f"{', '.join(parts[:-1])} and {parts[-1]}"
-
-
-CPU_LADDER = "studies/cpu-ablation-seeds1-4.json"
-LADDER_STEPS = [("naive_top1", "top1_lb", "balancing"), ("top1_lb", "top2_lb", "top-2"),
-                ("top2_lb", "top2_lb_z", "z-loss"),
-                ("top2_lb_z", "top2_global_lb_z", "global-batch balancing"),
-                ("top2_lb_z", "top2_bias_z", "bias balancing instead of the loss")]
-
-
-def cpu_ladder_step(index: int) -> str:
-    """One step of the cpu-ablation ladder as docs/study.md lists it: earlier - later rung,
-    interval, raw p and Holm's p over the 5 steps."""
-    arms = load(CPU_LADDER)["arms"]
-    by_seed = {rung: {run["seed"]: run["best_val_loss"] for run in arm["runs"]}
-               for rung, arm in arms.items()}
-    tests = [paired(by_seed[earlier], by_seed[later]) for earlier, later, _ in LADDER_STEPS]
-    adjusted = holm([t.p for t in tests])
-    t, what = tests[index], LADDER_STEPS[index][2]
-    holm_text = "1.0" if adjusted[index] > 0.995 else f"{adjusted[index]:.3f}"
-    return (f"{what} {signed(t.gap, 3)} {interval(t, 3, plus=True)} (p {t.p:.2g}; "
-            f"Holm {holm_text})")
-
-
 def cpu_ladder_busiest() -> str:
     """Naive top-1 against top-1 with balancing: the worst layer's busiest-expert fraction at
     the end, paired over seeds (the runs' routing per layer)."""
@@ -508,12 +443,6 @@ def cpu_ladder_busiest() -> str:
                 for name, run in runs.items() if name.startswith(f"{rung}/")}
     t = paired(worst("naive_top1"), worst("top1_lb"))
     return f"falls by {t.gap:.2f} {interval(t, 2)} (paired over the {t.n} seeds, p {t.p:.3f})"
-
-
-def readme_top2() -> str:
-    step = cpu_ladder_step(1)  # "top-2 +0.161 [+0.055, +0.267] (p 0.017; Holm 0.084)"
-    gap_and_interval, holm_p = step.removeprefix("top-2 ").split(" (p ")[0], step.split("Holm ")[1]
-    return f"{gap_and_interval} nats, Holm p {holm_p.rstrip(')')}"
 
 
 def fair_lr_gap(criterion: str) -> str:
@@ -537,26 +466,6 @@ def fair_lr_gap(criterion: str) -> str:
 def sweep_points(folder: str) -> list[ResultRow]:
     """A stored sweep's results.csv as moelab reads it once: typed rows (``ResultRow``)."""
     return list(sweep_rows(folder))
-
-
-TOPK_PAIRS = [(size, low, high) for size in ("s2", "s3") for low, high in ((4, 8), (4, 16), (8, 16))]
-
-
-def topk_loss(size: str, experts: int) -> dict[int, float]:
-    """{seed: best val loss} of one (size, E) of the cpu-topk sweep."""
-    return {int(row.seed): row.best_val_loss for row in sweep_points("cpu-topk")
-            if row.size == size and row.E == experts}
-
-
-def topk_pair_row(size: str, low: int, high: int) -> str:
-    """A row of docs/scaling.md's top-k table: E = high minus E = low, Holm over the 6 pairs."""
-    tests = {pair: paired(topk_loss(pair[0], pair[2]), topk_loss(pair[0], pair[1]))
-             for pair in TOPK_PAIRS}
-    adjusted = dict(zip(tests, holm([t.p for t in tests.values()])))
-    t = tests[(size, low, high)]
-    show = partial(signed, digits=3, minus="−")
-    return (f"| {size} | E = {high} minus E = {low} | {show(t.gap)} [{show(t.low)}, {show(t.high)}]"
-            f" | {p_text(t.p)} | {p_text(adjusted[(size, low, high)])} |")
 
 
 GRANULARITY_CELLS = {"G = 1": (1.0, 0), "G = 2": (2.0, 0), "G = 2 + 1 shared": (2.0, 1)}
@@ -702,27 +611,6 @@ def replication_holm(study: str, criterion: str) -> str:
 # --------------------------------------------------------------------------------------------
 
 # --------------------------------------------------------------------------------------------
-# Paper B's published law (Table 3, as transcribed): S* at fixed N and C, by brute force
-# --------------------------------------------------------------------------------------------
-
-
-def published_law_row(flops: float) -> str:
-    """'| C = 1e21 | 0 | 0.05 | ... |': S* of eq. 6 with tests/fixtures/abnar2025_table3_fit.json
-    at N = 1e8 .. 1e10, N_active = (1 - S) N, D = C / (6 N_active), on a grid of steps 1e-5."""
-    p = json.loads((ROOT / "tests" / "fixtures" / "abnar2025_table3_fit.json").read_text())["params"]
-    sparsity = np.linspace(0.0, 0.98, 98_001)
-    cells = []
-    for total in (1e8, 3e8, 1e9, 3e9, 1e10):
-        u = 1.0 - sparsity
-        tokens = flops / (6.0 * u * total)
-        loss = (p["a"] / total ** p["alpha"] + p["b"] / tokens ** p["beta"] + p["c"] / u ** p["lam"]
-                + p["d"] / (u ** p["delta"] * total ** p["gamma"]) + p["e"])
-        best = float(sparsity[int(np.argmin(loss))])
-        cells.append("0" if best == 0 else f"{best:.2f}" + (" (edge)" if best >= 0.98 else ""))
-    return f"| C = 1e{round(math.log10(flops))} | " + " | ".join(cells) + " |"
-
-
-# --------------------------------------------------------------------------------------------
 # S* at fixed N (cpu-isoflop) and fine-tuning against S (cpu-finetune), from results.csv
 # --------------------------------------------------------------------------------------------
 
@@ -744,22 +632,6 @@ def fixed_n_argmins() -> dict:
     draws = {"0": ("0",), "1": ("1",), "both": ("0", "1")}
     return {key: {name: min(sorted(by_s), key=lambda s: np.mean([by_s[s][x] for x in seeds]))
                   for name, seeds in draws.items()} for key, by_s in table.items()}
-
-
-def fixed_n_cell(budget: str, size: str) -> str:
-    """'0.5 [0.5, 0.75]' or '≥ 0.875': the pooled argmin, bounded at the grid's top; the
-    interval of 3 draws with weights 1/4, 1/2, 1/4 spans their argmins."""
-    draws = fixed_n_argmins()[budget, size]
-    top = 0.875
-    if draws["both"] == top:
-        return "≥ 0.875"
-    low, high = min(draws.values()), max(draws.values())
-    return f"{draws['both']:g} [{low:g}, {'≥ ' if high == top else ''}{high:g}]"
-
-
-def fixed_n_row(label: str, budget: str) -> str:
-    sizes = ("sA", "s0", "s1", "s2", "s3")
-    return f"| {label} | " + " | ".join(fixed_n_cell(budget, size) for size in sizes) + " |"
 
 
 def fixed_n_trend(axis: str) -> tuple[dict, int, int]:
@@ -823,48 +695,6 @@ def finetune_clustered(metric: int) -> tuple[np.ndarray, np.ndarray, int]:
     return beta, se, g - 1
 
 
-def finetune_family() -> list[tuple[str, float]]:
-    """The 26 tests: the two equal-loss c, then each cell's paired t for both metrics."""
-    tests = []
-    for metric, name in ((5, "c loss"), (6, "c gain")):
-        beta, se, df = finetune_clustered(metric)
-        tests.append((name, float(2 * stats.t.sf(abs(beta[1] / se[1]), df))))
-    cells: dict = {}
-    for p in finetune_pairs():
-        cells.setdefault((p[1], p[0], p[2]), []).append(p)
-    for key, members in sorted(cells.items()):
-        for metric in (5, 6):
-            tests.append((f"{key} {metric}",
-                          float(stats.ttest_1samp([m[metric] for m in members], 0.0).pvalue)))
-    return tests
-
-
-def holm_adjusted() -> dict[str, float]:
-    """Holm over the family: the k-th smallest p times (m - k + 1), a running maximum, capped."""
-    tests = sorted(finetune_family(), key=lambda t: t[1])
-    adjusted, running = {}, 0.0
-    for k, (name, p) in enumerate(tests):
-        running = max(running, min(1.0, (len(tests) - k) * p))
-        adjusted[name] = running
-    return adjusted
-
-
-def finetune_slope_text(metric: int) -> str:
-    """'-0.000 [-0.010, +0.010] per unit S** (p 0.96, Holm 1)'."""
-    beta, se, df = finetune_clustered(metric)
-    half = stats.t.ppf(0.975, df) * se[1]
-    p = 2 * stats.t.sf(abs(beta[1] / se[1]), df)
-    adjusted = holm_adjusted()["c loss" if metric == 5 else "c gain"]
-    return (f"{beta[1]:+.3f} [{beta[1] - half:+.3f}, {beta[1] + half:+.3f}]"
-            + f" (p {p:.2f}, Holm {adjusted:.2g})")
-
-
-def finetune_b_text() -> str:
-    beta, se, df = finetune_clustered(5)
-    half = stats.t.ppf(0.975, df) * se[0]
-    return f"b = {beta[0]:+.3f} [{beta[0] - half:+.3f}, {beta[0] + half:+.3f}] per nat"
-
-
 def finetune_b_within_and_pooled() -> str:
     """b over the pairs (within cells) and the pooled OLS of y on (1, L, S) over all runs."""
     rows = sweep_rows("cpu-finetune")
@@ -875,26 +705,12 @@ def finetune_b_within_and_pooled() -> str:
     return f"(within cells b is {within_b:.2f}, pooled {pooled_b:.2f})"
 
 
-def finetune_cell_text(budget: str, size: str, sparsity: float) -> str:
-    members = [p[5] for p in finetune_pairs() if (p[1], p[0], p[2]) == (budget, size, sparsity)]
-    mean, half = np.mean(members), stats.t.ppf(0.975, 2) * np.std(members, ddof=1) / np.sqrt(3)
-    adjusted = holm_adjusted()[f"{(budget, size, sparsity)} 5"]
-    return f"{mean:.3f} [{mean - half:.3f}, {mean + half:.3f}] (Holm p {adjusted:.2g})"
+STUDY_HAND, SCALING, RECIPE = "docs/findings/study-by-hand.md", "docs/scaling.md", "docs/recipe.md"
+ISOFLOP_BY_HAND = "docs/findings/isoflop-sweep-hand-read.md"
+SWEEPS_BY_HAND = "docs/findings/sweeps-hand-read.md"
+"""docs/scaling.md's measured sections that are not generated, moved verbatim (README.md
+quotes none of these numbers: its findings are generated)."""
 
-
-def finetune_cell_range() -> str:
-    cells: dict = {}
-    for p in finetune_pairs():
-        cells.setdefault((p[1], p[0], p[2]), []).append(p[5])
-    means = [np.mean(v) for v in cells.values()]
-    assert max(means) < 0, "a cell's fine-tuned loss is above its dense run's"
-    return f"below 0 in every (size, budget, S) cell ({max(means):.3f} to {min(means):.3f} nats)"
-
-
-STUDY, SCALING, RECIPE = "docs/study.md", "docs/scaling.md", "docs/recipe.md"
-BY_HAND = "docs/findings/not-yet-generated.md"
-"""The readings not yet generated by `moelab findings` (README.md quotes none: its findings are
-generated)."""
 
 def total_gap_by_seed(study: str, tokens: Optional[int] = None) -> list[float]:
     dense, moe = losses(study, "dense_total", tokens), losses(study, "moe", tokens)
@@ -913,7 +729,7 @@ def flip_across_sizes() -> str:
 
 
 # --------------------------------------------------------------------------------------------
-# Fair comparisons: --tune-lr on the demo, --lr-grid on cpu-isoflop (docs/study.md, docs/scaling.md)
+# Fair comparisons: --tune-lr on the demo, --lr-grid on cpu-isoflop (study-by-hand.md, scaling.md)
 # --------------------------------------------------------------------------------------------
 
 
@@ -1069,7 +885,7 @@ def mde_growth() -> str:
             f"{100 * (exact_over_shortcut(5) - 1):.1f} % at 5 df")
 
 # --------------------------------------------------------------------------------------------
-# Predictions: the rollout and the pre-registered test (docs/scaling.md)
+# Predictions: the rollout (docs/findings/sweeps-hand-read.md) and the pre-registered test (docs/scaling.md)
 # --------------------------------------------------------------------------------------------
 
 def rollout_row(form: str) -> str:
@@ -1102,7 +918,7 @@ def preregistered_row(form: str) -> str:
 
 
 def rounding_noise_ratio_line() -> str:
-    """docs/study.md's 'Rounding rms over seed std' line, from the per-run losses of
+    """study-by-hand.md's 'Rounding rms over seed std' line, from the per-run losses of
     rounding_noise.json: the seeds' sample std, and the rms of each perturbed run of the first
     seed minus its reference run."""
     record = load("rounding_noise.json")
@@ -1119,105 +935,79 @@ def rounding_noise_ratio_line() -> str:
 
 
 CLAIMS = [
-    # The demo, 12 seeds pooled (docs/study.md), and seeds 0-5 alone.
-    Claim(STUDY, "| matched active | +0.0117 | [0.0050, 0.0185] | 0.0027 | 0.0027 | 0.0094 |",
+    # The demo, 12 seeds pooled (docs/findings/study-by-hand.md), and seeds 0-5 alone.
+    Claim(STUDY_HAND, "| matched active | +0.0117 | [0.0050, 0.0185] | 0.0027 | 0.0027 | 0.0094 |",
           partial(demo_pooled_row, "active")),
-    Claim(STUDY, "| matched total | +0.0180 | [0.0103, 0.0258] | 0.0003 | 0.0007 | 0.0109 |",
+    Claim(STUDY_HAND, "| matched total | +0.0180 | [0.0103, 0.0258] | 0.0003 | 0.0007 | 0.0109 |",
           partial(demo_pooled_row, "total")),
-    Claim(STUDY, "| first | +0.0117 [0.0050, 0.0185], p 0.0027 (0.0027) | "
+    Claim(STUDY_HAND, "| first | +0.0117 [0.0050, 0.0185], p 0.0027 (0.0027) | "
           "+0.0180 [0.0103, 0.0258], p 0.0003 (0.0007) |", partial(demo_cpu_row, "first")),
-    Claim(STUDY, "| second | +0.0099 [0.0020, 0.0177], p 0.018 (0.018) | "
+    Claim(STUDY_HAND, "| second | +0.0099 [0.0020, 0.0177], p 0.018 (0.018) | "
           "+0.0162 [0.0072, 0.0251], p 0.0022 (0.0044) |", partial(demo_cpu_row, "second")),
-    Claim(STUDY, "| third | +0.0118 [0.0053, 0.0183], p 0.0020 (0.0020) | "
+    Claim(STUDY_HAND, "| third | +0.0118 [0.0053, 0.0183], p 0.0020 (0.0020) | "
           "+0.0182 [0.0112, 0.0253], p 0.0001 (0.0003) |", partial(demo_cpu_row, "third")),
-    Claim(STUDY, "Welch's t on their per-seed differences gives p 0.23, 0.26 and 0.11 on the "
+    Claim(STUDY_HAND, "Welch's t on their per-seed differences gives p 0.23, 0.26 and 0.11 on the "
           "three CPUs", seed_sets_apart),
-    Claim(STUDY, "| moe | 394.82K | 591.42K | 3.3598 ± 0.0138 | 6 |",
+    Claim(STUDY_HAND, "| moe | 394.82K | 591.42K | 3.3598 ± 0.0138 | 6 |",
           lambda: f"| moe | 394.82K | 591.42K | {mean_std(losses('demo-seeds0-5', 'moe'))} | 6 |"),
-    Claim(STUDY, "| dense_active | 393.79K | 393.79K | 3.3754 ± 0.0107 | 6 |",
+    Claim(STUDY_HAND, "| dense_active | 393.79K | 393.79K | 3.3754 ± 0.0107 | 6 |",
           lambda: (f"| dense_active | 393.79K | 393.79K | "
                    f"{mean_std(losses('demo-seeds0-5', 'dense_active'))} | 6 |")),
-    Claim(STUDY, "| dense_total | 590.40K | 590.40K | 3.3764 ± 0.0104 | 6 |",
+    Claim(STUDY_HAND, "| dense_total | 590.40K | 590.40K | 3.3764 ± 0.0104 | 6 |",
           lambda: (f"| dense_total | 590.40K | 590.40K | "
                    f"{mean_std(losses('demo-seeds0-5', 'dense_total'))} | 6 |")),
-    Claim(STUDY, "+0.0156: MoE better (paired t, n=6)", partial(demo_gap_line, "active")),
-    Claim(STUDY, "+0.0165: MoE better (paired t, n=6)", partial(demo_gap_line, "total")),
-    Claim(STUDY, "paired t: 95% CI [0.0066, 0.0245], p=0.0066, n=6 pairs",
+    Claim(STUDY_HAND, "+0.0156: MoE better (paired t, n=6)", partial(demo_gap_line, "active")),
+    Claim(STUDY_HAND, "+0.0165: MoE better (paired t, n=6)", partial(demo_gap_line, "total")),
+    Claim(STUDY_HAND, "paired t: 95% CI [0.0066, 0.0245], p=0.0066, n=6 pairs",
           partial(demo_interval_line, "active")),
-    Claim(STUDY, "paired t: 95% CI [0.0021, 0.0310], p=0.0324, n=6 pairs",
+    Claim(STUDY_HAND, "paired t: 95% CI [0.0021, 0.0310], p=0.0324, n=6 pairs",
           partial(demo_interval_line, "total")),
-    Claim(STUDY, "adjusted (Holm, 2 tests): p=0.0132", lambda: (
+    Claim(STUDY_HAND, "adjusted (Holm, 2 tests): p=0.0132", lambda: (
         "adjusted (Holm, 2 tests): p="
         f"{holm([demo_p(c) for c in DENSE])[0]:.4f}")),
-    # cpu-budgets with Holm over its 8 tests, and the active gap's fall at the largest budget.
-    Claim(STUDY, "| 409.6K | 3.4243 ± 0.0091 | 3.4426 ± 0.0080 | 3.4456 ± 0.0079 | "
-          "+0.018 [−0.022, 0.058], p 0.19, 0.23, MDE 0.052 | "
-          "+0.021 [−0.005, 0.048], p 0.075, 0.23, MDE 0.035 |", partial(budget_row, 409_600)),
-    Claim(STUDY, "| 819.2K | 3.1267 ± 0.0071 | 3.1838 ± 0.0201 | 3.1928 ± 0.0189 | "
-          "+0.057 [0.018, 0.096], p 0.024, 0.12, MDE 0.051 | "
-          "+0.066 [0.025, 0.107], p 0.020, 0.12, MDE 0.054 |", partial(budget_row, 819_200)),
-    Claim(STUDY, "| 1.64M | 2.8093 ± 0.0069 | 2.8671 ± 0.0102 | 2.8506 ± 0.0094 | "
-          "+0.058 [0.039, 0.077], p 0.0058, 0.041, MDE 0.025 | "
-          "+0.041 [0.009, 0.074], p 0.032, 0.13, MDE 0.043 |", partial(budget_row, 1_638_400)),
-    Claim(STUDY, "| 3.28M | 2.5997 ± 0.0100 | 2.6395 ± 0.0118 | 2.6148 ± 0.0083 | "
-          "+0.040 [0.035, 0.045], p 0.0008, 0.0062, MDE 0.006 | "
-          "+0.015 [−0.005, 0.035], p 0.083, 0.23, MDE 0.026 |", partial(budget_row, 3_276_800)),
-    Claim(STUDY, "at 1.64M (p 0.041) and 3.28M (p 0.0062)",
-          lambda: (f"at 1.64M (p {p_text(budget_holm(1_638_400, 'active'))}) and 3.28M "
-                   f"(p {p_text(budget_holm(3_276_800, 'active'))})")),
-    Claim(STUDY, "(raw p 0.020 and 0.032 at 819.2K and 1.64M; Holm 0.12 and 0.13)",
+    # cpu-budgets beside paper A's trend (the gaps themselves: docs/findings/budget-trend.md).
+    Claim(STUDY_HAND, "(raw p 0.020 and 0.032 at 819.2K and 1.64M; Holm 0.12 and 0.13)",
           lambda: (f"(raw p {p_text(budget_gap(819_200, 'total').p)} and "
                    f"{p_text(budget_gap(1_638_400, 'total').p)} at 819.2K and 1.64M; Holm "
                    f"{p_text(budget_holm(819_200, 'total'))} and "
                    f"{p_text(budget_holm(1_638_400, 'total'))})")),
-    Claim(STUDY, "falls from 1.64M to 3.28M by 0.018 on average (paired over the 3 seeds, p 0.08)",
+    Claim(STUDY_HAND, "falls from 1.64M to 3.28M by 0.018 on average (paired over the 3 seeds, p 0.08)",
           active_gap_fall),
-    # Zero-shot tasks: MoE − dense_active, Holm over the 3 tasks; ending against chance.
-    Claim(STUDY, "+0.0067 [−0.0057, 0.0190], p 0.22, 0.67 |", partial(task_row, "last_word")),
-    Claim(STUDY, "+0.0064 [−0.0094, 0.0222], p 0.34, 0.69 |", partial(task_row, "ending")),
-    Claim(STUDY, "+0.0076 [−0.0112, 0.0263], p 0.35, 0.69 |", partial(task_row, "agreement")),
-    Claim(STUDY, "every one of the 12 runs' Wilson intervals over the 233 items contains 0.25 "
+    # Zero-shot tasks: ending against chance (the accuracies: docs/findings/zero-shot-tasks.md).
+    Claim(STUDY_HAND, "every one of the 12 runs' Wilson intervals over the 233 items contains 0.25 "
           "(the best run, 68 of 233 = 0.292, has [0.237, 0.353])", ending_against_chance),
-    # Schedules, balancing, one WSD run for three budgets, the ladder.
-    Claim(STUDY, "| `wsd_sqrt` | 3.3815 ± 0.0176 | -0.0216 [-0.0266, -0.0167], p 1e-4",
+    # Schedules, balancing, one WSD run for three budgets, the ladder's busiest fraction.
+    Claim(STUDY_HAND, "| `wsd_sqrt` | 3.3815 ± 0.0176 | -0.0216 [-0.0266, -0.0167], p 1e-4",
           lambda: setting_row("schedule.json", "wsd_sqrt", p_exp)),
-    Claim(STUDY, "| `wsd_linear` | 3.3932 ± 0.0185 | -0.0333 [-0.0396, -0.0271], p 4e-5",
+    Claim(STUDY_HAND, "| `wsd_linear` | 3.3932 ± 0.0185 | -0.0333 [-0.0396, -0.0271], p 4e-5",
           lambda: setting_row("schedule.json", "wsd_linear", p_exp)),
-    Claim(STUDY, "| `bias` | 3.3742 ± 0.0146 | -0.0135 [-0.0274, +0.0004], p 0.055",
+    Claim(STUDY_HAND, "| `bias` | 3.3742 ± 0.0146 | -0.0135 [-0.0274, +0.0004], p 0.055",
           lambda: setting_row("balancing.json", "bias", lambda p: f"{p:.3f}")),
-    Claim(STUDY, "| 204,800 | 3.7386 ± 0.0086 | 3.7456 ± 0.0118 | -0.0071 [-0.0241, +0.0099], "
+    Claim(STUDY_HAND, "| 204,800 | 3.7386 ± 0.0086 | 3.7456 ± 0.0118 | -0.0071 [-0.0241, +0.0099], "
           "p 0.21 |", partial(wsd_budget_row, 204_800)),
-    Claim(STUDY, "| 409,600 | 3.4243 ± 0.0091 | 3.4279 ± 0.0124 | -0.0036 [-0.0173, +0.0101], "
+    Claim(STUDY_HAND, "| 409,600 | 3.4243 ± 0.0091 | 3.4279 ± 0.0124 | -0.0036 [-0.0173, +0.0101], "
           "p 0.38 |", partial(wsd_budget_row, 409_600)),
-    Claim(STUDY, "| 819,200 | 3.1267 ± 0.0071 | 3.1363 ± 0.0116 | -0.0096 [-0.0352, +0.0160], "
+    Claim(STUDY_HAND, "| 819,200 | 3.1267 ± 0.0071 | 3.1363 ± 0.0116 | -0.0096 [-0.0352, +0.0160], "
           "p 0.25 |", partial(wsd_budget_row, 819_200)),
-    Claim(STUDY, "+0.008 (p 0.67, + balancing), +0.016 (p 0.33, top-2), -0.009 (p 0.20, + z-loss) "
-          "and -0.006 (p 0.21, bias instead of the loss)", ladder_steps),
-    Claim(STUDY, "balancing -0.033 [-0.138, +0.072] (p 0.39; Holm 1.0)",
-          partial(cpu_ladder_step, 0)),
-    Claim(STUDY, "top-2 +0.161 [+0.055, +0.267] (p 0.017; Holm 0.084)",
-          partial(cpu_ladder_step, 1)),
-    Claim(STUDY, "global-batch balancing +0.012 [-0.012, +0.036] (p 0.22",
-          lambda: cpu_ladder_step(3).split("; Holm")[0]),
-    Claim(STUDY, "falls by 0.52 [0.30, 0.75] (paired over the 4 seeds, p 0.005)",
+    Claim(STUDY_HAND, "falls by 0.52 [0.30, 0.75] (paired over the 4 seeds, p 0.005)",
           cpu_ladder_busiest),
     Claim(RECIPE, "+0.0151 [+0.0039, +0.0263]** (p 0.015, Holm 0.015)",
           partial(fair_lr_gap, "active")),
     Claim(RECIPE, "+0.0176 [+0.0078, +0.0275]** (p 0.0039, Holm 0.0078)",
           partial(fair_lr_gap, "total")),
-    # The sweep (docs/scaling.md).
-    Claim(SCALING, "Paired on the 16 points of seed 0 (the cosine grid's only seed), the wsd "
+    # The sweeps, read by hand (docs/findings/*-hand-read.md, moved from docs/scaling.md).
+    Claim(SWEEPS_BY_HAND, "Paired on the 16 points of seed 0 (the cosine grid's only seed), the wsd "
           "points end above cosine's by +0.013 [0.009, 0.017] nats at 1.2M tokens and +0.018 "
           "[0.009, 0.026] at 3.7M (wsd − cosine, t intervals; p 6e-6 and 4e-4)", wsd_lean),
-    Claim(SCALING, "delta 0.029 [0.004, 0.039]", lambda: fitted("delta", 3)),
-    Claim(SCALING, "gamma 0.62 [0.43, 0.79], beta 0.80 [0.55, 1.16], e 2.18 [1.95, 2.34]",
+    Claim(SWEEPS_BY_HAND, "delta 0.029 [0.004, 0.039]", lambda: fitted("delta", 3)),
+    Claim(SWEEPS_BY_HAND, "gamma 0.62 [0.43, 0.79], beta 0.80 [0.55, 1.16], e 2.18 [1.95, 2.34]",
           lambda: ", ".join(fitted(name, 2) for name in ("gamma", "beta", "e"))),
-    Claim(SCALING, "N (1 - S)^0.047", effective_size_exponent),
-    Claim(SCALING, "The interpolated S* is 0.820 [0.750, 0.875], 0.853 [0.790, 0.875] and "
+    Claim(SWEEPS_BY_HAND, "N (1 - S)^0.047", effective_size_exponent),
+    Claim(ISOFLOP_BY_HAND, "The interpolated S* is 0.820 [0.750, 0.875], 0.853 [0.790, 0.875] and "
           "0.797 [0.761, 0.869]", isoflop_s_star),
-    Claim(SCALING, "The slope of S*(C) is -0.024 [-0.103, +0.062] per decade of C over the 3 "
+    Claim(ISOFLOP_BY_HAND, "The slope of S*(C) is -0.024 [-0.103, +0.062] per decade of C over the 3 "
           "budgets", isoflop_slope),
-    Claim(SCALING, "3.4569 (dense), 3.4160, 3.3996 and 3.3981", lambda: isoflop_minima(3.6e11)),
+    Claim(ISOFLOP_BY_HAND, "3.4569 (dense), 3.4160, 3.3996 and 3.3981", lambda: isoflop_minima(3.6e11)),
     # The recipe (docs/recipe.md).
     Claim(RECIPE, "| untied_warmup0.5_b8 | 0-2 | 409,600 | 3.3581 ± 0.0118 | 3.3762 ± 0.0066 | "
           "3.3759 ± 0.0093 | +0.0181 ± 0.0122 (MDE 0.040) | +0.0178 ± 0.0031 (MDE 0.010) |",
@@ -1243,136 +1033,79 @@ CLAIMS = [
                              "`recipe_lr0.01` (the preset before) | 0-2")),
     Claim(RECIPE, "(+0.037, p = 0.016; 0.031 after Holm's adjustment over the study's 2 criteria)",
           lambda: replication_holm("cpu-replication-recipe", "total")),
-    Claim(SCALING, '| s2 | E = 8 minus E = 4 | −0.015 [−0.056, +0.026] | 0.25 | 0.25 |',
-          partial(topk_pair_row, "s2", 4, 8)),
-    Claim(SCALING, '| s2 | E = 16 minus E = 4 | −0.038 [−0.075, −0.000] | 0.049 | 0.10 |',
-          partial(topk_pair_row, "s2", 4, 16)),
-    Claim(SCALING, '| s2 | E = 16 minus E = 8 | −0.022 [−0.035, −0.010] | 0.016 | 0.065 |',
-          partial(topk_pair_row, "s2", 8, 16)),
-    Claim(SCALING, '| s3 | E = 8 minus E = 4 | −0.031 [−0.034, −0.029] | 0.0003 | 0.0015 |',
-          partial(topk_pair_row, "s3", 4, 8)),
-    Claim(SCALING, '| s3 | E = 16 minus E = 4 | −0.058 [−0.081, −0.034] | 0.0088 | 0.044 |',
-          partial(topk_pair_row, "s3", 4, 16)),
-    Claim(SCALING, '| s3 | E = 16 minus E = 8 | −0.026 [−0.047, −0.005] | 0.034 | 0.10 |',
-          partial(topk_pair_row, "s3", 8, 16)),
-    *[Claim(SCALING, quoted, partial(granularity_cell_row, cell)) for cell, quoted in (
+    *[Claim(SWEEPS_BY_HAND, quoted, partial(granularity_cell_row, cell)) for cell, quoted in (
         ("G = 1", "| G = 1 | 3 | 3.4531 |"), ("G = 2", "| G = 2 | 3 | 3.4386 |"),
         ("G = 2 + 1 shared", "| G = 2 + 1 shared | 3 | 3.4600 |"))],
-    Claim(SCALING, "| G = 2 minus G = 1 | −0.0146 [−0.0427, +0.0135] | 0.16 | 0.35 | "
+    Claim(SWEEPS_BY_HAND, "| G = 2 minus G = 1 | −0.0146 [−0.0427, +0.0135] | 0.16 | 0.35 | "
           "not separated |", partial(granularity_pair_row, "G = 2", "G = 1")),
-    Claim(SCALING, "| G = 2 + 1 shared minus G = 1 | +0.0069 [−0.0043, +0.0180] | 0.12 | 0.35 | "
+    Claim(SWEEPS_BY_HAND, "| G = 2 + 1 shared minus G = 1 | +0.0069 [−0.0043, +0.0180] | 0.12 | 0.35 | "
           "not separated |", partial(granularity_pair_row, "G = 2 + 1 shared", "G = 1")),
-    Claim(SCALING, "| G = 2 + 1 shared minus G = 2 | +0.0214 [−0.0167, +0.0596] | 0.14 | 0.35 | "
+    Claim(SWEEPS_BY_HAND, "| G = 2 + 1 shared minus G = 2 | +0.0214 [−0.0167, +0.0596] | 0.14 | 0.35 | "
           "not separated |", partial(granularity_pair_row, "G = 2 + 1 shared", "G = 2")),
-    Claim(STUDY, "\u22120.0040 [\u22120.0138, +0.0059], Holm p 0.34",
+    Claim(STUDY_HAND, "\u22120.0040 [\u22120.0138, +0.0059], Holm p 0.34",
           partial(fair_wsd_gap, "wsd20", 3000)),
-    Claim(STUDY, "+0.0067 [\u22120.0023, +0.0158], Holm p 0.23", partial(fair_wsd_gap, "wsd30", 3000)),
-    Claim(STUDY, "a difference of +0.030 [0.003, 0.058] (Welch, p 0.038", flip_across_sizes),
+    Claim(STUDY_HAND, "+0.0067 [\u22120.0023, +0.0158], Holm p 0.23", partial(fair_wsd_gap, "wsd30", 3000)),
+    Claim(STUDY_HAND, "a difference of +0.030 [0.003, 0.058] (Welch, p 0.038", flip_across_sizes),
     # The recipe factorial (experiments/recipe_factorial.py).
-    *[Claim(STUDY, text, partial(factorial_cell, cell, criterion)) for cell, criterion, text in (
-        ("tied_warmup0.02", "active", "+0.134 [−0.144, +0.412], Holm 0.95"),
-        ("tied_warmup0.02", "total", "−0.161 [−0.325, +0.004], Holm 0.43"),
-        ("tied_warmup0.02", "compute", "+0.202 [−0.034, +0.439], Holm 0.47"),
-        ("tied_warmup0.5", "active", "−0.005 [−0.024, +0.015], Holm 1.0"),
-        ("tied_warmup0.5", "total", "−0.039 [−0.050, −0.028], Holm 0.003"),
-        ("tied_warmup0.5", "compute", "+0.235 [+0.221, +0.249], Holm 2e-6"),
-        ("untied_warmup0.02", "active", "−0.023 [−0.068, +0.021], Holm 0.95"),
-        ("untied_warmup0.02", "total", "−0.075 [−0.115, −0.036], Holm 0.049"),
-        ("untied_warmup0.02", "compute", "+0.170 [+0.144, +0.197], Holm 2e-4"),
-        ("untied_warmup0.5", "active", "+0.016 [−0.002, +0.033], Holm 0.47"),
-        ("untied_warmup0.5", "total", "+0.027 [+0.008, +0.046], Holm 0.14"),
-        ("untied_warmup0.5", "compute", "+0.214 [+0.196, +0.232], Holm 1e-5"))],
-    Claim(STUDY, "ahead of dense_total by 0.17-0.23 nats", factorial_compute_range),
-    Claim(STUDY, "matched total −0.226 [−0.611, +0.160] (Holm 0.39;",
+    Claim(STUDY_HAND, "ahead of dense_total by 0.17-0.23 nats", factorial_compute_range),
+    Claim(STUDY_HAND, "matched total −0.226 [−0.611, +0.160] (Holm 0.39;",
           lambda: "matched total " + factorial_cell("tied_warmup0.1", "total").replace(", Holm", " (Holm")
           + ";"),
-    Claim(STUDY, "+0.237 [+0.157, +0.317] (Holm 0.0019)",
+    Claim(STUDY_HAND, "+0.237 [+0.157, +0.317] (Holm 0.0019)",
           lambda: factorial_cell("tied_warmup0.1", "compute").replace(", Holm", " (Holm") + ")"),
-    Claim(STUDY, "tying moves the matched-total gap by −0.076 [−0.164, +0.013] (Holm 0.47), the "
+    Claim(STUDY_HAND, "tying moves the matched-total gap by −0.076 [−0.164, +0.013] (Holm 0.47), the "
           "short warmup by −0.112 [−0.198, −0.026] (raw p 0.02, Holm 0.18), and the "
           "interaction is −0.019 [−0.173, +0.135] (Holm 1.0)", factorial_contrasts),
     # The ladder over the whole run (experiments/ladder_trace.py).
-    Claim(STUDY, "0.97 / 0.99 / 0.99 / 0.99", lambda: ladder_trace_columns("cpu-ablation", "naive_top1").split(" | ... | ")[0]),
-    Claim(STUDY, "1.00 / 0.40 / 0.80 / 0.88 |", lambda: ladder_trace_columns("cpu-ablation", "naive_top1").split(" | ... | ")[1] + " |"),
-    Claim(STUDY, "0.55 / 0.72 / 0.46 / 0.78", lambda: ladder_trace_columns("cpu-ablation", "top1_lb").split(" | ... | ")[0]),
-    Claim(STUDY, "0.29 / 0.31 / 0.25 / 0.22 |", lambda: ladder_trace_columns("cpu-ablation", "top1_lb").split(" | ... | ")[1] + " |"),
-    Claim(STUDY, "0.45 / 0.45 / 0.45 / 0.48", lambda: ladder_trace_columns("cpu-ablation", "top2_lb").split(" | ... | ")[0]),
-    Claim(STUDY, "0.25 / 0.18 / 0.18 / 0.17 |", lambda: ladder_trace_columns("cpu-ablation", "top2_lb").split(" | ... | ")[1] + " |"),
-    Claim(STUDY, "0.84 / 0.63 / 0.70 / 0.65", lambda: ladder_trace_columns("demo", "naive_top1").split(" | ... | ")[0]),
-    Claim(STUDY, "0.46 / 0.59 / 0.40 / 0.42 |", lambda: ladder_trace_columns("demo", "naive_top1").split(" | ... | ")[1] + " |"),
-    Claim(STUDY, "0.68 / 0.55 / 0.63 / 0.62", lambda: ladder_trace_columns("demo", "top1_lb").split(" | ... | ")[0]),
-    Claim(STUDY, "0.32 / 0.31 / 0.35 / 0.31 |", lambda: ladder_trace_columns("demo", "top1_lb").split(" | ... | ")[1] + " |"),
-    Claim(STUDY, "0.46 / 0.41 / 0.48 / 0.42", lambda: ladder_trace_columns("demo", "top2_lb").split(" | ... | ")[0]),
-    Claim(STUDY, "0.45 / 0.48 / 0.48 / 0.48 |", lambda: ladder_trace_columns("demo", "top2_lb").split(" | ... | ")[1] + " |"),
-    Claim(STUDY, "one expert takes 0.995-0.999 of the worst layer's slots", ladder_peaks),
+    Claim(STUDY_HAND, "0.97 / 0.99 / 0.99 / 0.99", lambda: ladder_trace_columns("cpu-ablation", "naive_top1").split(" | ... | ")[0]),
+    Claim(STUDY_HAND, "1.00 / 0.40 / 0.80 / 0.88 |", lambda: ladder_trace_columns("cpu-ablation", "naive_top1").split(" | ... | ")[1] + " |"),
+    Claim(STUDY_HAND, "0.55 / 0.72 / 0.46 / 0.78", lambda: ladder_trace_columns("cpu-ablation", "top1_lb").split(" | ... | ")[0]),
+    Claim(STUDY_HAND, "0.29 / 0.31 / 0.25 / 0.22 |", lambda: ladder_trace_columns("cpu-ablation", "top1_lb").split(" | ... | ")[1] + " |"),
+    Claim(STUDY_HAND, "0.45 / 0.45 / 0.45 / 0.48", lambda: ladder_trace_columns("cpu-ablation", "top2_lb").split(" | ... | ")[0]),
+    Claim(STUDY_HAND, "0.25 / 0.18 / 0.18 / 0.17 |", lambda: ladder_trace_columns("cpu-ablation", "top2_lb").split(" | ... | ")[1] + " |"),
+    Claim(STUDY_HAND, "0.84 / 0.63 / 0.70 / 0.65", lambda: ladder_trace_columns("demo", "naive_top1").split(" | ... | ")[0]),
+    Claim(STUDY_HAND, "0.46 / 0.59 / 0.40 / 0.42 |", lambda: ladder_trace_columns("demo", "naive_top1").split(" | ... | ")[1] + " |"),
+    Claim(STUDY_HAND, "0.68 / 0.55 / 0.63 / 0.62", lambda: ladder_trace_columns("demo", "top1_lb").split(" | ... | ")[0]),
+    Claim(STUDY_HAND, "0.32 / 0.31 / 0.35 / 0.31 |", lambda: ladder_trace_columns("demo", "top1_lb").split(" | ... | ")[1] + " |"),
+    Claim(STUDY_HAND, "0.46 / 0.41 / 0.48 / 0.42", lambda: ladder_trace_columns("demo", "top2_lb").split(" | ... | ")[0]),
+    Claim(STUDY_HAND, "0.45 / 0.48 / 0.48 / 0.48 |", lambda: ladder_trace_columns("demo", "top2_lb").split(" | ... | ")[1] + " |"),
+    Claim(STUDY_HAND, "one expert takes 0.995-0.999 of the worst layer's slots", ladder_peaks),
     # The extension past the edge (cpu-fixedn, cpu-expertn), seeds 2-4.
-    Claim(SCALING, "| 3.180 | 3.163 | 3.137 | 3.123 | 3.140 |", partial(extension_means, "cpu-fixedn", "s0")),
-    Claim(SCALING, "| 3.179 | 3.111 | 3.075 | 3.079 | 3.078 |", partial(extension_means, "cpu-fixedn", "s1")),
-    Claim(SCALING, "| 3.358 | 3.220 | 3.155 | 3.129 | 3.111 |", partial(extension_means, "cpu-fixedn", "s2")),
-    Claim(SCALING, "| 3.180 | – | 3.148 | 3.159 | 3.161 |", partial(extension_means, "cpu-expertn", "s0")),
-    Claim(SCALING, "| 3.179 | – | 3.155 | 3.170 | 3.177 |", partial(extension_means, "cpu-expertn", "s1")),
-    Claim(SCALING, "| 3.358 | – | 3.326 | 3.338 | 3.325 |", partial(extension_means, "cpu-expertn", "s2")),
+    Claim(ISOFLOP_BY_HAND, "| 3.180 | 3.163 | 3.137 | 3.123 | 3.140 |", partial(extension_means, "cpu-fixedn", "s0")),
+    Claim(ISOFLOP_BY_HAND, "| 3.179 | 3.111 | 3.075 | 3.079 | 3.078 |", partial(extension_means, "cpu-fixedn", "s1")),
+    Claim(ISOFLOP_BY_HAND, "| 3.358 | 3.220 | 3.155 | 3.129 | 3.111 |", partial(extension_means, "cpu-fixedn", "s2")),
+    Claim(ISOFLOP_BY_HAND, "| 3.180 | – | 3.148 | 3.159 | 3.161 |", partial(extension_means, "cpu-expertn", "s0")),
+    Claim(ISOFLOP_BY_HAND, "| 3.179 | – | 3.155 | 3.170 | 3.177 |", partial(extension_means, "cpu-expertn", "s1")),
+    Claim(ISOFLOP_BY_HAND, "| 3.358 | – | 3.326 | 3.338 | 3.325 |", partial(extension_means, "cpu-expertn", "s2")),
     # The readings not yet generated (docs/findings/not-yet-generated.md).
-    Claim(BY_HAND, "+0.018, +0.057, +0.058, +0.040 at 0.4M-3.3M tokens", readme_active_trend),
-    Claim(BY_HAND, "+0.161 [+0.055, +0.267] nats, Holm p 0.084", readme_top2),
-    Claim(BY_HAND, "(+13 [+7, +13] over 30 pairs of cells",
-          lambda: "(" + fixed_n_trend_text("size").split(" (")[0] + " of cells"),
-    Claim(BY_HAND, "undetermined: −2 [−2, +2] over 15 pairs of budgets, 7 of them",
-          lambda: "undetermined: " + fixed_n_trend_text("budget").split(" (")[0].replace("-", "−")
-          + " of budgets, " + fixed_n_trend_text("budget").split("(")[1].split(" ")[0] + " of them"),
-    Claim(SCALING, "| C = 1e20 | 0.12 | 0.65 | 0.87 | 0.95 | 0.98 (edge) |",
-          partial(published_law_row, 1e20)),
-    Claim(SCALING, "| C = 1e21 | 0 | 0.05 | 0.62 | 0.84 | 0.94 |", partial(published_law_row, 1e21)),
-    Claim(SCALING, "| C = 1e22 | 0 | 0 | 0.15 | 0.61 | 0.84 |", partial(published_law_row, 1e22)),
     # S* at fixed total parameters (cpu-isoflop): argmins over the 3 draws of 2 seeds.
-    Claim(SCALING, "| 3.6e11 | 0.75 [0.75, 0.75] | ≥ 0.875 | ≥ 0.875 | ≥ 0.875 | 0.5 [0, 0.5] |",
-          lambda: fixed_n_row("3.6e11", "C3.6e+11")),
-    Claim(SCALING, "| 1.08e12 | 0.5 [0.5, 0.75] | 0.75 [0.75, ≥ 0.875] | ≥ 0.875 | ≥ 0.875 | ≥ 0.875 |",
-          lambda: fixed_n_row("1.08e12", "C1.08e+12")),
-    Claim(SCALING, "| 3.24e12 | 0.5 [0.5, 0.5] | 0.75 [0.75, 0.75] | ≥ 0.875 | ≥ 0.875 | ≥ 0.875 |",
-          lambda: fixed_n_row("3.24e12", "C3.24e+12")),
-    Claim(SCALING, "+13 [+7, +13] over 30 pairs (9 with both", lambda: fixed_n_trend_text("size")),
-    Claim(SCALING, "-2 [-2, +2] over 15 pairs (7 with both", lambda: fixed_n_trend_text("budget")),
+    Claim(ISOFLOP_BY_HAND, "+13 [+7, +13] over 30 pairs (9 with both", lambda: fixed_n_trend_text("size")),
+    Claim(ISOFLOP_BY_HAND, "-2 [-2, +2] over 15 pairs (7 with both", lambda: fixed_n_trend_text("budget")),
     # Fine-tuning against S (cpu-finetune): within cells, paired, clustered, Holm over 26.
-    Claim(SCALING, "-0.000 [-0.010, +0.010] per unit S** (p 0.96, Holm 1)",
-          lambda: finetune_slope_text(5).replace(" (p", " per unit S** (p")),
-    Claim(SCALING, "c = -0.018 [-0.049, +0.013] (p 0.20, Holm 1)",
-          lambda: "c = " + finetune_slope_text(6)),
-    Claim(SCALING, "b = +0.649 [+0.532, +0.767] per nat", finetune_b_text),
-    Claim(SCALING, "(within cells b is 0.65, pooled 0.87)", finetune_b_within_and_pooled),
-    Claim(SCALING, "-0.036 [-0.041, -0.032] (Holm p 0.023)",
-          lambda: finetune_cell_text("C3.24e+12", "s1", 0.75)),
-    Claim(SCALING, "below 0 in every (size, budget, S) cell (-0.002 to -0.088 nats)",
-          finetune_cell_range),
-    Claim(BY_HAND, "−0.000 [−0.010, +0.010] nats per unit S (Holm p 1,",
-          lambda: finetune_slope_text(5).split(" (p")[0].replace("-", "−") + " nats per unit S (Holm p "
-          + f"{holm_adjusted()['c loss']:.2g},"),
-    Claim(BY_HAND, "one cell significantly after Holm over 26 tests",
-          lambda: f"{['no', 'one', 'two', 'three'][sum(p < 0.05 for n, p in holm_adjusted().items() if n.endswith(' 5'))]} "
-          f"cell significantly after Holm over {len(finetune_family())} tests"),
-    # Fair comparisons (docs/study.md, docs/scaling.md).
-    Claim(STUDY, "moe 3.3627 against 3.3900, dense_active 3.3862 against 3.3905, dense_total 3.3869 "
+    Claim(SWEEPS_BY_HAND, "(within cells b is 0.65, pooled 0.87)", finetune_b_within_and_pooled),
+    # Fair comparisons (docs/findings/study-by-hand.md, docs/scaling.md).
+    Claim(STUDY_HAND, "moe 3.3627 against 3.3900, dense_active 3.3862 against 3.3905, dense_total 3.3869 "
           "against 3.4008", tuned_demo_selection),
-    Claim(STUDY, "+0.0141 [+0.0058, +0.0223] matched on active parameters (p 0.007, Holm over the "
+    Claim(STUDY_HAND, "+0.0141 [+0.0058, +0.0223] matched on active parameters (p 0.007, Holm over the "
           "two 0.014), and +0.0150 [-0.0021, +0.0320] on total (p 0.07: not significant)",
           tuned_demo_gaps),
-    Claim(SCALING, "9 of the 20 families chose 0.005", isoflop_lr_families),
-    Claim(SCALING, "10 of the 20 choices were decided by less than 0.017", isoflop_lr_margins),
-    Claim(SCALING, "all 16 runs of s3 improve, by 0.04 to 0.62 nats (mean -0.18)", isoflop_lr_changes),
-    Claim(SCALING, "The other 20 changed runs move by +0.007 on average (range -0.043 to +0.076). "
+    Claim(ISOFLOP_BY_HAND, "9 of the 20 families chose 0.005", isoflop_lr_families),
+    Claim(ISOFLOP_BY_HAND, "10 of the 20 choices were decided by less than 0.017", isoflop_lr_margins),
+    Claim(ISOFLOP_BY_HAND, "all 16 runs of s3 improve, by 0.04 to 0.62 nats (mean -0.18)", isoflop_lr_changes),
+    Claim(ISOFLOP_BY_HAND, "The other 20 changed runs move by +0.007 on average (range -0.043 to +0.076). "
           "Over their 5 families the mean change is +0.007 [-0.018, +0.032]", isoflop_lr_other_sizes),
-    Claim(SCALING, "| 3.6e+11 | 3.4569 [3.4413, 3.4711], same | 3.4158 [3.4029, 3.4278], same | "
+    Claim(ISOFLOP_BY_HAND, "| 3.6e+11 | 3.4569 [3.4413, 3.4711], same | 3.4158 [3.4029, 3.4278], same | "
           "3.3986 [3.3969, 3.3993] / 3.4358 [3.4063, 3.4399] | 3.3976 [3.3721, 3.4155] / 3.3984 "
           "[3.3739, 3.4211] |", partial(isoflop_lr_minimum_row, 3.6e11)),
-    Claim(SCALING, "| 1.08e+12 | 3.1482 [3.1428, 3.1531] / 3.1490 [3.1431, 3.1543] | 3.0840 "
+    Claim(ISOFLOP_BY_HAND, "| 1.08e+12 | 3.1482 [3.1428, 3.1531] / 3.1490 [3.1431, 3.1543] | 3.0840 "
           "[3.0658, 3.1046], same | 3.0580 [3.0546, 3.0613] / 3.0636 [3.0588, 3.0683] | 3.0461 "
           "[3.0341, 3.0557] / 3.0386 [3.0276, 3.0487] |", partial(isoflop_lr_minimum_row, 1.08e12)),
-    Claim(SCALING, "+3 [+3, +5] to +8 [+8, +12] over 20 pairs", isoflop_lr_sign_sums),
-    Claim(STUDY, "11.75 seeds on average (12, 12, 11, 12) against 6", until_resolved_mean),
-    Claim(STUDY, "finds 7 of the 8 significant after Holm", until_resolved_fixed_all),
+    Claim(ISOFLOP_BY_HAND, "+3 [+3, +5] to +8 [+8, +12] over 20 pairs", isoflop_lr_sign_sums),
+    Claim(STUDY_HAND, "11.75 seeds on average (12, 12, 11, 12) against 6", until_resolved_mean),
+    Claim(STUDY_HAND, "finds 7 of the 8 significant after Holm", until_resolved_fixed_all),
     Claim(SCALING, "It is 5.4 % larger than the shortcut (t_0.975 + t_0.80) x standard error used "
           "before at 3 seeds (2 df), 0.7 % at 5 df", mde_growth),
-    *(Claim(STUDY, row, partial(until_resolved_row, seed)) for seed, row in (
+    *(Claim(STUDY_HAND, row, partial(until_resolved_row, seed)) for seed, row in (
         (100, "| 100-111 | 12 | 12, undetermined: +0.0068 [-0.0007, +0.0142] | 11, resolved: "
               "+0.0142 [+0.0036, +0.0247] | 0.18 / 0.031 |"),
         (200, "| 200-211 | 12 | 12, resolved: +0.0125 [+0.0015, +0.0235] | 12, resolved: "
@@ -1381,8 +1114,9 @@ CLAIMS = [
               "+0.0160 [+0.0024, +0.0295] | 0.016 / 0.14 |"),
         (400, "| 400-411 | 12 | 12, undetermined: +0.0077 [-0.0068, +0.0223] | 11, resolved: "
               "+0.0125 [+0.0004, +0.0245] | 0.35 / 0.17 |"))),
-    # Predictions (docs/scaling.md, "Calibration by rollout" and "A pre-registered prediction").
-    *[Claim(SCALING, row, partial(rollout_row, form)) for form, row in (
+    # Predictions (docs/findings/sweeps-hand-read.md, "Calibration by rollout"; docs/scaling.md,
+    # "A pre-registered prediction").
+    *[Claim(SWEEPS_BY_HAND, row, partial(rollout_row, form)) for form, row in (
         ("sparsity", "| `sparsity` | 7 | 116 | 84/116 (72%) | -0.0635 | 0.0743 | 1.89 |"),
         ("sparsity-interaction",
          "| `sparsity-interaction` | 7 | 116 | 86/116 (74%) | -0.0641 | 0.0775 | 2.24 |"),
@@ -1397,8 +1131,8 @@ CLAIMS = [
     Claim(SCALING, "| `isoflop-parabola` | 2.630 [2.587, 2.672] | 2.701 [2.622, 2.781] | "
           "2.637 [2.589, 2.685] | 2.543 [2.507, 2.579] | 2.504 [2.457, 2.551] | "
           "2.463 [2.426, 2.500] |", partial(preregistered_row, "isoflop-parabola")),
-    # Rounding noise beside the seed spread (docs/study.md).
-    Claim(STUDY, "Rounding rms over seed std: moe 0.05, dense_active 0.02, dense_total 0.01.",
+    # Rounding noise beside the seed spread (docs/findings/study-by-hand.md).
+    Claim(STUDY_HAND, "Rounding rms over seed std: moe 0.05, dense_active 0.02, dense_total 0.01.",
           rounding_noise_ratio_line),
 ]
 

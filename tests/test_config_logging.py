@@ -186,7 +186,12 @@ def test_a_study_planned_before_the_move_resumes_without_training(tmp_path, caps
                  "train.log_interval=3", "train.logging.progress=false",
                  "data.max_train_stories=300"]:
         argv += ["--set", item]
-    assert main(argv) == 0, capsys.readouterr().err
+    # Planned before train.numerics too: its runs trained native, and today's default
+    # (portable) is another config, refused with the fix named rather than mixed in.
+    refused_on_one_line(capsys, argv, "train.numerics='native' (now 'portable')",
+                        "resume with --set train.numerics=native")
+    assert tree(folder / "runs") == runs_before
+    assert main([*argv, "--set", "train.numerics=native"]) == 0, capsys.readouterr().err
     assert tree(folder / "runs") == runs_before  # nothing trained, nothing rewritten
     assert "deprecated" not in capsys.readouterr().err  # its own records load silently
 
@@ -204,6 +209,10 @@ def test_a_sweep_planned_before_the_move_resumes_without_training(tmp_path, caps
     grid_file.write_text(yaml.safe_dump(grid))
     args = ["sweep-sparsity", str(grid_file), "--out", str(folder), "--bootstrap", "16",
             "--starts", "8"]
+    refused_on_one_line(capsys, args, "planned before train.numerics existed",
+                        "resume with --set train.numerics=native")
+    assert tree(folder / "runs") == runs_before
+    args += ["--set", "train.numerics=native"]
     assert main(args) == 0, capsys.readouterr().err
     assert tree(folder / "runs") == runs_before
     # Another value of the key is another grid, as it was before the move.

@@ -1,5 +1,5 @@
 """experiments/rounding_noise.py: the seed std, perturbation differences and their rms that
-docs/study.md ("Rounding noise beside the seed spread") quotes, against hand counts."""
+docs/findings/study-by-hand.md ("Rounding noise beside the seed spread") quotes, against hand counts."""
 
 import importlib.util
 from pathlib import Path

@@ -205,17 +205,24 @@ def test_the_house_isoflop_panels_draw_each_budgets_surface_and_its_optimum(tmp_
     assert [ax.get_title() for ax in panels] == ["C = 1e9 FLOPs", "C = 3e9 FLOPs"]
     for ax, budget in zip(panels, budgets):
         assert ax.get_ylabel() == "best validation loss (nats/token)"
-        curves = _by_gid(ax, "isoflop-fit")
+        curves = [line for line in ax.get_lines()
+                  if line.get_gid() in ("isoflop-fit", "isoflop-fit-no-minimum")]
         assert len(curves) == 3  # one slice per sparsity of the sweep: 0, 0.5, 0.75
+        # This surface has no (xy)^2 term: its x^2 coefficient c3 alone says whether every
+        # slice opens upward (a minimum) or downward (none; drawn apart and named so).
+        opens_up = budget["surface"][3] > 0
         for curve, sparsity in zip(curves, (0.0, 0.5, 0.75)):
             log_n = np.log(curve.get_xdata())
             assert curve.get_ydata() == pytest.approx(
                 _surface_by_hand(budget["surface"], log_n, sparsity))
+            assert curve.get_gid() == ("isoflop-fit" if opens_up else "isoflop-fit-no-minimum")
         star, = _by_gid(ax, "isoflop-optimum")
         assert (star.get_xdata()[0], star.get_ydata()[0]) == (budget["params"], budget["loss"])
         assert star.get_markerfacecolor() == "none"  # at the edge of the data: only a bound
         legend = [text.get_text() for text in ax.get_legend().get_texts()]
         assert "N* = 21K, S* = 0.75 (edge of the data: a bound)" in legend
+        assert (("IsoFLOP fit that opens downward: no minimum, no N* from it" in legend)
+                == (not opens_up))
         assert set(_visible_tick_labels(ax)) <= {"10K", "20K", "50K", "100K"}
 
 
@@ -238,6 +245,23 @@ def test_a_dense_isoflop_panel_draws_the_true_parabola_and_its_vertex(tmp_path, 
         assert star.get_xdata()[0] == pytest.approx(true_n_star[budget], rel=1e-6)
         assert star.get_ydata()[0] == pytest.approx(3.0, abs=1e-9)
         assert star.get_markerfacecolor() != "none"  # inside the sampled sizes
+
+
+STORED_ISOFLOP = [Path(__file__).parent / "fixtures" / "house" / "sweep-flops" / "isoflop.json",
+                  Path(__file__).resolve().parents[1] / "experiments" / "results" / "sweeps"
+                  / "cpu-isoflop" / "isoflop.json"]
+
+
+@pytest.mark.parametrize("path", STORED_ISOFLOP, ids=lambda p: p.parent.name)
+def test_a_fit_opens_upward_exactly_when_its_x_squared_coefficient_is_positive(path):
+    """The stored surfaces (c0 + c1 x + c2 y + c3 x^2 + c4 x y + c5 y^2): the house sweep's
+    open downward, cpu-isoflop's upward, whatever the sparsity."""
+    from moelab.codec import from_json
+
+    record = from_json(sweep_isoflop.IsoflopRecord, json.loads(path.read_text()))
+    for budget in record.all_points.budgets:
+        for sparsity in (0.0, 0.5, 0.875):
+            assert sweep_isoflop.opens_upward(budget, sparsity) == (budget.surface[3] > 0)
 
 
 def test_without_fits_the_isoflop_panels_draw_no_parabola(tmp_path, monkeypatch):

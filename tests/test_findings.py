@@ -172,3 +172,255 @@ def test_isoflop_page_reads_its_files():
     per_run = json.loads((RESULTS / "isoflop_lr.json").read_text())["loss_change"]["per_run"]
     s3 = [v for k, v in per_run.items() if "/s3/" in k and "/S0.000" not in k]
     assert f"| s3 | 639.65K | {min(s3):+.3f} | {max(s3):+.3f} |" in page
+
+
+def _csv_rows(sweep):
+    import csv
+    with open(RESULTS / "sweeps" / sweep / "results.csv", newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def _holm_by_hand(p_values):
+    """The k-th smallest p times (m - k), a running maximum, capped at 1."""
+    order, adjusted, running = np.argsort(p_values), np.empty(len(p_values)), 0.0
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (len(p_values) - rank) * p_values[i]))
+        adjusted[i] = running
+    return adjusted
+
+
+def _t_interval(values):
+    values = np.asarray(values, dtype=float)
+    half = stats.t.ppf(0.975, len(values) - 1) * values.std(ddof=1) / np.sqrt(len(values))
+    return values.mean() - half, values.mean() + half
+
+
+def test_budget_page_recomputed_with_scipy():
+    """cpu-budgets: every gap's Holm p over the 8 tests, the verdicts at 1.64M and 3.28M, and
+    the per-seed slope of the matched-active gap per doubling, from the per-run losses."""
+    budgets = sorted(json.loads((RESULTS / "studies/cpu-budgets.json").read_text())["budgets"],
+                     key=lambda b: b["tokens"])
+
+    def by_seed(budget, arm):
+        return {run["seed"]: run["best_val_loss"] for run in budget["arms"][arm]["runs"]}
+
+    diffs = [np.array([by_seed(b, dense)[s] - by_seed(b, "moe")[s] for s in sorted(by_seed(b, "moe"))])
+             for b in budgets for dense in ("dense_active", "dense_total")]
+    raw = [stats.ttest_1samp(d, 0.0).pvalue for d in diffs]
+    adjusted = _holm_by_hand(raw)
+    page = render_pages(RESULTS)["budget-trend.md"]
+    for index, label in ((4, "1.64M"), (6, "3.28M")):
+        low, high = _t_interval(diffs[index])
+        cell = (f"{diffs[index].mean():+.3f} [{low:+.3f}, {high:+.3f}], p {raw[index]:.2g}, "
+                f"Holm {adjusted[index]:.2g}")
+        assert cell in _row(page, label)[4]
+        assert adjusted[index] < 0.05 and low > 0 and "**MoE ahead**" in _row(page, label)[4]
+    assert all(p >= 0.05 for i, p in enumerate(adjusted) if i not in (4, 6))
+    doublings = np.log2([b["tokens"] for b in budgets])
+    seeds = sorted(by_seed(budgets[0], "moe"))
+    slopes = [stats.linregress(doublings, [by_seed(b, "dense_active")[s] - by_seed(b, "moe")[s]
+                                           for b in budgets]).slope for s in seeds]
+    low, high = _t_interval(slopes)
+    row = _row(page, "matched active")
+    assert row[1:3] == [f"{np.mean(slopes):+.4f}", f"[{low:+.4f}, {high:+.4f}]"]
+    assert low < 0 < high and row[5] == "**undetermined**"
+
+
+def test_ladder_steps_recomputed_with_scipy():
+    """cpu-ablation's top-2 step (top1_lb − top2_lb, paired over seeds 1-4), Holm over the
+    ladder's 5 steps."""
+    arms = json.loads((RESULTS / "studies/cpu-ablation-seeds1-4.json").read_text())["arms"]
+
+    def by_seed(rung):
+        return {run["seed"]: run["best_val_loss"] for run in arms[rung]["runs"]}
+
+    steps = [("naive_top1", "top1_lb"), ("top1_lb", "top2_lb"), ("top2_lb", "top2_lb_z"),
+             ("top2_lb_z", "top2_global_lb_z"), ("top2_lb_z", "top2_bias_z")]
+    diffs = [np.array([by_seed(a)[s] - by_seed(b)[s] for s in sorted(by_seed(a))]) for a, b in steps]
+    adjusted = _holm_by_hand([stats.ttest_1samp(d, 0.0).pvalue for d in diffs])
+    low, high = _t_interval(diffs[1])
+    line = next(l for l in render_pages(RESULTS)["routing-stability.md"].splitlines()
+                if l.startswith("| `top1_lb` → `top2_lb` | 4 |"))
+    assert f"| {diffs[1].mean():+.3f} | [{low:+.3f}, {high:+.3f}] |" in line
+    assert f"| {adjusted[1]:.2g} | 1.33 | **not separated** |" in line
+    assert adjusted.min() >= 0.05
+
+
+def test_zero_shot_page_recomputed_with_scipy():
+    """MoE − dense_active accuracy per task from the correct/items counts, Holm over the 3 tasks;
+    the runs whose Wilson interval reaches chance, from scipy's binomtest."""
+    tasks = json.loads((RESULTS / "studies/demo-tasks-active.json").read_text())["zero_shot"]
+
+    def accuracy(task, arm):
+        return {r["seed"]: r["correct"] / r["items"] for r in tasks[task]["arms"][arm]["runs"]}
+
+    diffs = {t: np.array([accuracy(t, "moe")[s] - accuracy(t, "dense_active")[s]
+                          for s in sorted(accuracy(t, "moe"))]) for t in tasks}
+    adjusted = _holm_by_hand([stats.ttest_1samp(d, 0.0).pvalue for d in diffs.values()])
+    page = render_pages(RESULTS)["zero-shot-tasks.md"]
+    for (task, d), p_holm in zip(diffs.items(), adjusted):
+        low, high = _t_interval(d)
+        row = _row(page, f"`{task}`")
+        assert row[5] == f"{d.mean():+.4f} [{low:+.4f}, {high:+.4f}]"
+        assert row[7] == f"{p_holm:.2g}" and row[8] == "**not separated**"
+        runs = [r for arm in ("moe", "dense_active") for r in tasks[task]["arms"][arm]["runs"]]
+        reaching = sum(stats.binomtest(r["correct"], r["items"]).proportion_ci(method="wilson").low
+                       <= r["chance"] for r in runs)
+        assert row[9] == f"{reaching} of {len(runs)}"
+
+
+def test_fixed_n_on_isoflop_recomputed_from_results_csv():
+    """S* per cell over the 3 draws of 2 seeds (seed 0, seed 1, both) and the sign sum along N,
+    from cpu-isoflop's final losses; both trends undetermined at 2 seeds."""
+    cells = {}
+    for row in _csv_rows("cpu-isoflop"):
+        cells.setdefault((row["budget"], row["size"]), {}).setdefault(float(row["S"]), {})[
+            row["seed"]] = float(row["final_val_loss"])
+    draws = {"0": ("0",), "1": ("1",), "both": ("0", "1")}
+    argmin = {key: {d: min(by_s, key=lambda s: np.mean([by_s[s][x] for x in seeds]))
+                    for d, seeds in draws.items()} for key, by_s in cells.items()}
+    top, sizes = 0.875, ("sA", "s0", "s1", "s2", "s3")
+    budgets = ("C3.6e+11", "C1.08e+12", "C3.24e+12")
+
+    def cell(budget, size):
+        a = argmin[budget, size]
+        if a["both"] == top:
+            return "≥ 0.875, unbounded"
+        high = max(a.values())
+        return f"{a['both']:g} [{min(a.values()):g}, {'≥ ' if high == top else ''}{high:g}]"
+
+    page = render_pages(RESULTS)["sparsity-at-fixed-size.md"]
+    for budget in budgets:
+        assert f"| {budget[1:]} | " + " | ".join(cell(budget, s) for s in sizes) + " |" in page
+    sums = {}
+    for d in draws:
+        sums[d] = sum(0 if argmin[b, s1][d] == argmin[b, s2][d] == top
+                      else int(np.sign(argmin[b, s2][d] - argmin[b, s1][d]))
+                      for b in budgets for i, s1 in enumerate(sizes) for s2 in sizes[i + 1:])
+    text = f"{sums['both']:+d} [{min(sums.values()):+d}, {max(sums.values()):+d}] over 30 pairs"
+    assert "**S* rises with N at fixed C**: **undetermined**" in page and text in page
+
+
+def test_topk_page_recomputed_with_scipy():
+    """Every pair of E, paired t by seed, Holm over the 6 by hand."""
+    loss = {}
+    for row in _csv_rows("cpu-topk"):
+        if float(row["S"]) > 0:
+            loss.setdefault((row["size"], int(float(row["E"]))), {})[row["seed"]] = \
+                float(row["best_val_loss"])
+    pairs = [(s, a, b) for s in ("s2", "s3") for a, b in ((4, 8), (4, 16), (8, 16))]
+    diffs = [np.array([loss[s, b][x] - loss[s, a][x] for x in sorted(loss[s, a])])
+             for s, a, b in pairs]
+    raw = [stats.ttest_1samp(d, 0.0).pvalue for d in diffs]
+    page = render_pages(RESULTS)["experts-at-one-sparsity.md"]
+    for (size, fewer, more), d, p, p_holm in zip(pairs, diffs, raw, _holm_by_hand(raw)):
+        half = stats.t.ppf(0.975, len(d) - 1) * d.std(ddof=1) / np.sqrt(len(d))
+        row = _row(page, size + f" | E = {more} minus E = {fewer}")
+        assert row[2] == f"{d.mean():+.3f}" and row[3] == f"[{d.mean() - half:+.3f}, {d.mean() + half:+.3f}]"
+        assert row[4] == f"{p:.2g}" and row[5] == f"{p_holm:.2g}"
+        separated = p_holm < 0.05 and d.mean() + half < 0
+        assert row[6] == ("**more experts lower**" if separated else "**not separated**")
+    assert sum(p < 0.05 for p in _holm_by_hand(raw)) == 2
+
+
+def test_zero_shot_page_recomputed_with_numpy():
+    """accuracy = a + b loss + c S by least squares over the 120 runs, t interval on n - 3 df."""
+    rows = _csv_rows("cpu-isoflop")
+    page = render_pages(RESULTS)["downstream-against-sparsity.md"]
+    for task in ("last_word", "ending", "agreement"):
+        x = np.array([[1.0, float(r["best_val_loss"]), float(r["S"])] for r in rows])
+        y = np.array([float(r[f"zero_shot_{task}"]) for r in rows])
+        beta, ss, *_ = np.linalg.lstsq(x, y, rcond=None)
+        df = len(y) - 3
+        se = np.sqrt(ss[0] / df * np.diag(np.linalg.inv(x.T @ x)))
+        half = stats.t.ppf(0.975, df) * se[2]
+        row = _row(page, task)
+        assert row[3] == f"{beta[2]:+.3f} [{beta[2] - half:+.3f}, {beta[2] + half:+.3f}]"
+        assert beta[2] - half < 0 < beta[2] + half and row[4] == "**undetermined**"
+
+
+def _finetune_pairs():
+    rows = _csv_rows("cpu-finetune")
+    dense = {(r["size"], r["budget"], r["seed"]): r for r in rows if float(r["S"]) == 0}
+    out = []
+    for r in rows:
+        if float(r["S"]) == 0:
+            continue
+        d = dense[r["size"], r["budget"], r["seed"]]
+        out.append((r["size"], r["budget"], float(r["S"]), r["seed"],
+                    *(float(r[k]) - float(d[k]) for k in
+                      ("final_val_loss", "finetune_val_loss", "finetune_gain"))))
+    return out
+
+
+def _clustered(pairs, metric):
+    """dy = b dL + c S without intercept; CR1 standard errors clustered by (size, seed)."""
+    x = np.array([[p[4], p[2]] for p in pairs])
+    y = np.array([p[metric] for p in pairs])
+    beta, *_ = np.linalg.lstsq(x, y, rcond=None)
+    e = y - x @ beta
+    groups = sorted({(p[0], p[3]) for p in pairs})
+    meat = sum(np.outer(v, v) for v in (
+        sum(x[i] * e[i] for i, p in enumerate(pairs) if (p[0], p[3]) == g) for g in groups))
+    inv = np.linalg.inv(x.T @ x)
+    g, n = len(groups), len(y)
+    return beta, np.sqrt(np.diag(inv @ meat @ inv * g / (g - 1) * (n - 1) / (n - 2))), g - 1
+
+
+def test_finetune_page_recomputed_with_numpy_and_scipy():
+    """The equal-loss c (clustered), every cell's paired t, Holm over the 26 by hand."""
+    pairs = _finetune_pairs()
+    tests, slopes = [], {}
+    for metric in (5, 6):
+        beta, se, df = _clustered(pairs, metric)
+        slopes[metric] = (beta[1], stats.t.ppf(0.975, df) * se[1])
+        tests.append(2 * stats.t.sf(abs(beta[1] / se[1]), df))
+    cells = {}
+    for p in pairs:
+        cells.setdefault((p[1], p[0], p[2]), []).append(p)
+    keys = sorted(cells)
+    for key in keys:
+        for metric in (5, 6):
+            tests.append(stats.ttest_1samp([m[metric] for m in cells[key]], 0.0).pvalue)
+    adjusted = _holm_by_hand(np.array(tests))
+    assert len(tests) == 26
+    page = render_pages(RESULTS)["fine-tuning-against-sparsity.md"]
+    c, half = slopes[5]
+    row = _row(page, "fine-tuned loss")
+    assert row[2] == f"{c:+.3f} [{c - half:+.3f}, {c + half:+.3f}]"
+    assert row[3] == f"{adjusted[0]:.2g}" and row[4] == "**not separated**"
+    lower = [key for i, key in enumerate(keys) if adjusted[2 + 2 * i] < 0.05
+             and np.mean([m[5] for m in cells[key]]) < 0]
+    assert lower == [("C3.24e+12", "s1", 0.75)]
+    assert page.count("**sparse lower**") == len(lower)
+    assert all(np.mean([m[5] for m in cells[k]]) < 0 for k in keys)
+
+
+def test_published_law_page_recomputed_by_brute_force():
+    """S* of eq. 6 written out in numpy on a grid of 1e-5 steps, at each N and C of the table."""
+    p = json.loads((ROOT / "tests" / "fixtures" / "abnar2025_table3_fit.json").read_text())
+    assert json.loads((RESULTS / "published" / "abnar2025_table3_fit.json").read_text()) == p
+    p = p["params"]
+    sparsity = np.linspace(0.0, 0.98, 98_001)
+    page = render_pages(RESULTS)["published-law.md"]
+    for exponent in (20, 21, 22):
+        cells = []
+        for total in (1e8, 3e8, 1e9, 3e9, 1e10):
+            u = 1.0 - sparsity
+            tokens = 10.0 ** exponent / (6.0 * u * total)
+            loss = (p["a"] / total ** p["alpha"] + p["b"] / tokens ** p["beta"]
+                    + p["c"] / u ** p["lam"] + p["d"] / (u ** p["delta"] * total ** p["gamma"])
+                    + p["e"])
+            best = float(sparsity[int(np.argmin(loss))])
+            cells.append("0" if best == 0 else f"{best:.2f}" + (" (edge)" if best >= 0.98 else ""))
+        assert f"| C = 1e{exponent} | " + " | ".join(cells) + " |" in page
+
+
+def test_wall_clock_reads_the_optima_file():
+    three = json.loads((RESULTS / "sweeps/cpu/optima.json").read_text())["three"]
+    low, high = three["by_seconds"]["ci"]["sparsity"]
+    page = render_pages(RESULTS)["compute-optimal-sparsity.md"]
+    assert f"[{low:.3f}, {high:.3f}]: **undetermined on this hardware**" in page
+    assert high - low > 0.5
+    status = json.loads((RESULTS / "sweeps/cpu-isoflop/analysis.json").read_text())["status"]
+    assert status["optima"] == "no_law" and "`cpu-isoflop` (law: no_form_identified)" in page

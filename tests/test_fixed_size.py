@@ -144,7 +144,8 @@ def _rows(runs: list[Run], mode: str) -> list[dict]:
     return [{"size": r.size, "budget": r.budget, "C": str(r.flops), "C_budget": str(r.flops),
              "N_total": str(r.params * (1 + grows * r.sparsity)),
              "N_active": str(r.active), "S": str(r.sparsity), "seed": r.seed, "k": "1",
-             "final_val_loss": str(r.loss), "run": f"{r.budget}/{r.size}/S{r.sparsity}/seed{r.seed}"}
+             "best_val_loss": str(r.loss), "final_val_loss": str(r.loss + 0.05 * r.sparsity),
+             "run": f"{r.budget}/{r.size}/S{r.sparsity}/seed{r.seed}"}
             for r in runs]
 
 
@@ -192,3 +193,22 @@ def test_a_stored_fixed_size_json_reads_back_as_written_key_for_key(path):
     record = from_json(FixedSizeRecord, json.loads(stored))
     assert record.cells and isinstance(record.cells[0].seed_s_star, dict)
     assert json.dumps(to_json(record), indent=2) == json.dumps(json.loads(stored), indent=2)
+
+
+def test_the_record_and_its_figure_read_the_best_loss_the_other_tables_read(tmp_path):
+    """Final losses rising with S (0.05 per unit of S) would put every S* at the densest
+    sparsity; the best losses place it where _synthetic puts it, and the axis says so."""
+    import matplotlib.pyplot as plt
+
+    runs = _synthetic({"a": 0.5, "b": 0.75, "c": 0.875}, 2, 0.0)
+    record = fixed_size_record(results_table(_rows(runs, "fixed_total")).rows, "fixed_total")
+    assert record.loss_column == "best_val_loss"
+    assert [cell.s_star for cell in record.cells] == [0.5, 0.75, 0.875]
+    labels = []
+    original = plt.Axes.set_ylabel
+    plt.Axes.set_ylabel = lambda self, text, *a, **k: labels.append(text) or original(self, text, *a, **k)
+    try:
+        fixed_size_section(record, tmp_path / "figures" / "fixed_size.png")
+    finally:
+        plt.Axes.set_ylabel = original
+    assert labels == ["best validation loss (nats/token)"]

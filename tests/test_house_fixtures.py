@@ -29,7 +29,7 @@ pytestmark = pytest.mark.slow
 HOUSE = Path(__file__).parent / "fixtures" / "house"
 FOLDERS = ("study", "sweep-flops", "sweep-tokens")
 REPORT_FILES = ("report.md", "results.json", "results.csv", "analysis.json", "forms.json",
-                "isoflop.json", "throughput.json")
+                "isoflop.json", "throughput.json", "form_table.json")
 """What ``moelab report`` writes (each folder has the ones of its kind), and its figures/."""
 
 # Spelled out, not tests/tiny_overrides.py: the recording pins this exact config, which must not
@@ -73,8 +73,8 @@ def written_files(folder: Path) -> dict[str, bytes]:
 
 
 LAW_FORMS = ("sparsity", "sparsity-interaction", "sparsity-additive", "sparsity-effective-size",
-             "chinchilla")
-LAW_FIT_FILES = ("forms.json",)
+             "chinchilla", "clark", "granularity", "joint")
+LAW_FIT_FILES = ("forms.json", "form_table.json")
 """Fits of law forms that these tiny sweeps cannot identify: their optimiser wanders along flat
 valleys, so the last bit of a BLAS sum (numpy's build, the CPU's kernels) moves the parameters
 it stops at by orders of magnitude. Their structure is compared, not their numbers."""

@@ -51,7 +51,7 @@ def test_a_rising_optimal_sparsity_is_recovered_with_intervals_that_bracket_it()
     columns, seeds = synthetic_isoflop(rise_per_decade=0.9, rng_seed=2)
     result = sparsity_isoflop(IsoflopPoints.from_columns(columns), seeds, replicates=200)
     # Every minimum has a finite interval. Resampling 3 seeds, the 95 % intervals cover the
-    # truth 84 % of the time over 12 draws of this table (docs/scaling.md): 27 of these 32.
+    # truth 84 % of the time over 12 draws of this table (docs/explanation/isoflop.md): 27 of these 32.
     covered = 0
     for cell in result.cells:
         log_star, loss_star = true_minimum(cell.flops, cell.sparsity, 0.9)
@@ -211,7 +211,7 @@ def test_the_cpu_isoflop_sweep_writes_its_minima_and_s_star_into_isoflop_json_an
 
 def test_the_report_gives_replicate_shares_only_from_three_seeds(tmp_path):
     """With 2 seeds a resample has so few outcomes per cell that "best in x % of replicates"
-    only says whether the seeds agree (docs/scaling.md): the report leaves the shares out."""
+    only says whether the seeds agree (docs/explanation/isoflop.md): the report leaves the shares out."""
     import json
     from pathlib import Path
 

@@ -142,10 +142,10 @@ def test_with_n_free_s_star_is_the_top_of_the_search_range(capsys, flops):
 
 @pytest.mark.parametrize("total_params,threshold", [(1e8, 1.35e20), (3e8, 1.15e21)])
 def test_where_small_models_turn_dense(capsys, total_params, threshold):
-    """The budgets docs/findings and docs/scaling.md quote (to 3 digits): below them S* > 0, above
+    """The budgets docs/findings/published-law.md quotes (to 3 digits): below them S* > 0, above
     them S* = 0, by moelab optimal and by the brute-force grid alike."""
     for flops, dense in ((threshold * 0.98, False), (threshold * 1.02, True)):
         assert (s_star_at(capsys, total_params, flops) == 0.0) is dense
         assert (brute_force_sparsity(total_params, flops, 0.9) == 0.0) is dense
     quoted = f"from about {threshold:.3g}".replace("e+", "e")
-    assert quoted in (Path(__file__).parents[1] / "docs/findings/not-yet-generated.md").read_text()
+    assert quoted in (Path(__file__).parents[1] / "docs/findings/published-law.md").read_text()

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from moelab.scaling.efficiency_leverage import (
-    DenseLaw, compute, dense_compute_at_loss, optimal_dense_loss, render)
+    DenseLaw, OptimalDenseCurve, compute, dense_compute_at_loss, optimal_dense_loss, render)
 from moelab.scaling.laws import CHINCHILLA, SPARSITY
 
 HOFFMANN = {"E": 1.69, "A": 406.4, "B": 410.7, "alpha": 0.34, "beta": 0.28}
@@ -80,7 +80,8 @@ def test_leverage_of_a_sweep_point_matches_brute_force_in_flops_and_seconds():
     assert point.law_loss == pytest.approx(sparse_loss(n_total, tokens, s), rel=1e-12)
     expected = brute_force_dense_flops(point.law_loss) / (6 * n_active * tokens)
     assert point.leverage == pytest.approx(expected, rel=0.01)  # the grid's step is 0.5 %
-    assert point.ci == pytest.approx([point.leverage, point.leverage])
+    # Identical replicates: the tabulated curve's C_dense agrees with the bisection's.
+    assert point.ci == pytest.approx([point.leverage, point.leverage], rel=1e-3)
     # Seconds: dense runs take (D / 1000 tok/s) per 6 N_total D FLOPs; the MoE D / 2000 tok/s.
     dense_rate = (tokens / 1000.0) / (6 * n_total * tokens)
     assert point.leverage_seconds == pytest.approx(
@@ -96,3 +97,22 @@ def test_an_unreachable_loss_is_unbounded_not_a_number():
     assert record.points[0].leverage is None and record.points[0].ci == []
     assert "unbounded" in render(record)
     assert record.points[0].leverage_seconds is None
+
+
+@pytest.mark.parametrize("law, params", [(CHINCHILLA, HOFFMANN), (SPARSITY, SPARSE_TRUTH)])
+def test_the_tabulated_curve_inverts_as_the_closed_form_and_the_bisection_do(law, params):
+    dense = DenseLaw(law, params)
+    curve = OptimalDenseCurve.of(dense)
+    for flops in (3e12, 1e17, 4e21):
+        target = (closed_form_optimal_loss(HOFFMANN, flops) if law is CHINCHILLA
+                  else brute_force_loss(flops))
+        assert curve.compute_at_loss(target) == pytest.approx(flops, rel=1e-3)
+        assert curve.compute_at_loss(target) == pytest.approx(
+            dense_compute_at_loss(dense, target), rel=1e-3)
+    assert curve.compute_at_loss(params.get("E", params.get("e")) - 0.01) is None
+
+
+def brute_force_loss(flops):
+    """The dense sparsity law's least loss at ``flops`` on a fine grid of N (S = 0)."""
+    params = np.geomspace(1e3, 1e15, 200001)
+    return float(sparse_loss(params, flops / (6 * params), 0.0).min())

@@ -110,7 +110,7 @@ def test_identification_problems_name_each_failed_check(ci, problem):
                  if "moves its term by only" in p]
         assert tuple(found) == flagged, found
     # The documented thresholds are the ones the code applies.
-    docs = " ".join((REPO_ROOT / "docs" / "scaling.md").read_text().split())
+    docs = " ".join((REPO_ROOT / "docs" / "explanation" / "laws.md").read_text().split())
     assert f"every term adds at least {MIN_TERM_SIZE:g} nats" in docs
     assert f"moves its term by at least {MIN_EXPONENT_EFFECT:g} nats" in docs
     assert f"or is wider than {MAX_EXPONENT_CI_WIDTH:g}" in docs

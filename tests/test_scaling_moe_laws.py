@@ -3,7 +3,7 @@
 Each law's prediction is checked against its formula written out here in plain numpy, and each
 fit against noise-free synthetic data from known coefficients (Clark's form, linear in log L,
 also against numpy's least squares). No published coefficients are used: the papers' own tables
-could not be read where this was written (docs/scaling.md, "Other MoE law forms").
+could not be read where this was written (docs/explanation/laws.md, "Other MoE law forms").
 """
 
 from __future__ import annotations

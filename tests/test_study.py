@@ -170,13 +170,13 @@ def test_study_section_and_base_preset(tmp_path):
 REPO_ROOT = Path(__file__).resolve().parents[1]
 # Run counts as the documentation states them (phrase, file), not as the planner computes them.
 DOCUMENTED_RUNS = {
-    "demo": (18, "trains 18 runs", "docs/study.md"),
+    "demo": (18, "trains 18 runs", "docs/findings/study-by-hand.md"),
     "cpu-budgets": (36, "CPU, 36 runs", "docs/study.md"),
     "paper": (9, "3 seeds", "docs/study.md"),  # x 3 arms: moe, dense_active, dense_total
     "paper-budgets": (36, "GPU, 36 runs", "docs/study.md"),
     "ablation": (18, "GPU, 18 runs", "docs/study.md"),
     "cpu-ablation": (24, "CPU, 24 runs", "docs/study.md"),
-    "cpu-replication": (9, "the 9 runs", "docs/study.md"),
+    "cpu-replication": (9, "the 9 runs", "docs/findings/study-by-hand.md"),
 }
 
 
@@ -368,6 +368,10 @@ def test_budget_sweep_groups_and_plots(tmp_path, demo):
         assert active["min_detectable_gap"] > 0
     assert results["arms"] == results["budgets"][-1]["arms"]
     assert "figures/gaps_vs_tokens.png" in _figures_named((tmp_path / "s/report.md").read_text())
+    # Two budgets, the dense arms' loss falling with them: the leverage section follows.
+    report = (tmp_path / "s/report.md").read_text()
+    assert report.index("## Budget sweep") < report.index("## Efficiency leverage")
+    assert "### In measured training seconds" in report
 
 
 @pytest.mark.slow

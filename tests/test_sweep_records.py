@@ -10,6 +10,7 @@ import pytest
 
 from moelab.codec import from_json, to_json
 from moelab.scaling.fit_record import LawFit
+from moelab.scaling.form_table import FormTable
 from moelab.sweep.analyses.law_fit import SweepFit
 from moelab.sweep.analyses.law_form import FormsRecord
 from moelab.sweep.analyses.optima import OptimaRecord
@@ -21,7 +22,8 @@ HOUSE = REPO / "tests" / "fixtures" / "house"
 SWEEPS = [HOUSE / "sweep-flops", HOUSE / "sweep-tokens",
           *sorted((REPO / "experiments" / "results" / "sweeps").glob("*/"))]
 RECORDS = {"fit.json": SweepFit, "fit_holdout.json": LawFit, "forms.json": FormsRecord,
-           "optima.json": OptimaRecord, "throughput.json": ThroughputRecord}
+           "optima.json": OptimaRecord, "throughput.json": ThroughputRecord,
+           "form_table.json": FormTable}
 STORED = [folder / name for folder in SWEEPS for name in RECORDS if (folder / name).is_file()]
 DROPPED = "intervals_checked"
 """A key of each form's checks in forms.json that an older analysis wrote and none reads."""

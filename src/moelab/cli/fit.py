@@ -41,7 +41,7 @@ def register(subparsers) -> None:
     fit.add_argument("--law", choices=LAW_NAMES, default="chinchilla",
                      help="chinchilla, Abnar et al.'s sparsity law (eq. 6), one of its reduced "
                           "forms, or the MoE forms clark, granularity (G) and joint (E, "
-                          "N_active) (docs/scaling.md)")
+                          "N_active) (docs/explanation/laws.md)")
     fit.add_argument("--columns", action="append", default=[], metavar="NAME=COLUMN,...",
                      help='map canonical names N, D, C, S, E, G, N_active, loss to CSV columns, '
                           'e.g. --columns N="Model Size",C="Training FLOP"')
@@ -105,7 +105,7 @@ def register(subparsers) -> None:
     isoflop.add_argument("--estimator", choices=("window", "global"), default="window",
                          help="window (default): a parabola through the sizes within "
                               "--window-factor of the vertex; global: through every size of "
-                              "the budget (docs/scaling.md compares them)")
+                              "the budget (docs/explanation/isoflop.md compares them)")
     isoflop.add_argument("--window-factor", type=float, metavar="F",
                          help="with --estimator window: sizes within F times the vertex (> 1; "
                               "default 3)")

@@ -28,7 +28,7 @@ def register(subparsers) -> None:
                     "cells at a new budget: the mean loss of --seeds new runs with a 90%% "
                     "prediction interval (refits over the seeds' wsd families, the fit's misfit, "
                     "the seeds' noise), each size's best sparsity and the compute-optimal "
-                    "(N*, S*). docs/scaling.md, 'Predicting your next budget'.",
+                    "(N*, S*). docs/explanation/prediction.md, 'Predicting your next budget'.",
     )
     predict.add_argument("sweep", metavar="SWEEP|FIT.json",
                          help="a sweep folder (its results.csv), or a fit file of moelab fit "

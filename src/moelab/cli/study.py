@@ -213,7 +213,7 @@ def _add_run_arguments(parser, kind: str) -> None:
 
 
 def _add_fair_arguments(parser) -> None:
-    """--tune-lr and --until-resolved (docs/study.md, "Fair comparisons")."""
+    """--tune-lr and --until-resolved (docs/explanation/matching.md and statistics.md)."""
     parser.add_argument("--tune-lr", metavar="GRID",
                         help="choose each arm's lr from GRID (e.g. 0.005,0.01,0.02) on selection "
                         "seeds that never report, then run the study at each arm's own lr "

@@ -29,7 +29,9 @@ from moelab.config.files import (
     MAX_BASE_DEPTH, deep_merge, dump_config, load_config, preset_names, read_raw, read_with_base,
     read_yaml, save_config,
 )
-from moelab.config.legacy import LOGGING_KEYS, spelt_as_today, without_logging
+from moelab.config.legacy import (
+    LOGGING_KEYS, NUMERICS_OF_OLD_RUNS, spelt_as_today, with_numerics_of_its_day, without_logging,
+)
 from moelab.config.parsing import (
     MAX_YAML_CHARS, MAX_YAML_DEPTH, RefusedYAML, apply_overrides, build_config, load_yaml,
     override, to_dict, yaml_problem,
@@ -47,5 +49,6 @@ __all__ = [
     "ModelConfig", "MoEConfig", "Parsed", "RefusedYAML", "ScheduleName", "TrainConfig",
     "apply_overrides", "build_config", "deep_merge", "dump_config", "from_dict", "load_config",
     "load_yaml", "override", "preset_names", "read_raw", "read_with_base", "read_yaml",
-    "save_config", "spelt_as_today", "to_dict", "without_logging", "yaml_problem",
+    "NUMERICS_OF_OLD_RUNS", "save_config", "spelt_as_today", "to_dict",
+    "with_numerics_of_its_day", "without_logging", "yaml_problem",
 ]

@@ -88,3 +88,18 @@ def without_logging(config: Any) -> Any:
         return config
     return {**config, "train": {key: value for key, value in train.items()
                                 if key != "logging" and key not in LOGGING_KEYS}}
+
+
+NUMERICS_OF_OLD_RUNS = "native"
+"""``train.numerics`` of every config written before the key existed: those runs trained with
+the CPU's native kernels (moelab.numerics), whatever today's default is."""
+
+
+def with_numerics_of_its_day(planned: Any) -> Any:
+    """A config moelab wrote into a folder (as a dict), with ``train.numerics`` set to what its
+    runs trained with when it predates the key; so a resume today is compared against the
+    numerics they really used, not the new default, and is not mixed with other numerics."""
+    train = planned.get("train") if isinstance(planned, dict) else None
+    if not isinstance(train, dict) or "numerics" in train:
+        return planned
+    return {**planned, "train": {**train, "numerics": NUMERICS_OF_OLD_RUNS}}

@@ -15,7 +15,10 @@ from collections.abc import Callable
 from typing import Any
 
 from moelab.errors import MoelabError
-from moelab.findings import fixed_size, isoflop, ladder, paper_a, recipe
+from moelab.findings import (
+    budgets, finetune, fixed_n_isoflop, fixed_size, isoflop, ladder, ladder_loss, paper_a,
+    published_law, recipe, topk, wall_clock, zero_shot, zero_shot_sparsity,
+)
 from moelab.findings.source import ResultsRoot
 from moelab.report.analysis import Analysis, compute_all, render_all
 
@@ -43,7 +46,15 @@ PAGES = (
          "numbers are not the paper's; the sign and its certainty are what is compared. The "
          "recipe choices below were made on other seeds than those reported.",
          (paper_a.ANALYSIS, recipe.ANALYSIS), (paper_a.summary, recipe.summary)),
-    Page("sparsity-at-fixed-size", "The best sparsity at a fixed size (paper B's finding (a))",
+    Page("budget-trend", "Dense vs MoE across budgets (paper A's trend)",
+         "Paper A (abstract) reports the matched-active MoE advantage growing with training "
+         "tokens. cpu-budgets trains the demo's arms and recipe at 409.6K, 819.2K, 1.64M and "
+         "3.28M tokens per run (400 to 3,200 steps, each budget its own full schedule) on a "
+         "TinyStories copy, 3 seeds, at about 0.4-0.6M parameters (paper A's models are under "
+         "25M, its abstract): the sign and shape are what is compared, not the numbers.",
+         (budgets.ANALYSIS,), (budgets.summary,)),
+    Page("sparsity-at-fixed-size",
+         "The best sparsity at a fixed size (paper B's findings (a) and (c))",
          "Abnar et al. 2025 (paper B) report that at a fixed total parameter count and compute "
          "the loss is parabolic in S with an interior optimum that rises with N, and that small "
          "models are best dense at most budgets (§2.2, App. D.2, Figs. 2a, 4, 9). moelab's CPU "
@@ -52,15 +63,51 @@ PAGES = (
          "at 98.6K-331K parameters: raising S there also narrows the experts (d_expert 64 to 8 "
          "at s0) and lowers N_active, and the grid has no dense point, so 'small models are "
          "best dense' is not tested. cpu-expertn holds the experts' width (and N_active) fixed, "
-         "so its totals grow with S (up to 2.54M). Both trained with a shared lr.",
-         (fixed_size.ANALYSIS,), (fixed_size.summary,)),
+         "so its totals grow with S (up to 2.54M). Both trained with a shared lr. The "
+         "IsoFLOP sweep cpu-isoflop (68K-640K parameters, 3.6e11-3.24e12 FLOPs, seeds 0-1) "
+         "holds each size's total fixed across S too, and asks (c): paper B reports that at a "
+         "fixed N, S* falls as C grows (§3, App. D.2; one Discussion bullet, §6, says the "
+         "opposite).",
+         (fixed_size.ANALYSIS, fixed_n_isoflop.ANALYSIS),
+         (fixed_size.summary, fixed_n_isoflop.summary)),
     Page("compute-optimal-sparsity", "The compute-optimal sparsity (paper B's finding (b))",
          "Abnar et al. 2025 (paper B) report that at a fixed FLOPs budget with the size free the "
          "loss falls with S, compute-optimal models growing in N and shrinking in N_active as S "
          "rises, with S* at the top of their grid at every budget (§3, Figs. 1-3, 11-12). "
          "moelab's cpu-isoflop sweep asks the same at about 0.07-0.64M parameters and "
          "3.6e11-3.24e12 FLOPs, with 2 seeds and top-1 routing.",
-         (isoflop.ANALYSIS,), (isoflop.summary,)),
+         (isoflop.ANALYSIS, wall_clock.ANALYSIS), (isoflop.summary,)),
+    Page("experts-at-one-sparsity", "E and k at one sparsity",
+         "Paper B varies S through both E and K (§2, eq. 7) and does not compare (E, K) at one "
+         "S. moelab's cpu-topk asks whether S alone fixes the loss: at S = 0.75 it splits the "
+         "same FFN into 4, 8 or 16 experts with k = 1, 2, 4 (total and active parameters equal "
+         "up to the router), at 328K and 641K total parameters, 3.7M tokens, seeds 0-2, the "
+         "demo's recipe. Fine-grained MoE work reports the direction tested here (Krajewski et "
+         "al. 2024, arXiv:2402.07871, abstract).",
+         (topk.ANALYSIS,), (topk.summary,)),
+    Page("downstream-against-sparsity", "Downstream accuracy against sparsity (paper B's finding (d))",
+         "Paper B reports that at equal pretraining loss most in-context few-shot tasks of the "
+         "LLM-Foundry suite do not depend on S, that reading comprehension (SQuAD, CoQA, BoolQ) "
+         "favours denser models, and that MoEs gain more with chain-of-thought prompting (§4, "
+         "App. D.3, App. E). moelab scores its own three zero-shot tasks (last_word, ending, "
+         "agreement; docs/data.md) after every cpu-isoflop run (68K-640K parameters, 2 seeds), "
+         "so it tests the first statement's shape with other tasks, not paper B's.",
+         (zero_shot_sparsity.ANALYSIS,)),  # no README line: it has no room
+    Page("fine-tuning-against-sparsity", "Fine-tuning against sparsity",
+         "Whether MoEs fine-tune worse than their pretraining suggests is the question of "
+         "Artetxe et al. 2021 (arXiv:2112.10684) and ST-MoE (Zoph et al. 2022, "
+         "arXiv:2202.08906); paper B has no fine-tuning study. cpu-finetune pretrains s0 and s1 "
+         "at S in {0, 0.5, 0.75, 0.875} (top-1, fixed total) at 1.08e12 and 3.24e12 FLOPs, seeds "
+         "1-3, and fine-tunes every run on the adaptation set (docs/data.md) by one recipe "
+         "chosen on seed 0.",
+         (finetune.ANALYSIS,), (finetune.summary,)),
+    Page("published-law", "Paper B's published law, read by moelab optimal",
+         "Paper B fits eq. 6, L = a/N^α + b/D^β + c/(1−S)^λ + d/((1−S)^δ N^γ) + e, and publishes "
+         "its coefficients in Table 3. moelab holds them as third parties transcribed them (two "
+         "public transcriptions agree; not checked against the paper's appendix: "
+         "tests/fixtures/README.md) and reads the optima off them with N_active = (1 − S) N, "
+         "C = 6 N_active D, paper B's budget convention (App. B).",
+         (published_law.ANALYSIS,)),  # no README line: it has no room
     Page("routing-stability", "Routing stability: the ladder over training",
          "The stability ladder swaps one routing ingredient at a time: naive top-1, top-1 with "
          "Switch load balancing, top-2 with balancing. The seed summary moelab was specified "
@@ -68,7 +115,13 @@ PAGES = (
          "gain'; those are the summary's words, not paper A's abstract. cpu-ablation's 8 "
          "experts and 3x lr were chosen so that top-1 could collapse: that choice is part of "
          "its rows.",
-         (ladder.ANALYSIS,), (ladder.summary,)),
+         (ladder.ANALYSIS, ladder_loss.ANALYSIS), (ladder.summary, ladder_loss.summary)),
+    Page("zero-shot-tasks", "Zero-shot tasks on the demo",
+         "moelab's own three zero-shot tasks (docs/training.md, 'Zero-shot tasks': a story's "
+         "last word, LAMBADA-style; its true ending against three others; grammatical minimal "
+         "pairs, BLiMP-style), scored on the demo study's final weights. They are not paper "
+         "A's or paper B's evaluations.",
+         (zero_shot.ANALYSIS,)),
 )
 
 

@@ -139,7 +139,7 @@ def render(headline: Headline | None, results: ResultsRoot, findings: Findings) 
               f"({CHECK_SEEDS.start}-{CHECK_SEEDS.stop - 1}, docs/recipe.md): {without}. Seeds "
               "3-7 of the demo's configuration (demo-seeds0-5*.json, demo-seeds0-6.json, "
               "demo-compiled-seeds0-7.json) are not pooled here: their files hold runs of "
-              "several CPUs and compiled runs; docs/study.md reads them.\n")
+              "several CPUs and compiled runs; docs/findings/study-by-hand.md reads them.\n")
 
 
 def _seed_ranges(seeds: list[int]) -> str:

@@ -12,7 +12,10 @@ from collections.abc import Iterable
 import yaml
 
 from moelab.codec import to_json
-from moelab.config import Config, build_config, dump_config, read_yaml, to_dict, without_logging
+from moelab.config import (
+    NUMERICS_OF_OLD_RUNS, Config, build_config, dump_config, read_yaml, to_dict,
+    with_numerics_of_its_day, without_logging,
+)
 from moelab.errors import MoelabError, short_repr
 from moelab.fileio import atomic_write_text, is_inside
 from moelab.train.run_folder import first_difference
@@ -133,8 +136,8 @@ def check_planned_configs(folder: Path, specs: list[RunSpec]) -> None:
 
 
 def _numerics_hint(key: str, before: object) -> str:
-    if key == "train.numerics" and before == "native":
-        return " (resume with --set train.numerics=native)"
+    if key == "train.numerics" and before == NUMERICS_OF_OLD_RUNS:
+        return f" (resume with --set train.numerics={NUMERICS_OF_OLD_RUNS})"
     return ""
 
 
@@ -149,10 +152,7 @@ def _planned_config(path: Path) -> dict | None:
         return None
     if not isinstance(raw, dict):
         return None
-    if isinstance(raw.get("train"), dict) and "numerics" not in raw["train"]:
-        # Planned before train.numerics existed: it trained with the CPU's native kernels,
-        # whatever today's default is, so a resume must not mix in another numerics.
-        raw = {**raw, "train": {**raw["train"], "numerics": "native"}}
+    raw = with_numerics_of_its_day(raw)
     with contextlib.suppress(MoelabError):  # a config this moelab no longer builds: compare raw
         raw = to_dict(build_config(raw))
     return without_logging(raw)

@@ -3,7 +3,7 @@ analysis, optimal sparsity under parameters, FLOPs and seconds, and the throughp
 
 It imports nothing of the training engine or of the studies above it (a test checks), so
 ``moelab fit`` runs on any CSV; the sparsity sweep that feeds it is ``moelab.sweep``. See
-docs/scaling.md.
+docs/explanation/laws.md.
 """
 
 from moelab.scaling.fitting import FitResult, bootstrap, fit_law

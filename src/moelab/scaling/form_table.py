@@ -95,13 +95,13 @@ def render(record: Optional[FormTable]) -> str:
     lines = []
     for row in record.rows:
         if row.not_fitted:
-            lines.append(f"| {row.law} | {row.num_params} | not fitted: {row.not_fitted} | | |")
+            lines.append(f"| `{row.law}` | {row.num_params} | not fitted: {row.not_fitted} | | |")
             continue
         mae = "–" if row.holdout_mae is None else f"{row.holdout_mae:.4f}"
         fit = ("–" if row.lack_of_fit_F is None or row.lack_of_fit_df is None else
                f"F({row.lack_of_fit_df[0]}, {row.lack_of_fit_df[1]}) = {row.lack_of_fit_F:.3g}, "
                f"p = {_p(row.lack_of_fit_p)}")
-        lines.append(f"| {row.law} | {row.num_params} | {row.fitted_points} | {mae} | {fit} |")
+        lines.append(f"| `{row.law}` | {row.num_params} | {row.fitted_points} | {mae} | {fit} |")
     return ("## Law forms compared\n\n"
             f"Every form fitted without the {record.held_out_points} points of "
             f"`{record.holdout}`; held-out error is the mean |predicted − actual| loss on them, "

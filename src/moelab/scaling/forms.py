@@ -49,7 +49,7 @@ MAX_HOLDOUT_MAE = 0.02
 """Nats: the accuracy a sweep's law must reach on points it never saw."""
 MIN_STEADY_REPLICATES = 32
 """Fewer bootstrap resamples leave an interval's ends, and so the choice of form, to chance:
-with 8, a synthetic sweep's choice flipped with the CPU's float rounding (docs/scaling.md)."""
+with 8, a synthetic sweep's choice flipped with the CPU's float rounding (docs/explanation/laws.md)."""
 
 
 def exponent_effects(law: Law, record: LawFit, columns: dict[str, np.ndarray]) -> dict[str, float]:

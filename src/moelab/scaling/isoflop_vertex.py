@@ -12,7 +12,7 @@ the IsoFLOP minima) reads its minima here, with one of two estimators:
 - ``global``: one parabola through every size of the budget (Hoffmann et al.'s approach 2 as
   usually run), kept for comparison.
 
-docs/scaling.md gives the measurement that chose the window and its factor. Each vertex comes
+docs/explanation/isoflop.md gives the measurement that chose the window and its factor. Each vertex comes
 with the diagnostics a reader needs to trust it (``VertexSupport``): the sizes it used, how far
 they spread and how many lie on each side of the vertex, the fit's residuals against the seeds'
 noise when there are seeds, and warnings when the vertex is poorly supported.

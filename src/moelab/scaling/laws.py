@@ -22,7 +22,7 @@ the prediction two einsums, for thousands of starting points at once.
   - ``sparsity-additive``: without d / ((1 - S)^delta N^gamma) (7 parameters);
   - ``sparsity-effective-size``: L = b / D^beta + d / ((1 - S)^delta N^gamma) + e (6
     parameters), Chinchilla's law in an effective size N (1 - S)^(delta / gamma).
-- MoE forms beyond Abnar et al. (docs/scaling.md, "Other MoE law forms"), each a log-sum-exp
+- MoE forms beyond Abnar et al. (docs/explanation/laws.md, "Other MoE law forms"), each a log-sum-exp
   of linear terms in log features too:
   - ``clark`` (Clark et al. 2022): log L = a log N_active + b log Ê + c log N_active log Ê + d,
     with Ê the saturating expert count of ``saturated_experts`` (E_start, E_max fixed per law,

@@ -29,7 +29,7 @@ the noise estimate's degrees of freedom (the residuals' when the sweep has one s
 then stands for noise and misfit together). It does not include what the sweep cannot show:
 that the form bends differently beyond the budgets fitted, a change of machine or code (MoE
 runs on another CPU differ by more than their seeds), or a learning rate that would be
-re-tuned at the new budget (docs/scaling.md, "Predicting your next budget").
+re-tuned at the new budget (docs/explanation/prediction.md, "Predicting your next budget").
 """
 
 from __future__ import annotations

@@ -22,7 +22,8 @@ from typing import Optional
 import yaml
 
 from moelab.config import (
-    Config, build_config, read_yaml, to_dict, without_logging, yaml_problem,
+    NUMERICS_OF_OLD_RUNS, Config, build_config, read_yaml, to_dict, with_numerics_of_its_day,
+    without_logging, yaml_problem,
 )
 from moelab.errors import MoelabError, short_repr
 from moelab.fileio import (
@@ -149,13 +150,16 @@ def check_same_study(study_dir: Path, kind: str, base: Config, specs: list[RunSp
                 raise MoelabError(
                     f"{study_dir} already holds a study with another {what}: "
                     f"{key}={short_repr(old_value)} (now {short_repr(new_value)}); "
-                    + _how_to_go_on(study_dir)
+                    + _how_to_go_on(study_dir, key, old_value)
                 )
 
 
-def _how_to_go_on(study_dir: Path) -> str:
+def _how_to_go_on(study_dir: Path, key: str, old_value: object) -> str:
     """What to do about a folder planned with another config: a failed first try, with no
-    run finished, has nothing to keep, so the one command that starts afresh is named."""
+    run finished, has nothing to keep, so the one command that starts afresh is named; a
+    study planned before train.numerics existed resumes with the numerics it trained with."""
+    if key == "train.numerics" and old_value == NUMERICS_OF_OLD_RUNS:
+        return f"resume with --set train.numerics={NUMERICS_OF_OLD_RUNS}"
     if any(is_complete(summary.parent) for summary in study_dir.glob("**/summary.json")):
         return "use another --out folder or the same config"
     return (f"none of its runs finished, so nothing is lost by starting afresh: "
@@ -165,7 +169,8 @@ def _how_to_go_on(study_dir: Path) -> str:
 def _with_defaults(planned: dict) -> dict:
     """A planned config with the defaults of keys added since it was written (a study planned
     by an older moelab is the same study); as written when it no longer builds."""
-    planned = {key: value for key, value in planned.items() if key != "study"}
+    planned = with_numerics_of_its_day({key: value for key, value in planned.items()
+                                        if key != "study"})
     try:
         return to_dict(build_config(copy.deepcopy(planned)))
     except MoelabError:

@@ -4,8 +4,9 @@ files next to results.csv, and analysis.json: the settings (bootstrap resamples,
 runs' count and shared fraction, and what was and was not computed and why (``status``).
 
 Each file is its analysis's record (forms.json, fit.json, fit_holdout.json, form_tests.json,
-zero_shot.json, finetune.json, isoflop.json, fixed_size.json, throughput.json, optima.json; each
-module's docstring says what it holds); a file the current results no longer support is removed
+form_table.json, zero_shot.json, finetune.json, isoflop.json, fixed_size.json, granularity.json,
+throughput.json, optima.json, efficiency_leverage.json; each module's docstring says what it
+holds); a file the current results no longer support is removed
 rather than left stale.
 """
 

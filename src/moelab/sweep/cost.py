@@ -7,7 +7,8 @@ branch point) at the tokens/s of its shape: the median over the table's rows of 
 interpolated log-log in N_active between the shapes of the same sparsity (the nearest sparsity
 when the table has not this one), extrapolated along the last segment above them and flat
 below them. Smaller shapes are overhead-bound (eager, a 68K and a 41K model trained only 1.08x
-and 1.2x the 98K model's tokens/s, docs/scaling.md), so an estimate for them errs long. Each
+and 1.2x the 98K model's tokens/s, docs/findings/isoflop-sweep-hand-read.md), so an estimate for
+them errs long. Each
 run adds ``per_run_seconds`` for its start, compile and evals; a grid's finetunes run eager,
 each with a fixed overhead.
 """
@@ -30,9 +31,9 @@ from moelab.sweep.grid import SweepGrid
 from moelab.sweep.plan import SweepPoint, finetune_specs
 
 PER_RUN_SECONDS = 2.0
-"""Start, cached compile and evals per run: the cpu sweep's runs took 5,005 CPU-s (docs/scaling.md,
-"Where the 43 minutes go"), its trained tokens at its shapes' median speeds 4,827, so 1.9 s each
-(a shape's first, uncached compile costs 13-22 s more)."""
+"""Start, cached compile and evals per run: the cpu sweep's runs took 5,005 CPU-s
+(docs/findings/sweeps-hand-read.md, "Where the 43 minutes go"), its trained tokens at its shapes'
+median speeds 4,827, so 1.9 s each (a shape's first, uncached compile costs 13-22 s more)."""
 EAGER_SLOWDOWN = 5629 / 5005
 """A grid's finetunes run eager: the cpu sweep's runs took 5,629 CPU-s eager, 5,005 compiled."""
 FINETUNE_OVERHEAD_SECONDS = 2.5

@@ -18,7 +18,7 @@ from typing import Optional
 from moelab.accounting import count_params, flops_per_token
 from moelab.config import (
     Config, MoEConfig, apply_overrides, build_config, load_config, read_yaml, spelt_as_today,
-    to_dict,
+    to_dict, NUMERICS_OF_OLD_RUNS,
 )
 from moelab.data.sources import resolve_source
 from moelab.errors import ConfigError, MoelabError, short_repr
@@ -314,7 +314,7 @@ def check_same_grid(out_dir: Path, grid: SweepGrid) -> None:
                           "use another --out folder")
 
 
-NATIVE_NUMERICS = "train.numerics=native"
+NATIVE_NUMERICS = f"train.numerics={NUMERICS_OF_OLD_RUNS}"
 """The numerics of every run planned before ``train.numerics`` existed (moelab.numerics)."""
 
 

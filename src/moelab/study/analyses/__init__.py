@@ -12,8 +12,8 @@ say alike; it is not an analysis.
 from __future__ import annotations
 
 from moelab.study.analyses import (
-    arms, budgets, comparisons, ladder, lr_tuning, notes, rounds, routing, rung_steps, runs,
-    setup, statistics, throughput, val_loss, zero_shot,
+    arms, budgets, comparisons, ladder, leverage, lr_tuning, notes, rounds, routing, rung_steps,
+    runs, setup, statistics, throughput, val_loss, zero_shot,
 )
 
 ANALYSES = (
@@ -26,6 +26,7 @@ ANALYSES = (
     arms.ANALYSIS,
     comparisons.ANALYSIS,
     budgets.ANALYSIS,  # --budgets
+    leverage.ANALYSIS,  # --budgets: dense over MoE compute at the MoE's loss
     zero_shot.ANALYSIS,  # train.eval_tasks
     val_loss.ANALYSIS,
     routing.ANALYSIS,

@@ -13,8 +13,9 @@ from typing import Any
 
 from moelab.report.analysis import Analysis
 from moelab.sweep.analyses import (
-    finetune, fixed_size, form_tests, granularity, holdout, isoflop, law_fit, law_form, lr_selection, optima,
-    partial_results, reproduce, runs, setup, throughput, zero_shot,
+    efficiency_leverage, finetune, fixed_size, form_table, form_tests, granularity, holdout, isoflop,
+    law_fit, law_form, lr_selection, optima, partial_results, reproduce, runs, setup, throughput,
+    zero_shot,
 )
 from moelab.sweep.folder import SweepFolder
 
@@ -29,10 +30,12 @@ ANALYSES: tuple[Analysis[SweepFolder, Any], ...] = (
     law_fit.ANALYSIS,          # its fit (fit.json)
     holdout.ANALYSIS,          # its held-out check (fit_holdout.json)
     form_tests.ANALYSIS,       # the forms against the seeds' noise; S minus dense (form_tests.json)
+    form_table.ANALYSIS,       # every form, the MoE forms too, in one table (form_table.json)
     isoflop.ANALYSIS,          # IsoFLOP curves and S* from their minima (isoflop.json)
     fixed_size.ANALYSIS,       # S* at fixed N per size and budget (fixed_size.json)
     granularity.ANALYSIS,      # G and shared experts at one sparsity (granularity.json)
     throughput.ANALYSIS,       # tokens/s and the throughput model (throughput.json)
     optima.ANALYSIS,           # S* under N, C and T, the three optima (optima.json)
+    efficiency_leverage.ANALYSIS,  # dense over MoE compute at equal loss (efficiency_leverage.json)
     reproduce.ANALYSIS,        # the commands
 )

@@ -1,8 +1,10 @@
 """S* at fixed total (or active) parameters, read off the runs: per size and budget the sparsity
-tried of lowest mean loss, with intervals resampling seeds as whole wsd families, the ordinal
-tests of "S* rises with N" and "S* falls with C" (``moelab.scaling.fixed_size``), and a figure of
-loss against S per size at one budget with each S* marked. Written as ``fixed_size.json``
-(grids with two sparsities or more per size and budget)."""
+tried of lowest mean best validation loss (the loss of the runs table, the IsoFLOP curves and
+the law fits, so the section, its figure and the rest of the report read one statistic), with
+intervals resampling seeds as whole wsd families, the ordinal tests of "S* rises with N" and "S*
+falls with C" (``moelab.scaling.fixed_size``), and a figure of loss against S per size at one
+budget with each S* marked. Written as ``fixed_size.json`` (grids with two sparsities or more
+per size and budget)."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ from pathlib import Path
 
 from moelab.report import markdown_table, new_figure, save_figure
 from moelab.report.analysis import Analysis, Findings
+from moelab.report.axes import loss_label
 from moelab.scaling.fixed_size import (
     CellOptimum, FixedSizeAnalysis, Run, TrendTest, fixed_size_optima,
 )
@@ -27,8 +30,12 @@ class FixedSizeRecord(FixedSizeAnalysis):
     """The grid's ``mode``: fixed_total (N fixed across S) or fixed_expert (N_active fixed)."""
 
 
-LOSS_COLUMN = "final_val_loss"
-"""The loss each run is read at: the final weights' (an IsoFLOP point is the end of its run)."""
+LOSS_COLUMN = "best_val_loss"
+"""The loss each run is read at: its best validation loss, what every other table of the report
+and the law fits read. (fixed_size.json files written before read the final loss; their
+``loss_column`` says so, and the section names that column as it always has, so a stored
+report renders again byte for byte; the figure's axis says it in words.)"""
+LOSS_LABELS = {"best_val_loss": "best validation loss", "final_val_loss": "final validation loss"}
 FIGURE = "fixed_size.png"
 
 
@@ -37,21 +44,14 @@ def fixed_size_record(rows: list[ResultRow], mode: str,
     """fixed_size.json: None when no (size, budget) cell has two sparsities. A grid with
     several k (``top_ks``) is read at its ``top_k`` alone: one curve of loss against S."""
     rows = [row for row in rows if row.S == 0.0 or (row.k or top_k) == top_k]
-    final = all(row.final_val_loss is not None for row in rows)  # older files lack it
     runs = [Run(size=row.size, budget=row.budget, flops=row.C, params=row.N_total,
-                active=row.N_active, sparsity=row.S, seed=row.seed, loss=_loss(row, final))
+                active=row.N_active, sparsity=row.S, seed=row.seed, loss=row.best_val_loss)
             for row in rows]
-    column = LOSS_COLUMN if final else "best_val_loss"
     holds_fixed = "N" if mode == "fixed_total" else "N_active"
     budget_kind = "C" if all(row.C_budget is not None for row in rows) else "D"
     analysis = fixed_size_optima(runs, holds_fixed=holds_fixed, budget_kind=budget_kind,
-                                 loss_column=column)
+                                 loss_column=LOSS_COLUMN)
     return None if analysis is None else FixedSizeRecord(**vars(analysis), mode=mode)
-
-
-def _loss(row: ResultRow, final: bool) -> float:
-    """The run's final val loss (LOSS_COLUMN) when every run has one, else its best."""
-    return row.final_val_loss if final and row.final_val_loss is not None else row.best_val_loss
 
 
 def fixed_size_section(record: FixedSizeRecord, figure_path: Path) -> str:
@@ -88,6 +88,11 @@ def fixed_size_section(record: FixedSizeRecord, figure_path: Path) -> str:
     if figure is not None:
         text += f"\n![loss against S per size]({Path('figures') / FIGURE})\n"
     return text
+
+
+def _loss_name(column: str) -> str:
+    """The words for a results.csv loss column (the column itself for any other)."""
+    return LOSS_LABELS.get(column, column)
 
 
 def _params_text(cell: CellOptimum, fixed: str) -> str:
@@ -138,7 +143,7 @@ def fixed_size_figure(path: Path, record: FixedSizeRecord) -> Path | None:
         ax.scatter([cell.s_star], [best], s=160, marker="*", zorder=3,
                    facecolor="none" if cell.censored else colour, edgecolor=colour)
     ax.set_xlabel("sparsity S")
-    ax.set_ylabel(f"{record.loss_column} (nats)")
+    ax.set_ylabel(loss_label(_loss_name(record.loss_column)))
     fixed = "N" if record.holds_fixed == "N" else "N_active"
     ax.set_title(f"budget {budget}: loss against S at fixed {fixed} and {record.budget_kind} "
                  "(star: S*, hollow at the edge)",

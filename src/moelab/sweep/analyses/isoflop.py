@@ -228,12 +228,27 @@ def _compute_deviation_sentence(deviation: np.ndarray, off_budget: dict[str, flo
 
 
 ISOFLOP_FIT_STYLE: dict[str, Any] = {"linestyle": "--", "linewidth": 1.2, "gid": "isoflop-fit"}
+NO_MINIMUM_STYLE: dict[str, Any] = {"linestyle": ":", "linewidth": 1.0, "alpha": 0.6,
+                                    "gid": "isoflop-fit-no-minimum"}
+"""A fitted curve that opens downward (a maximum, no minimum): drawn as fitted, faint and
+dotted, and named so in the legend, because its vertex is no optimum."""
+
+
+def opens_upward(budget_fit: BudgetOptimum, sparsity: float) -> bool:
+    """Whether the budget's fit, as a function of log N at ``sparsity``, is a parabola with a
+    minimum: its second difference (exact for a quadratic) is positive."""
+    left, middle, right = budget_fit_loss(budget_fit, np.array([-1.0, 0.0, 1.0]), sparsity)
+    return bool(left - 2 * middle + right > 0)
+
+
 def isoflop_figure(path: Path, points: IsoflopPoints, fit: LawFit | None, shared: float,
                    isoflop_fits: IsoflopAnalysis | None = None) -> Path | None:
     """One panel per budget C: the runs' best losses against N, coloured by sparsity; the law
     ``fit`` along the budget (solid); and, from ``isoflop_fits`` (isoflop.json's
     ``all_points``), the budget's IsoFLOP fit in log N (dashed: the parabola, or the surface
-    at each sparsity) with its minimum N* marked (hollow when outside the data: a bound)."""
+    at each sparsity) with its minimum N* marked (hollow when outside the data: a bound). A fit
+    that opens downward at a sparsity has no minimum there: it is drawn dotted and faint, and
+    the legend says so."""
     budgets = np.unique(points.flops)
     fig, axes = new_figure(ncols=len(budgets), width_in=5.0)
     axes = axes if isinstance(axes, list) else [axes]
@@ -246,6 +261,7 @@ def isoflop_figure(path: Path, points: IsoflopPoints, fit: LawFit | None, shared
                               points.params[at_budget].max() * 1.5, 60)
         budget_fit = next((row for c, row in fits_by_budget.items()
                            if np.isclose(c, flops, rtol=1e-6)), None)
+        without_minimum = False
         for sparsity in sparsities:
             mask = at_budget & (points.sparsity == sparsity)
             if not mask.any():
@@ -260,14 +276,21 @@ def isoflop_figure(path: Path, points: IsoflopPoints, fit: LawFit | None, shared
                         color=colour, lw=1)
             if budget_fit is not None:
                 fitted = _fitted_range(n_grid, budget_fit, sparsity)
+                has_minimum = opens_upward(budget_fit, sparsity)
+                without_minimum = without_minimum or not has_minimum
                 ax.plot(fitted, budget_fit_loss(budget_fit, np.log(fitted), sparsity),
-                        color=colour, **ISOFLOP_FIT_STYLE)
+                        color=colour,
+                        **(ISOFLOP_FIT_STYLE if has_minimum else NO_MINIMUM_STYLE))
         handles = ax.get_legend_handles_labels()[0]
         if fit is not None:
             handles.append(Line2D([], [], color="0.3", lw=1, label="fitted law"))
         if budget_fit is not None:
             handles.append(Line2D([], [], color="0.3", **ISOFLOP_FIT_STYLE,
                                   label="IsoFLOP fit (quadratic in log N)"))
+            if without_minimum:
+                handles.append(Line2D([], [], color="0.3", **NO_MINIMUM_STYLE,
+                                      label="IsoFLOP fit that opens downward: no minimum, "
+                                            "no N* from it"))
             handles.append(_mark_optimum(ax, budget_fit))
         ax.set_xscale("log")
         format_axis(ax.xaxis, format_count_tick)

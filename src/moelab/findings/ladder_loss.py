@@ -1,0 +1,125 @@
+"""What each rung of the stability ladder buys in loss: top-2 over top-1 among them.
+
+``moelab ablate-routing`` trains six rungs of one MoE on the same seeds; each rung is tested
+against the rung it adds one change to (``moelab.study.rungs``: earlier − later best validation
+loss, paired by seed, positive when the change helps), the steps of one ladder a Holm family.
+Two stored ladders: cpu-ablation (8 experts, lr 0.03 = 3x the demo's, two micro batches a
+step, seeds 1-4; chosen on a pilot seed so that naive top-1 could collapse) and the demo's
+shape (4 experts, lr 0.01, seeds 0-2). The expert width is fixed, so top-2 rungs also have
+more active parameters than top-1 rungs, and they renormalise their two weights where top-1
+weights its expert by the router probability: the top-2 step changes k, the weighting rule and
+the active parameters together.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from moelab.findings.source import ResultsRoot
+from moelab.report import markdown_table
+from moelab.report.analysis import Analysis, Findings
+from moelab.stats.verdicts import Difference, Verdict, difference_verdict
+from moelab.study.rungs import rung_steps
+
+LADDERS = {"cpu-ablation": ("studies/cpu-ablation-seeds1-4.json",
+                            "8 experts, lr 0.03 = 3x the demo's, two micro batches a step: chosen "
+                            "on a pilot seed so that naive top-1 could collapse"),
+           "demo": ("studies/demo-ladder-seeds0-2.json",
+                    "the demo's 4 experts and lr 0.01, one micro batch a step")}
+
+
+@dataclass(frozen=True)
+class Step:
+    earlier: str
+    later: str
+    difference: float
+    ci: tuple[float, float] | None
+    p: float | None
+    p_holm: float | None
+    n: int
+    active_ratio: float
+    """The later rung's active parameters over the earlier's."""
+    verdict: Verdict
+
+
+@dataclass(frozen=True)
+class Ladder:
+    preset: str
+    file: str
+    settings: str
+    seeds: list[int]
+    family: str
+    steps: list[Step]
+
+
+def _number(value: float | None) -> float | None:
+    return None if value is None or math.isnan(value) else float(value)
+
+
+def _ladder(preset: str, file: str, settings: str, results: ResultsRoot) -> Ladder:
+    stored = results.json(file)
+    arms = stored["arms"]
+    losses = {rung: {int(run["seed"]): float(run["best_val_loss"]) for run in arm["runs"]}
+              for rung, arm in arms.items()}
+    steps = rung_steps(losses)
+    tested = sum(_number(s.p_value) is not None for s in steps)
+    family = f"Holm over the ladder's {tested} testable steps"
+    rows = []
+    for s in steps:
+        low, high = _number(s.ci_low), _number(s.ci_high)
+        ci = None if low is None or high is None else (low, high)
+        p_holm = _number(s.p_adjusted)
+        rows.append(Step(s.earlier, s.later, s.difference, ci, _number(s.p_value), p_holm,
+                         s.n_pairs, arms[s.later]["active_params"] / arms[s.earlier]["active_params"],
+                         difference_verdict(Difference(s.difference, ci, p_holm, family),
+                                            ahead="later rung ahead",
+                                            behind="earlier rung ahead")))
+    return Ladder(preset, file, settings, [int(s) for s in stored["seeds"]], family, rows)
+
+
+def compute(results: ResultsRoot, findings: Findings) -> list[Ladder]:
+    return [_ladder(preset, file, settings, results)
+            for preset, (file, settings) in LADDERS.items()]
+
+
+def _p(value: float | None) -> str:
+    return "–" if value is None else f"{value:.2g}"
+
+
+def render(ladders: list[Ladder] | None, results: ResultsRoot, findings: Findings) -> str:
+    if not ladders:
+        return ""
+    parts = ["## What each rung buys in loss\n\n"
+             "Earlier − later rung's best validation loss (nats/token), paired by seed "
+             "(positive: the later rung is lower); p adjusted by Holm over each ladder's "
+             "testable steps; the verdict by rule (docs/verdicts.md). 'active x' is the later "
+             "rung's active parameters over the earlier's: the expert width is fixed, so top-2 "
+             "also computes with more parameters, and it renormalises its two weights where "
+             "top-1 weights by the router probability. A step whose two rungs train identically "
+             "(the global-batch rung with one micro batch a step) has no spread and no test.\n"]
+    for ladder in ladders:
+        rows = [[f"`{s.earlier}` → `{s.later}`", str(s.n), f"{s.difference:+.3f}",
+                 "–" if s.ci is None else f"[{s.ci[0]:+.3f}, {s.ci[1]:+.3f}]", _p(s.p),
+                 _p(s.p_holm), f"{s.active_ratio:.2f}", f"**{s.verdict.word}**"]
+                for s in ladder.steps]
+        parts.append(f"\n`{ladder.preset}` ({ladder.settings}), seeds {ladder.seeds[0]}-"
+                     f"{ladder.seeds[-1]} (`{ladder.file}`):\n\n"
+                     + markdown_table(["step", "n", "earlier − later", "95 % CI", "p",
+                                       "p (Holm)", "active x", "verdict"], rows, "lrrrrrrl"))
+    return "".join(parts)
+
+
+ANALYSIS: Analysis[ResultsRoot, list[Ladder]] = Analysis("ladder_steps", compute, render)
+
+
+def summary(ladders: list[Ladder]) -> str:
+    """The README's line: top-2 over top-1 on cpu-ablation."""
+    ladder = ladders[0]
+    step = next(s for s in ladder.steps if (s.earlier, s.later) == ("top1_lb", "top2_lb"))
+    ci = "" if step.ci is None else f" [{step.ci[0]:+.3f}, {step.ci[1]:+.3f}]"
+    return (f"Top-2 over top-1 (both balanced) on `{ladder.preset}`: {step.difference:+.3f}"
+            f"{ci} nats over {len(ladder.seeds)} seeds, p {_p(step.p_holm)} ({ladder.family}), "
+            f"**{step.verdict.word}**; top-2 also has {step.active_ratio:.2f}x the active "
+            "parameters and renormalised weights, and the preset's lr and experts were chosen "
+            "so that top-1 could collapse.")
