@@ -3,7 +3,7 @@
     .venv/bin/python experiments/smallest_law_grid.py experiments/results/sweeps/cpu-eager \
         --max-cpu-s 1600 [--bootstrap 32] [--starts 512]
     .venv/bin/python experiments/smallest_law_grid.py experiments/results/sweeps/cpu-eager \
-        --sizes s0,s1,s2 --max-cpu-s 3100 --bootstrap 200 --starts 4096 \
+        --sizes s0,s1,s2 --max-cpu-s 3100 --bootstrap 200 --starts 0 \
         --out experiments/results/smallest_law_grid-quick-law.json     # as the report checks
 
 Every sub-grid of the sweep (2 to 4 of its sizes; its sparsities, or S = 0, 0.75, 0.875; its
@@ -76,7 +76,8 @@ def main() -> None:
     parser.add_argument("folder", type=Path, help="a finished token-budget sweep folder")
     parser.add_argument("--max-cpu-s", type=float, default=1500.0)
     parser.add_argument("--bootstrap", type=int, default=32)
-    parser.add_argument("--starts", type=int, default=512)
+    parser.add_argument("--starts", type=int, default=512,
+                        help="fit starts (0: the sweep report's default start grids)")
     parser.add_argument("--sizes", default=None,
                         help="only the sub-grids of exactly these sizes (comma-separated), with "
                              "every sparsity and budget: a check of one grid")
@@ -102,7 +103,7 @@ def main() -> None:
         columns = fit_table_from_rows(Path("sub-grid"), list(chosen_rows[0]), chosen_rows, True,
                                       SWEEP_FIT_COLUMNS)
         selection = select_form(columns, record["holdout"], bootstrap_replicates=args.bootstrap,
-                                max_starts=args.starts, log=lambda _: None)
+                                max_starts=args.starts or None, log=lambda _: None)
         checked.append({**grid, "runs": len(chosen_rows), "cpu_s": round(cost, 1),
                         "chosen": selection.chosen,
                         "forms": [{"law": f.law, "holdout_mae": f.holdout_mae,
