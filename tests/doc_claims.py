@@ -1128,7 +1128,7 @@ CLAIMS = [
         ("isoflop-parabola",
          "| `isoflop-parabola` | 2 | 36 | 24/36 (67%) | -0.1356 | 0.1765 | 10.24 |"),
     )],
-    Claim(SCALING, "| `isoflop-parabola` | 2.630 [2.587, 2.672] | 2.701 [2.622, 2.781] | "
+    Claim("docs/findings/preregistered-design.md", "| `isoflop-parabola` | 2.630 [2.587, 2.672] | 2.701 [2.622, 2.781] | "
           "2.637 [2.589, 2.685] | 2.543 [2.507, 2.579] | 2.504 [2.457, 2.551] | "
           "2.463 [2.426, 2.500] |", partial(preregistered_row, "isoflop-parabola")),
     # Rounding noise beside the seed spread (docs/findings/study-by-hand.md).

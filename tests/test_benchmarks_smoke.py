@@ -19,8 +19,8 @@ from conftest import REPO_ROOT
 BENCHMARKS = REPO_ROOT / "benchmarks"
 RESULTS = BENCHMARKS / "results"
 SMOKED = ("bootstrap_polish", "cli_start", "compile_start", "data_pipeline", "fit_speed",
-          "head_loss", "long_word", "moe_dispatch", "numerics_cost", "peak_clock", "run_start",
-          "train_step")
+          "head_loss", "long_word", "moe_dispatch", "numerics_cost", "peak_clock", "preset_times",
+          "run_start", "train_step")
 """The scripts run here with ``--smoke --out FILE``."""
 ELSEWHERE = {"gpu_check": "tests/test_gpu_check.py runs its CPU dry run (and gpu_check.sh's)",
              "common": "not a script: what the scripts share"}

@@ -424,3 +424,45 @@ def test_wall_clock_reads_the_optima_file():
     assert high - low > 0.5
     status = json.loads((RESULTS / "sweeps/cpu-isoflop/analysis.json").read_text())["status"]
     assert status["optima"] == "no_law" and "`cpu-isoflop` (law: no_form_identified)" in page
+
+
+def _prereg_runs():
+    """{(size, S): {seed: best val loss}} of the complete target runs, read with json alone."""
+    cells: dict = {}
+    for path in sorted((RESULTS / "preregistered" / "runs-sweep" / "runs").rglob("summary.json")):
+        summary = json.loads(path.read_text())
+        if summary.get("status") != "complete":
+            continue
+        seed_dir, s_dir, size_dir = path.parent, path.parent.parent, path.parent.parent.parent
+        sparsity = float(s_dir.name.split("-")[0][1:])
+        cells.setdefault((size_dir.name, sparsity), {})[seed_dir.name] = summary["best_val_loss"]
+    return cells
+
+
+def test_preregistered_page_recomputed_by_hand():
+    """Each cell's mean of its seeds against its 90 % interval, widened as written in the
+    prediction file (t quantile at the cell's df times the root sum of the sd terms, the noise
+    over the seeds trained), and each size's lowest mean, recomputed with json, numpy, scipy."""
+    page = (ROOT / "docs" / "findings" / "preregistered.md").read_text()
+    prediction = json.loads((RESULTS / "preregistered" / "prediction.json").read_text())
+    runs = _prereg_runs()
+    inside = 0
+    for cell in prediction["cells"]:
+        c = cell["cell"]
+        losses = list(runs[(c["size"], c["sparsity"])].values())
+        n, mean = len(losses), float(np.mean(losses))
+        sd = np.sqrt(cell["parameter_sd"] ** 2 + cell["misfit_sd"] ** 2
+                     + cell["extrapolation_sd"] ** 2 + cell["noise_sd"] ** 2 / n)
+        half = stats.t.ppf(0.95, cell["df"]) * sd
+        low, high = cell["loss"] - half, cell["loss"] + half
+        word = "inside" if low <= mean <= high else "outside"
+        inside += word == "inside"
+        assert (f"| {c['label']} | {cell['loss']:.4f} | [{low:.4f}, {high:.4f}] | {n} | "
+                f"{mean:.4f} | {mean - cell['loss']:+.4f} | {(mean - cell['loss']) / sd:+.2f} | "
+                f"**{word}** |") in page
+    assert f"Coverage: {inside} of {len(prediction['cells'])} cells inside" in page
+    for size in sorted({size for size, _ in runs}):
+        means = {s: float(np.mean(list(v.values()))) for (z, s), v in runs.items() if z == size}
+        best = min(means, key=means.get)
+        by_s = ", ".join(f"{s:g}: {means[s]:.4f}" for s in sorted(means))
+        assert re.search(rf"\| {size} \| [0-9.]+ \| {best:g} \| \d+% \| {re.escape(by_s)} \|", page)

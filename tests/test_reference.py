@@ -64,3 +64,94 @@ def test_config_show_comments(capsys):
     assert main(["config", "show", "demo", "--comments"]) == 0
     out = capsys.readouterr().out
     assert "    # Experts each token is sent to (k); sparsity S = (E - k) / E.\n    top_k: 2" in out
+
+
+# --------------------------------------------------------------------------------------------
+# outputs.md: the files runs, studies and sweeps write, from their records
+# --------------------------------------------------------------------------------------------
+
+def _core_records() -> list[type]:
+    """The records of a run's files, a study's and a sweep's results.csv and analysis.json."""
+    from moelab.cli.reference_outputs import reachable, run_files, study_files
+    from moelab.study.results import ArmResult, RunResult
+    from moelab.sweep.folder import AnalysisSettings
+    from moelab.sweep.results_csv import ResultRow
+
+    roots = [f.record for f in run_files() + study_files() if f.record]
+    return reachable([*roots, ResultRow, AnalysisSettings, ArmResult, RunResult])
+
+
+def test_every_field_of_the_run_and_study_files_and_results_csv_is_documented():
+    from moelab.cli.reference_outputs import undocumented
+
+    assert undocumented(_core_records()) == []
+    assert "`moelab.study.results.RunResult`: One run of an arm" in render()["outputs.md"]
+
+
+def test_every_field_of_the_sweep_analysis_files_is_documented():
+    from moelab.cli.reference_outputs import UNDOCUMENTED, reachable, sweep_files, undocumented
+
+    assert undocumented(reachable([f.record for f in sweep_files() if f.record])) == []
+    assert UNDOCUMENTED not in render()["outputs.md"]
+
+
+def test_results_csv_page_lists_every_column_with_a_hand_count():
+    page = render()["outputs.md"]
+    # Counted by hand in the cpu sweep's committed results.csv header (24 names, 2026-12-02).
+    header = (ROOT / "experiments/results/sweeps/cpu/results.csv").read_text().splitlines()[0]
+    assert len(header.split(",")) == 24
+    assert "Every file has the 24 columns of group *every file*" in page
+    for column in ("run", "C_budget", "N_active", "best_val_loss", "peak_memory_bytes", "device",
+                   "cpu", "threads", "zero_shot_<task>", "finetune_gain", "shared_experts", "G"):
+        assert f"| `{column}` |" in page
+    assert "| `best_val_loss` | float | every file | The run's lowest validation loss" in page
+
+
+def test_a_results_csv_column_added_without_regenerating_fails_the_check(monkeypatch, tmp_path):
+    import dataclasses
+    from typing import Optional
+
+    import moelab.sweep.results_csv as results_csv
+
+    @dataclasses.dataclass(frozen=True, kw_only=True)
+    class RowWithANewColumn(results_csv.ResultRow):
+        tokens_per_joule: Optional[float] = None
+        """A column added to the schema."""
+
+    for name, text in render().items():
+        (tmp_path / name).write_text(text)
+    assert stale(tmp_path) == []
+    monkeypatch.setattr(results_csv, "ResultRow", RowWithANewColumn)
+    assert stale(tmp_path) == ["outputs.md"]
+    assert "| `tokens_per_joule` | float or null | every file | A column added" in render()["outputs.md"]
+
+
+@pytest.mark.slow
+def test_metrics_lines_have_the_keys_the_page_documents(tmp_path):
+    import json
+
+    from moelab.config import load_config
+    from moelab.train import train
+    from tiny_overrides import TINY_MOE_RUN
+
+    config = load_config("demo", [*TINY_MOE_RUN, "train.max_tokens=512", "train.sample_tokens=0"])
+    train(config, tmp_path / "run")
+    lines = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    train_line = next(line for line in lines if line["kind"] == "train")
+    eval_line = next(line for line in lines if line["kind"] == "eval")
+    # The keys, listed by hand from the loop as it wrote them before the lines were typed records.
+    assert list(eval_line) == ["kind", "step", "tokens", "val_loss", "val_bpb", "best_val_loss",
+                               "routing", "collapse"]
+    assert set(train_line) >= {"kind", "step", "tokens", "loss", "ce_loss", "lb_loss", "z_loss",
+                               "lr", "grad_norm", "tokens_per_s", "tokens_per_cpu_s",
+                               "flops_per_s", "balance"}
+    page = render()["outputs.md"]
+    section = page.split('<a id="evalevent">')[1].split("### ")[0]
+    for key in eval_line:
+        assert f"| `{key}` |" in section
+    routing = page.split("### LayerRouting")[1].split("### ")[0]
+    assert [f"| `{key}` |" in routing for key in eval_line["routing"][0]] == \
+        [True] * len(eval_line["routing"][0])
+    section = page.split('<a id="trainevent">')[1].split("### ")[0]
+    for key in train_line:
+        assert f"| `{key}` |" in section

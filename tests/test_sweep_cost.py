@@ -5,11 +5,14 @@ options are refused on one line."""
 
 from __future__ import annotations
 
+import json
 import math
+from pathlib import Path
 
 import pytest
 from one_line_errors import refused_on_one_line
 
+import moelab
 from moelab.cli import main
 from moelab.sweep.cost import read_speeds, time_estimate, tokens_per_s
 from moelab.sweep.grid import load_sweep_grid
@@ -115,3 +118,61 @@ def test_speed_options_out_of_place_are_refused_on_one_line(tmp_path, capsys):
     for args, expected in cases:
         refused_on_one_line(capsys, ["sweep-sparsity", "micro", *args], expected)
     assert not (tmp_path / "s").exists()
+
+
+# Without --speeds: the committed table (moelab/presets/measured_speeds.json), an estimate.
+
+def _stored() -> dict:
+    return json.loads((Path(moelab.__file__).parent / "presets" / "measured_speeds.json")
+                      .read_text())
+
+
+def _stored_speed(sparsity: float, active: int | None = None) -> float:
+    """A shape's tokens/s read straight from the committed file; without ``active``, the
+    smallest shape of that sparsity (what a shape below every measured one runs at)."""
+    shapes = _stored()["shapes"]
+    rows = sorted((s["N_active"], s["tokens_per_s"]) for s in shapes if s["S"] == sparsity)
+    return rows[0][1] if active is None else dict(rows)[active]
+
+
+def test_the_dry_run_without_speeds_prints_an_estimate_and_its_basis(capsys):
+    assert main(["sweep-sparsity", "micro", "--dry-run", "--jobs", "2"]) == 0
+    out = capsys.readouterr().out
+    # Every micro shape is below the committed table's smallest (55K+ active): flat there.
+    assert max(MICRO_ACTIVE.values()) < 50_000
+    total = sum(TOKENS / _stored_speed(sparsity) + 2.0 for (_, sparsity) in MICRO_ACTIVE)
+    assert f"estimated time: about {total:,.0f} s one run at a time, {total / 120:.1f} min " \
+           "with --jobs 2" in out
+    assert "an estimate: the median tokens/s of" in out and "measured_speeds.json" in out
+
+
+def test_the_study_dry_run_prices_the_demo_at_its_measured_shapes(capsys, tmp_path):
+    assert main(["study", "demo", "--dry-run", "--out", str(tmp_path / "s")]) == 0
+    out = capsys.readouterr().out
+    assert not (tmp_path / "s").exists()  # a dry run writes nothing
+    # The demo's arms (README: 394.82K, 393.79K and 590.40K active), 6 seeds of 409,600 tokens,
+    # each at its own committed shape's speed plus the committed seconds per run.
+    per_run = _stored()["seconds_beyond_training"]
+    per_seed = sum(409_600 / _stored_speed(s, active) + per_run
+                   for s, active in ((0.5, 394_816), (0.0, 393_792), (0.0, 590_400)))
+    total = 6 * per_seed
+    assert "cost: 18 runs, 7.37M tokens" in out
+    assert f"estimated time: about {total:,.0f} s one run at a time" in out
+    assert out.count("N_active=") == 18
+
+
+def test_the_committed_speed_table_is_what_the_committed_runs_say(monkeypatch):
+    import importlib.util
+
+    benchmarks = Path(__file__).resolve().parents[1] / "benchmarks"
+    monkeypatch.syspath_prepend(str(benchmarks))
+    spec = importlib.util.spec_from_file_location("preset_times", benchmarks / "preset_times.py")
+    assert spec is not None and spec.loader is not None
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    assert script.measured_speeds() == _stored()  # else: run benchmarks/preset_times.py
+    # One shape by hand: the demo's MoE (394,816 active) in the unsuffixed studies/ files:
+    # seeds0-5 6, seeds617-622 6, seeds0-6 7, compiled-seeds0-7 8, tasks-active 6, tune-lr 6,
+    # cpu-budgets 4 budgets x 3, demo-ladder's four top-2 rungs x 3: 63 runs.
+    assert {"S": 0.5, "N_active": 394_816, "tokens_per_s": _stored_speed(0.5, 394_816),
+            "runs": 63} in _stored()["shapes"]

@@ -64,6 +64,7 @@ class Machine:
     capability: str = ""
     """torch's CPU kernel set in use: DEFAULT, AVX2, AVX512 (torch.backends.cpu)."""
     torch: str = ""
+    """The torch version."""
     blas: str = ""
     """The BLAS torch was built with and its version, e.g. 'MKL 2024.2'."""
     threads: int = 0

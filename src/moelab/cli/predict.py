@@ -7,7 +7,6 @@ prints, and imports them when a handler runs (numpy, scipy, matplotlib)."""
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 
 from moelab.cli import bounded_int, positive_int, seed_int
@@ -157,29 +156,18 @@ def _score(args) -> int:
     from moelab.codec import from_json, to_json
     from moelab.fileio import atomic_write_text, read_json
     from moelab.scaling.prediction import Prediction
-    from moelab.scaling.prediction_score import MeasuredRun, render, score, write_score_figure
-    from moelab.train.run_summary import parse_summary
+    from moelab.runs.measured import measured_runs
+    from moelab.scaling.prediction_score import render, score, write_score_figure
 
     out = Path(args.out)
     if out.suffix != ".json":
         raise MoelabError(f"--out {short_repr(args.out)} is invalid: allowed a path ending .json")
     refuse_overwriting_inputs(args.out, "--out", [args.prediction])
     prediction = from_json(Prediction, read_json(args.prediction))
-    measured = []
     for folder in args.runs:
         if not Path(folder).is_dir():
             raise MoelabError(f"RUNS {short_repr(folder)} is invalid: not a folder")
-        for path in sorted(Path(folder).rglob("summary.json")):
-            summary = parse_summary(read_json(path), path)
-            if summary.status != "complete":
-                continue
-            summary.require(("best_val_loss", "total_params", "active_params", "tokens",
-                             "flops_per_token_6n"), path)
-            measured.append(MeasuredRun(
-                run=str(path.parent), total_params=float(summary.total_params or 0),
-                active_params=float(summary.active_params or 0), tokens=float(summary.tokens or 0),
-                flops=float(summary.tokens or 0) * float(summary.flops_per_token_6n or 0),
-                loss=float(summary.best_val_loss or math.nan)))
+    measured = measured_runs([Path(folder) for folder in args.runs])
     record = score(prediction, measured, source=args.prediction)
     atomic_write_json(out, to_json(record))
     atomic_write_text(out.with_suffix(".md"), render(record))

@@ -1,7 +1,8 @@
 """docs/reference/: the reference pages generated from the code, so they cannot drift from it.
 
-``cli.md`` from the argparse parsers (every command, argument, default and help line) and
-``config.md`` from the config dataclasses (``moelab.config.docs``). ``python -m
+``cli.md`` from the argparse parsers (every command, argument, default and help line),
+``config.md`` from the config dataclasses (``moelab.config.docs``) and ``outputs.md`` from the
+records the output files are written from (``moelab.cli.reference_outputs``). ``python -m
 moelab.cli.reference`` writes them; ``--check`` (run by the test suite) exits 1 naming each page
 that differs from a fresh render.
 """
@@ -68,9 +69,11 @@ def cli_markdown(parser: argparse.ArgumentParser) -> str:
 def render() -> dict[str, str]:
     """{file name under docs/reference/: markdown}."""
     from moelab.cli import build_parser
+    from moelab.cli.reference_outputs import outputs_markdown
     from moelab.config.docs import reference_markdown
 
-    return {"cli.md": cli_markdown(build_parser()), "config.md": reference_markdown()}
+    return {"cli.md": cli_markdown(build_parser()), "config.md": reference_markdown(),
+            "outputs.md": outputs_markdown()}
 
 
 def stale(reference_dir: Path) -> list[str]:

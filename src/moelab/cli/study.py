@@ -207,6 +207,9 @@ def _add_run_arguments(parser, kind: str) -> None:
     parser.add_argument("--seeds", metavar="N|LIST",
                         help="seeds per arm: a count N (train.seed, train.seed + 1, ...) or the "
                         "seeds themselves, e.g. 10,11,12 (default: the preset's, else 3)")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="list the runs, their tokens and FLOPs and an estimated wall time "
+                        "(at the committed runs' measured speeds); train nothing, write nothing")
     parser.add_argument("--out", metavar="DIR",
                         help=f"study folder (default: out/<config name>-{kind})")
     add_launcher_arguments(parser)
@@ -309,6 +312,13 @@ def _study(args) -> int:
         reporting = (list(range(config.train.seed, config.train.seed + until_resolved.max_seeds))
                      if until_resolved else settings.seed_list(config.train.seed))
         check_disjoint(tuning.seed_list(config.train.seed), reporting)
+    if args.dry_run:
+        if tuning is not None or until_resolved:
+            raise MoelabError(f"--dry-run is invalid with "
+                              f"{'--tune-lr' if tuning is not None else '--until-resolved'}: "
+                              "their runs depend on what earlier runs find; price the study "
+                              "without it")
+        return _dry_run(args, config, settings)
     # the arguments are checked: now the engine (torch, scipy)
     from moelab.runs.data import check_shared_data
     from moelab.study.commands import list_runs, planned_configs, run_study, submit_study
@@ -334,6 +344,29 @@ def _study(args) -> int:
                             until_resolved=until_resolved)
     print_results(results, out)
     return study_exit_code(results, out)
+
+
+def _dry_run(args, config, settings) -> int:
+    """Each planned run with its size and tokens, their total, and the estimated time."""
+    from moelab.accounting import count_params, flops_per_token
+    from moelab.runs.estimate import plan_seconds, sparsity_of, stored_speeds, time_line
+    from moelab.study.commands import plan
+
+    _, specs = plan(args.kind, settings.apply_to(config), settings)
+    flops = 0.0
+    for spec in specs:
+        model, tokens = spec.config.model, spec.config.train.max_tokens
+        flops += flops_per_token(model).six_n * tokens
+        print(f"{spec.name:32} S={sparsity_of(spec):<6g} N_active={count_params(model).active:>11,}"
+              f" tokens={format_count(tokens)}")
+    tokens = sum(spec.config.train.max_tokens for spec in specs)
+    print(f"cost: {len(specs)} runs, {format_count(tokens)} tokens, {flops:.3g} training FLOPs "
+          "(6ND)")
+    stored = stored_speeds()
+    seconds = plan_seconds(specs, stored.speeds, stored.seconds_per_run)
+    print(time_line(seconds, args.jobs or 1) + " (plus the report)")
+    print(stored.basis(stored.seconds_per_run))
+    return 0
 
 
 def study_exit_code(results: StudyResults, study_dir: Path) -> int:

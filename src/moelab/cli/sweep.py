@@ -44,11 +44,13 @@ def register(subparsers) -> None:
                        "overrides (--set train.schedule=wsd); repeatable")
     sweep.add_argument("--out", metavar="DIR", default=None, help="sweep folder (default out/<name>-sweep)")
     sweep.add_argument("--dry-run", action="store_true",
-                       help="print the planned runs and their cost (runs, tokens, FLOPs) only")
+                       help="print the planned runs, their cost (runs, tokens, FLOPs) and an "
+                       "estimated wall time (at the committed runs' measured speeds, or --speeds) "
+                       "only")
     sweep.add_argument("--speeds", metavar="CSV", default=None,
-                       help="with --dry-run: also the time, at the tokens/s of the shapes in CSV "
-                            "(a sweep's results.csv or a moelab throughput CSV: S, N_active, "
-                            "tokens_per_s), interpolated log-log in N_active")
+                       help="with --dry-run: the time at the tokens/s of the shapes in CSV "
+                            "instead (a sweep's results.csv or a moelab throughput CSV: S, "
+                            "N_active, tokens_per_s), interpolated log-log in N_active, per shape")
     sweep.add_argument("--per-run-seconds", type=float, default=None, metavar="X",
                        help="with --speeds: seconds each run adds for its start, compile and "
                             "evals (default 2, as measured on the cpu sweep)")

@@ -17,7 +17,7 @@ from typing import Any
 from moelab.errors import MoelabError
 from moelab.findings import (
     budgets, finetune, fixed_n_isoflop, fixed_size, isoflop, ladder, ladder_loss, paper_a,
-    published_law, recipe, topk, wall_clock, zero_shot, zero_shot_sparsity,
+    preregistered, published_law, recipe, topk, wall_clock, zero_shot, zero_shot_sparsity,
 )
 from moelab.findings.source import ResultsRoot
 from moelab.report.analysis import Analysis, compute_all, render_all
@@ -108,6 +108,18 @@ PAGES = (
          "tests/fixtures/README.md) and reads the optima off them with N_active = (1 − S) N, "
          "C = 6 N_active D, paper B's budget convention (App. B).",
          (published_law.ANALYSIS,)),  # no README line: it has no room
+    Page("preregistered", "Predict, then train: the pre-registered test on a CPU",
+         "Can moelab's fits predict a budget they have not seen? From the cpu-isoflop sweep "
+         "(3.6e11 to 3.24e12 FLOPs, seeds 0-1, its largest size s3 left out), `moelab predict` "
+         "predicted s1 and s2 at S = 0, 0.75 and 0.875 (top-1, fixed total) at 1.3e13 FLOPs, "
+         "4x the largest budget fitted, with 90 % prediction intervals for the mean of 3 new "
+         "seeds (refits over the seeds' families, the seeds' noise, and an extrapolation term "
+         "measured by predicting the sweep's own largest budget from the smaller ones: "
+         "docs/explanation/prediction.md). The prediction files were committed in 8b290c5 "
+         "before the first target run trained; the git history is the pre-registration. The "
+         "18 runs (preset cpu-prereg, seeds 10-12, the CPU's native numerics) trained after "
+         "it, and this page scores them whichever way it falls.",
+         (preregistered.ANALYSIS,), (preregistered.summary,)),
     Page("routing-stability", "Routing stability: the ladder over training",
          "The stability ladder swaps one routing ingredient at a time: naive top-1, top-1 with "
          "Switch load balancing, top-2 with balancing. The seed summary moelab was specified "

@@ -103,10 +103,12 @@ def _neighbour_rises(cells: dict[str, dict[float, LossBySeed]]) -> list[PairedDi
     return rises
 
 
-def compute(results: ResultsRoot, findings: Findings) -> FixedSize:
-    cells = _cells(results, FIXED_TOTAL)
+def best_sparsities(cells: dict[str, dict[float, LossBySeed]], sweep: str
+                    ) -> tuple[str, list[SizeOptimum], list[PairedDifference]]:
+    """Each size's best S on its grid with its optimum word: the loss at each neighbour of the
+    best minus the loss at the best, paired by seed, all sizes' tests one Holm family."""
     rises_raw = _neighbour_rises(cells)
-    family = f"Holm over the {len(rises_raw)} neighbour tests of cpu-fixedn"
+    family = f"Holm over the {len(rises_raw)} neighbour tests of {sweep}"
     rises = _adjusted(rises_raw, family, "rises", "falls")
     optima = []
     for size, by_s in sorted(cells.items()):
@@ -118,6 +120,11 @@ def compute(results: ResultsRoot, findings: Findings) -> FixedSize:
         above = around.get(grid[grid.index(best) + 1]) if best != grid[-1] else None
         optima.append(SizeOptimum(size, grid, means, best, optimum_verdict(
             grid, grid.index(best), _as_difference(below), _as_difference(above))))
+    return family, optima, rises
+
+
+def compute(results: ResultsRoot, findings: Findings) -> FixedSize:
+    family, optima, rises = best_sparsities(_cells(results, FIXED_TOTAL), "cpu-fixedn")
     expert_cells = _cells(results, FIXED_EXPERT)
     versus = [_paired(size, by_s[s], by_s[0.0], s, 0.0)[0]
               for size, by_s in sorted(expert_cells.items()) for s in sorted(by_s) if s > 0]

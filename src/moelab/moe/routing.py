@@ -161,8 +161,11 @@ class LoadBalance:
     """MaxVio = max_i c_i / mean_j c_j - 1 (Wang et al. 2024, arXiv 2408.15664): 0 balanced,
     E - 1 when every slot goes to one expert."""
     load_p50: float
+    """Median over the E experts of load / mean load."""
     load_p90: float
+    """90th percentile over the E experts of load / mean load."""
     load_max: float
+    """The busiest expert's load / mean load."""
     dead_experts: int
     """Experts whose load is under DEAD_EXPERT_LOAD (1 %) of the mean."""
 
@@ -224,41 +227,63 @@ class RoutingStats:
     __add__ = merge
 
     def summary(self) -> dict[str, float | list[float]]:
-        """The per-layer routing diagnostics as plain floats.
-
-        busiest_fraction: max_i c_i / sum c (1/E when balanced, 1 when collapsed).
-        usage_variance: population variance of the loads c_i / sum c; usage_variance_scaled is
-            E^2 times it (scale-free: 0 balanced, E - 1 collapsed).
-        routing_entropy: mean per-token entropy of the router softmax / log E (1 = uniform);
-            0 when E = 1.
-        load_entropy: entropy (nats) of the loads c_i / sum c; effective_experts = exp of it.
-        mean_log_z, mean_z_sq: mean logsumexp of the router logits and of its square.
-        dead_experts: how many experts have a load under DEAD_EXPERT_LOAD (1 %) of the mean
-            load 1/E, i.e. c_i / sum c < 0.01 / E (nearly never chosen).
-        max_violation, load_p50, load_p90, load_max: ``LoadBalance`` (loads relative to the
-            mean load).
-        expert_load: the loads c_i / sum c themselves (a list of E floats).
-        """
+        """The per-layer routing diagnostics as plain floats: a ``LayerRouting``'s keys."""
         counts_E = self.expert_counts.detach().double().cpu()
         load_E = counts_E / counts_E.sum().clamp_min(1.0)
         load_entropy = float(-torch.special.xlogy(load_E, load_E).sum())
         num_experts = self.num_experts
         tokens = max(self.num_tokens, 1)
         mean_entropy = float(self.entropy_sum) / tokens
-        return {
-            "busiest_fraction": float(load_E.max()),
-            "usage_variance": float(load_E.var(unbiased=False)),
-            "usage_variance_scaled": float(num_experts**2 * load_E.var(unbiased=False)),
-            "routing_entropy": mean_entropy / math.log(num_experts) if num_experts > 1 else 0.0,
-            "load_entropy": load_entropy,
-            "effective_experts": math.exp(load_entropy),
-            "mean_log_z": float(self.logz_sum) / tokens,
-            "mean_z_sq": float(self.z_sq_sum) / tokens,
-            "dead_experts": int((load_E < DEAD_EXPERT_LOAD / num_experts).sum()),
-            **{key: value for key, value in to_json(load_balance(counts_E)).items()
-               if key != "dead_experts"},
-            "expert_load": load_E.tolist(),
-        }
+        balance = load_balance(counts_E)
+        return to_json(LayerRouting(
+            busiest_fraction=float(load_E.max()),
+            usage_variance=float(load_E.var(unbiased=False)),
+            usage_variance_scaled=float(num_experts**2 * load_E.var(unbiased=False)),
+            routing_entropy=mean_entropy / math.log(num_experts) if num_experts > 1 else 0.0,
+            load_entropy=load_entropy,
+            effective_experts=math.exp(load_entropy),
+            mean_log_z=float(self.logz_sum) / tokens,
+            mean_z_sq=float(self.z_sq_sum) / tokens,
+            dead_experts=int((load_E < DEAD_EXPERT_LOAD / num_experts).sum()),
+            max_violation=balance.max_violation, load_p50=balance.load_p50,
+            load_p90=balance.load_p90, load_max=balance.load_max,
+            expert_load=load_E.tolist(),
+        ))
+
+
+@dataclass(frozen=True)
+class LayerRouting:
+    """One MoE layer's routing diagnostics over an evaluation's tokens, c_i being the
+    token-slots expert i received (an eval line's ``routing``, per layer; summary.json's)."""
+
+    busiest_fraction: float
+    """max_i c_i / sum c: 1/E when balanced, 1 when collapsed onto one expert."""
+    usage_variance: float
+    """Population variance of the loads c_i / sum c."""
+    usage_variance_scaled: float
+    """E^2 times usage_variance: scale-free, 0 balanced, E - 1 collapsed."""
+    routing_entropy: float
+    """Mean per-token entropy of the router softmax over log E (1 = uniform); 0 when E = 1."""
+    load_entropy: float
+    """Entropy (nats) of the loads c_i / sum c."""
+    effective_experts: float
+    """exp(load_entropy): E when balanced, 1 when collapsed."""
+    mean_log_z: float
+    """Mean over tokens of logsumexp of the router logits."""
+    mean_z_sq: float
+    """Mean over tokens of its square (what the z-loss penalises)."""
+    dead_experts: int
+    """Experts with c_i / sum c under DEAD_EXPERT_LOAD (1 %) of the mean load 1/E."""
+    max_violation: float
+    """MaxVio, max load / mean load - 1 (``LoadBalance``)."""
+    load_p50: float
+    """Median over experts of load / mean load (``LoadBalance``)."""
+    load_p90: float
+    """90th percentile over experts of load / mean load (``LoadBalance``)."""
+    load_max: float
+    """The busiest expert's load / mean load (``LoadBalance``)."""
+    expert_load: list[float]
+    """The loads c_i / sum c themselves, one per expert."""
 
 
 @torch.no_grad()

@@ -166,31 +166,48 @@ class LeveragePoint:
     """One MoE point of the sweep (its seeds pooled) and its efficiency leverage."""
 
     size: str
+    """The grid's size name."""
     S: float
+    """Sparsity (E - k) / E."""
     E: int
+    """Experts per MoE layer."""
     N_total: float
+    """Total parameters."""
     N_active: float
+    """Parameters active per token."""
     D: float
+    """Training tokens."""
     C_moe: float
+    """The MoE run's training FLOPs (6 N_active D)."""
     law_loss: float
     """The fitted MoE law's loss at the point (what the dense model must reach)."""
     C_dense: Optional[float]
     """None: no dense budget reaches the loss (leverage unbounded)."""
     leverage: Optional[float]
+    """C_dense / C_moe in FLOPs (None: unbounded)."""
     ci: list[float] = field(default_factory=list)
     """95 % bootstrap percentile interval; inf where unbounded replicates reach the tail."""
     leverage_seconds: Optional[float] = None
+    """The same ratio in measured training seconds (None: no timing for an arm)."""
     ci_seconds: list[float] = field(default_factory=list)
+    """95 % bootstrap interval of ``leverage_seconds``."""
 
 
 @dataclass
 class EfficiencyLeverage:
+    """Efficiency leverage at every MoE point of a sweep: dense compute over MoE compute at the
+    MoE's loss, read off the fitted dense and MoE laws."""
+
     dense_law: str
+    """The law form giving the dense loss-compute curve."""
     moe_law: str
+    """The law form giving each MoE point's loss."""
     replicates: int
     """Bootstrap replicates behind each interval (0: no interval)."""
     dense_seconds_per_flop: Optional[float]
+    """Measured seconds per training FLOP of the dense runs (None: not timed)."""
     points: list[LeveragePoint]
+    """One per MoE point of the sweep."""
 
 
 def _moe_points(rows: Sequence[SweepRow]) -> list[dict]:

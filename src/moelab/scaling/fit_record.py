@@ -41,15 +41,21 @@ class HeldoutPoint:
     """A held-out point beside the loss the fit predicts for it."""
 
     N: float
+    """Its parameter count (the law's N column)."""
     D: float
+    """Its training tokens."""
     S: float | None = field(default=None, metadata=OMIT_NONE)
     """Only for a law with a sparsity term."""
     E: float | None = field(default=None, metadata=OMIT_NONE)
+    """Its routed experts, for a law that reads them."""
     G: float | None = field(default=None, metadata=OMIT_NONE)
+    """Its granularity, for a law that reads it."""
     N_active: float | None = field(default=None, metadata=OMIT_NONE)
-    """E, G and N_active only for a law that reads them."""
+    """Its active parameters, for a law that reads them."""
     loss: float
+    """Its measured loss."""
     predicted: float
+    """The loss the fit predicts for it."""
 
 
 @dataclass
@@ -57,18 +63,29 @@ class HeldoutError:
     """How well a fit predicts points it never saw (``--holdout SPEC``)."""
 
     spec: str
+    """Which points were held out (``--holdout SPEC``, e.g. the largest budget)."""
     n_points: int
+    """Points held out."""
     mean_abs_error: float
+    """Mean |predicted - actual| loss, nats."""
     mean_abs_log_error: float
+    """Mean |log predicted - log actual|."""
     rmse_loss: float
+    """Root mean square of predicted - actual loss."""
     max_abs_relative_error: float
+    """The largest |predicted / actual - 1|."""
     points: list[HeldoutPoint]
+    """Each held-out point with its prediction."""
 
 
 @dataclass
 class FitBootstrap:
+    """The bootstrap refits behind a fit's intervals."""
+
     replicates: int
+    """Bootstrap resamples fitted."""
     seed: int
+    """The resampling seed."""
     params: list[dict[str, float]]
     """Each resample's fitted parameters."""
 
@@ -78,18 +95,26 @@ class LawFit:
     """A law fitted to points: what ``moelab fit --json`` prints and FIT.json holds."""
 
     law: str
+    """The law's name (``moelab.scaling.laws``, e.g. chinchilla or a sparsity form)."""
     params: dict[str, float]
+    """The fitted parameters by name, in the law's own units."""
     objective: float
     """Summed Huber loss of the log residuals at the fit."""
     n_points: int
+    """Points fitted."""
     num_starts: int
+    """Starting points of the fit (the law's grid, or a seeded subset of --starts K)."""
     theta: dict[str, float]
     """The parameters in the fit's log space, by ``law.param_names``."""
     derived: dict[str, float]
+    """Closed-form consequences of the fit (Chinchilla's a and b exponents of N* and D*); {} for
+    other laws."""
     ci: dict[str, list[float]]
     """95 % intervals by parameter name; empty without bootstrap resamples."""
     holdout: HeldoutError | None
+    """How it predicts the points held out of the fit; null without a holdout."""
     bootstrap: FitBootstrap | None
+    """The bootstrap resamples behind ci; null without them."""
 
     @property
     def replicas(self) -> list[dict[str, float]]:

@@ -83,7 +83,9 @@ class CellOptimum:
     """S* of one (size, budget) cell: loss against S over the grid's sparsities."""
 
     size: str
+    """The grid's size label."""
     budget: str
+    """The budget's label."""
     flops: float
     """The median training compute of the cell's runs."""
     params: list[float]
@@ -93,6 +95,7 @@ class CellOptimum:
     """The distinct N_active of the cell's runs, sorted: ascending, so under fixed_total the
     reverse of ``sparsities``' order."""
     sparsities: list[float]
+    """The grid's sparsities the cell has runs at, ascending."""
     mean_loss: list[float]
     """Mean over seeds, per sparsity."""
     seed_loss: dict[str, list[Optional[float]]]
@@ -167,16 +170,23 @@ class FixedSizeAnalysis:
     question: str
     """What each cell's curve is, in words."""
     loss_column: str
+    """The results.csv column S* minimises (best_val_loss)."""
     seeds: list[str]
+    """The seeds resampled whole."""
     draws: int
     """The replicates: every distinct draw (exact) or the sampled ones."""
     exact: bool
     """Every draw enumerated with its probability (<= EXACT_SEEDS seeds)."""
     sparsities: list[float]
+    """The grid's sparsities."""
     cells: list[CellOptimum]
+    """S* of each (size, budget) cell."""
     rises_with_size: Optional[TrendTest]
+    """Whether S* rises with size at a fixed budget; null with one size."""
     falls_with_budget: Optional[TrendTest]
+    """Whether S* falls with budget at a fixed size; null with one budget."""
     notes: list[str] = field(default_factory=list)
+    """What limits the reading (one seed, how many draws), in words."""
 
 
 # --------------------------------------------------------------------------------------------

@@ -30,24 +30,38 @@ from moelab.scaling.table import holdout_mask, select
 
 @dataclass
 class FormRow:
+    """One law form's row of the sweep's form table: its size and how it fits and predicts."""
+
     law: str
+    """The law form's name (``moelab fit --law``)."""
     num_params: int
+    """Fitted coefficients of the form."""
     fitted_points: int = 0
+    """Runs the form was fitted on (the held-out ones excluded)."""
     holdout_mae: Optional[float] = None
     """Mean |predicted - actual| loss on the held-out points."""
     lack_of_fit_F: Optional[float] = None
+    """F statistic of the form's lack of fit against the seeds' pure error (None: no replicates)."""
     lack_of_fit_p: Optional[float] = None
+    """p-value of that F test: small means the form misses structure the seeds resolve."""
     lack_of_fit_df: Optional[list[int]] = None
+    """The F test's degrees of freedom: [lack of fit, pure error]."""
     not_fitted: str = ""
     """Why the form has no numbers ("" when fitted)."""
 
 
 @dataclass
 class FormTable:
+    """Every law form on one sweep, side by side (the report's form table)."""
+
     holdout: str
+    """The sweep's holdout rule (e.g. ``S=max``): which runs the fits did not see."""
     held_out_points: int
+    """Runs held out of every fit."""
     pure_error_df: int
+    """Degrees of freedom of the pure error (runs less distinct cells)."""
     rows: list[FormRow]
+    """One row per law form."""
 
 
 def compute(columns: dict[str, np.ndarray], law_names: Sequence[str], holdout: str,

@@ -77,10 +77,13 @@ class PureError:
     """The spread of replicate points about their groups' means, in log loss."""
 
     ss: float
+    """Sum of squared deviations of replicate points from their group means (log loss)."""
     df: int
     """n - g: points less distinct groups."""
     groups: int
+    """Distinct groups (points that differ only by seed form one)."""
     n_points: int
+    """Points."""
     variance: Optional[float]
     """s^2 = ss / df, the noise variance; None without any replicated point."""
 
@@ -97,10 +100,14 @@ class FormSS:
 
 @dataclass(frozen=True)
 class LackOfFit:
+    """The residual beyond pure error against pure error, as an F test."""
+
     F: float
+    """Lack-of-fit F: the residual beyond pure error against pure error."""
     df: list[int]
     """(g - p, n - g)."""
     p: float
+    """Its p value."""
 
 
 @dataclass(frozen=True)
@@ -108,13 +115,21 @@ class NestedTest:
     """A larger form against the smaller one it nests."""
 
     small: str
+    """The smaller form."""
     large: str
+    """The larger form that nests it."""
     extra_params: int
+    """Parameters the larger form adds."""
     F: float
+    """The extra-sum-of-squares F statistic."""
     df: list[int]
+    """Its (numerator, denominator) degrees of freedom."""
     p: float
+    """Its p value."""
     likelihood_ratio: float
+    """The likelihood-ratio statistic of the same pair."""
     p_likelihood_ratio: float
+    """Its chi-squared p value."""
 
 
 @dataclass(frozen=True)
@@ -122,11 +137,17 @@ class FormChoice:
     """The form chosen by climbing nested tests, by F (``chosen``) and by likelihood ratio."""
 
     chosen: str
+    """The form chosen by F-tests, climbing from the smallest."""
     path: list[str]
+    """The forms climbed through, smallest first, ending at chosen."""
     chosen_likelihood_ratio: Optional[str] = field(default=None, metadata=OMIT_NONE)
+    """The form the same climb chooses by likelihood-ratio tests."""
     path_likelihood_ratio: Optional[list[str]] = field(default=None, metadata=OMIT_NONE)
+    """That climb's path."""
     alpha: float = ALPHA
+    """The level each test is read at."""
     tests: list[NestedTest] = field(default_factory=list)
+    """Every nested test computed."""
     constant_s_star: Optional[str] = None
     """Why the chosen form fixes S*(C) (``CONSTANT_S_STAR``); None when it does not."""
 

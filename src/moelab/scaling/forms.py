@@ -105,14 +105,19 @@ class FormOutcome:
     """One form's checks: identified and predictive, or why it was not fitted (``skipped``)."""
 
     law: str
+    """The form's name (a law of ``moelab.scaling.laws``)."""
     num_params: int
+    """Its free parameters."""
     objective: float | None = field(default=None, metadata=OMIT_NONE)
+    """Its fit's summed Huber loss."""
     identified: bool | None = field(default=None, metadata=OMIT_NONE)
+    """Every parameter is pinned down by the data (no problems)."""
     problems: list[str] | None = field(default=None, metadata=OMIT_NONE)
     """Why the fit does not identify its parameters (``identification_problems``)."""
     holdout_mae: float | None = field(default=None, metadata=OMIT_NONE)
     """Nats: the mean absolute error on the held-out points of the fit without them."""
     predictive: bool | None = field(default=None, metadata=OMIT_NONE)
+    """holdout_mae is within the criteria's max_holdout_mae."""
     skipped: str | None = field(default=None, metadata=OMIT_NONE)
     """Set (with the reason) when the points are too few for this form: nothing else is."""
 
@@ -136,12 +141,17 @@ class FormCriteria:
     """The thresholds a selection applied (``select_form``)."""
 
     holdout: str
+    """Which points the held-out check leaves out."""
     max_holdout_mae: float
+    """The largest held-out mean absolute error (nats) a chosen form may have."""
     min_term_size: float | None = field(default=None, metadata=OMIT_NONE)
     """None in a forms.json written before the check existed."""
     min_exponent_effect: float
+    """The least an exponent must move its term over the data (nats) to count as identified."""
     max_exponent_ci_width: float
+    """The widest an exponent's bootstrap 95 % interval may be."""
     bootstrap_replicates: int
+    """Bootstrap resamples behind those intervals."""
 
 
 @dataclass

@@ -112,16 +112,21 @@ class ParabolaBudget:
     """One budget's optimum from a parabola in log N (one sparsity)."""
 
     flops: float
+    """The FLOPs budget C."""
     n_points: int
+    """Runs at this budget."""
     params: float
     """N*: the parabola's vertex."""
     loss: float
+    """The loss at the vertex."""
     parabola: list[float]
     """c2, c1, c0 in log N."""
     inside_data: bool
     """The vertex lies within the sizes fitted (otherwise an extrapolation)."""
     support: VertexSupport
+    """Which sizes the vertex stands on, and its diagnostics."""
     warnings: list[str]
+    """What makes the vertex doubtful, in words; [] when nothing does."""
 
 
 @dataclass
@@ -132,18 +137,27 @@ class SurfaceBudget:
     ``warnings``: they read as None and empty."""
 
     flops: float
+    """The FLOPs budget C."""
     n_points: int
+    """Runs at this budget."""
     params: float
+    """N*: total parameters at the surface's minimum."""
     sparsity: float
+    """S* at the surface's minimum."""
     loss: float
+    """The loss there."""
     surface: list[float]
     """``SurfaceFit.coefficients``."""
     at_edge: bool
+    """The minimum sits on the edge of the sampled region."""
     inside_data: bool
+    """The minimum lies within the sizes and sparsities fitted."""
     n_points_used: Optional[int] = field(default=None, metadata={"omit_none": True})
+    """Runs the surface was fitted to (the windowed sizes')."""
     support: dict[str, VertexSupport] = field(default_factory=dict)
     """Each sparsity's own vertex (keyed ``f"{S:g}"``), whose windowed sizes the surface used."""
     warnings: list[str] = field(default_factory=list)
+    """What makes the minimum doubtful, in words."""
     params_active: Optional[float] = field(default=None, metadata={"omit_none": True})
     """N_active*, when the runs give the family's shared fraction."""
 
@@ -156,9 +170,11 @@ class PowerLawFit:
     """log N* = a log C + log k across budgets."""
 
     exponent: float
+    """a, in N* = k C^a."""
     coefficient: float
     """k, in N* = k C^a."""
     n_budgets: int
+    """Budgets fitted."""
     ci: Optional[list[float]]
     """a's 95 % t interval; None from 2 budgets (no degrees of freedom left)."""
 
@@ -170,11 +186,16 @@ class IsoflopAnalysis:
     they read as the global parabola they used."""
 
     estimator: str = "global"
+    """How each budget's vertex is read: window (a parabola over the sizes near the minimum) or
+    global (every size, as Hoffmann et al.)."""
     window_factor: Optional[float] = None
     """The window's factor; None for the global parabola."""
     budgets: list[BudgetOptimum]
+    """Each budget's optimum, smallest budget first."""
     shared_fraction: Optional[float]
+    """The runs' share of parameters outside the experts (null when every run is dense)."""
     params_exponent: Optional[PowerLawFit]
+    """N*(C) = k C^a fitted across the budgets inside the data; null with fewer than 2."""
     outside_data: list[float]
     """The budgets whose optimum lies outside the data, left out of the exponent fit."""
     poorly_supported: list[float] = field(default_factory=list)

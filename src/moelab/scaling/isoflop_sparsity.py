@@ -56,20 +56,31 @@ class IsoflopCell:
     """One (budget, sparsity) IsoFLOP curve's minimum N*(C, S), L*(C, S) with intervals."""
 
     flops: float
+    """The FLOPs budget C."""
     sparsity: float
+    """The curve's sparsity S."""
     n_points: int
+    """Runs on the curve."""
     n_sizes: int
+    """Distinct sizes on it."""
     sizes_used: Optional[list[float]]
     """The sizes the vertex was read from; None without a vertex."""
     support: Optional[VertexSupport]
+    """The vertex's diagnostics; null without a vertex."""
     warnings: list[str]
+    """What makes the vertex doubtful, in words."""
     params: Optional[float]
     """N*; None when the curve has no minimum."""
     params_ci: Optional[list[float]]
+    """N*'s bootstrap 95 % interval."""
     loss: Optional[float]
+    """L*(C, S), the loss at the vertex; null without a minimum."""
     loss_ci: Optional[list[float]]
+    """Its bootstrap 95 % interval."""
     inside_data: bool
+    """The vertex lies within the sizes fitted."""
     replicates_without_minimum: int
+    """Bootstrap resamples whose curve had no minimum."""
 
 
 @dataclass
@@ -77,13 +88,17 @@ class SparsityOptimum:
     """S*(C) at one budget: the vertex in u = -log(1 - S) and the best sampled sparsity."""
 
     flops: float
+    """The FLOPs budget C."""
     sparsity: Optional[float]
     """None when some sparsity has no minimum at this budget."""
     at_edge: Optional[str]
     """"upper" or "lower" when S* sits on the grid's end (only a bound), else None."""
     ci: Optional[list[float]]
+    """S*'s bootstrap 95 % interval."""
     best_sampled: Optional[float]
+    """The sampled sparsity with the lowest L*(C, S)."""
     best_sampled_ci: Optional[list[float]]
+    """Its bootstrap 95 % percentile interval (of the best sampled S per resample)."""
     probability_best: dict[str, float]
     """Per sampled sparsity (keyed ``f"{S:g}"``): the share of replicates in which it is best."""
 
@@ -93,13 +108,19 @@ class SparsityTrend:
     """How S*(C) moves with compute: its slope per decade of C with a bootstrap interval."""
 
     statistic: str
+    """What the slope measures, in words."""
     slope_per_decade: Optional[float]
+    """The change of S* per tenfold of C; null without two budgets."""
     ci: Optional[list[float]]
+    """Its bootstrap 95 % interval."""
     n_budgets: int
+    """Budgets with an S*."""
     p_not_rising: Optional[float]
     """The bootstrap's one-sided p of "no rise": the share of replicates with slope <= 0."""
     rises: bool
+    """The interval lies above 0."""
     falls: bool
+    """The interval lies below 0."""
     clamped: bool
     """Some S* sits on the grid's edge: the slope then measures where the grid ends."""
 
@@ -109,9 +130,14 @@ class AdvantageTrend:
     """Per sparse S: L*(C, 0) - L*(C, S) per budget and its slope per decade of C."""
 
     sparsity: float
+    """The sparse S."""
     advantage: list[Optional[float]]
+    """L*(C, 0) - L*(C, S) per budget (positive: sparse is better); null where a curve has no
+    minimum."""
     slope_per_decade: Optional[float]
+    """Its change per tenfold of C."""
     ci: Optional[list[float]]
+    """Its bootstrap 95 % interval."""
 
 
 @dataclass
@@ -119,15 +145,25 @@ class SparsityOptima:
     """``sparsity_isoflop``'s answer (isoflop.json's ``sparsity_optima``)."""
 
     estimator: str
+    """How each curve's vertex is read: window or global (as IsoflopAnalysis)."""
     window_factor: Optional[float]
+    """The window's factor; null for the global parabola."""
     budgets: list[float]
+    """The FLOPs budgets, smallest first."""
     sparsities: list[float]
+    """The sparsities of the grid."""
     replicates: int
+    """Bootstrap resamples behind the intervals."""
     resampling: str
+    """What a bootstrap resample draws, in words."""
     cells: list[IsoflopCell]
+    """Each (budget, sparsity) curve's minimum."""
     optimal_sparsity: list[SparsityOptimum]
+    """S*(C) at each budget."""
     trend: SparsityTrend
+    """How S*(C) moves with compute."""
     advantage_trend: list[AdvantageTrend]
+    """Per sparse S, its loss advantage over dense across budgets."""
 
 
 def sparsity_isoflop(points: IsoflopPoints, seeds: np.ndarray, *,

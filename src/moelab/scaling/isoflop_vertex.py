@@ -72,18 +72,32 @@ class VertexSupport:
     JSON_EXTRA = ("well_supported",)
 
     estimator: str
+    """window or global: how the vertex was read."""
     sizes_used: list[float]
+    """The sizes (N) the parabola was fitted to."""
     n_sizes: int
+    """The budget's distinct sizes."""
     span_used: float
+    """max N / min N of the sizes used."""
     grid_span: float
+    """max N / min N of all the budget's sizes."""
     sizes_below: int
+    """The budget's sizes below the vertex."""
     sizes_above: int
+    """The budget's sizes above it."""
     used_below: int
+    """Sizes used below the vertex."""
     used_above: int
+    """Sizes used above it."""
     residual_rms: float | None
+    """RMS deviation of the used sizes' mean losses from the parabola; null with 3 sizes."""
     seed_noise: float | None
+    """Standard error of a size's mean loss from its seeds' scatter; null without two seeds of a
+    size."""
     residual_to_noise: float | None
+    """residual_rms / seed_noise."""
     warnings: list[str] = field(default_factory=list)
+    """What makes the vertex doubtful, in words; [] when nothing does."""
 
     @property
     def well_supported(self) -> bool:

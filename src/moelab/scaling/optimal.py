@@ -44,11 +44,18 @@ DEFAULT_MAX_SPARSITY = 0.98
 
 @dataclass
 class Optimum:
+    """An optimal shape a fitted law gives: its S, size, tokens and loss."""
+
     sparsity: float
+    """The optimal sparsity S*."""
     params_total: float
+    """Its total parameters N."""
     params_active: float
+    """Its active parameters per token."""
     tokens: float
+    """Its training tokens D."""
     loss: float
+    """The loss the law predicts there."""
     at_boundary: bool
     """True when S* or N* lies on the edge of the search box (the law has no interior optimum)."""
 
@@ -151,6 +158,7 @@ class OptimumInterval:
     """An optimum of the best fit with percentile intervals over the bootstrap fits."""
 
     optimum: Optimum
+    """The optimum of the best fit."""
     ci: dict[str, list[float]]
     """By the optimum's field name; empty without bootstrap fits."""
     bootstrap_at_boundary: float | None = field(default=None, metadata=OMIT_NONE)
@@ -174,6 +182,7 @@ class FlopsCurvePoint(OptimumInterval):
     """A point of S*(C): the compute-optimal (N, S) at ``flops``."""
 
     flops: float
+    """The FLOPs budget C (6 N_active D)."""
 
 
 @dataclass(kw_only=True)
@@ -181,6 +190,7 @@ class ParamsCurvePoint(OptimumInterval):
     """A point of S*(N): the best S at ``params`` total parameters."""
 
     params: float
+    """The total parameter count N."""
 
 
 def with_intervals(optimum_fn, params, bootstrap_params: list, level: float = 0.95,
@@ -219,6 +229,8 @@ MAX_PARAMS = 1e13
 
 @dataclass
 class SecondsOptimum(Optimum):
+    """A time-optimal shape: an Optimum with its throughput and the compute it spends."""
+
     tokens_per_s: float = 0.0
     """Training throughput of the optimal shape, from the throughput model."""
     flops: float = 0.0
@@ -230,7 +242,9 @@ class SecondsCurvePoint(OptimumInterval):
     """A point of S*(T): the time-optimal (N, S) at a wall-clock budget of ``seconds``."""
 
     optimum: SecondsOptimum
+    """The time-optimal shape at this budget."""
     seconds: float
+    """The wall-clock budget, seconds of training."""
 
 
 def seconds_optimal(law: Law, params: dict[str, float], seconds: float, tokens_per_s_fn, *,
@@ -339,7 +353,9 @@ class SecondsVersusDense(SecondsOptimum):
     """A seconds optimum beside the dense model that reaches its loss soonest."""
 
     dense_params: float = math.nan
+    """Total parameters of the dense model that reaches the optimum's loss soonest."""
     dense_tokens_per_s: float = math.nan
+    """Its training throughput, from the throughput model."""
     dense_seconds: float = math.nan
     """Wall-clock time the best dense model needs for the same loss (nan: none within range)."""
     throughput_ratio: float = math.nan
@@ -367,7 +383,11 @@ def seconds_versus_dense(law: Law, params: dict[str, float], seconds: float, tok
 
 @dataclass(kw_only=True)
 class VersusDenseInterval(OptimumInterval):
+    """A seconds optimum with its intervals, beside the dense model that reaches its loss
+    soonest."""
+
     optimum: SecondsVersusDense
+    """The optimum, beside the equal-loss dense model."""
 
 
 @dataclass
@@ -376,15 +396,21 @@ class ThreeOptima:
     its total size with those FLOPs (``three_optima``)."""
 
     seconds: float
+    """The wall-clock budget, seconds of training."""
     flops: float
     """The compute the seconds optimum spends."""
     params: float
     """The seconds optimum's total parameters."""
     by_seconds: VersusDenseInterval
+    """S* under the seconds budget, beside the dense model that reaches its loss soonest."""
     by_flops: OptimumInterval
+    """S* under the FLOPs that optimum spends."""
     by_params: OptimumInterval
+    """S* at the optimum's total size, with those FLOPs."""
     shared_fraction: float
+    """The share of parameters outside the experts the sizes are computed with."""
     top_k: int
+    """Experts per token of the optimal shapes."""
 
     def questions(self) -> tuple[tuple[str, OptimumInterval], ...]:
         """(name, optimum) of the three questions, seconds first."""

@@ -95,16 +95,25 @@ class ThroughputRow:
     """One timed shape (a throughput table's row) or one run of a sweep (its own speed)."""
 
     N_total: float
+    """Total parameters of the shape."""
     N_active: float
+    """Active parameters per token."""
     S: float
+    """Sparsity (E - k) / E; 0 for dense."""
     E: float
+    """Routed experts per layer; 1 for dense."""
     tokens_per_s: float
+    """Training tokens per second (a shape's row in a sweep: the median of its runs)."""
     k: float | None = None
     """Experts per token; None where the table has no k column."""
     device: str | None = None
+    """The device timed, e.g. cpu."""
     step_time_s: float | None = None
+    """Seconds per optimizer step."""
     peak_memory_bytes: float | None = None
+    """Peak memory while training."""
     tokens_per_step: float | None = field(default=None, metadata=OMIT_NONE)
+    """Tokens per optimizer step."""
 
 
 @dataclass(kw_only=True)
@@ -112,9 +121,12 @@ class ShapeThroughput(ThroughputRow):
     """A shape's runs in one row (``per_shape_means``), beside the dense models."""
 
     runs: int
+    """Runs of the shape."""
     tokens_per_s_vs_dense: float | None = None
     """tokens/s over the dense model of the same total size (``moe_versus_dense``)."""
     step_time_vs_equal_flops_dense: float | None = None
+    """Its seconds per token over those of a dense model of its active size (interpolated log-log
+    between the dense shapes); null outside them."""
 
 
 @dataclass
@@ -165,8 +177,12 @@ class ThroughputModel:
 
 @dataclass
 class ThroughputBootstrap:
+    """The bootstrap refits of a throughput model, resampling whole shapes."""
+
     replicates: int
+    """Resamples of the distinct shapes fitted."""
     coefficients: list[dict[str, float]]
+    """Each resample's prices."""
 
 
 @dataclass
@@ -175,12 +191,19 @@ class ThroughputModelRecord:
     their 95 % intervals and the bootstrap refits."""
 
     form: str
+    """The model's formula in words."""
     coefficients: dict[str, float]
+    """The fitted prices (c, a, m, p, e) by name."""
     ci: dict[str, list[float]]
+    """Their bootstrap 95 % intervals."""
     bootstrap: ThroughputBootstrap
+    """The bootstrap refits."""
     tokens_per_step: float | None
+    """The batch the model was measured at (its p and e terms hold for it alone)."""
     n_rows: int
+    """Rows fitted."""
     source: str
+    """The table it was fitted to."""
 
     def model(self) -> ThroughputModel:
         return ThroughputModel(self.coefficients, self.bootstrap.coefficients,

@@ -38,8 +38,11 @@ class Summary:
     """Mean and sample standard deviation (ddof=1; NaN for a single seed) over seeds."""
 
     mean: float
+    """Mean over the seeds (null when there are none)."""
     std: float
+    """Sample standard deviation, ddof 1 (null for a single seed)."""
     n: int
+    """Seeds counted."""
 
 
 def summarize(values: Sequence[float] | np.ndarray) -> Summary:

@@ -44,11 +44,17 @@ class PairedTest:
     """Paired t on the per-seed differences of the seeds both samples have."""
 
     gap: float
+    """Mean of the per-seed differences (first - second; in a study, dense - MoE)."""
     ci_low: float
+    """Lower end of its 95 % t interval."""
     ci_high: float
+    """Upper end of its 95 % t interval."""
     p_value: float
+    """Two-sided p of the paired t-test (null when untestable)."""
     n_pairs: int
+    """Seeds both samples have."""
     std_diff: float
+    """Sample standard deviation of the differences."""
     differences: list[dict] = field(default_factory=list)
     """[{"seed", "diff"}] per paired seed."""
 
@@ -79,12 +85,19 @@ class WelchTest:
     for the study's use (``welch_test(moe, dense)``: dense - moe)."""
 
     gap: float
+    """mean(dense) - mean(MoE)."""
     ci_low: float
+    """Lower end of its 95 % interval."""
     ci_high: float
+    """Upper end of its 95 % interval."""
     p_value: float
+    """Two-sided p of Welch's t-test."""
     df: float
+    """Welch-Satterthwaite degrees of freedom."""
     n_moe: int
+    """MoE runs."""
     n_dense: int
+    """Dense runs."""
     # Bookkeeping for the power computation, not results: never written to JSON.
     standard_error: float = field(default=math.nan, metadata=NOT_WRITTEN)
     std_moe: float = field(default=math.nan, metadata=NOT_WRITTEN)

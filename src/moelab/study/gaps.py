@@ -44,12 +44,19 @@ class Gap:
     """
 
     criterion: str
+    """The matching criterion: active or total (or compute, for moe_compute)."""
     moe_arm: str
+    """The MoE arm compared."""
     dense_arm: str
+    """The dense arm matched to it on the criterion."""
     test: str
+    """The test the verdict used: paired (seeds match) or welch."""
     gap: float
+    """mean(dense) - mean(MoE) best val loss: positive means the MoE is better."""
     ci_low: float
+    """Lower end of the gap's 95 % confidence interval."""
     ci_high: float
+    """Upper end of the gap's 95 % confidence interval."""
     p_value: float
     """The raw p of ``test``."""
     p_adjusted: float
@@ -58,15 +65,21 @@ class Gap:
     adjustment: str
     """How ``p_adjusted`` was adjusted, e.g. 'Holm, 8 tests'."""
     n_moe: int
+    """MoE runs counted."""
     n_dense: int
+    """Dense runs counted."""
     outcome: str
     """'MoE better', 'dense better', 'not significant' or 'not testable', at ``p_adjusted``."""
     verdict: str
+    """outcome with its test in words, e.g. 'MoE better (paired t, n=6)' (docs/verdicts.md)."""
     min_detectable_gap: float
+    """The smallest gap the test would detect with power 0.8 at its spread."""
     seeds_needed: list[dict]
     """[{"gap", "seeds"}] for the observed gap and REFERENCE_GAP, at the test's spread."""
     paired: PairedTest
+    """The paired t-test on the per-seed differences."""
     welch: WelchTest
+    """Welch's t-test on the arms as independent samples."""
     detail: str = field(default="", repr=False, metadata=NOT_WRITTEN)
     """The verdict's parenthesis, e.g. 'paired t, n=6' (bookkeeping: the verdict holds it)."""
 

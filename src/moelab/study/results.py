@@ -46,17 +46,29 @@ class RunResult:
     """One run of an arm: the numbers of its summary.json that results.json repeats."""
 
     seed: int
+    """The run's seed (train.seed)."""
     run_dir: str
+    """The run folder, relative to the study folder."""
     best_val_loss: Optional[float]
+    """summary.json's: the lowest validation loss, nats per token."""
     best_val_bpb: Optional[float]
+    """summary.json's: bits per byte at that evaluation."""
     best_val_step: Optional[int]
+    """summary.json's: the step of that evaluation."""
     final_val_loss: Optional[float]
+    """summary.json's: validation loss at the last step."""
     final_val_bpb: Optional[float]
+    """summary.json's: bits per byte at the last step."""
     tokens: Optional[int]
+    """summary.json's: training tokens trained."""
     steps: Optional[int]
+    """summary.json's: optimizer steps trained."""
     tokens_per_s: Optional[float]
+    """summary.json's: training tokens per second of training time."""
     wall_time_s: Optional[float]
+    """summary.json's: wall-clock seconds of the whole run."""
     collapse: bool
+    """summary.json's: whether some layer's routing collapsed at the final evaluation."""
     machine: Optional[Machine] = field(default=None, metadata={"omit_none": True})
     """The machine the run trained on (moelab.numerics); not written for a run older than it."""
 
@@ -72,17 +84,25 @@ class RoutingResult:
     not written, so a dense arm's routing is {}."""
 
     busiest_fraction: Optional[float] = field(default=None, metadata=_NOT_RECORDED)
+    """max_i c_i / sum c: 1/E balanced, 1 collapsed onto one expert."""
     usage_variance_scaled: Optional[float] = field(default=None, metadata=_NOT_RECORDED)
+    """E^2 x the variance of the loads c_i / sum c: 0 balanced, E - 1 collapsed."""
     routing_entropy: Optional[float] = field(default=None, metadata=_NOT_RECORDED)
+    """Mean per-token router entropy over log E (1 = uniform)."""
     load_entropy: Optional[float] = field(default=None, metadata=_NOT_RECORDED)
+    """Entropy (nats) of the loads c_i / sum c."""
     effective_experts: Optional[float] = field(default=None, metadata=_NOT_RECORDED)
+    """exp(load_entropy): E when balanced, 1 when collapsed."""
     mean_log_z: Optional[float] = field(default=None, metadata=_NOT_RECORDED)
+    """Mean logsumexp of the router logits."""
     mean_z_sq: Optional[float] = field(default=None, metadata=_NOT_RECORDED)
+    """Mean of its square (what the z-loss penalises)."""
     max_violation: Optional[float] = field(default=None, metadata=_NOT_RECORDED)
     """MaxVio, max load / mean load - 1 (``moelab.moe.routing.LoadBalance``)."""
     load_p90: Optional[float] = field(default=None, metadata=_NOT_RECORDED)
     """The 90th percentile over experts of load / mean load."""
     max_busiest_fraction: Optional[float] = field(default=None, metadata=_NOT_RECORDED)
+    """The worst layer's busiest_fraction over every seed."""
     dead_experts_per_layer: Optional[list[float]] = field(default=None, metadata=_NOT_RECORDED)
     """Experts whose load is under 1 % of the mean, per layer (first layer first), mean over
     seeds."""
@@ -102,23 +122,37 @@ class ArmResult:
     """One arm: seed statistics, sizes, routing and the per-run numbers (run files only)."""
 
     description: str
+    """The arm's model in words, e.g. 'MoE, 4 experts of 128, top-2' or 'dense, d_ff=256'."""
     criterion: Optional[str]
     """The fairness criterion a dense arm is matched on; None for the MoE and ladder rungs."""
     active_params: Optional[int]
+    """Parameters one token uses (``moelab.accounting``)."""
     total_params: Optional[int]
+    """Every parameter, all experts and the embeddings included."""
     non_embedding_params: Optional[int]
+    """total_params less the token embedding (and an untied head)."""
     flops_per_token_6n: Optional[int]
+    """6 x active_params, the FLOPs per token the laws count."""
     flops_per_token_kaplan: Optional[int]
+    """Kaplan et al.'s FLOPs per token, attention over the context included."""
     model: dict
     """The ``model`` section of the arm's config, as its config.yaml holds it."""
     best_val_loss: Summary
+    """The runs' best validation loss over seeds (the statistic the gaps compare)."""
     best_val_bpb: Summary
+    """The runs' best bits per byte over seeds."""
     final_val_loss: Summary
+    """The runs' last-step validation loss over seeds."""
     tokens_per_s: Summary
+    """The runs' training tokens per second over seeds."""
     wall_time_s: Summary
+    """The runs' wall-clock seconds over seeds."""
     routing: RoutingResult
+    """Routing diagnostics over layers and seeds; {} for a dense arm."""
     collapsed_runs: int
+    """Runs whose routing collapsed (summary.json's collapse)."""
     runs: list[RunResult]
+    """Each run's numbers, by seed."""
 
     @property
     def tokens(self) -> Optional[int]:
@@ -137,7 +171,9 @@ class BudgetResults:
     tokens: Optional[int] = field(metadata={"omit_none": True})
     """The budget; None (and not written, nor its label) in a study without ``--budgets``."""
     label: Optional[str] = field(metadata={"omit_none": True})
+    """The budget's label, e.g. 409.6K (left out with tokens)."""
     arms: dict[str, ArmResult]
+    """Arm name -> its results at this budget."""
     gaps: dict[str, Gap]
     """Criterion -> the MoE against that criterion's dense arm, paired by seed."""
     zero_shot: dict[str, TaskResult] = field(default_factory=dict, metadata={"omit_empty": True})
@@ -153,8 +189,11 @@ class BudgetFamilyTokens:
     budget from scratch."""
 
     branches: int
+    """Cooldown branches among the complete runs."""
     tokens_trained: int
+    """Tokens the complete runs trained (a branch only after its branch point)."""
     tokens_one_run_per_budget: int
+    """Tokens they would train as one run per budget from scratch."""
 
 
 @dataclass
@@ -166,10 +205,14 @@ class StudyResults:
     study_dir: str
     """The study folder's name."""
     seeds: list[int]
+    """The seeds the runs used, ascending."""
     criteria: list[str]
     """The criteria that have a dense arm, in ``moelab.accounting.CRITERIA`` order."""
-    final: BudgetResults
-    """The largest budget of a sweep, the only one otherwise: what the report leads with."""
+    final: BudgetResults = field(metadata={"written_as": ("arms", "gaps", "zero_shot",
+                                                           "rung_steps")})
+    """The largest budget of a sweep, the only one otherwise: what the report leads with.
+    results.json holds its arms, gaps, zero_shot and rung_steps at the top level (``to_dict``),
+    not this key."""
     budgets: list[BudgetResults]
     """Every budget, smallest first; [] in a study without ``--budgets``."""
     missing_runs: list[str]
@@ -257,6 +300,13 @@ def _field_values(obj: Any) -> list[Any]:
 # --------------------------------------------------------------------------------------------
 
 CSV_COLUMNS = ("budget_tokens", "arm", "criterion", "seed", *RUN_FIELDS, *SIZE_FIELDS, "run_dir")
+CSV_COLUMN_DOCS = {
+    "budget_tokens": ("int or empty",
+                      "The --budgets value the run belongs to; empty in a single-budget study."),
+    "arm": ("str", "The arm the run belongs to (moe, dense_active, dense_total, ...)."),
+}
+"""The type and meaning of the columns that are no field of ``RunResult`` or ``ArmResult``
+(docs/reference/outputs.md)."""
 MACHINE_CSV_COLUMNS = ("cpu", "cpu_capability", "torch_version", "blas", "threads", "numerics")
 """After CSV_COLUMNS when some run recorded its machine: its CPU model, torch's kernel set,
 torch and BLAS versions, torch threads and train.numerics (empty for an older run)."""

@@ -33,20 +33,29 @@ class RungStep:
     """earlier - later best val loss, paired by seed (positive: the later rung is better)."""
 
     earlier: str
+    """The earlier rung of the routing ladder."""
     later: str
+    """The rung after it."""
     difference: float
+    """Mean over paired seeds of earlier - later best val loss."""
     ci_low: Optional[float]
+    """Lower end of its 95 % paired t interval."""
     ci_high: Optional[float]
+    """Upper end of its 95 % paired t interval."""
     p_value: Optional[float]
     """The raw p of the paired t-test."""
     p_adjusted: Optional[float]
     """Holm over the ladder's steps; the verdict uses it."""
     adjustment: str
+    """How p_adjusted was adjusted, e.g. 'Holm, 4 tests'."""
     n_pairs: int
+    """Seeds both rungs have."""
     std_diff: Optional[float]
+    """Sample standard deviation of the per-seed differences."""
     outcome: str
     """'<later> better', '<earlier> better', 'not significant' or 'not testable'."""
     verdict: str
+    """outcome with its test in words (docs/verdicts.md)."""
 
 
 def rung_steps(losses_by_rung: Mapping[str, Mapping[int, float]]) -> list[RungStep]:

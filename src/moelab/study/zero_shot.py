@@ -32,13 +32,19 @@ class TaskRunResult:
     """One run's score on one task, copied from its tasks.json entry."""
 
     seed: int
+    """The run's seed."""
     run_dir: str
+    """The run folder, relative to the study folder."""
     accuracy: float
     """Every entry of a tasks.json has it, and its chance (``moelab.tasks.read_run_tasks``)."""
     correct: Optional[int]
+    """Items answered correctly."""
     items: Optional[int]
+    """Items scored."""
     chance: float
+    """The task's chance accuracy."""
     step: Optional[int]
+    """The training step whose weights were scored."""
 
 
 # Copied per run from its tasks.json entry.
@@ -50,10 +56,15 @@ class TaskArmResult:
     """One arm on one task: accuracy over seeds with its t interval, and the chance level."""
 
     accuracy: Summary
+    """Accuracy over seeds."""
     ci_low: Optional[float]
+    """Lower end of the mean's 95 % t interval (the spread of seeds)."""
     ci_high: Optional[float]
+    """Upper end of that interval."""
     chance: float
+    """The task's chance accuracy."""
     runs: list[TaskRunResult]
+    """Each run's score."""
 
     def accuracy_by_seed(self) -> dict[int, float]:
         return {run.seed: run.accuracy for run in self.runs}
@@ -64,10 +75,15 @@ class AccuracyComparison:
     """moe - dense accuracy on one task, paired by seed (positive: the MoE is better)."""
 
     moe_arm: str
+    """The MoE arm."""
     dense_arm: str
+    """The dense arm it is compared with."""
     difference: float
+    """Mean over paired seeds of MoE - dense accuracy."""
     ci_low: Optional[float]
+    """Lower end of its 95 % paired t interval."""
     ci_high: Optional[float]
+    """Upper end of that interval."""
     p_value: Optional[float]
     """The raw p of the paired t-test."""
     p_adjusted: Optional[float]
@@ -76,11 +92,15 @@ class AccuracyComparison:
     adjustment: str
     """How ``p_adjusted`` was adjusted, e.g. 'Holm, 3 tests'."""
     n_pairs: int
+    """Seeds both arms have."""
     std_diff: Optional[float]
+    """Sample standard deviation of the per-seed differences."""
     differences: list[dict]
     """[{"seed", "diff"}] per paired seed."""
     outcome: str
+    """'MoE better', 'dense better', 'not significant' or 'not testable', at p_adjusted."""
     verdict: str
+    """outcome with its test in words (docs/verdicts.md)."""
 
 
 @dataclass
@@ -88,7 +108,9 @@ class TaskResult:
     """One task: each arm's accuracy and, per criterion, the MoE against its dense arm."""
 
     arms: dict[str, TaskArmResult]
+    """Arm -> its accuracy on the task."""
     comparisons: dict[str, AccuracyComparison]
+    """Criterion -> the MoE against that criterion's dense arm."""
 
 
 def zero_shot_result(arm_names: list[str], records: list[CompleteRun]) -> dict[str, TaskResult]:

@@ -1,6 +1,7 @@
 """What a sweep grid costs before it runs (``moelab sweep-sparsity --dry-run``): its runs, the
-tokens they train, their training FLOPs, and with ``--speeds`` the time, priced at the tokens/s
-a table of measured shapes gives.
+tokens they train, their training FLOPs, and the time, priced at the tokens/s a table of
+measured shapes gives: ``--speeds``, or without it the committed table (``moelab.runs.estimate``),
+said to be an estimate.
 
 The time prices every run's trained tokens (a cooldown branch trains only its steps after the
 branch point) at the tokens/s of its shape: the median over the table's rows of that shape,
@@ -25,6 +26,7 @@ from typing import Optional
 from moelab.accounting import count_params, flops_per_token
 from moelab.errors import MoelabError, short_repr
 from moelab.report import format_count
+from moelab.runs.estimate import Speeds, stored_speeds, time_line, tokens_per_s, tokens_trained
 from moelab.runs.spec import RunSpec
 from moelab.scaling.table import read_csv_rows
 from moelab.sweep.grid import SweepGrid
@@ -43,8 +45,6 @@ at the shapes' eager speeds about 3 s; experiments/results/finetune_pilot.json).
 SPEED_COLUMNS = ("S", "N_active", "tokens_per_s")
 """What a speeds table needs: a sweep's results.csv or a ``moelab throughput`` CSV has them."""
 
-Speeds = dict[float, list[tuple[float, float]]]
-"""Per sparsity, (N_active, median tokens/s) of each measured shape, by N_active."""
 
 
 @dataclass(frozen=True)
@@ -86,15 +86,6 @@ class TimeEstimate:
     @property
     def seconds(self) -> float:
         return sum(shape.seconds for shape in self.shapes) + self.finetune_seconds
-
-
-def tokens_trained(spec: RunSpec) -> int:
-    """A run's tokens; a branch's only after its branch step (the trunk trained the rest)."""
-    train = spec.config.train
-    tokens = train.max_tokens
-    if spec.branch is not None:
-        tokens -= spec.branch.step * train.batch_size * spec.config.model.max_seq_len
-    return tokens
 
 
 def grid_cost(specs: list[RunSpec]) -> GridCost:
@@ -151,22 +142,6 @@ def _number(path: Path, line: int, row: dict[str, str], column: str) -> float:
     return value
 
 
-def tokens_per_s(speeds: Speeds, sparsity: float, active: float) -> float:
-    """Log-log interpolation in N_active among the shapes of the nearest measured sparsity."""
-    nearest = min(speeds, key=lambda s: abs(s - sparsity))
-    x = [math.log(a) for a, _ in speeds[nearest]]
-    y = [math.log(t) for _, t in speeds[nearest]]
-    at = math.log(active)
-    if at <= x[0]:  # below the smallest shape, overhead dominates: no faster than it
-        return math.exp(y[0])
-    if at >= x[-1]:  # above the largest, along the last segment (flat with one shape)
-        slope = (y[-1] - y[-2]) / (x[-1] - x[-2]) if len(x) > 1 else 0.0
-        return math.exp(y[-1] + slope * (at - x[-1]))
-    upper = next(i for i, value in enumerate(x) if value >= at)
-    share = (at - x[upper - 1]) / (x[upper] - x[upper - 1])
-    return math.exp(y[upper - 1] + share * (y[upper] - y[upper - 1]))
-
-
 def time_estimate(grid: SweepGrid, points: list[SweepPoint], specs: list[RunSpec],
                   speeds: Speeds, per_run_seconds: float = PER_RUN_SECONDS) -> TimeEstimate:
     """Seconds to train the planned runs (and the grid's finetunes) at ``speeds``."""
@@ -198,8 +173,12 @@ def dry_run_cost_lines(grid: SweepGrid, points: list[SweepPoint], specs: list[Ru
                        jobs: int) -> list[str]:
     """What ``--dry-run`` prints after the runs: their cost, and with a speeds table the time."""
     lines = [f"cost: {grid_cost(specs).text()}"]
-    if speeds_path is None:
-        return lines
+    if speeds_path is None:  # the committed table: an estimate, its basis said
+        stored = stored_speeds()
+        estimate = time_estimate(grid, points, specs, stored.speeds, per_run_seconds)
+        return lines + [time_line(estimate.seconds, jobs) + " (plus the fits)",
+                        stored.basis(per_run_seconds) + " (--speeds CSV: a table of this "
+                        "machine's)"]
     estimate = time_estimate(grid, points, specs, read_speeds(speeds_path), per_run_seconds)
     lines += [shape.text() for shape in estimate.shapes]
     if estimate.finetune_seconds:

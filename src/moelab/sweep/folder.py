@@ -81,9 +81,11 @@ class AnalysisStatus:
     law: Optional[str] = field(default=None, metadata=OMIT_NONE)
     """chosen, no_form_identified, one_sparsity or too_few_points."""
     throughput: Optional[str] = field(default=None, metadata=OMIT_NONE)
+    """'model fitted', 'no model: <why>' or 'not measured (results.csv has no tokens_per_s)'."""
     optima: Optional[str] = field(default=None, metadata=OMIT_NONE)
     """computed, no_law, one_sparsity or no_sparsity_term."""
     seconds: Optional[str] = field(default=None, metadata=OMIT_NONE)
+    """The wall-clock optimum: 'computed' or 'no throughput model: <why>'."""
 
 
 @dataclass
@@ -92,10 +94,13 @@ class AnalysisSettings:
     number of runs and their shared fraction."""
 
     bootstrap_replicates: int
+    """Bootstrap resamples of the law fit (``--bootstrap``)."""
     max_starts: Optional[int]
+    """Most starting points of each fit (``--starts``); null: the law's whole start grid."""
     columns: dict[str, str]
     """How results.csv's columns map to the law's (N is the total parameter count)."""
     status: AnalysisStatus = field(default_factory=AnalysisStatus)
+    """What was computed, and why not."""
     n_points: Optional[int] = field(default=None, metadata=OMIT_NONE)
     """The runs in results.csv; None when it has none yet."""
     shared_fraction: Optional[float] = field(default=None, metadata={"omit_with": "n_points"})

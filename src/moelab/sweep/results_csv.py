@@ -48,6 +48,7 @@ class ResultRow:
     run: str
     """The run folder, relative to the sweep folder."""
     size: str
+    """The grid's size label (s0, s1, ...): one d_model and depth."""
     budget: str
     """The budget's label: ``C1e+18`` (a FLOPs budget) or ``D1228800`` (a token budget)."""
     seed: str = field(metadata={"read": "seed"})
@@ -55,15 +56,21 @@ class ResultRow:
     C_budget: Optional[float] = None
     """The nominal FLOPs budget the run was planned under; None at a token budget."""
     N_total: float
+    """Total parameters, every expert and the embeddings included."""
     N_active: float
+    """Parameters one token uses (k of the E routed experts per layer)."""
     N_non_embedding: Optional[float] = None
+    """N_total less the token embedding (and an untied head); empty in older files."""
     D: float
     """Tokens trained."""
     C: float
     """Actual compute, 6 N_active D per token (C_budget is the nominal one)."""
     S: float
+    """Sparsity (E - k) / E of the routed experts; 0 for dense."""
     E: int = field(metadata=WHOLE)
+    """Routed experts per MoE layer; 1 for dense."""
     k: Optional[int] = field(default=None, metadata=WHOLE)
+    """Experts each token is routed to; empty in older files."""
     d_expert: Optional[int] = field(default=None, metadata=WHOLE)
     """None for a dense run."""
     shared_experts: Optional[int] = field(default=None, metadata=GRANULARITY)
@@ -71,9 +78,14 @@ class ResultRow:
     G: Optional[float] = field(default=None, metadata={**GRANULARITY, "read": "number"})
     """Granularity d_ff / d_expert (Krajewski et al. 2024); None for a dense run."""
     flops_per_token_6n: Optional[float] = None
+    """6 N_active, the FLOPs per token the laws count (summary.json's)."""
     flops_per_token_kaplan: Optional[float] = None
+    """Kaplan et al.'s FLOPs per token, attention over the context included (summary.json's;
+    flops_per_token_full in older files)."""
     best_val_loss: float
+    """The run's lowest validation loss (nats per token): what the laws fit."""
     final_val_loss: Optional[float] = None
+    """Validation loss at the last step."""
     collapse: Optional[bool] = field(default=None, metadata={"read": "flag"})
     """Whether the run's routing collapsed (moelab writes True or False)."""
     tokens_per_s: Optional[float] = None
@@ -81,17 +93,26 @@ class ResultRow:
     time only, eval and checkpoints excluded), its peak memory and its device; empty for older
     runs."""
     step_time_s: Optional[float] = None
+    """Mean seconds per optimizer step (training time only)."""
     tokens_per_step: Optional[float] = None
+    """Tokens per optimizer step, batch_size x max_seq_len."""
     peak_memory_bytes: Optional[float] = None
+    """Peak allocated GPU memory, or the process's peak resident memory on a CPU."""
     device: str = ""
+    """The device the run trained on, e.g. cpu."""
     cpu: str = field(default="", metadata=MACHINE)
     """The CPU model, torch's kernel set, torch and BLAS versions, torch threads and
     train.numerics the run trained with (its summary's machine record; empty for older runs)."""
     cpu_capability: str = field(default="", metadata=MACHINE)
+    """torch's CPU kernel set in use (DEFAULT, AVX2, AVX512)."""
     torch_version: str = field(default="", metadata=MACHINE)
+    """The torch version the run trained with."""
     blas: str = field(default="", metadata=MACHINE)
+    """The BLAS torch was built with, and its version."""
     threads: Optional[int] = field(default=None, metadata={**MACHINE, "read": "count"})
+    """torch's intra-op threads."""
     numerics: str = field(default="", metadata=MACHINE)
+    """The run's train.numerics: portable or native."""
     zero_shot: dict[str, float] = field(default_factory=dict, metadata=ZERO_SHOT)
     """Accuracy per task the run scored (its zero_shot_<task> cells that are not empty)."""
     finetune_source_val_loss: Optional[float] = field(default=None, metadata=FINETUNE)
@@ -100,7 +121,10 @@ class ResultRow:
     summary.json), and the gain, the first minus the second; empty while the finetune is not
     complete."""
     finetune_val_loss: Optional[float] = field(default=None, metadata=FINETUNE)
+    """The finetune's final val loss on the new text's held-out part (see
+    finetune_source_val_loss)."""
     finetune_gain: Optional[float] = field(default=None, metadata=FINETUNE)
+    """finetune_source_val_loss minus finetune_val_loss: what fine-tuning gained."""
 
     @property
     def machine(self) -> Machine | None:

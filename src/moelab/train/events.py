@@ -11,15 +11,82 @@ event is a one-line error naming the file and the line.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, Optional, cast
 
 from moelab.errors import MoelabError, short_repr
 from moelab.fileio import parse_json
+from moelab.moe.routing import LayerRouting, LoadBalance
 
 EVENT_KINDS = ("train", "eval")
 EVENT_SHAPE = '{"kind": "train" or "eval", "step": N, "tokens": N, ...}'
+
+
+PER_LAYER = "record"
+"""Field metadata: the record whose keys each per-layer mapping of the list has (they stay
+plain mappings for their many readers; docs/reference/outputs.md documents the keys)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrainEvent:
+    """A ``"kind": "train"`` line of metrics.jsonl: one logged optimizer step."""
+
+    kind: str = "train"
+    """Always "train"."""
+    step: int
+    """Optimizer steps done."""
+    tokens: int
+    """Training tokens seen so far (step x tokens per step)."""
+    loss: float
+    """The step's training objective: ce_loss plus the weighted balancing and z losses,
+    averaged over its micro batches and processes."""
+    ce_loss: float
+    """Cross-entropy of the next token (nats), the part the validation loss measures."""
+    lb_loss: float
+    """The Switch load-balancing loss, before its weight model.moe.lb_coef (0 for dense)."""
+    z_loss: float
+    """The router z-loss, before its weight model.moe.z_coef (0 for dense)."""
+    lr: float
+    """The learning rate the step used."""
+    grad_norm: float
+    """Global gradient norm before clipping."""
+    tokens_per_s: float
+    """Training tokens per wall-clock second since the previous logged step."""
+    tokens_per_cpu_s: Optional[float]
+    """The same per CPU-second of this process; null where CPU time is not counted."""
+    flops_per_s: float
+    """tokens_per_s times the Kaplan FLOPs per token (``moelab.accounting``)."""
+    mfu: Optional[float] = field(default=None, metadata={"omit_none": True})
+    """Model FLOPs utilisation, 6 N_active per token over the peak (as summary.json's)."""
+    balance: list[dict[str, float]] = field(default_factory=list,
+                                            metadata={PER_LAYER: LoadBalance})
+    """Per MoE layer, the load balance of the whole step; with gradient accumulation or several
+    processes also ``micro_max_violation``, the mean MaxVio of its micro batches. [] for a
+    dense model."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class EvalEvent:
+    """A ``"kind": "eval"`` line of metrics.jsonl: one validation pass over fixed windows."""
+
+    kind: str = "eval"
+    """Always "eval"."""
+    step: int
+    """Optimizer steps done when it was evaluated."""
+    tokens: int
+    """Training tokens seen so far."""
+    val_loss: float
+    """Validation cross-entropy, nats per token."""
+    val_bpb: float
+    """The same in bits per UTF-8 byte of the validation text (tokenizer-independent)."""
+    best_val_loss: Optional[float]
+    """The lowest val_loss of the run so far, this one included."""
+    routing: list[dict[str, Any]] = field(default_factory=list,
+                                          metadata={PER_LAYER: LayerRouting})
+    """Per MoE layer, its routing diagnostics over the validation tokens; [] for dense."""
+    collapse: bool
+    """Whether some layer's busiest_fraction exceeds train.collapse_threshold."""
 
 
 @dataclass(frozen=True)

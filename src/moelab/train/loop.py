@@ -39,6 +39,7 @@ from moelab.train.checkpoint import (
 )
 from moelab.train.cuda import host_to_device
 from moelab.train.distributed import Distributed, setup_distributed
+from moelab.train.events import EvalEvent, TrainEvent
 from moelab.train.evaluation import (
     EvalResult, check_tasks_fit, evaluate, is_collapsed, score_run_tasks, scored_bytes,
 )
@@ -55,7 +56,6 @@ from moelab.train.step import StepLoads, StepPlan, forward_backward, step_balanc
 from moelab.train.run_summary import RunSummary
 from moelab.version import __version__
 
-LOSS_NAMES = ("loss", "ce_loss", "lb_loss", "z_loss")
 
 
 # --------------------------------------------------------------------------------------------
@@ -233,9 +233,8 @@ def _train_steps(config: Config, run: RunFolder, dist: Distributed, plan: StepPl
         if is_log:
             losses = dist.average(losses_4).tolist()  # syncs: the only per-log host wait
             tokens_per_s, tokens_per_cpu_s = throughput.since_last(step, clock)
-            event = _train_event(state, losses, lr, grad_norm, (tokens_per_s, tokens_per_cpu_s),
-                                 flops, peak)
-            log({**event, "balance": step_balance(loads, dist, splits_step)})
+            log(_train_event(state, losses, lr, grad_norm, (tokens_per_s, tokens_per_cpu_s),
+                             flops, peak, step_balance(loads, dist, splits_step)))
             bar.set_postfix(loss=f"{losses[0]:.3f}", tok_s=f"{tokens_per_s:,.0f}")
         if is_eval and dist.is_main:
             with clock.paused():
@@ -377,26 +376,25 @@ def _due(step: int, total_steps: int, tc) -> tuple[bool, bool, bool]:
 
 
 def _train_event(state: TrainState, losses: list[float], lr: float, grad_norm: torch.Tensor,
-                 rates: tuple[float, float], flops, peak: PeakFlops) -> dict[str, Any]:
+                 rates: tuple[float, float], flops, peak: PeakFlops,
+                 balance: list[dict[str, float]]) -> dict[str, Any]:
     """A log step's numbers; ``mfu`` counts 6 x active params per token in the peak's clock
     (``peak.convention``, named in summary.json)."""
     tokens_per_s, tokens_per_cpu_s = rates
-    event = {"kind": "train", "step": state.step, "tokens": state.tokens,
-             **dict(zip(LOSS_NAMES, losses)), "lr": lr, "grad_norm": float(grad_norm),
-             "tokens_per_s": tokens_per_s, "tokens_per_cpu_s": tokens_per_cpu_s,
-             "flops_per_s": tokens_per_s * flops.kaplan}
-    utilisation = mfu(tokens_per_s, tokens_per_cpu_s, flops.six_n, peak)
-    if utilisation is not None:
-        event["mfu"] = utilisation
-    return event
+    loss, ce_loss, lb_loss, z_loss = losses
+    return to_json(TrainEvent(
+        step=state.step, tokens=state.tokens, loss=loss, ce_loss=ce_loss, lb_loss=lb_loss,
+        z_loss=z_loss, lr=lr, grad_norm=float(grad_norm), tokens_per_s=tokens_per_s,
+        tokens_per_cpu_s=tokens_per_cpu_s, flops_per_s=tokens_per_s * flops.kaplan,
+        mfu=mfu(tokens_per_s, tokens_per_cpu_s, flops.six_n, peak), balance=balance))
 
 
 def _eval_event(result: EvalResult, state: TrainState,
                 collapse_threshold: float) -> dict[str, Any]:
-    return {"kind": "eval", "step": state.step, "tokens": state.tokens,
-            "val_loss": result.val_loss, "val_bpb": result.bits_per_byte,
-            "best_val_loss": state.best_val_loss, "routing": result.routing,
-            "collapse": is_collapsed(result.routing, collapse_threshold)}
+    return to_json(EvalEvent(
+        step=state.step, tokens=state.tokens, val_loss=result.val_loss,
+        val_bpb=result.bits_per_byte, best_val_loss=state.best_val_loss, routing=result.routing,
+        collapse=is_collapsed(result.routing, collapse_threshold)))
 
 
 def _log_event(run: RunFolder, loggers: ExternalLoggers | None, event: dict[str, Any]) -> None:

@@ -71,13 +71,21 @@ class FinetuneEstimate:
     detectable value with a single pair)."""
 
     pairs: Optional[int] = field(default=None, metadata=OMIT_NONE)
+    """Pairs behind a cell's mean difference."""
     value: Optional[float] = None
+    """The estimate."""
     se: Optional[float] = field(default=None, metadata=OMIT_NONE)
+    """Its clustered standard error."""
     df: Optional[int] = field(default=None, metadata=OMIT_NONE)
+    """Degrees of freedom of its interval."""
     ci: Optional[list[float]] = None
+    """Its 95 % t interval."""
     p: Optional[float] = None
+    """Its two-sided p."""
     mdd: Optional[float] = None
+    """The smallest true effect detected with 80 % power (two-sided 5 % t test)."""
     p_holm: Optional[float] = field(default=None, metadata=OMIT_NONE)
+    """p adjusted by Holm over the record's tests."""
 
 
 @dataclass
@@ -85,7 +93,9 @@ class FinetuneEqualLoss:
     """dy = b dL + c S over the pairs: b per nat of pretraining loss, c per unit S."""
 
     loss: FinetuneEstimate
+    """b: the metric per nat of pretraining loss."""
     sparsity: FinetuneEstimate
+    """c: the metric per unit S at equal pretraining loss."""
 
 
 @dataclass
@@ -94,13 +104,19 @@ class FinetuneMetric:
     clusters) and whether S separates anything at equal loss."""
 
     range: list[float]
+    """The lowest and highest value over the runs."""
     equal_loss: Optional[FinetuneEqualLoss]
+    """The effect of S at equal pretraining loss; null with too few clusters."""
     separates: bool = False
+    """S's interval at equal loss excludes 0."""
 
 
 @dataclass
 class FinetuneCellMetric:
+    """One fine-tuning metric of a cell: sparse minus dense over its pairs."""
+
     minus_dense: FinetuneEstimate
+    """Sparse minus dense over the cell's pairs."""
 
 
 @dataclass
@@ -108,12 +124,19 @@ class FinetuneCell:
     """A (budget, size, S) cell: sparse minus dense over its seed pairs."""
 
     budget: str
+    """The budget's label."""
     size: str
+    """The grid's size label."""
     sparsity: float
+    """The sparse S."""
     pairs: int
+    """Seeds with both a sparse and a dense finetune."""
     pretraining_minus_dense: FinetuneEstimate
+    """Pretraining loss, sparse minus dense."""
     finetune_val_loss: FinetuneCellMetric
+    """The fine-tuned loss, sparse minus dense."""
     finetune_gain: FinetuneCellMetric
+    """The fine-tuning gain, sparse minus dense."""
 
 
 @dataclass
@@ -122,14 +145,23 @@ class FinetuneRecord:
     (and may lack the counts): the report then asks for `moelab report DIR` to redo it."""
 
     runs: int
+    """Runs with a complete finetune."""
     pretraining_loss: Optional[str] = None
+    """The pretraining loss the equal-loss fit holds fixed (final_val_loss)."""
     pairs: Optional[int] = None
+    """Sparse runs paired with their cell's dense run of the same seed."""
     clusters: Optional[int] = None
+    """Clusters of the clustered standard errors."""
     cluster_unit: Optional[str] = None
+    """What a cluster is, in words."""
     tests: Optional[int] = None
+    """Tests in the Holm family."""
     basis: Optional[str] = None
+    """flops or tokens: the kind of budget the cells are at."""
     metrics: dict[str, FinetuneMetric] = field(default_factory=dict)
+    """Per metric (finetune_val_loss, finetune_gain), over every fine-tuned run."""
     cells: Optional[list[FinetuneCell]] = None
+    """Each (budget, size, S) cell against dense."""
 
 
 METRICS = ("finetune_val_loss", "finetune_gain")

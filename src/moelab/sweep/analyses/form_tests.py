@@ -43,14 +43,18 @@ class FormTestCheck:
     skipped (too few points for it)."""
 
     law: str
+    """The form's name."""
     num_params: int
+    """Its free parameters."""
     skipped: Optional[str] = field(default=None, metadata=OMIT_NONE)
+    """Why it was not fitted (too few points); left out when fitted."""
     ss: Optional[float] = field(default=None, metadata=OMIT_NONE)
     """Residual sum of squares of log loss; None when skipped."""
     holdout_mae: Optional[dict[str, Optional[float]]] = field(default=None, metadata=OMIT_NONE)
     """Mean absolute error on each held-out set (``HOLDOUTS``); None where the holdout leaves
     too few points."""
     lack_of_fit: Optional[LackOfFit] = field(default=None, metadata={"omit_with": "ss"})
+    """Its residual beyond pure error, as an F test."""
 
     def fitted(self) -> FormSS | None:
         return None if self.ss is None else FormSS(self.law, self.num_params, self.ss)
@@ -61,6 +65,7 @@ class CountChecks:
     """The forms with N counted one way (total or non-embedding), and the F tests' choice."""
 
     forms: list[FormTestCheck]
+    """Each form against the pure error."""
     selection: Optional[FormChoice]
     """None when no form could be fitted."""
 
@@ -70,13 +75,19 @@ class SparsityDelta:
     """Loss at S minus dense at one size and token budget, over the seeds."""
 
     size: str
+    """The grid's size label."""
     budget: str
+    """The token budget's label."""
     D: float
+    """Training tokens."""
     sparsity: float
+    """The sparse S."""
     E: Optional[int] = field(default=None, metadata=OMIT_NONE)
     """None in files older than grids of several E."""
     delta: float
+    """Mean loss at S minus mean dense loss (negative: sparse is better)."""
     ci: list[float]
+    """Its 95 % t interval, with the pooled seed std."""
     seeds: list[int]
     """The runs behind each mean: [at S, dense]."""
 
@@ -86,20 +97,31 @@ class ExpertPair:
     """At one size, budget and S, the runs of two E compared seed by seed (more E minus fewer)."""
 
     size: str
+    """The grid's size label."""
     budget: str
+    """The budget's label."""
     sparsity: float
+    """The sparsity S both have."""
     E: list[int]
+    """The two expert counts compared, fewer first."""
     seeds: int
+    """Seeds both have."""
     difference: float
+    """Mean loss with more E minus with fewer, paired by seed."""
     ci: list[float]
+    """Its 95 % paired t interval."""
 
 
 @dataclass
 class SparsityDeltas:
+    """Loss at each sparse S minus dense at fixed size and tokens, with the seeds' pooled noise."""
+
     seed_std: float
     """The pooled std of a point's seeds."""
     df: int
+    """Degrees of freedom of seed_std."""
     deltas: list[SparsityDelta]
+    """Each sparse point against dense."""
     expert_pairs: Optional[list[ExpertPair]] = field(default=None, metadata=OMIT_NONE)
     """None in files older than grids of several E."""
 
@@ -110,10 +132,13 @@ class FormTestsRecord:
     the loss at S minus dense at fixed N and D (token-budget sweeps), either or both."""
 
     pure_error: Optional[PureError] = field(default=None, metadata=OMIT_NONE)
+    """The seeds' scatter about each point's mean."""
     holdouts: Optional[list[str]] = field(default=None, metadata=OMIT_NONE)
+    """The held-out sets each form is scored on."""
     by_count: Optional[dict[str, CountChecks]] = field(default=None, metadata=OMIT_NONE)
     """By how N is counted: "total" and, where results.csv has it, "non_embedding"."""
     sparsity_deltas: Optional[SparsityDeltas] = field(default=None, metadata=OMIT_NONE)
+    """Loss at S minus dense at fixed size and tokens (token-budget sweeps)."""
 
 
 N_COUNTS = {"total": "N_total", "non_embedding": "N_non_embedding"}

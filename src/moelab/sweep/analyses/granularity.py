@@ -37,10 +37,15 @@ class GranularityCell:
     """One (size, budget, S, G, shared) of the sweep: its seeds' best val losses."""
 
     size: str
+    """The grid's size label."""
     budget: str
+    """The budget's label."""
     S: float
+    """Sparsity of the routed experts."""
     G: float
+    """Granularity d_ff / d_expert."""
     shared: int
+    """Shared experts per MoE layer."""
     E: int
     """Routed experts (results.csv's E)."""
     k: int
@@ -63,24 +68,40 @@ class GranularityTest:
     """One pre-set comparison: ``cell`` minus ``reference``, paired by seed."""
 
     size: str
+    """The grid's size label."""
     budget: str
+    """The budget's label."""
     S: float
+    """The sparsity both cells have."""
     cell: str
+    """The cell compared, by its label."""
     reference: str
+    """The cell it is compared with."""
     kind: str
     """"against the reference" (coarsest G, no shared) or "shared against none" (same G)."""
     difference: float
+    """Mean best val loss of cell minus reference, paired by seed (negative: cell is better)."""
     ci: list[float]
+    """Its 95 % paired t interval."""
     p: float
+    """The raw p of the paired t-test."""
     p_holm: float = math.nan
+    """p adjusted by Holm over the family; the verdict uses it."""
     seeds: int = 0
+    """Seeds both cells have."""
     verdict: str = ""
+    """The verdict in words (docs/verdicts.md)."""
 
 
 @dataclass
 class GranularityRecord:
+    """granularity.json: the sweep's expert splits at one sparsity and the pre-set comparisons
+    between them."""
+
     cells: list[GranularityCell]
+    """Each (size, budget, S, G, shared) of the sweep."""
     tests: list[GranularityTest]
+    """The pre-set comparisons, one Holm family."""
     family: str
     """The Holm family, e.g. "Holm, 3 tests"."""
 

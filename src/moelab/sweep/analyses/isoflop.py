@@ -38,8 +38,11 @@ class ComputeDeviation:
     """How far each run's actual compute C = 6 N_active D is off the budget it was planned for."""
 
     tolerance: float
+    """The largest |C / C_budget - 1| not flagged."""
     max_abs: float
+    """The largest |C / C_budget - 1| of any run."""
     per_run: dict[str, float]
+    """Run -> C / C_budget - 1."""
     off_budget_runs: dict[str, float]
     """The runs more than ``tolerance`` off."""
 
@@ -50,11 +53,13 @@ class IsoflopRecord:
     read and written by ``moelab.codec``."""
 
     all_points: IsoflopAnalysis
+    """The analysis of every run together (a surface or a parabola per budget)."""
     per_sparsity: dict[float, IsoflopAnalysis]
     """A parabola analysis of each sparsity's runs on their own."""
     surface: bool
     """A surface in (log N, S) per budget (several sparsities), else a parabola in log N."""
     compute_deviation: ComputeDeviation
+    """How far each run's actual compute is off its budget."""
     sparsity_optima: Optional[SparsityOptima] = field(default=None, metadata={"omit_none": True})
     """N*, L* per budget and sparsity, S*(C) and its trend with C, read off the IsoFLOP minima
     without a law (``moelab.scaling.isoflop_sparsity``); None when too few cells have one."""

@@ -26,8 +26,11 @@ class SweepFit(LawFit):
     adds, so that ``moelab optimal DIR/fit.json`` reads it as any FIT.json."""
 
     shared_fraction: Optional[float] = None
+    """The runs' share of parameters outside the experts, for the optima."""
     source: Optional[str] = None
+    """The results file fitted."""
     columns: Optional[dict[str, str]] = None
+    """How results.csv's columns map to the law's."""
 
     @classmethod
     def of(cls, fit: LawFit, **sweep_keys) -> SweepFit:

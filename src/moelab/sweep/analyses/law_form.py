@@ -24,7 +24,9 @@ class FormSummary(FormOutcome):
     """A form's checks in forms.json: its fit's parameters and intervals instead of the fits."""
 
     params: Optional[dict[str, float]] = field(default=None, metadata=OMIT_NONE)
+    """Its fitted parameters."""
     ci: Optional[dict[str, list[float]]] = field(default=None, metadata=OMIT_NONE)
+    """Their bootstrap 95 % intervals."""
 
     @classmethod
     def of(cls, check: FormCheck) -> FormSummary:
@@ -40,8 +42,11 @@ class FormsRecord:
     replicates; ``chosen`` is None when no form passes."""
 
     chosen: Optional[str]
+    """The form the sweep's points identify; null when none passes."""
     criteria: FormCriteria
+    """The thresholds the selection applied."""
     forms: list[FormSummary]
+    """Each form's checks."""
     selection: Optional[FormSelection] = field(default=None, compare=False,
                                                metadata={"json": False})
     """The checks with their fits, for the analyses after this one (never written: None in a

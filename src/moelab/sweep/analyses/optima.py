@@ -47,15 +47,22 @@ class OptimaRecord:
     (``moelab.scaling.optimal.with_intervals``) and where it was solved."""
 
     shared_fraction: Optional[float]
+    """The runs' share of parameters outside the experts."""
     flops_for_fixed_params: float
     """The compute S*(N) is solved at: the sweep's median."""
     vs_flops: list[FlopsCurvePoint]
+    """S*(C): the compute-optimal shape per FLOPs budget."""
     vs_params: list[ParamsCurvePoint]
+    """S*(N): the best S per total size, at flops_for_fixed_params."""
     vs_seconds: Optional[list[SecondsCurvePoint]] = None
+    """S*(T): the time-optimal shape per wall-clock budget; null without a throughput model."""
     three: Optional[ThreeOptima] = None
+    """S* under the median training time, its FLOPs and its size side by side; null without a
+    throughput model."""
     seconds_reference: Optional[float] = field(default=None, metadata=OMIT_NONE)
     """The sweep's median training time (set with the seconds optima)."""
     top_k: Optional[int] = field(default=None, metadata=OMIT_NONE)
+    """Experts per token of the shapes solved."""
 
 
 def not_computed(folder: SweepFolder, fit: LawFit | None) -> str | None:

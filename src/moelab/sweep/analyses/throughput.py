@@ -30,11 +30,17 @@ class ThroughputRecord:
     fitted to every run (None with the reason in ``model_problem``)."""
 
     source: str
+    """Where the speeds come from (results.csv)."""
     rows: list[ShapeThroughput]
+    """Per (N_total, S): its runs' median speed, beside dense."""
     runs: int
+    """Runs with a measured speed."""
     devices: list[str]
+    """The devices they trained on."""
     model: Optional[ThroughputModelRecord]
+    """The throughput model fitted to every run; null when it cannot be."""
     model_problem: Optional[str]
+    """Why there is no model; null when there is."""
 
     def fitted_model(self) -> ThroughputModel | None:
         """The stored throughput model, or None."""

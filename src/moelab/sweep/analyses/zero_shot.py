@@ -44,10 +44,13 @@ class Coefficient:
     """A least-squares coefficient with its 95 % t interval."""
 
     value: float
+    """The estimate."""
     ci: list[float]
+    """Its 95 % t interval."""
     se: Optional[float] = field(default=None, metadata=OMIT_NONE)
     """None in files older than the standard errors."""
     df: Optional[int] = field(default=None, metadata=OMIT_NONE)
+    """Degrees of freedom of the interval."""
 
 
 @dataclass
@@ -55,8 +58,11 @@ class EqualLossFit:
     """accuracy = mean + loss (loss - mean loss) + sparsity S over every run."""
 
     mean: Coefficient
+    """Accuracy at the runs' mean loss and S = 0."""
     loss: Coefficient
+    """Accuracy per nat of best val loss."""
     sparsity: Coefficient
+    """Accuracy per unit S at equal loss."""
 
 
 @dataclass
@@ -64,9 +70,13 @@ class EqualFlopsAccuracy:
     """At one FLOPs budget and S: the accuracy of the size with the lowest mean loss."""
 
     flops: float
+    """The FLOPs budget."""
     sparsity: float
+    """The sparsity S."""
     size: str
+    """The size with the lowest mean loss there."""
     seeds: int
+    """Its seeds."""
     accuracy: float
     """The mean over the size's seeds."""
     ci: Optional[list[float]]
@@ -80,9 +90,13 @@ class TaskAccuracy:
     """One zero-shot task against sparsity (``moelab.sweep.analyses.zero_shot``)."""
 
     items: int
+    """Items of the task each run scored."""
     runs: int
+    """Runs that scored it."""
     accuracy_range: list[float]
+    """The lowest and highest accuracy of any run."""
     median_wilson_half_width: float
+    """The median over runs of the Wilson 95 % interval's half-width: one run's binomial noise."""
     equal_loss: Optional[EqualLossFit]
     """None with fewer than 4 runs or one sparsity."""
     equal_flops: Optional[list[EqualFlopsAccuracy]]
