@@ -152,6 +152,9 @@ def test_the_first_sweep_guide_runs(tmp_path, monkeypatch, capsys):
         "sweep-sparsity", "sweep-sparsity", "fit", "optimal", "optimal", "isoflop"]
     outputs = run_guide("first-sweep.md", tmp_path, capsys)
     assert "72 runs" in outputs[0].splitlines()  # the guide's count, by hand: 3 x 4 x 3 x 2
+    (estimate,) = [block for block in re.findall(r"```text\n(.*?)```", guide_text("first-sweep.md"),
+                                                 flags=re.S) if block.startswith("estimated time")]
+    assert estimate.strip() in outputs[0]  # the dry run's own estimate, quoted as it prints it
     results = (tmp_path / "my-sweep" / "results.csv").read_text().splitlines()
     assert len(results) == 1 + 36  # one seed of them, at the tiny settings
     report = (tmp_path / "my-sweep" / "report.md").read_text()
