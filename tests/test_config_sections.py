@@ -208,11 +208,18 @@ def test_bad_study_settings_name_the_key(override, message):
 def test_grid_presets_are_the_yaml_files_and_keep_their_numbers():
     assert grid_preset_names() == ["cpu", "cpu-expertn", "cpu-finetune", "cpu-fixedn",
                                    "cpu-granularity", "cpu-isoflop", "cpu-prereg", "cpu-topk",
-                                   "demo", "micro", "paper"]
+                                   "demo", "micro", "paper", "quick-law"]
     demo, cpu, paper = load_grid("demo"), load_grid("cpu"), load_grid("paper")
     assert (demo.name, demo.base, demo.flops_budgets, demo.token_budgets) == (
         "demo", "demo", [4e10, 1.2e11], [])
     assert cpu.token_budgets == [1_228_800, 2_457_600, 3_686_400]
+    # quick-law (docs/guides/first-sweep.md) is cpu without its largest size, on the bundled
+    # sample (no data.source override), eager.
+    quick = load_grid("quick-law")
+    assert quick.sizes == cpu.sizes[:3] and cpu.sizes[3]["name"] == "s3"
+    assert (quick.sparsities, quick.token_budgets, quick.seeds) == (
+        cpu.sparsities, cpu.token_budgets, cpu.seeds)
+    assert not any(item.startswith(("data.source=", "train.compile=")) for item in quick.overrides)
     assert all(type(tokens) is int for tokens in cpu.token_budgets)
     assert paper.flops_budgets == [1e16, 1e17, 3e17, 1e18]
     assert paper.sparsities == [0.0, 0.5, 0.75, 0.875, 0.9375] and paper.top_k == 2

@@ -429,7 +429,7 @@ def test_sweep_help_lists_every_preset(capsys):
     help_text = " ".join(capsys.readouterr().out.split())
     assert grid_preset_names() == ["cpu", "cpu-expertn", "cpu-finetune", "cpu-fixedn",
                                    "cpu-granularity", "cpu-isoflop", "cpu-prereg", "cpu-topk", "demo", "micro",
-                                   "paper"]
+                                   "paper", "quick-law"]
     for name in grid_preset_names():
         assert re.search(rf"\b{name}\b", help_text), name
 

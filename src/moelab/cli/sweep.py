@@ -35,7 +35,8 @@ def register(subparsers) -> None:
     # every moelab command; a test checks the list against grid_preset_names().
     sweep.add_argument("grid", metavar="PRESET|GRID",
                        help="a preset (cpu, cpu-expertn, cpu-finetune, cpu-fixedn, "
-                       "cpu-granularity, cpu-isoflop, cpu-prereg, cpu-topk, demo, micro, paper) "
+                       "cpu-granularity, cpu-isoflop, cpu-prereg, cpu-topk, demo, micro, paper, "
+                       "quick-law) "
                        "or a grid YAML file")
     sweep.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                        help="override a grid key (--set token_budgets=[409.6K,1.2M], --set "
