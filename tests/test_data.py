@@ -400,7 +400,7 @@ def bad_file(tmp_path: Path, kind: str) -> Path:
     ("empty", "contains no stories"),
     ("separators only", "contains no stories"),
     ("not utf-8", "is not UTF-8 text: invalid byte 0xff at offset 16"),
-    ("no separators", "has 1 stories, too few to hold out"),
+    ("no separators", "has 1 story, too few to hold out"),
     ("jsonl", "line 2 is not valid JSON"),
 ])
 def test_bad_files(kind, message, tmp_path, existing_cache, capsys):

@@ -125,7 +125,8 @@ def file_source(path: Path, data_cfg: DataConfig) -> Source:
         train = [s for s, held in zip(stories, is_valid) if not held]
         if not valid or not train:
             raise MoelabError(
-                f"{path} has {len(stories)} stories, too few to hold out "
+                f"{path} has {len(stories)} {'story' if len(stories) == 1 else 'stories'}, "
+                "too few to hold out "
                 f"data.valid_fraction={data_cfg.valid_fraction} for validation: separate "
                 f"stories with a line {EOT_TEXT}, raise data.valid_fraction, or give a folder "
                 "with train.txt and valid.txt"
