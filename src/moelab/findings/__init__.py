@@ -51,7 +51,11 @@ PAGES = (
          "tokens. cpu-budgets trains the demo's arms and recipe at 409.6K, 819.2K, 1.64M and "
          "3.28M tokens per run (400 to 3,200 steps, each budget its own full schedule) on a "
          "TinyStories copy, 3 seeds, at about 0.4-0.6M parameters (paper A's models are under "
-         "25M, its abstract): the sign and shape are what is compared, not the numbers.",
+         "25M, its abstract): moelab's words are given beside the abstract's, not its numbers. "
+         "Paper A's abstract reports the matched-active advantage growing and the matched-"
+         "total dense advantage narrowing across training (within its runs; here each budget "
+         "is its own full schedule). The demo recipe these runs use was chosen on seeds 0-2 of "
+         "the demo (docs/recipe.md), the same seed numbers as reported here, on other data.",
          (budgets.ANALYSIS,), (budgets.summary,)),
     Page("sparsity-at-fixed-size",
          "The best sparsity at a fixed size (paper B's findings (a) and (c))",
@@ -78,7 +82,7 @@ PAGES = (
          "3.6e11-3.24e12 FLOPs, with 2 seeds and top-1 routing.",
          (isoflop.ANALYSIS, wall_clock.ANALYSIS), (isoflop.summary,)),
     Page("experts-at-one-sparsity", "E and k at one sparsity",
-         "Paper B varies S through both E and K (§2, eq. 7) and does not compare (E, K) at one "
+         "Paper B varies S through both E and K (eq. 7, App. A.2) and does not compare (E, K) at one "
          "S. moelab's cpu-topk asks whether S alone fixes the loss: at S = 0.75 it splits the "
          "same FFN into 4, 8 or 16 experts with k = 1, 2, 4 (total and active parameters equal "
          "up to the router), at 328K and 641K total parameters, 3.7M tokens, seeds 0-2, the "
@@ -88,7 +92,7 @@ PAGES = (
     Page("downstream-against-sparsity", "Downstream accuracy against sparsity (paper B's finding (d))",
          "Paper B reports that at equal pretraining loss most in-context few-shot tasks of the "
          "LLM-Foundry suite do not depend on S, that reading comprehension (SQuAD, CoQA, BoolQ) "
-         "favours denser models, and that MoEs gain more with chain-of-thought prompting (§4, "
+         "slightly favours denser models ('to some extent'), and that MoEs gain more with chain-of-thought prompting (§4, "
          "App. D.3, App. E). moelab scores its own three zero-shot tasks (last_word, ending, "
          "agreement; docs/data.md) after every cpu-isoflop run (68K-640K parameters, 2 seeds), "
          "so it tests the first statement's shape with other tasks, not paper B's.",
@@ -105,8 +109,14 @@ PAGES = (
          "Paper B fits eq. 6, L = a/N^α + b/D^β + c/(1−S)^λ + d/((1−S)^δ N^γ) + e, and publishes "
          "its coefficients in Table 3. moelab holds them as third parties transcribed them (two "
          "public transcriptions agree; not checked against the paper's appendix: "
-         "tests/fixtures/README.md) and reads the optima off them with N_active = (1 − S) N, "
-         "C = 6 N_active D, paper B's budget convention (App. B).",
+         "tests/fixtures/README.md) and reads the optima off them with C = 6 N_active D (paper "
+         "B's budget convention: App. B and C) and N_active = (1 − S) N. That last is "
+         "moelab's reading, not paper B's: its App. A.2 says S cannot be used directly to count "
+         "active parameters, and §5 calls (1 − S) a rough estimate; with part of the model "
+         "always active (attention, embeddings) the values below move. Paper B's App. D.2 "
+         "reports models up to about 500M parameters best dense at most budgets; read this "
+         "way the law puts 1e8 and 3e8 sparse at the smaller budgets below, so the convention "
+         "or the transcription differs from the paper's own reading.",
          (published_law.ANALYSIS,)),  # no README line: it has no room
     Page("preregistered", "Predict, then train: the pre-registered test on a CPU",
          "Can moelab's fits predict a budget they have not seen? From the cpu-isoflop sweep "
@@ -126,13 +136,16 @@ PAGES = (
          "from says naive top-1 'collapses immediately' and top-2 gives 'the main quality "
          "gain'; those are the summary's words, not paper A's abstract. cpu-ablation's 8 "
          "experts and 3x lr were chosen so that top-1 could collapse: that choice is part of "
-         "its rows.",
+         "its rows. The collapse table and the loss steps read different runs of the demo's "
+         "ladder (seeds 1-4 traced, seeds 0-2 tested), and seeds 0-2 also chose the demo's "
+         "recipe (docs/recipe.md).",
          (ladder.ANALYSIS, ladder_loss.ANALYSIS), (ladder.summary,)),  # ladder_loss: no README line (no room)
     Page("zero-shot-tasks", "Zero-shot tasks on the demo",
          "moelab's own three zero-shot tasks (docs/training.md, 'Zero-shot tasks': a story's "
          "last word, LAMBADA-style; its true ending against three others; grammatical minimal "
          "pairs, BLiMP-style), scored on the demo study's final weights. They are not paper "
-         "A's or paper B's evaluations.",
+         "A's or paper B's evaluations. Seeds 0-2 of the same preset also chose the demo's "
+         "recipe (docs/recipe.md), on the MoE's loss, not on these tasks.",
          (zero_shot.ANALYSIS,)),
 )
 

@@ -116,8 +116,10 @@ def summary(record: Finetune) -> str:
     loss = record.equal_loss["finetune_val_loss"]
     lower = sum(c.loss.verdict.word == "sparse lower" for c in record.cells)
     below = sum(c.loss.value < 0 for c in record.cells)
+    pretrain_below = sum(c.pretraining < 0 for c in record.cells)
     return (f"Fine-tuning against S (cpu-finetune, seeds 1-3): at equal pretraining loss the "
             f"fine-tuned loss per unit S is {loss.value:+.3f} [{loss.ci[0]:+.3f}, "
-            f"{loss.ci[1]:+.3f}], **{loss.verdict.word}**; at equal FLOPs and total size the "
-            f"sparse models fine-tune lower in {below} of {len(record.cells)} cells, "
-            f"{lower} **sparse lower** after Holm over {record.tests}.")
+            f"{loss.ci[1]:+.3f}], **{loss.verdict.word}**; at equal FLOPs and total size "
+            f"{lower} of {len(record.cells)} cells is **sparse lower** after Holm over "
+            f"{record.tests} (the sparse mean is lower in {below}, a count of signs, and they "
+            f"pretrain lower in {pretrain_below}).")

@@ -100,7 +100,11 @@ def render(record: FixedNOnIsoflop | None, results: ResultsRoot, findings: Findi
               "(docs/verdicts.md), so neither trend gets a direction here, whatever its sign. "
               "Embeddings are 31-73 % of these models' parameters, and under `fixed_total` the "
               "experts narrow as S grows, so S, the inactive share and granularity move "
-              "together along both axes.\n")
+              "together along both axes. Every run trained at the sweep's shared lr 0.01, which "
+              "the per-cell lr check ([the compute-optimal page](compute-optimal-sparsity.md)) "
+              "found too high for s3's sparse runs at the two smaller budgets: s3's cells there "
+              "(its one interior S* among them) carry that artefact, and the largest budget "
+              "was not rechecked.\n")
 
 
 ANALYSIS: Analysis[ResultsRoot, FixedNOnIsoflop] = Analysis("fixed_n_isoflop", compute, render)

@@ -41,6 +41,8 @@ class PreregisteredTest:
     family: str
     optima: list[SizeOptimum]
     seeds: list[int]
+    prediction: dict
+    """The primary prediction file as stored."""
 
 
 def _cells(runs: list[MeasuredRun]) -> dict[str, dict[float, LossBySeed]]:
@@ -68,7 +70,7 @@ def compute(results: ResultsRoot, findings: Findings) -> PreregisteredTest:
     family, optima, _ = best_sparsities(_cells(runs), "the target runs")
     seeds = sorted({int(RUN_PATH.search(Path(r.run).as_posix())["seed"])  # type: ignore[index]
                     for r in runs})
-    return PreregisteredTest(scored(PRIMARY), forms, family, optima, seeds)
+    return PreregisteredTest(scored(PRIMARY), forms, family, optima, seeds, results.json(PRIMARY))
 
 
 def _num(value: float | None, spec: str = ".4f") -> str:
@@ -95,19 +97,28 @@ def _coverage(record: Score) -> str:
             f"mean |error| {_num(record.mean_abs_error)}, rms z {_num(record.rms_standardised, '.2f')}")
 
 
-def _misses(record: Score) -> str:
-    """What held and what missed, counted: the errors' signs, and what the interval would have
-    covered without the extrapolation term the rollout added."""
+def _misses(record: Score, prediction: dict) -> str:
+    """What held and what missed, counted, and what the interval leaves out (read off the
+    prediction file: its misfit term and where its extrapolation term was measured)."""
     scored = [c for c in record.cells if c.inside is not None and c.error is not None]
     above = sum(c.error > 0 for c in scored)  # type: ignore[operator]
     outside = [f"{c.label} ({c.error:+.4f}, z {_num(c.standardised, '+.2f')})" for c in scored
                if not c.inside]
     raw = sum(bool(c.inside_without_extrapolation) for c in scored)
+    misfit = max(float(cell["misfit_sd"]) for cell in prediction["cells"])
+    rollout = prediction.get("extrapolation") or {}
+    fitted = prediction.get("budgets_fitted") or []
+    stretch = (f"measured at {rollout['ratio']:g}x from {len(fitted) - 1} budgets and applied "
+               f"here at {max(c.budget for c in record.cells) / max(fitted):.2f}x from "
+               f"{len(fitted)}" if rollout and fitted else "not measured")
     return (f"The measured mean lies above the prediction in {above} of {len(scored)} cells. "
-            f"Outside: {', '.join(outside) or 'none'}. Without the extrapolation term measured "
-            f"by the rollout, {raw} of {len(scored)} cells would be inside. Why a cell missed is "
-            "not told by these runs: the interval leaves out the change of machine from the "
-            "sweep's and any lr the larger size may want at 4x the budget (the design page).")
+            f"Outside: {', '.join(outside) or 'none'}. Without the extrapolation term, "
+            f"{raw} of {len(scored)} cells would be inside. Why a cell missed is not told by "
+            f"these runs. What the interval leaves out: the misfit term is {misfit:g} (the "
+            "form measures its misfit against each budget's own parabola, not against the "
+            "lines in log C it extrapolates, so that misfit is not in the interval); the "
+            f"extrapolation term was {stretch}; and what differs from the sweep's runs (the "
+            "machine, any lr the larger size may want at 4x the budget: the design page).")
 
 
 def _sparsity_rows(test: PreregisteredTest) -> list[list[str]]:
@@ -128,7 +139,13 @@ def _form_rows(test: PreregisteredTest) -> list[list[str]]:
     rows = []
     for record in test.forms:
         best = "; ".join(f"{s.size}: {s.predicted:g}" for s in record.sparsity)
+        if record.form == "chinchilla":
+            best += " (no S term: fixed by N and D)"
+        widths = [(c.interval[1] - c.interval[0]) / 2 for c in record.cells if c.interval]
+        outside = ", ".join(f"{c.label} ({c.error:+.3f})" for c in record.cells
+                            if c.inside is False and c.error is not None) or "none"
         rows.append([f"`{record.form}`", f"{record.inside} of {record.scored}",
+                     _num(sum(widths) / len(widths) if widths else None, ".3f"), outside,
                      _num(record.mean_error, "+.4f"), _num(record.mean_abs_error),
                      _num(record.rms_standardised, ".2f"), best])
     return rows
@@ -144,7 +161,7 @@ def render(test: PreregisteredTest | None, results: ResultsRoot, findings: Findi
              f"measured value is the mean best validation loss of its seeds ({seeds}).", "",
              markdown_table(["cell", "predicted", f"{primary.level:.0%} interval", "seeds",
                              "measured", "error", "z", "verdict"], _cell_rows(primary)), "",
-             f"Coverage: {_coverage(primary)}.", "", _misses(primary), ""]
+             f"Coverage: {_coverage(primary)}.", "", _misses(primary, test.prediction), ""]
     if primary.pending:
         lines += [f"Pending (no complete run yet): {', '.join(primary.pending)}.", ""]
     lines += ["## The best sparsity per size", "",
@@ -157,19 +174,27 @@ def render(test: PreregisteredTest | None, results: ResultsRoot, findings: Findi
               "## Every law form, scored the same way", "",
               "Each form's prediction was committed with the primary one; the primary form was "
               "chosen by its rollout on the sweep (form_choice.json), before any target run.", "",
-              markdown_table(["form", "cells inside", "mean error", "mean |error|", "rms z",
-                              "predicted best S"], _form_rows(test))]
+              markdown_table(["form", "cells inside", "mean half-width", "outside",
+                              "mean error", "mean |error|", "rms z", "predicted best S"],
+                             _form_rows(test)),
+              "A form with wider intervals covers more cells for that reason alone: compare "
+              "the half-widths and errors, not only the counts."]
     return "\n".join(lines)
 
 
 def summary(test: PreregisteredTest) -> str:
     primary = test.primary
-    best = "; ".join(f"{s.size} predicted {s.predicted:g}, measured {_num(s.measured, 'g')}"
-                     for s in primary.sparsity)
+    words = {o.size: o.verdict.word for o in test.optima}
+    best = "; ".join(f"{s.size} predicted {s.predicted:g}, measured {_num(s.measured, 'g')} "
+                     f"({words.get(s.size, 'no word')})" for s in primary.sparsity)
+    outside = ", ".join(f"{c.label} {c.error:+.3f}" for c in primary.cells
+                        if c.inside is False and c.error is not None) or "none"
+    raw = sum(bool(c.inside_without_extrapolation) for c in primary.cells if c.inside is not None)
     return (f"Pre-registered on CPU (prediction committed before the runs; 2 sizes x 3 "
             f"sparsities at 1.3e13 FLOPs, 4x the sweep's largest budget, seeds "
             f"{test.seeds[0]}-{test.seeds[-1]}): {primary.inside} of {primary.scored} cells "
-            f"inside the {primary.level:.0%} interval of `{primary.form}`, mean error "
+            f"inside the {primary.level:.0%} interval of `{primary.form}` ({raw} without its "
+            f"extrapolation term; outside: {outside}), mean error "
             f"{_num(primary.mean_error, '+.4f')} nats; best S {best}.")
 
 

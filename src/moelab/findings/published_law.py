@@ -103,8 +103,12 @@ def render(record: PublishedLaw | None, results: ResultsRoot, findings: Findings
               "## S* with the size free\n\n"
               "`moelab optimal ... --flops C` (`compute_optimal`):\n\n"
             + markdown_table(["C (FLOPs)", "S*", "N*"], free, "lrr")
+            + "\nS* sits at the search's bound (0.98) at every budget, and N* is the best size "
+              "given that bound: without it the loss keeps falling as S → 1 with N growing, so "
+              "the law has no finite compute optimum. That follows from the fitted signs (λ < 0, "
+              "so c/(1−S)^λ never penalises sparsity, and γ close to δ), not from data.\n"
             + "\n## What the law's form fixes\n\n"
-              "For any positive b, β, d and γ, raising N raises the weight of the (1 − S)^β term "
+              "For any positive b, β, d, γ and δ, raising N raises the weight of the (1 − S)^β term "
               "(through D = C / (6 (1 − S) N)) and lowers that of the (1 − S)^−δ term, so S* "
               "rises with N at fixed C; raising C lowers the first, so S* falls with C at fixed "
               "N. The table agrees with paper B's (a) and (c) by construction, not as a check of "

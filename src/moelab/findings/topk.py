@@ -55,6 +55,10 @@ class TopK:
     sizes: list[SizeMeans]
     pairs: list[ExpertPair]
     family: str
+    separated_with_dense_tests: int
+    """Pairs still separated when each split's test against dense joins the family (the
+    sweep's report makes those tests too): how much the family's choice decides."""
+    larger_family: str
 
 
 def _paired(more: dict[str, float], fewer: dict[str, float]) -> tuple[float, tuple[float, float], float]:
@@ -91,8 +95,15 @@ def compute(results: ResultsRoot, findings: Findings) -> TopK:
         Difference(est, ci, p_holm, family), ahead="more experts higher",
         behind="more experts lower"))
         for (s, fewer, more, est, ci, p), p_holm in zip(raw, adjusted)]
+    versus_dense = [_paired(losses[s][e], losses[s][0])[2] for s in sizes
+                    for e in sorted(losses[s]) if e]
+    larger = holm([r[5] for r in raw] + versus_dense)[:len(raw)]
+    separated = sum(difference_verdict(Difference(p.estimate, p.ci, q, "")).word != "not separated"
+                    for p, q in zip(pairs, larger))
+    larger_family = (f"Holm over {len(raw) + len(versus_dense)} tests (these pairs and each "
+                     "split against dense)")
     seeds = sorted({row.seed for row in table.rows})
-    return TopK(sparsity, seeds, means, pairs, family)
+    return TopK(sparsity, seeds, means, pairs, family, separated, larger_family)
 
 
 def _k(experts: int, sparsity: float) -> int:
@@ -117,6 +128,9 @@ def render(record: TopK | None, results: ResultsRoot, findings: Findings) -> str
               "experts, lower loss:\n\n"
             + markdown_table(["size", "pair", "loss difference", "95 % CI", "p", "p (Holm)",
                               "verdict"], pairs, "llrrrrl")
+            + f"\nThe family is this page's {len(record.pairs)} pairs, chosen after the sweep "
+              f"had run; with {record.larger_family}, {record.separated_with_dense_tests} of "
+              f"{len(record.pairs)} stay separated, so the count depends on that choice.\n"
             + "\nConfounded: 4-choose-1 weights its expert by the router probability (Switch), "
               "8-choose-2 and 16-choose-4 renormalise their k weights (Mixtral); the control "
               "with every k weighted by its raw probability (`--set "
@@ -134,4 +148,6 @@ def summary(record: TopK) -> str:
                       for p in lower)
     return (f"E and k at S = {record.sparsity:g} (cpu-topk, 3 seeds, equal total and active "
             f"size): {len(lower)} of {len(record.pairs)} pairs **more experts lower** after Holm"
-            + (f" ({named})" if named else "") + "; confounded with the weighting rule.")
+            + (f" ({named})" if named else "")
+            + f", {record.separated_with_dense_tests} with the splits' tests against dense in "
+              "the family; confounded with the weighting rule.")

@@ -4,8 +4,10 @@ communication cost as a limitation, §6.1).
 
 A sweep reads it off its identified law and its measured throughput model
 (``moelab.sweep.analyses.optima``, stored in optima.json); a sweep that identifies no law form
-gives none (its analysis.json says so). The word is that analysis's rule: an S* whose 95 %
-interval is wider than ``UNDETERMINED_WIDTH`` is "undetermined on this hardware".
+gives none (its analysis.json says so). An S* at the search's edge gets the optimum rule's
+word (docs/verdicts.md: the edge is not tested against its neighbour, so "best at the edge, not
+separated") and no interval; an interior one the sweep analysis's rule: a 95 % interval wider
+than ``UNDETERMINED_WIDTH`` is "undetermined on this hardware".
 """
 
 from __future__ import annotations
@@ -27,6 +29,9 @@ class WallClock:
     sparsity: float | None
     ci: tuple[float, float] | None
     word: str
+    at_edge: bool = False
+    edge_share: float | None = None
+    """The share of bootstrap replicates whose S* also sits at an edge of the search."""
 
 
 def _one(results: ResultsRoot, sweep: str) -> WallClock:
@@ -35,12 +40,18 @@ def _one(results: ResultsRoot, sweep: str) -> WallClock:
         return WallClock(sweep, status["law"], None, None, None,
                          "not read: no law form is identified")
     three = results.json(f"sweeps/{sweep}/optima.json")["three"]
-    point, ci = three["by_seconds"]["optimum"], three["by_seconds"]["ci"]["sparsity"]
+    by_seconds = three["by_seconds"]
+    point, ci = by_seconds["optimum"], by_seconds["ci"]["sparsity"]
     interval = (float(ci[0]), float(ci[1]))
-    word = ("undetermined on this hardware" if interval[1] - interval[0] > UNDETERMINED_WIDTH
-            else "measured")
+    at_edge = bool(point.get("at_boundary"))
+    if at_edge:
+        word = "best at the edge, not separated"
+    else:
+        word = ("undetermined on this hardware" if interval[1] - interval[0] > UNDETERMINED_WIDTH
+                else "measured")
+    share = by_seconds.get("bootstrap_at_boundary")
     return WallClock(sweep, status["law"], float(three["seconds"]), float(point["sparsity"]),
-                     interval, word)
+                     interval, word, at_edge, None if share is None else float(share))
 
 
 def compute(results: ResultsRoot, findings: Findings) -> list[WallClock]:
@@ -50,10 +61,14 @@ def compute(results: ResultsRoot, findings: Findings) -> list[WallClock]:
 def _line(w: WallClock) -> str:
     if w.sparsity is None or w.ci is None or w.seconds is None:
         return f"- `{w.sweep}` (law: {w.law_status}): **{w.word}**, so no wall-clock S*.\n"
-    return (f"- `{w.sweep}` (law: {w.law_status}): S* for the runs' median training time "
-            f"({w.seconds:.0f} s) is {w.sparsity:.3f} [{w.ci[0]:.3f}, {w.ci[1]:.3f}]: "
-            f"**{w.word}** (an interval wider than {UNDETERMINED_WIDTH:g} spans most of "
-            "[0, 1]).\n")
+    budget = (f"- `{w.sweep}` (law: {w.law_status}): at the median of its runs' training times "
+              f"at their shapes' measured speeds ({w.seconds:.0f} s), ")
+    if w.at_edge:
+        share = "" if w.edge_share is None else f"; {w.edge_share:.0%} of the replicates also do"
+        return (budget + f"S* sits at the edge of the search ({w.sparsity:g}{share}): "
+                f"**{w.word}**, and no interval is given for it.\n")
+    return (budget + f"S* is {w.sparsity:.3f} [{w.ci[0]:.3f}, {w.ci[1]:.3f}]: **{w.word}** (an "
+            f"interval wider than {UNDETERMINED_WIDTH:g} spans most of [0, 1]).\n")
 
 
 def render(record: list[WallClock] | None, results: ResultsRoot, findings: Findings) -> str:
@@ -61,7 +76,8 @@ def render(record: list[WallClock] | None, results: ResultsRoot, findings: Findi
         return ""
     return ("## S* under a wall-clock budget\n\n"
             "From each sweep's identified law and the throughput model fitted to its own runs' "
-            "timings (`optima.json`, three.by_seconds):\n\n"
+            "timings (`optima.json`, three.by_seconds), on the machine that trained the "
+            "sweep (the sweep's files do not name its CPU):\n\n"
             + "".join(_line(w) for w in record))
 
 

@@ -66,9 +66,11 @@ def render(record: ZeroShot | None, results: ResultsRoot, findings: Findings) ->
             + markdown_table(["task", "items", "b per nat of loss", "c per unit S",
                               "c: verdict", "median Wilson half-width of one run"], rows,
                              "lrrrlr")
-            + "\nThe least squares treats the runs as independent, though a wsd family's "
-              "budgets share their trunk, so its intervals are if anything too narrow. These "
-              "are moelab's own tasks, not paper B's few-shot suite.\n")
+            + "\nThe least squares pools the runs as independent, though a wsd family's "
+              "budgets share their trunk and a seed's sizes share its data order, so these "
+              "intervals are not exact in either direction: the word is read as undetermined "
+              "only because every interval spans 0 with room to spare, not from their width. "
+              "These are moelab's own tasks, not paper B's few-shot suite.\n")
 
 
 ANALYSIS: Analysis[ResultsRoot, ZeroShot] = Analysis("zero_shot", compute, render)
