@@ -468,39 +468,6 @@ def sweep_points(folder: str) -> list[ResultRow]:
     return list(sweep_rows(folder))
 
 
-GRANULARITY_CELLS = {"G = 1": (1.0, 0), "G = 2": (2.0, 0), "G = 2 + 1 shared": (2.0, 1)}
-GRANULARITY_PAIRS = [("G = 2", "G = 1"), ("G = 2 + 1 shared", "G = 1"),
-                     ("G = 2 + 1 shared", "G = 2")]
-
-
-def granularity_loss(cell: str) -> dict[int, float]:
-    """{seed: best val loss} of one cell of the cpu-granularity sweep (by its G and shared
-    experts columns)."""
-    granularity, shared = GRANULARITY_CELLS[cell]
-    return {int(row.seed): row.best_val_loss for row in sweep_points("cpu-granularity")
-            if row.G == granularity and (row.shared_experts or 0) == shared}
-
-
-def granularity_cell_row(cell: str) -> str:
-    """A row of the cell table: the mean best val loss of the 3 seeds."""
-    losses = granularity_loss(cell)
-    return f"| {cell} | {len(losses)} | {np.mean(list(losses.values())):.4f} |"
-
-
-def granularity_pair_row(cell: str, reference: str) -> str:
-    """A row of the pair table: cell minus reference paired by seed, Holm over the 3 pairs,
-    and the verdict the rule gives (lower / higher only at Holm p < 0.05)."""
-    tests = {pair: paired(granularity_loss(pair[0]), granularity_loss(pair[1]))
-             for pair in GRANULARITY_PAIRS}
-    adjusted = dict(zip(tests, holm([t.p for t in tests.values()])))
-    t, p_holm = tests[(cell, reference)], adjusted[(cell, reference)]
-    # docs/verdicts.md: a direction only at Holm p < 0.05
-    verdict = ("lower" if t.gap < 0 else "higher") if p_holm < 0.05 else "not separated"
-    show = partial(signed, digits=4, minus="−")
-    return (f"| {cell} minus {reference} | {show(t.gap)} [{show(t.low)}, {show(t.high)}] | "
-            f"{p_text(t.p)} | {p_text(p_holm)} | {verdict} |")
-
-
 def fair_wsd_gap(schedule: str, steps: int) -> str:
     """cosine - wsd at each schedule's own lr on the reporting seeds, Holm over the 4 tests."""
     losses = load("wsd_cosine.json")["final_val_loss"]
@@ -1033,15 +1000,6 @@ CLAIMS = [
                              "`recipe_lr0.01` (the preset before) | 0-2")),
     Claim(RECIPE, "(+0.037, p = 0.016; 0.031 after Holm's adjustment over the study's 2 criteria)",
           lambda: replication_holm("cpu-replication-recipe", "total")),
-    *[Claim(SWEEPS_BY_HAND, quoted, partial(granularity_cell_row, cell)) for cell, quoted in (
-        ("G = 1", "| G = 1 | 3 | 3.4531 |"), ("G = 2", "| G = 2 | 3 | 3.4386 |"),
-        ("G = 2 + 1 shared", "| G = 2 + 1 shared | 3 | 3.4600 |"))],
-    Claim(SWEEPS_BY_HAND, "| G = 2 minus G = 1 | −0.0146 [−0.0427, +0.0135] | 0.16 | 0.35 | "
-          "not separated |", partial(granularity_pair_row, "G = 2", "G = 1")),
-    Claim(SWEEPS_BY_HAND, "| G = 2 + 1 shared minus G = 1 | +0.0069 [−0.0043, +0.0180] | 0.12 | 0.35 | "
-          "not separated |", partial(granularity_pair_row, "G = 2 + 1 shared", "G = 1")),
-    Claim(SWEEPS_BY_HAND, "| G = 2 + 1 shared minus G = 2 | +0.0214 [−0.0167, +0.0596] | 0.14 | 0.35 | "
-          "not separated |", partial(granularity_pair_row, "G = 2 + 1 shared", "G = 2")),
     Claim(STUDY_HAND, "\u22120.0040 [\u22120.0138, +0.0059], Holm p 0.34",
           partial(fair_wsd_gap, "wsd20", 3000)),
     Claim(STUDY_HAND, "+0.0067 [\u22120.0023, +0.0158], Holm p 0.23", partial(fair_wsd_gap, "wsd30", 3000)),

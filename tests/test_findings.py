@@ -466,3 +466,28 @@ def test_preregistered_page_recomputed_by_hand():
         best = min(means, key=means.get)
         by_s = ", ".join(f"{s:g}: {means[s]:.4f}" for s in sorted(means))
         assert re.search(rf"\| {size} \| [0-9.]+ \| {best:g} \| \d+% \| {re.escape(by_s)} \|", page)
+
+
+def test_granularity_page_recomputed_with_scipy():
+    """cpu-granularity: each cell's mean, the 3 pre-set pairs paired by seed with scipy's t,
+    Holm over the 3 by hand, and the word: a direction only where Holm p < 0.05."""
+    loss = {}
+    for row in _csv_rows("cpu-granularity"):
+        cell = (float(row["G"]), int(row["shared_experts"] or 0))
+        loss.setdefault(cell, {})[int(row["seed"])] = float(row["best_val_loss"])
+    page = render_pages(RESULTS)["granularity-and-shared-experts.md"]
+    names = {(1.0, 0): "G = 1: 4-choose-1", (2.0, 0): "G = 2: 8-choose-2",
+             (2.0, 1): "G = 2: 7-choose-1 + 1 shared"}
+    for cell, name in names.items():
+        assert _row(page, name)[4] == f"{np.mean(list(loss[cell].values())):.4f}"
+    pairs = [((2.0, 0), (1.0, 0)), ((2.0, 1), (1.0, 0)), ((2.0, 1), (2.0, 0))]
+    diffs = [np.array([loss[a][s] - loss[b][s] for s in sorted(loss[a])]) for a, b in pairs]
+    raw = [stats.ttest_1samp(d, 0.0).pvalue for d in diffs]
+    for (a, b), d, p, p_holm in zip(pairs, diffs, raw, _holm_by_hand(raw)):
+        low, high = _t_interval(d)
+        row = _row(page, f"{names[a]} minus {names[b]}")
+        assert row[1] == f"{d.mean():+.4f} [{low:+.4f}, {high:+.4f}]"
+        assert row[2] == f"{p:.2g}" and row[3] == f"{p_holm:.2g}"
+        word = ("lower" if high < 0 else "higher" if low > 0 else "not separated") \
+            if p_holm < 0.05 else "not separated"
+        assert row[4] == f"**{word}**"

@@ -16,7 +16,8 @@ from typing import Any
 
 from moelab.errors import MoelabError
 from moelab.findings import (
-    budgets, finetune, fixed_n_isoflop, fixed_size, isoflop, ladder, ladder_loss, paper_a,
+    budgets, finetune, fixed_n_isoflop, fixed_size, granularity, isoflop, ladder, ladder_loss,
+    paper_a,
     preregistered, published_law, recipe, topk, wall_clock, zero_shot, zero_shot_sparsity,
 )
 from moelab.findings.source import ResultsRoot
@@ -85,6 +86,17 @@ PAGES = (
          "demo's recipe. Fine-grained MoE work reports the direction tested here (Krajewski et "
          "al. 2024, arXiv:2402.07871, abstract).",
          (topk.ANALYSIS,), (topk.summary,)),
+    Page("granularity-and-shared-experts", "Granularity and shared experts at one sparsity",
+         "Krajewski et al. 2024 (arXiv:2402.07871) state in their abstract that setting the "
+         "experts' size to mirror the feed-forward layer is not optimal at almost any budget, "
+         "i.e. that some granularity G > 1 beats G = 1; paper B sets experts 4·d_model wide at "
+         "G = 1 and tunes G in {1, 2} (App. B, as PAPERS.md reads it); shared experts are "
+         "DeepSeekMoE's design, whose claims are not checked here. cpu-granularity splits s2's "
+         "FFN at S = 0.75 as G = 1 (4-choose-1), G = 2 (8-choose-2) and G = 2 with one of its "
+         "experts shared (7-choose-1 routed beside it), at equal total and active parameters "
+         "up to the router (+768 parameters), 400 steps (409.6K tokens), seeds 0-2, every k "
+         "weighted by its raw router probability.",
+         (granularity.ANALYSIS,)),  # no README line: it has no room
     Page("downstream-against-sparsity", "Downstream accuracy against sparsity (paper B's finding (d))",
          "Paper B reports that at equal pretraining loss most in-context few-shot tasks of the "
          "LLM-Foundry suite do not depend on S, that reading comprehension (SQuAD, CoQA, BoolQ) "
