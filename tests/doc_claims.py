@@ -852,23 +852,8 @@ def mde_growth() -> str:
             f"{100 * (exact_over_shortcut(5) - 1):.1f} % at 5 df")
 
 # --------------------------------------------------------------------------------------------
-# Predictions: the rollout (docs/findings/sweeps-hand-read.md) and the pre-registered test (docs/scaling.md)
+# Predictions: the pre-registered test (docs/scaling.md)
 # --------------------------------------------------------------------------------------------
-
-def rollout_row(form: str) -> str:
-    """The rollout table's row of one form, recounted from the stored cells: inside where the
-    measured mean lies in the stored interval, errors and z from the measured, predicted and sd."""
-    cells = [c for r in load("rollout.json")["rollouts"] if r["form"] == form and r["score"]
-             for c in r["score"]["cells"] if c["interval"] is not None and c["measured"] is not None]
-    sweeps = {r["sweep"] for r in load("rollout.json")["rollouts"] if r["form"] == form
-              and r["score"] and r["score"]["scored"]}
-    inside = sum(c["interval"][0] <= c["measured"] <= c["interval"][1] for c in cells)
-    errors = np.array([c["measured"] - c["predicted"] for c in cells])
-    z = errors / np.array([c["sd"] for c in cells])
-    return (f"| `{form}` | {len(sweeps)} | {len(cells)} | {inside}/{len(cells)} "
-            f"({inside / len(cells):.0%}) | {errors.mean():+.4f} | {np.abs(errors).mean():.4f} | "
-            f"{np.sqrt(np.mean(z ** 2)):.2f} |")
-
 
 def preregistered_row(form: str) -> str:
     """A row of the pre-registered table, each interval rebuilt from its stored parts with
@@ -1072,20 +1057,7 @@ CLAIMS = [
               "+0.0160 [+0.0024, +0.0295] | 0.016 / 0.14 |"),
         (400, "| 400-411 | 12 | 12, undetermined: +0.0077 [-0.0068, +0.0223] | 11, resolved: "
               "+0.0125 [+0.0004, +0.0245] | 0.35 / 0.17 |"))),
-    # Predictions (docs/findings/sweeps-hand-read.md, "Calibration by rollout"; docs/scaling.md,
-    # "A pre-registered prediction").
-    *[Claim(SWEEPS_BY_HAND, row, partial(rollout_row, form)) for form, row in (
-        ("sparsity", "| `sparsity` | 7 | 116 | 84/116 (72%) | -0.0635 | 0.0743 | 1.89 |"),
-        ("sparsity-interaction",
-         "| `sparsity-interaction` | 7 | 116 | 86/116 (74%) | -0.0641 | 0.0775 | 2.24 |"),
-        ("sparsity-additive",
-         "| `sparsity-additive` | 7 | 116 | 87/116 (75%) | -0.0466 | 0.0562 | 1.53 |"),
-        ("sparsity-effective-size",
-         "| `sparsity-effective-size` | 7 | 116 | 103/116 (89%) | -0.0361 | 0.0508 | 1.27 |"),
-        ("chinchilla", "| `chinchilla` | 7 | 116 | 96/116 (83%) | -0.0472 | 0.0575 | 1.51 |"),
-        ("isoflop-parabola",
-         "| `isoflop-parabola` | 2 | 36 | 24/36 (67%) | -0.1356 | 0.1765 | 10.24 |"),
-    )],
+    # The pre-registered prediction (docs/findings/preregistered-design.md).
     Claim("docs/findings/preregistered-design.md", "| `isoflop-parabola` | 2.630 [2.587, 2.672] | 2.701 [2.622, 2.781] | "
           "2.637 [2.589, 2.685] | 2.543 [2.507, 2.579] | 2.504 [2.457, 2.551] | "
           "2.463 [2.426, 2.500] |", partial(preregistered_row, "isoflop-parabola")),

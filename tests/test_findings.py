@@ -491,3 +491,25 @@ def test_granularity_page_recomputed_with_scipy():
         word = ("lower" if high < 0 else "higher" if low > 0 else "not separated") \
             if p_holm < 0.05 else "not separated"
         assert row[4] == f"**{word}**"
+
+
+def test_rollout_page_recomputed_with_numpy():
+    """Each form's pooled row from the stored cells alone: inside where the measured mean lies
+    in the stored interval, error and z from measured, predicted and sd."""
+    rollouts = json.loads((RESULTS / "rollout.json").read_text())["rollouts"]
+    page = render_pages(RESULTS)["prediction-calibration.md"]
+    forms = sorted({r["form"] for r in rollouts})
+    assert len(forms) == 6
+    for form in forms:
+        mine = [r for r in rollouts if r["form"] == form and r["score"]
+                and any(c["measured"] is not None for c in r["score"]["cells"])]
+        cells = [c for r in mine for c in r["score"]["cells"]
+                 if c["interval"] is not None and c["measured"] is not None]
+        inside = sum(c["interval"][0] <= c["measured"] <= c["interval"][1] for c in cells)
+        errors = np.array([c["measured"] - c["predicted"] for c in cells])
+        z = errors / np.array([c["sd"] for c in cells])
+        assert _row(page, f"`{form}`") == [
+            f"`{form}`", str(len(mine)), str(len(cells)),
+            f"{inside}/{len(cells)} ({round(100 * inside / len(cells))}%)",
+            f"{errors.mean():+.4f}", f"{np.abs(errors).mean():.4f}",
+            f"{np.sqrt(np.mean(z ** 2)):.2f}"]

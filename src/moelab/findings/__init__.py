@@ -18,7 +18,8 @@ from moelab.errors import MoelabError
 from moelab.findings import (
     budgets, finetune, fixed_n_isoflop, fixed_size, granularity, isoflop, ladder, ladder_loss,
     paper_a,
-    preregistered, published_law, recipe, topk, wall_clock, zero_shot, zero_shot_sparsity,
+    preregistered, published_law, recipe, rollout, topk, wall_clock, zero_shot,
+    zero_shot_sparsity,
 )
 from moelab.findings.source import ResultsRoot
 from moelab.report.analysis import Analysis, compute_all, render_all
@@ -120,6 +121,14 @@ PAGES = (
          "tests/fixtures/README.md) and reads the optima off them with N_active = (1 − S) N, "
          "C = 6 N_active D, paper B's budget convention (App. B).",
          (published_law.ANALYSIS,)),  # no README line: it has no room
+    Page("prediction-calibration", "How well moelab predicts a budget it has not seen",
+         "`moelab predict` fits a sweep's smaller budgets and gives 90 % prediction intervals "
+         "for a larger one (docs/explanation/prediction.md). Its rollout leaves out each stored "
+         "sweep's largest budget, predicts those cells with every law form and the IsoFLOP "
+         "parabolas, and scores each cell's measured mean over its seeds against its interval. "
+         "The sweeps are moelab's CPU sweeps with >= 3 budgets (68K-1.3M parameters, one or "
+         "two seeds a point, top-1 routing).",
+         (rollout.ANALYSIS,)),  # no README line: it has no room
     Page("preregistered", "Predict, then train: the pre-registered test on a CPU",
          "Can moelab's fits predict a budget they have not seen? From the cpu-isoflop sweep "
          "(3.6e11 to 3.24e12 FLOPs, seeds 0-1, its largest size s3 left out), `moelab predict` "
