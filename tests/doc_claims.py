@@ -725,73 +725,6 @@ def tuned_demo_gaps() -> str:
             f"{adjusted[0]:.2g}), and {gaps[1][0]} on total (p {gaps[1][1]:.1g}: not significant)")
 
 
-def isoflop_lr() -> dict:
-    return load("isoflop_lr.json")
-
-
-def isoflop_lr_families() -> str:
-    lrs = isoflop_lr()["lrs"]
-    lowered = {cell.split("/", 1)[1] for cell, lr in lrs.items() if lr == 0.005}
-    families = {cell.split("/", 1)[1] for cell in lrs}
-    return f"{len(lowered)} of the {len(families)} families chose 0.005"
-
-
-def isoflop_lr_margins() -> str:
-    """How many families' choice was decided by less than 0.017 nats (best against runner-up)."""
-    selection = isoflop_lr()["selection"]
-    margins = [np.diff(sorted(by_lr.values()))[0] for by_lr in selection.values()]
-    return f"{sum(m < 0.017 for m in margins)} of the {len(margins)} choices were decided by less than 0.017"
-
-
-def isoflop_lr_changes() -> str:
-    record = isoflop_lr()
-    lrs, change = record["lrs"], record["loss_change"]["per_run"]
-    moved = {run: d for run, d in change.items() if lrs[run.rsplit("/", 1)[0]] != 0.01}
-    s3 = np.array([d for run, d in moved.items() if run.split("/")[1] == "s3"])
-    assert (s3 < 0).all()
-    return (f"all {len(s3)} runs of s3 improve, by {-s3.max():.2f} to {-s3.min():.2f} nats (mean "
-            f"{s3.mean():.2f})")
-
-
-def isoflop_lr_other_sizes() -> str:
-    """The changed runs outside s3, and the t interval over their families' mean changes."""
-    record = isoflop_lr()
-    lrs, change = record["lrs"], record["loss_change"]["per_run"]
-    families: dict[str, list[float]] = {}
-    for run, d in change.items():
-        cell = run.rsplit("/", 1)[0]
-        if lrs[cell] != 0.01 and cell.split("/")[1] != "s3":
-            families.setdefault(cell.split("/", 1)[1], []).append(d)
-    runs = np.concatenate([np.array(v) for v in families.values()])
-    means = np.array([np.mean(v) for v in families.values()])
-    low, high = stats.t.interval(0.95, len(means) - 1, means.mean(), stats.sem(means))
-    return (f"The other {len(runs)} changed runs move by {runs.mean():+.3f} on average (range "
-            f"{runs.min():.3f} to {runs.max():+.3f}). Over their {len(means)} families the mean "
-            f"change is {means.mean():+.3f} [{low:+.3f}, {high:+.3f}]")
-
-
-def isoflop_lr_minimum_row(flops: float) -> str:
-    record = isoflop_lr()["isoflop_minima"]
-    cells = []
-    for shared, tuned in zip(record["shared"], record["tuned"]):
-        if shared["flops"] != flops:
-            continue
-        def text(m):
-            return f"{m['loss']:.4f} [{m['loss_ci'][0]:.4f}, {m['loss_ci'][1]:.4f}]"
-        cells.append(text(shared) + (", same" if text(shared) == text(tuned) else f" / {text(tuned)}"))
-    return f"| {flops:.3g} | " + " | ".join(cells) + " |"
-
-
-def isoflop_lr_sign_sums() -> str:
-    fixed = isoflop_lr()["fixed_size"]
-    def text(trend):
-        low, high = trend["interval"]
-        return f"{trend['statistic']:+d} [{low:+.0f}, {high:+.0f}]"
-    return (f"{text(fixed['shared']['rises_with_size'])} to {text(fixed['tuned']['rises_with_size'])} "
-            f"over {fixed['tuned']['rises_with_size']['pairs']} pairs")
-
-
-
 def until_resolved_row(first_seed: int) -> str:
     """One repetition's row: seeds trained, each comparison's stop and interval, and the fixed
     6-seed design's Holm p recomputed with scipy from the stored per-seed losses."""
@@ -1032,18 +965,6 @@ CLAIMS = [
     Claim(STUDY_HAND, "+0.0141 [+0.0058, +0.0223] matched on active parameters (p 0.007, Holm over the "
           "two 0.014), and +0.0150 [-0.0021, +0.0320] on total (p 0.07: not significant)",
           tuned_demo_gaps),
-    Claim(ISOFLOP_BY_HAND, "9 of the 20 families chose 0.005", isoflop_lr_families),
-    Claim(ISOFLOP_BY_HAND, "10 of the 20 choices were decided by less than 0.017", isoflop_lr_margins),
-    Claim(ISOFLOP_BY_HAND, "all 16 runs of s3 improve, by 0.04 to 0.62 nats (mean -0.18)", isoflop_lr_changes),
-    Claim(ISOFLOP_BY_HAND, "The other 20 changed runs move by +0.007 on average (range -0.043 to +0.076). "
-          "Over their 5 families the mean change is +0.007 [-0.018, +0.032]", isoflop_lr_other_sizes),
-    Claim(ISOFLOP_BY_HAND, "| 3.6e+11 | 3.4569 [3.4413, 3.4711], same | 3.4158 [3.4029, 3.4278], same | "
-          "3.3986 [3.3969, 3.3993] / 3.4358 [3.4063, 3.4399] | 3.3976 [3.3721, 3.4155] / 3.3984 "
-          "[3.3739, 3.4211] |", partial(isoflop_lr_minimum_row, 3.6e11)),
-    Claim(ISOFLOP_BY_HAND, "| 1.08e+12 | 3.1482 [3.1428, 3.1531] / 3.1490 [3.1431, 3.1543] | 3.0840 "
-          "[3.0658, 3.1046], same | 3.0580 [3.0546, 3.0613] / 3.0636 [3.0588, 3.0683] | 3.0461 "
-          "[3.0341, 3.0557] / 3.0386 [3.0276, 3.0487] |", partial(isoflop_lr_minimum_row, 1.08e12)),
-    Claim(ISOFLOP_BY_HAND, "+3 [+3, +5] to +8 [+8, +12] over 20 pairs", isoflop_lr_sign_sums),
     Claim(STUDY_HAND, "11.75 seeds on average (12, 12, 11, 12) against 6", until_resolved_mean),
     Claim(STUDY_HAND, "finds 7 of the 8 significant after Holm", until_resolved_fixed_all),
     Claim(SCALING, "It is 5.4 % larger than the shortcut (t_0.975 + t_0.80) x standard error used "

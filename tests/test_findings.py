@@ -513,3 +513,38 @@ def test_rollout_page_recomputed_with_numpy():
             f"{inside}/{len(cells)} ({round(100 * inside / len(cells))}%)",
             f"{errors.mean():+.4f}", f"{np.abs(errors).mean():.4f}",
             f"{np.sqrt(np.mean(z ** 2)):.2f}"]
+
+
+def test_isoflop_lr_check_recomputed_with_scipy():
+    """The per-cell lr check from isoflop_lr.json alone: the lrs chosen, the median selection
+    margin, and per size the t over its changed families' mean changes with Holm by hand."""
+    record = json.loads((RESULTS / "isoflop_lr.json").read_text())
+    page = render_pages(RESULTS)["compute-optimal-sparsity.md"]
+    page = page[page.index("## The per-cell lr check"):]
+    family_lr = {cell.split("/", 1)[1]: lr for cell, lr in record["lrs"].items()}
+    for lr in (0.005, 0.01, 0.02):
+        chosen = sum(v == lr for v in family_lr.values())
+        assert f"{chosen} of {len(family_lr)} chose {lr:g}" in page
+    margins = [sorted(v.values())[1] - sorted(v.values())[0] for v in record["selection"].values()]
+    assert f"by a median of {np.median(margins):.3f} nats" in page
+    changes = {}
+    for run, change in record["loss_change"]["per_run"].items():
+        family = run.split("/", 1)[1].rsplit("/", 1)[0]
+        if family_lr[family] != 0.01:
+            changes.setdefault(family.split("/")[0], {}).setdefault(family, []).append(change)
+    tested = {size: [np.mean(v) for v in by_family.values()]
+              for size, by_family in changes.items() if len(by_family) > 1}
+    sizes = sorted(tested)
+    raw = [stats.ttest_1samp(tested[size], 0.0).pvalue for size in sizes]
+    for size, p, p_holm in zip(sizes, raw, _holm_by_hand(raw)):
+        low, high = _t_interval(tested[size])
+        row = _row(page, size)
+        assert row[5] == f"{np.mean(tested[size]):+.3f} [{low:+.3f}, {high:+.3f}]"
+        assert row[6] == f"{p:.2g}" and row[7] == f"{p_holm:.2g}"
+        separated = p_holm < 0.05 and (low > 0 or high < 0)
+        assert row[8] == ("**not separated**" if not separated else
+                          "**better at its own lr**" if high < 0 else "**worse at its own lr**")
+    for size in set(changes) - set(tested):
+        assert _row(page, size)[8] == "**undetermined**"
+    shared = record["isoflop_minima"]["shared"][0]
+    assert f"| 3.6e+11 | {shared['loss']:.4f} [{shared['loss_ci'][0]:.4f}, " in page

@@ -16,8 +16,8 @@ from typing import Any
 
 from moelab.errors import MoelabError
 from moelab.findings import (
-    budgets, finetune, fixed_n_isoflop, fixed_size, granularity, isoflop, ladder, ladder_loss,
-    paper_a,
+    budgets, finetune, fixed_n_isoflop, fixed_size, granularity, isoflop, isoflop_lr, ladder,
+    ladder_loss, paper_a,
     preregistered, published_law, recipe, rollout, topk, wall_clock, zero_shot,
     zero_shot_sparsity,
 )
@@ -78,7 +78,8 @@ PAGES = (
          "rises, with S* at the top of their grid at every budget (§3, Figs. 1-3, 11-12). "
          "moelab's cpu-isoflop sweep asks the same at about 0.07-0.64M parameters and "
          "3.6e11-3.24e12 FLOPs, with 2 seeds and top-1 routing.",
-         (isoflop.ANALYSIS, wall_clock.ANALYSIS), (isoflop.summary,)),
+         (isoflop.ANALYSIS, wall_clock.ANALYSIS, isoflop_lr.ANALYSIS),
+         (isoflop.summary,)),  # isoflop_lr: no README line (no room)
     Page("experts-at-one-sparsity", "E and k at one sparsity",
          "Paper B varies S through both E and K (§2, eq. 7) and does not compare (E, K) at one "
          "S. moelab's cpu-topk asks whether S alone fixes the loss: at S = 0.75 it splits the "
