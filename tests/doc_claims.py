@@ -303,23 +303,6 @@ def ladder_peaks() -> str:
     return f"one expert takes {min(peaks):.3f}-{max(peaks):.3f} of the worst layer's slots"
 
 
-def extension_means(family: str, size: str) -> str:
-    """'| 3.180 | 3.163 | ...': mean final val loss over seeds 2-4 at dense, S = 0.5, 0.75, 0.875,
-    0.9375 (dense from cpu-expertn, '–' where the family has no such point)."""
-    def means(sweep: str) -> dict[float, float]:
-        by_s: dict[float, list[float]] = {}
-        for row in sweep_rows(sweep):
-            if row.size == size:
-                by_s.setdefault(row.S, []).append(row.final_val_loss)
-        return {sparsity: float(np.mean(v)) for sparsity, v in by_s.items()}
-    own, dense = means(family), means("cpu-expertn")[0.0]
-    cells = [f"{dense:.3f}"] + [f"{own[x]:.3f}" if x in own else "–"
-                                for x in (0.5, 0.75, 0.875, 0.9375)]
-    return "| " + " | ".join(cells) + " |"
-
-
-
-
 DEMO_SETS = {"first": ("demo-seeds0-5", "demo-seeds617-622"),
              "second": ("demo-seeds0-5-cpu2", "demo-seeds617-622-cpu2"),
              "third": ("demo-seeds0-5-cpu3", "demo-seeds617-622-cpu3")}
@@ -946,13 +929,6 @@ CLAIMS = [
     Claim(STUDY_HAND, "0.46 / 0.41 / 0.48 / 0.42", lambda: ladder_trace_columns("demo", "top2_lb").split(" | ... | ")[0]),
     Claim(STUDY_HAND, "0.45 / 0.48 / 0.48 / 0.48 |", lambda: ladder_trace_columns("demo", "top2_lb").split(" | ... | ")[1] + " |"),
     Claim(STUDY_HAND, "one expert takes 0.995-0.999 of the worst layer's slots", ladder_peaks),
-    # The extension past the edge (cpu-fixedn, cpu-expertn), seeds 2-4.
-    Claim(ISOFLOP_BY_HAND, "| 3.180 | 3.163 | 3.137 | 3.123 | 3.140 |", partial(extension_means, "cpu-fixedn", "s0")),
-    Claim(ISOFLOP_BY_HAND, "| 3.179 | 3.111 | 3.075 | 3.079 | 3.078 |", partial(extension_means, "cpu-fixedn", "s1")),
-    Claim(ISOFLOP_BY_HAND, "| 3.358 | 3.220 | 3.155 | 3.129 | 3.111 |", partial(extension_means, "cpu-fixedn", "s2")),
-    Claim(ISOFLOP_BY_HAND, "| 3.180 | – | 3.148 | 3.159 | 3.161 |", partial(extension_means, "cpu-expertn", "s0")),
-    Claim(ISOFLOP_BY_HAND, "| 3.179 | – | 3.155 | 3.170 | 3.177 |", partial(extension_means, "cpu-expertn", "s1")),
-    Claim(ISOFLOP_BY_HAND, "| 3.358 | – | 3.326 | 3.338 | 3.325 |", partial(extension_means, "cpu-expertn", "s2")),
     # The readings not yet generated (docs/findings/not-yet-generated.md).
     # S* at fixed total parameters (cpu-isoflop): argmins over the 3 draws of 2 seeds.
     Claim(ISOFLOP_BY_HAND, "+13 [+7, +13] over 30 pairs (9 with both", lambda: fixed_n_trend_text("size")),

@@ -548,3 +548,25 @@ def test_isoflop_lr_check_recomputed_with_scipy():
         assert _row(page, size)[8] == "**undetermined**"
     shared = record["isoflop_minima"]["shared"][0]
     assert f"| 3.6e+11 | {shared['loss']:.4f} [{shared['loss_ci'][0]:.4f}, " in page
+
+
+def test_extension_means_recomputed_from_results_csv():
+    """cpu-fixedn and cpu-expertn: each point's mean final val loss over its seeds, the dense
+    point taken from cpu-expertn for both families."""
+    page = render_pages(RESULTS)["sparsity-at-fixed-size.md"]
+    page = page[page.index("## Both extensions side by side"):]
+    means = {}
+    for sweep in ("cpu-fixedn", "cpu-expertn"):
+        for row in _csv_rows(sweep):
+            means.setdefault((sweep, row["size"], float(row["S"])), []).append(
+                float(row["final_val_loss"]))
+    grid = (0.0, 0.5, 0.75, 0.875, 0.9375)
+    rows = [line for line in page.splitlines() if line.startswith("| fixed N")]
+    assert len(rows) == 6
+    for line in rows:
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        sweep, size = cells[0].split("`")[1], cells[1].split()[0]
+        for value, S in zip(cells[2:], grid):
+            source = "cpu-expertn" if S == 0 else sweep
+            expected = means.get((source, size, S))
+            assert value == ("–" if expected is None else f"{np.mean(expected):.3f}")

@@ -16,10 +16,9 @@ from typing import Any
 
 from moelab.errors import MoelabError
 from moelab.findings import (
-    budgets, finetune, fixed_n_isoflop, fixed_size, granularity, isoflop, isoflop_lr, ladder,
-    ladder_loss, paper_a,
-    preregistered, published_law, recipe, rollout, topk, wall_clock, zero_shot,
-    zero_shot_sparsity,
+    budgets, extension, finetune, fixed_n_isoflop, fixed_size, granularity, isoflop, isoflop_lr,
+    ladder, ladder_loss, paper_a, preregistered, published_law, recipe, rollout, topk,
+    wall_clock, zero_shot, zero_shot_sparsity,
 )
 from moelab.findings.source import ResultsRoot
 from moelab.report.analysis import Analysis, compute_all, render_all
@@ -70,8 +69,8 @@ PAGES = (
          "holds each size's total fixed across S too, and asks (c): paper B reports that at a "
          "fixed N, S* falls as C grows (§3, App. D.2; one Discussion bullet, §6, says the "
          "opposite).",
-         (fixed_size.ANALYSIS, fixed_n_isoflop.ANALYSIS),
-         (fixed_size.summary,)),  # fixed_n_isoflop: no README line (no room)
+         (fixed_size.ANALYSIS, extension.ANALYSIS, fixed_n_isoflop.ANALYSIS),
+         (fixed_size.summary,)),  # extension, fixed_n_isoflop: no README line (no room)
     Page("compute-optimal-sparsity", "The compute-optimal sparsity (paper B's finding (b))",
          "Abnar et al. 2025 (paper B) report that at a fixed FLOPs budget with the size free the "
          "loss falls with S, compute-optimal models growing in N and shrinking in N_active as S "
