@@ -37,11 +37,9 @@ if str(ROOT / "src") not in sys.path:  # run as a script from a checkout
     sys.path.insert(0, str(ROOT / "src"))
 
 from moelab.codec import from_json  # noqa: E402
-from moelab.scaling.isoflop_sparsity import SparsityOptima  # noqa: E402
 from moelab.stats.multiple import holm  # noqa: E402
 from moelab.stats.power import min_detectable_gap  # noqa: E402
 from moelab.study.results import read_results_json  # noqa: E402
-from moelab.sweep.analyses.isoflop import IsoflopRecord  # noqa: E402
 from moelab.sweep.analyses.law_fit import SweepFit  # noqa: E402
 from moelab.sweep.folder import read_results  # noqa: E402
 from moelab.sweep.results_csv import ResultRow  # noqa: E402
@@ -80,12 +78,6 @@ def losses(study: str, arm: str, tokens: Optional[int] = None) -> dict[int, floa
 def sweep_file(sweep: str, name: str, record: type):
     """A stored sweep's analysis file as its typed record (``moelab.codec``)."""
     return from_json(record, load(f"sweeps/{sweep}/{name}"))
-
-
-def isoflop_optima(sweep: str) -> SparsityOptima:
-    optima = sweep_file(sweep, "isoflop.json", IsoflopRecord).sparsity_optima
-    assert optima is not None, f"{sweep}'s isoflop.json has no sparsity optima"
-    return optima
 
 
 def pooled(arm: str, *studies: str) -> dict[int, float]:
@@ -492,27 +484,6 @@ def fitted(name: str, digits: int) -> str:
     return f"{name} {fit.params[name]:.{digits}f} [{low:.{digits}f}, {high:.{digits}f}]"
 
 
-def isoflop_s_star() -> str:
-    """'The interpolated S* is 0.820 [0.750, 0.875], ...' from cpu-isoflop's isoflop.json."""
-    rows = isoflop_optima("cpu-isoflop").optimal_sparsity
-    shown = [f"{r.sparsity:.3f} [{r.ci[0]:.3f}, {r.ci[1]:.3f}]" for r in rows]
-    return f"The interpolated S* is {', '.join(shown[:-1])} and {shown[-1]}"
-
-
-def isoflop_slope() -> str:
-    trend = isoflop_optima("cpu-isoflop").trend
-    low, high = trend.ci
-    return (f"The slope of S*(C) is {trend.slope_per_decade:+.3f} [{low:+.3f}, {high:+.3f}] "
-            f"per decade of C over the {trend.n_budgets} budgets")
-
-
-def isoflop_minima(flops: float) -> str:
-    """'3.4569 (dense), 3.4160, 3.3996 and 3.3981' at one budget."""
-    cells = [c for c in isoflop_optima("cpu-isoflop").cells if c.flops == flops]
-    losses = [f"{c.loss:.4f}" for c in cells]
-    return f"{losses[0]} (dense), {', '.join(losses[1:-1])} and {losses[-1]}"
-
-
 def effective_size_exponent() -> str:
     params = sweep_file("cpu", "fit.json", SweepFit).params
     return f"N (1 - S)^{params['delta'] / params['gamma']:.3f}"
@@ -570,47 +541,6 @@ def sweep_rows(sweep: str) -> tuple[ResultRow, ...]:
     table = read_results(RESULTS / "sweeps" / sweep)
     assert table is not None, f"{sweep} has no results.csv"
     return tuple(table.rows)
-
-
-def fixed_n_argmins() -> dict:
-    """{(budget, size): {draw: argmin S}} over cpu-isoflop's 3 draws of its 2 seeds (seed 0
-    alone, seed 1 alone, both), and the grid's sparsities; the final val loss's mean."""
-    table: dict = {}
-    for row in sweep_rows("cpu-isoflop"):
-        cell = table.setdefault((row.budget, row.size), {})
-        cell.setdefault(row.S, {})[row.seed] = row.final_val_loss
-    draws = {"0": ("0",), "1": ("1",), "both": ("0", "1")}
-    return {key: {name: min(sorted(by_s), key=lambda s: np.mean([by_s[s][x] for x in seeds]))
-                  for name, seeds in draws.items()} for key, by_s in table.items()}
-
-
-def fixed_n_trend(axis: str) -> tuple[dict, int, int]:
-    """Per draw, the sum of sign(S* later - S* earlier) over pairs of cells along ``axis``
-    (sizes by N at each budget, or budgets by C at each size), 0 when both are at the top."""
-    argmins = fixed_n_argmins()
-    sizes, budgets = ("sA", "s0", "s1", "s2", "s3"), ("C3.6e+11", "C1.08e+12", "C3.24e+12")
-    lines = ([[(b, s) for s in sizes] for b in budgets] if axis == "size"
-             else [[(b, s) for b in budgets] for s in sizes])
-    sums, pairs, tied_at_top = {}, 0, 0
-    for draw in ("0", "1", "both"):
-        total = 0
-        for line in lines:
-            for i in range(len(line)):
-                for j in range(i + 1, len(line)):
-                    a, b = argmins[line[i]][draw], argmins[line[j]][draw]
-                    if draw == "both":
-                        pairs += 1
-                        tied_at_top += a == b == 0.875
-                    total += 0 if a == b == 0.875 else int(np.sign(b - a))
-        sums[draw] = total
-    return sums, pairs, tied_at_top
-
-
-def fixed_n_trend_text(axis: str) -> str:
-    """'+13 [+7, +13] over 30 pairs (9 ...': the pooled sum; the interval of 3 draws spans them."""
-    sums, pairs, tied = fixed_n_trend(axis)
-    low, high = min(sums.values()), max(sums.values())
-    return f"{sums['both']:+d} [{low:+d}, {high:+d}] over {pairs} pairs ({tied} with both"
 
 
 def finetune_pairs() -> list[tuple]:
@@ -871,11 +801,6 @@ CLAIMS = [
     Claim(SWEEPS_BY_HAND, "gamma 0.62 [0.43, 0.79], beta 0.80 [0.55, 1.16], e 2.18 [1.95, 2.34]",
           lambda: ", ".join(fitted(name, 2) for name in ("gamma", "beta", "e"))),
     Claim(SWEEPS_BY_HAND, "N (1 - S)^0.047", effective_size_exponent),
-    Claim(ISOFLOP_BY_HAND, "The interpolated S* is 0.820 [0.750, 0.875], 0.853 [0.790, 0.875] and "
-          "0.797 [0.761, 0.869]", isoflop_s_star),
-    Claim(ISOFLOP_BY_HAND, "The slope of S*(C) is -0.024 [-0.103, +0.062] per decade of C over the 3 "
-          "budgets", isoflop_slope),
-    Claim(ISOFLOP_BY_HAND, "3.4569 (dense), 3.4160, 3.3996 and 3.3981", lambda: isoflop_minima(3.6e11)),
     # The recipe (docs/recipe.md).
     Claim(RECIPE, "| untied_warmup0.5_b8 | 0-2 | 409,600 | 3.3581 ± 0.0118 | 3.3762 ± 0.0066 | "
           "3.3759 ± 0.0093 | +0.0181 ± 0.0122 (MDE 0.040) | +0.0178 ± 0.0031 (MDE 0.010) |",
@@ -930,9 +855,6 @@ CLAIMS = [
     Claim(STUDY_HAND, "0.45 / 0.48 / 0.48 / 0.48 |", lambda: ladder_trace_columns("demo", "top2_lb").split(" | ... | ")[1] + " |"),
     Claim(STUDY_HAND, "one expert takes 0.995-0.999 of the worst layer's slots", ladder_peaks),
     # The readings not yet generated (docs/findings/not-yet-generated.md).
-    # S* at fixed total parameters (cpu-isoflop): argmins over the 3 draws of 2 seeds.
-    Claim(ISOFLOP_BY_HAND, "+13 [+7, +13] over 30 pairs (9 with both", lambda: fixed_n_trend_text("size")),
-    Claim(ISOFLOP_BY_HAND, "-2 [-2, +2] over 15 pairs (7 with both", lambda: fixed_n_trend_text("budget")),
     # Fine-tuning against S (cpu-finetune): within cells, paired, clustered, Holm over 26.
     Claim(SWEEPS_BY_HAND, "(within cells b is 0.65, pooled 0.87)", finetune_b_within_and_pooled),
     # Fair comparisons (docs/findings/study-by-hand.md, docs/scaling.md).

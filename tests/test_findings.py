@@ -570,3 +570,32 @@ def test_extension_means_recomputed_from_results_csv():
             source = "cpu-expertn" if S == 0 else sweep
             expected = means.get((source, size, S))
             assert value == ("–" if expected is None else f"{np.mean(expected):.3f}")
+
+
+def test_isoflop_minima_and_fixed_n_trend_along_c_recomputed():
+    """The IsoFLOP minima as the sweep stored them (raw JSON), and the sign sum of S* along C at
+    fixed N from cpu-isoflop's final losses (pairs with both S* at the grid's top count 0)."""
+    optima = json.loads((RESULTS / "sweeps/cpu-isoflop/isoflop.json").read_text())["sparsity_optima"]
+    page = render_pages(RESULTS)["compute-optimal-sparsity.md"]
+    for flops in optima["budgets"]:
+        cells = sorted((c for c in optima["cells"] if c["flops"] == flops),
+                       key=lambda c: c["sparsity"])
+        assert f"| {flops:.3g} | " + " / ".join(f"{c['loss']:.4f}" for c in cells) + " |" in page
+    cells = {}
+    for row in _csv_rows("cpu-isoflop"):
+        cells.setdefault((row["budget"], row["size"]), {}).setdefault(float(row["S"]), {})[
+            row["seed"]] = float(row["final_val_loss"])
+    draws = {"0": ("0",), "1": ("1",), "both": ("0", "1")}
+    argmin = {key: {d: min(by_s, key=lambda s: np.mean([by_s[s][x] for x in seeds]))
+                    for d, seeds in draws.items()} for key, by_s in cells.items()}
+    budgets = ("C3.6e+11", "C1.08e+12", "C3.24e+12")
+    sums = {d: sum(0 if argmin[b1, s][d] == argmin[b2, s][d] == 0.875
+                   else int(np.sign(argmin[b2, s][d] - argmin[b1, s][d]))
+                   for s in ("sA", "s0", "s1", "s2", "s3")
+                   for i, b1 in enumerate(budgets) for b2 in budgets[i + 1:]) for d in draws}
+    tied = sum(argmin[b1, s]["both"] == argmin[b2, s]["both"] == 0.875
+               for s in ("sA", "s0", "s1", "s2", "s3")
+               for i, b1 in enumerate(budgets) for b2 in budgets[i + 1:])
+    fixed = render_pages(RESULTS)["sparsity-at-fixed-size.md"]
+    assert (f"{sums['both']:+d} [{min(sums.values()):+d}, {max(sums.values()):+d}] over 15 pairs "
+            f"of cells along C ({tied} with both") in fixed
