@@ -586,7 +586,6 @@ def finetune_b_within_and_pooled() -> str:
 
 
 STUDY_HAND, SCALING, RECIPE = "docs/findings/study-by-hand.md", "docs/scaling.md", "docs/recipe.md"
-ISOFLOP_BY_HAND = "docs/findings/isoflop-sweep-hand-read.md"
 SWEEPS_BY_HAND = "docs/findings/sweeps-hand-read.md"
 """docs/scaling.md's measured sections that are not generated, moved verbatim (README.md
 quotes none of these numbers: its findings are generated)."""
