@@ -36,11 +36,9 @@ RESULTS = ROOT / "experiments" / "results"
 if str(ROOT / "src") not in sys.path:  # run as a script from a checkout
     sys.path.insert(0, str(ROOT / "src"))
 
-from moelab.codec import from_json  # noqa: E402
 from moelab.stats.multiple import holm  # noqa: E402
 from moelab.stats.power import min_detectable_gap  # noqa: E402
 from moelab.study.results import read_results_json  # noqa: E402
-from moelab.sweep.analyses.law_fit import SweepFit  # noqa: E402
 from moelab.sweep.folder import read_results  # noqa: E402
 from moelab.sweep.results_csv import ResultRow  # noqa: E402
 
@@ -73,11 +71,6 @@ def losses(study: str, arm: str, tokens: Optional[int] = None) -> dict[int, floa
     arms = results.arms if tokens is None else next(
         group.arms for group in results.budgets if group.tokens == tokens)
     return {run.seed: run.best_val_loss for run in arms[arm].runs}
-
-
-def sweep_file(sweep: str, name: str, record: type):
-    """A stored sweep's analysis file as its typed record (``moelab.codec``)."""
-    return from_json(record, load(f"sweeps/{sweep}/{name}"))
 
 
 def pooled(arm: str, *studies: str) -> dict[int, float]:
@@ -433,15 +426,6 @@ def fair_lr_gap(criterion: str) -> str:
             f"Holm {adjusted[criterion]:.2g})")
 
 
-# --------------------------------------------------------------------------------------------
-# The sweep
-# --------------------------------------------------------------------------------------------
-
-
-def sweep_points(folder: str) -> list[ResultRow]:
-    """A stored sweep's results.csv as moelab reads it once: typed rows (``ResultRow``)."""
-    return list(sweep_rows(folder))
-
 
 def fair_wsd_gap(schedule: str, steps: int) -> str:
     """cosine - wsd at each schedule's own lr on the reporting seeds, Holm over the 4 tests."""
@@ -455,38 +439,6 @@ def fair_wsd_gap(schedule: str, steps: int) -> str:
     show = partial(signed, digits=4, minus="\u2212")
     return (f"{show(t.gap)} [{show(t.low)}, {show(t.high)}], Holm p "
             f"{p_text(adjusted[(schedule, steps)])}")
-
-
-def wsd_minus_cosine(tokens: int) -> Paired:
-    """wsd − cosine best val loss, paired on the points both grids have at seed 0."""
-    def point(row):
-        return row.size, row.S, row.E, row.k
-    cosine = {point(r): r.best_val_loss for r in sweep_points("cpu-cosine")
-              if r.budget == f"D{tokens}"}
-    wsd = {point(r): r.best_val_loss for r in sweep_points("cpu")
-           if r.budget == f"D{tokens}" and r.seed == "0"}
-    keys = sorted(cosine.keys() & wsd.keys())
-    return paired(dict(enumerate(wsd[k] for k in keys)), dict(enumerate(cosine[k] for k in keys)))
-
-
-def wsd_lean() -> str:
-    small, large = wsd_minus_cosine(1_228_800), wsd_minus_cosine(3_686_400)
-    return (f"Paired on the {small.n} points of seed 0 (the cosine grid's only seed), the wsd "
-            f"points end above cosine's by {signed(small.gap, 3)} {interval(small, 3)} nats at "
-            f"1.2M tokens and {signed(large.gap, 3)} {interval(large, 3)} at 3.7M (wsd − cosine, "
-            f"t intervals; p {p_exp(small.p)} and {p_exp(large.p)})")
-
-
-def fitted(name: str, digits: int) -> str:
-    """'delta 0.029 [0.004, 0.039]' from the sweep's fit.json."""
-    fit = sweep_file("cpu", "fit.json", SweepFit)
-    low, high = fit.ci[name]
-    return f"{name} {fit.params[name]:.{digits}f} [{low:.{digits}f}, {high:.{digits}f}]"
-
-
-def effective_size_exponent() -> str:
-    params = sweep_file("cpu", "fit.json", SweepFit).params
-    return f"N (1 - S)^{params['delta'] / params['gamma']:.3f}"
 
 
 # --------------------------------------------------------------------------------------------
@@ -793,13 +745,6 @@ CLAIMS = [
     Claim(RECIPE, "+0.0176 [+0.0078, +0.0275]** (p 0.0039, Holm 0.0078)",
           partial(fair_lr_gap, "total")),
     # The sweeps, read by hand (docs/findings/*-hand-read.md, moved from docs/scaling.md).
-    Claim(SWEEPS_BY_HAND, "Paired on the 16 points of seed 0 (the cosine grid's only seed), the wsd "
-          "points end above cosine's by +0.013 [0.009, 0.017] nats at 1.2M tokens and +0.018 "
-          "[0.009, 0.026] at 3.7M (wsd − cosine, t intervals; p 6e-6 and 4e-4)", wsd_lean),
-    Claim(SWEEPS_BY_HAND, "delta 0.029 [0.004, 0.039]", lambda: fitted("delta", 3)),
-    Claim(SWEEPS_BY_HAND, "gamma 0.62 [0.43, 0.79], beta 0.80 [0.55, 1.16], e 2.18 [1.95, 2.34]",
-          lambda: ", ".join(fitted(name, 2) for name in ("gamma", "beta", "e"))),
-    Claim(SWEEPS_BY_HAND, "N (1 - S)^0.047", effective_size_exponent),
     # The recipe (docs/recipe.md).
     Claim(RECIPE, "| untied_warmup0.5_b8 | 0-2 | 409,600 | 3.3581 ± 0.0118 | 3.3762 ± 0.0066 | "
           "3.3759 ± 0.0093 | +0.0181 ± 0.0122 (MDE 0.040) | +0.0178 ± 0.0031 (MDE 0.010) |",

@@ -599,3 +599,33 @@ def test_isoflop_minima_and_fixed_n_trend_along_c_recomputed():
     fixed = render_pages(RESULTS)["sparsity-at-fixed-size.md"]
     assert (f"{sums['both']:+d} [{min(sums.values()):+d}, {max(sums.values()):+d}] over 15 pairs "
             f"of cells along C ({tied} with both") in fixed
+
+
+def test_law_sweep_page_recomputed_with_scipy():
+    """The cpu sweep's effective-size exponent from fit.json's raw numbers, and wsd - cosine
+    paired by point on seed 0 with scipy's t, Holm over the 2 budgets by hand."""
+    fit = json.loads((RESULTS / "sweeps/cpu/fit.json").read_text())
+    page = render_pages(RESULTS)["law-on-the-cpu-sweep.md"]
+    exponent = fit["params"]["delta"] / fit["params"]["gamma"]
+    assert f"N (1 - S)^{exponent:.3f}: {0.125 ** exponent:.2f} N at S = 0.875" in page
+    for name in ("e", "beta", "gamma"):
+        low, high = fit["ci"][name]
+        assert f"| {name} | {fit['params'][name]:.3g} | [{low:.3g}, {high:.3g}] |" in page
+
+    def points(sweep, budget, seed=None):
+        return {(r["size"], r["S"], r["E"], r["k"]): float(r["best_val_loss"])
+                for r in _csv_rows(sweep) if r["budget"] == budget
+                and (seed is None or r["seed"] == seed)}
+    diffs = []
+    for budget in ("D1228800", "D3686400"):
+        wsd, cosine = points("cpu", budget, "0"), points("cpu-cosine", budget)
+        diffs.append(np.array([wsd[k] - cosine[k] for k in sorted(wsd.keys() & cosine.keys())]))
+    raw = [stats.ttest_1samp(d, 0.0).pvalue for d in diffs]
+    for d, p, p_holm, label in zip(diffs, raw, _holm_by_hand(raw), ("1.23M", "3.69M")):
+        low, high = _t_interval(d)
+        row = _row(page, label)
+        assert row[1] == str(len(d)) == "16"
+        assert row[2] == f"{d.mean():+.3f} [{low:+.3f}, {high:+.3f}]"
+        assert row[3] == f"{p:.1e}" and row[4] == f"{p_holm:.1e}"
+        assert row[5] == ("**wsd higher**" if p_holm < 0.05 and low > 0 else
+                          "**wsd lower**" if p_holm < 0.05 and high < 0 else "**not separated**")

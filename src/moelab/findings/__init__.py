@@ -17,7 +17,7 @@ from typing import Any
 from moelab.errors import MoelabError
 from moelab.findings import (
     budgets, extension, finetune, fixed_n_isoflop, fixed_size, granularity, isoflop, isoflop_lr,
-    ladder, ladder_loss, paper_a, preregistered, published_law, recipe, rollout, topk,
+    ladder, ladder_loss, law_sweep, paper_a, preregistered, published_law, recipe, rollout, topk,
     wall_clock, zero_shot, zero_shot_sparsity,
 )
 from moelab.findings.source import ResultsRoot
@@ -114,6 +114,14 @@ PAGES = (
          "1-3, and fine-tunes every run on the adaptation set (docs/data.md) by one recipe "
          "chosen on seed 0.",
          (finetune.ANALYSIS,), (finetune.summary,)),
+    Page("law-on-the-cpu-sweep", "The sparsity law on the cpu sweep",
+         "The `cpu` preset trains 4 sizes (98K-640K total parameters) x S in {0, 0.5, 0.75, "
+         "0.875} (top-1) x 3 token budgets (1.23M, 2.46M, 3.69M) x seeds 0-1, each size, "
+         "sparsity and seed one wsd budget family, and fits every law form to its 96 runs; "
+         "moelab's form checks (held-out error at the largest S, every term and exponent "
+         "measurable) choose the form. It replaced a cosine grid of one run per point "
+         "(cpu-cosine, seed 0, budgets 0.41M, 1.23M and 3.69M).",
+         (law_sweep.ANALYSIS,)),  # no README line: it has no room
     Page("published-law", "Paper B's published law, read by moelab optimal",
          "Paper B fits eq. 6, L = a/N^α + b/D^β + c/(1−S)^λ + d/((1−S)^δ N^γ) + e, and publishes "
          "its coefficients in Table 3. moelab holds them as third parties transcribed them (two "
