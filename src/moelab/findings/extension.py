@@ -49,6 +49,8 @@ def _means(results: ResultsRoot, sweep: str) -> tuple[dict[str, dict[float, floa
     losses: dict[str, dict[float, list[float]]] = defaultdict(lambda: defaultdict(list))
     params: dict[str, float] = {}
     for row in sorted(table.rows, key=lambda r: r.S):
+        if row.final_val_loss is None:
+            raise ValueError(f"{sweep}/results.csv: {row.run} has no final_val_loss")
         losses[row.size][row.S].append(row.final_val_loss)
         params.setdefault(row.size, row.N_total)
     means = {size: {s: float(np.mean(v)) for s, v in by_s.items()} for size, by_s in losses.items()}
