@@ -1,5 +1,6 @@
 """Do per-cell learning rates move the cpu-isoflop answers?
-(docs/findings/isoflop-sweep-hand-read.md, "Per-cell learning rates on the IsoFLOP sweep")
+(setup: docs/findings/isoflop-sweep-hand-read.md, "Per-cell learning rates on the IsoFLOP
+sweep"; the readings of isoflop_lr.json: docs/findings/compute-optimal-sparsity.md)
 
 Compares two sweep folders of the same grid and seeds: one trained at the preset's
 shared lr, one with ``--lr-grid`` (each size x sparsity x budget family at its own lr, chosen on a

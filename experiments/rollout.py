@@ -1,5 +1,5 @@
-"""How well do moelab's forms predict a budget they have not seen? (docs/findings/sweeps-hand-read.md,
-"Calibration by rollout")
+"""How well do moelab's forms predict a budget they have not seen? (the generated
+docs/findings/prediction-calibration.md reads rollout.json)
 
 For every stored sweep with >= 3 budgets (experiments/results/sweeps/*/results.csv) and every
 form (the five laws and the IsoFLOP parabolas), leave out the largest budget, predict its cells
@@ -82,7 +82,7 @@ def pooled(rows: list[dict]) -> dict[str, dict]:
 
 
 def markdown(payload: dict) -> str:
-    """docs/findings/sweeps-hand-read.md's rollout tables, from rollout.json."""
+    """The rollout tables, from rollout.json (the findings page renders its own)."""
     lines = ["| form | sweeps | cells | inside 90 % interval | mean error | mean abs error | rms z |",
              "|---|---:|---:|---:|---:|---:|---:|"]
     for form, row in payload["by_form"].items():

@@ -36,13 +36,9 @@ RESULTS = ROOT / "experiments" / "results"
 if str(ROOT / "src") not in sys.path:  # run as a script from a checkout
     sys.path.insert(0, str(ROOT / "src"))
 
-from moelab.codec import from_json  # noqa: E402
-from moelab.scaling.isoflop_sparsity import SparsityOptima  # noqa: E402
 from moelab.stats.multiple import holm  # noqa: E402
 from moelab.stats.power import min_detectable_gap  # noqa: E402
 from moelab.study.results import read_results_json  # noqa: E402
-from moelab.sweep.analyses.isoflop import IsoflopRecord  # noqa: E402
-from moelab.sweep.analyses.law_fit import SweepFit  # noqa: E402
 from moelab.sweep.folder import read_results  # noqa: E402
 from moelab.sweep.results_csv import ResultRow  # noqa: E402
 
@@ -75,17 +71,6 @@ def losses(study: str, arm: str, tokens: Optional[int] = None) -> dict[int, floa
     arms = results.arms if tokens is None else next(
         group.arms for group in results.budgets if group.tokens == tokens)
     return {run.seed: run.best_val_loss for run in arms[arm].runs}
-
-
-def sweep_file(sweep: str, name: str, record: type):
-    """A stored sweep's analysis file as its typed record (``moelab.codec``)."""
-    return from_json(record, load(f"sweeps/{sweep}/{name}"))
-
-
-def isoflop_optima(sweep: str) -> SparsityOptima:
-    optima = sweep_file(sweep, "isoflop.json", IsoflopRecord).sparsity_optima
-    assert optima is not None, f"{sweep}'s isoflop.json has no sparsity optima"
-    return optima
 
 
 def pooled(arm: str, *studies: str) -> dict[int, float]:
@@ -303,23 +288,6 @@ def ladder_peaks() -> str:
     return f"one expert takes {min(peaks):.3f}-{max(peaks):.3f} of the worst layer's slots"
 
 
-def extension_means(family: str, size: str) -> str:
-    """'| 3.180 | 3.163 | ...': mean final val loss over seeds 2-4 at dense, S = 0.5, 0.75, 0.875,
-    0.9375 (dense from cpu-expertn, '–' where the family has no such point)."""
-    def means(sweep: str) -> dict[float, float]:
-        by_s: dict[float, list[float]] = {}
-        for row in sweep_rows(sweep):
-            if row.size == size:
-                by_s.setdefault(row.S, []).append(row.final_val_loss)
-        return {sparsity: float(np.mean(v)) for sparsity, v in by_s.items()}
-    own, dense = means(family), means("cpu-expertn")[0.0]
-    cells = [f"{dense:.3f}"] + [f"{own[x]:.3f}" if x in own else "–"
-                                for x in (0.5, 0.75, 0.875, 0.9375)]
-    return "| " + " | ".join(cells) + " |"
-
-
-
-
 DEMO_SETS = {"first": ("demo-seeds0-5", "demo-seeds617-622"),
              "second": ("demo-seeds0-5-cpu2", "demo-seeds617-622-cpu2"),
              "third": ("demo-seeds0-5-cpu3", "demo-seeds617-622-cpu3")}
@@ -458,48 +426,6 @@ def fair_lr_gap(criterion: str) -> str:
             f"Holm {adjusted[criterion]:.2g})")
 
 
-# --------------------------------------------------------------------------------------------
-# The sweep
-# --------------------------------------------------------------------------------------------
-
-
-def sweep_points(folder: str) -> list[ResultRow]:
-    """A stored sweep's results.csv as moelab reads it once: typed rows (``ResultRow``)."""
-    return list(sweep_rows(folder))
-
-
-GRANULARITY_CELLS = {"G = 1": (1.0, 0), "G = 2": (2.0, 0), "G = 2 + 1 shared": (2.0, 1)}
-GRANULARITY_PAIRS = [("G = 2", "G = 1"), ("G = 2 + 1 shared", "G = 1"),
-                     ("G = 2 + 1 shared", "G = 2")]
-
-
-def granularity_loss(cell: str) -> dict[int, float]:
-    """{seed: best val loss} of one cell of the cpu-granularity sweep (by its G and shared
-    experts columns)."""
-    granularity, shared = GRANULARITY_CELLS[cell]
-    return {int(row.seed): row.best_val_loss for row in sweep_points("cpu-granularity")
-            if row.G == granularity and (row.shared_experts or 0) == shared}
-
-
-def granularity_cell_row(cell: str) -> str:
-    """A row of the cell table: the mean best val loss of the 3 seeds."""
-    losses = granularity_loss(cell)
-    return f"| {cell} | {len(losses)} | {np.mean(list(losses.values())):.4f} |"
-
-
-def granularity_pair_row(cell: str, reference: str) -> str:
-    """A row of the pair table: cell minus reference paired by seed, Holm over the 3 pairs,
-    and the verdict the rule gives (lower / higher only at Holm p < 0.05)."""
-    tests = {pair: paired(granularity_loss(pair[0]), granularity_loss(pair[1]))
-             for pair in GRANULARITY_PAIRS}
-    adjusted = dict(zip(tests, holm([t.p for t in tests.values()])))
-    t, p_holm = tests[(cell, reference)], adjusted[(cell, reference)]
-    # docs/verdicts.md: a direction only at Holm p < 0.05
-    verdict = ("lower" if t.gap < 0 else "higher") if p_holm < 0.05 else "not separated"
-    show = partial(signed, digits=4, minus="−")
-    return (f"| {cell} minus {reference} | {show(t.gap)} [{show(t.low)}, {show(t.high)}] | "
-            f"{p_text(t.p)} | {p_text(p_holm)} | {verdict} |")
-
 
 def fair_wsd_gap(schedule: str, steps: int) -> str:
     """cosine - wsd at each schedule's own lr on the reporting seeds, Holm over the 4 tests."""
@@ -513,59 +439,6 @@ def fair_wsd_gap(schedule: str, steps: int) -> str:
     show = partial(signed, digits=4, minus="\u2212")
     return (f"{show(t.gap)} [{show(t.low)}, {show(t.high)}], Holm p "
             f"{p_text(adjusted[(schedule, steps)])}")
-
-
-def wsd_minus_cosine(tokens: int) -> Paired:
-    """wsd − cosine best val loss, paired on the points both grids have at seed 0."""
-    def point(row):
-        return row.size, row.S, row.E, row.k
-    cosine = {point(r): r.best_val_loss for r in sweep_points("cpu-cosine")
-              if r.budget == f"D{tokens}"}
-    wsd = {point(r): r.best_val_loss for r in sweep_points("cpu")
-           if r.budget == f"D{tokens}" and r.seed == "0"}
-    keys = sorted(cosine.keys() & wsd.keys())
-    return paired(dict(enumerate(wsd[k] for k in keys)), dict(enumerate(cosine[k] for k in keys)))
-
-
-def wsd_lean() -> str:
-    small, large = wsd_minus_cosine(1_228_800), wsd_minus_cosine(3_686_400)
-    return (f"Paired on the {small.n} points of seed 0 (the cosine grid's only seed), the wsd "
-            f"points end above cosine's by {signed(small.gap, 3)} {interval(small, 3)} nats at "
-            f"1.2M tokens and {signed(large.gap, 3)} {interval(large, 3)} at 3.7M (wsd − cosine, "
-            f"t intervals; p {p_exp(small.p)} and {p_exp(large.p)})")
-
-
-def fitted(name: str, digits: int) -> str:
-    """'delta 0.029 [0.004, 0.039]' from the sweep's fit.json."""
-    fit = sweep_file("cpu", "fit.json", SweepFit)
-    low, high = fit.ci[name]
-    return f"{name} {fit.params[name]:.{digits}f} [{low:.{digits}f}, {high:.{digits}f}]"
-
-
-def isoflop_s_star() -> str:
-    """'The interpolated S* is 0.820 [0.750, 0.875], ...' from cpu-isoflop's isoflop.json."""
-    rows = isoflop_optima("cpu-isoflop").optimal_sparsity
-    shown = [f"{r.sparsity:.3f} [{r.ci[0]:.3f}, {r.ci[1]:.3f}]" for r in rows]
-    return f"The interpolated S* is {', '.join(shown[:-1])} and {shown[-1]}"
-
-
-def isoflop_slope() -> str:
-    trend = isoflop_optima("cpu-isoflop").trend
-    low, high = trend.ci
-    return (f"The slope of S*(C) is {trend.slope_per_decade:+.3f} [{low:+.3f}, {high:+.3f}] "
-            f"per decade of C over the {trend.n_budgets} budgets")
-
-
-def isoflop_minima(flops: float) -> str:
-    """'3.4569 (dense), 3.4160, 3.3996 and 3.3981' at one budget."""
-    cells = [c for c in isoflop_optima("cpu-isoflop").cells if c.flops == flops]
-    losses = [f"{c.loss:.4f}" for c in cells]
-    return f"{losses[0]} (dense), {', '.join(losses[1:-1])} and {losses[-1]}"
-
-
-def effective_size_exponent() -> str:
-    params = sweep_file("cpu", "fit.json", SweepFit).params
-    return f"N (1 - S)^{params['delta'] / params['gamma']:.3f}"
 
 
 # --------------------------------------------------------------------------------------------
@@ -622,47 +495,6 @@ def sweep_rows(sweep: str) -> tuple[ResultRow, ...]:
     return tuple(table.rows)
 
 
-def fixed_n_argmins() -> dict:
-    """{(budget, size): {draw: argmin S}} over cpu-isoflop's 3 draws of its 2 seeds (seed 0
-    alone, seed 1 alone, both), and the grid's sparsities; the final val loss's mean."""
-    table: dict = {}
-    for row in sweep_rows("cpu-isoflop"):
-        cell = table.setdefault((row.budget, row.size), {})
-        cell.setdefault(row.S, {})[row.seed] = row.final_val_loss
-    draws = {"0": ("0",), "1": ("1",), "both": ("0", "1")}
-    return {key: {name: min(sorted(by_s), key=lambda s: np.mean([by_s[s][x] for x in seeds]))
-                  for name, seeds in draws.items()} for key, by_s in table.items()}
-
-
-def fixed_n_trend(axis: str) -> tuple[dict, int, int]:
-    """Per draw, the sum of sign(S* later - S* earlier) over pairs of cells along ``axis``
-    (sizes by N at each budget, or budgets by C at each size), 0 when both are at the top."""
-    argmins = fixed_n_argmins()
-    sizes, budgets = ("sA", "s0", "s1", "s2", "s3"), ("C3.6e+11", "C1.08e+12", "C3.24e+12")
-    lines = ([[(b, s) for s in sizes] for b in budgets] if axis == "size"
-             else [[(b, s) for b in budgets] for s in sizes])
-    sums, pairs, tied_at_top = {}, 0, 0
-    for draw in ("0", "1", "both"):
-        total = 0
-        for line in lines:
-            for i in range(len(line)):
-                for j in range(i + 1, len(line)):
-                    a, b = argmins[line[i]][draw], argmins[line[j]][draw]
-                    if draw == "both":
-                        pairs += 1
-                        tied_at_top += a == b == 0.875
-                    total += 0 if a == b == 0.875 else int(np.sign(b - a))
-        sums[draw] = total
-    return sums, pairs, tied_at_top
-
-
-def fixed_n_trend_text(axis: str) -> str:
-    """'+13 [+7, +13] over 30 pairs (9 ...': the pooled sum; the interval of 3 draws spans them."""
-    sums, pairs, tied = fixed_n_trend(axis)
-    low, high = min(sums.values()), max(sums.values())
-    return f"{sums['both']:+d} [{low:+d}, {high:+d}] over {pairs} pairs ({tied} with both"
-
-
 def finetune_pairs() -> list[tuple]:
     """(size, budget, S, seed, dL, d fine-tuned loss, d gain): each sparse run of cpu-finetune
     minus its (size, budget) cell's dense run of the same seed."""
@@ -706,7 +538,6 @@ def finetune_b_within_and_pooled() -> str:
 
 
 STUDY_HAND, SCALING, RECIPE = "docs/findings/study-by-hand.md", "docs/scaling.md", "docs/recipe.md"
-ISOFLOP_BY_HAND = "docs/findings/isoflop-sweep-hand-read.md"
 SWEEPS_BY_HAND = "docs/findings/sweeps-hand-read.md"
 """docs/scaling.md's measured sections that are not generated, moved verbatim (README.md
 quotes none of these numbers: its findings are generated)."""
@@ -756,73 +587,6 @@ def tuned_demo_gaps() -> str:
     adjusted = holm_by_hand([p for _, p in gaps])
     return (f"{gaps[0][0]} matched on active parameters (p {gaps[0][1]:.1g}, Holm over the two "
             f"{adjusted[0]:.2g}), and {gaps[1][0]} on total (p {gaps[1][1]:.1g}: not significant)")
-
-
-def isoflop_lr() -> dict:
-    return load("isoflop_lr.json")
-
-
-def isoflop_lr_families() -> str:
-    lrs = isoflop_lr()["lrs"]
-    lowered = {cell.split("/", 1)[1] for cell, lr in lrs.items() if lr == 0.005}
-    families = {cell.split("/", 1)[1] for cell in lrs}
-    return f"{len(lowered)} of the {len(families)} families chose 0.005"
-
-
-def isoflop_lr_margins() -> str:
-    """How many families' choice was decided by less than 0.017 nats (best against runner-up)."""
-    selection = isoflop_lr()["selection"]
-    margins = [np.diff(sorted(by_lr.values()))[0] for by_lr in selection.values()]
-    return f"{sum(m < 0.017 for m in margins)} of the {len(margins)} choices were decided by less than 0.017"
-
-
-def isoflop_lr_changes() -> str:
-    record = isoflop_lr()
-    lrs, change = record["lrs"], record["loss_change"]["per_run"]
-    moved = {run: d for run, d in change.items() if lrs[run.rsplit("/", 1)[0]] != 0.01}
-    s3 = np.array([d for run, d in moved.items() if run.split("/")[1] == "s3"])
-    assert (s3 < 0).all()
-    return (f"all {len(s3)} runs of s3 improve, by {-s3.max():.2f} to {-s3.min():.2f} nats (mean "
-            f"{s3.mean():.2f})")
-
-
-def isoflop_lr_other_sizes() -> str:
-    """The changed runs outside s3, and the t interval over their families' mean changes."""
-    record = isoflop_lr()
-    lrs, change = record["lrs"], record["loss_change"]["per_run"]
-    families: dict[str, list[float]] = {}
-    for run, d in change.items():
-        cell = run.rsplit("/", 1)[0]
-        if lrs[cell] != 0.01 and cell.split("/")[1] != "s3":
-            families.setdefault(cell.split("/", 1)[1], []).append(d)
-    runs = np.concatenate([np.array(v) for v in families.values()])
-    means = np.array([np.mean(v) for v in families.values()])
-    low, high = stats.t.interval(0.95, len(means) - 1, means.mean(), stats.sem(means))
-    return (f"The other {len(runs)} changed runs move by {runs.mean():+.3f} on average (range "
-            f"{runs.min():.3f} to {runs.max():+.3f}). Over their {len(means)} families the mean "
-            f"change is {means.mean():+.3f} [{low:+.3f}, {high:+.3f}]")
-
-
-def isoflop_lr_minimum_row(flops: float) -> str:
-    record = isoflop_lr()["isoflop_minima"]
-    cells = []
-    for shared, tuned in zip(record["shared"], record["tuned"]):
-        if shared["flops"] != flops:
-            continue
-        def text(m):
-            return f"{m['loss']:.4f} [{m['loss_ci'][0]:.4f}, {m['loss_ci'][1]:.4f}]"
-        cells.append(text(shared) + (", same" if text(shared) == text(tuned) else f" / {text(tuned)}"))
-    return f"| {flops:.3g} | " + " | ".join(cells) + " |"
-
-
-def isoflop_lr_sign_sums() -> str:
-    fixed = isoflop_lr()["fixed_size"]
-    def text(trend):
-        low, high = trend["interval"]
-        return f"{trend['statistic']:+d} [{low:+.0f}, {high:+.0f}]"
-    return (f"{text(fixed['shared']['rises_with_size'])} to {text(fixed['tuned']['rises_with_size'])} "
-            f"over {fixed['tuned']['rises_with_size']['pairs']} pairs")
-
 
 
 def until_resolved_row(first_seed: int) -> str:
@@ -885,23 +649,8 @@ def mde_growth() -> str:
             f"{100 * (exact_over_shortcut(5) - 1):.1f} % at 5 df")
 
 # --------------------------------------------------------------------------------------------
-# Predictions: the rollout (docs/findings/sweeps-hand-read.md) and the pre-registered test (docs/scaling.md)
+# Predictions: the pre-registered test (docs/scaling.md)
 # --------------------------------------------------------------------------------------------
-
-def rollout_row(form: str) -> str:
-    """The rollout table's row of one form, recounted from the stored cells: inside where the
-    measured mean lies in the stored interval, errors and z from the measured, predicted and sd."""
-    cells = [c for r in load("rollout.json")["rollouts"] if r["form"] == form and r["score"]
-             for c in r["score"]["cells"] if c["interval"] is not None and c["measured"] is not None]
-    sweeps = {r["sweep"] for r in load("rollout.json")["rollouts"] if r["form"] == form
-              and r["score"] and r["score"]["scored"]}
-    inside = sum(c["interval"][0] <= c["measured"] <= c["interval"][1] for c in cells)
-    errors = np.array([c["measured"] - c["predicted"] for c in cells])
-    z = errors / np.array([c["sd"] for c in cells])
-    return (f"| `{form}` | {len(sweeps)} | {len(cells)} | {inside}/{len(cells)} "
-            f"({inside / len(cells):.0%}) | {errors.mean():+.4f} | {np.abs(errors).mean():.4f} | "
-            f"{np.sqrt(np.mean(z ** 2)):.2f} |")
-
 
 def preregistered_row(form: str) -> str:
     """A row of the pre-registered table, each interval rebuilt from its stored parts with
@@ -996,18 +745,6 @@ CLAIMS = [
     Claim(RECIPE, "+0.0176 [+0.0078, +0.0275]** (p 0.0039, Holm 0.0078)",
           partial(fair_lr_gap, "total")),
     # The sweeps, read by hand (docs/findings/*-hand-read.md, moved from docs/scaling.md).
-    Claim(SWEEPS_BY_HAND, "Paired on the 16 points of seed 0 (the cosine grid's only seed), the wsd "
-          "points end above cosine's by +0.013 [0.009, 0.017] nats at 1.2M tokens and +0.018 "
-          "[0.009, 0.026] at 3.7M (wsd − cosine, t intervals; p 6e-6 and 4e-4)", wsd_lean),
-    Claim(SWEEPS_BY_HAND, "delta 0.029 [0.004, 0.039]", lambda: fitted("delta", 3)),
-    Claim(SWEEPS_BY_HAND, "gamma 0.62 [0.43, 0.79], beta 0.80 [0.55, 1.16], e 2.18 [1.95, 2.34]",
-          lambda: ", ".join(fitted(name, 2) for name in ("gamma", "beta", "e"))),
-    Claim(SWEEPS_BY_HAND, "N (1 - S)^0.047", effective_size_exponent),
-    Claim(ISOFLOP_BY_HAND, "The interpolated S* is 0.820 [0.750, 0.875], 0.853 [0.790, 0.875] and "
-          "0.797 [0.761, 0.869]", isoflop_s_star),
-    Claim(ISOFLOP_BY_HAND, "The slope of S*(C) is -0.024 [-0.103, +0.062] per decade of C over the 3 "
-          "budgets", isoflop_slope),
-    Claim(ISOFLOP_BY_HAND, "3.4569 (dense), 3.4160, 3.3996 and 3.3981", lambda: isoflop_minima(3.6e11)),
     # The recipe (docs/recipe.md).
     Claim(RECIPE, "| untied_warmup0.5_b8 | 0-2 | 409,600 | 3.3581 ± 0.0118 | 3.3762 ± 0.0066 | "
           "3.3759 ± 0.0093 | +0.0181 ± 0.0122 (MDE 0.040) | +0.0178 ± 0.0031 (MDE 0.010) |",
@@ -1033,15 +770,6 @@ CLAIMS = [
                              "`recipe_lr0.01` (the preset before) | 0-2")),
     Claim(RECIPE, "(+0.037, p = 0.016; 0.031 after Holm's adjustment over the study's 2 criteria)",
           lambda: replication_holm("cpu-replication-recipe", "total")),
-    *[Claim(SWEEPS_BY_HAND, quoted, partial(granularity_cell_row, cell)) for cell, quoted in (
-        ("G = 1", "| G = 1 | 3 | 3.4531 |"), ("G = 2", "| G = 2 | 3 | 3.4386 |"),
-        ("G = 2 + 1 shared", "| G = 2 + 1 shared | 3 | 3.4600 |"))],
-    Claim(SWEEPS_BY_HAND, "| G = 2 minus G = 1 | −0.0146 [−0.0427, +0.0135] | 0.16 | 0.35 | "
-          "not separated |", partial(granularity_pair_row, "G = 2", "G = 1")),
-    Claim(SWEEPS_BY_HAND, "| G = 2 + 1 shared minus G = 1 | +0.0069 [−0.0043, +0.0180] | 0.12 | 0.35 | "
-          "not separated |", partial(granularity_pair_row, "G = 2 + 1 shared", "G = 1")),
-    Claim(SWEEPS_BY_HAND, "| G = 2 + 1 shared minus G = 2 | +0.0214 [−0.0167, +0.0596] | 0.14 | 0.35 | "
-          "not separated |", partial(granularity_pair_row, "G = 2 + 1 shared", "G = 2")),
     Claim(STUDY_HAND, "\u22120.0040 [\u22120.0138, +0.0059], Holm p 0.34",
           partial(fair_wsd_gap, "wsd20", 3000)),
     Claim(STUDY_HAND, "+0.0067 [\u22120.0023, +0.0158], Holm p 0.23", partial(fair_wsd_gap, "wsd30", 3000)),
@@ -1070,17 +798,7 @@ CLAIMS = [
     Claim(STUDY_HAND, "0.46 / 0.41 / 0.48 / 0.42", lambda: ladder_trace_columns("demo", "top2_lb").split(" | ... | ")[0]),
     Claim(STUDY_HAND, "0.45 / 0.48 / 0.48 / 0.48 |", lambda: ladder_trace_columns("demo", "top2_lb").split(" | ... | ")[1] + " |"),
     Claim(STUDY_HAND, "one expert takes 0.995-0.999 of the worst layer's slots", ladder_peaks),
-    # The extension past the edge (cpu-fixedn, cpu-expertn), seeds 2-4.
-    Claim(ISOFLOP_BY_HAND, "| 3.180 | 3.163 | 3.137 | 3.123 | 3.140 |", partial(extension_means, "cpu-fixedn", "s0")),
-    Claim(ISOFLOP_BY_HAND, "| 3.179 | 3.111 | 3.075 | 3.079 | 3.078 |", partial(extension_means, "cpu-fixedn", "s1")),
-    Claim(ISOFLOP_BY_HAND, "| 3.358 | 3.220 | 3.155 | 3.129 | 3.111 |", partial(extension_means, "cpu-fixedn", "s2")),
-    Claim(ISOFLOP_BY_HAND, "| 3.180 | – | 3.148 | 3.159 | 3.161 |", partial(extension_means, "cpu-expertn", "s0")),
-    Claim(ISOFLOP_BY_HAND, "| 3.179 | – | 3.155 | 3.170 | 3.177 |", partial(extension_means, "cpu-expertn", "s1")),
-    Claim(ISOFLOP_BY_HAND, "| 3.358 | – | 3.326 | 3.338 | 3.325 |", partial(extension_means, "cpu-expertn", "s2")),
     # The readings not yet generated (docs/findings/not-yet-generated.md).
-    # S* at fixed total parameters (cpu-isoflop): argmins over the 3 draws of 2 seeds.
-    Claim(ISOFLOP_BY_HAND, "+13 [+7, +13] over 30 pairs (9 with both", lambda: fixed_n_trend_text("size")),
-    Claim(ISOFLOP_BY_HAND, "-2 [-2, +2] over 15 pairs (7 with both", lambda: fixed_n_trend_text("budget")),
     # Fine-tuning against S (cpu-finetune): within cells, paired, clustered, Holm over 26.
     Claim(SWEEPS_BY_HAND, "(within cells b is 0.65, pooled 0.87)", finetune_b_within_and_pooled),
     # Fair comparisons (docs/findings/study-by-hand.md, docs/scaling.md).
@@ -1089,18 +807,6 @@ CLAIMS = [
     Claim(STUDY_HAND, "+0.0141 [+0.0058, +0.0223] matched on active parameters (p 0.007, Holm over the "
           "two 0.014), and +0.0150 [-0.0021, +0.0320] on total (p 0.07: not significant)",
           tuned_demo_gaps),
-    Claim(ISOFLOP_BY_HAND, "9 of the 20 families chose 0.005", isoflop_lr_families),
-    Claim(ISOFLOP_BY_HAND, "10 of the 20 choices were decided by less than 0.017", isoflop_lr_margins),
-    Claim(ISOFLOP_BY_HAND, "all 16 runs of s3 improve, by 0.04 to 0.62 nats (mean -0.18)", isoflop_lr_changes),
-    Claim(ISOFLOP_BY_HAND, "The other 20 changed runs move by +0.007 on average (range -0.043 to +0.076). "
-          "Over their 5 families the mean change is +0.007 [-0.018, +0.032]", isoflop_lr_other_sizes),
-    Claim(ISOFLOP_BY_HAND, "| 3.6e+11 | 3.4569 [3.4413, 3.4711], same | 3.4158 [3.4029, 3.4278], same | "
-          "3.3986 [3.3969, 3.3993] / 3.4358 [3.4063, 3.4399] | 3.3976 [3.3721, 3.4155] / 3.3984 "
-          "[3.3739, 3.4211] |", partial(isoflop_lr_minimum_row, 3.6e11)),
-    Claim(ISOFLOP_BY_HAND, "| 1.08e+12 | 3.1482 [3.1428, 3.1531] / 3.1490 [3.1431, 3.1543] | 3.0840 "
-          "[3.0658, 3.1046], same | 3.0580 [3.0546, 3.0613] / 3.0636 [3.0588, 3.0683] | 3.0461 "
-          "[3.0341, 3.0557] / 3.0386 [3.0276, 3.0487] |", partial(isoflop_lr_minimum_row, 1.08e12)),
-    Claim(ISOFLOP_BY_HAND, "+3 [+3, +5] to +8 [+8, +12] over 20 pairs", isoflop_lr_sign_sums),
     Claim(STUDY_HAND, "11.75 seeds on average (12, 12, 11, 12) against 6", until_resolved_mean),
     Claim(STUDY_HAND, "finds 7 of the 8 significant after Holm", until_resolved_fixed_all),
     Claim(SCALING, "It is 5.4 % larger than the shortcut (t_0.975 + t_0.80) x standard error used "
@@ -1114,20 +820,7 @@ CLAIMS = [
               "+0.0160 [+0.0024, +0.0295] | 0.016 / 0.14 |"),
         (400, "| 400-411 | 12 | 12, undetermined: +0.0077 [-0.0068, +0.0223] | 11, resolved: "
               "+0.0125 [+0.0004, +0.0245] | 0.35 / 0.17 |"))),
-    # Predictions (docs/findings/sweeps-hand-read.md, "Calibration by rollout"; docs/scaling.md,
-    # "A pre-registered prediction").
-    *[Claim(SWEEPS_BY_HAND, row, partial(rollout_row, form)) for form, row in (
-        ("sparsity", "| `sparsity` | 7 | 116 | 84/116 (72%) | -0.0635 | 0.0743 | 1.89 |"),
-        ("sparsity-interaction",
-         "| `sparsity-interaction` | 7 | 116 | 86/116 (74%) | -0.0641 | 0.0775 | 2.24 |"),
-        ("sparsity-additive",
-         "| `sparsity-additive` | 7 | 116 | 87/116 (75%) | -0.0466 | 0.0562 | 1.53 |"),
-        ("sparsity-effective-size",
-         "| `sparsity-effective-size` | 7 | 116 | 103/116 (89%) | -0.0361 | 0.0508 | 1.27 |"),
-        ("chinchilla", "| `chinchilla` | 7 | 116 | 96/116 (83%) | -0.0472 | 0.0575 | 1.51 |"),
-        ("isoflop-parabola",
-         "| `isoflop-parabola` | 2 | 36 | 24/36 (67%) | -0.1356 | 0.1765 | 10.24 |"),
-    )],
+    # The pre-registered prediction (docs/findings/preregistered-design.md).
     Claim("docs/findings/preregistered-design.md", "| `isoflop-parabola` | 2.630 [2.587, 2.672] | 2.701 [2.622, 2.781] | "
           "2.637 [2.589, 2.685] | 2.543 [2.507, 2.579] | 2.504 [2.457, 2.551] | "
           "2.463 [2.426, 2.500] |", partial(preregistered_row, "isoflop-parabola")),

@@ -471,3 +471,166 @@ def test_preregistered_page_recomputed_by_hand():
         best = min(means, key=means.get)
         by_s = ", ".join(f"{s:g}: {means[s]:.4f}" for s in sorted(means))
         assert re.search(rf"\| {size} \| [0-9.]+ \| {best:g} \| \d+% \| {re.escape(by_s)} \|", page)
+
+
+def test_granularity_page_recomputed_with_scipy():
+    """cpu-granularity: each cell's mean, the 3 pre-set pairs paired by seed with scipy's t,
+    Holm over the 3 by hand, and the word: a direction only where Holm p < 0.05."""
+    loss = {}
+    for row in _csv_rows("cpu-granularity"):
+        cell = (float(row["G"]), int(row["shared_experts"] or 0))
+        loss.setdefault(cell, {})[int(row["seed"])] = float(row["best_val_loss"])
+    page = render_pages(RESULTS)["granularity-and-shared-experts.md"]
+    names = {(1.0, 0): "G = 1: 4-choose-1", (2.0, 0): "G = 2: 8-choose-2",
+             (2.0, 1): "G = 2: 7-choose-1 + 1 shared"}
+    for cell, name in names.items():
+        assert _row(page, name)[4] == f"{np.mean(list(loss[cell].values())):.4f}"
+    pairs = [((2.0, 0), (1.0, 0)), ((2.0, 1), (1.0, 0)), ((2.0, 1), (2.0, 0))]
+    diffs = [np.array([loss[a][s] - loss[b][s] for s in sorted(loss[a])]) for a, b in pairs]
+    raw = [stats.ttest_1samp(d, 0.0).pvalue for d in diffs]
+    for (a, b), d, p, p_holm in zip(pairs, diffs, raw, _holm_by_hand(raw)):
+        low, high = _t_interval(d)
+        row = _row(page, f"{names[a]} minus {names[b]}")
+        assert row[1] == f"{d.mean():+.4f} [{low:+.4f}, {high:+.4f}]"
+        assert row[2] == f"{p:.2g}" and row[3] == f"{p_holm:.2g}"
+        word = ("lower" if high < 0 else "higher" if low > 0 else "not separated") \
+            if p_holm < 0.05 else "not separated"
+        assert row[4] == f"**{word}**"
+
+
+def test_rollout_page_recomputed_with_numpy():
+    """Each form's pooled row from the stored cells alone: inside where the measured mean lies
+    in the stored interval, error and z from measured, predicted and sd."""
+    rollouts = json.loads((RESULTS / "rollout.json").read_text())["rollouts"]
+    page = render_pages(RESULTS)["prediction-calibration.md"]
+    forms = sorted({r["form"] for r in rollouts})
+    assert len(forms) == 6
+    for form in forms:
+        mine = [r for r in rollouts if r["form"] == form and r["score"]
+                and any(c["measured"] is not None for c in r["score"]["cells"])]
+        cells = [c for r in mine for c in r["score"]["cells"]
+                 if c["interval"] is not None and c["measured"] is not None]
+        inside = sum(c["interval"][0] <= c["measured"] <= c["interval"][1] for c in cells)
+        errors = np.array([c["measured"] - c["predicted"] for c in cells])
+        z = errors / np.array([c["sd"] for c in cells])
+        assert _row(page, f"`{form}`") == [
+            f"`{form}`", str(len(mine)), str(len(cells)),
+            f"{inside}/{len(cells)} ({round(100 * inside / len(cells))}%)",
+            f"{errors.mean():+.4f}", f"{np.abs(errors).mean():.4f}",
+            f"{np.sqrt(np.mean(z ** 2)):.2f}"]
+
+
+def test_isoflop_lr_check_recomputed_with_scipy():
+    """The per-cell lr check from isoflop_lr.json alone: the lrs chosen, the median selection
+    margin, and per size the t over its changed families' mean changes with Holm by hand."""
+    record = json.loads((RESULTS / "isoflop_lr.json").read_text())
+    page = render_pages(RESULTS)["compute-optimal-sparsity.md"]
+    page = page[page.index("## The per-cell lr check"):]
+    family_lr = {cell.split("/", 1)[1]: lr for cell, lr in record["lrs"].items()}
+    for lr in (0.005, 0.01, 0.02):
+        chosen = sum(v == lr for v in family_lr.values())
+        assert f"{chosen} of {len(family_lr)} chose {lr:g}" in page
+    margins = [sorted(v.values())[1] - sorted(v.values())[0] for v in record["selection"].values()]
+    assert f"by a median of {np.median(margins):.3f} nats" in page
+    changes = {}
+    for run, change in record["loss_change"]["per_run"].items():
+        family = run.split("/", 1)[1].rsplit("/", 1)[0]
+        if family_lr[family] != 0.01:
+            changes.setdefault(family.split("/")[0], {}).setdefault(family, []).append(change)
+    tested = {size: [np.mean(v) for v in by_family.values()]
+              for size, by_family in changes.items() if len(by_family) > 1}
+    sizes = sorted(tested)
+    raw = [stats.ttest_1samp(tested[size], 0.0).pvalue for size in sizes]
+    for size, p, p_holm in zip(sizes, raw, _holm_by_hand(raw)):
+        low, high = _t_interval(tested[size])
+        row = _row(page, size)
+        assert row[5] == f"{np.mean(tested[size]):+.3f} [{low:+.3f}, {high:+.3f}]"
+        assert row[6] == f"{p:.2g}" and row[7] == f"{p_holm:.2g}"
+        separated = p_holm < 0.05 and (low > 0 or high < 0)
+        assert row[8] == ("**not separated**" if not separated else
+                          "**better at its own lr**" if high < 0 else "**worse at its own lr**")
+    for size in set(changes) - set(tested):
+        assert _row(page, size)[8] == "**undetermined**"
+    shared = record["isoflop_minima"]["shared"][0]
+    assert f"| 3.6e+11 | {shared['loss']:.4f} [{shared['loss_ci'][0]:.4f}, " in page
+
+
+def test_extension_means_recomputed_from_results_csv():
+    """cpu-fixedn and cpu-expertn: each point's mean final val loss over its seeds, the dense
+    point taken from cpu-expertn for both families."""
+    page = render_pages(RESULTS)["sparsity-at-fixed-size.md"]
+    page = page[page.index("## Both extensions side by side"):]
+    means = {}
+    for sweep in ("cpu-fixedn", "cpu-expertn"):
+        for row in _csv_rows(sweep):
+            means.setdefault((sweep, row["size"], float(row["S"])), []).append(
+                float(row["final_val_loss"]))
+    grid = (0.0, 0.5, 0.75, 0.875, 0.9375)
+    rows = [line for line in page.splitlines() if line.startswith("| fixed N")]
+    assert len(rows) == 6
+    for line in rows:
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        sweep, size = cells[0].split("`")[1], cells[1].split()[0]
+        for value, S in zip(cells[2:], grid):
+            source = "cpu-expertn" if S == 0 else sweep
+            expected = means.get((source, size, S))
+            assert value == ("–" if expected is None else f"{np.mean(expected):.3f}")
+
+
+def test_isoflop_minima_and_fixed_n_trend_along_c_recomputed():
+    """The IsoFLOP minima as the sweep stored them (raw JSON), and the sign sum of S* along C at
+    fixed N from cpu-isoflop's final losses (pairs with both S* at the grid's top count 0)."""
+    optima = json.loads((RESULTS / "sweeps/cpu-isoflop/isoflop.json").read_text())["sparsity_optima"]
+    page = render_pages(RESULTS)["compute-optimal-sparsity.md"]
+    for flops in optima["budgets"]:
+        cells = sorted((c for c in optima["cells"] if c["flops"] == flops),
+                       key=lambda c: c["sparsity"])
+        assert f"| {flops:.3g} | " + " / ".join(f"{c['loss']:.4f}" for c in cells) + " |" in page
+    cells = {}
+    for row in _csv_rows("cpu-isoflop"):
+        cells.setdefault((row["budget"], row["size"]), {}).setdefault(float(row["S"]), {})[
+            row["seed"]] = float(row["final_val_loss"])
+    draws = {"0": ("0",), "1": ("1",), "both": ("0", "1")}
+    argmin = {key: {d: min(by_s, key=lambda s: np.mean([by_s[s][x] for x in seeds]))
+                    for d, seeds in draws.items()} for key, by_s in cells.items()}
+    budgets = ("C3.6e+11", "C1.08e+12", "C3.24e+12")
+    sums = {d: sum(0 if argmin[b1, s][d] == argmin[b2, s][d] == 0.875
+                   else int(np.sign(argmin[b2, s][d] - argmin[b1, s][d]))
+                   for s in ("sA", "s0", "s1", "s2", "s3")
+                   for i, b1 in enumerate(budgets) for b2 in budgets[i + 1:]) for d in draws}
+    tied = sum(argmin[b1, s]["both"] == argmin[b2, s]["both"] == 0.875
+               for s in ("sA", "s0", "s1", "s2", "s3")
+               for i, b1 in enumerate(budgets) for b2 in budgets[i + 1:])
+    fixed = render_pages(RESULTS)["sparsity-at-fixed-size.md"]
+    assert (f"{sums['both']:+d} [{min(sums.values()):+d}, {max(sums.values()):+d}] over 15 pairs "
+            f"of cells along C ({tied} with both") in fixed
+
+
+def test_law_sweep_page_recomputed_with_scipy():
+    """The cpu sweep's effective-size exponent from fit.json's raw numbers, and wsd - cosine
+    paired by point on seed 0 with scipy's t, Holm over the 2 budgets by hand."""
+    fit = json.loads((RESULTS / "sweeps/cpu/fit.json").read_text())
+    page = render_pages(RESULTS)["law-on-the-cpu-sweep.md"]
+    exponent = fit["params"]["delta"] / fit["params"]["gamma"]
+    assert f"N (1 - S)^{exponent:.3f}: {0.125 ** exponent:.2f} N at S = 0.875" in page
+    for name in ("e", "beta", "gamma"):
+        low, high = fit["ci"][name]
+        assert f"| {name} | {fit['params'][name]:.3g} | [{low:.3g}, {high:.3g}] |" in page
+
+    def points(sweep, budget, seed=None):
+        return {(r["size"], r["S"], r["E"], r["k"]): float(r["best_val_loss"])
+                for r in _csv_rows(sweep) if r["budget"] == budget
+                and (seed is None or r["seed"] == seed)}
+    diffs = []
+    for budget in ("D1228800", "D3686400"):
+        wsd, cosine = points("cpu", budget, "0"), points("cpu-cosine", budget)
+        diffs.append(np.array([wsd[k] - cosine[k] for k in sorted(wsd.keys() & cosine.keys())]))
+    raw = [stats.ttest_1samp(d, 0.0).pvalue for d in diffs]
+    for d, p, p_holm, label in zip(diffs, raw, _holm_by_hand(raw), ("1.23M", "3.69M")):
+        low, high = _t_interval(d)
+        row = _row(page, label)
+        assert row[1] == str(len(d)) == "16"
+        assert row[2] == f"{d.mean():+.3f} [{low:+.3f}, {high:+.3f}]"
+        assert row[3] == f"{p:.1e}" and row[4] == f"{p_holm:.1e}"
+        assert row[5] == ("**wsd higher**" if p_holm < 0.05 and low > 0 else
+                          "**wsd lower**" if p_holm < 0.05 and high < 0 else "**not separated**")

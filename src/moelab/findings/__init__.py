@@ -16,8 +16,9 @@ from typing import Any
 
 from moelab.errors import MoelabError
 from moelab.findings import (
-    budgets, finetune, fixed_n_isoflop, fixed_size, isoflop, ladder, ladder_loss, paper_a,
-    preregistered, published_law, recipe, topk, wall_clock, zero_shot, zero_shot_sparsity,
+    budgets, extension, finetune, fixed_n_isoflop, fixed_size, granularity, isoflop, isoflop_lr,
+    ladder, ladder_loss, law_sweep, paper_a, preregistered, published_law, recipe, rollout, topk,
+    wall_clock, zero_shot, zero_shot_sparsity,
 )
 from moelab.findings.source import ResultsRoot
 from moelab.report.analysis import Analysis, compute_all, render_all
@@ -72,15 +73,16 @@ PAGES = (
          "holds each size's total fixed across S too, and asks (c): paper B reports that at a "
          "fixed N, S* falls as C grows (§3, App. D.2; one Discussion bullet, §6, says the "
          "opposite).",
-         (fixed_size.ANALYSIS, fixed_n_isoflop.ANALYSIS),
-         (fixed_size.summary,)),  # fixed_n_isoflop: no README line (no room)
+         (fixed_size.ANALYSIS, extension.ANALYSIS, fixed_n_isoflop.ANALYSIS),
+         (fixed_size.summary,)),  # extension, fixed_n_isoflop: no README line (no room)
     Page("compute-optimal-sparsity", "The compute-optimal sparsity (paper B's finding (b))",
          "Abnar et al. 2025 (paper B) report that at a fixed FLOPs budget with the size free the "
          "loss falls with S, compute-optimal models growing in N and shrinking in N_active as S "
          "rises, with S* at the top of their grid at every budget (§3, Figs. 1-3, 11-12). "
          "moelab's cpu-isoflop sweep asks the same at about 0.07-0.64M parameters and "
          "3.6e11-3.24e12 FLOPs, with 2 seeds and top-1 routing.",
-         (isoflop.ANALYSIS, wall_clock.ANALYSIS), (isoflop.summary,)),
+         (isoflop.ANALYSIS, wall_clock.ANALYSIS, isoflop_lr.ANALYSIS),
+         (isoflop.summary,)),  # isoflop_lr: no README line (no room)
     Page("experts-at-one-sparsity", "E and k at one sparsity",
          "Paper B varies S through both E and K (eq. 7, App. A.2) and does not compare (E, K) at one "
          "S. moelab's cpu-topk asks whether S alone fixes the loss: at S = 0.75 it splits the "
@@ -89,6 +91,17 @@ PAGES = (
          "demo's recipe. Fine-grained MoE work reports the direction tested here (Krajewski et "
          "al. 2024, arXiv:2402.07871, abstract).",
          (topk.ANALYSIS,), (topk.summary,)),
+    Page("granularity-and-shared-experts", "Granularity and shared experts at one sparsity",
+         "Krajewski et al. 2024 (arXiv:2402.07871) state in their abstract that setting the "
+         "experts' size to mirror the feed-forward layer is not optimal at almost any budget, "
+         "i.e. that some granularity G > 1 beats G = 1; paper B sets experts 4·d_model wide at "
+         "G = 1 and tunes G in {1, 2} (App. B, as PAPERS.md reads it); shared experts are "
+         "DeepSeekMoE's design, whose claims are not checked here. cpu-granularity splits s2's "
+         "FFN at S = 0.75 as G = 1 (4-choose-1), G = 2 (8-choose-2) and G = 2 with one of its "
+         "experts shared (7-choose-1 routed beside it), at equal total and active parameters "
+         "up to the router (+768 parameters), 400 steps (409.6K tokens), seeds 0-2, every k "
+         "weighted by its raw router probability.",
+         (granularity.ANALYSIS,)),  # no README line: it has no room
     Page("downstream-against-sparsity", "Downstream accuracy against sparsity (paper B's finding (d))",
          "Paper B reports that at equal pretraining loss most in-context few-shot tasks of the "
          "LLM-Foundry suite do not depend on S, that reading comprehension (SQuAD, CoQA, BoolQ) "
@@ -105,6 +118,14 @@ PAGES = (
          "1-3, and fine-tunes every run on the adaptation set (docs/data.md) by one recipe "
          "chosen on seed 0.",
          (finetune.ANALYSIS,), (finetune.summary,)),
+    Page("law-on-the-cpu-sweep", "The sparsity law on the cpu sweep",
+         "The `cpu` preset trains 4 sizes (98K-640K total parameters) x S in {0, 0.5, 0.75, "
+         "0.875} (top-1) x 3 token budgets (1.23M, 2.46M, 3.69M) x seeds 0-1, each size, "
+         "sparsity and seed one wsd budget family, and fits every law form to its 96 runs; "
+         "moelab's form checks (held-out error at the largest S, every term and exponent "
+         "measurable) choose the form. It replaced a cosine grid of one run per point "
+         "(cpu-cosine, seed 0, budgets 0.41M, 1.23M and 3.69M).",
+         (law_sweep.ANALYSIS,)),  # no README line: it has no room
     Page("published-law", "Paper B's published law, read by moelab optimal",
          "Paper B fits eq. 6, L = a/N^α + b/D^β + c/(1−S)^λ + d/((1−S)^δ N^γ) + e, and publishes "
          "its coefficients in Table 3. moelab holds them as third parties transcribed them (two "
@@ -118,6 +139,14 @@ PAGES = (
          "way the law puts 1e8 and 3e8 sparse at the smaller budgets below, so the convention "
          "or the transcription differs from the paper's own reading.",
          (published_law.ANALYSIS,)),  # no README line: it has no room
+    Page("prediction-calibration", "How well moelab predicts a budget it has not seen",
+         "`moelab predict` fits a sweep's smaller budgets and gives 90 % prediction intervals "
+         "for a larger one (docs/explanation/prediction.md). Its rollout leaves out each stored "
+         "sweep's largest budget, predicts those cells with every law form and the IsoFLOP "
+         "parabolas, and scores each cell's measured mean over its seeds against its interval. "
+         "The sweeps are moelab's CPU sweeps with >= 3 budgets (68K-1.3M parameters, one or "
+         "two seeds a point, top-1 routing).",
+         (rollout.ANALYSIS,)),  # no README line: it has no room
     Page("preregistered", "Predict, then train: the pre-registered test on a CPU",
          "Can moelab's fits predict a budget they have not seen? From the cpu-isoflop sweep "
          "(3.6e11 to 3.24e12 FLOPs, seeds 0-1, its largest size s3 left out), `moelab predict` "
