@@ -105,7 +105,8 @@ PAGES = (
     Page("downstream-against-sparsity", "Downstream accuracy against sparsity (paper B's finding (d))",
          "Paper B reports that at equal pretraining loss most in-context few-shot tasks of the "
          "LLM-Foundry suite do not depend on S, that reading comprehension (SQuAD, CoQA, BoolQ) "
-         "slightly favours denser models ('to some extent'), and that MoEs gain more with chain-of-thought prompting (§4, "
+         "slightly favours denser models ('to some extent'), and that MoEs gain more with "
+         "chain-of-thought prompting (§4, "
          "App. D.3, App. E). moelab scores its own three zero-shot tasks (last_word, ending, "
          "agreement; docs/data.md) after every cpu-isoflop run (68K-640K parameters, 2 seeds), "
          "so it tests the first statement's shape with other tasks, not paper B's.",
