@@ -269,16 +269,24 @@ def test_zero_shot_page_recomputed_with_scipy():
         assert row[9] == f"{reaching} of {len(runs)}"
 
 
-def test_fixed_n_on_isoflop_recomputed_from_results_csv():
-    """S* per cell over the 3 draws of 2 seeds (seed 0, seed 1, both) and the sign sum along N,
-    from cpu-isoflop's final losses; both trends undetermined at 2 seeds."""
-    cells = {}
+ISOFLOP_DRAWS = {"0": ("0",), "1": ("1",), "both": ("0", "1")}
+
+
+def _isoflop_argmins():
+    """{(budget, size): {draw: S of lowest mean final loss}} on cpu-isoflop, for the 3 draws of
+    its 2 seeds (seed 0, seed 1, both), from results.csv alone."""
+    cells: dict = {}
     for row in _csv_rows("cpu-isoflop"):
         cells.setdefault((row["budget"], row["size"]), {}).setdefault(float(row["S"]), {})[
             row["seed"]] = float(row["final_val_loss"])
-    draws = {"0": ("0",), "1": ("1",), "both": ("0", "1")}
-    argmin = {key: {d: min(by_s, key=lambda s: np.mean([by_s[s][x] for x in seeds]))
-                    for d, seeds in draws.items()} for key, by_s in cells.items()}
+    return {key: {d: min(by_s, key=lambda s: np.mean([by_s[s][x] for x in seeds]))
+                  for d, seeds in ISOFLOP_DRAWS.items()} for key, by_s in cells.items()}
+
+
+def test_fixed_n_on_isoflop_recomputed_from_results_csv():
+    """S* per cell over the 3 draws of 2 seeds (seed 0, seed 1, both) and the sign sum along N,
+    from cpu-isoflop's final losses; both trends undetermined at 2 seeds."""
+    argmin = _isoflop_argmins()
     top, sizes = 0.875, ("sA", "s0", "s1", "s2", "s3")
     budgets = ("C3.6e+11", "C1.08e+12", "C3.24e+12")
 
@@ -293,7 +301,7 @@ def test_fixed_n_on_isoflop_recomputed_from_results_csv():
     for budget in budgets:
         assert f"| {budget[1:]} | " + " | ".join(cell(budget, s) for s in sizes) + " |" in page
     sums = {}
-    for d in draws:
+    for d in ISOFLOP_DRAWS:
         sums[d] = sum(0 if argmin[b, s1][d] == argmin[b, s2][d] == top
                       else int(np.sign(argmin[b, s2][d] - argmin[b, s1][d]))
                       for b in budgets for i, s1 in enumerate(sizes) for s2 in sizes[i + 1:])
@@ -586,18 +594,12 @@ def test_isoflop_minima_and_fixed_n_trend_along_c_recomputed():
         cells = sorted((c for c in optima["cells"] if c["flops"] == flops),
                        key=lambda c: c["sparsity"])
         assert f"| {flops:.3g} | " + " / ".join(f"{c['loss']:.4f}" for c in cells) + " |" in page
-    cells = {}
-    for row in _csv_rows("cpu-isoflop"):
-        cells.setdefault((row["budget"], row["size"]), {}).setdefault(float(row["S"]), {})[
-            row["seed"]] = float(row["final_val_loss"])
-    draws = {"0": ("0",), "1": ("1",), "both": ("0", "1")}
-    argmin = {key: {d: min(by_s, key=lambda s: np.mean([by_s[s][x] for x in seeds]))
-                    for d, seeds in draws.items()} for key, by_s in cells.items()}
+    argmin = _isoflop_argmins()
     budgets = ("C3.6e+11", "C1.08e+12", "C3.24e+12")
     sums = {d: sum(0 if argmin[b1, s][d] == argmin[b2, s][d] == 0.875
                    else int(np.sign(argmin[b2, s][d] - argmin[b1, s][d]))
                    for s in ("sA", "s0", "s1", "s2", "s3")
-                   for i, b1 in enumerate(budgets) for b2 in budgets[i + 1:]) for d in draws}
+                   for i, b1 in enumerate(budgets) for b2 in budgets[i + 1:]) for d in ISOFLOP_DRAWS}
     tied = sum(argmin[b1, s]["both"] == argmin[b2, s]["both"] == 0.875
                for s in ("sA", "s0", "s1", "s2", "s3")
                for i, b1 in enumerate(budgets) for b2 in budgets[i + 1:])
