@@ -108,7 +108,7 @@ def test_a_file_without_separators_is_refused_before_any_folder(tmp_path, capsys
     corpus = write_corpus(tmp_path / "one_story.txt", separator="\n\n")
     out = tmp_path / "study"
     refused_on_one_line(capsys, study_argv(corpus, out, "train.eval_windows=4"),
-                        "1 stories", EOT_TEXT)
+                        "1 story,", EOT_TEXT)
     assert not out.exists()
 
 
