@@ -88,14 +88,6 @@ def isoflop_optima(sweep: str) -> SparsityOptima:
     return optima
 
 
-def pooled(arm: str, *studies: str) -> dict[int, float]:
-    """{seed: best val loss} over several studies with distinct seeds."""
-    merged: dict[int, float] = {}
-    for study in studies:
-        merged.update(losses(study, arm))
-    return merged
-
-
 @dataclass
 class Paired:
     """Paired t of first[s] - second[s] over the shared seeds (scipy)."""
@@ -318,60 +310,6 @@ def extension_means(family: str, size: str) -> str:
     return "| " + " | ".join(cells) + " |"
 
 
-
-
-DEMO_SETS = {"first": ("demo-seeds0-5", "demo-seeds617-622"),
-             "second": ("demo-seeds0-5-cpu2", "demo-seeds617-622-cpu2"),
-             "third": ("demo-seeds0-5-cpu3", "demo-seeds617-622-cpu3")}
-
-
-def demo_pooled(cpu: str, criterion: str) -> tuple[Paired, float]:
-    """The 12-seed paired gap on one CPU and its Holm p over the 2 criteria."""
-    studies = DEMO_SETS[cpu]
-    tests = {c: paired(pooled(DENSE[c], *studies), pooled("moe", *studies)) for c in DENSE}
-    adjusted = dict(zip(tests, holm([t.p for t in tests.values()])))
-    return tests[criterion], adjusted[criterion]
-
-
-def demo_pooled_row(criterion: str) -> str:
-    t, p_holm = demo_pooled("first", criterion)
-    return (f"| matched {criterion} | {signed(t.gap, 4)} | {interval(t, 4)} | {t.p:.4f} | "
-            f"{p_holm:.4f} | {t.mde:.4f} |")
-
-
-def demo_cpu_row(cpu: str) -> str:
-    cells = []
-    for criterion in DENSE:
-        t, p_holm = demo_pooled(cpu, criterion)
-        cells.append(f"{signed(t.gap, 4)} {interval(t, 4)}, p {p_text(t.p)} ({p_text(p_holm)})")
-    return f"| {cpu} | {' | '.join(cells)} |"
-
-
-def seed_sets_apart() -> str:
-    """Welch's t between the two seed sets' per-seed differences (matched active), per CPU."""
-    def differences(study):
-        dense, moe = losses(study, "dense_active"), losses(study, "moe")
-        return [dense[s] - moe[s] for s in sorted(moe)]
-    p_values = [stats.ttest_ind(differences(first), differences(second), equal_var=False).pvalue
-                for first, second in DEMO_SETS.values()]
-    return (f"Welch's t on their per-seed differences gives p {p_values[0]:.2f}, "
-            f"{p_values[1]:.2f} and {p_values[2]:.2f} on the three CPUs")
-
-
-def demo_gap_line(criterion: str) -> str:
-    """'paired t: 95% CI [0.0066, 0.0245], p=0.0066' (the demo's terminal summary, seeds 0-5)."""
-    t = paired(losses("demo-seeds0-5", DENSE[criterion]), losses("demo-seeds0-5", "moe"))
-    return f"{signed(t.gap, 4)}: MoE better (paired t, n={t.n})"
-
-
-def demo_p(criterion: str) -> float:
-    """The paired p of the demo's seeds 0-5."""
-    return paired(losses("demo-seeds0-5", DENSE[criterion]), losses("demo-seeds0-5", "moe")).p
-
-
-def demo_interval_line(criterion: str) -> str:
-    t = paired(losses("demo-seeds0-5", DENSE[criterion]), losses("demo-seeds0-5", "moe"))
-    return f"paired t: 95% CI {interval(t, 4)}, p={t.p:.4f}, n={t.n} pairs"
 
 
 # --------------------------------------------------------------------------------------------
@@ -936,35 +874,6 @@ def rounding_noise_ratio_line() -> str:
 
 CLAIMS = [
     # The demo, 12 seeds pooled (docs/findings/study-by-hand.md), and seeds 0-5 alone.
-    Claim(STUDY_HAND, "| matched active | +0.0117 | [0.0050, 0.0185] | 0.0027 | 0.0027 | 0.0094 |",
-          partial(demo_pooled_row, "active")),
-    Claim(STUDY_HAND, "| matched total | +0.0180 | [0.0103, 0.0258] | 0.0003 | 0.0007 | 0.0109 |",
-          partial(demo_pooled_row, "total")),
-    Claim(STUDY_HAND, "| first | +0.0117 [0.0050, 0.0185], p 0.0027 (0.0027) | "
-          "+0.0180 [0.0103, 0.0258], p 0.0003 (0.0007) |", partial(demo_cpu_row, "first")),
-    Claim(STUDY_HAND, "| second | +0.0099 [0.0020, 0.0177], p 0.018 (0.018) | "
-          "+0.0162 [0.0072, 0.0251], p 0.0022 (0.0044) |", partial(demo_cpu_row, "second")),
-    Claim(STUDY_HAND, "| third | +0.0118 [0.0053, 0.0183], p 0.0020 (0.0020) | "
-          "+0.0182 [0.0112, 0.0253], p 0.0001 (0.0003) |", partial(demo_cpu_row, "third")),
-    Claim(STUDY_HAND, "Welch's t on their per-seed differences gives p 0.23, 0.26 and 0.11 on the "
-          "three CPUs", seed_sets_apart),
-    Claim(STUDY_HAND, "| moe | 394.82K | 591.42K | 3.3598 ± 0.0138 | 6 |",
-          lambda: f"| moe | 394.82K | 591.42K | {mean_std(losses('demo-seeds0-5', 'moe'))} | 6 |"),
-    Claim(STUDY_HAND, "| dense_active | 393.79K | 393.79K | 3.3754 ± 0.0107 | 6 |",
-          lambda: (f"| dense_active | 393.79K | 393.79K | "
-                   f"{mean_std(losses('demo-seeds0-5', 'dense_active'))} | 6 |")),
-    Claim(STUDY_HAND, "| dense_total | 590.40K | 590.40K | 3.3764 ± 0.0104 | 6 |",
-          lambda: (f"| dense_total | 590.40K | 590.40K | "
-                   f"{mean_std(losses('demo-seeds0-5', 'dense_total'))} | 6 |")),
-    Claim(STUDY_HAND, "+0.0156: MoE better (paired t, n=6)", partial(demo_gap_line, "active")),
-    Claim(STUDY_HAND, "+0.0165: MoE better (paired t, n=6)", partial(demo_gap_line, "total")),
-    Claim(STUDY_HAND, "paired t: 95% CI [0.0066, 0.0245], p=0.0066, n=6 pairs",
-          partial(demo_interval_line, "active")),
-    Claim(STUDY_HAND, "paired t: 95% CI [0.0021, 0.0310], p=0.0324, n=6 pairs",
-          partial(demo_interval_line, "total")),
-    Claim(STUDY_HAND, "adjusted (Holm, 2 tests): p=0.0132", lambda: (
-        "adjusted (Holm, 2 tests): p="
-        f"{holm([demo_p(c) for c in DENSE])[0]:.4f}")),
     # cpu-budgets beside paper A's trend (the gaps themselves: docs/findings/budget-trend.md).
     Claim(STUDY_HAND, "(raw p 0.020 and 0.032 at 819.2K and 1.64M; Holm 0.12 and 0.13)",
           lambda: (f"(raw p {p_text(budget_gap(819_200, 'total').p)} and "

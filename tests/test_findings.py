@@ -466,3 +466,53 @@ def test_preregistered_page_recomputed_by_hand():
         best = min(means, key=means.get)
         by_s = ", ".join(f"{s:g}: {means[s]:.4f}" for s in sorted(means))
         assert re.search(rf"\| {size} \| [0-9.]+ \| {best:g} \| \d+% \| {re.escape(by_s)} \|", page)
+
+
+# --- The demo study page (demo-study.md), recomputed from the raw study files ---------------
+
+DEMO_CPU_FILES = {"first": "", "second": "-cpu2", "third": "-cpu3"}
+
+
+def _demo_study_losses(suffix: str, arm: str) -> list[dict[int, float]]:
+    """Per seed set (0-5, then 617-622): {seed: best val loss} of ``arm``."""
+    sets = []
+    for name in ("demo-seeds0-5", "demo-seeds617-622"):
+        runs = json.loads((RESULTS / "studies" / f"{name}{suffix}.json").read_text())["arms"][arm]["runs"]
+        sets.append({run["seed"]: run["best_val_loss"] for run in runs})
+    return sets
+
+
+def _holm_two(p_values: list[float]) -> list[float]:
+    low = min(1.0, 2 * min(p_values))
+    return [low if p == min(p_values) else max(low, p) for p in p_values]
+
+
+def _page_row(page: str, *labels: str) -> list[str]:
+    prefix = "| " + " | ".join(labels) + " |"
+    (line,) = [line for line in page.splitlines() if line.startswith(prefix)]
+    return [cell.strip() for cell in line.strip("|").split("|")]
+
+
+@pytest.mark.parametrize("cpu", list(DEMO_CPU_FILES))
+def test_demo_cpus_pooled_recomputed_with_scipy(cpu):
+    suffix = DEMO_CPU_FILES[cpu]
+    moe = _demo_study_losses(suffix, "moe")
+    diffs, p_values = {}, []
+    for criterion, dense in (("matched active", "dense_active"), ("matched total", "dense_total")):
+        other = _demo_study_losses(suffix, dense)
+        halves = [np.array([o[s] - m[s] for s in sorted(m)]) for m, o in zip(moe, other)]
+        diffs[criterion] = halves
+        p_values.append(stats.ttest_1samp(np.concatenate(halves), 0.0).pvalue)
+    page = render_pages(RESULTS)["demo-study.md"]
+    for (criterion, halves), p_holm in zip(diffs.items(), _holm_two(p_values)):
+        pooled = np.concatenate(halves)
+        assert len(pooled) == 12
+        half = stats.t.ppf(0.975, 11) * pooled.std(ddof=1) / np.sqrt(12)
+        row = _page_row(page, cpu, criterion, "12")
+        assert row[3] == f"{pooled.mean():+.4f}"
+        assert row[4] == f"[{pooled.mean() - half:+.4f}, {pooled.mean() + half:+.4f}]"
+        assert row[6] == f"{p_holm:.2g}"
+        assert p_holm < 0.05 and pooled.mean() - half > 0 and row[8] == "**MoE ahead**"
+        welch = stats.ttest_ind(halves[0], halves[1], equal_var=False)
+        apart = _page_row(page, cpu, criterion, f"{halves[0].mean() - halves[1].mean():+.4f}")
+        assert apart[4] == f"{welch.pvalue:.2g}" and apart[6] == "**not separated**"
