@@ -671,31 +671,6 @@ def flip_across_sizes() -> str:
 # --------------------------------------------------------------------------------------------
 
 
-def tuned_demo_selection() -> str:
-    """Each arm's mean selection loss at 0.01 against 0.02, from the per-seed selection losses."""
-    arms = load("studies/demo-tune-lr.json")["lr_selection"]["arms"]
-    mean = {arm: {lr: float(np.mean(list(by_seed.values())))
-                  for lr, by_seed in record["losses"].items()} for arm, record in arms.items()}
-    return ", ".join(f"{arm} {mean[arm]['0.01']:.4f} against {mean[arm]['0.02']:.4f}"
-                     for arm in ("moe", "dense_active", "dense_total"))
-
-
-def tuned_demo_gaps() -> str:
-    """The tuned demo's paired dense - MoE gaps with their t intervals, p values and the Holm
-    adjustment over the two, from the per-seed losses."""
-    moe = losses("demo-tune-lr", "moe")
-    gaps = []
-    for dense in ("dense_active", "dense_total"):
-        other = losses("demo-tune-lr", dense)
-        diff = np.array([other[seed] - moe[seed] for seed in sorted(moe)])
-        low, high = stats.t.interval(0.95, len(diff) - 1, diff.mean(), stats.sem(diff))
-        gaps.append((f"{diff.mean():+.4f} [{low:+.4f}, {high:+.4f}]",
-                     stats.ttest_1samp(diff, 0.0).pvalue))
-    adjusted = holm_by_hand([p for _, p in gaps])
-    return (f"{gaps[0][0]} matched on active parameters (p {gaps[0][1]:.1g}, Holm over the two "
-            f"{adjusted[0]:.2g}), and {gaps[1][0]} on total (p {gaps[1][1]:.1g}: not significant)")
-
-
 def isoflop_lr() -> dict:
     return load("isoflop_lr.json")
 
@@ -761,49 +736,6 @@ def isoflop_lr_sign_sums() -> str:
     return (f"{text(fixed['shared']['rises_with_size'])} to {text(fixed['tuned']['rises_with_size'])} "
             f"over {fixed['tuned']['rises_with_size']['pairs']} pairs")
 
-
-
-def until_resolved_row(first_seed: int) -> str:
-    """One repetition's row: seeds trained, each comparison's stop and interval, and the fixed
-    6-seed design's Holm p recomputed with scipy from the stored per-seed losses."""
-    record = load("seeds_until_resolved.json")
-    rep = next(r for r in record["repetitions"] if r["first_seed"] == first_seed)
-    cells, fixed = [], []
-    for comparison in rep["comparisons"]:
-        low, high = comparison["interval"]
-        outcome = "resolved" if comparison["reason"] == "resolved" else "undetermined"
-        cells.append(f"{comparison['seeds_at_stop']}, {outcome}: {comparison['gap']:+.4f} "
-                     f"[{low:+.4f}, {high:+.4f}]")
-        fixed.append(comparison["fixed_6"])
-    first = [str(seed) for seed in rep["seed_order"][:6]]
-    moe = rep["losses"]["moe"]
-    p_values = [stats.ttest_1samp([rep["losses"][dense][s] - moe[s] for s in first], 0.0).pvalue
-                for dense in ("dense_active", "dense_total")]
-    adjusted = holm_by_hand(p_values)
-    return (f"| {first_seed}-{first_seed + 11} | {rep['seeds_trained']} | {cells[0]} | {cells[1]} | "
-            f"{adjusted[0]:.2g} / {adjusted[1]:.2g} |")
-
-
-def until_resolved_fixed_all() -> str:
-    """How many comparisons a fixed design of the sequential one's final size finds after Holm,
-    recomputed with scipy from the stored per-seed losses."""
-    record = load("seeds_until_resolved.json")
-    significant = total = 0
-    for rep in record["repetitions"]:
-        seeds = [str(s) for s in rep["seed_order"][:rep["seeds_trained"]]]
-        moe = rep["losses"]["moe"]
-        p_values = [stats.ttest_1samp([rep["losses"][d][s] - moe[s] for s in seeds], 0.0).pvalue
-                    for d in ("dense_active", "dense_total")]
-        significant += sum(p < 0.05 for p in holm_by_hand(p_values))
-        total += len(p_values)
-    return f"finds {significant} of the {total} significant after Holm"
-
-
-def until_resolved_mean() -> str:
-    record = load("seeds_until_resolved.json")
-    seeds = [r["seeds_trained"] for r in record["repetitions"]]
-    return (f"{np.mean(seeds):.2f} seeds on average ({', '.join(map(str, seeds))}) against "
-            f"{record['fixed_seeds']}")
 
 
 def exact_over_shortcut(df: int) -> float:
@@ -993,11 +925,6 @@ CLAIMS = [
     # Fine-tuning against S (cpu-finetune): within cells, paired, clustered, Holm over 26.
     Claim(SWEEPS_BY_HAND, "(within cells b is 0.65, pooled 0.87)", finetune_b_within_and_pooled),
     # Fair comparisons (docs/findings/study-by-hand.md, docs/scaling.md).
-    Claim(STUDY_HAND, "moe 3.3627 against 3.3900, dense_active 3.3862 against 3.3905, dense_total 3.3869 "
-          "against 3.4008", tuned_demo_selection),
-    Claim(STUDY_HAND, "+0.0141 [+0.0058, +0.0223] matched on active parameters (p 0.007, Holm over the "
-          "two 0.014), and +0.0150 [-0.0021, +0.0320] on total (p 0.07: not significant)",
-          tuned_demo_gaps),
     Claim(ISOFLOP_BY_HAND, "9 of the 20 families chose 0.005", isoflop_lr_families),
     Claim(ISOFLOP_BY_HAND, "10 of the 20 choices were decided by less than 0.017", isoflop_lr_margins),
     Claim(ISOFLOP_BY_HAND, "all 16 runs of s3 improve, by 0.04 to 0.62 nats (mean -0.18)", isoflop_lr_changes),
@@ -1010,19 +937,8 @@ CLAIMS = [
           "[3.0658, 3.1046], same | 3.0580 [3.0546, 3.0613] / 3.0636 [3.0588, 3.0683] | 3.0461 "
           "[3.0341, 3.0557] / 3.0386 [3.0276, 3.0487] |", partial(isoflop_lr_minimum_row, 1.08e12)),
     Claim(ISOFLOP_BY_HAND, "+3 [+3, +5] to +8 [+8, +12] over 20 pairs", isoflop_lr_sign_sums),
-    Claim(STUDY_HAND, "11.75 seeds on average (12, 12, 11, 12) against 6", until_resolved_mean),
-    Claim(STUDY_HAND, "finds 7 of the 8 significant after Holm", until_resolved_fixed_all),
     Claim(SCALING, "It is 5.4 % larger than the shortcut (t_0.975 + t_0.80) x standard error used "
           "before at 3 seeds (2 df), 0.7 % at 5 df", mde_growth),
-    *(Claim(STUDY_HAND, row, partial(until_resolved_row, seed)) for seed, row in (
-        (100, "| 100-111 | 12 | 12, undetermined: +0.0068 [-0.0007, +0.0142] | 11, resolved: "
-              "+0.0142 [+0.0036, +0.0247] | 0.18 / 0.031 |"),
-        (200, "| 200-211 | 12 | 12, resolved: +0.0125 [+0.0015, +0.0235] | 12, resolved: "
-              "+0.0120 [+0.0017, +0.0223] | 0.2 / 0.2 |"),
-        (300, "| 300-311 | 11 | 9, resolved: +0.0119 [+0.0009, +0.0228] | 11, resolved: "
-              "+0.0160 [+0.0024, +0.0295] | 0.016 / 0.14 |"),
-        (400, "| 400-411 | 12 | 12, undetermined: +0.0077 [-0.0068, +0.0223] | 11, resolved: "
-              "+0.0125 [+0.0004, +0.0245] | 0.35 / 0.17 |"))),
     # Predictions (docs/findings/sweeps-hand-read.md, "Calibration by rollout"; docs/scaling.md,
     # "A pre-registered prediction").
     *[Claim(SWEEPS_BY_HAND, row, partial(rollout_row, form)) for form, row in (

@@ -516,3 +516,42 @@ def test_demo_cpus_pooled_recomputed_with_scipy(cpu):
         welch = stats.ttest_ind(halves[0], halves[1], equal_var=False)
         apart = _page_row(page, cpu, criterion, f"{halves[0].mean() - halves[1].mean():+.4f}")
         assert apart[4] == f"{welch.pvalue:.2g}" and apart[6] == "**not separated**"
+
+
+def test_demo_tuned_lr_recomputed_with_scipy():
+    stored = json.loads((RESULTS / "studies" / "demo-tune-lr.json").read_text())
+    by_arm = {arm: {run["seed"]: run["best_val_loss"] for run in stored["arms"][arm]["runs"]}
+              for arm in ("moe", "dense_active", "dense_total")}
+    diffs = [np.array([by_arm[dense][s] - by_arm["moe"][s] for s in sorted(by_arm["moe"])])
+             for dense in ("dense_active", "dense_total")]
+    p_holm = _holm_two([stats.ttest_1samp(d, 0.0).pvalue for d in diffs])
+    page = render_pages(RESULTS)["demo-study.md"]
+    section = page[page.index("## Each arm at its own lr"):page.index("## Seeds until resolved")]
+    for criterion, d, p in zip(("matched active", "matched total"), diffs, p_holm):
+        half = stats.t.ppf(0.975, len(d) - 1) * d.std(ddof=1) / np.sqrt(len(d))
+        row = _page_row(section, criterion, str(len(d)))
+        assert row[2:4] == [f"{d.mean():+.4f}", f"[{d.mean() - half:+.4f}, {d.mean() + half:+.4f}]"]
+        assert row[5] == f"{p:.2g}"
+        assert row[6] == ("**MoE ahead**" if p < 0.05 and d.mean() - half > 0 else "**not separated**")
+    # Every arm's mean selection loss is lowest at 0.01, an interior point of the grid.
+    for arm, record in stored["lr_selection"]["arms"].items():
+        means = {float(lr): np.mean(list(by_seed.values())) for lr, by_seed in record["losses"].items()}
+        assert min(means, key=means.get) == 0.01
+        assert _page_row(section, f"`{arm}`", "0.01")[-1] == "chosen"
+
+
+def test_demo_until_resolved_fixed_designs_recomputed_with_scipy():
+    record = json.loads((RESULTS / "seeds_until_resolved.json").read_text())
+    ahead = {"first 6": 0, "all": 0}
+    for rep in record["repetitions"]:
+        for label, count in (("first 6", 6), ("all", rep["seeds_trained"])):
+            seeds = [str(s) for s in rep["seed_order"][:count]]
+            diffs = [np.array([rep["losses"][dense][s] - rep["losses"]["moe"][s] for s in seeds])
+                     for dense in ("dense_active", "dense_total")]
+            p_holm = _holm_two([stats.ttest_1samp(d, 0.0).pvalue for d in diffs])
+            ahead[label] += sum(p < 0.05 and d.mean() > 0 for d, p in zip(diffs, p_holm))
+    page = render_pages(RESULTS)["demo-study.md"]
+    assert (f"**MoE ahead** in {ahead['first 6']} of the 8 comparisons on the first 6 seeds, "
+            f"and in {ahead['all']} of 8 on every seed trained") in page
+    trained = [rep["seeds_trained"] for rep in record["repetitions"]]
+    assert f"Seeds trained: {np.mean(trained):.2f} on average" in page

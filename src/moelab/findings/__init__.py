@@ -19,7 +19,7 @@ from moelab.findings import (
     budgets, finetune, fixed_n_isoflop, fixed_size, isoflop, ladder, ladder_loss, paper_a,
     preregistered, published_law, recipe, topk, wall_clock, zero_shot, zero_shot_sparsity,
 )
-from moelab.findings import demo_cpus  # the demo study's own measurements
+from moelab.findings import demo_cpus, demo_fairness  # the demo study's own measurements
 from moelab.findings.source import ResultsRoot
 from moelab.report.analysis import Analysis, compute_all, render_all
 
@@ -53,7 +53,8 @@ PAGES = (
          "bundled sample, 409,600 tokens per run, with the recipe of docs/recipe.md (untied "
          "head, half the 400 steps in warmup, lr 0.01). This page reads the demo's own studies: "
          "repeated on other seeds and CPUs, and its fairness checks.",
-         (demo_cpus.ANALYSIS,)),  # no README line (no room)
+         (demo_cpus.ANALYSIS, demo_fairness.TUNED_ANALYSIS,
+          demo_fairness.UNTIL_RESOLVED_ANALYSIS)),  # no README line (no room)
     Page("budget-trend", "Dense vs MoE across budgets (paper A's trend)",
          "Paper A (abstract) reports the matched-active MoE advantage growing with training "
          "tokens. cpu-budgets trains the demo's arms and recipe at 409.6K, 819.2K, 1.64M and "
