@@ -347,30 +347,6 @@ def ending_against_chance() -> str:
 # --------------------------------------------------------------------------------------------
 
 
-def setting_losses(grid: str, setting: str) -> dict[int, float]:
-    results = load(grid)
-    runs = results["settings"][setting]["runs"]
-    return dict(zip(results["seeds"], (run["best_val_loss"] for run in runs)))
-
-
-def setting_row(grid: str, setting: str, p_format: Callable[[float], str]) -> str:
-    """'| `wsd_sqrt` | 3.3815 ± 0.0176 | -0.0216 [-0.0266, -0.0167], p 1e-4 |'."""
-    baseline = load(grid)["baseline"]
-    t = paired(setting_losses(grid, baseline), setting_losses(grid, setting))
-    return (f"| `{setting}` | {mean_std(setting_losses(grid, setting))} | {signed(t.gap, 4)} "
-            f"{interval(t, 4, plus=True) if grid == 'balancing.json' else interval(t, 4)}, "
-            f"p {p_format(t.p)}")
-
-
-def wsd_budget_row(tokens: int) -> str:
-    row = load("wsd_budgets.json")["by_budget"][str(tokens)]
-    cosine = {int(s): v for s, v in row["cosine_best_val_loss"].items()}
-    wsd = {int(s): v for s, v in row["wsd_best_val_loss"].items()}
-    t = paired(cosine, wsd)
-    return (f"| {tokens:,} | {mean_std(cosine)} | {mean_std(wsd)} | {signed(t.gap, 4)} "
-            f"{interval(t, 4, plus=True)}, p {t.p:.2f} |")
-
-
 def cpu_ladder_busiest() -> str:
     """Naive top-1 against top-1 with balancing: the worst layer's busiest-expert fraction at
     the end, paired over seeds (the runs' routing per layer)."""
@@ -437,20 +413,6 @@ def granularity_pair_row(cell: str, reference: str) -> str:
     show = partial(signed, digits=4, minus="−")
     return (f"| {cell} minus {reference} | {show(t.gap)} [{show(t.low)}, {show(t.high)}] | "
             f"{p_text(t.p)} | {p_text(p_holm)} | {verdict} |")
-
-
-def fair_wsd_gap(schedule: str, steps: int) -> str:
-    """cosine - wsd at each schedule's own lr on the reporting seeds, Holm over the 4 tests."""
-    losses = load("wsd_cosine.json")["final_val_loss"]
-    by_seed = {(name, n): {int(seed): loss for seed, loss in losses[name][str(n)].items()}
-               for name in ("wsd20", "wsd30") for n in (1000, 3000)}
-    tests = {key: paired(losses_cosine, by_seed[key]) for key in by_seed
-             for losses_cosine in [{int(s): v for s, v in losses["cosine"][str(key[1])].items()}]}
-    adjusted = dict(zip(tests, holm([t.p for t in tests.values()])))
-    t = tests[(schedule, steps)]
-    show = partial(signed, digits=4, minus="\u2212")
-    return (f"{show(t.gap)} [{show(t.low)}, {show(t.high)}], Holm p "
-            f"{p_text(adjusted[(schedule, steps)])}")
 
 
 def wsd_minus_cosine(tokens: int) -> Paired:
@@ -818,18 +780,6 @@ CLAIMS = [
     Claim(STUDY_HAND, "every one of the 12 runs' Wilson intervals over the 233 items contains 0.25 "
           "(the best run, 68 of 233 = 0.292, has [0.237, 0.353])", ending_against_chance),
     # Schedules, balancing, one WSD run for three budgets, the ladder's busiest fraction.
-    Claim(STUDY_HAND, "| `wsd_sqrt` | 3.3815 ± 0.0176 | -0.0216 [-0.0266, -0.0167], p 1e-4",
-          lambda: setting_row("schedule.json", "wsd_sqrt", p_exp)),
-    Claim(STUDY_HAND, "| `wsd_linear` | 3.3932 ± 0.0185 | -0.0333 [-0.0396, -0.0271], p 4e-5",
-          lambda: setting_row("schedule.json", "wsd_linear", p_exp)),
-    Claim(STUDY_HAND, "| `bias` | 3.3742 ± 0.0146 | -0.0135 [-0.0274, +0.0004], p 0.055",
-          lambda: setting_row("balancing.json", "bias", lambda p: f"{p:.3f}")),
-    Claim(STUDY_HAND, "| 204,800 | 3.7386 ± 0.0086 | 3.7456 ± 0.0118 | -0.0071 [-0.0241, +0.0099], "
-          "p 0.21 |", partial(wsd_budget_row, 204_800)),
-    Claim(STUDY_HAND, "| 409,600 | 3.4243 ± 0.0091 | 3.4279 ± 0.0124 | -0.0036 [-0.0173, +0.0101], "
-          "p 0.38 |", partial(wsd_budget_row, 409_600)),
-    Claim(STUDY_HAND, "| 819,200 | 3.1267 ± 0.0071 | 3.1363 ± 0.0116 | -0.0096 [-0.0352, +0.0160], "
-          "p 0.25 |", partial(wsd_budget_row, 819_200)),
     Claim(STUDY_HAND, "falls by 0.52 [0.30, 0.75] (paired over the 4 seeds, p 0.005)",
           cpu_ladder_busiest),
     Claim(RECIPE, "+0.0151 [+0.0039, +0.0263]** (p 0.015, Holm 0.015)",
@@ -883,9 +833,6 @@ CLAIMS = [
           "not separated |", partial(granularity_pair_row, "G = 2 + 1 shared", "G = 1")),
     Claim(SWEEPS_BY_HAND, "| G = 2 + 1 shared minus G = 2 | +0.0214 [−0.0167, +0.0596] | 0.14 | 0.35 | "
           "not separated |", partial(granularity_pair_row, "G = 2 + 1 shared", "G = 2")),
-    Claim(STUDY_HAND, "\u22120.0040 [\u22120.0138, +0.0059], Holm p 0.34",
-          partial(fair_wsd_gap, "wsd20", 3000)),
-    Claim(STUDY_HAND, "+0.0067 [\u22120.0023, +0.0158], Holm p 0.23", partial(fair_wsd_gap, "wsd30", 3000)),
     Claim(STUDY_HAND, "a difference of +0.030 [0.003, 0.058] (Welch, p 0.038", flip_across_sizes),
     # The recipe factorial (experiments/recipe_factorial.py).
     Claim(STUDY_HAND, "ahead of dense_total by 0.17-0.23 nats", factorial_compute_range),

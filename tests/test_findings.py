@@ -555,3 +555,51 @@ def test_demo_until_resolved_fixed_designs_recomputed_with_scipy():
             f"and in {ahead['all']} of 8 on every seed trained") in page
     trained = [rep["seeds_trained"] for rep in record["repetitions"]]
     assert f"Seeds trained: {np.mean(trained):.2f} on average" in page
+
+
+def _paired_by_hand(first: dict, second: dict) -> tuple[float, float, float, float]:
+    """Mean of first − second over the shared seeds, its 95 % t interval and p (scipy)."""
+    d = np.array([first[s] - second[s] for s in sorted(first)])
+    half = stats.t.ppf(0.975, len(d) - 1) * d.std(ddof=1) / np.sqrt(len(d))
+    return d.mean(), d.mean() - half, d.mean() + half, stats.ttest_1samp(d, 0.0).pvalue
+
+
+def _holm_by_hand(p_values: list[float]) -> list[float]:
+    order = np.argsort(p_values)
+    adjusted, running = [0.0] * len(p_values), 0.0
+    for rank, index in enumerate(order):
+        running = max(running, min(1.0, (len(p_values) - rank) * p_values[index]))
+        adjusted[index] = running
+    return adjusted
+
+
+def _check_row(row: list[str], gap: float, low: float, high: float, p: float, p_holm: float,
+               ahead: str, behind: str) -> None:
+    assert row[:4] == [f"{gap:+.4f}", f"[{low:+.4f}, {high:+.4f}]", f"{p:.2g}", f"{p_holm:.2g}"]
+    word = (ahead if low > 0 else behind) if p_holm < 0.05 and (low > 0 or high < 0) else "not separated"
+    assert row[5] == f"**{word}**"
+
+
+def test_schedule_pages_recomputed_with_scipy():
+    page = render_pages(RESULTS)["schedules-and-balancing.md"]
+    for file in ("schedule.json", "balancing.json"):
+        stored = json.loads((RESULTS / file).read_text())
+        by_setting = {name: dict(zip(stored["seeds"], (r["best_val_loss"] for r in record["runs"])))
+                      for name, record in stored["settings"].items()}
+        base = by_setting.pop(stored["baseline"])
+        tests = {name: _paired_by_hand(base, losses) for name, losses in by_setting.items()}
+        for (name, t), p_holm in zip(tests.items(), _holm_by_hand([t[3] for t in tests.values()])):
+            row = _page_row(page, f"`{name}`")
+            _check_row(row[3:], *t, p_holm, "variant lower", "variant higher")
+    fair = json.loads((RESULTS / "wsd_cosine.json").read_text())["final_val_loss"]
+    keys = [(h, name) for h in ("1000", "3000") for name in ("wsd20", "wsd30")]
+    tests = [_paired_by_hand(fair["cosine"][h], fair[name][h]) for h, name in keys]
+    for (h, name), t, p_holm in zip(keys, tests, _holm_by_hand([t[3] for t in tests])):
+        row = _page_row(page, f"{int(h):,} steps: cosine − {name}", "6")
+        _check_row(row[2:], *t, p_holm, "WSD lower", "cosine lower")
+    budgets = json.loads((RESULTS / "wsd_budgets.json").read_text())["by_budget"]
+    tests = [_paired_by_hand(row["cosine_best_val_loss"], row["wsd_best_val_loss"])
+             for row in budgets.values()]
+    for tokens, t, p_holm in zip(budgets, tests, _holm_by_hand([t[3] for t in tests])):
+        _check_row(_page_row(page, f"{int(tokens):,}")[3:], *t, p_holm, "WSD family lower",
+                   "cosine lower")

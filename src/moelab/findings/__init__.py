@@ -19,7 +19,7 @@ from moelab.findings import (
     budgets, finetune, fixed_n_isoflop, fixed_size, isoflop, ladder, ladder_loss, paper_a,
     preregistered, published_law, recipe, topk, wall_clock, zero_shot, zero_shot_sparsity,
 )
-from moelab.findings import demo_cpus, demo_fairness  # the demo study's own measurements
+from moelab.findings import demo_cpus, demo_fairness, schedules  # the demo's own studies
 from moelab.findings.source import ResultsRoot
 from moelab.report.analysis import Analysis, compute_all, render_all
 
@@ -55,6 +55,14 @@ PAGES = (
          "repeated on other seeds and CPUs, and its fairness checks.",
          (demo_cpus.ANALYSIS, demo_fairness.TUNED_ANALYSIS,
           demo_fairness.UNTIL_RESOLVED_ANALYSIS)),  # no README line (no room)
+    Page("schedules-and-balancing", "Schedules and load balancing on the demo's MoE",
+         "The demo's MoE under other lr schedules and balancing rules, each paired by seed with "
+         "a baseline. Hägele et al. (2024, arXiv:2405.18392) report that warmup-stable-decay "
+         "(WSD) with a short 1 - sqrt cooldown matches cosine; the settings grids use the lr "
+         "and 50 % warmup chosen for cosine, the fair comparison gives each schedule its own "
+         "lr and one short shared warmup.",
+         (schedules.GRIDS_ANALYSIS, schedules.FAIR_WSD_ANALYSIS,
+          schedules.WSD_BUDGETS_ANALYSIS)),  # no README line (no room)
     Page("budget-trend", "Dense vs MoE across budgets (paper A's trend)",
          "Paper A (abstract) reports the matched-active MoE advantage growing with training "
          "tokens. cpu-budgets trains the demo's arms and recipe at 409.6K, 819.2K, 1.64M and "
