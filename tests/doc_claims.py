@@ -275,26 +275,6 @@ def factorial_contrasts() -> str:
             f"(Holm {holm_text(p_both)})")
 
 
-def ladder_trace(preset: str, rung: str) -> list[list[float]]:
-    """Per seed (1-4), the worst layer's busiest fraction at every evaluation."""
-    entry = next(e for e in load("ladder_trace.json") if e["preset"] == preset)
-    return [entry["runs"][f"{rung}/seed{seed}"]["worst_layer_busiest_fraction"]
-            for seed in entry["seeds"]]
-
-
-def ladder_trace_columns(preset: str, rung: str) -> str:
-    """'at step 10' and 'at the end' of the table, per seed: the first and last evaluations."""
-    traces = ladder_trace(preset, rung)
-    first = " / ".join(f"{trace[0]:.2f}" for trace in traces)
-    return first + " | ... | " + " / ".join(f"{trace[-1]:.2f}" for trace in traces)
-
-
-def ladder_peaks() -> str:
-    peaks = [max(trace) for preset in ("cpu-ablation", "demo")
-             for trace in ladder_trace(preset, "naive_top1")]
-    return f"one expert takes {min(peaks):.3f}-{max(peaks):.3f} of the worst layer's slots"
-
-
 def extension_means(family: str, size: str) -> str:
     """'| 3.180 | 3.163 | ...': mean final val loss over seeds 2-4 at dense, S = 0.5, 0.75, 0.875,
     0.9375 (dense from cpu-expertn, '–' where the family has no such point)."""
@@ -345,18 +325,6 @@ def ending_against_chance() -> str:
 # --------------------------------------------------------------------------------------------
 # Schedules, balancing, the ladder
 # --------------------------------------------------------------------------------------------
-
-
-def cpu_ladder_busiest() -> str:
-    """Naive top-1 against top-1 with balancing: the worst layer's busiest-expert fraction at
-    the end, paired over seeds (the runs' routing per layer)."""
-    runs = load("studies/cpu-ablation-seeds1-4-routing.json")["runs"]
-
-    def worst(rung: str) -> dict[int, float]:
-        return {int(name.split("seed")[1]): max(run["busiest_fraction"])
-                for name, run in runs.items() if name.startswith(f"{rung}/")}
-    t = paired(worst("naive_top1"), worst("top1_lb"))
-    return f"falls by {t.gap:.2f} {interval(t, 2)} (paired over the {t.n} seeds, p {t.p:.3f})"
 
 
 def fair_lr_gap(criterion: str) -> str:
@@ -780,8 +748,6 @@ CLAIMS = [
     Claim(STUDY_HAND, "every one of the 12 runs' Wilson intervals over the 233 items contains 0.25 "
           "(the best run, 68 of 233 = 0.292, has [0.237, 0.353])", ending_against_chance),
     # Schedules, balancing, one WSD run for three budgets, the ladder's busiest fraction.
-    Claim(STUDY_HAND, "falls by 0.52 [0.30, 0.75] (paired over the 4 seeds, p 0.005)",
-          cpu_ladder_busiest),
     Claim(RECIPE, "+0.0151 [+0.0039, +0.0263]** (p 0.015, Holm 0.015)",
           partial(fair_lr_gap, "active")),
     Claim(RECIPE, "+0.0176 [+0.0078, +0.0275]** (p 0.0039, Holm 0.0078)",
@@ -844,20 +810,6 @@ CLAIMS = [
     Claim(STUDY_HAND, "tying moves the matched-total gap by −0.076 [−0.164, +0.013] (Holm 0.47), the "
           "short warmup by −0.112 [−0.198, −0.026] (raw p 0.02, Holm 0.18), and the "
           "interaction is −0.019 [−0.173, +0.135] (Holm 1.0)", factorial_contrasts),
-    # The ladder over the whole run (experiments/ladder_trace.py).
-    Claim(STUDY_HAND, "0.97 / 0.99 / 0.99 / 0.99", lambda: ladder_trace_columns("cpu-ablation", "naive_top1").split(" | ... | ")[0]),
-    Claim(STUDY_HAND, "1.00 / 0.40 / 0.80 / 0.88 |", lambda: ladder_trace_columns("cpu-ablation", "naive_top1").split(" | ... | ")[1] + " |"),
-    Claim(STUDY_HAND, "0.55 / 0.72 / 0.46 / 0.78", lambda: ladder_trace_columns("cpu-ablation", "top1_lb").split(" | ... | ")[0]),
-    Claim(STUDY_HAND, "0.29 / 0.31 / 0.25 / 0.22 |", lambda: ladder_trace_columns("cpu-ablation", "top1_lb").split(" | ... | ")[1] + " |"),
-    Claim(STUDY_HAND, "0.45 / 0.45 / 0.45 / 0.48", lambda: ladder_trace_columns("cpu-ablation", "top2_lb").split(" | ... | ")[0]),
-    Claim(STUDY_HAND, "0.25 / 0.18 / 0.18 / 0.17 |", lambda: ladder_trace_columns("cpu-ablation", "top2_lb").split(" | ... | ")[1] + " |"),
-    Claim(STUDY_HAND, "0.84 / 0.63 / 0.70 / 0.65", lambda: ladder_trace_columns("demo", "naive_top1").split(" | ... | ")[0]),
-    Claim(STUDY_HAND, "0.46 / 0.59 / 0.40 / 0.42 |", lambda: ladder_trace_columns("demo", "naive_top1").split(" | ... | ")[1] + " |"),
-    Claim(STUDY_HAND, "0.68 / 0.55 / 0.63 / 0.62", lambda: ladder_trace_columns("demo", "top1_lb").split(" | ... | ")[0]),
-    Claim(STUDY_HAND, "0.32 / 0.31 / 0.35 / 0.31 |", lambda: ladder_trace_columns("demo", "top1_lb").split(" | ... | ")[1] + " |"),
-    Claim(STUDY_HAND, "0.46 / 0.41 / 0.48 / 0.42", lambda: ladder_trace_columns("demo", "top2_lb").split(" | ... | ")[0]),
-    Claim(STUDY_HAND, "0.45 / 0.48 / 0.48 / 0.48 |", lambda: ladder_trace_columns("demo", "top2_lb").split(" | ... | ")[1] + " |"),
-    Claim(STUDY_HAND, "one expert takes 0.995-0.999 of the worst layer's slots", ladder_peaks),
     # The extension past the edge (cpu-fixedn, cpu-expertn), seeds 2-4.
     Claim(ISOFLOP_BY_HAND, "| 3.180 | 3.163 | 3.137 | 3.123 | 3.140 |", partial(extension_means, "cpu-fixedn", "s0")),
     Claim(ISOFLOP_BY_HAND, "| 3.179 | 3.111 | 3.075 | 3.079 | 3.078 |", partial(extension_means, "cpu-fixedn", "s1")),

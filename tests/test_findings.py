@@ -564,7 +564,7 @@ def _paired_by_hand(first: dict, second: dict) -> tuple[float, float, float, flo
     return d.mean(), d.mean() - half, d.mean() + half, stats.ttest_1samp(d, 0.0).pvalue
 
 
-def _holm_by_hand(p_values: list[float]) -> list[float]:
+def _holm_in_order(p_values: list[float]) -> list[float]:
     order = np.argsort(p_values)
     adjusted, running = [0.0] * len(p_values), 0.0
     for rank, index in enumerate(order):
@@ -588,18 +588,39 @@ def test_schedule_pages_recomputed_with_scipy():
                       for name, record in stored["settings"].items()}
         base = by_setting.pop(stored["baseline"])
         tests = {name: _paired_by_hand(base, losses) for name, losses in by_setting.items()}
-        for (name, t), p_holm in zip(tests.items(), _holm_by_hand([t[3] for t in tests.values()])):
+        for (name, t), p_holm in zip(tests.items(), _holm_in_order([t[3] for t in tests.values()])):
             row = _page_row(page, f"`{name}`")
             _check_row(row[3:], *t, p_holm, "variant lower", "variant higher")
     fair = json.loads((RESULTS / "wsd_cosine.json").read_text())["final_val_loss"]
     keys = [(h, name) for h in ("1000", "3000") for name in ("wsd20", "wsd30")]
     tests = [_paired_by_hand(fair["cosine"][h], fair[name][h]) for h, name in keys]
-    for (h, name), t, p_holm in zip(keys, tests, _holm_by_hand([t[3] for t in tests])):
+    for (h, name), t, p_holm in zip(keys, tests, _holm_in_order([t[3] for t in tests])):
         row = _page_row(page, f"{int(h):,} steps: cosine − {name}", "6")
         _check_row(row[2:], *t, p_holm, "WSD lower", "cosine lower")
     budgets = json.loads((RESULTS / "wsd_budgets.json").read_text())["by_budget"]
     tests = [_paired_by_hand(row["cosine_best_val_loss"], row["wsd_best_val_loss"])
              for row in budgets.values()]
-    for tokens, t, p_holm in zip(budgets, tests, _holm_by_hand([t[3] for t in tests])):
+    for tokens, t, p_holm in zip(budgets, tests, _holm_in_order([t[3] for t in tests])):
         _check_row(_page_row(page, f"{int(tokens):,}")[3:], *t, p_holm, "WSD family lower",
                    "cosine lower")
+
+
+def test_ladder_routing_recomputed_with_scipy():
+    page = render_pages(RESULTS)["routing-stability.md"]
+    for entry in json.loads((RESULTS / "ladder_trace.json").read_text()):
+        for rung in entry["rungs"]:
+            traces = [entry["runs"][f"{rung}/seed{s}"]["worst_layer_busiest_fraction"]
+                      for s in entry["seeds"]]
+            row = _page_row(page, f"`{entry['preset']}`", rung)
+            assert row[2] == " / ".join(f"{t[0]:.2f}" for t in traces)
+            assert row[3] == " / ".join(f"{max(t):.3f}" for t in traces)
+            assert row[5] == " / ".join(f"{t[-1]:.2f}" for t in traces)
+    runs = json.loads((RESULTS / "studies" / "cpu-ablation-seeds1-4-routing.json").read_text())["runs"]
+    worst = {rung: [max(runs[f"{rung}/seed{s}"]["busiest_fraction"]) for s in range(1, 5)]
+             for rung in ("naive_top1", "top1_lb")}
+    test = stats.ttest_rel(worst["naive_top1"], worst["top1_lb"])
+    ci = test.confidence_interval(0.95)
+    gap = np.mean(worst["naive_top1"]) - np.mean(worst["top1_lb"])
+    assert (f"{gap:+.2f} [{ci.low:+.2f}, {ci.high:+.2f}], p {test.pvalue:.2g}, one test: "
+            "**lower with balancing**") in page
+    assert test.pvalue < 0.05 and ci.low > 0

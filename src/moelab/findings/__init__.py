@@ -19,7 +19,7 @@ from moelab.findings import (
     budgets, finetune, fixed_n_isoflop, fixed_size, isoflop, ladder, ladder_loss, paper_a,
     preregistered, published_law, recipe, topk, wall_clock, zero_shot, zero_shot_sparsity,
 )
-from moelab.findings import demo_cpus, demo_fairness, schedules  # the demo's own studies
+from moelab.findings import demo_cpus, demo_fairness, ladder_routing, schedules  # by-hand pages moved here
 from moelab.findings.source import ResultsRoot
 from moelab.report.analysis import Analysis, compute_all, render_all
 
@@ -144,7 +144,8 @@ PAGES = (
          "gain'; those are the summary's words, not paper A's abstract. cpu-ablation's 8 "
          "experts and 3x lr were chosen so that top-1 could collapse: that choice is part of "
          "its rows.",
-         (ladder.ANALYSIS, ladder_loss.ANALYSIS), (ladder.summary,)),  # ladder_loss: no README line (no room)
+         (ladder.ANALYSIS, ladder_loss.ANALYSIS, ladder_routing.ANALYSIS),
+         (ladder.summary,)),  # ladder_loss, ladder_routing: no README line (no room)
     Page("zero-shot-tasks", "Zero-shot tasks on the demo",
          "moelab's own three zero-shot tasks (docs/training.md, 'Zero-shot tasks': a story's "
          "last word, LAMBADA-style; its true ending against three others; grammatical minimal "
