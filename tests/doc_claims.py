@@ -717,25 +717,7 @@ def preregistered_row(form: str) -> str:
     return f"| `{form}` | " + " | ".join(cells) + " |"
 
 
-def rounding_noise_ratio_line() -> str:
-    """study-by-hand.md's 'Rounding rms over seed std' line, from the per-run losses of
-    rounding_noise.json: the seeds' sample std, and the rms of each perturbed run of the first
-    seed minus its reference run."""
-    record = load("rounding_noise.json")
-    first = str(record["seeds"][0])
-    parts = []
-    for arm, runs in record["arms"].items():
-        reference = runs["reference"]
-        diffs = [runs[name][first] - reference[first] for name in runs
-                 if name != "reference" and first in runs[name]]
-        if diffs and len(reference) > 1:
-            rms = math.sqrt(sum(d * d for d in diffs) / len(diffs))
-            parts.append(f"{arm} {rms / float(np.std(list(reference.values()), ddof=1)):.2f}")
-    return "Rounding rms over seed std: " + ", ".join(parts) + "."
-
-
 CLAIMS = [
-    # The demo, 12 seeds pooled (docs/findings/study-by-hand.md), and seeds 0-5 alone.
     # cpu-budgets beside paper A's trend (the gaps themselves: docs/findings/budget-trend.md).
     Claim(STUDY_HAND, "(raw p 0.020 and 0.032 at 819.2K and 1.64M; Holm 0.12 and 0.13)",
           lambda: (f"(raw p {p_text(budget_gap(819_200, 'total').p)} and "
@@ -855,9 +837,6 @@ CLAIMS = [
     Claim("docs/findings/preregistered-design.md", "| `isoflop-parabola` | 2.630 [2.587, 2.672] | 2.701 [2.622, 2.781] | "
           "2.637 [2.589, 2.685] | 2.543 [2.507, 2.579] | 2.504 [2.457, 2.551] | "
           "2.463 [2.426, 2.500] |", partial(preregistered_row, "isoflop-parabola")),
-    # Rounding noise beside the seed spread (docs/findings/study-by-hand.md).
-    Claim(STUDY_HAND, "Rounding rms over seed std: moe 0.05, dense_active 0.02, dense_total 0.01.",
-          rounding_noise_ratio_line),
 ]
 
 

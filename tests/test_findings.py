@@ -624,3 +624,18 @@ def test_ladder_routing_recomputed_with_scipy():
     assert (f"{gap:+.2f} [{ci.low:+.2f}, {ci.high:+.2f}], p {test.pvalue:.2g}, one test: "
             "**lower with balancing**") in page
     assert test.pvalue < 0.05 and ci.low > 0
+
+
+def test_rounding_noise_recomputed_with_numpy():
+    record = json.loads((RESULTS / "rounding_noise.json").read_text())
+    first = str(record["seeds"][0])
+    page = render_pages(RESULTS)["demo-study.md"]
+    for arm, runs in record["arms"].items():
+        reference = runs.pop("reference")
+        diffs = np.array([runs[name][first] - reference[first] for name in runs])
+        sd = np.std(list(reference.values()), ddof=1)
+        rms = np.sqrt(np.mean(diffs ** 2))
+        row = _page_row(page, f"`{arm}`", f"{sd:.4f} (n={len(reference)})")
+        assert row[-2:] == [f"{rms:.5f}", f"{rms / sd:.2f}"]
+    span = np.sqrt(stats.chi2.ppf(0.975, 2) / stats.chi2.ppf(0.025, 2))
+    assert f"spans a factor of {span:.1f}" in page

@@ -19,7 +19,9 @@ from moelab.findings import (
     budgets, finetune, fixed_n_isoflop, fixed_size, isoflop, ladder, ladder_loss, paper_a,
     preregistered, published_law, recipe, topk, wall_clock, zero_shot, zero_shot_sparsity,
 )
-from moelab.findings import demo_cpus, demo_fairness, ladder_routing, schedules  # by-hand pages moved here
+from moelab.findings import (  # the readings moved here from study-by-hand.md
+    demo_cpus, demo_fairness, ladder_routing, rounding, schedules,
+)
 from moelab.findings.source import ResultsRoot
 from moelab.report.analysis import Analysis, compute_all, render_all
 
@@ -54,7 +56,7 @@ PAGES = (
          "head, half the 400 steps in warmup, lr 0.01). This page reads the demo's own studies: "
          "repeated on other seeds and CPUs, and its fairness checks.",
          (demo_cpus.ANALYSIS, demo_fairness.TUNED_ANALYSIS,
-          demo_fairness.UNTIL_RESOLVED_ANALYSIS)),  # no README line (no room)
+          demo_fairness.UNTIL_RESOLVED_ANALYSIS, rounding.ANALYSIS)),  # no README line (no room)
     Page("schedules-and-balancing", "Schedules and load balancing on the demo's MoE",
          "The demo's MoE under other lr schedules and balancing rules, each paired by seed with "
          "a baseline. Hägele et al. (2024, arXiv:2405.18392) report that warmup-stable-decay "
