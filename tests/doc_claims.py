@@ -148,42 +148,6 @@ def p_exp(p: float) -> str:
 # --------------------------------------------------------------------------------------------
 
 DENSE = {"active": "dense_active", "total": "dense_total"}
-CPU_BUDGETS = {409_600: "409.6K", 819_200: "819.2K", 1_638_400: "1.64M", 3_276_800: "3.28M"}
-
-
-def budget_gap(tokens: int, criterion: str) -> Paired:
-    return paired(losses("cpu-budgets", DENSE[criterion], tokens),
-                  losses("cpu-budgets", "moe", tokens))
-
-
-def budget_holm(tokens: int, criterion: str) -> float:
-    """The Holm-adjusted p of one of cpu-budgets' 8 tests (4 budgets x 2 criteria)."""
-    keys = [(t, c) for t in CPU_BUDGETS for c in DENSE]
-    adjusted = holm([budget_gap(t, c).p for t, c in keys])
-    return adjusted[keys.index((tokens, criterion))]
-
-
-def active_gap_fall() -> str:
-    """The active gap per seed at 3.28M minus at 1.64M, paired over the seeds."""
-    def per_seed(tokens):
-        dense = losses("cpu-budgets", "dense_active", tokens)
-        moe = losses("cpu-budgets", "moe", tokens)
-        return {s: dense[s] - moe[s] for s in moe}
-    t = paired(per_seed(1_638_400), per_seed(3_276_800))
-    return (f"falls from 1.64M to 3.28M by {t.gap:.3f} on average (paired over the {t.n} seeds, "
-            f"p {t.p:.2f})")
-
-
-
-
-
-
-
-
-
-
-
-
 
 
 FACTORIAL_PAIRS = {"active": ("dense_active", "moe"), "total": ("dense_total", "moe"),
@@ -718,14 +682,6 @@ def preregistered_row(form: str) -> str:
 
 
 CLAIMS = [
-    # cpu-budgets beside paper A's trend (the gaps themselves: docs/findings/budget-trend.md).
-    Claim(STUDY_HAND, "(raw p 0.020 and 0.032 at 819.2K and 1.64M; Holm 0.12 and 0.13)",
-          lambda: (f"(raw p {p_text(budget_gap(819_200, 'total').p)} and "
-                   f"{p_text(budget_gap(1_638_400, 'total').p)} at 819.2K and 1.64M; Holm "
-                   f"{p_text(budget_holm(819_200, 'total'))} and "
-                   f"{p_text(budget_holm(1_638_400, 'total'))})")),
-    Claim(STUDY_HAND, "falls from 1.64M to 3.28M by 0.018 on average (paired over the 3 seeds, p 0.08)",
-          active_gap_fall),
     # Zero-shot tasks: ending against chance (the accuracies: docs/findings/zero-shot-tasks.md).
     Claim(STUDY_HAND, "every one of the 12 runs' Wilson intervals over the 233 items contains 0.25 "
           "(the best run, 68 of 233 = 0.292, has [0.237, 0.353])", ending_against_chance),

@@ -639,3 +639,26 @@ def test_rounding_noise_recomputed_with_numpy():
         assert row[-2:] == [f"{rms:.5f}", f"{rms / sd:.2f}"]
     span = np.sqrt(stats.chi2.ppf(0.975, 2) / stats.chi2.ppf(0.025, 2))
     assert f"spans a factor of {span:.1f}" in page
+
+
+def test_budget_steps_recomputed_with_scipy():
+    budgets = sorted(json.loads((RESULTS / "studies" / "cpu-budgets.json").read_text())["budgets"],
+                     key=lambda b: b["tokens"])
+
+    def gaps(budget, dense):
+        loss = {arm: {r["seed"]: r["best_val_loss"] for r in budget["arms"][arm]["runs"]}
+                for arm in ("moe", dense)}
+        return {s: loss[dense][s] - loss["moe"][s] for s in loss["moe"]}
+    tests = []
+    for dense in ("dense_active", "dense_total"):
+        for smaller, larger in zip(budgets, budgets[1:]):
+            tests.append(_paired_by_hand(gaps(larger, dense), gaps(smaller, dense)))
+    adjusted = _holm_in_order([t[3] for t in tests])
+    page = render_pages(RESULTS)["budget-trend.md"]
+    lines = [line for line in page.splitlines() if " → " in line]
+    assert len(lines) == len(tests) == 6
+    for line, (change, low, high, p), p_holm in zip(lines, tests, adjusted):
+        separated = p_holm < 0.05 and (low > 0 or high < 0)
+        word = ("gap grows" if low > 0 else "gap shrinks") if separated else "not separated"
+        assert (f"| {change:+.3f} | [{low:+.3f}, {high:+.3f}] | {p:.2g} | {p_holm:.2g} | "
+                f"**{word}** |") in line
