@@ -150,95 +150,6 @@ def p_exp(p: float) -> str:
 DENSE = {"active": "dense_active", "total": "dense_total"}
 
 
-FACTORIAL_PAIRS = {"active": ("dense_active", "moe"), "total": ("dense_total", "moe"),
-                   "compute": ("dense_total", "moe_compute")}
-FACTORIAL_CELLS = ("tied_warmup0.02", "tied_warmup0.5", "untied_warmup0.02", "untied_warmup0.5")
-
-
-def holm_by_hand(p_values: list[float]) -> list[float]:
-    """Holm's step-down adjustment written out: the k-th smallest of m times (m - k), kept
-    non-decreasing, capped at 1."""
-    order = sorted(range(len(p_values)), key=p_values.__getitem__)
-    adjusted, running = [0.0] * len(p_values), 0.0
-    for rank, index in enumerate(order):
-        running = max(running, min(1.0, (len(p_values) - rank) * p_values[index]))
-        adjusted[index] = running
-    return adjusted
-
-
-def factorial_losses(cell: str, arm: str) -> dict[int, float]:
-    runs = load("recipe_factorial.json")["report"][cell]["runs"][arm]
-    return {int(seed): run["best_val_loss"] for seed, run in runs.items()}
-
-
-def factorial_contrast(weights: dict[str, float]) -> Paired:
-    """A weighted sum over cells of the per-seed matched-total gaps, as a one-sample t (scipy)."""
-    gaps = {cell: paired_differences(cell, "total") for cell in weights}
-    seeds = sorted(set.intersection(*(set(g) for g in gaps.values())))
-    values = [sum(w * gaps[cell][s] for cell, w in weights.items()) for s in seeds]
-    test = stats.ttest_1samp(values, 0.0)
-    ci = test.confidence_interval(0.95)
-    return Paired(float(np.mean(values)), ci.low, ci.high, test.pvalue, len(values),
-                  float(np.std(values, ddof=1)))
-
-
-def paired_differences(cell: str, criterion: str) -> dict[int, float]:
-    dense, moe = (factorial_losses(cell, arm) for arm in FACTORIAL_PAIRS[criterion])
-    return {seed: dense[seed] - moe[seed] for seed in dense.keys() & moe.keys()}
-
-
-@functools.cache
-def factorial_family() -> dict[tuple[str, str], tuple[Paired, float]]:
-    """Every cell's gaps and the three matched-total contrasts, Holm over all of them."""
-    report = load("recipe_factorial.json")["report"]
-    tests = {(cell, criterion): paired(*(factorial_losses(cell, arm)
-                                          for arm in FACTORIAL_PAIRS[criterion]))
-             for cell in report for criterion in FACTORIAL_PAIRS}
-    half = {"tie": {c: (0.5 if c.startswith("tied") else -0.5) for c in FACTORIAL_CELLS},
-            "warmup": {c: (0.5 if c.endswith("0.02") else -0.5) for c in FACTORIAL_CELLS}}
-    half["interaction"] = {c: 4 * half["tie"][c] * half["warmup"][c] for c in FACTORIAL_CELLS}
-    tests.update({("contrast", name): factorial_contrast(w) for name, w in half.items()})
-    # Holm over the family fixed before the runs (the 2 x 2 and its contrasts); a cell added
-    # afterwards is a family of its own.
-    families = [[key for key in tests if key[0] in FACTORIAL_CELLS or key[0] == "contrast"]]
-    families.append([key for key in tests if key not in families[0]])
-    adjusted = {}
-    for family in families:
-        adjusted.update(zip(family, holm_by_hand([tests[key].p for key in family])))
-    return {key: (t, adjusted[key]) for key, t in tests.items()}
-
-
-def holm_text(p: float) -> str:
-    """1.0, 0.43, 0.049, 0.0031, 2e-4: two digits down to 0.001, then one digit and a power."""
-    if p >= 0.9995:
-        return "1.0"
-    return f"{p:.2g}" if p >= 0.001 else p_exp(p)
-
-
-def factorial_cell(cell: str, criterion: str) -> str:
-    t, p_holm = factorial_family()[cell, criterion]
-    return f"{signed(t.gap, 3, '−')} {interval(t, 3, '−', plus=True)}, Holm {holm_text(p_holm)}"
-
-
-def factorial_compute_range() -> str:
-    """The equal-compute gaps of the three cells that train stably (all but tied, warmup 0.02)."""
-    gaps = [factorial_family()[cell, "compute"][0].gap for cell in FACTORIAL_CELLS
-            if cell != "tied_warmup0.02"]
-    return f"ahead of dense_total by {min(gaps):.2f}-{max(gaps):.2f} nats"
-
-
-def factorial_contrasts() -> str:
-    family = factorial_family()
-    (tie, p_tie), (warm, p_warm), (both, p_both) = (
-        family["contrast", name] for name in ("tie", "warmup", "interaction"))
-    return (f"tying moves the matched-total gap by {signed(tie.gap, 3, '−')} "
-            f"{interval(tie, 3, '−', plus=True)} (Holm {holm_text(p_tie)}), the short warmup by "
-            f"{signed(warm.gap, 3, '−')} {interval(warm, 3, '−', plus=True)} (raw p "
-            f"{warm.p:.2g}, Holm {holm_text(p_warm)}), and the interaction is "
-            f"{signed(both.gap, 3, '−')} {interval(both, 3, '−', plus=True)} "
-            f"(Holm {holm_text(p_both)})")
-
-
 def extension_means(family: str, size: str) -> str:
     """'| 3.180 | 3.163 | ...': mean final val loss over seeds 2-4 at dense, S = 0.5, 0.75, 0.875,
     0.9375 (dense from cpu-expertn, '–' where the family has no such point)."""
@@ -257,37 +168,7 @@ def extension_means(family: str, size: str) -> str:
 
 
 # --------------------------------------------------------------------------------------------
-# Zero-shot tasks
-# --------------------------------------------------------------------------------------------
-
-TASKS_STUDY = "studies/demo-tasks-active.json"
-
-
-def task_runs(task: str) -> list[dict]:
-    arms = load(TASKS_STUDY)["zero_shot"][task]["arms"]
-    return [run for arm in arms.values() for run in arm["runs"]]
-
-
-def wilson(run: dict) -> tuple[float, float]:
-    found = stats.binomtest(run["correct"], run["items"]).proportion_ci(0.95, method="wilson")
-    return found.low, found.high
-
-
-def ending_against_chance() -> str:
-    runs = task_runs("ending")
-    inside = sum(low <= run["chance"] <= high for run in runs for low, high in [wilson(run)])
-    (items,) = {run["items"] for run in runs}
-    (chance,) = {run["chance"] for run in runs}
-    best = max(runs, key=lambda run: run["correct"])
-    low, high = wilson(best)
-    every = "every one" if inside == len(runs) else f"{inside}"
-    return (f"{every} of the {len(runs)} runs' Wilson intervals over the {items} items contains "
-            f"{chance:g} (the best run, {best['correct']} of {items} = {best['accuracy']:.3f}, "
-            f"has [{low:.3f}, {high:.3f}])")
-
-
-# --------------------------------------------------------------------------------------------
-# Schedules, balancing, the ladder
+# The per-arm-lr check
 # --------------------------------------------------------------------------------------------
 
 
@@ -537,27 +418,11 @@ def finetune_b_within_and_pooled() -> str:
     return f"(within cells b is {within_b:.2f}, pooled {pooled_b:.2f})"
 
 
-STUDY_HAND, SCALING, RECIPE = "docs/findings/study-by-hand.md", "docs/scaling.md", "docs/recipe.md"
+SCALING, RECIPE = "docs/scaling.md", "docs/recipe.md"
 ISOFLOP_BY_HAND = "docs/findings/isoflop-sweep-hand-read.md"
 SWEEPS_BY_HAND = "docs/findings/sweeps-hand-read.md"
 """docs/scaling.md's measured sections that are not generated, moved verbatim (README.md
 quotes none of these numbers: its findings are generated)."""
-
-
-def total_gap_by_seed(study: str, tokens: Optional[int] = None) -> list[float]:
-    dense, moe = losses(study, "dense_total", tokens), losses(study, "moe", tokens)
-    return [dense[s] - moe[s] for s in sorted(dense.keys() & moe.keys())]
-
-
-def flip_across_sizes() -> str:
-    """The matched-total gap at 591K (1.64M tokens) minus at 1.54M (4.13M tokens), Welch."""
-    small = total_gap_by_seed("cpu-budgets", 1638400)
-    large = total_gap_by_seed("cpu-replication-compiled")
-    welch = stats.ttest_ind(small, large, equal_var=False)
-    ci = welch.confidence_interval(0.95)
-    return (f"a difference of {signed(np.mean(small) - np.mean(large), 3)} [{num(ci.low, 3)}, "
-            f"{num(ci.high, 3)}] (Welch, p {p_text(welch.pvalue)}")
-
 
 
 # --------------------------------------------------------------------------------------------
@@ -682,10 +547,7 @@ def preregistered_row(form: str) -> str:
 
 
 CLAIMS = [
-    # Zero-shot tasks: ending against chance (the accuracies: docs/findings/zero-shot-tasks.md).
-    Claim(STUDY_HAND, "every one of the 12 runs' Wilson intervals over the 233 items contains 0.25 "
-          "(the best run, 68 of 233 = 0.292, has [0.237, 0.353])", ending_against_chance),
-    # Schedules, balancing, one WSD run for three budgets, the ladder's busiest fraction.
+    # The per-arm-lr check (docs/recipe.md).
     Claim(RECIPE, "+0.0151 [+0.0039, +0.0263]** (p 0.015, Holm 0.015)",
           partial(fair_lr_gap, "active")),
     Claim(RECIPE, "+0.0176 [+0.0078, +0.0275]** (p 0.0039, Holm 0.0078)",
@@ -737,17 +599,6 @@ CLAIMS = [
           "not separated |", partial(granularity_pair_row, "G = 2 + 1 shared", "G = 1")),
     Claim(SWEEPS_BY_HAND, "| G = 2 + 1 shared minus G = 2 | +0.0214 [−0.0167, +0.0596] | 0.14 | 0.35 | "
           "not separated |", partial(granularity_pair_row, "G = 2 + 1 shared", "G = 2")),
-    Claim(STUDY_HAND, "a difference of +0.030 [0.003, 0.058] (Welch, p 0.038", flip_across_sizes),
-    # The recipe factorial (experiments/recipe_factorial.py).
-    Claim(STUDY_HAND, "ahead of dense_total by 0.17-0.23 nats", factorial_compute_range),
-    Claim(STUDY_HAND, "matched total −0.226 [−0.611, +0.160] (Holm 0.39;",
-          lambda: "matched total " + factorial_cell("tied_warmup0.1", "total").replace(", Holm", " (Holm")
-          + ";"),
-    Claim(STUDY_HAND, "+0.237 [+0.157, +0.317] (Holm 0.0019)",
-          lambda: factorial_cell("tied_warmup0.1", "compute").replace(", Holm", " (Holm") + ")"),
-    Claim(STUDY_HAND, "tying moves the matched-total gap by −0.076 [−0.164, +0.013] (Holm 0.47), the "
-          "short warmup by −0.112 [−0.198, −0.026] (raw p 0.02, Holm 0.18), and the "
-          "interaction is −0.019 [−0.173, +0.135] (Holm 1.0)", factorial_contrasts),
     # The extension past the edge (cpu-fixedn, cpu-expertn), seeds 2-4.
     Claim(ISOFLOP_BY_HAND, "| 3.180 | 3.163 | 3.137 | 3.123 | 3.140 |", partial(extension_means, "cpu-fixedn", "s0")),
     Claim(ISOFLOP_BY_HAND, "| 3.179 | 3.111 | 3.075 | 3.079 | 3.078 |", partial(extension_means, "cpu-fixedn", "s1")),

@@ -662,3 +662,31 @@ def test_budget_steps_recomputed_with_scipy():
         word = ("gap grows" if low > 0 else "gap shrinks") if separated else "not separated"
         assert (f"| {change:+.3f} | [{low:+.3f}, {high:+.3f}] | {p:.2g} | {p_holm:.2g} | "
                 f"**{word}** |") in line
+
+
+def test_two_sizes_recomputed_with_scipy():
+    record = json.loads((RESULTS / "flip_table.json").read_text())
+    per_row, p_values = [], []
+    for row in record["rows"]:
+        study = json.loads((RESULTS / "studies" / f"{row['study']}.json").read_text())
+        groups = [g for g in study["budgets"] if g["tokens"] == row["tokens"]]
+        arms = groups[0]["arms"] if groups else study["arms"]
+        loss = {arm: {r["seed"]: r["best_val_loss"] for r in arms[arm]["runs"]}
+                for arm in ("moe", "dense_total")}
+        gaps = np.array([loss["dense_total"][s] - loss["moe"][s] for s in sorted(loss["moe"])])
+        per_row.append(gaps)
+        p_values.append(stats.ttest_1samp(gaps, 0.0).pvalue)
+    small, large = (next(g for g, row in zip(per_row, record["rows"])
+                         if row["tokens"] == record["same_tokens_per_param"][side]["tokens"])
+                    for side in ("small", "large"))
+    welch = stats.ttest_ind(small, large, equal_var=False)
+    adjusted = _holm_in_order([*p_values, welch.pvalue])
+    page = render_pages(RESULTS)["budget-trend.md"]
+    for row, gaps, p, p_holm in zip(record["rows"], per_row, p_values, adjusted):
+        line = next(line for line in page.splitlines()
+                    if line.startswith(f"| `{row['study']}` |") and f"| {row['tokens']:,} |" in line)
+        assert f"| {gaps.mean():+.3f} |" in line and f"| {p:.2g} | {p_holm:.2g} |" in line
+    ci = welch.confidence_interval(0.95)
+    assert (f"{small.mean() - large.mean():+.3f} [{ci.low:+.3f}, {ci.high:+.3f}], p "
+            f"{welch.pvalue:.2g}, Holm {adjusted[-1]:.2g}: **not separated**") in page
+    assert adjusted[-1] >= 0.05

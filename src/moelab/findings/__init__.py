@@ -20,7 +20,7 @@ from moelab.findings import (
     preregistered, published_law, recipe, topk, wall_clock, zero_shot, zero_shot_sparsity,
 )
 from moelab.findings import (  # the readings moved here from study-by-hand.md
-    budget_steps, demo_cpus, demo_fairness, ladder_routing, rounding, schedules,
+    budget_steps, demo_cpus, demo_fairness, flip, ladder_routing, rounding, schedules,
 )
 from moelab.findings.source import ResultsRoot
 from moelab.report.analysis import Analysis, compute_all, render_all
@@ -71,7 +71,8 @@ PAGES = (
          "3.28M tokens per run (400 to 3,200 steps, each budget its own full schedule) on a "
          "TinyStories copy, 3 seeds, at about 0.4-0.6M parameters (paper A's models are under "
          "25M, its abstract): the sign and shape are what is compared, not the numbers.",
-         (budgets.ANALYSIS, budget_steps.ANALYSIS), (budgets.summary,)),  # steps: no README line
+         (budgets.ANALYSIS, budget_steps.ANALYSIS, flip.ANALYSIS),
+         (budgets.summary,)),  # budget_steps, flip: no README line (no room)
     Page("sparsity-at-fixed-size",
          "The best sparsity at a fixed size (paper B's findings (a) and (c))",
          "Abnar et al. 2025 (paper B) report that at a fixed total parameter count and compute "
