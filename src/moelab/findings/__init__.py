@@ -59,10 +59,9 @@ PAGES = (
           demo_fairness.UNTIL_RESOLVED_ANALYSIS, rounding.ANALYSIS)),  # no README line (no room)
     Page("schedules-and-balancing", "Schedules and load balancing on the demo's MoE",
          "The demo's MoE under other lr schedules and balancing rules, each paired by seed with "
-         "a baseline. Hägele et al. (2024, arXiv:2405.18392) report that warmup-stable-decay "
-         "(WSD) with a short 1 - sqrt cooldown matches cosine; the settings grids use the lr "
-         "and 50 % warmup chosen for cosine, the fair comparison gives each schedule its own "
-         "lr and one short shared warmup.",
+         "a baseline. Warmup-stable-decay (WSD) is set against cosine twice: the settings grid "
+         "uses the lr and 50 % warmup chosen for cosine, the fair comparison gives each "
+         "schedule its own lr and one short shared warmup.",
          (schedules.GRIDS_ANALYSIS, schedules.FAIR_WSD_ANALYSIS,
           schedules.WSD_BUDGETS_ANALYSIS)),  # no README line (no room)
     Page("budget-trend", "Dense vs MoE across budgets (paper A's trend)",
