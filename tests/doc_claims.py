@@ -73,12 +73,6 @@ def losses(study: str, arm: str, tokens: Optional[int] = None) -> dict[int, floa
     return {run.seed: run.best_val_loss for run in arms[arm].runs}
 
 
-def pooled(arm: str, *studies: str) -> dict[int, float]:
-    """{seed: best val loss} over several studies with distinct seeds."""
-    merged: dict[int, float] = {}
-    for study in studies:
-        merged.update(losses(study, arm))
-    return merged
 
 
 @dataclass
@@ -125,292 +119,18 @@ def interval(t: Paired, digits: int, minus: str = "-", plus: bool = False) -> st
     return f"[{show(t.low)}, {show(t.high)}]"
 
 
-def p_text(p: float) -> str:
-    """Two significant digits, at most four decimals: 0.19, 0.020, 0.0058, 0.0003."""
-    return f"{p:#.2g}" if p >= 0.001 else f"{p:.4f}"
-
-
-def p_exp(p: float) -> str:
-    """1e-4, 6e-6: one digit and its power of ten."""
-    mantissa, exponent = f"{p:.0e}".split("e")
-    return f"{mantissa}e{int(exponent)}"
-
-
 # --------------------------------------------------------------------------------------------
 # The studies
 # --------------------------------------------------------------------------------------------
 
 DENSE = {"active": "dense_active", "total": "dense_total"}
-CPU_BUDGETS = {409_600: "409.6K", 819_200: "819.2K", 1_638_400: "1.64M", 3_276_800: "3.28M"}
 
 
-def budget_gap(tokens: int, criterion: str) -> Paired:
-    return paired(losses("cpu-budgets", DENSE[criterion], tokens),
-                  losses("cpu-budgets", "moe", tokens))
-
-
-def budget_holm(tokens: int, criterion: str) -> float:
-    """The Holm-adjusted p of one of cpu-budgets' 8 tests (4 budgets x 2 criteria)."""
-    keys = [(t, c) for t in CPU_BUDGETS for c in DENSE]
-    adjusted = holm([budget_gap(t, c).p for t, c in keys])
-    return adjusted[keys.index((tokens, criterion))]
-
-
-def active_gap_fall() -> str:
-    """The active gap per seed at 3.28M minus at 1.64M, paired over the seeds."""
-    def per_seed(tokens):
-        dense = losses("cpu-budgets", "dense_active", tokens)
-        moe = losses("cpu-budgets", "moe", tokens)
-        return {s: dense[s] - moe[s] for s in moe}
-    t = paired(per_seed(1_638_400), per_seed(3_276_800))
-    return (f"falls from 1.64M to 3.28M by {t.gap:.3f} on average (paired over the {t.n} seeds, "
-            f"p {t.p:.2f})")
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-FACTORIAL_PAIRS = {"active": ("dense_active", "moe"), "total": ("dense_total", "moe"),
-                   "compute": ("dense_total", "moe_compute")}
-FACTORIAL_CELLS = ("tied_warmup0.02", "tied_warmup0.5", "untied_warmup0.02", "untied_warmup0.5")
-
-
-def holm_by_hand(p_values: list[float]) -> list[float]:
-    """Holm's step-down adjustment written out: the k-th smallest of m times (m - k), kept
-    non-decreasing, capped at 1."""
-    order = sorted(range(len(p_values)), key=p_values.__getitem__)
-    adjusted, running = [0.0] * len(p_values), 0.0
-    for rank, index in enumerate(order):
-        running = max(running, min(1.0, (len(p_values) - rank) * p_values[index]))
-        adjusted[index] = running
-    return adjusted
-
-
-def factorial_losses(cell: str, arm: str) -> dict[int, float]:
-    runs = load("recipe_factorial.json")["report"][cell]["runs"][arm]
-    return {int(seed): run["best_val_loss"] for seed, run in runs.items()}
-
-
-def factorial_contrast(weights: dict[str, float]) -> Paired:
-    """A weighted sum over cells of the per-seed matched-total gaps, as a one-sample t (scipy)."""
-    gaps = {cell: paired_differences(cell, "total") for cell in weights}
-    seeds = sorted(set.intersection(*(set(g) for g in gaps.values())))
-    values = [sum(w * gaps[cell][s] for cell, w in weights.items()) for s in seeds]
-    test = stats.ttest_1samp(values, 0.0)
-    ci = test.confidence_interval(0.95)
-    return Paired(float(np.mean(values)), ci.low, ci.high, test.pvalue, len(values),
-                  float(np.std(values, ddof=1)))
-
-
-def paired_differences(cell: str, criterion: str) -> dict[int, float]:
-    dense, moe = (factorial_losses(cell, arm) for arm in FACTORIAL_PAIRS[criterion])
-    return {seed: dense[seed] - moe[seed] for seed in dense.keys() & moe.keys()}
-
-
-@functools.cache
-def factorial_family() -> dict[tuple[str, str], tuple[Paired, float]]:
-    """Every cell's gaps and the three matched-total contrasts, Holm over all of them."""
-    report = load("recipe_factorial.json")["report"]
-    tests = {(cell, criterion): paired(*(factorial_losses(cell, arm)
-                                          for arm in FACTORIAL_PAIRS[criterion]))
-             for cell in report for criterion in FACTORIAL_PAIRS}
-    half = {"tie": {c: (0.5 if c.startswith("tied") else -0.5) for c in FACTORIAL_CELLS},
-            "warmup": {c: (0.5 if c.endswith("0.02") else -0.5) for c in FACTORIAL_CELLS}}
-    half["interaction"] = {c: 4 * half["tie"][c] * half["warmup"][c] for c in FACTORIAL_CELLS}
-    tests.update({("contrast", name): factorial_contrast(w) for name, w in half.items()})
-    # Holm over the family fixed before the runs (the 2 x 2 and its contrasts); a cell added
-    # afterwards is a family of its own.
-    families = [[key for key in tests if key[0] in FACTORIAL_CELLS or key[0] == "contrast"]]
-    families.append([key for key in tests if key not in families[0]])
-    adjusted = {}
-    for family in families:
-        adjusted.update(zip(family, holm_by_hand([tests[key].p for key in family])))
-    return {key: (t, adjusted[key]) for key, t in tests.items()}
-
-
-def holm_text(p: float) -> str:
-    """1.0, 0.43, 0.049, 0.0031, 2e-4: two digits down to 0.001, then one digit and a power."""
-    if p >= 0.9995:
-        return "1.0"
-    return f"{p:.2g}" if p >= 0.001 else p_exp(p)
-
-
-def factorial_cell(cell: str, criterion: str) -> str:
-    t, p_holm = factorial_family()[cell, criterion]
-    return f"{signed(t.gap, 3, '−')} {interval(t, 3, '−', plus=True)}, Holm {holm_text(p_holm)}"
-
-
-def factorial_compute_range() -> str:
-    """The equal-compute gaps of the three cells that train stably (all but tied, warmup 0.02)."""
-    gaps = [factorial_family()[cell, "compute"][0].gap for cell in FACTORIAL_CELLS
-            if cell != "tied_warmup0.02"]
-    return f"ahead of dense_total by {min(gaps):.2f}-{max(gaps):.2f} nats"
-
-
-def factorial_contrasts() -> str:
-    family = factorial_family()
-    (tie, p_tie), (warm, p_warm), (both, p_both) = (
-        family["contrast", name] for name in ("tie", "warmup", "interaction"))
-    return (f"tying moves the matched-total gap by {signed(tie.gap, 3, '−')} "
-            f"{interval(tie, 3, '−', plus=True)} (Holm {holm_text(p_tie)}), the short warmup by "
-            f"{signed(warm.gap, 3, '−')} {interval(warm, 3, '−', plus=True)} (raw p "
-            f"{warm.p:.2g}, Holm {holm_text(p_warm)}), and the interaction is "
-            f"{signed(both.gap, 3, '−')} {interval(both, 3, '−', plus=True)} "
-            f"(Holm {holm_text(p_both)})")
-
-
-def ladder_trace(preset: str, rung: str) -> list[list[float]]:
-    """Per seed (1-4), the worst layer's busiest fraction at every evaluation."""
-    entry = next(e for e in load("ladder_trace.json") if e["preset"] == preset)
-    return [entry["runs"][f"{rung}/seed{seed}"]["worst_layer_busiest_fraction"]
-            for seed in entry["seeds"]]
-
-
-def ladder_trace_columns(preset: str, rung: str) -> str:
-    """'at step 10' and 'at the end' of the table, per seed: the first and last evaluations."""
-    traces = ladder_trace(preset, rung)
-    first = " / ".join(f"{trace[0]:.2f}" for trace in traces)
-    return first + " | ... | " + " / ".join(f"{trace[-1]:.2f}" for trace in traces)
-
-
-def ladder_peaks() -> str:
-    peaks = [max(trace) for preset in ("cpu-ablation", "demo")
-             for trace in ladder_trace(preset, "naive_top1")]
-    return f"one expert takes {min(peaks):.3f}-{max(peaks):.3f} of the worst layer's slots"
-
-
-DEMO_SETS = {"first": ("demo-seeds0-5", "demo-seeds617-622"),
-             "second": ("demo-seeds0-5-cpu2", "demo-seeds617-622-cpu2"),
-             "third": ("demo-seeds0-5-cpu3", "demo-seeds617-622-cpu3")}
-
-
-def demo_pooled(cpu: str, criterion: str) -> tuple[Paired, float]:
-    """The 12-seed paired gap on one CPU and its Holm p over the 2 criteria."""
-    studies = DEMO_SETS[cpu]
-    tests = {c: paired(pooled(DENSE[c], *studies), pooled("moe", *studies)) for c in DENSE}
-    adjusted = dict(zip(tests, holm([t.p for t in tests.values()])))
-    return tests[criterion], adjusted[criterion]
-
-
-def demo_pooled_row(criterion: str) -> str:
-    t, p_holm = demo_pooled("first", criterion)
-    return (f"| matched {criterion} | {signed(t.gap, 4)} | {interval(t, 4)} | {t.p:.4f} | "
-            f"{p_holm:.4f} | {t.mde:.4f} |")
-
-
-def demo_cpu_row(cpu: str) -> str:
-    cells = []
-    for criterion in DENSE:
-        t, p_holm = demo_pooled(cpu, criterion)
-        cells.append(f"{signed(t.gap, 4)} {interval(t, 4)}, p {p_text(t.p)} ({p_text(p_holm)})")
-    return f"| {cpu} | {' | '.join(cells)} |"
-
-
-def seed_sets_apart() -> str:
-    """Welch's t between the two seed sets' per-seed differences (matched active), per CPU."""
-    def differences(study):
-        dense, moe = losses(study, "dense_active"), losses(study, "moe")
-        return [dense[s] - moe[s] for s in sorted(moe)]
-    p_values = [stats.ttest_ind(differences(first), differences(second), equal_var=False).pvalue
-                for first, second in DEMO_SETS.values()]
-    return (f"Welch's t on their per-seed differences gives p {p_values[0]:.2f}, "
-            f"{p_values[1]:.2f} and {p_values[2]:.2f} on the three CPUs")
-
-
-def demo_gap_line(criterion: str) -> str:
-    """'paired t: 95% CI [0.0066, 0.0245], p=0.0066' (the demo's terminal summary, seeds 0-5)."""
-    t = paired(losses("demo-seeds0-5", DENSE[criterion]), losses("demo-seeds0-5", "moe"))
-    return f"{signed(t.gap, 4)}: MoE better (paired t, n={t.n})"
-
-
-def demo_p(criterion: str) -> float:
-    """The paired p of the demo's seeds 0-5."""
-    return paired(losses("demo-seeds0-5", DENSE[criterion]), losses("demo-seeds0-5", "moe")).p
-
-
-def demo_interval_line(criterion: str) -> str:
-    t = paired(losses("demo-seeds0-5", DENSE[criterion]), losses("demo-seeds0-5", "moe"))
-    return f"paired t: 95% CI {interval(t, 4)}, p={t.p:.4f}, n={t.n} pairs"
 
 
 # --------------------------------------------------------------------------------------------
-# Zero-shot tasks
+# The per-arm-lr check
 # --------------------------------------------------------------------------------------------
-
-TASKS_STUDY = "studies/demo-tasks-active.json"
-
-
-def task_runs(task: str) -> list[dict]:
-    arms = load(TASKS_STUDY)["zero_shot"][task]["arms"]
-    return [run for arm in arms.values() for run in arm["runs"]]
-
-
-def wilson(run: dict) -> tuple[float, float]:
-    found = stats.binomtest(run["correct"], run["items"]).proportion_ci(0.95, method="wilson")
-    return found.low, found.high
-
-
-def ending_against_chance() -> str:
-    runs = task_runs("ending")
-    inside = sum(low <= run["chance"] <= high for run in runs for low, high in [wilson(run)])
-    (items,) = {run["items"] for run in runs}
-    (chance,) = {run["chance"] for run in runs}
-    best = max(runs, key=lambda run: run["correct"])
-    low, high = wilson(best)
-    every = "every one" if inside == len(runs) else f"{inside}"
-    return (f"{every} of the {len(runs)} runs' Wilson intervals over the {items} items contains "
-            f"{chance:g} (the best run, {best['correct']} of {items} = {best['accuracy']:.3f}, "
-            f"has [{low:.3f}, {high:.3f}])")
-
-
-# --------------------------------------------------------------------------------------------
-# Schedules, balancing, the ladder
-# --------------------------------------------------------------------------------------------
-
-
-def setting_losses(grid: str, setting: str) -> dict[int, float]:
-    results = load(grid)
-    runs = results["settings"][setting]["runs"]
-    return dict(zip(results["seeds"], (run["best_val_loss"] for run in runs)))
-
-
-def setting_row(grid: str, setting: str, p_format: Callable[[float], str]) -> str:
-    """'| `wsd_sqrt` | 3.3815 ± 0.0176 | -0.0216 [-0.0266, -0.0167], p 1e-4 |'."""
-    baseline = load(grid)["baseline"]
-    t = paired(setting_losses(grid, baseline), setting_losses(grid, setting))
-    return (f"| `{setting}` | {mean_std(setting_losses(grid, setting))} | {signed(t.gap, 4)} "
-            f"{interval(t, 4, plus=True) if grid == 'balancing.json' else interval(t, 4)}, "
-            f"p {p_format(t.p)}")
-
-
-def wsd_budget_row(tokens: int) -> str:
-    row = load("wsd_budgets.json")["by_budget"][str(tokens)]
-    cosine = {int(s): v for s, v in row["cosine_best_val_loss"].items()}
-    wsd = {int(s): v for s, v in row["wsd_best_val_loss"].items()}
-    t = paired(cosine, wsd)
-    return (f"| {tokens:,} | {mean_std(cosine)} | {mean_std(wsd)} | {signed(t.gap, 4)} "
-            f"{interval(t, 4, plus=True)}, p {t.p:.2f} |")
-
-
-def cpu_ladder_busiest() -> str:
-    """Naive top-1 against top-1 with balancing: the worst layer's busiest-expert fraction at
-    the end, paired over seeds (the runs' routing per layer)."""
-    runs = load("studies/cpu-ablation-seeds1-4-routing.json")["runs"]
-
-    def worst(rung: str) -> dict[int, float]:
-        return {int(name.split("seed")[1]): max(run["busiest_fraction"])
-                for name, run in runs.items() if name.startswith(f"{rung}/")}
-    t = paired(worst("naive_top1"), worst("top1_lb"))
-    return f"falls by {t.gap:.2f} {interval(t, 2)} (paired over the {t.n} seeds, p {t.p:.3f})"
 
 
 def fair_lr_gap(criterion: str) -> str:
@@ -427,18 +147,6 @@ def fair_lr_gap(criterion: str) -> str:
 
 
 
-def fair_wsd_gap(schedule: str, steps: int) -> str:
-    """cosine - wsd at each schedule's own lr on the reporting seeds, Holm over the 4 tests."""
-    losses = load("wsd_cosine.json")["final_val_loss"]
-    by_seed = {(name, n): {int(seed): loss for seed, loss in losses[name][str(n)].items()}
-               for name in ("wsd20", "wsd30") for n in (1000, 3000)}
-    tests = {key: paired(losses_cosine, by_seed[key]) for key in by_seed
-             for losses_cosine in [{int(s): v for s, v in losses["cosine"][str(key[1])].items()}]}
-    adjusted = dict(zip(tests, holm([t.p for t in tests.values()])))
-    t = tests[(schedule, steps)]
-    show = partial(signed, digits=4, minus="\u2212")
-    return (f"{show(t.gap)} [{show(t.low)}, {show(t.high)}], Holm p "
-            f"{p_text(adjusted[(schedule, steps)])}")
 
 
 # --------------------------------------------------------------------------------------------
@@ -537,26 +245,10 @@ def finetune_b_within_and_pooled() -> str:
     return f"(within cells b is {within_b:.2f}, pooled {pooled_b:.2f})"
 
 
-STUDY_HAND, SCALING, RECIPE = "docs/findings/study-by-hand.md", "docs/scaling.md", "docs/recipe.md"
+SCALING, RECIPE = "docs/scaling.md", "docs/recipe.md"
 SWEEPS_BY_HAND = "docs/findings/sweeps-hand-read.md"
 """docs/scaling.md's measured sections that are not generated, moved verbatim (README.md
 quotes none of these numbers: its findings are generated)."""
-
-
-def total_gap_by_seed(study: str, tokens: Optional[int] = None) -> list[float]:
-    dense, moe = losses(study, "dense_total", tokens), losses(study, "moe", tokens)
-    return [dense[s] - moe[s] for s in sorted(dense.keys() & moe.keys())]
-
-
-def flip_across_sizes() -> str:
-    """The matched-total gap at 591K (1.64M tokens) minus at 1.54M (4.13M tokens), Welch."""
-    small = total_gap_by_seed("cpu-budgets", 1638400)
-    large = total_gap_by_seed("cpu-replication-compiled")
-    welch = stats.ttest_ind(small, large, equal_var=False)
-    ci = welch.confidence_interval(0.95)
-    return (f"a difference of {signed(np.mean(small) - np.mean(large), 3)} [{num(ci.low, 3)}, "
-            f"{num(ci.high, 3)}] (Welch, p {p_text(welch.pvalue)}")
-
 
 
 # --------------------------------------------------------------------------------------------
@@ -564,72 +256,6 @@ def flip_across_sizes() -> str:
 # --------------------------------------------------------------------------------------------
 
 
-def tuned_demo_selection() -> str:
-    """Each arm's mean selection loss at 0.01 against 0.02, from the per-seed selection losses."""
-    arms = load("studies/demo-tune-lr.json")["lr_selection"]["arms"]
-    mean = {arm: {lr: float(np.mean(list(by_seed.values())))
-                  for lr, by_seed in record["losses"].items()} for arm, record in arms.items()}
-    return ", ".join(f"{arm} {mean[arm]['0.01']:.4f} against {mean[arm]['0.02']:.4f}"
-                     for arm in ("moe", "dense_active", "dense_total"))
-
-
-def tuned_demo_gaps() -> str:
-    """The tuned demo's paired dense - MoE gaps with their t intervals, p values and the Holm
-    adjustment over the two, from the per-seed losses."""
-    moe = losses("demo-tune-lr", "moe")
-    gaps = []
-    for dense in ("dense_active", "dense_total"):
-        other = losses("demo-tune-lr", dense)
-        diff = np.array([other[seed] - moe[seed] for seed in sorted(moe)])
-        low, high = stats.t.interval(0.95, len(diff) - 1, diff.mean(), stats.sem(diff))
-        gaps.append((f"{diff.mean():+.4f} [{low:+.4f}, {high:+.4f}]",
-                     stats.ttest_1samp(diff, 0.0).pvalue))
-    adjusted = holm_by_hand([p for _, p in gaps])
-    return (f"{gaps[0][0]} matched on active parameters (p {gaps[0][1]:.1g}, Holm over the two "
-            f"{adjusted[0]:.2g}), and {gaps[1][0]} on total (p {gaps[1][1]:.1g}: not significant)")
-
-
-def until_resolved_row(first_seed: int) -> str:
-    """One repetition's row: seeds trained, each comparison's stop and interval, and the fixed
-    6-seed design's Holm p recomputed with scipy from the stored per-seed losses."""
-    record = load("seeds_until_resolved.json")
-    rep = next(r for r in record["repetitions"] if r["first_seed"] == first_seed)
-    cells, fixed = [], []
-    for comparison in rep["comparisons"]:
-        low, high = comparison["interval"]
-        outcome = "resolved" if comparison["reason"] == "resolved" else "undetermined"
-        cells.append(f"{comparison['seeds_at_stop']}, {outcome}: {comparison['gap']:+.4f} "
-                     f"[{low:+.4f}, {high:+.4f}]")
-        fixed.append(comparison["fixed_6"])
-    first = [str(seed) for seed in rep["seed_order"][:6]]
-    moe = rep["losses"]["moe"]
-    p_values = [stats.ttest_1samp([rep["losses"][dense][s] - moe[s] for s in first], 0.0).pvalue
-                for dense in ("dense_active", "dense_total")]
-    adjusted = holm_by_hand(p_values)
-    return (f"| {first_seed}-{first_seed + 11} | {rep['seeds_trained']} | {cells[0]} | {cells[1]} | "
-            f"{adjusted[0]:.2g} / {adjusted[1]:.2g} |")
-
-
-def until_resolved_fixed_all() -> str:
-    """How many comparisons a fixed design of the sequential one's final size finds after Holm,
-    recomputed with scipy from the stored per-seed losses."""
-    record = load("seeds_until_resolved.json")
-    significant = total = 0
-    for rep in record["repetitions"]:
-        seeds = [str(s) for s in rep["seed_order"][:rep["seeds_trained"]]]
-        moe = rep["losses"]["moe"]
-        p_values = [stats.ttest_1samp([rep["losses"][d][s] - moe[s] for s in seeds], 0.0).pvalue
-                    for d in ("dense_active", "dense_total")]
-        significant += sum(p < 0.05 for p in holm_by_hand(p_values))
-        total += len(p_values)
-    return f"finds {significant} of the {total} significant after Holm"
-
-
-def until_resolved_mean() -> str:
-    record = load("seeds_until_resolved.json")
-    seeds = [r["seeds_trained"] for r in record["repetitions"]]
-    return (f"{np.mean(seeds):.2f} seeds on average ({', '.join(map(str, seeds))}) against "
-            f"{record['fixed_seeds']}")
 
 
 def exact_over_shortcut(df: int) -> float:
@@ -666,80 +292,8 @@ def preregistered_row(form: str) -> str:
     return f"| `{form}` | " + " | ".join(cells) + " |"
 
 
-def rounding_noise_ratio_line() -> str:
-    """study-by-hand.md's 'Rounding rms over seed std' line, from the per-run losses of
-    rounding_noise.json: the seeds' sample std, and the rms of each perturbed run of the first
-    seed minus its reference run."""
-    record = load("rounding_noise.json")
-    first = str(record["seeds"][0])
-    parts = []
-    for arm, runs in record["arms"].items():
-        reference = runs["reference"]
-        diffs = [runs[name][first] - reference[first] for name in runs
-                 if name != "reference" and first in runs[name]]
-        if diffs and len(reference) > 1:
-            rms = math.sqrt(sum(d * d for d in diffs) / len(diffs))
-            parts.append(f"{arm} {rms / float(np.std(list(reference.values()), ddof=1)):.2f}")
-    return "Rounding rms over seed std: " + ", ".join(parts) + "."
-
-
 CLAIMS = [
-    # The demo, 12 seeds pooled (docs/findings/study-by-hand.md), and seeds 0-5 alone.
-    Claim(STUDY_HAND, "| matched active | +0.0117 | [0.0050, 0.0185] | 0.0027 | 0.0027 | 0.0094 |",
-          partial(demo_pooled_row, "active")),
-    Claim(STUDY_HAND, "| matched total | +0.0180 | [0.0103, 0.0258] | 0.0003 | 0.0007 | 0.0109 |",
-          partial(demo_pooled_row, "total")),
-    Claim(STUDY_HAND, "| first | +0.0117 [0.0050, 0.0185], p 0.0027 (0.0027) | "
-          "+0.0180 [0.0103, 0.0258], p 0.0003 (0.0007) |", partial(demo_cpu_row, "first")),
-    Claim(STUDY_HAND, "| second | +0.0099 [0.0020, 0.0177], p 0.018 (0.018) | "
-          "+0.0162 [0.0072, 0.0251], p 0.0022 (0.0044) |", partial(demo_cpu_row, "second")),
-    Claim(STUDY_HAND, "| third | +0.0118 [0.0053, 0.0183], p 0.0020 (0.0020) | "
-          "+0.0182 [0.0112, 0.0253], p 0.0001 (0.0003) |", partial(demo_cpu_row, "third")),
-    Claim(STUDY_HAND, "Welch's t on their per-seed differences gives p 0.23, 0.26 and 0.11 on the "
-          "three CPUs", seed_sets_apart),
-    Claim(STUDY_HAND, "| moe | 394.82K | 591.42K | 3.3598 ± 0.0138 | 6 |",
-          lambda: f"| moe | 394.82K | 591.42K | {mean_std(losses('demo-seeds0-5', 'moe'))} | 6 |"),
-    Claim(STUDY_HAND, "| dense_active | 393.79K | 393.79K | 3.3754 ± 0.0107 | 6 |",
-          lambda: (f"| dense_active | 393.79K | 393.79K | "
-                   f"{mean_std(losses('demo-seeds0-5', 'dense_active'))} | 6 |")),
-    Claim(STUDY_HAND, "| dense_total | 590.40K | 590.40K | 3.3764 ± 0.0104 | 6 |",
-          lambda: (f"| dense_total | 590.40K | 590.40K | "
-                   f"{mean_std(losses('demo-seeds0-5', 'dense_total'))} | 6 |")),
-    Claim(STUDY_HAND, "+0.0156: MoE better (paired t, n=6)", partial(demo_gap_line, "active")),
-    Claim(STUDY_HAND, "+0.0165: MoE better (paired t, n=6)", partial(demo_gap_line, "total")),
-    Claim(STUDY_HAND, "paired t: 95% CI [0.0066, 0.0245], p=0.0066, n=6 pairs",
-          partial(demo_interval_line, "active")),
-    Claim(STUDY_HAND, "paired t: 95% CI [0.0021, 0.0310], p=0.0324, n=6 pairs",
-          partial(demo_interval_line, "total")),
-    Claim(STUDY_HAND, "adjusted (Holm, 2 tests): p=0.0132", lambda: (
-        "adjusted (Holm, 2 tests): p="
-        f"{holm([demo_p(c) for c in DENSE])[0]:.4f}")),
-    # cpu-budgets beside paper A's trend (the gaps themselves: docs/findings/budget-trend.md).
-    Claim(STUDY_HAND, "(raw p 0.020 and 0.032 at 819.2K and 1.64M; Holm 0.12 and 0.13)",
-          lambda: (f"(raw p {p_text(budget_gap(819_200, 'total').p)} and "
-                   f"{p_text(budget_gap(1_638_400, 'total').p)} at 819.2K and 1.64M; Holm "
-                   f"{p_text(budget_holm(819_200, 'total'))} and "
-                   f"{p_text(budget_holm(1_638_400, 'total'))})")),
-    Claim(STUDY_HAND, "falls from 1.64M to 3.28M by 0.018 on average (paired over the 3 seeds, p 0.08)",
-          active_gap_fall),
-    # Zero-shot tasks: ending against chance (the accuracies: docs/findings/zero-shot-tasks.md).
-    Claim(STUDY_HAND, "every one of the 12 runs' Wilson intervals over the 233 items contains 0.25 "
-          "(the best run, 68 of 233 = 0.292, has [0.237, 0.353])", ending_against_chance),
-    # Schedules, balancing, one WSD run for three budgets, the ladder's busiest fraction.
-    Claim(STUDY_HAND, "| `wsd_sqrt` | 3.3815 ± 0.0176 | -0.0216 [-0.0266, -0.0167], p 1e-4",
-          lambda: setting_row("schedule.json", "wsd_sqrt", p_exp)),
-    Claim(STUDY_HAND, "| `wsd_linear` | 3.3932 ± 0.0185 | -0.0333 [-0.0396, -0.0271], p 4e-5",
-          lambda: setting_row("schedule.json", "wsd_linear", p_exp)),
-    Claim(STUDY_HAND, "| `bias` | 3.3742 ± 0.0146 | -0.0135 [-0.0274, +0.0004], p 0.055",
-          lambda: setting_row("balancing.json", "bias", lambda p: f"{p:.3f}")),
-    Claim(STUDY_HAND, "| 204,800 | 3.7386 ± 0.0086 | 3.7456 ± 0.0118 | -0.0071 [-0.0241, +0.0099], "
-          "p 0.21 |", partial(wsd_budget_row, 204_800)),
-    Claim(STUDY_HAND, "| 409,600 | 3.4243 ± 0.0091 | 3.4279 ± 0.0124 | -0.0036 [-0.0173, +0.0101], "
-          "p 0.38 |", partial(wsd_budget_row, 409_600)),
-    Claim(STUDY_HAND, "| 819,200 | 3.1267 ± 0.0071 | 3.1363 ± 0.0116 | -0.0096 [-0.0352, +0.0160], "
-          "p 0.25 |", partial(wsd_budget_row, 819_200)),
-    Claim(STUDY_HAND, "falls by 0.52 [0.30, 0.75] (paired over the 4 seeds, p 0.005)",
-          cpu_ladder_busiest),
+    # The per-arm-lr check (docs/recipe.md).
     Claim(RECIPE, "+0.0151 [+0.0039, +0.0263]** (p 0.015, Holm 0.015)",
           partial(fair_lr_gap, "active")),
     Claim(RECIPE, "+0.0176 [+0.0078, +0.0275]** (p 0.0039, Holm 0.0078)",
@@ -770,63 +324,16 @@ CLAIMS = [
                              "`recipe_lr0.01` (the preset before) | 0-2")),
     Claim(RECIPE, "(+0.037, p = 0.016; 0.031 after Holm's adjustment over the study's 2 criteria)",
           lambda: replication_holm("cpu-replication-recipe", "total")),
-    Claim(STUDY_HAND, "\u22120.0040 [\u22120.0138, +0.0059], Holm p 0.34",
-          partial(fair_wsd_gap, "wsd20", 3000)),
-    Claim(STUDY_HAND, "+0.0067 [\u22120.0023, +0.0158], Holm p 0.23", partial(fair_wsd_gap, "wsd30", 3000)),
-    Claim(STUDY_HAND, "a difference of +0.030 [0.003, 0.058] (Welch, p 0.038", flip_across_sizes),
-    # The recipe factorial (experiments/recipe_factorial.py).
-    Claim(STUDY_HAND, "ahead of dense_total by 0.17-0.23 nats", factorial_compute_range),
-    Claim(STUDY_HAND, "matched total −0.226 [−0.611, +0.160] (Holm 0.39;",
-          lambda: "matched total " + factorial_cell("tied_warmup0.1", "total").replace(", Holm", " (Holm")
-          + ";"),
-    Claim(STUDY_HAND, "+0.237 [+0.157, +0.317] (Holm 0.0019)",
-          lambda: factorial_cell("tied_warmup0.1", "compute").replace(", Holm", " (Holm") + ")"),
-    Claim(STUDY_HAND, "tying moves the matched-total gap by −0.076 [−0.164, +0.013] (Holm 0.47), the "
-          "short warmup by −0.112 [−0.198, −0.026] (raw p 0.02, Holm 0.18), and the "
-          "interaction is −0.019 [−0.173, +0.135] (Holm 1.0)", factorial_contrasts),
-    # The ladder over the whole run (experiments/ladder_trace.py).
-    Claim(STUDY_HAND, "0.97 / 0.99 / 0.99 / 0.99", lambda: ladder_trace_columns("cpu-ablation", "naive_top1").split(" | ... | ")[0]),
-    Claim(STUDY_HAND, "1.00 / 0.40 / 0.80 / 0.88 |", lambda: ladder_trace_columns("cpu-ablation", "naive_top1").split(" | ... | ")[1] + " |"),
-    Claim(STUDY_HAND, "0.55 / 0.72 / 0.46 / 0.78", lambda: ladder_trace_columns("cpu-ablation", "top1_lb").split(" | ... | ")[0]),
-    Claim(STUDY_HAND, "0.29 / 0.31 / 0.25 / 0.22 |", lambda: ladder_trace_columns("cpu-ablation", "top1_lb").split(" | ... | ")[1] + " |"),
-    Claim(STUDY_HAND, "0.45 / 0.45 / 0.45 / 0.48", lambda: ladder_trace_columns("cpu-ablation", "top2_lb").split(" | ... | ")[0]),
-    Claim(STUDY_HAND, "0.25 / 0.18 / 0.18 / 0.17 |", lambda: ladder_trace_columns("cpu-ablation", "top2_lb").split(" | ... | ")[1] + " |"),
-    Claim(STUDY_HAND, "0.84 / 0.63 / 0.70 / 0.65", lambda: ladder_trace_columns("demo", "naive_top1").split(" | ... | ")[0]),
-    Claim(STUDY_HAND, "0.46 / 0.59 / 0.40 / 0.42 |", lambda: ladder_trace_columns("demo", "naive_top1").split(" | ... | ")[1] + " |"),
-    Claim(STUDY_HAND, "0.68 / 0.55 / 0.63 / 0.62", lambda: ladder_trace_columns("demo", "top1_lb").split(" | ... | ")[0]),
-    Claim(STUDY_HAND, "0.32 / 0.31 / 0.35 / 0.31 |", lambda: ladder_trace_columns("demo", "top1_lb").split(" | ... | ")[1] + " |"),
-    Claim(STUDY_HAND, "0.46 / 0.41 / 0.48 / 0.42", lambda: ladder_trace_columns("demo", "top2_lb").split(" | ... | ")[0]),
-    Claim(STUDY_HAND, "0.45 / 0.48 / 0.48 / 0.48 |", lambda: ladder_trace_columns("demo", "top2_lb").split(" | ... | ")[1] + " |"),
-    Claim(STUDY_HAND, "one expert takes 0.995-0.999 of the worst layer's slots", ladder_peaks),
     # The readings not yet generated (docs/findings/not-yet-generated.md).
     # Fine-tuning against S (cpu-finetune): within cells, paired, clustered, Holm over 26.
     Claim(SWEEPS_BY_HAND, "(within cells b is 0.65, pooled 0.87)", finetune_b_within_and_pooled),
     # Fair comparisons (docs/findings/study-by-hand.md, docs/scaling.md).
-    Claim(STUDY_HAND, "moe 3.3627 against 3.3900, dense_active 3.3862 against 3.3905, dense_total 3.3869 "
-          "against 3.4008", tuned_demo_selection),
-    Claim(STUDY_HAND, "+0.0141 [+0.0058, +0.0223] matched on active parameters (p 0.007, Holm over the "
-          "two 0.014), and +0.0150 [-0.0021, +0.0320] on total (p 0.07: not significant)",
-          tuned_demo_gaps),
-    Claim(STUDY_HAND, "11.75 seeds on average (12, 12, 11, 12) against 6", until_resolved_mean),
-    Claim(STUDY_HAND, "finds 7 of the 8 significant after Holm", until_resolved_fixed_all),
     Claim(SCALING, "It is 5.4 % larger than the shortcut (t_0.975 + t_0.80) x standard error used "
           "before at 3 seeds (2 df), 0.7 % at 5 df", mde_growth),
-    *(Claim(STUDY_HAND, row, partial(until_resolved_row, seed)) for seed, row in (
-        (100, "| 100-111 | 12 | 12, undetermined: +0.0068 [-0.0007, +0.0142] | 11, resolved: "
-              "+0.0142 [+0.0036, +0.0247] | 0.18 / 0.031 |"),
-        (200, "| 200-211 | 12 | 12, resolved: +0.0125 [+0.0015, +0.0235] | 12, resolved: "
-              "+0.0120 [+0.0017, +0.0223] | 0.2 / 0.2 |"),
-        (300, "| 300-311 | 11 | 9, resolved: +0.0119 [+0.0009, +0.0228] | 11, resolved: "
-              "+0.0160 [+0.0024, +0.0295] | 0.016 / 0.14 |"),
-        (400, "| 400-411 | 12 | 12, undetermined: +0.0077 [-0.0068, +0.0223] | 11, resolved: "
-              "+0.0125 [+0.0004, +0.0245] | 0.35 / 0.17 |"))),
     # The pre-registered prediction (docs/findings/preregistered-design.md).
     Claim("docs/findings/preregistered-design.md", "| `isoflop-parabola` | 2.630 [2.587, 2.672] | 2.701 [2.622, 2.781] | "
           "2.637 [2.589, 2.685] | 2.543 [2.507, 2.579] | 2.504 [2.457, 2.551] | "
           "2.463 [2.426, 2.500] |", partial(preregistered_row, "isoflop-parabola")),
-    # Rounding noise beside the seed spread (docs/findings/study-by-hand.md).
-    Claim(STUDY_HAND, "Rounding rms over seed std: moe 0.05, dense_active 0.02, dense_total 0.01.",
-          rounding_noise_ratio_line),
 ]
 
 

@@ -636,3 +636,227 @@ def test_law_sweep_page_recomputed_with_scipy():
         assert row[3] == f"{p:.1e}" and row[4] == f"{p_holm:.1e}"
         assert row[5] == ("**wsd higher**" if p_holm < 0.05 and low > 0 else
                           "**wsd lower**" if p_holm < 0.05 and high < 0 else "**not separated**")
+
+
+# --- The demo study page (demo-study.md), recomputed from the raw study files ---------------
+
+DEMO_CPU_FILES = {"first": "", "second": "-cpu2", "third": "-cpu3"}
+
+
+def _demo_study_losses(suffix: str, arm: str) -> list[dict[int, float]]:
+    """Per seed set (0-5, then 617-622): {seed: best val loss} of ``arm``."""
+    sets = []
+    for name in ("demo-seeds0-5", "demo-seeds617-622"):
+        runs = json.loads((RESULTS / "studies" / f"{name}{suffix}.json").read_text())["arms"][arm]["runs"]
+        sets.append({run["seed"]: run["best_val_loss"] for run in runs})
+    return sets
+
+
+def _holm_two(p_values: list[float]) -> list[float]:
+    low = min(1.0, 2 * min(p_values))
+    return [low if p == min(p_values) else max(low, p) for p in p_values]
+
+
+def _page_row(page: str, *labels: str) -> list[str]:
+    prefix = "| " + " | ".join(labels) + " |"
+    (line,) = [line for line in page.splitlines() if line.startswith(prefix)]
+    return [cell.strip() for cell in line.strip("|").split("|")]
+
+
+@pytest.mark.parametrize("cpu", list(DEMO_CPU_FILES))
+def test_demo_cpus_pooled_recomputed_with_scipy(cpu):
+    suffix = DEMO_CPU_FILES[cpu]
+    moe = _demo_study_losses(suffix, "moe")
+    diffs, p_values = {}, []
+    for criterion, dense in (("matched active", "dense_active"), ("matched total", "dense_total")):
+        other = _demo_study_losses(suffix, dense)
+        halves = [np.array([o[s] - m[s] for s in sorted(m)]) for m, o in zip(moe, other)]
+        diffs[criterion] = halves
+        p_values.append(stats.ttest_1samp(np.concatenate(halves), 0.0).pvalue)
+    page = render_pages(RESULTS)["demo-study.md"]
+    for (criterion, halves), p_holm in zip(diffs.items(), _holm_two(p_values)):
+        pooled = np.concatenate(halves)
+        assert len(pooled) == 12
+        half = stats.t.ppf(0.975, 11) * pooled.std(ddof=1) / np.sqrt(12)
+        row = _page_row(page, cpu, criterion, "12")
+        assert row[3] == f"{pooled.mean():+.4f}"
+        assert row[4] == f"[{pooled.mean() - half:+.4f}, {pooled.mean() + half:+.4f}]"
+        assert row[6] == f"{p_holm:.2g}"
+        assert p_holm < 0.05 and pooled.mean() - half > 0 and row[8] == "**MoE ahead**"
+        welch = stats.ttest_ind(halves[0], halves[1], equal_var=False)
+        apart = _page_row(page, cpu, criterion, f"{halves[0].mean() - halves[1].mean():+.4f}")
+        assert apart[4] == f"{welch.pvalue:.2g}" and apart[6] == "**not separated**"
+
+
+def test_demo_tuned_lr_recomputed_with_scipy():
+    stored = json.loads((RESULTS / "studies" / "demo-tune-lr.json").read_text())
+    by_arm = {arm: {run["seed"]: run["best_val_loss"] for run in stored["arms"][arm]["runs"]}
+              for arm in ("moe", "dense_active", "dense_total")}
+    diffs = [np.array([by_arm[dense][s] - by_arm["moe"][s] for s in sorted(by_arm["moe"])])
+             for dense in ("dense_active", "dense_total")]
+    p_holm = _holm_two([stats.ttest_1samp(d, 0.0).pvalue for d in diffs])
+    page = render_pages(RESULTS)["demo-study.md"]
+    section = page[page.index("## Each arm at its own lr"):page.index("## Seeds until resolved")]
+    for criterion, d, p in zip(("matched active", "matched total"), diffs, p_holm):
+        half = stats.t.ppf(0.975, len(d) - 1) * d.std(ddof=1) / np.sqrt(len(d))
+        row = _page_row(section, criterion, str(len(d)))
+        assert row[2:4] == [f"{d.mean():+.4f}", f"[{d.mean() - half:+.4f}, {d.mean() + half:+.4f}]"]
+        assert row[5] == f"{p:.2g}"
+        assert row[6] == ("**MoE ahead**" if p < 0.05 and d.mean() - half > 0 else "**not separated**")
+    # Every arm's mean selection loss is lowest at 0.01, an interior point of the grid.
+    for arm, record in stored["lr_selection"]["arms"].items():
+        means = {float(lr): np.mean(list(by_seed.values())) for lr, by_seed in record["losses"].items()}
+        assert min(means, key=means.get) == 0.01
+        assert _page_row(section, f"`{arm}`", "0.01")[-1] == "chosen"
+
+
+def test_demo_until_resolved_fixed_designs_recomputed_with_scipy():
+    record = json.loads((RESULTS / "seeds_until_resolved.json").read_text())
+    ahead = {"first 6": 0, "all": 0}
+    for rep in record["repetitions"]:
+        for label, count in (("first 6", 6), ("all", rep["seeds_trained"])):
+            seeds = [str(s) for s in rep["seed_order"][:count]]
+            diffs = [np.array([rep["losses"][dense][s] - rep["losses"]["moe"][s] for s in seeds])
+                     for dense in ("dense_active", "dense_total")]
+            p_holm = _holm_two([stats.ttest_1samp(d, 0.0).pvalue for d in diffs])
+            ahead[label] += sum(p < 0.05 and d.mean() > 0 for d, p in zip(diffs, p_holm))
+    page = render_pages(RESULTS)["demo-study.md"]
+    assert (f"**MoE ahead** in {ahead['first 6']} of the 8 comparisons on the first 6 seeds, "
+            f"and in {ahead['all']} of 8 on every seed trained") in page
+    trained = [rep["seeds_trained"] for rep in record["repetitions"]]
+    assert f"Seeds trained: {np.mean(trained):.2f} on average" in page
+
+
+def _paired_by_hand(first: dict, second: dict) -> tuple[float, float, float, float]:
+    """Mean of first − second over the shared seeds, its 95 % t interval and p (scipy)."""
+    d = np.array([first[s] - second[s] for s in sorted(first)])
+    half = stats.t.ppf(0.975, len(d) - 1) * d.std(ddof=1) / np.sqrt(len(d))
+    return d.mean(), d.mean() - half, d.mean() + half, stats.ttest_1samp(d, 0.0).pvalue
+
+
+def _holm_in_order(p_values: list[float]) -> list[float]:
+    order = np.argsort(p_values)
+    adjusted, running = [0.0] * len(p_values), 0.0
+    for rank, index in enumerate(order):
+        running = max(running, min(1.0, (len(p_values) - rank) * p_values[index]))
+        adjusted[index] = running
+    return adjusted
+
+
+def _check_row(row: list[str], gap: float, low: float, high: float, p: float, p_holm: float,
+               ahead: str, behind: str) -> None:
+    assert row[:4] == [f"{gap:+.4f}", f"[{low:+.4f}, {high:+.4f}]", f"{p:.2g}", f"{p_holm:.2g}"]
+    word = (ahead if low > 0 else behind) if p_holm < 0.05 and (low > 0 or high < 0) else "not separated"
+    assert row[5] == f"**{word}**"
+
+
+def test_schedule_pages_recomputed_with_scipy():
+    page = render_pages(RESULTS)["schedules-and-balancing.md"]
+    for file in ("schedule.json", "balancing.json"):
+        stored = json.loads((RESULTS / file).read_text())
+        by_setting = {name: dict(zip(stored["seeds"], (r["best_val_loss"] for r in record["runs"])))
+                      for name, record in stored["settings"].items()}
+        base = by_setting.pop(stored["baseline"])
+        tests = {name: _paired_by_hand(base, losses) for name, losses in by_setting.items()}
+        for (name, t), p_holm in zip(tests.items(), _holm_in_order([t[3] for t in tests.values()])):
+            row = _page_row(page, f"`{name}`")
+            _check_row(row[3:], *t, p_holm, "variant lower", "variant higher")
+    fair = json.loads((RESULTS / "wsd_cosine.json").read_text())["final_val_loss"]
+    keys = [(h, name) for h in ("1000", "3000") for name in ("wsd20", "wsd30")]
+    tests = [_paired_by_hand(fair["cosine"][h], fair[name][h]) for h, name in keys]
+    for (h, name), t, p_holm in zip(keys, tests, _holm_in_order([t[3] for t in tests])):
+        row = _page_row(page, f"{int(h):,} steps: cosine − {name}", "6")
+        _check_row(row[2:], *t, p_holm, "WSD lower", "cosine lower")
+    budgets = json.loads((RESULTS / "wsd_budgets.json").read_text())["by_budget"]
+    tests = [_paired_by_hand(row["cosine_best_val_loss"], row["wsd_best_val_loss"])
+             for row in budgets.values()]
+    for tokens, t, p_holm in zip(budgets, tests, _holm_in_order([t[3] for t in tests])):
+        _check_row(_page_row(page, f"{int(tokens):,}")[3:], *t, p_holm, "WSD family lower",
+                   "cosine lower")
+
+
+def test_ladder_routing_recomputed_with_scipy():
+    page = render_pages(RESULTS)["routing-stability.md"]
+    for entry in json.loads((RESULTS / "ladder_trace.json").read_text()):
+        for rung in entry["rungs"]:
+            traces = [entry["runs"][f"{rung}/seed{s}"]["worst_layer_busiest_fraction"]
+                      for s in entry["seeds"]]
+            row = _page_row(page, f"`{entry['preset']}`", rung)
+            assert row[2] == " / ".join(f"{t[0]:.2f}" for t in traces)
+            assert row[3] == " / ".join(f"{max(t):.3f}" for t in traces)
+            assert row[5] == " / ".join(f"{t[-1]:.2f}" for t in traces)
+    runs = json.loads((RESULTS / "studies" / "cpu-ablation-seeds1-4-routing.json").read_text())["runs"]
+    worst = {rung: [max(runs[f"{rung}/seed{s}"]["busiest_fraction"]) for s in range(1, 5)]
+             for rung in ("naive_top1", "top1_lb")}
+    test = stats.ttest_rel(worst["naive_top1"], worst["top1_lb"])
+    ci = test.confidence_interval(0.95)
+    gap = np.mean(worst["naive_top1"]) - np.mean(worst["top1_lb"])
+    assert (f"{gap:+.2f} [{ci.low:+.2f}, {ci.high:+.2f}], p {test.pvalue:.2g}, one test: "
+            "**lower with balancing**") in page
+    assert test.pvalue < 0.05 and ci.low > 0
+
+
+def test_rounding_noise_recomputed_with_numpy():
+    record = json.loads((RESULTS / "rounding_noise.json").read_text())
+    first = str(record["seeds"][0])
+    page = render_pages(RESULTS)["demo-study.md"]
+    for arm, runs in record["arms"].items():
+        reference = runs.pop("reference")
+        diffs = np.array([runs[name][first] - reference[first] for name in runs])
+        sd = np.std(list(reference.values()), ddof=1)
+        rms = np.sqrt(np.mean(diffs ** 2))
+        row = _page_row(page, f"`{arm}`", f"{sd:.4f} (n={len(reference)})")
+        assert row[-2:] == [f"{rms:.5f}", f"{rms / sd:.2f}"]
+    span = np.sqrt(stats.chi2.ppf(0.975, 2) / stats.chi2.ppf(0.025, 2))
+    assert f"spans a factor of {span:.1f}" in page
+
+
+def test_budget_steps_recomputed_with_scipy():
+    budgets = sorted(json.loads((RESULTS / "studies" / "cpu-budgets.json").read_text())["budgets"],
+                     key=lambda b: b["tokens"])
+
+    def gaps(budget, dense):
+        loss = {arm: {r["seed"]: r["best_val_loss"] for r in budget["arms"][arm]["runs"]}
+                for arm in ("moe", dense)}
+        return {s: loss[dense][s] - loss["moe"][s] for s in loss["moe"]}
+    tests = []
+    for dense in ("dense_active", "dense_total"):
+        for smaller, larger in zip(budgets, budgets[1:]):
+            tests.append(_paired_by_hand(gaps(larger, dense), gaps(smaller, dense)))
+    adjusted = _holm_in_order([t[3] for t in tests])
+    page = render_pages(RESULTS)["budget-trend.md"]
+    lines = [line for line in page.splitlines() if " → " in line]
+    assert len(lines) == len(tests) == 6
+    for line, (change, low, high, p), p_holm in zip(lines, tests, adjusted):
+        separated = p_holm < 0.05 and (low > 0 or high < 0)
+        word = ("gap grows" if low > 0 else "gap shrinks") if separated else "not separated"
+        assert (f"| {change:+.3f} | [{low:+.3f}, {high:+.3f}] | {p:.2g} | {p_holm:.2g} | "
+                f"**{word}** |") in line
+
+
+def test_two_sizes_recomputed_with_scipy():
+    record = json.loads((RESULTS / "flip_table.json").read_text())
+    per_row, p_values = [], []
+    for row in record["rows"]:
+        study = json.loads((RESULTS / "studies" / f"{row['study']}.json").read_text())
+        groups = [g for g in study["budgets"] if g["tokens"] == row["tokens"]]
+        arms = groups[0]["arms"] if groups else study["arms"]
+        loss = {arm: {r["seed"]: r["best_val_loss"] for r in arms[arm]["runs"]}
+                for arm in ("moe", "dense_total")}
+        gaps = np.array([loss["dense_total"][s] - loss["moe"][s] for s in sorted(loss["moe"])])
+        per_row.append(gaps)
+        p_values.append(stats.ttest_1samp(gaps, 0.0).pvalue)
+    small, large = (next(g for g, row in zip(per_row, record["rows"])
+                         if row["tokens"] == record["same_tokens_per_param"][side]["tokens"])
+                    for side in ("small", "large"))
+    welch = stats.ttest_ind(small, large, equal_var=False)
+    adjusted = _holm_in_order([*p_values, welch.pvalue])
+    page = render_pages(RESULTS)["budget-trend.md"]
+    for row, gaps, p, p_holm in zip(record["rows"], per_row, p_values, adjusted):
+        line = next(line for line in page.splitlines()
+                    if line.startswith(f"| `{row['study']}` |") and f"| {row['tokens']:,} |" in line)
+        assert f"| {gaps.mean():+.3f} |" in line and f"| {p:.2g} | {p_holm:.2g} |" in line
+    ci = welch.confidence_interval(0.95)
+    assert (f"{small.mean() - large.mean():+.3f} [{ci.low:+.3f}, {ci.high:+.3f}], p "
+            f"{welch.pvalue:.2g}, Holm {adjusted[-1]:.2g}: **not separated**") in page
+    assert adjusted[-1] >= 0.05

@@ -20,6 +20,9 @@ from moelab.findings import (
     ladder, ladder_loss, law_sweep, paper_a, preregistered, published_law, recipe, rollout, topk,
     wall_clock, zero_shot, zero_shot_sparsity,
 )
+from moelab.findings import (  # the readings moved here from study-by-hand.md
+    budget_steps, demo_cpus, demo_fairness, flip, ladder_routing, rounding, schedules,
+)
 from moelab.findings.source import ResultsRoot
 from moelab.report.analysis import Analysis, compute_all, render_all
 
@@ -47,6 +50,21 @@ PAGES = (
          "numbers are not the paper's; the sign and its certainty are what is compared. The "
          "recipe choices below were made on other seeds than those reported.",
          (paper_a.ANALYSIS, recipe.ANALYSIS), (paper_a.summary, recipe.summary)),
+    Page("demo-study", "The demo study, measured",
+         "`moelab study demo` (`make demo`) trains 3 arms (`moe`, 4 experts of width 128, top-2; "
+         "`dense_active` and `dense_total`, matched on its active and total parameters) on the "
+         "bundled sample, 409,600 tokens per run, with the recipe of docs/recipe.md (untied "
+         "head, half the 400 steps in warmup, lr 0.01). This page reads the demo's own studies: "
+         "repeated on other seeds and CPUs, and its fairness checks.",
+         (demo_cpus.ANALYSIS, demo_fairness.TUNED_ANALYSIS,
+          demo_fairness.UNTIL_RESOLVED_ANALYSIS, rounding.ANALYSIS)),  # no README line (no room)
+    Page("schedules-and-balancing", "Schedules and load balancing on the demo's MoE",
+         "The demo's MoE under other lr schedules and balancing rules, each paired by seed with "
+         "a baseline. Warmup-stable-decay (WSD) is set against cosine twice: the settings grid "
+         "uses the lr and 50 % warmup chosen for cosine, the fair comparison gives each "
+         "schedule its own lr and one short shared warmup.",
+         (schedules.GRIDS_ANALYSIS, schedules.FAIR_WSD_ANALYSIS,
+          schedules.WSD_BUDGETS_ANALYSIS)),  # no README line (no room)
     Page("budget-trend", "Dense vs MoE across budgets (paper A's trend)",
          "Paper A (abstract) reports the matched-active MoE advantage growing with training "
          "tokens. cpu-budgets trains the demo's arms and recipe at 409.6K, 819.2K, 1.64M and "
@@ -57,7 +75,8 @@ PAGES = (
          "total dense advantage narrowing across training (within its runs; here each budget "
          "is its own full schedule). The demo recipe these runs use was chosen on seeds 0-2 of "
          "the demo (docs/recipe.md), the same seed numbers as reported here, on other data.",
-         (budgets.ANALYSIS,), (budgets.summary,)),
+         (budgets.ANALYSIS, budget_steps.ANALYSIS, flip.ANALYSIS),
+         (budgets.summary,)),  # budget_steps, flip: no README line (no room)
     Page("sparsity-at-fixed-size",
          "The best sparsity at a fixed size (paper B's findings (a) and (c))",
          "Abnar et al. 2025 (paper B) report that at a fixed total parameter count and compute "
@@ -169,7 +188,8 @@ PAGES = (
          "its rows. The collapse table and the loss steps read different runs of the demo's "
          "ladder (seeds 1-4 traced, seeds 0-2 tested), and seeds 0-2 also chose the demo's "
          "recipe (docs/recipe.md).",
-         (ladder.ANALYSIS, ladder_loss.ANALYSIS), (ladder.summary,)),  # ladder_loss: no README line (no room)
+         (ladder.ANALYSIS, ladder_loss.ANALYSIS, ladder_routing.ANALYSIS),
+         (ladder.summary,)),  # ladder_loss, ladder_routing: no README line (no room)
     Page("zero-shot-tasks", "Zero-shot tasks on the demo",
          "moelab's own three zero-shot tasks (docs/training.md, 'Zero-shot tasks': a story's "
          "last word, LAMBADA-style; its true ending against three others; grammatical minimal "

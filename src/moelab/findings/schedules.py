@@ -1,0 +1,278 @@
+"""Schedules and load balancing on the demo's MoE: paired comparisons of one setting against a
+baseline, on the same seeds.
+
+Three kinds of file: a settings grid (``schedule.json``: cosine against WSD at the demo's recipe;
+``balancing.json``: the Switch loss per micro batch against per optimizer step and aux-loss-free
+bias balancing), the fair WSD-against-cosine experiment (``wsd_cosine.json``: each schedule at
+its own lr, one shared short warmup, two horizons), and one WSD run for three budgets
+(``wsd_budgets.json``). Every gap is paired by seed (``moelab.stats.t_tests``), Holm over the
+file's own tests, the word by rule (``moelab.stats.verdicts``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from moelab.findings.source import ResultsRoot, SeedLosses, seed_losses
+from moelab.report import format_mean_std, markdown_table
+from moelab.report.analysis import Analysis, Findings
+from moelab.stats.intervals import summarize
+from moelab.stats.multiple import holm
+from moelab.stats.power import min_detectable_gap
+from moelab.stats.t_tests import PairedTest, paired_difference
+from moelab.stats.verdicts import Difference, Verdict, difference_verdict
+
+GRIDS = {"schedule.json": "the schedule", "balancing.json": "load balancing"}
+
+
+@dataclass(frozen=True)
+class Test:
+    """first − second, paired by seed, Holm-adjusted over ``family``."""
+
+    label: str
+    n: int
+    gap: float
+    ci: tuple[float, float]
+    p: float
+    p_holm: float
+    min_detectable_gap: float
+    verdict: Verdict
+
+
+def _tests(pairs: Mapping[str, tuple[SeedLosses, SeedLosses]], family: str, ahead: str,
+           behind: str) -> list[Test]:
+    """Each named pair's paired test (first − second), Holm over all of them."""
+    tests: dict[str, PairedTest] = {label: paired_difference(first, second)
+                                    for label, (first, second) in pairs.items()}
+    adjusted = holm([t.p_value for t in tests.values()])
+    return [Test(label, t.n_pairs, t.gap, (t.ci_low, t.ci_high), t.p_value, p_holm,
+                 min_detectable_gap(t.standard_error, t.n_pairs - 1),
+                 difference_verdict(Difference(t.gap, (t.ci_low, t.ci_high), p_holm, family),
+                                    ahead=ahead, behind=behind))
+            for (label, t), p_holm in zip(tests.items(), adjusted)]
+
+
+def _loss(losses: SeedLosses) -> str:
+    summary = summarize(list(losses.values()))
+    return format_mean_std(summary.mean, summary.std)
+
+
+def _test_cells(t: Test) -> list[str]:
+    return [f"{t.gap:+.4f}", f"[{t.ci[0]:+.4f}, {t.ci[1]:+.4f}]", f"{t.p:.2g}", f"{t.p_holm:.2g}",
+            f"{t.min_detectable_gap:.4f}", f"**{t.verdict.word}**"]
+
+
+TEST_HEADERS = ["gap", "95 % CI", "p", "p (Holm)", "min. detectable gap", "verdict"]
+
+
+# --- settings grids (schedule.json, balancing.json) -------------------------------------------
+
+
+@dataclass(frozen=True)
+class Setting:
+    name: str
+    overrides: list[str]
+    losses: SeedLosses
+    effective_experts: float
+    """Mean over layers and seeds, at the final evaluation."""
+    busiest_fraction: float
+    """Each run's worst layer's busiest-expert fraction, mean over seeds."""
+    dead_experts: float
+    """Experts under 1 % of the mean load, summed over layers, mean over seeds."""
+
+
+@dataclass(frozen=True)
+class Grid:
+    file: str
+    topic: str
+    common: list[str]
+    seeds: list[int]
+    baseline: str
+    settings: list[Setting]
+    tests: list[Test]
+
+
+def _setting(name: str, record: dict, seeds: list[int]) -> Setting:
+    runs = record["runs"]
+    layers = len(runs[0]["busiest_fraction"])
+    return Setting(name, list(record["overrides"]),
+                   {seed: float(r["best_val_loss"]) for seed, r in zip(seeds, runs)},
+                   sum(sum(r["effective_experts"]) / layers for r in runs) / len(runs),
+                   sum(max(r["busiest_fraction"]) for r in runs) / len(runs),
+                   sum(sum(r["dead_experts"]) for r in runs) / len(runs))
+
+
+def compute_grids(results: ResultsRoot, findings: Findings) -> list[Grid]:
+    grids = []
+    for file, topic in GRIDS.items():
+        stored = results.json(file)
+        seeds = [int(s) for s in stored["seeds"]]
+        settings = [_setting(name, record, seeds) for name, record in stored["settings"].items()]
+        base = next(s for s in settings if s.name == stored["baseline"])
+        others = [s for s in settings if s is not base]
+        tests = _tests({s.name: (base.losses, s.losses) for s in others},
+                       f"Holm over the grid's {len(others)} tests",
+                       ahead="variant lower", behind="variant higher")
+        grids.append(Grid(file, topic, list(stored["common"]), seeds, base.name, settings, tests))
+    return grids
+
+
+def render_grids(grids: list[Grid] | None, results: ResultsRoot, findings: Findings) -> str:
+    if not grids:
+        return ""
+    parts = ["## One setting against a baseline: schedule and balancing\n\n"
+             "The demo's MoE (4 experts, top-2, 409,600 tokens) on the same seeds under each "
+             "setting; best validation loss, mean ± seed sd, and the paired gap baseline − "
+             "variant (positive: the variant is lower), Holm over the grid's tests, the verdict "
+             "by rule (docs/verdicts.md). Routing at each run's final evaluation: effective "
+             "experts (mean over layers and seeds), each run's worst layer's busiest-expert "
+             "fraction, mean over seeds (1/4 is balanced), dead experts (load under 1 % of the "
+             "mean, summed over layers).\n"]
+    for grid in grids:
+        tests = {t.label: t for t in grid.tests}
+        rows = [[f"`{s.name}`", ", ".join(f"`{o}`" for o in s.overrides), _loss(s.losses),
+                 *(_test_cells(tests[s.name]) if s.name in tests else ["–"] * 6),
+                 f"{s.effective_experts:.3f}", f"{s.busiest_fraction:.3f}", f"{s.dead_experts:g}"]
+                for s in grid.settings]
+        common = ", ".join(f"`{c}`" for c in grid.common) or "none"
+        parts.append(f"\n{grid.topic.capitalize()} (`{grid.file}`; seeds {grid.seeds[0]}-"
+                     f"{grid.seeds[-1]}; overrides common to every setting: {common}):\n\n"
+                     + markdown_table(["setting", "overrides", "best val loss", *TEST_HEADERS,
+                                       "effective experts", "busiest fraction", "dead experts"],
+                                      rows, "llrrrrrrlrrr"))
+    return "".join(parts)
+
+
+GRIDS_ANALYSIS: Analysis[ResultsRoot, list[Grid]] = Analysis("setting_grids", compute_grids,
+                                                             render_grids)
+
+
+# --- WSD against cosine, each at its own lr (wsd_cosine.json) ----------------------------------
+
+
+@dataclass(frozen=True)
+class FairWsd:
+    lrs: list[float]
+    select_seeds: list[int]
+    selection: dict[str, dict[float, float]]
+    """schedule: {lr: mean final val loss over the selection seeds}."""
+    best_lr: dict[str, float]
+    cooldowns: dict[str, float]
+    warmup_steps: int
+    report_seeds: list[int]
+    losses: dict[str, dict[int, SeedLosses]]
+    """schedule: {horizon in steps: {seed: final val loss}}."""
+    tests: list[Test]
+
+
+def compute_fair_wsd(results: ResultsRoot, findings: Findings) -> FairWsd:
+    stored = results.json("wsd_cosine.json")
+    losses = {name: {int(steps): seed_losses(by_seed) for steps, by_seed in horizons.items()}
+              for name, horizons in stored["final_val_loss"].items()}
+    horizons = [int(h) for h in stored["horizons_steps"]]
+    pairs = {f"{h:,} steps: cosine − {name}": (losses["cosine"][h], losses[name][h])
+             for h in horizons for name in stored["cooldowns"]}
+    tests = _tests(pairs, f"Holm over the {len(pairs)} tests", ahead="WSD lower",
+                   behind="cosine lower")
+    return FairWsd([float(lr) for lr in stored["lrs"]], [int(s) for s in stored["select_seeds"]],
+                   {name: {float(lr): float(v) for lr, v in by_lr.items()}
+                    for name, by_lr in stored["selection_mean_final_val_loss"].items()},
+                   {name: float(lr) for name, lr in stored["best_lr"].items()},
+                   {name: float(f) for name, f in stored["cooldowns"].items()},
+                   int(stored["warmup_steps"]), [int(s) for s in stored["report_seeds"]],
+                   losses, tests)
+
+
+def render_fair_wsd(fair: FairWsd | None, results: ResultsRoot, findings: Findings) -> str:
+    if fair is None:
+        return ""
+    schedules = list(fair.losses)
+    selection = [[f"`{name}`", *(f"{fair.selection[name][lr]:.3f}" for lr in fair.lrs),
+                  f"{fair.best_lr[name]:g}"] for name in schedules]
+    horizons = sorted(fair.losses["cosine"])
+    means = [[f"{h:,} steps", *(_loss(fair.losses[name][h]) for name in schedules)]
+             for h in horizons]
+    tests = [[t.label, str(t.n), *_test_cells(t)] for t in fair.tests]
+    cooldowns = ", ".join(f"`{name}` the last {share:.0%}" for name, share in fair.cooldowns.items())
+    return ("## WSD against cosine, each at its own lr\n\n"
+            "`experiments/wsd_cosine.py` (`wsd_cosine.json`, the demo's MoE on TinyStories): "
+            f"one shared {fair.warmup_steps}-step warmup, 1 - sqrt cooldowns ({cooldowns}), "
+            f"each schedule's lr chosen on seeds {fair.select_seeds[0]}-{fair.select_seeds[-1]} "
+            "at the short horizon (mean final validation loss; no test, so the chosen lr is the "
+            "lowest mean, not a bounded optimum) and reused at the long one:\n\n"
+            + markdown_table(["schedule", *(f"lr {lr:g}" for lr in fair.lrs), "chosen"],
+                             selection, "l" + "r" * (len(fair.lrs) + 1))
+            + f"\nFinal validation loss on the reporting seeds {fair.report_seeds[0]}-"
+              f"{fair.report_seeds[-1]}, mean ± seed sd:\n\n"
+            + markdown_table(["horizon", *(f"`{name}`" for name in schedules)], means,
+                             "l" + "r" * len(schedules))
+            + "\ncosine − wsd, paired by seed (positive: WSD is lower), Holm over the 4 tests:\n\n"
+            + markdown_table(["comparison", "n", *TEST_HEADERS], tests, "lrrrrrrl"))
+
+
+FAIR_WSD_ANALYSIS: Analysis[ResultsRoot, FairWsd] = Analysis("fair_wsd", compute_fair_wsd,
+                                                             render_fair_wsd)
+
+
+# --- One WSD run for three budgets (wsd_budgets.json) ------------------------------------------
+
+
+@dataclass(frozen=True)
+class Budget:
+    tokens: int
+    cosine: SeedLosses
+    wsd: SeedLosses
+
+
+@dataclass(frozen=True)
+class WsdBudgets:
+    seeds: list[int]
+    warmup_steps: int
+    budgets: list[Budget]
+    tests: list[Test]
+    tokens: dict[str, int]
+    """plan: tokens trained over every seed (counted from the run folders)."""
+    train_time_s: dict[str, float]
+
+
+def compute_wsd_budgets(results: ResultsRoot, findings: Findings) -> WsdBudgets:
+    stored = results.json("wsd_budgets.json")
+    budgets = [Budget(int(tokens), seed_losses(row["cosine_best_val_loss"]),
+                      seed_losses(row["wsd_best_val_loss"]))
+               for tokens, row in stored["by_budget"].items()]
+    tests = _tests({f"{b.tokens:,}": (b.cosine, b.wsd) for b in budgets},
+                   f"Holm over the {len(budgets)} budgets", ahead="WSD family lower",
+                   behind="cosine lower")
+    measured = stored["measured"]
+    return WsdBudgets([int(s) for s in stored["seeds"]], int(stored["warmup_steps"]), budgets,
+                      tests, {plan: int(m["tokens"]) for plan, m in measured.items()},
+                      {plan: float(m["train_time_s"]) for plan, m in measured.items()})
+
+
+def render_wsd_budgets(record: WsdBudgets | None, results: ResultsRoot,
+                       findings: Findings) -> str:
+    if record is None:
+        return ""
+    tests = {t.label: t for t in record.tests}
+    rows = [[f"{b.tokens:,}", _loss(b.cosine), _loss(b.wsd), *_test_cells(tests[f"{b.tokens:,}"])]
+            for b in record.budgets]
+    saved = 1 - record.tokens["wsd"] / record.tokens["cosine"]
+    plans = [[plan, f"{record.tokens[plan]:,}", f"{record.train_time_s[plan]:.0f} s"]
+             for plan in record.tokens]
+    return ("## One WSD run for three budgets\n\n"
+            "`experiments/wsd_budgets.py` (`wsd_budgets.json`, the demo's MoE on a TinyStories "
+            f"subset, seeds {record.seeds[0]}-{record.seeds[-1]}): a cosine run per budget from "
+            "scratch against one WSD run whose smaller budgets are cooldown branches "
+            f"(`moelab.train.wsd_budget_family`, a shared {record.warmup_steps}-step warmup). "
+            "Best validation loss, mean ± seed sd; cosine − wsd paired by seed (positive: the "
+            "family is lower):\n\n"
+            + markdown_table(["tokens", "cosine", "wsd family", *TEST_HEADERS], rows, "rrrrrrrrl")
+            + "\nTokens trained over the seeds (counted from the run folders) and training "
+              "time (measured on a shared machine, the two plans at different moments):\n\n"
+            + markdown_table(["plan", "tokens", "training time"], plans, "lrr")
+            + f"\nThe family trains {saved:.0%} fewer tokens than the cosine runs.\n")
+
+
+WSD_BUDGETS_ANALYSIS: Analysis[ResultsRoot, WsdBudgets] = Analysis(
+    "wsd_budgets", compute_wsd_budgets, render_wsd_budgets)
