@@ -332,19 +332,34 @@ def test_topk_page_recomputed_with_scipy():
 
 
 def test_zero_shot_page_recomputed_with_numpy():
-    """accuracy = a + b loss + c S by least squares over the 120 runs, t interval on n - 3 df."""
+    """Each sparse run minus its cell's dense run of the same seed; dacc = b dL + c S without
+    intercept, CR1 clustered by (size, seed); Holm over the 3 tasks, by hand."""
     rows = _csv_rows("cpu-isoflop")
+    dense = {(r["size"], r["budget"], r["seed"]): r for r in rows if float(r["S"]) == 0}
     page = render_pages(RESULTS)["downstream-against-sparsity.md"]
-    for task in ("last_word", "ending", "agreement"):
-        x = np.array([[1.0, float(r["best_val_loss"]), float(r["S"])] for r in rows])
-        y = np.array([float(r[f"zero_shot_{task}"]) for r in rows])
-        beta, ss, *_ = np.linalg.lstsq(x, y, rcond=None)
-        df = len(y) - 3
-        se = np.sqrt(ss[0] / df * np.diag(np.linalg.inv(x.T @ x)))
-        half = stats.t.ppf(0.975, df) * se[2]
+    tasks = ("last_word", "ending", "agreement")
+    fits, raw = {}, []
+    for task in tasks:
+        column = f"zero_shot_{task}"
+        pairs = [(r["size"], r["budget"], float(r["S"]), r["seed"],
+                  float(r["final_val_loss"]) - float(dense[r["size"], r["budget"], r["seed"]]["final_val_loss"]),
+                  float(r[column]) - float(dense[r["size"], r["budget"], r["seed"]][column]))
+                 for r in rows if float(r["S"]) > 0]
+        assert len(pairs) == 90 and len({(p[0], p[3]) for p in pairs}) == 10
+        beta, se, df = _clustered(pairs, 5)
+        fits[task] = (beta, se, df)
+        raw.append(2 * stats.t.sf(abs(beta[1] / se[1]), df))
+    adjusted = _holm_by_hand(np.array(raw))
+    for task, p_raw, p_holm in zip(tasks, raw, adjusted):
+        beta, se, df = fits[task]
+        half = stats.t.ppf(0.975, df) * se
         row = _row(page, task)
-        assert row[3] == f"{beta[2]:+.3f} [{beta[2] - half:+.3f}, {beta[2] + half:+.3f}]"
-        assert beta[2] - half < 0 < beta[2] + half and row[4] == "**undetermined**"
+        assert row[2] == f"{beta[0]:+.3f} [{beta[0] - half[0]:+.3f}, {beta[0] + half[0]:+.3f}]"
+        assert row[3] == f"{beta[1]:+.3f} [{beta[1] - half[1]:+.3f}, {beta[1] + half[1]:+.3f}]"
+        assert row[4] == f"{p_raw:.2g}" and row[5] == f"{p_holm:.2g}"
+        separated = p_holm < 0.05 and (beta[1] - half[1] > 0 or beta[1] + half[1] < 0)
+        assert row[6] == ("**rises with S**" if separated and beta[1] > 0 else
+                          "**falls with S**" if separated else "**not separated**")
 
 
 def _finetune_pairs():
