@@ -275,6 +275,162 @@ def mde_growth() -> str:
             f"{100 * (exact_over_shortcut(5) - 1):.1f} % at 5 df")
 
 # --------------------------------------------------------------------------------------------
+# The IsoFLOP sweeps, read by hand (docs/findings/isoflop-sweep-hand-read.md), from results.csv
+# and isoflop_lr.json: every number in that page's prose
+# --------------------------------------------------------------------------------------------
+
+ISOFLOP_BY_HAND = "docs/findings/isoflop-sweep-hand-read.md"
+
+
+def _kilo(n: float) -> str:
+    return f"{n / 1e3:.0f}K"
+
+
+def _span(values, digits: int) -> str:
+    return f"{min(values):.{digits}f}-{max(values):.{digits}f}"
+
+
+def _steps(row: ResultRow) -> int:
+    return round(row.D / row.tokens_per_step)
+
+
+def isoflop_grid() -> str:
+    rows = sweep_rows("cpu-isoflop")
+    budgets = sorted({r.C_budget for r in rows})
+    seeds = sorted({int(r.seed) for r in rows})
+    sparsities = ", ".join(f"{s:g}" for s in sorted({r.S for r in rows}))
+    return (f"{len(budgets)} FLOPs budgets ({', '.join(f'{b:.3g}'.replace('+', '') for b in budgets)}) "
+            f"x {len({r.size for r in rows})} sizes ({_kilo(min(r.N_total for r in rows))}-"
+            f"{_kilo(max(r.N_total for r in rows))} total parameters) x S in {{{sparsities}}} "
+            f"(top-1) x seeds {seeds[0]}-{seeds[-1]} = {len(rows)} runs")
+
+
+def isoflop_tokens() -> str:
+    """Tokens trained (a branch trains only its steps after the branch point) against the sum
+    of every run's D."""
+    plan = load("sweeps/cpu-isoflop/plan.json")["runs"]
+    rows = {r.run: r for r in sweep_rows("cpu-isoflop")}
+    trained = sum(rows[run["run_dir"]].D - (run["branch"]["step"] * rows[run["run_dir"]].tokens_per_step
+                                            if run.get("branch") else 0) for run in plan)
+    return (f"the sweep trained {trained / 1e6:.1f}M tokens against "
+            f"{sum(r.D for r in rows.values()) / 1e6:.1f}M for one run per budget")
+
+
+def isoflop_largest_steps() -> str:
+    rows = sweep_rows("cpu-isoflop")
+    smallest = min(r.C_budget for r in rows)
+    largest = max(rows, key=lambda r: r.N_total).size
+    steps = {r.S: _steps(r) for r in rows if r.size == largest and r.C_budget == smallest}
+    top = max(steps)
+    return (f"At the smallest budget the largest size trains {steps[0.0]} (dense) to "
+            f"{steps[top]} (S = {top:g}) steps")
+
+
+def isoflop_best_not_final() -> str:
+    rows = sweep_rows("cpu-isoflop")
+    return (f"differs from the best in {sum(r.best_val_loss != r.final_val_loss for r in rows)} "
+            f"of the {len(rows)} runs")
+
+
+def isoflop_throughput() -> str:
+    """Each sparse shape's median tokens/s over the dense shape's of its size."""
+    speeds: dict[tuple, list[float]] = {}
+    for r in sweep_rows("cpu-isoflop"):
+        speeds.setdefault((r.size, r.S), []).append(r.tokens_per_s)
+    ratios = [np.median(v) / np.median(speeds[size, 0.0]) for (size, s), v in speeds.items() if s > 0]
+    runs = {len(v) for v in speeds.values()}
+    assert len(runs) == 1
+    return (f"the sparse models train {_span(ratios, 2)}x the dense model's tokens/s (medians "
+            f"over each shape's {runs.pop()} runs)")
+
+
+def isoflop_embeddings() -> str:
+    rows = sweep_rows("cpu-isoflop")
+    top = max(r.S for r in rows)
+    embedding = [100 * (1 - r.N_non_embedding / r.N_total) for r in rows]
+    inactive = [100 * (r.N_total - r.N_active) / r.N_total for r in rows if r.S == top]
+    return (f"embeddings are {_span(embedding, 0)} % of these models' parameters, so "
+            f"S = {top:g} leaves only {_span(inactive, 0)} % of N inactive")
+
+
+def isoflop_expert_width() -> str:
+    rows = sweep_rows("cpu-isoflop")
+    top = max(r.S for r in rows)
+    return f"(to {_span([r.d_expert for r in rows if r.S == top], 0)} wide at S = {top:g})"
+
+
+def extension_grid() -> str:
+    text = []
+    for sweep in ("cpu-fixedn", "cpu-expertn"):
+        rows = sweep_rows(sweep)
+        text.append((sweep, ", ".join(f"{s:g}" for s in sorted({r.S for r in rows})), len(rows),
+                     sorted({r.size for r in rows}), {r.C_budget for r in rows},
+                     sorted({int(r.seed) for r in rows})))
+    (first, s1, n1, sizes, budgets, seeds), (second, s2, n2, *_) = text
+    assert n1 == n2 and len(budgets) == 1
+    return (f"{sizes[0]}, {sizes[1]} and {sizes[2]} at {budgets.pop():.3g}".replace("+", "")
+            + f" FLOPs, seeds {seeds[0]}-{seeds[-1]}: {first} at S in {{{s1}}} and {second} at "
+              f"S in {{{s2}}}, {n1} runs each")
+
+
+def extension_warmup() -> str:
+    """A single-budget wsd run's warmup: int(warmup_fraction x steps), the demo preset's
+    fraction (the sweep's base), as the schedule computes it."""
+    import yaml  # the presets' format
+
+    fraction = yaml.safe_load((ROOT / "src/moelab/presets/demo.yaml").read_text())["train"][
+        "warmup_fraction"]
+    row = next(r for r in sweep_rows("cpu-fixedn") if r.size == "s1" and r.S == 0.75)
+    steps = _steps(row)
+    return f"({int(fraction * steps)} of {steps:,} for s1 at S = 0.75)"
+
+
+def _lr_sides() -> tuple[dict, dict]:
+    key = lambda r: (r.budget, r.size, r.S, r.seed)  # noqa: E731
+    return ({key(r): r for r in sweep_rows("cpu-isoflop-lr")},
+            {key(r): r for r in sweep_rows("cpu-isoflop-shared")})
+
+
+def lr_check_size() -> str:
+    selection = load("isoflop_lr.json")["selection"]
+    lrs = {len(by_lr) for by_lr in selection.values()}
+    assert len(lrs) == 1
+    return (f"{len(selection)} families x {lrs.pop()} lrs selected, then "
+            f"{len(sweep_rows('cpu-isoflop-lr'))} runs of the sweep")
+
+
+def lr_check_reused() -> str:
+    chosen = load("isoflop_lr.json")["lrs"]
+    families = {key.split("/", 1)[1]: lr for key, lr in chosen.items()}
+    tuned, shared = _lr_sides()
+    same = sum(tuned[k].best_val_loss == shared[k].best_val_loss for k in tuned)
+    kept = sum(lr == 0.01 for lr in families.values())
+    return (f"The runs of the {kept} families that chose 0.01 are the same runs on both sides: "
+            f"they were copied from the tuned sweep and reused, not trained twice ({same} of the "
+            f"{len(tuned)} runs). The other {len(tuned) - same} were trained at 0.01.")
+
+
+def lr_check_reproduction() -> str:
+    """The shared side against the stored cpu-isoflop runs of the same config and seed."""
+    stored = {(r.budget, r.size, r.S, r.seed): r for r in sweep_rows("cpu-isoflop")}
+    _, shared = _lr_sides()
+    moved = {k: abs(r.best_val_loss - stored[k].best_val_loss) for k, r in shared.items()}
+    dense = [d for k, d in moved.items() if k[2] == 0]
+    moe = [d for k, d in moved.items() if k[2] > 0 and k[1] != "s3"]
+    s3_top = [d for k, d in moved.items() if k[1] == "s3" and k[2] == 0.875]
+    return (f"Their best val loss is within {max(dense):.4f} for the dense runs; MoE runs outside "
+            f"s3 differ by at most {max(moe):.3f} (median {np.median(moe):.3f}), and s3 at "
+            f"S = 0.875 differs by up to {max(s3_top):.2f}.")
+
+
+def lr_check_one_run() -> str:
+    key = ("C1.08e+12", "s1", 0.5, "0")
+    stored = {(r.budget, r.size, r.S, r.seed): r for r in sweep_rows("cpu-isoflop")}
+    _, shared = _lr_sides()
+    return f"({shared[key].best_val_loss:.6f}), not the stored {stored[key].best_val_loss:.6f}"
+
+
+# --------------------------------------------------------------------------------------------
 # Predictions: the pre-registered test (docs/scaling.md)
 # --------------------------------------------------------------------------------------------
 
@@ -330,6 +486,31 @@ CLAIMS = [
     # Fair comparisons (docs/findings/study-by-hand.md, docs/scaling.md).
     Claim(SCALING, "It is 5.4 % larger than the shortcut (t_0.975 + t_0.80) x standard error used "
           "before at 3 seeds (2 df), 0.7 % at 5 df", mde_growth),
+    # The IsoFLOP sweeps, read by hand: every number in the page's prose.
+    Claim(ISOFLOP_BY_HAND, "3 FLOPs budgets (3.6e11, 1.08e12, 3.24e12) x 5 sizes (68K-642K total "
+          "parameters) x S in {0, 0.5, 0.75, 0.875} (top-1) x seeds 0-1 = 120 runs", isoflop_grid),
+    Claim(ISOFLOP_BY_HAND, "the sweep trained 196.9M tokens against 261.2M for one run per budget",
+          isoflop_tokens),
+    Claim(ISOFLOP_BY_HAND, "At the smallest budget the largest size trains 91 (dense) to 166 "
+          "(S = 0.875) steps", isoflop_largest_steps),
+    Claim(ISOFLOP_BY_HAND, "differs from the best in 3 of the 120 runs", isoflop_best_not_final),
+    Claim(ISOFLOP_BY_HAND, "the sparse models train 0.77-1.57x the dense model's tokens/s (medians "
+          "over each shape's 6 runs)", isoflop_throughput),
+    Claim(ISOFLOP_BY_HAND, "embeddings are 31-73 % of these models' parameters, so S = 0.875 "
+          "leaves only 18-45 % of N inactive", isoflop_embeddings),
+    Claim(ISOFLOP_BY_HAND, "(to 12-48 wide at S = 0.875)", isoflop_expert_width),
+    Claim(ISOFLOP_BY_HAND, "s0, s1 and s2 at 1.08e12 FLOPs, seeds 2-4: cpu-fixedn at S in "
+          "{0.5, 0.75, 0.875, 0.9375} and cpu-expertn at S in {0, 0.75, 0.875, 0.9375}, 36 runs "
+          "each", extension_grid),
+    Claim(ISOFLOP_BY_HAND, "(669 of 1,339 for s1 at S = 0.75)", extension_warmup),
+    Claim(ISOFLOP_BY_HAND, "20 families x 3 lrs selected, then 80 runs of the sweep", lr_check_size),
+    Claim(ISOFLOP_BY_HAND, "The runs of the 11 families that chose 0.01 are the same runs on both "
+          "sides: they were copied from the tuned sweep and reused, not trained twice (44 of the "
+          "80 runs). The other 36 were trained at 0.01.", lr_check_reused),
+    Claim(ISOFLOP_BY_HAND, "Their best val loss is within 0.0024 for the dense runs; MoE runs "
+          "outside s3 differ by at most 0.025 (median 0.005), and s3 at S = 0.875 differs by up "
+          "to 0.14.", lr_check_reproduction),
+    Claim(ISOFLOP_BY_HAND, "(3.063027), not the stored 3.056957", lr_check_one_run),
     # The pre-registered prediction (docs/findings/preregistered-design.md).
     Claim("docs/findings/preregistered-design.md", "| `isoflop-parabola` | 2.630 [2.587, 2.672] | 2.701 [2.622, 2.781] | "
           "2.637 [2.589, 2.685] | 2.543 [2.507, 2.579] | 2.504 [2.457, 2.551] | "

@@ -8,7 +8,7 @@ branch point) at the tokens/s of its shape: the median over the table's rows of 
 interpolated log-log in N_active between the shapes of the same sparsity (the nearest sparsity
 when the table has not this one), extrapolated along the last segment above them and flat
 below them. Smaller shapes are overhead-bound (eager, a 68K and a 41K model trained only 1.08x
-and 1.2x the 98K model's tokens/s, docs/findings/isoflop-sweep-hand-read.md), so an estimate for
+and 1.2x the 98K model's tokens/s, timed with `moelab throughput --clock process`), so an estimate for
 them errs long. Each
 run adds ``per_run_seconds`` for its start, compile and evals; a grid's finetunes run eager,
 each with a fixed overhead.
