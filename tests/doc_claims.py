@@ -448,7 +448,47 @@ def preregistered_row(form: str) -> str:
     return f"| `{form}` | " + " | ".join(cells) + " |"
 
 
+# --------------------------------------------------------------------------------------------
+# The README's demo printout (experiments/results/studies/demo-seeds0-5.json)
+# --------------------------------------------------------------------------------------------
+
+README, DEMO_STUDY = "README.md", "demo-seeds0-5"
+
+
+def demo_arm_row(arm: str) -> str:
+    """A row of the printout's arm table: sizes in thousands, the loss's mean ± sd (numpy) over
+    the per-seed losses, the seed count."""
+    stored = load(f"studies/{DEMO_STUDY}.json")["arms"][arm]
+    per_seed = losses(DEMO_STUDY, arm)
+    return (f"| {arm} | {stored['active_params'] / 1e3:.2f}K | {stored['total_params'] / 1e3:.2f}K"
+            f" | {mean_std(per_seed)} | {len(per_seed)} |")
+
+
+def demo_gap_lines(criterion: str) -> str:
+    """A comparison's two lines: the gap and its verdict at Holm over both criteria (paired t,
+    scipy), then the paired t's interval and raw p."""
+    tests = {c: paired(losses(DEMO_STUDY, DENSE[c]), losses(DEMO_STUDY, "moe")) for c in DENSE}
+    adjusted = dict(zip(tests, holm([t.p for t in tests.values()])))
+    t = tests[criterion]
+    verdict = ("not significant" if adjusted[criterion] >= 0.05 else
+               "MoE better" if t.gap > 0 else "dense better")
+    return (f"matched {criterion} moe vs {DENSE[criterion]}: gap (dense - moe) {signed(t.gap, 4)}: "
+            f"{verdict} (paired t, n={t.n}) paired t: 95% CI {interval(t, 4)}, p={t.p:.4f}, "
+            f"n={t.n} pairs")
+
+
 CLAIMS = [
+    # The README's demo printout.
+    *[Claim(README, row, partial(demo_arm_row, arm)) for arm, row in (
+        ("moe", "| moe | 394.82K | 591.42K | 3.3598 ± 0.0138 | 6 |"),
+        ("dense_active", "| dense_active | 393.79K | 393.79K | 3.3754 ± 0.0107 | 6 |"),
+        ("dense_total", "| dense_total | 590.40K | 590.40K | 3.3764 ± 0.0104 | 6 |"))],
+    Claim(README, "matched active moe vs dense_active: gap (dense - moe) +0.0156: MoE better "
+          "(paired t, n=6) paired t: 95% CI [0.0066, 0.0245], p=0.0066, n=6 pairs",
+          partial(demo_gap_lines, "active")),
+    Claim(README, "matched total moe vs dense_total: gap (dense - moe) +0.0165: MoE better "
+          "(paired t, n=6) paired t: 95% CI [0.0021, 0.0310], p=0.0324, n=6 pairs",
+          partial(demo_gap_lines, "total")),
     # The per-arm-lr check (docs/recipe.md).
     Claim(RECIPE, "+0.0151 [+0.0039, +0.0263]** (p 0.015, Holm 0.015)",
           partial(fair_lr_gap, "active")),

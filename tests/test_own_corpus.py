@@ -95,6 +95,42 @@ def test_a_sweep_refuses_it_before_its_folder(corpus, tmp_path, capsys):
     assert not out.exists()
 
 
+def test_a_dry_run_refuses_what_the_run_refuses_with_the_same_line(corpus, tmp_path, capsys):
+    out = tmp_path / "study"
+    real = refused_on_one_line(capsys, study_argv(corpus, out), "train.eval_windows=128")
+    assert refused_on_one_line(capsys, study_argv(corpus, out) + ["--dry-run"]) == real
+    assert not out.exists()
+    separators = write_corpus(tmp_path / "one_story.txt", separator="\n\n")
+    real = refused_on_one_line(capsys, study_argv(separators, out, "train.eval_windows=4"),
+                               "1 story,")
+    assert refused_on_one_line(capsys, study_argv(separators, out, "train.eval_windows=4")
+                               + ["--dry-run"]) == real
+    sweep = ["sweep-sparsity", "micro", "--out", str(out), *settings(
+        f"data.source={corpus}", "model.max_seq_len=128", "train.eval_windows=1000",
+        "train.logging.progress=false")]
+    real = refused_on_one_line(capsys, sweep, "train.eval_windows=1000")
+    assert refused_on_one_line(capsys, sweep + ["--dry-run"]) == real
+    assert not out.exists()
+
+
+def test_a_dry_run_says_which_data_it_checked(corpus, tmp_path, capsys, monkeypatch):
+    out = tmp_path / "study"
+    assert main(study_argv(corpus, out, "train.eval_windows=4") + ["--dry-run"]) == 0
+    printed = capsys.readouterr().out.splitlines()
+    assert printed[0] == f"data: {corpus} checked against every run (vocabulary, training " \
+        "split, validation windows)"
+    assert not out.exists()
+    # A hub source is not downloaded to price a plan: named, not checked (nothing is fetched:
+    # the dataset name does not exist).
+    monkeypatch.delenv("MOELAB_DATA", raising=False)
+    for source in ("hf:no-such-owner/no-such-dataset", "tinystories"):
+        assert main(study_argv(corpus, out, "train.eval_windows=4", f"data.source={source}")
+                    + ["--dry-run"]) == 0
+        assert capsys.readouterr().out.splitlines()[0] == (
+            f"data: {source} not checked: a dry run does not download from the Hugging Face "
+            "hub; the run checks it before training")
+
+
 def test_the_suggested_valid_fraction_holds_enough(corpus, capsys, tmp_path):
     line = refused_on_one_line(capsys, study_argv(corpus, tmp_path / "study"))
     fraction = suggested(line, "data.valid_fraction")
@@ -107,9 +143,27 @@ def test_the_suggested_valid_fraction_holds_enough(corpus, capsys, tmp_path):
 def test_a_file_without_separators_is_refused_before_any_folder(tmp_path, capsys):
     corpus = write_corpus(tmp_path / "one_story.txt", separator="\n\n")
     out = tmp_path / "study"
-    refused_on_one_line(capsys, study_argv(corpus, out, "train.eval_windows=4"),
-                        "1 story,", EOT_TEXT)
+    line = refused_on_one_line(capsys, study_argv(corpus, out, "train.eval_windows=4"),
+                               "1 story,", EOT_TEXT, "a folder with train.txt and valid.txt")
+    # One story is held out whole or not at all: no data.valid_fraction below 1 splits it.
+    assert "raise data.valid_fraction" not in line
     assert not out.exists()
+
+
+def test_a_file_of_a_few_stories_is_told_to_raise_the_held_out_share(tmp_path, capsys):
+    stories = sample_stories()[:3]
+    corpus = tmp_path / "three_stories.txt"
+    corpus.write_text("".join(f"{story}\n{EOT_TEXT}\n" for story in stories))
+    out = tmp_path / "study"
+    refused_on_one_line(capsys, study_argv(corpus, out, "train.eval_windows=4"),
+                        "3 stories,", "raise data.valid_fraction")
+    assert not out.exists()
+    # The fix it names works: 3 x 0.34 = 1.02, so one of the three stories is held out.
+    from moelab.data.sources import resolve_source
+
+    data = load_config("demo", [f"data.source={corpus}", "data.valid_fraction=0.34"]).data
+    train, valid = resolve_source(data).load()
+    assert (train.num_stories, valid.num_stories) == (2, 1)
 
 
 def test_a_vocabulary_larger_than_the_model_is_refused(corpus):

@@ -82,8 +82,10 @@ def test_the_small_sweeps_quote_their_dry_run_estimates(capsys):
         line = next(l for l in capsys.readouterr().out.splitlines()
                     if l.startswith("estimated time"))
         seconds = float(re.search(r"about ([\d,]+) s", line).group(1).replace(",", ""))
-        figures.append(f"{seconds / 60:.0f} min" if seconds >= 60 else f"{seconds:.0f} s")
-    assert f"(`--dry-run`: {', '.join(figures)})" in _presets_row("sweeps `demo`, `micro`")
+        figure = f"{seconds / 60:.0f} min" if seconds >= 60 else f"{seconds:.0f} s"
+        figures.append(f"{figure} (`{preset}`)")
+    assert f"`--dry-run` estimates {' and '.join(figures)} |" in _presets_row(
+        "sweeps `demo`, `micro`")
 
 
 def test_benchmarks_md_copies_the_committed_times():

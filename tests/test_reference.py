@@ -64,6 +64,25 @@ def test_config_show_comments(capsys):
     assert main(["config", "show", "demo", "--comments"]) == 0
     out = capsys.readouterr().out
     assert "    # Experts each token is sent to (k); sparsity S = (E - k) / E.\n    top_k: 2" in out
+    # Sentences with an abbreviation inside, whole (they were cut at "e.g." and "et al.").
+    assert ("  # The configuration (subset) of an hf:NAME dataset, e.g. sample-10BT; null: its "
+            "default.\n  hf_config: null") in out
+    assert ("  # wsd only: 'linear' or 'sqrt' (the 1 - sqrt(t) cooldown of Hägele et al. 2024)."
+            "\n  decay_shape: sqrt") in out
+
+
+def test_a_summary_is_the_first_sentence_not_the_text_before_an_abbreviation():
+    from moelab.config.docs import KeyDoc
+
+    def summary(doc: str) -> str:
+        return KeyDoc("key", "int", 0, doc).summary
+
+    assert summary("Steps per run. null: all of them.") == "Steps per run."
+    assert summary("A subset, e.g. sample-10BT; null: its default. Then more.") == \
+        "A subset, e.g. sample-10BT; null: its default."
+    assert summary("The cooldown of Hägele et al. 2024, i.e. 1 - sqrt(t).") == \
+        "The cooldown of Hägele et al. 2024, i.e. 1 - sqrt(t)."
+    assert summary("One line\n    over two. Second.") == "One line over two."
 
 
 # --------------------------------------------------------------------------------------------

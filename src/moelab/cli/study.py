@@ -208,8 +208,10 @@ def _add_run_arguments(parser, kind: str) -> None:
                         help="seeds per arm: a count N (train.seed, train.seed + 1, ...) or the "
                         "seeds themselves, e.g. 10,11,12 (default: the preset's, else 3)")
     parser.add_argument("--dry-run", action="store_true",
-                        help="list the runs, their tokens and FLOPs and an estimated wall time "
-                        "(at the committed runs' measured speeds); train nothing, write nothing")
+                        help="check the data as a run would (refused: what the run would "
+                        "refuse), then list the runs, their tokens and FLOPs and an estimated "
+                        "wall time (at the committed runs' measured speeds); train nothing, "
+                        "write no folder (the token cache it builds is the runs')")
     parser.add_argument("--out", metavar="DIR",
                         help=f"study folder (default: out/<config name>-{kind})")
     add_launcher_arguments(parser)
@@ -347,12 +349,17 @@ def _study(args) -> int:
 
 
 def _dry_run(args, config, settings) -> int:
-    """Each planned run with its size and tokens, their total, and the estimated time."""
+    """The data checked as the real run checks them (a corpus it would refuse is refused
+    here), then each planned run with its size and tokens, their total, and the estimated
+    time."""
     from moelab.accounting import count_params, flops_per_token
+    from moelab.runs.data import check_shared_data_for_a_dry_run
     from moelab.runs.estimate import plan_seconds, sparsity_of, stored_speeds, time_line
     from moelab.study.commands import plan
 
     _, specs = plan(args.kind, settings.apply_to(config), settings)
+    for line in check_shared_data_for_a_dry_run([spec.config for spec in specs]):
+        print(line)
     flops = 0.0
     for spec in specs:
         model, tokens = spec.config.model, spec.config.train.max_tokens

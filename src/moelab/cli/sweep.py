@@ -44,7 +44,8 @@ def register(subparsers) -> None:
                        "overrides (--set train.schedule=wsd); repeatable")
     sweep.add_argument("--out", metavar="DIR", default=None, help="sweep folder (default out/<name>-sweep)")
     sweep.add_argument("--dry-run", action="store_true",
-                       help="print the planned runs, their cost (runs, tokens, FLOPs) and an "
+                       help="check the data as the sweep would (refused: what it would refuse), "
+                       "then print the planned runs, their cost (runs, tokens, FLOPs) and an "
                        "estimated wall time (at the committed runs' measured speeds, or --speeds) "
                        "only")
     sweep.add_argument("--speeds", metavar="CSV", default=None,
@@ -90,7 +91,12 @@ def _sweep(args) -> int:
     tuning = _sweep_tuning(args, grid)
     check_finetune_data(grid, plan)
     if args.dry_run:
+        from moelab.runs.data import check_shared_data_for_a_dry_run
+
         cost_lines = _cost_lines(args, grid, plan, tuning)  # a bad --speeds before any output
+        # The corpus checked as the sweep checks it before training: what it would refuse.
+        for line in check_shared_data_for_a_dry_run([point.config for point in plan]):
+            print(line)
         for point in plan:
             print(point.describe())
         recipe = grid.finetune

@@ -11,6 +11,7 @@ import ast
 import dataclasses
 import inspect
 import itertools
+import re
 import textwrap
 import typing
 from dataclasses import dataclass
@@ -20,6 +21,9 @@ from typing import Any
 import yaml
 
 from moelab.config.schema import Config
+
+ABBREVIATIONS = ("e.g.", "i.e.", "et al.", "cf.", "vs.")
+"""Periods inside a sentence: a docstring's first sentence does not end at them."""
 
 
 @dataclass(frozen=True)
@@ -33,10 +37,14 @@ class KeyDoc:
 
     @property
     def summary(self) -> str:
-        """The documentation's first sentence (up to the first period and space), one line."""
+        """The documentation's first sentence, one line: up to the first period followed by a
+        space that does not end an abbreviation ("e.g. sample-10BT", "Hägele et al. 2024")."""
         text = " ".join(self.doc.split())
-        end = text.find(". ")
-        return text if end < 0 else text[:end + 1]
+        for end in re.finditer(r"\. ", text):
+            sentence = text[:end.start() + 1]
+            if not sentence.endswith(ABBREVIATIONS):
+                return sentence
+        return text
 
 
 @cache

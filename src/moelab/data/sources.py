@@ -49,6 +49,14 @@ def resolve_source(data_cfg: DataConfig) -> Source:
     return _path_source(Path(data_cfg.source).expanduser(), data_cfg)
 
 
+def read_from_the_hub(data_cfg: DataConfig) -> bool:
+    """Whether ``data.source`` is fetched from the Hugging Face hub (hf, hf:NAME, tinystories
+    without ``$MOELAB_DATA``): resolving it loads the dataset, a download on first use."""
+    source = data_cfg.source
+    return (source == "hf" or source.startswith(HUB_PREFIX)
+            or (source == "tinystories" and not os.environ.get(DATA_ENV)))
+
+
 DATASET_SETTINGS = {
     "hf_config": "only hf:NAME sources have configurations",
     "text_field": "only dataset sources (hf, hf:NAME, .parquet, .arrow, a save_to_disk folder) "

@@ -111,6 +111,16 @@ def folder_source(folder: Path, data_cfg: DataConfig) -> Source:
     return Source(safe_label(folder.name), fingerprint, load)
 
 
+def _too_few_to_hold_out(path: Path, stories: int, valid_fraction: float) -> str:
+    """The refusal of a file whose stories leave nothing for validation. One story cannot be
+    split at any data.valid_fraction (stories are held out whole), so only the fixes that make
+    more stories are named; with a few, a larger fraction holds one out."""
+    fraction_fix = "" if stories <= 1 else "raise data.valid_fraction, "
+    return (f"{path} has {stories} {'story' if stories == 1 else 'stories'}, too few to hold out "
+            f"data.valid_fraction={valid_fraction} for validation: separate stories with a line "
+            f"{EOT_TEXT}, {fraction_fix}or give a folder with train.txt and valid.txt")
+
+
 def file_source(path: Path, data_cfg: DataConfig) -> Source:
     if path.suffix not in (".txt", ".jsonl"):
         raise MoelabError(
@@ -124,13 +134,7 @@ def file_source(path: Path, data_cfg: DataConfig) -> Source:
         valid = [s for s, held in zip(stories, is_valid) if held]
         train = [s for s, held in zip(stories, is_valid) if not held]
         if not valid or not train:
-            raise MoelabError(
-                f"{path} has {len(stories)} {'story' if len(stories) == 1 else 'stories'}, "
-                "too few to hold out "
-                f"data.valid_fraction={data_cfg.valid_fraction} for validation: separate "
-                f"stories with a line {EOT_TEXT}, raise data.valid_fraction, or give a folder "
-                "with train.txt and valid.txt"
-            )
+            raise MoelabError(_too_few_to_hold_out(path, len(stories), data_cfg.valid_fraction))
         train = limit_stories(train, data_cfg.max_train_stories)
         return list_split("train", train), list_split("valid", valid)
 

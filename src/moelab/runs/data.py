@@ -7,6 +7,7 @@ from collections.abc import Callable, Sequence
 from moelab.config import Config
 from moelab.data.preflight import check_runs_fit_data
 from moelab.data.prepare import prepare_data
+from moelab.data.sources import read_from_the_hub
 
 
 def prepare_shared_data(config: Config, log: Callable[[str], None]) -> None:
@@ -23,3 +24,25 @@ def check_shared_data(configs: Sequence[Config]) -> None:
     short for train.eval_windows (``moelab.data.preflight``). The token cache is built here,
     outside the folder, so a refused command leaves no folder behind."""
     check_runs_fit_data(configs, progress=configs[0].train.logging.progress if configs else False)
+
+
+def check_shared_data_for_a_dry_run(configs: Sequence[Config]) -> list[str]:
+    """``--dry-run``'s data check: the same refusals as ``check_shared_data`` (it builds or
+    opens the same token cache, which the runs then reuse), for every source read from this
+    machine. A hub source is named instead: its check would download the dataset, which a
+    price of the plan should not cost; the run checks it before any training. Returns the
+    lines that say which sources were checked."""
+    local = [config for config in configs if not read_from_the_hub(config.data)]
+    if local:
+        check_shared_data(local)
+    lines = [f"data: {source} checked against every run (vocabulary, training split, "
+             "validation windows)" for source in _sources(local)]
+    lines += [f"data: {source} not checked: a dry run does not download from the Hugging Face "
+              "hub; the run checks it before training"
+              for source in _sources([c for c in configs if read_from_the_hub(c.data)])]
+    return lines
+
+
+def _sources(configs: Sequence[Config]) -> list[str]:
+    """The data.source names of ``configs``, once each, in order."""
+    return list(dict.fromkeys(config.data.source for config in configs))

@@ -1,0 +1,53 @@
+"""What a newcomer reads first says what is true: the README fits a screenful or two and says
+how to reach the ``moelab`` command ``make demo`` installs; the glossary's sweep sizes are the
+presets' own."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+MOST_README_LINES = 150
+
+
+def test_the_readme_stays_short():
+    assert len(README.read_text("utf-8").splitlines()) <= MOST_README_LINES
+
+
+def test_the_quickstart_says_how_to_run_the_command_make_demo_installs():
+    quickstart = README.read_text("utf-8").split("## Quickstart")[1].split("\n## ")[0]
+    makefile = (ROOT / "Makefile").read_text()
+    # The Makefile installs moelab into .venv (its target is that venv's script), not onto PATH.
+    assert "VENV := .venv" in makefile and "$(BIN)/moelab: pyproject.toml" in makefile
+    assert "source .venv/bin/activate" in quickstart and ".venv/bin/moelab" in quickstart
+
+
+def _glossary_sizes() -> dict[str, tuple[int, int, int, int]]:
+    """{size name: (d_model, layers, heads, d_ff)} as docs/glossary.md lists them."""
+    text = (ROOT / "docs" / "glossary.md").read_text("utf-8")
+    found = re.findall(r"^  - `(s\w)`: d_model (\d+), (\d+) layers, (\d+) heads, d_ff (\d+)",
+                       text, flags=re.M)
+    return {name: tuple(map(int, dims)) for name, *dims in found}
+
+
+def test_the_glossary_sizes_are_the_sweep_presets_sizes():
+    listed = _glossary_sizes()
+    assert sorted(listed) == ["s0", "s1", "s2", "s3", "sA"]
+    # The one preset whose s2 differs, as the glossary says beside it.
+    exceptions = {("demo", "s2"): (64, 2, 2, 256)}
+    seen = set()
+    for preset in sorted((ROOT / "src" / "moelab" / "presets" / "sweeps").glob("*.yaml")):
+        for size in yaml.safe_load(preset.read_text())["sizes"]:
+            if size["name"] not in listed:
+                continue
+            dims = (size["d_model"], size["n_layers"], size["n_heads"], size["d_ff"])
+            assert size["n_kv_heads"] == size["n_heads"], preset.name
+            assert dims == exceptions.get((preset.stem, size["name"]), listed[size["name"]]), \
+                (preset.name, size)
+            seen.add(size["name"])
+    assert seen == set(listed)
+    assert "(the `demo` sweep's `s2`: 2 layers, 2 heads)" in (ROOT / "docs/glossary.md").read_text()
