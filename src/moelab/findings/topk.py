@@ -3,8 +3,9 @@
 at two sizes, 3.7M tokens, seeds 0-2.
 
 Each pair of E within a size is a paired t over the seeds (the same seed's runs share the data
-order). The Holm family is the sweep report's, fixed before the runs: the 6 pairs and each
-split against dense, 12 tests; the words come from ``moelab.stats.verdicts``. The pairs alone
+order). The Holm family is the 12 comparisons the sweep's report makes (the 6 pairs and each
+split against dense, here each paired by seed; the report shows them as intervals without an
+adjustment); the words come from ``moelab.stats.verdicts``. The pairs alone
 (a family chosen after the sweep had run) are shown as how much the choice decides.
 """
 
@@ -92,8 +93,8 @@ def compute(results: ResultsRoot, findings: Findings) -> TopK:
            for s in sizes for fewer, more in PAIRS]
     versus_dense = [_paired(losses[s][e], losses[s][0])[2] for s in sizes
                     for e in sorted(losses[s]) if e]
-    family = (f"Holm over the sweep report's {len(raw) + len(versus_dense)} tests: these "
-              f"{len(raw)} pairs and each split against dense")
+    family = (f"Holm over {len(raw) + len(versus_dense)} tests: these {len(raw)} pairs and "
+              "each split against dense, paired by seed")
     adjusted = holm([r[5] for r in raw] + versus_dense)[:len(raw)]
     pairs = [ExpertPair(s, fewer, more, est, ci, p, p_holm, difference_verdict(
         Difference(est, ci, p_holm, family), ahead="more experts higher",
@@ -129,7 +130,8 @@ def render(record: TopK | None, results: ResultsRoot, findings: Findings) -> str
               "experts, lower loss:\n\n"
             + markdown_table(["size", "pair", "loss difference", "95 % CI", "p", "p (Holm)",
                               "verdict"], pairs, "llrrrrl")
-            + f"\nThe family is the sweep report's, fixed before the runs; with "
+            + "\nThe family is the comparisons the sweep's report makes (it shows them as "
+              "intervals without an adjustment); with "
               f"{record.pairs_only_family} (a family chosen after the sweep had run), "
               f"{record.separated_pairs_only} of {len(record.pairs)} pairs would be separated, "
               "so the count depends on that choice.\n"
