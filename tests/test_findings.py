@@ -840,7 +840,18 @@ def test_schedule_pages_recomputed_with_scipy():
     for (h, name), t, p_holm in zip(keys, tests, _holm_in_order([t[3] for t in tests])):
         row = _page_row(page, f"{int(h):,} steps: cosine − {name}", "6")
         _check_row(row[2:], *t, p_holm, "WSD lower", "cosine lower")
-    budgets = json.loads((RESULTS / "wsd_budgets.json").read_text())["by_budget"]
+    # The schedule grid's cosine runs are the demo's first-CPU MoE runs of seeds 0-5.
+    cosine = [r["best_val_loss"] for r in
+              json.loads((RESULTS / "schedule.json").read_text())["settings"]["cosine"]["runs"]]
+    demo = json.loads((RESULTS / "studies" / "demo-seeds0-5.json").read_text())["arms"]["moe"]
+    assert cosine == [r["best_val_loss"] for r in demo["runs"]]
+    assert "The `cosine` runs are the MoE runs of `studies/demo-seeds0-5.json`" in page
+    assert page.count("Seeds 0-4 of these also chose or checked the demo's recipe") == 2
+    stored = json.loads((RESULTS / "wsd_budgets.json").read_text())
+    budgets = stored["by_budget"]
+    # Cosine warms up for half its own steps (the demo preset: warmup 0.5, batch 8 x 128).
+    warmups = ", ".join(f"{int(t) // 2048:,} of {int(t) // 1024:,}" for t in budgets)
+    assert (f"({warmups} steps), the WSD family for {stored['warmup_steps']}") in page
     tests = [_paired_by_hand(row["cosine_best_val_loss"], row["wsd_best_val_loss"])
              for row in budgets.values()]
     for tokens, t, p_holm in zip(budgets, tests, _holm_in_order([t[3] for t in tests])):

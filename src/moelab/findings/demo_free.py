@@ -97,7 +97,9 @@ def render(record: SelectionFree | None, results: ResultsRoot, findings: Finding
             f"The recipe was chosen and checked on the demo grid of `{RECIPE}` ({record.uses}) "
             f"and each arm's lr once more on seeds {seed_ranges(record.fair_lr_seeds)} "
             f"(`{FAIR_LR}`). The seeds this page reports overlap them ({overlap}), so the "
-            "verdicts below read seeds that also chose the recipe they train.\n\n"
+            "verdicts below on "
+            + ", ".join(seed_ranges(r.seeds) for r in record.reported if r.chose)
+            + " read seeds that also chose the recipe they test.\n\n"
             "Dense − MoE pooled over every reported seed that chose nothing (seeds "
             f"{seed_ranges(record.free_seeds)}; seeds 0-5 and 617-622 from the first CPU's "
             "runs), paired by seed (positive: the MoE is lower). Descriptive: the pool was "

@@ -64,7 +64,9 @@ def describe_uses(uses: list[SeedUse]) -> str:
     the settings run on it (named when there are at most 2)."""
     parts = []
     for use in uses:
+        traces = [s for s in use.settings if s.endswith(" (trace)")]
         named = (", ".join(f"`{s}`" for s in use.settings) if len(use.settings) <= 2
+                 else f"{len(use.settings)} traces" if len(traces) == len(use.settings)
                  else f"{len(use.settings)} settings")
         parts.append(f"seeds {seed_ranges(use.seeds)} ({named})")
     return "; ".join(parts)
