@@ -7,7 +7,9 @@ the paired test over the 12 seeds, Holm over the 2 criteria), and that pooled te
 with a verdict. Each seed set's own gaps are shown as halves of that estimate (interval and
 power, no verdict), and whether the halves differ is tested (Welch's t on their per-seed
 differences, Holm over each CPU's 2 criteria). The files do not record which CPU ran them: the
-descriptions are the ones written down when they ran.
+descriptions are the ones written down when they ran. The CPUs re-ran the same seeds, so their
+rows are one sample of seeds measured three times, not three replications, and the page says so
+when the seed lists agree.
 """
 
 from __future__ import annotations

@@ -4,13 +4,17 @@
 arm's peak lr chosen on selection seeds 1000000-1000001, the study reported on seeds 0-5 at the
 chosen lrs. The chosen lr's word is ``optimum_verdict``'s, each rise to a neighbour a paired test
 over the selection seeds (Holm over the arm's two rises); the reported gaps are the study's own
-test (``moelab.study.gaps.compare``), Holm over the 2 criteria.
+test (``moelab.study.gaps.compare``), Holm over the 2 criteria. When every arm chose the preset's
+own lr, the reporting runs repeat a demo study already on the page (found by equal losses): the
+page then says so, prints the gaps as descriptive and points to that study's pooled row.
 
 ``seeds_until_resolved.json`` holds four repetitions of ``moelab study demo --until-resolved``
 (seed blocks 100, 200, 300, 400): where each comparison stopped and its repeated interval, as
 the sequential procedure (``moelab.stats.sequential``) recorded them, and every run's loss.
-Beside them, a fixed design tested once: on the repetition's first 6 seeds and on every seed it
-trained, each the study's paired test with Holm over the 2 criteria, recomputed from the losses.
+Beside them, a fixed design tested once on the repetition's first 6 seeds (the study's paired
+test, Holm over the 2 criteria, recomputed from the losses), and the same test on every seed it
+trained as a description only: the stopping rule chose that seed count, so a fixed-n test on it
+is no test at its level, and the sequential design is counted by its own repeated intervals.
 """
 
 from __future__ import annotations

@@ -196,6 +196,8 @@ class FairWsd:
     cooldowns: dict[str, float]
     warmup_steps: int
     report_seeds: list[int]
+    chose: list[int]
+    """The reporting seeds that also chose or checked the demo's recipe (head, batch: kept here)."""
     losses: dict[str, dict[int, SeedLosses]]
     """schedule: {horizon in steps: {seed: final val loss}}."""
     tests: list[Test]
@@ -216,6 +218,8 @@ def compute_fair_wsd(results: ResultsRoot, findings: Findings) -> FairWsd:
                    {name: float(lr) for name, lr in stored["best_lr"].items()},
                    {name: float(f) for name, f in stored["cooldowns"].items()},
                    int(stored["warmup_steps"]), [int(s) for s in stored["report_seeds"]],
+                   sorted({int(s) for s in stored["report_seeds"]}
+                          & demo_selection_seeds(results)),
                    losses, tests)
 
 
@@ -239,7 +243,10 @@ def render_fair_wsd(fair: FairWsd | None, results: ResultsRoot, findings: Findin
             + markdown_table(["schedule", *(f"lr {lr:g}" for lr in fair.lrs), "chosen"],
                              selection, "l" + "r" * (len(fair.lrs) + 1))
             + f"\nFinal validation loss on the reporting seeds {fair.report_seeds[0]}-"
-              f"{fair.report_seeds[-1]}, mean ± seed sd:\n\n"
+              f"{fair.report_seeds[-1]}, mean ± seed sd"
+            + (f" (seeds {seed_ranges(fair.chose)} of them also checked the demo's recipe, whose "
+               "head and batch these runs keep: `recipe.json`)" if fair.chose else "")
+            + ":\n\n"
             + markdown_table(["horizon", *(f"`{name}`" for name in schedules)], means,
                              "l" + "r" * len(schedules))
             + "\ncosine − wsd, paired by seed (positive: WSD is lower), Holm over the 4 tests:\n\n"
