@@ -195,35 +195,74 @@ def _t_interval(values):
     return values.mean() - half, values.mean() + half
 
 
-def test_budget_page_recomputed_with_scipy():
-    """cpu-budgets: every gap's Holm p over the 8 tests, the verdicts at 1.64M and 3.28M, and
-    the per-seed slope of the matched-active gap per doubling, from the per-run losses."""
+def _budget_page_tests():
+    """Every test of the budget-trend page, recomputed with scipy from the per-run losses, in
+    one list: the 8 gaps (budget x criterion), the 2 slopes, the 6 steps, the two-size table's
+    rows outside cpu-budgets and its Welch comparison. Returns (p-values, their Holm p over all
+    of them, and the pieces by name)."""
     budgets = sorted(json.loads((RESULTS / "studies/cpu-budgets.json").read_text())["budgets"],
                      key=lambda b: b["tokens"])
 
-    def by_seed(budget, arm):
-        return {run["seed"]: run["best_val_loss"] for run in budget["arms"][arm]["runs"]}
+    def by_seed(arms, arm):
+        return {run["seed"]: run["best_val_loss"] for run in arms[arm]["runs"]}
 
-    diffs = [np.array([by_seed(b, dense)[s] - by_seed(b, "moe")[s] for s in sorted(by_seed(b, "moe"))])
-             for b in budgets for dense in ("dense_active", "dense_total")]
-    raw = [stats.ttest_1samp(d, 0.0).pvalue for d in diffs]
-    adjusted = _holm_by_hand(raw)
+    def gaps(b, dense):
+        return np.array([by_seed(b["arms"], dense)[s] - by_seed(b["arms"], "moe")[s]
+                         for s in sorted(by_seed(b["arms"], "moe"))])
+    diffs = [gaps(b, dense) for b in budgets for dense in ("dense_active", "dense_total")]
+    doublings = np.log2([b["tokens"] for b in budgets])
+    slopes = {dense: [stats.linregress(doublings, [gaps(b, dense)[i] for b in budgets]).slope
+                      for i in range(3)] for dense in ("dense_active", "dense_total")}
+    steps = [gaps(large, dense) - gaps(small, dense) for dense in ("dense_active", "dense_total")
+             for small, large in zip(budgets, budgets[1:])]
+    flip = json.loads((RESULTS / "flip_table.json").read_text())
+    rows = {}
+    for row in flip["rows"]:
+        if row["study"] == "cpu-budgets":
+            rows[row["tokens"]] = diffs[[b["tokens"] for b in budgets].index(row["tokens"]) * 2 + 1]
+            continue
+        arms = json.loads((RESULTS / "studies" / f"{row['study']}.json").read_text())["arms"]
+        rows[row["tokens"]] = np.array([by_seed(arms, "dense_total")[s] - by_seed(arms, "moe")[s]
+                                        for s in sorted(by_seed(arms, "moe"))])
+    larger = [rows[row["tokens"]] for row in flip["rows"] if row["study"] != "cpu-budgets"]
+    same = flip["same_tokens_per_param"]
+    welch = stats.ttest_ind(rows[same["small"]["tokens"]], rows[same["large"]["tokens"]],
+                            equal_var=False)
+    p_values = ([stats.ttest_1samp(d, 0.0).pvalue for d in diffs]
+                + [stats.ttest_1samp(v, 0.0).pvalue for v in slopes.values()]
+                + [stats.ttest_1samp(d, 0.0).pvalue for d in steps]
+                + [stats.ttest_1samp(d, 0.0).pvalue for d in larger] + [welch.pvalue])
+    assert len(p_values) == 19
+    return p_values, _holm_by_hand(p_values), dict(diffs=diffs, slopes=slopes, steps=steps,
+                                                   rows=rows, welch=welch, budgets=budgets)
+
+
+def test_budget_page_recomputed_with_scipy():
+    """cpu-budgets: every gap's Holm p over the page's 19 tests, the verdicts (only 3.28M
+    matched active separates once the post hoc steps join), and the per-seed slope of the
+    matched-active gap per doubling, from the per-run losses."""
+    raw, adjusted, parts = _budget_page_tests()
+    diffs = parts["diffs"]
     page = render_pages(RESULTS)["budget-trend.md"]
+    assert "Holm over the 19 tests of the budget-trend page" in page
     for index, label in ((4, "1.64M"), (6, "3.28M")):
         low, high = _t_interval(diffs[index])
         cell = (f"{diffs[index].mean():+.3f} [{low:+.3f}, {high:+.3f}], p {raw[index]:.2g}, "
                 f"Holm {adjusted[index]:.2g}")
         assert cell in _row(page, label)[4]
-        assert adjusted[index] < 0.05 and low > 0 and "**MoE ahead**" in _row(page, label)[4]
-    assert all(p >= 0.05 for i, p in enumerate(adjusted) if i not in (4, 6))
-    doublings = np.log2([b["tokens"] for b in budgets])
-    seeds = sorted(by_seed(budgets[0], "moe"))
-    slopes = [stats.linregress(doublings, [by_seed(b, "dense_active")[s] - by_seed(b, "moe")[s]
-                                           for b in budgets]).slope for s in seeds]
+    assert adjusted[6] < 0.05 and "**MoE ahead**" in _row(page, "3.28M")[4]
+    assert adjusted[4] >= 0.05 and "**not separated**" in _row(page, "1.64M")[4]
+    assert all(p >= 0.05 for i, p in enumerate(adjusted) if i != 6)
+    slopes = parts["slopes"]["dense_active"]
     low, high = _t_interval(slopes)
     row = _row(page, "matched active")
-    assert row[1:3] == [f"{np.mean(slopes):+.4f}", f"[{low:+.4f}, {high:+.4f}]"]
+    assert row[1:4] == [f"{np.mean(slopes):+.4f}", f"[{low:+.4f}, {high:+.4f}]",
+                        f"{adjusted[8]:.2g}"]
     assert low < 0 < high and row[5] == "**undetermined**"
+    # Paper A's matched-total word beside moelab's: the MoE lower at every budget, none separated.
+    total = [d.mean() for d in diffs[1::2]]
+    assert (f"here the MoE is lower at {sum(g > 0 for g in total)} of the 4 budgets, and the words "
+            "are **not separated** at 4.") in page
 
 
 def test_ladder_steps_recomputed_with_scipy():
@@ -708,21 +747,49 @@ def test_demo_cpus_pooled_recomputed_with_scipy(cpu):
         assert apart[4] == f"{welch.pvalue:.2g}" and apart[6] == "**not separated**"
 
 
+def test_demo_selection_free_pool_recomputed_with_scipy():
+    """The pool over every reported demo seed that chose nothing: the choosing seeds read here
+    from recipe.json's demo grid and fair_lr.json, the losses from the first CPU's studies and
+    the until-resolved blocks."""
+    chose = {s for e in json.loads((RESULTS / "recipe.json").read_text())
+             if e["grid"] == "demo" and e["kind"] in ("grid", "trace") for s in e["seeds"]}
+    chose |= set(json.loads((RESULTS / "fair_lr.json").read_text())["select_seeds"])
+    assert {0, 1, 2, 3, 4, 100, 104, 617, 621} <= chose and not {5, 105, 622} & chose
+    page = render_pages(RESULTS)["demo-study.md"]
+    section = page[:page.index("## The demo on three CPUs")]
+    blocks = json.loads((RESULTS / "seeds_until_resolved.json").read_text())["repetitions"]
+    for criterion, dense in (("matched active", "dense_active"), ("matched total", "dense_total")):
+        moe = {s: v for d in _demo_study_losses("", "moe") for s, v in d.items()}
+        other = {s: v for d in _demo_study_losses("", dense) for s, v in d.items()}
+        for rep in blocks:
+            moe |= {int(s): v for s, v in rep["losses"]["moe"].items()}
+            other |= {int(s): v for s, v in rep["losses"][dense].items()}
+        d = np.array([other[s] - moe[s] for s in sorted(moe) if s not in chose])
+        low, high = _t_interval(d)
+        assert _page_row(section, criterion)[1:] == [str(len(d)), f"{d.mean():+.4f}",
+                                                     f"[{low:+.4f}, {high:+.4f}]"]
+        assert len(d) == 44 and low > 0
+
+
 def test_demo_tuned_lr_recomputed_with_scipy():
     stored = json.loads((RESULTS / "studies" / "demo-tune-lr.json").read_text())
     by_arm = {arm: {run["seed"]: run["best_val_loss"] for run in stored["arms"][arm]["runs"]}
               for arm in ("moe", "dense_active", "dense_total")}
     diffs = [np.array([by_arm[dense][s] - by_arm["moe"][s] for s in sorted(by_arm["moe"])])
              for dense in ("dense_active", "dense_total")]
-    p_holm = _holm_two([stats.ttest_1samp(d, 0.0).pvalue for d in diffs])
     page = render_pages(RESULTS)["demo-study.md"]
     section = page[page.index("## Each arm at its own lr"):page.index("## Seeds until resolved")]
-    for criterion, d, p in zip(("matched active", "matched total"), diffs, p_holm):
+    # Every arm chose 0.01, the shared lr: the reporting runs are the second CPU's seeds 0-5,
+    # so the 6-seed table is descriptive (raw p, no verdict) and points to that CPU's 12 seeds.
+    second = json.loads((RESULTS / "studies" / "demo-seeds0-5-cpu2.json").read_text())["arms"]
+    assert all({r["seed"]: r["best_val_loss"] for r in second[arm]["runs"]} == by_arm[arm]
+               for arm in by_arm)
+    assert "repeat the second CPU's demo study of the same seeds" in section
+    for criterion, d in zip(("matched active", "matched total"), diffs):
         half = stats.t.ppf(0.975, len(d) - 1) * d.std(ddof=1) / np.sqrt(len(d))
         row = _page_row(section, criterion, str(len(d)))
-        assert row[2:4] == [f"{d.mean():+.4f}", f"[{d.mean() - half:+.4f}, {d.mean() + half:+.4f}]"]
-        assert row[5] == f"{p:.2g}"
-        assert row[6] == ("**MoE ahead**" if p < 0.05 and d.mean() - half > 0 else "**not separated**")
+        assert row[2:] == [f"{d.mean():+.4f}", f"[{d.mean() - half:+.4f}, {d.mean() + half:+.4f}]",
+                           f"{stats.ttest_1samp(d, 0.0).pvalue:.2g}"]
     # Every arm's mean selection loss is lowest at 0.01, an interior point of the grid.
     for arm, record in stored["lr_selection"]["arms"].items():
         means = {float(lr): np.mean(list(by_seed.values())) for lr, by_seed in record["losses"].items()}
@@ -741,8 +808,14 @@ def test_demo_until_resolved_fixed_designs_recomputed_with_scipy():
             p_holm = _holm_two([stats.ttest_1samp(d, 0.0).pvalue for d in diffs])
             ahead[label] += sum(p < 0.05 and d.mean() > 0 for d, p in zip(diffs, p_holm))
     page = render_pages(RESULTS)["demo-study.md"]
-    assert (f"**MoE ahead** in {ahead['first 6']} of the 8 comparisons on the first 6 seeds, "
-            f"and in {ahead['all']} of 8 on every seed trained") in page
+    # The all-seeds rows are descriptive (the stopping rule set their n); the sequential design
+    # is counted by its own outcome.
+    resolved = sum(c["reason"] == "resolved" for rep in record["repetitions"]
+                   for c in rep["comparisons"])
+    assert (f"The fixed 6-seed design: **MoE ahead** in {ahead['first 6']} of the 8 comparisons. "
+            f"The sequential design: {resolved} of 8 resolved") in page
+    assert page.count("| descriptive |") == 8
+    assert "on a CPU the file does not record" in page and "machine" not in record
     trained = [rep["seeds_trained"] for rep in record["repetitions"]]
     assert f"Seeds trained: {np.mean(trained):.2f} on average" in page
 
@@ -787,7 +860,18 @@ def test_schedule_pages_recomputed_with_scipy():
     for (h, name), t, p_holm in zip(keys, tests, _holm_in_order([t[3] for t in tests])):
         row = _page_row(page, f"{int(h):,} steps: cosine − {name}", "6")
         _check_row(row[2:], *t, p_holm, "WSD lower", "cosine lower")
-    budgets = json.loads((RESULTS / "wsd_budgets.json").read_text())["by_budget"]
+    # The schedule grid's cosine runs are the demo's first-CPU MoE runs of seeds 0-5.
+    cosine = [r["best_val_loss"] for r in
+              json.loads((RESULTS / "schedule.json").read_text())["settings"]["cosine"]["runs"]]
+    demo = json.loads((RESULTS / "studies" / "demo-seeds0-5.json").read_text())["arms"]["moe"]
+    assert cosine == [r["best_val_loss"] for r in demo["runs"]]
+    assert "The `cosine` runs are the MoE runs of `studies/demo-seeds0-5.json`" in page
+    assert page.count("Seeds 0-4 of these also chose or checked the demo's recipe") == 2
+    stored = json.loads((RESULTS / "wsd_budgets.json").read_text())
+    budgets = stored["by_budget"]
+    # Cosine warms up for half its own steps (the demo preset: warmup 0.5, batch 8 x 128).
+    warmups = ", ".join(f"{int(t) // 2048:,} of {int(t) // 1024:,}" for t in budgets)
+    assert (f"({warmups} steps), the WSD family for {stored['warmup_steps']}") in page
     tests = [_paired_by_hand(row["cosine_best_val_loss"], row["wsd_best_val_loss"])
              for row in budgets.values()]
     for tokens, t, p_holm in zip(budgets, tests, _holm_in_order([t[3] for t in tests])):
@@ -797,23 +881,40 @@ def test_schedule_pages_recomputed_with_scipy():
 
 def test_ladder_routing_recomputed_with_scipy():
     page = render_pages(RESULTS)["routing-stability.md"]
+    traced = {}
     for entry in json.loads((RESULTS / "ladder_trace.json").read_text()):
         for rung in entry["rungs"]:
             traces = [entry["runs"][f"{rung}/seed{s}"]["worst_layer_busiest_fraction"]
                       for s in entry["seeds"]]
             row = _page_row(page, f"`{entry['preset']}`", rung)
-            assert row[2] == " / ".join(f"{t[0]:.2f}" for t in traces)
+            assert row[2] == " / ".join(f"{t[0]:.3f}" for t in traces)
             assert row[3] == " / ".join(f"{max(t):.3f}" for t in traces)
-            assert row[5] == " / ".join(f"{t[-1]:.2f}" for t in traces)
+            assert row[5] == " / ".join(f"{t[-1]:.3f}" for t in traces)
+            if entry["preset"] == "cpu-ablation":
+                traced[rung] = [t[-1] for t in traces]
+    # The balancing test joins cpu-ablation's 5 loss steps (earlier − later best val loss).
+    arms = json.loads((RESULTS / "studies" / "cpu-ablation-seeds1-4.json").read_text())["arms"]
+    loss = {rung: [r["best_val_loss"] for r in sorted(arm["runs"], key=lambda r: r["seed"])]
+            for rung, arm in arms.items()}
+    pairs = [("naive_top1", "top1_lb"), ("top1_lb", "top2_lb"), ("top2_lb", "top2_lb_z"),
+             ("top2_lb_z", "top2_global_lb_z"), ("top2_lb_z", "top2_bias_z")]
+    step_p = [stats.ttest_rel(loss[a], loss[b]).pvalue for a, b in pairs]
     runs = json.loads((RESULTS / "studies" / "cpu-ablation-seeds1-4-routing.json").read_text())["runs"]
-    worst = {rung: [max(runs[f"{rung}/seed{s}"]["busiest_fraction"]) for s in range(1, 5)]
-             for rung in ("naive_top1", "top1_lb")}
-    test = stats.ttest_rel(worst["naive_top1"], worst["top1_lb"])
-    ci = test.confidence_interval(0.95)
-    gap = np.mean(worst["naive_top1"]) - np.mean(worst["top1_lb"])
-    assert (f"{gap:+.2f} [{ci.low:+.2f}, {ci.high:+.2f}], p {test.pvalue:.2g}, one test: "
-            "**lower with balancing**") in page
-    assert test.pvalue < 0.05 and ci.low > 0
+    stored = {rung: [max(runs[f"{rung}/seed{s}"]["busiest_fraction"]) for s in range(1, 5)]
+              for rung in ("naive_top1", "top1_lb")}
+    words = []
+    for ends in (stored, traced):
+        test = stats.ttest_rel(ends["naive_top1"], ends["top1_lb"])
+        ci = test.confidence_interval(0.95)
+        p_holm = _holm_by_hand([*step_p, test.pvalue])[-1]
+        gap = np.mean(ends["naive_top1"]) - np.mean(ends["top1_lb"])
+        word = "lower with balancing" if p_holm < 0.05 and ci.low > 0 else "not separated"
+        words.append(word)
+        assert (f"{gap:+.2f} [{ci.low:+.2f}, {ci.high:+.2f}], p {test.pvalue:.2g}, Holm over the "
+                f"6 tests of cpu-ablation's ladder (5 loss steps and this one, post hoc): p "
+                f"{p_holm:.2g}, **{word}**") in page
+    assert words == ["lower with balancing", "not separated"]
+    assert "The word depends on which run of the same seeds is read." in page
 
 
 def test_rounding_noise_recomputed_with_numpy():
@@ -829,54 +930,58 @@ def test_rounding_noise_recomputed_with_numpy():
         assert row[-2:] == [f"{rms:.5f}", f"{rms / sd:.2f}"]
     span = np.sqrt(stats.chi2.ppf(0.975, 2) / stats.chi2.ppf(0.025, 2))
     assert f"spans a factor of {span:.1f}" in page
+    # At the demo's length: the second and third CPUs' re-runs of the 12 seeds against the first.
+    for cpu, suffix in (("second", "-cpu2"), ("third", "-cpu3")):
+        for arm in ("moe", "dense_active", "dense_total"):
+            first = {s: v for d in _demo_study_losses("", arm) for s, v in d.items()}
+            here = {s: v for d in _demo_study_losses(suffix, arm) for s, v in d.items()}
+            diffs = np.array([here[s] - first[s] for s in sorted(first)])
+            rms, sd = np.sqrt(np.mean(diffs ** 2)), np.std(list(first.values()), ddof=1)
+            row = _page_row(page, f"{cpu} − first", f"`{arm}`")
+            assert row[2:] == [f"{rms:.4f}", f"{np.abs(diffs).max():.4f}", f"{sd:.4f}",
+                               f"{rms / sd:.2f}"]
 
 
 def test_budget_steps_recomputed_with_scipy():
-    budgets = sorted(json.loads((RESULTS / "studies" / "cpu-budgets.json").read_text())["budgets"],
-                     key=lambda b: b["tokens"])
-
-    def gaps(budget, dense):
-        loss = {arm: {r["seed"]: r["best_val_loss"] for r in budget["arms"][arm]["runs"]}
-                for arm in ("moe", dense)}
-        return {s: loss[dense][s] - loss["moe"][s] for s in loss["moe"]}
-    tests = []
-    for dense in ("dense_active", "dense_total"):
-        for smaller, larger in zip(budgets, budgets[1:]):
-            tests.append(_paired_by_hand(gaps(larger, dense), gaps(smaller, dense)))
-    adjusted = _holm_in_order([t[3] for t in tests])
+    raw, adjusted, parts = _budget_page_tests()
     page = render_pages(RESULTS)["budget-trend.md"]
     lines = [line for line in page.splitlines() if " → " in line]
-    assert len(lines) == len(tests) == 6
-    for line, (change, low, high, p), p_holm in zip(lines, tests, adjusted):
+    assert len(lines) == len(parts["steps"]) == 6
+    assert "Post hoc (added after a hand reading saw the gap fall)" in page
+    for line, d, p, p_holm in zip(lines, parts["steps"], raw[10:16], adjusted[10:16]):
+        low, high = _t_interval(d)
         separated = p_holm < 0.05 and (low > 0 or high < 0)
         word = ("gap grows" if low > 0 else "gap shrinks") if separated else "not separated"
-        assert (f"| {change:+.3f} | [{low:+.3f}, {high:+.3f}] | {p:.2g} | {p_holm:.2g} | "
+        assert (f"| {d.mean():+.3f} | [{low:+.3f}, {high:+.3f}] | {p:.2g} | {p_holm:.2g} | "
                 f"**{word}** |") in line
 
 
 def test_two_sizes_recomputed_with_scipy():
+    """The two-size table reads every test at the page's one Holm p: its cpu-budgets rows carry
+    the gaps table's p, the others and the Welch comparison theirs in the same family."""
+    raw, adjusted, parts = _budget_page_tests()
     record = json.loads((RESULTS / "flip_table.json").read_text())
-    per_row, p_values = [], []
-    for row in record["rows"]:
-        study = json.loads((RESULTS / "studies" / f"{row['study']}.json").read_text())
-        groups = [g for g in study["budgets"] if g["tokens"] == row["tokens"]]
-        arms = groups[0]["arms"] if groups else study["arms"]
-        loss = {arm: {r["seed"]: r["best_val_loss"] for r in arms[arm]["runs"]}
-                for arm in ("moe", "dense_total")}
-        gaps = np.array([loss["dense_total"][s] - loss["moe"][s] for s in sorted(loss["moe"])])
-        per_row.append(gaps)
-        p_values.append(stats.ttest_1samp(gaps, 0.0).pvalue)
-    small, large = (next(g for g, row in zip(per_row, record["rows"])
-                         if row["tokens"] == record["same_tokens_per_param"][side]["tokens"])
-                    for side in ("small", "large"))
-    welch = stats.ttest_ind(small, large, equal_var=False)
-    adjusted = _holm_in_order([*p_values, welch.pvalue])
     page = render_pages(RESULTS)["budget-trend.md"]
-    for row, gaps, p, p_holm in zip(record["rows"], per_row, p_values, adjusted):
+    budget_tokens = [b["tokens"] for b in parts["budgets"]]
+    larger = iter(range(16, 18))
+    for row in record["rows"]:
+        index = (budget_tokens.index(row["tokens"]) * 2 + 1 if row["study"] == "cpu-budgets"
+                 else next(larger))
+        gaps = parts["rows"][row["tokens"]]
         line = next(line for line in page.splitlines()
                     if line.startswith(f"| `{row['study']}` |") and f"| {row['tokens']:,} |" in line)
-        assert f"| {gaps.mean():+.3f} |" in line and f"| {p:.2g} | {p_holm:.2g} |" in line
-    ci = welch.confidence_interval(0.95)
+        assert f"| {gaps.mean():+.3f} |" in line
+        assert f"| {raw[index]:.2g} | {adjusted[index]:.2g} |" in line
+    small = parts["rows"][record["same_tokens_per_param"]["small"]["tokens"]]
+    large = parts["rows"][record["same_tokens_per_param"]["large"]["tokens"]]
+    ci = parts["welch"].confidence_interval(0.95)
     assert (f"{small.mean() - large.mean():+.3f} [{ci.low:+.3f}, {ci.high:+.3f}], p "
-            f"{welch.pvalue:.2g}, Holm {adjusted[-1]:.2g}: **not separated**") in page
-    assert adjusted[-1] >= 0.05
+            f"{raw[18]:.2g}, Holm {adjusted[18]:.2g}: **not separated**") in page
+    assert adjusted[18] >= 0.05
+    # The confounds are read from the studies' configs: 8,192 against 1,024 tokens per step.
+    for study in ("cpu-budgets", "cpu-replication-compiled"):
+        stored = json.loads((RESULTS / "studies" / f"{study}.json").read_text())
+        arms = (stored.get("budgets") or [stored])[0]["arms"]
+        run, model = arms["moe"]["runs"][0], arms["moe"]["model"]
+        assert (f"`{study}` {model['n_layers']} layers of width {model['d_model']}, context "
+                f"{model['max_seq_len']}, {run['tokens'] // run['steps']:,} tokens per step") in page

@@ -4,11 +4,11 @@ and their trend.
 ``moelab study cpu-budgets`` trained the demo's arms and recipe at 409.6K-3.28M tokens (each
 budget its own full schedule) on seeds 0-2; its results.json is
 experiments/results/studies/cpu-budgets.json. The gaps are the study's own test
-(``moelab.study.gaps.compare``, paired by seed), Holm over the study's 8 tests (4 budgets x 2
-criteria), as its report adjusts them. The trend is read per seed, because the budgets of one
-seed share its initialisation and data order: each seed's gaps are fitted against log2(tokens)
-(a slope per doubling of the budget), and the slope's interval is over the 3 seeds, Holm over
-the 2 criteria's slopes.
+(``moelab.study.gaps.compare``, paired by seed). The trend is read per seed, because the budgets
+of one seed share its initialisation and data order: each seed's gaps are fitted against
+log2(tokens) (a slope per doubling of the budget), and the slope's interval is over the 3 seeds.
+Every p on the page is adjusted in one Holm family (``budget_family``): the gaps, the slopes and
+the tests added after looking (the steps, the two-size table).
 """
 
 from __future__ import annotations
@@ -16,19 +16,22 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-import numpy as np
-
-from moelab.findings.source import ResultsRoot, SeedLosses
+from moelab.findings.budget_family import (
+    CRITERIA, FILE, arm_losses, budget_groups, gap_key, gap_tests, page_family, seed_slopes,
+    tokens_label, trend_key,
+)
+from moelab.findings.source import ResultsRoot
 from moelab.report import markdown_table
 from moelab.report.analysis import Analysis, Findings
-from moelab.stats.intervals import mean_interval, summarize, t_p_value
-from moelab.stats.multiple import holm
-from moelab.stats.verdicts import Difference, Verdict, difference_verdict, trend_verdict
-from moelab.study.gaps import compare
+from moelab.stats.intervals import mean_interval, summarize
+from moelab.stats.verdicts import (
+    Difference, Family, Verdict, difference_verdict, trend_verdict,
+)
 
-FILE = "studies/cpu-budgets.json"
 ARMS = ("moe", "dense_active", "dense_total")
-CRITERIA = {"matched active": "dense_active", "matched total": "dense_total"}
+PAPER_A_TOTAL_GAP = "0.0180 ± 0.0020"
+"""Paper A's matched-total gap as its abstract prints it, dense ahead (it does not say what the
+± is); quoted beside moelab's words, not compared with moelab's numbers."""
 
 
 @dataclass(frozen=True)
@@ -67,62 +70,45 @@ class BudgetStudy:
     seeds: list[int]
     budgets: list[Budget]
     family: str
+    """The page's one Holm family (``budget_family``), read by every word on it."""
     trends: list[Trend]
 
 
-def _losses(budget: dict) -> dict[str, SeedLosses]:
-    return {arm: {int(run["seed"]): float(run["best_val_loss"])
-                  for run in budget["arms"][arm]["runs"]} for arm in ARMS}
-
-
 def compute(results: ResultsRoot, findings: Findings) -> BudgetStudy:
-    stored = results.json(FILE)["budgets"]
-    per_budget = [(b, _losses(b)) for b in sorted(stored, key=lambda b: b["tokens"])]
-    tests = [(b["tokens"], name, compare(name, "moe", dense, losses["moe"], losses[dense]))
-             for b, losses in per_budget for name, dense in CRITERIA.items()]
-    adjusted = holm([gap.p_value for _, _, gap in tests])
-    family = f"Holm over the study's {len(tests)} tests"
+    family = page_family(results)
+    adjusted = family.adjusted()
+    tests = gap_tests(results)
     budgets = []
-    for b, losses in per_budget:
-        rows = [BudgetGap(name, g.gap, (g.ci_low, g.ci_high), g.p_value, p_holm,
-                          g.min_detectable_gap,
-                          difference_verdict(Difference(g.gap, (g.ci_low, g.ci_high), p_holm,
-                                                        family),
-                                             ahead="MoE ahead", behind="dense ahead"))
-                for (tokens, name, g), p_holm in zip(tests, adjusted) if tokens == b["tokens"]]
-        means = {arm: (summarize(list(losses[arm].values())).mean,
-                       summarize(list(losses[arm].values())).std) for arm in ARMS}
-        budgets.append(Budget(int(b["tokens"]), _tokens_label(int(b["tokens"])), means, rows))
-    seeds = sorted(per_budget[0][1]["moe"])
-    return BudgetStudy(seeds, budgets, family, _trends(per_budget, seeds))
+    for b in budget_groups(results):
+        tokens = int(b["tokens"])
+        rows = []
+        for name in CRITERIA:
+            g, p_holm = tests[gap_key(tokens, name)], adjusted[gap_key(tokens, name)]
+            rows.append(BudgetGap(name, g.gap, (g.ci_low, g.ci_high), g.p_value, p_holm,
+                                  g.min_detectable_gap, difference_verdict(
+                                      Difference(g.gap, (g.ci_low, g.ci_high), p_holm,
+                                                 family.label),
+                                      ahead="MoE ahead", behind="dense ahead")))
+        losses = {arm: list(arm_losses(b["arms"], arm).values()) for arm in ARMS}
+        means = {arm: (summarize(v).mean, summarize(v).std) for arm, v in losses.items()}
+        budgets.append(Budget(tokens, tokens_label(tokens), means, rows))
+    seeds = sorted(arm_losses(budget_groups(results)[0]["arms"], "moe"))
+    return BudgetStudy(seeds, budgets, family.label, _trends(results, family))
 
 
-def _trends(per_budget: list[tuple[dict, dict[str, SeedLosses]]], seeds: list[int]) -> list[Trend]:
+def _trends(results: ResultsRoot, family: Family) -> list[Trend]:
     """Each criterion's gap against log2(tokens), one slope per seed, tested over the seeds."""
-    doublings = np.log2([b["tokens"] for b, _ in per_budget])
-    slopes = {}
-    for name, dense in CRITERIA.items():
-        gaps_SB = np.array([[losses[dense][s] - losses["moe"][s] for _, losses in per_budget]
-                            for s in seeds])
-        slopes[name] = [float(np.polyfit(doublings, gaps, 1)[0]) for gaps in gaps_SB]
-    p_raw = {name: t_p_value(summarize(v).mean, summarize(v).std / math.sqrt(len(v)), len(v) - 1)
-             for name, v in slopes.items()}
-    adjusted = dict(zip(p_raw, holm(list(p_raw.values()))))
-    family = f"Holm over the {len(slopes)} trends"
+    adjusted = family.adjusted()
     trends = []
-    for name, values in slopes.items():
+    for name, values in seed_slopes(results).items():
         interval = mean_interval(values)
         ci = (interval.low, interval.high) if interval else (math.nan, math.nan)
         mean = summarize(values).mean
-        trends.append(Trend(name, mean, ci, adjusted[name], len(values),
-                            trend_verdict(mean, interval, p_adjusted=adjusted[name],
-                                          family=family, seeds=len(values))))
+        p_holm = adjusted[trend_key(name)]
+        trends.append(Trend(name, mean, ci, p_holm, len(values),
+                            trend_verdict(mean, interval, p_adjusted=p_holm,
+                                          family=family.label, seeds=len(values))))
     return trends
-
-
-def _tokens_label(tokens: int) -> str:
-    """'409.6K', '1.64M': three significant digits, as the preset lists its budgets."""
-    return f"{tokens / 1e6:.3g}M" if tokens >= 1_000_000 else f"{tokens / 1e3:.4g}K"
 
 
 def _gap_cell(row: BudgetGap) -> str:
@@ -140,19 +126,32 @@ def render(study: BudgetStudy | None, results: ResultsRoot, findings: Findings) 
     return ("## The gaps at each budget\n\n"
             f"Seeds {study.seeds[0]}-{study.seeds[-1]} (`{FILE}`). Best validation loss, mean ± "
             "seed sd (nats/token); gaps are dense − MoE (positive: the MoE is lower), paired by "
-            f"seed, with the raw p, p adjusted by {study.family} (4 budgets x 2 criteria), the "
-            "minimum detectable gap (MDE, power 0.8) and the verdict by rule "
-            "(docs/verdicts.md):\n\n"
+            "seed, with the raw p, p adjusted by Holm over the page's family (every test of "
+            f"this page, each once: {study.family}), the minimum detectable gap (MDE, power "
+            "0.8) and the verdict by rule (docs/verdicts.md):\n\n"
             + markdown_table(["tokens", *ARMS, "matched active", "matched total"], rows,
-                             "lrrrll")
+                             "lrrrll") + _beside_paper_a(study)
             + "\n## The trend over budgets\n\n"
               "Each seed's gaps fitted against log2(tokens): the slope is the change of the gap "
               "per doubling of the budget (positive: the gap grows with tokens), its interval "
-              "over the seeds (the budgets of one seed are not independent), Holm over the 2 "
-              "slopes. A line through 4 budgets says nothing of a rise that levels off or "
+              "over the seeds (the budgets of one seed are not independent), Holm over the "
+              "page's family. A line through 4 budgets says nothing of a rise that levels off or "
               "turns; the table above shows the shape.\n\n"
             + markdown_table(["criterion", "slope per doubling", "95 % CI", "p (Holm)", "seeds",
                               "verdict"], trends, "lrrrrl"))
+
+
+def _beside_paper_a(study: BudgetStudy) -> str:
+    """Paper A's matched-total word beside moelab's, in one sentence (its numbers are not
+    comparable: other scale, other data)."""
+    total = [next(g for g in b.gaps if g.criterion == "matched total") for b in study.budgets]
+    lower = sum(g.gap > 0 for g in total)
+    words = sorted({g.verdict.word for g in total})
+    return ("\nMatched on total parameters, paper A's abstract has the dense arm ahead "
+            f"({PAPER_A_TOTAL_GAP}, three seeds on its full data; it does not say what the ± is); here "
+            f"the MoE is lower at {lower} of the {len(total)} budgets, and the words are "
+            + ", ".join(f"**{w}** at {sum(g.verdict.word == w for g in total)}" for w in words)
+            + ".\n")
 
 
 ANALYSIS: Analysis[ResultsRoot, BudgetStudy] = Analysis("budget_trend", compute, render)
@@ -166,6 +165,6 @@ def summary(study: BudgetStudy) -> str:
     ahead = [b.label for b, g in zip(study.budgets, active) if g.verdict.word == "MoE ahead"]
     return (f"Across budgets (cpu-budgets, {study.budgets[0].label}-{study.budgets[-1].label} "
             f"tokens, {len(study.seeds)} seeds), the matched-active gap is {gaps}: MoE ahead "
-            f"after Holm over 8 at {', '.join(ahead) or 'no budget'}; its slope per doubling "
-            f"{trend.slope:+.4f} [{trend.ci[0]:+.4f}, {trend.ci[1]:+.4f}], "
+            f"after {study.family.split(' (')[0]} at {', '.join(ahead) or 'no budget'}; its slope "
+            f"per doubling {trend.slope:+.4f} [{trend.ci[0]:+.4f}, {trend.ci[1]:+.4f}], "
             f"**{trend.verdict.word}**.")

@@ -7,7 +7,9 @@ the paired test over the 12 seeds, Holm over the 2 criteria), and that pooled te
 with a verdict. Each seed set's own gaps are shown as halves of that estimate (interval and
 power, no verdict), and whether the halves differ is tested (Welch's t on their per-seed
 differences, Holm over each CPU's 2 criteria). The files do not record which CPU ran them: the
-descriptions are the ones written down when they ran.
+descriptions are the ones written down when they ran. The CPUs re-ran the same seeds, so their
+rows are one sample of seeds measured three times, not three replications, and the page says so
+when the seed lists agree.
 """
 
 from __future__ import annotations
@@ -241,6 +243,13 @@ def render(cpus: list[Cpu] | None, results: ResultsRoot, findings: Findings) -> 
     experts = cpus[0].sets[0].routing.experts
     described = "; ".join(f"{cpu.name}: {cpu.description}" for cpu in cpus)
     largest_sd = max(a.loss[1] for cpu in cpus for s in cpu.sets for a in s.arms)
+    dense_within = max(value for cpu in cpus[1:] for arm, value in cpu.dense_agreement.items()
+                       if arm != "moe")
+    seed_lists = {tuple(s for seed_set in cpu.sets for s in seed_set.seeds) for cpu in cpus}
+    same_seeds = (f"The {len(cpus)} CPUs ran the same {len(next(iter(seed_lists)))} seeds: "
+                  f"the {len(cpus)} rows of each criterion are one sample of seeds re-run on "
+                  f"{len(cpus)} CPUs (their dense arms agree within {dense_within:.4f}), not "
+                  f"{len(cpus)} replications.\n\n") if len(seed_lists) == 1 else ""
     agreement = "; ".join(f"{cpu.name} CPU " + ", ".join(
         f"`{arm}` {value:.4f}" for arm, value in cpu.dense_agreement.items())
         for cpu in cpus[1:])
@@ -253,7 +262,8 @@ def render(cpus: list[Cpu] | None, results: ResultsRoot, findings: Findings) -> 
               "Dense − MoE over each CPU's 12 seeds, paired by seed (`moelab pool` on the "
               "CPU's two files; positive: the MoE is lower); p adjusted by Holm over the 2 "
               "criteria; the verdict by rule (docs/verdicts.md):\n\n" + _pooled_table(cpus)
-            + "\nEach seed set alone, the two halves of the pooled estimate (descriptive: its "
+            + "\n" + same_seeds
+            + "Each seed set alone, the two halves of the pooled estimate (descriptive: its "
               "interval, raw p and power, no verdict; Welch's p treats the arms as independent "
               "samples):\n\n" + _halves_table(cpus)
             + "\nDo the halves differ? Seeds 0-5's mean per-seed gap minus seeds 617-622's "

@@ -1,7 +1,12 @@
 """The ladder's routing seed by seed: the worst layer's busiest-expert fraction at the first
 evaluation, at its largest and at the end (``ladder_trace.json``), and what Switch balancing does
-to it at the end of cpu-ablation's stored study (``studies/cpu-ablation-seeds1-4-routing.json``:
-each run's final routing per layer), tested paired by seed.
+to it at the end of cpu-ablation's runs, tested paired by seed.
+
+The balancing test was added after the loss steps of cpu-ablation's ladder (``ladder_loss``), so
+it joins their family as post hoc: Holm over the ladder's loss steps and this test. It is made
+twice, because two sets of runs of the same seeds hold the end-of-run routing: the stored study
+(``studies/cpu-ablation-seeds1-4-routing.json``, each run's final routing per layer) and the
+traced runs of the table (``ladder_trace.json``); their end values differ seed by seed.
 """
 
 from __future__ import annotations
@@ -12,10 +17,14 @@ from moelab.findings.source import ResultsRoot
 from moelab.report import markdown_table
 from moelab.report.analysis import Analysis, Findings
 from moelab.stats.t_tests import paired_difference
-from moelab.stats.verdicts import Difference, Verdict, difference_verdict
+from moelab.stats.verdicts import Difference, Family, Verdict, difference_verdict
+from moelab.study.rungs import rung_steps
 
 TRACES = "ladder_trace.json"
 STUDY_ROUTING = "studies/cpu-ablation-seeds1-4-routing.json"
+STUDY_LOSSES = "studies/cpu-ablation-seeds1-4.json"
+"""The study whose loss steps (``ladder_loss``) form the family the balancing test joins."""
+BALANCED_PRESET = "cpu-ablation"
 BALANCED_STEP = ("naive_top1", "top1_lb")
 """The step whose end-of-run routing is tested: naive top-1 to top-1 with Switch balancing."""
 
@@ -41,17 +50,23 @@ class RungSeeds:
 class BalancingAtEnd:
     """Naive top-1's worst-layer busiest fraction minus top-1 + balancing's, at the end."""
 
+    runs: str
+    """Which runs of the seeds were read: the file."""
+    ends: dict[str, dict[int, float]]
+    """rung: {seed: worst-layer busiest fraction at the end}."""
     n: int
     difference: float
     ci: tuple[float, float]
     p: float
+    p_holm: float
+    family: str
     verdict: Verdict
 
 
 @dataclass(frozen=True)
 class LadderRouting:
     rungs: list[RungSeeds]
-    balancing: BalancingAtEnd
+    balancing: list[BalancingAtEnd]
 
 
 def _rung(entry: dict, rung: str) -> RungSeeds:
@@ -63,25 +78,45 @@ def _rung(entry: dict, rung: str) -> RungSeeds:
     return RungSeeds(entry["preset"], rung, seeds)
 
 
-def _balancing(results: ResultsRoot) -> BalancingAtEnd:
+def _stored_ends(results: ResultsRoot) -> dict[str, dict[int, float]]:
     runs = results.json(STUDY_ROUTING)["runs"]
+    return {rung: {int(name.split("/seed")[1]): max(run["busiest_fraction"])
+                   for name, run in runs.items() if name.startswith(f"{rung}/")}
+            for rung in BALANCED_STEP}
 
-    def worst(rung: str) -> dict[int, float]:
-        return {int(name.split("/seed")[1]): max(run["busiest_fraction"])
-                for name, run in runs.items() if name.startswith(f"{rung}/")}
-    test = paired_difference(worst(BALANCED_STEP[0]), worst(BALANCED_STEP[1]))
+
+def _traced_ends(results: ResultsRoot) -> dict[str, dict[int, float]]:
+    entry = next(e for e in results.json(TRACES) if e["preset"] == BALANCED_PRESET)
+    return {rung: {int(s): float(entry["runs"][f"{rung}/seed{s}"]["final"]) for s in entry["seeds"]}
+            for rung in BALANCED_STEP}
+
+
+def _balancing(results: ResultsRoot, runs: str, ends: dict[str, dict[int, float]]
+               ) -> BalancingAtEnd:
+    test = paired_difference(ends[BALANCED_STEP[0]], ends[BALANCED_STEP[1]])
+    steps = rung_steps({rung: {int(r["seed"]): float(r["best_val_loss"]) for r in arm["runs"]}
+                        for rung, arm in results.json(STUDY_LOSSES)["arms"].items()})
+    name = "balancing at the end"
+    family = Family(f"cpu-ablation's ladder ({len(steps)} loss steps and this one, post hoc)",
+                    {**{f"{s.earlier} → {s.later}": s.p_value for s in steps},
+                     name: test.p_value})
+    p_holm = family.adjusted()[name]
     ci = (test.ci_low, test.ci_high)
-    return BalancingAtEnd(test.n_pairs, test.gap, ci, test.p_value, difference_verdict(
-        Difference(test.gap, ci, test.p_value, "one test"),
-        ahead="lower with balancing", behind="higher with balancing"))
+    return BalancingAtEnd(runs, ends, test.n_pairs, test.gap, ci, test.p_value, p_holm,
+                          family.label, difference_verdict(
+                              Difference(test.gap, ci, p_holm, family.label),
+                              ahead="lower with balancing", behind="higher with balancing"))
 
 
 def compute(results: ResultsRoot, findings: Findings) -> LadderRouting:
     rungs = [_rung(entry, rung) for entry in results.json(TRACES) for rung in entry["rungs"]]
-    return LadderRouting(rungs, _balancing(results))
+    return LadderRouting(rungs, [
+        _balancing(results, f"the stored study (`{STUDY_ROUTING}`)", _stored_ends(results)),
+        _balancing(results, f"the traced runs of the table above (`{TRACES}`)",
+                   _traced_ends(results))])
 
 
-def _per_seed(values: list[float], digits: int = 2) -> str:
+def _per_seed(values: list[float], digits: int = 3) -> str:
     return " / ".join(f"{v:.{digits}f}" for v in values)
 
 
@@ -89,7 +124,7 @@ def render(record: LadderRouting | None, results: ResultsRoot, findings: Finding
     if record is None:
         return ""
     rows = [[f"`{r.preset}`", r.rung, _per_seed([s.first for s in r.seeds]),
-             _per_seed([s.largest for s in r.seeds], 3),
+             _per_seed([s.largest for s in r.seeds]),
              ", ".join(sorted({str(s.largest_step) for s in r.seeds}, key=int)),
              _per_seed([s.final for s in r.seeds])] for r in record.rungs]
     seeds = record.rungs[0].seeds
@@ -101,10 +136,23 @@ def render(record: LadderRouting | None, results: ResultsRoot, findings: Finding
             f"largest (and the steps where it was largest), and at the end (`{TRACES}`):\n\n"
             + markdown_table(["preset", "rung", "first evaluation", "largest", "at step",
                               "at the end"], rows, "llllll")
-            + f"\nAt the end of cpu-ablation's stored study (`{STUDY_ROUTING}`), naive top-1's "
-              "worst-layer busiest fraction minus top-1 + Switch balancing's, paired over the "
-              f"{b.n} seeds: {b.difference:+.2f} [{b.ci[0]:+.2f}, {b.ci[1]:+.2f}], p "
-              f"{b.p:.2g}, one test: **{b.verdict.word}**.\n")
+            + "\nAt the end of cpu-ablation's runs, naive top-1's worst-layer busiest fraction "
+              "minus top-1 + Switch balancing's, paired by seed. Two runs of the same seeds "
+              "hold it, and they end apart:\n\n" + _ends_table(b)
+            + "\nThe test on each (added after the ladder's loss steps, so it joins their "
+              "family):\n\n" + "".join(
+                f"- {t.runs}: {t.difference:+.2f} [{t.ci[0]:+.2f}, {t.ci[1]:+.2f}], p {t.p:.2g}, "
+                f"{t.family}: p {t.p_holm:.2g}, **{t.verdict.word}**.\n" for t in b)
+            + ("\nThe word depends on which run of the same seeds is read.\n"
+               if len({t.verdict.word for t in b}) > 1 else ""))
+
+
+def _ends_table(tests: list[BalancingAtEnd]) -> str:
+    seeds = sorted(tests[0].ends[BALANCED_STEP[0]])
+    rows = [[rung, t.runs.split(" (")[0], *(f"{t.ends[rung][s]:.3f}" for s in seeds)]
+            for rung in BALANCED_STEP for t in tests]
+    return markdown_table(["rung", "runs", *(f"seed {s}" for s in seeds)], rows,
+                          "ll" + "r" * len(seeds))
 
 
 ANALYSIS: Analysis[ResultsRoot, LadderRouting] = Analysis("ladder_routing", compute, render)

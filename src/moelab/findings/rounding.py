@@ -3,7 +3,9 @@ perturbed one way at a time (``experiments/rounding_noise.py``, ``rounding_noise
 same config and seed, set beside the spread of seeds under the machine's own numerics.
 
 Each perturbation is one run of the first seed (n = 1, chosen perturbations, not a sample of
-them), so the page gives differences and their rms, and no test or verdict.
+them), so the page gives differences and their rms, and no test or verdict. The perturbed runs
+are shortened; beside them, the demo's own re-runs of its 12 seeds on the second and third CPU
+(full length) against the first CPU's runs give the same ratio at the demo's length.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from moelab.findings.demo_cpus import ARMS, CPUS, SEED_SETS
 from moelab.findings.source import ResultsRoot, seed_losses
 from moelab.report import markdown_table
 from moelab.report.analysis import Analysis, Findings
@@ -36,6 +39,19 @@ class ArmNoise:
 
 
 @dataclass(frozen=True)
+class CrossCpu:
+    """One arm's re-runs of the demo's 12 seeds (at its full length) on another CPU against the
+    first CPU's runs of the same seeds."""
+
+    cpu: str
+    arm: str
+    rms: float
+    largest: float
+    seed_std: float
+    """The first CPU's seed sd of the arm over the 12 seeds."""
+
+
+@dataclass(frozen=True)
 class RoundingNoise:
     command: str
     cpu: str
@@ -44,6 +60,8 @@ class RoundingNoise:
     perturbations: dict[str, dict[str, str]]
     """perturbation: the environment it sets."""
     arms: list[ArmNoise]
+    cross_cpu: list[CrossCpu]
+    demo_steps: int
 
 
 def compute(results: ResultsRoot, findings: Findings) -> RoundingNoise:
@@ -58,8 +76,30 @@ def compute(results: ResultsRoot, findings: Findings) -> RoundingNoise:
                              differences))
     perturbations = {name: dict(env) for name, env in stored["perturbations"].items()
                      if name != REFERENCE}
+    first_cpu = next(iter(CPUS))
+    losses = {cpu: _demo_losses(results, suffix) for cpu, (suffix, _) in CPUS.items()}
+    cross = []
+    for cpu in list(CPUS)[1:]:
+        for arm in ARMS:
+            here, there = losses[cpu][arm], losses[first_cpu][arm]
+            diffs = [here[s] - there[s] for s in sorted(there)]
+            cross.append(CrossCpu(cpu, arm, math.sqrt(sum(d * d for d in diffs) / len(diffs)),
+                                  max(abs(d) for d in diffs),
+                                  summarize(list(there.values())).std))
+    run = results.json(f"studies/{SEED_SETS[0]}.json")["arms"]["moe"]["runs"][0]
     return RoundingNoise(stored["command"], stored["cpu"], int(stored["steps"]), first,
-                         perturbations, arms)
+                         perturbations, arms, cross, int(run["steps"]))
+
+
+def _demo_losses(results: ResultsRoot, suffix: str) -> dict[str, dict[int, float]]:
+    """{arm: {seed: best val loss}} of one CPU's two demo studies."""
+    losses: dict[str, dict[int, float]] = {arm: {} for arm in ARMS}
+    for seed_set in SEED_SETS:
+        arms = results.json(f"studies/{seed_set}{suffix}.json")["arms"]
+        for arm in ARMS:
+            losses[arm].update({int(r["seed"]): float(r["best_val_loss"])
+                                for r in arms[arm]["runs"]})
+    return losses
 
 
 def _difference(value: float) -> str:
@@ -86,7 +126,23 @@ def render(record: RoundingNoise | None, results: ResultsRoot, findings: Finding
                               "rms / seed sd"], rows, "l" + "r" * (len(names) + 3))
             + f"\nThe 95 % interval of a seed sd from {seeds} seeds spans a factor of "
               f"{_sd_interval_span(seeds):.1f} (chi-square, normal seed noise), so the last column "
-              "is an order of magnitude.\n")
+              f"is an order of magnitude. It is measured at {record.steps} steps; at the demo's "
+              f"{record.demo_steps}, the page's own re-runs of the same "
+              f"{len(_seeds(results))} seeds on other CPUs (the table of the three CPUs) differ from the "
+              "first CPU's runs by (rms and largest difference over the seeds, against the "
+              "first CPU's seed sd over them):\n\n" + _cross_table(record.cross_cpu))
+
+
+def _seeds(results: ResultsRoot) -> list[int]:
+    return [int(r["seed"]) for seed_set in SEED_SETS
+            for r in results.json(f"studies/{seed_set}.json")["arms"]["moe"]["runs"]]
+
+
+def _cross_table(rows: list[CrossCpu]) -> str:
+    cells = [[f"{r.cpu} − first", f"`{r.arm}`", f"{r.rms:.4f}", f"{r.largest:.4f}",
+              f"{r.seed_std:.4f}", f"{r.rms / r.seed_std:.2f}"] for r in rows]
+    return markdown_table(["CPUs", "arm", "rms", "largest", "seed sd (first CPU)",
+                           "rms / seed sd"], cells, "llrrrr")
 
 
 def _sd_interval_span(seeds: int) -> float:

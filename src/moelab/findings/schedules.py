@@ -14,6 +14,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from moelab.config.files import load_config
+from moelab.findings.selection import demo_selection_seeds, seed_ranges
 from moelab.findings.source import ResultsRoot, SeedLosses, seed_losses
 from moelab.report import format_mean_std, markdown_table
 from moelab.report.analysis import Analysis, Findings
@@ -24,6 +26,9 @@ from moelab.stats.t_tests import PairedTest, paired_difference
 from moelab.stats.verdicts import Difference, Verdict, difference_verdict
 
 GRIDS = {"schedule.json": "the schedule", "balancing.json": "load balancing"}
+DEMO_MOE_RUNS = ("studies/demo-seeds0-5.json", "studies/demo-seeds0-5-cpu2.json",
+                 "studies/demo-seeds0-5-cpu3.json", "studies/cpu-budgets.json")
+"""Studies whose MoE runs a baseline may repeat (found by equal losses, said beside it)."""
 
 
 @dataclass(frozen=True)
@@ -91,6 +96,10 @@ class Grid:
     baseline: str
     settings: list[Setting]
     tests: list[Test]
+    chose: list[int]
+    """The grid's seeds that also chose or checked the demo's recipe."""
+    baseline_runs: str | None
+    """The study whose MoE runs the baseline's are (the same losses), if any."""
 
 
 def _setting(name: str, record: dict, seeds: list[int]) -> Setting:
@@ -114,8 +123,33 @@ def compute_grids(results: ResultsRoot, findings: Findings) -> list[Grid]:
         tests = _tests({s.name: (base.losses, s.losses) for s in others},
                        f"Holm over the grid's {len(others)} tests",
                        ahead="variant lower", behind="variant higher")
-        grids.append(Grid(file, topic, list(stored["common"]), seeds, base.name, settings, tests))
+        chose = sorted(set(seeds) & demo_selection_seeds(results))
+        grids.append(Grid(file, topic, list(stored["common"]), seeds, base.name, settings, tests,
+                          chose, _same_moe_runs(results, base.losses)))
     return grids
+
+
+def _study_moe_losses(results: ResultsRoot, file: str) -> list[SeedLosses]:
+    """The MoE arm's {seed: best val loss} of a study, one per budget (one when it has none)."""
+    stored = results.json(file)
+    groups = [g["arms"] for g in stored.get("budgets") or []] or [stored["arms"]]
+    return [{int(r["seed"]): float(r["best_val_loss"]) for r in arms["moe"]["runs"]}
+            for arms in groups]
+
+
+def _same_moe_runs(results: ResultsRoot, losses: SeedLosses) -> str | None:
+    """The first study of DEMO_MOE_RUNS whose MoE runs have exactly these losses."""
+    return next((file for file in DEMO_MOE_RUNS
+                 if losses in _study_moe_losses(results, file)), None)
+
+
+def _selection_note(chose: list[int], baseline: str, runs: str | None) -> str:
+    note = (f" Seeds {seed_ranges(chose)} of these also chose or checked the demo's recipe, its "
+            "lr and 50 % warmup among them (`recipe.json`, `fair_lr.json`)." if chose else "")
+    if runs:
+        note += (f" The `{baseline}` runs are the MoE runs of `{runs}` (the same losses to the "
+                 "last digit).")
+    return note
 
 
 def render_grids(grids: list[Grid] | None, results: ResultsRoot, findings: Findings) -> str:
@@ -137,7 +171,8 @@ def render_grids(grids: list[Grid] | None, results: ResultsRoot, findings: Findi
                 for s in grid.settings]
         common = ", ".join(f"`{c}`" for c in grid.common) or "none"
         parts.append(f"\n{grid.topic.capitalize()} (`{grid.file}`; seeds {grid.seeds[0]}-"
-                     f"{grid.seeds[-1]}; overrides common to every setting: {common}):\n\n"
+                     f"{grid.seeds[-1]}; overrides common to every setting: {common})."
+                     + _selection_note(grid.chose, grid.baseline, grid.baseline_runs) + "\n\n"
                      + markdown_table(["setting", "overrides", "best val loss", *TEST_HEADERS,
                                        "effective experts", "busiest fraction", "dead experts"],
                                       rows, "llrrrrrrlrrr"))
@@ -161,6 +196,8 @@ class FairWsd:
     cooldowns: dict[str, float]
     warmup_steps: int
     report_seeds: list[int]
+    chose: list[int]
+    """The reporting seeds that also chose or checked the demo's recipe (head, batch: kept here)."""
     losses: dict[str, dict[int, SeedLosses]]
     """schedule: {horizon in steps: {seed: final val loss}}."""
     tests: list[Test]
@@ -181,6 +218,8 @@ def compute_fair_wsd(results: ResultsRoot, findings: Findings) -> FairWsd:
                    {name: float(lr) for name, lr in stored["best_lr"].items()},
                    {name: float(f) for name, f in stored["cooldowns"].items()},
                    int(stored["warmup_steps"]), [int(s) for s in stored["report_seeds"]],
+                   sorted({int(s) for s in stored["report_seeds"]}
+                          & demo_selection_seeds(results)),
                    losses, tests)
 
 
@@ -204,7 +243,10 @@ def render_fair_wsd(fair: FairWsd | None, results: ResultsRoot, findings: Findin
             + markdown_table(["schedule", *(f"lr {lr:g}" for lr in fair.lrs), "chosen"],
                              selection, "l" + "r" * (len(fair.lrs) + 1))
             + f"\nFinal validation loss on the reporting seeds {fair.report_seeds[0]}-"
-              f"{fair.report_seeds[-1]}, mean ± seed sd:\n\n"
+              f"{fair.report_seeds[-1]}, mean ± seed sd"
+            + (f" (seeds {seed_ranges(fair.chose)} of them also checked the demo's recipe, whose "
+               "head and batch these runs keep: `recipe.json`)" if fair.chose else "")
+            + ":\n\n"
             + markdown_table(["horizon", *(f"`{name}`" for name in schedules)], means,
                              "l" + "r" * len(schedules))
             + "\ncosine − wsd, paired by seed (positive: WSD is lower), Holm over the 4 tests:\n\n"
@@ -234,6 +276,12 @@ class WsdBudgets:
     tokens: dict[str, int]
     """plan: tokens trained over every seed (counted from the run folders)."""
     train_time_s: dict[str, float]
+    cosine_warmup: dict[int, tuple[int, int]]
+    """tokens: (warmup steps, steps) of the cosine run, from the preset's schedule."""
+    cosine_runs: dict[int, str]
+    """tokens: the study whose MoE runs the cosine runs at that budget are (same losses)."""
+    chose: list[int]
+    """The seeds that also chose or checked the demo's recipe."""
 
 
 def compute_wsd_budgets(results: ResultsRoot, findings: Findings) -> WsdBudgets:
@@ -245,9 +293,17 @@ def compute_wsd_budgets(results: ResultsRoot, findings: Findings) -> WsdBudgets:
                    f"Holm over the {len(budgets)} budgets", ahead="WSD family lower",
                    behind="cosine lower")
     measured = stored["measured"]
-    return WsdBudgets([int(s) for s in stored["seeds"]], int(stored["warmup_steps"]), budgets,
+    train = load_config(stored["preset"]).train
+    tokens_per_step = train.batch_size * load_config(stored["preset"]).model.max_seq_len
+    warmup = {b.tokens: (round(train.warmup_fraction * b.tokens // tokens_per_step),
+                         b.tokens // tokens_per_step) for b in budgets}
+    runs = {b.tokens: file for b in budgets
+            if (file := _same_moe_runs(results, b.cosine)) is not None}
+    seeds = [int(s) for s in stored["seeds"]]
+    return WsdBudgets(seeds, int(stored["warmup_steps"]), budgets,
                       tests, {plan: int(m["tokens"]) for plan, m in measured.items()},
-                      {plan: float(m["train_time_s"]) for plan, m in measured.items()})
+                      {plan: float(m["train_time_s"]) for plan, m in measured.items()},
+                      warmup, runs, sorted(set(seeds) & demo_selection_seeds(results)))
 
 
 def render_wsd_budgets(record: WsdBudgets | None, results: ResultsRoot,
@@ -264,14 +320,32 @@ def render_wsd_budgets(record: WsdBudgets | None, results: ResultsRoot,
             "`experiments/wsd_budgets.py` (`wsd_budgets.json`, the demo's MoE on a TinyStories "
             f"subset, seeds {record.seeds[0]}-{record.seeds[-1]}): a cosine run per budget from "
             "scratch against one WSD run whose smaller budgets are cooldown branches "
-            f"(`moelab.train.wsd_budget_family`, a shared {record.warmup_steps}-step warmup). "
-            "Best validation loss, mean ± seed sd; cosine − wsd paired by seed (positive: the "
+            f"(`moelab.train.wsd_budget_family`, a shared {record.warmup_steps}-step warmup)."
+            + _wsd_confounds(record) +
+            " Best validation loss, mean ± seed sd; cosine − wsd paired by seed (positive: the "
             "family is lower):\n\n"
             + markdown_table(["tokens", "cosine", "wsd family", *TEST_HEADERS], rows, "rrrrrrrrl")
             + "\nTokens trained over the seeds (counted from the run folders) and training "
               "time (measured on a shared machine, the two plans at different moments):\n\n"
             + markdown_table(["plan", "tokens", "training time"], plans, "lrr")
             + f"\nThe family trains {saved:.0%} fewer tokens than the cosine runs.\n")
+
+
+def _wsd_confounds(record: WsdBudgets) -> str:
+    warmups = ", ".join(f"{w:,} of {n:,}" for w, n in record.cosine_warmup.values())
+    text = (f" The cosine runs warm up for their preset's share of their own steps ({warmups} "
+            f"steps), the WSD family for {record.warmup_steps}: the warmup changes with the "
+            "schedule, a confound of every gap below.")
+    by_file: dict[str, list[int]] = {}
+    for tokens, file in record.cosine_runs.items():
+        by_file.setdefault(file, []).append(tokens)
+    for file, budgets in by_file.items():
+        text += (f" The cosine runs at {' and '.join(f'{t:,}' for t in budgets)} tokens are "
+                 f"the MoE runs of `{file}` (the same losses to the last digit).")
+    if record.chose:
+        text += (f" Seeds {seed_ranges(record.chose)} also chose or checked the demo's recipe "
+                 "(`recipe.json`), on other data.")
+    return text
 
 
 WSD_BUDGETS_ANALYSIS: Analysis[ResultsRoot, WsdBudgets] = Analysis(
