@@ -1,18 +1,23 @@
 """Paper A's question on the demo: dense − MoE best validation loss, matched on active and on
-total parameters, pooled over the selection-free seeds of two results files.
+total parameters, pooled over every seed of the demo's configuration that chose no setting.
 
-The recipe (lr, head tying, warmup) was chosen on seeds 0-2 and the fair-lr check's seeds 0-2;
-every seed pooled here trained the demo's exact configuration and chose no setting: the demo
-study's seeds 617-622 and the fair-lr check's reporting seeds 1000-1007 (experiments/results/
-demo_headline.json), and the four repetitions of ``study --until-resolved`` (seeds 100-111,
-200-211, 300-310, 400-411; seeds_until_resolved.json). The gaps are paired by seed with the
-study's own test (``moelab.study.gaps.compare``), Holm over the headline's two tests.
+The recipe (head tying, warmup, lr, min lr, token budget) was chosen and checked on the seeds
+``moelab.findings.selection`` reads from recipe.json's ``demo`` rows and fair_lr.json's selection
+seeds (0-4, 100-104, 617-621 among them). The pool takes every stored seed of the demo's exact
+configuration (one CPU's run per seed) and drops those: the demo study's seeds 0-5 and 617-622
+(the third CPU's files, as experiments/results/demo_headline.json reads 617-622 from it), the
+fair-lr check's reporting seeds 1000-1007 (demo_headline.json) and the four repetitions of
+``study --until-resolved`` (seeds 100-111, 200-211, 300-310, 400-411;
+seeds_until_resolved.json). The gaps are paired by seed with the study's own test
+(``moelab.study.gaps.compare``), Holm over the headline's two tests; the pool with the choosing
+seeds added back is shown beside it, descriptive.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from moelab.findings.selection import demo_selection_seeds, seed_ranges
 from moelab.findings.source import ResultsRoot, SeedLosses, seed_losses
 from moelab.report import format_number, markdown_table
 from moelab.report.analysis import Analysis, Findings
@@ -24,9 +29,8 @@ from moelab.study.gaps import compare
 ARMS = ("moe", "dense_active", "dense_total")
 CRITERIA = {"matched active": "dense_active", "matched total": "dense_total"}
 FAMILY = "Holm over the headline's 2 tests"
-CHECK_SEEDS = range(100, 105)
-"""Seeds docs/recipe.md says checked the recipe after it was chosen (they chose nothing, but
-the headline is also shown without them)."""
+FIRST_SEEDS = "studies/demo-seeds0-5-cpu3.json"
+"""The demo study's seeds 0-5 on the CPU whose 617-622 demo_headline.json pools."""
 
 
 @dataclass(frozen=True)
@@ -36,7 +40,8 @@ class SeedSet:
     name: str
     source: str
     seeds: list[int]
-    machine: str
+    chose: list[int]
+    """The seeds of this set that chose or checked a setting: left out of the pool."""
 
 
 @dataclass(frozen=True)
@@ -58,30 +63,54 @@ class Headline:
     gaps: list[GapRow]
     per_set: dict[str, dict[str, tuple[float, float, float]]]
     """{seed set: {criterion: (gap, ci low, ci high)}}, descriptive (no test)."""
-    without_check: dict[str, tuple[float, float, float]]
-    """The pool without the recipe's check seeds (CHECK_SEEDS), descriptive."""
+    with_choosing: dict[str, tuple[float, float, float]]
+    """{criterion: (gap, ci low, ci high)} with the choosing seeds added back, descriptive."""
 
 
-def _seed_sets(results: ResultsRoot) -> tuple[list[SeedSet], dict[str, SeedLosses]]:
+def _stored_sets(results: ResultsRoot) -> list[tuple[str, str, dict[str, SeedLosses]]]:
+    """(name, source, {arm: {seed: best val loss}}) of every stored seed block of the demo's
+    configuration, one CPU's run per seed."""
+    first = results.json(FIRST_SEEDS)["arms"]
     headline = results.json("demo_headline.json")
-    losses = {arm: seed_losses(headline["losses"][arm]) for arm in ARMS}
-    sets = [SeedSet("demo study and fair-lr reporting seeds", "demo_headline.json",
-                    sorted(losses["moe"]), "not recorded in the files")]
+    sets = [("demo study, seeds 0-5", f"`{FIRST_SEEDS}`",
+             {arm: {int(r["seed"]): float(r["best_val_loss"]) for r in first[arm]["runs"]}
+              for arm in ARMS}),
+            ("demo study 617-622 and fair-lr reporting seeds",
+             "`demo_headline.json` (" + ", ".join(headline["sources"]) + ")",
+             {arm: seed_losses(headline["losses"][arm]) for arm in ARMS})]
     for repetition in results.json("seeds_until_resolved.json")["repetitions"]:
-        block = {arm: seed_losses(repetition["losses"][arm]) for arm in ARMS}
-        sets.append(SeedSet(f"until-resolved, {repetition['folder']}",
-                            "seeds_until_resolved.json", sorted(block["moe"]),
-                            "not recorded in the file"))
+        sets.append((f"until-resolved, {repetition['folder']}", "`seeds_until_resolved.json`",
+                     {arm: seed_losses(repetition["losses"][arm]) for arm in ARMS}))
+    return sets
+
+
+def _seed_sets(results: ResultsRoot) -> tuple[list[SeedSet], dict[str, SeedLosses],
+                                                dict[str, SeedLosses]]:
+    """The seed sets, the selection-free pool and the pool with the choosing seeds."""
+    chose = demo_selection_seeds(results)
+    sets: list[SeedSet] = []
+    free: dict[str, SeedLosses] = {arm: {} for arm in ARMS}
+    every: dict[str, SeedLosses] = {arm: {} for arm in ARMS}
+    for name, source, block in _stored_sets(results):
+        seeds = sorted(block["moe"])
+        sets.append(SeedSet(name, source, seeds, [s for s in seeds if s in chose]))
         for arm in ARMS:
-            overlap = losses[arm].keys() & block[arm].keys()
+            overlap = every[arm].keys() & block[arm].keys()
             if overlap:
                 raise ValueError(f"seed {min(overlap)} is pooled twice")
-            losses[arm].update(block[arm])
-    return sets, losses
+            every[arm].update(block[arm])
+            free[arm].update({s: v for s, v in block[arm].items() if s not in chose})
+    return sets, free, every
+
+
+def _gaps(losses: dict[str, SeedLosses]) -> dict[str, tuple[float, float, float]]:
+    return {name: (g.gap, g.ci_low, g.ci_high) for name, g in
+            ((name, compare(name, "moe", dense, losses["moe"], losses[dense]))
+             for name, dense in CRITERIA.items())}
 
 
 def compute(results: ResultsRoot, findings: Findings) -> Headline:
-    sets, losses = _seed_sets(results)
+    sets, losses, every = _seed_sets(results)
     gaps = [compare(name, "moe", dense, losses["moe"], losses[dense])
             for name, dense in CRITERIA.items()]
     adjusted = holm([g.p_value for g in gaps])
@@ -92,16 +121,17 @@ def compute(results: ResultsRoot, findings: Findings) -> Headline:
             for g, p_holm in zip(gaps, adjusted)]
     per_set = {}
     for seed_set in sets:
-        subset = {arm: {s: losses[arm][s] for s in seed_set.seeds} for arm in ARMS}
-        per_set[seed_set.name] = {
-            name: (g.gap, g.ci_low, g.ci_high) for name, g in
-            ((name, compare(name, "moe", dense, subset["moe"], subset[dense]))
-             for name, dense in CRITERIA.items())}
-    kept = {arm: {s: v for s, v in losses[arm].items() if s not in CHECK_SEEDS} for arm in ARMS}
-    without = {name: (g.gap, g.ci_low, g.ci_high) for name, g in
-               ((name, compare(name, "moe", dense, kept["moe"], kept[dense]))
-                for name, dense in CRITERIA.items())}
-    return Headline(sets, losses, rows, per_set, without)
+        free = [s for s in seed_set.seeds if s not in seed_set.chose]
+        if len(free) >= 2:
+            per_set[seed_set.name] = _gaps({arm: {s: losses[arm][s] for s in free}
+                                            for arm in ARMS})
+    return Headline(sets, losses, rows, per_set, _gaps(every))
+
+
+def _set_gaps(headline: Headline, name: str) -> list[str]:
+    if name not in headline.per_set:
+        return ["–", "–"]
+    return [f"{g:+.4f} [{lo:+.4f}, {hi:+.4f}]" for g, lo, hi in headline.per_set[name].values()]
 
 
 def render(headline: Headline | None, results: ResultsRoot, findings: Findings) -> str:
@@ -115,13 +145,12 @@ def render(headline: Headline | None, results: ResultsRoot, findings: Findings) 
     gaps = [[row.criterion, str(row.n), f"{row.gap:+.4f}", f"[{row.ci[0]:+.4f}, {row.ci[1]:+.4f}]",
              f"{row.p_holm:.2g}", f"{row.min_detectable_gap:.4f}",
              f"**{row.verdict.word}**"] for row in headline.gaps]
-    sets = [[s.name, _seed_ranges(s.seeds), str(len(s.seeds)), f"`{s.source}`", s.machine,
-             *(f"{g:+.4f} [{lo:+.4f}, {hi:+.4f}]" for g, lo, hi in headline.per_set[s.name].values())]
-            for s in headline.seed_sets]
-    checked = len(headline.losses["moe"]) - len([s for s in headline.losses["moe"]
-                                                 if s not in CHECK_SEEDS])
-    without = "; ".join(f"{name} {g:+.4f} [{lo:+.4f}, {hi:+.4f}]"
-                        for name, (g, lo, hi) in headline.without_check.items())
+    sets = [[s.name, seed_ranges(s.seeds), seed_ranges(s.chose) or "–",
+             str(len(s.seeds) - len(s.chose)), s.source,
+             *_set_gaps(headline, s.name)] for s in headline.seed_sets]
+    chose = sorted(seed for s in headline.seed_sets for seed in s.chose)
+    added = "; ".join(f"{name} {g:+.4f} [{lo:+.4f}, {hi:+.4f}]"
+                      for name, (g, lo, hi) in headline.with_choosing.items())
     return ("## The demo's answer on the selection-free seeds\n\n"
             f"{n} seeds of the demo's configuration (`moelab study demo`: d_model 64, 4 layers, "
             "context 128, 409,600 tokens per run; `moe` is 4 experts of width 128, top-2). "
@@ -131,26 +160,15 @@ def render(headline: Headline | None, results: ResultsRoot, findings: Findings) 
               "over the page's 2 tests; the verdict by rule (docs/verdicts.md):\n\n"
             + markdown_table(["criterion", "n", "gap", "95 % CI", "p (Holm)", "min. detectable gap",
                               "verdict"], gaps, "lrrrrrl")
-            + "\nWhere the seeds come from; each block's own gaps are descriptive (its interval, "
-              "no test):\n\n"
-            + markdown_table(["seed set", "seeds", "n", "file", "CPU", "matched active",
-                              "matched total"], sets, "llrllll")
-            + f"\nWithout the {checked} seeds that checked the recipe after it was chosen "
-              f"({CHECK_SEEDS.start}-{CHECK_SEEDS.stop - 1}, docs/recipe.md): {without}. Seeds "
-              "3-7 of the demo's configuration (demo-seeds0-5*.json, demo-seeds0-6.json, "
-              "demo-compiled-seeds0-7.json) are not pooled here: their files hold runs of "
-              "several CPUs and compiled runs; docs/findings/study-by-hand.md reads them.\n")
-
-
-def _seed_ranges(seeds: list[int]) -> str:
-    """'100-111, 617-622' from a sorted seed list."""
-    runs: list[list[int]] = []
-    for seed in seeds:
-        if runs and seed == runs[-1][-1] + 1:
-            runs[-1].append(seed)
-        else:
-            runs.append([seed])
-    return ", ".join(str(r[0]) if len(r) == 1 else f"{r[0]}-{r[-1]}" for r in runs)
+            + "\nWhere the seeds come from: every stored block of the demo's configuration, one "
+              "CPU's run per seed; the seeds that chose or checked a setting of the recipe "
+              "(recipe.json's `demo` rows, fair_lr.json's selection seeds) are left out. Each "
+              "block's own gaps over its pooled seeds are descriptive (its interval, no test):\n\n"
+            + markdown_table(["seed set", "seeds", "left out (chose)", "pooled", "file",
+                              "matched active", "matched total"], sets, "lllrlll")
+            + f"\nWith the {len(chose)} choosing seeds added back ({seed_ranges(chose)}; "
+              f"descriptive): {added}. The other CPUs' runs of seeds 0-5 and 617-622 and the "
+              "compiled runs (demo-study.md) re-run the same seeds and are not pooled again.\n")
 
 
 ANALYSIS: Analysis[ResultsRoot, Headline] = Analysis("paper_a_headline", compute, render)
@@ -161,5 +179,5 @@ def summary(headline: Headline) -> str:
     gaps = "; ".join(f"{row.criterion} {row.gap:+.4f} [{row.ci[0]:+.4f}, {row.ci[1]:+.4f}], "
                      f"**{row.verdict.word}**" for row in headline.gaps)
     return (f"On the demo (about 0.4M parameters, 409,600 tokens per run, the demo's recipe), "
-            f"over the {len(headline.losses['moe'])} selection-free seeds of two results files, "
+            f"over the {len(headline.losses['moe'])} seeds that chose no setting, "
             f"dense − MoE best validation loss: {gaps} (Holm over 2).")
