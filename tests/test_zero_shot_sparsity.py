@@ -1,4 +1,4 @@
-"""The downstream page's within-cell analysis on constructed runs with a known answer: the paired
+"""The within-cell analysis of the sweep report and the downstream page, on constructed runs with a known answer: the paired
 fit recovers the true c where a pooled fit over the runs does not, and its clustered interval and
 p equal a CR1 sandwich and scipy's t written out here."""
 
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from moelab.findings.zero_shot_sparsity import ScoredRun, equal_loss_effect, paired_with_dense
+from moelab.sweep.analyses.zero_shot import ScoredRun, equal_loss_fit, paired_with_dense
 
 SIZES, BUDGETS, SPARSITIES, SEEDS = ("s0", "s1", "s2"), ("C1", "C2"), (0.0, 0.5, 0.75, 0.875), ("0", "1", "2")
 TRUE_B, TRUE_C = -0.10, 0.04
@@ -34,10 +34,10 @@ def constructed_runs(noise: float) -> list[ScoredRun]:
 
 def test_the_paired_fit_recovers_the_known_c_where_a_pooled_fit_does_not():
     runs = constructed_runs(noise=0.0)
-    effect = equal_loss_effect(paired_with_dense(runs))
-    assert effect is not None and effect.pairs == 6 * 3 * 3 and effect.clusters == 9
-    assert effect.per_unit_s == pytest.approx(TRUE_C, abs=1e-9)
-    assert effect.per_nat == pytest.approx(TRUE_B, abs=1e-9)
+    effect = equal_loss_fit(paired_with_dense(runs))
+    assert effect.pairs == 6 * 3 * 3 and effect.clusters == 9
+    assert effect.sparsity.value == pytest.approx(TRUE_C, abs=1e-9)
+    assert effect.loss.value == pytest.approx(TRUE_B, abs=1e-9)
     pooled = np.linalg.lstsq(np.array([[1.0, r.loss, r.sparsity] for r in runs]),
                              np.array([r.accuracy for r in runs]), rcond=None)[0]
     assert abs(pooled[2] - TRUE_C) > 0.02  # the cells' levels leak into a pooled c
@@ -61,14 +61,14 @@ def test_the_clustered_interval_and_p_equal_a_cr1_sandwich_by_hand():
     n, big_g = len(y), len(groups)
     se = np.sqrt(np.diag(inv @ meat @ inv) * big_g / (big_g - 1) * (n - 1) / (n - 2))
     df = big_g - 1
-    effect = equal_loss_effect(paired_with_dense(runs))
-    assert effect is not None and effect.df == df
-    assert effect.per_unit_s == pytest.approx(beta[1], rel=1e-9)
-    assert effect.per_unit_s_se == pytest.approx(se[1], rel=1e-9)
+    effect = equal_loss_fit(paired_with_dense(runs))
+    assert effect.sparsity.df == df
+    assert effect.sparsity.value == pytest.approx(beta[1], rel=1e-9)
+    assert effect.sparsity.se == pytest.approx(se[1], rel=1e-9)
     half = stats.t.ppf(0.975, df) * se[1]
-    assert effect.per_unit_s_ci == pytest.approx((beta[1] - half, beta[1] + half), rel=1e-9)
-    assert effect.p == pytest.approx(2 * stats.t.sf(abs(beta[1] / se[1]), df), rel=1e-9)
-    assert effect.per_unit_s_ci[0] < TRUE_C < effect.per_unit_s_ci[1]
+    assert effect.sparsity.ci == pytest.approx([beta[1] - half, beta[1] + half], rel=1e-9)
+    assert effect.sparsity.p == pytest.approx(2 * stats.t.sf(abs(beta[1] / se[1]), df), rel=1e-9)
+    assert effect.sparsity.ci[0] < TRUE_C < effect.sparsity.ci[1]
 
 
 def test_a_sparse_run_without_a_dense_partner_of_its_seed_is_left_out():
