@@ -95,7 +95,7 @@ PAGES = (
          "at s0) and lowers N_active, and the grid has no dense point, so 'small models are "
          "best dense' is not tested. cpu-expertn holds the experts' width (and N_active) fixed, "
          "so its totals grow with S (up to 2.54M). Both trained with a shared lr. The "
-         "IsoFLOP sweep cpu-isoflop (68K-640K parameters, 3.6e11-3.24e12 FLOPs, seeds 0-1) "
+         "IsoFLOP sweep cpu-isoflop (68K-642K parameters, 3.6e11-3.24e12 FLOPs, seeds 0-1) "
          "holds each size's total fixed across S too, and asks (c): paper B reports that at a "
          "fixed N, S* falls as C grows (§3, App. D.2; one Discussion bullet, §6, says the "
          "opposite).",
@@ -134,7 +134,7 @@ PAGES = (
          "slightly favours denser models ('to some extent'), and that MoEs gain more with "
          "chain-of-thought prompting (§4, "
          "App. D.3, App. E). moelab scores its own three zero-shot tasks (last_word, ending, "
-         "agreement; docs/data.md) after every cpu-isoflop run (68K-640K parameters, 2 seeds), "
+         "agreement; docs/data.md) after every cpu-isoflop run (68K-642K parameters, 2 seeds), "
          "so it tests the first statement's shape with other tasks, not paper B's.",
          (zero_shot_sparsity.ANALYSIS,)),  # no README line: it has no room
     Page("fine-tuning-against-sparsity", "Fine-tuning against sparsity",
@@ -146,7 +146,7 @@ PAGES = (
          "chosen on seed 0.",
          (finetune.ANALYSIS,), (finetune.summary,)),
     Page("law-on-the-cpu-sweep", "The sparsity law on the cpu sweep",
-         "The `cpu` preset trains 4 sizes (98K-640K total parameters) x S in {0, 0.5, 0.75, "
+         "The `cpu` preset trains 4 sizes (98K-642K total parameters) x S in {0, 0.5, 0.75, "
          "0.875} (top-1) x 3 token budgets (1.23M, 2.46M, 3.69M) x seeds 0-1, each size, "
          "sparsity and seed one wsd budget family, and fits every law form to its 96 runs; "
          "moelab's form checks (held-out error at the largest S, every term and exponent "
