@@ -95,8 +95,9 @@ def render(record: ZeroShot | None, results: ResultsRoot, findings: Findings) ->
             + "\nWhere c is not separated, paper B's 'does not depend on S' is neither "
               "confirmed nor refuted: no equivalence margin was set in advance, and a c smaller "
               "than the minimum detectable one (80 % power, two-sided 5 % t test, before the Holm "
-              "adjustment, which raises it) could go unseen. The pairs with the sparse run above dense are a count of signs, not a "
-              "test. Runs of different sizes with one seed share the data order: the pairing "
+              "adjustment, which raises it) could go unseen. The pairs with the sparse run "
+              "above dense are a count of signs, not a test. Runs of different sizes with one "
+              "seed share the data order: the pairing "
               "takes its effect out of each cell's level, and the clusters treat the sizes as "
               "independent. These are moelab's own tasks, not paper B's "
               "few-shot suite.\n")
