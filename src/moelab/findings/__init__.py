@@ -47,7 +47,7 @@ PAGES = (
     Page("dense-vs-moe", "Dense vs MoE on the demo (paper A's question)",
          "Paper A (Wael 2026, abstract) compares an MoE with dense baselines matched on active "
          "and on total parameters, under 25M parameters (its abstract). moelab asks the same question "
-         "at the demo's scale, about 0.3-0.5M parameters and 409,600 tokens per run, so its "
+         "at the demo's scale, about 0.4-0.6M parameters and 409,600 tokens per run, so its "
          "numbers are not the paper's; the sign and its certainty are what is compared. The "
          "recipe choices below were made on other seeds than those reported.",
          (paper_a.ANALYSIS, recipe.ANALYSIS), (paper_a.summary, recipe.summary)),

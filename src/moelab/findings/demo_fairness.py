@@ -193,6 +193,15 @@ class Repetition:
     fixed_all: list[GapRow]
 
 
+def _block(rep: Repetition) -> str:
+    """'300-310 (of 300-311 planned)': the seeds trained, and the plan when it stopped early."""
+    trained = sorted(rep.seeds[:rep.trained])
+    text = f"{trained[0]}-{trained[-1]}"
+    if rep.trained < len(rep.seeds):
+        text += f" (of {min(rep.seeds)}-{max(rep.seeds)} planned)"
+    return text
+
+
 @dataclass(frozen=True)
 class UntilResolved:
     repetitions: list[Repetition]
@@ -227,19 +236,19 @@ def render_until_resolved(record: UntilResolved | None, results: ResultsRoot,
                           findings: Findings) -> str:
     if record is None:
         return ""
-    stop_rows = [[f"{r.seeds[0]}-{r.seeds[-1]}", str(r.trained), s.criterion,
+    stop_rows = [[_block(r), str(r.trained), s.criterion,
                   str(s.seeds_at_stop), f"`{s.reason}`",
                   f"{s.gap:+.4f} [{s.interval[0]:+.4f}, {s.interval[1]:+.4f}]"]
                  for r in record.repetitions for s in r.stops]
     trained = [r.trained for r in record.repetitions]
     fixed_rows = []
     for r in record.repetitions:
-        fixed_rows += _gaps_table(r.fixed_6, f"{r.seeds[0]}-{r.seeds[-1]}, first "
+        fixed_rows += _gaps_table(r.fixed_6, f"{_block(r)}, first "
                                              f"{record.fixed_seeds}")
         # The seed count of these rows was set by the stopping rule: a fixed-n test on it is no
         # test at its level, so the rows are descriptive.
         fixed_rows += [row[:6] + ["–", "descriptive"] for row in _gaps_table(
-            r.fixed_all, f"{r.seeds[0]}-{r.seeds[-1]}, all {r.trained}")]
+            r.fixed_all, f"{_block(r)}, all {r.trained}")]
     ahead = sum(row.verdict.word == "MoE ahead" for r in record.repetitions for row in r.fixed_6)
     comparisons = sum(len(r.stops) for r in record.repetitions)
     resolved = [s for r in record.repetitions for s in r.stops if s.reason == "resolved"]

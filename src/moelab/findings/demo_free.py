@@ -104,7 +104,11 @@ def render(record: SelectionFree | None, results: ResultsRoot, findings: Finding
             f"{seed_ranges(record.free_seeds)}; seeds 0-5 and 617-622 from the first CPU's "
             "runs), paired by seed (positive: the MoE is lower). Descriptive: the pool was "
             "drawn after the verdicts below were read, so it has an interval and no verdict:\n\n"
-            + markdown_table(["criterion", "n", "gap", "95 % CI"], rows, "lrrr"))
+            + markdown_table(["criterion", "n", "gap", "95 % CI"], rows, "lrrr")
+            + "\nThe headline pool of every stored seed of the demo's configuration that chose "
+              "no setting (this page's, plus seed 6 and the fair-lr check's reporting seeds, one "
+              "CPU's run per seed), with its verdict and caveats, is on "
+              "[dense-vs-moe.md](dense-vs-moe.md).\n")
 
 
 ANALYSIS: Analysis[ResultsRoot, SelectionFree] = Analysis("demo_selection_free", compute,

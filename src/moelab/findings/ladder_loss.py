@@ -8,7 +8,8 @@ step, seeds 1-4; chosen on a pilot seed so that naive top-1 could collapse) and 
 shape (4 experts, lr 0.01, seeds 0-2). The expert width is fixed, so top-2 rungs also have
 more active parameters than top-1 rungs, and they renormalise their two weights where top-1
 weights its expert by the router probability: the top-2 step changes k, the weighting rule and
-the active parameters together.
+the active parameters together. cpu-ablation's steps are read at the family the two post hoc
+balancing tests of ``ladder_routing`` enlarged.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from moelab.findings import ladder_routing
 from moelab.findings.source import ResultsRoot
 from moelab.report import markdown_table
 from moelab.report.analysis import Analysis, Findings
@@ -65,11 +67,15 @@ def _ladder(preset: str, file: str, settings: str, results: ResultsRoot) -> Ladd
     steps = rung_steps(losses)
     tested = sum(_number(s.p_value) is not None for s in steps)
     family = f"Holm over the ladder's {tested} testable steps"
+    enlarged: dict[str, float] = {}
+    if file == ladder_routing.STUDY_LOSSES:  # the post hoc balancing tests joined this family
+        joined = ladder_routing.ablation_family(results)
+        family, enlarged = joined.label, joined.adjusted()
     rows = []
     for s in steps:
         low, high = _number(s.ci_low), _number(s.ci_high)
         ci = None if low is None or high is None else (low, high)
-        p_holm = _number(s.p_adjusted)
+        p_holm = _number(enlarged.get(f"{s.earlier} → {s.later}", s.p_adjusted))
         rows.append(Step(s.earlier, s.later, s.difference, ci, _number(s.p_value), p_holm,
                          s.n_pairs, arms[s.later]["active_params"] / arms[s.earlier]["active_params"],
                          difference_verdict(Difference(s.difference, ci, p_holm, family),
@@ -93,7 +99,8 @@ def render(ladders: list[Ladder] | None, results: ResultsRoot, findings: Finding
     parts = ["## What each rung buys in loss\n\n"
              "Earlier − later rung's best validation loss (nats/token), paired by seed "
              "(positive: the later rung is lower); p adjusted by Holm over each ladder's "
-             "testable steps; the verdict by rule (docs/verdicts.md). 'active x' is the later "
+             "testable steps (cpu-ablation's with the two post hoc balancing tests below); "
+             "the verdict by rule (docs/verdicts.md). 'active x' is the later "
              "rung's active parameters over the earlier's: the expert width is fixed, so top-2 "
              "also computes with more parameters, and it renormalises its two weights where "
              "top-1 weights by the router probability. A step whose two rungs train identically "

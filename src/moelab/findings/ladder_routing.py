@@ -3,8 +3,9 @@ evaluation, at its largest and at the end (``ladder_trace.json``), and what Swit
 to it at the end of cpu-ablation's runs, tested paired by seed.
 
 The balancing test was added after the loss steps of cpu-ablation's ladder (``ladder_loss``), so
-it joins their family as post hoc: Holm over the ladder's loss steps and this test. It is made
-twice, because two sets of runs of the same seeds hold the end-of-run routing: the stored study
+it joins their family as post hoc, and the steps are read again at the enlarged family
+(``ablation_family``, which ``ladder_loss`` uses too). It is made twice, both in the family,
+because two sets of runs of the same seeds hold the end-of-run routing: the stored study
 (``studies/cpu-ablation-seeds1-4-routing.json``, each run's final routing per layer) and the
 traced runs of the table (``ladder_trace.json``); their end values differ seed by seed.
 """
@@ -16,7 +17,7 @@ from dataclasses import dataclass
 from moelab.findings.source import ResultsRoot
 from moelab.report import markdown_table
 from moelab.report.analysis import Analysis, Findings
-from moelab.stats.t_tests import paired_difference
+from moelab.stats.t_tests import PairedTest, paired_difference
 from moelab.stats.verdicts import Difference, Family, Verdict, difference_verdict
 from moelab.study.rungs import rung_steps
 
@@ -91,29 +92,44 @@ def _traced_ends(results: ResultsRoot) -> dict[str, dict[int, float]]:
             for rung in BALANCED_STEP}
 
 
-def _balancing(results: ResultsRoot, runs: str, ends: dict[str, dict[int, float]]
-               ) -> BalancingAtEnd:
-    test = paired_difference(ends[BALANCED_STEP[0]], ends[BALANCED_STEP[1]])
+def _end_tests(results: ResultsRoot) -> dict[str, tuple[dict[str, dict[int, float]], PairedTest]]:
+    """{runs read: (end values per rung and seed, the paired test)} for both sets of runs."""
+    tests = {}
+    for runs, ends in ((f"the stored study (`{STUDY_ROUTING}`)", _stored_ends(results)),
+                       (f"the traced runs of the table above (`{TRACES}`)",
+                        _traced_ends(results))):
+        tests[runs] = (ends, paired_difference(ends[BALANCED_STEP[0]], ends[BALANCED_STEP[1]]))
+    return tests
+
+
+def ablation_family(results: ResultsRoot) -> Family:
+    """cpu-ablation's loss steps (``earlier → later``) and the two post hoc balancing tests
+    (keyed by the runs they read), one Holm family."""
     steps = rung_steps({rung: {int(r["seed"]): float(r["best_val_loss"]) for r in arm["runs"]}
                         for rung, arm in results.json(STUDY_LOSSES)["arms"].items()})
-    name = "balancing at the end"
-    family = Family(f"cpu-ablation's ladder ({len(steps)} loss steps and this one, post hoc)",
-                    {**{f"{s.earlier} → {s.later}": s.p_value for s in steps},
-                     name: test.p_value})
-    p_holm = family.adjusted()[name]
-    ci = (test.ci_low, test.ci_high)
-    return BalancingAtEnd(runs, ends, test.n_pairs, test.gap, ci, test.p_value, p_holm,
-                          family.label, difference_verdict(
-                              Difference(test.gap, ci, p_holm, family.label),
-                              ahead="lower with balancing", behind="higher with balancing"))
+    tests = _end_tests(results)
+    return Family(f"cpu-ablation's ladder ({len(steps)} loss steps and the {len(tests)} "
+                  "balancing tests, post hoc)",
+                  {**{f"{s.earlier} → {s.later}": s.p_value for s in steps},
+                   **{runs: test.p_value for runs, (_, test) in tests.items()}})
+
+
+def _balancing(results: ResultsRoot) -> list[BalancingAtEnd]:
+    family = ablation_family(results)
+    adjusted = family.adjusted()
+    tests = []
+    for runs, (ends, test) in _end_tests(results).items():
+        ci = (test.ci_low, test.ci_high)
+        tests.append(BalancingAtEnd(
+            runs, ends, test.n_pairs, test.gap, ci, test.p_value, adjusted[runs], family.label,
+            difference_verdict(Difference(test.gap, ci, adjusted[runs], family.label),
+                               ahead="lower with balancing", behind="higher with balancing")))
+    return tests
 
 
 def compute(results: ResultsRoot, findings: Findings) -> LadderRouting:
     rungs = [_rung(entry, rung) for entry in results.json(TRACES) for rung in entry["rungs"]]
-    return LadderRouting(rungs, [
-        _balancing(results, f"the stored study (`{STUDY_ROUTING}`)", _stored_ends(results)),
-        _balancing(results, f"the traced runs of the table above (`{TRACES}`)",
-                   _traced_ends(results))])
+    return LadderRouting(rungs, _balancing(results))
 
 
 def _per_seed(values: list[float], digits: int = 3) -> str:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from moelab.findings import demo_cpus
 from moelab.findings.selection import demo_selection_seeds, seed_ranges
 from moelab.findings.source import ResultsRoot, SeedLosses, seed_losses
 from moelab.report import format_number, markdown_table
@@ -31,6 +32,9 @@ CRITERIA = {"matched active": "dense_active", "matched total": "dense_total"}
 FAMILY = "Holm over the headline's 2 tests"
 FIRST_SEEDS = "studies/demo-seeds0-5-cpu3.json"
 """The demo study's seeds 0-5 on the CPU whose 617-622 demo_headline.json pools."""
+SEVENTH_SEED = ("studies/demo-seeds0-6.json", 6)
+"""The one demo seed past 0-5 trained eagerly (the first CPU's seven-seed study)."""
+THIRD_CPU = "third CPU of demo-study.md (" + demo_cpus.CPUS["third"][1] + ")"
 
 
 @dataclass(frozen=True)
@@ -40,6 +44,7 @@ class SeedSet:
     name: str
     source: str
     seeds: list[int]
+    cpu: str
     chose: list[int]
     """The seeds of this set that chose or checked a setting: left out of the pool."""
 
@@ -67,19 +72,29 @@ class Headline:
     """{criterion: (gap, ci low, ci high)} with the choosing seeds added back, descriptive."""
 
 
-def _stored_sets(results: ResultsRoot) -> list[tuple[str, str, dict[str, SeedLosses]]]:
-    """(name, source, {arm: {seed: best val loss}}) of every stored seed block of the demo's
-    configuration, one CPU's run per seed."""
-    first = results.json(FIRST_SEEDS)["arms"]
+def _study_losses(results: ResultsRoot, file: str, seeds: set[int] | None = None
+                  ) -> dict[str, SeedLosses]:
+    arms = results.json(file)["arms"]
+    return {arm: {int(r["seed"]): float(r["best_val_loss"]) for r in arms[arm]["runs"]
+                  if seeds is None or int(r["seed"]) in seeds} for arm in ARMS}
+
+
+def _stored_sets(results: ResultsRoot) -> list[tuple[str, str, str, dict[str, SeedLosses]]]:
+    """(name, source, CPU, {arm: {seed: best val loss}}) of every stored seed block of the
+    demo's configuration, one eager run per seed."""
     headline = results.json("demo_headline.json")
-    sets = [("demo study, seeds 0-5", f"`{FIRST_SEEDS}`",
-             {arm: {int(r["seed"]): float(r["best_val_loss"]) for r in first[arm]["runs"]}
-              for arm in ARMS}),
+    seventh_file, seventh = SEVENTH_SEED
+    sets = [("demo study, seeds 0-5", f"`{FIRST_SEEDS}`", THIRD_CPU,
+             _study_losses(results, FIRST_SEEDS)),
+            ("demo study, seed 6", f"`{seventh_file}`", "first CPU of demo-study.md (not recorded)",
+             _study_losses(results, seventh_file, {seventh})),
             ("demo study 617-622 and fair-lr reporting seeds",
-             "`demo_headline.json` (" + ", ".join(headline["sources"]) + ")",
+             "`demo_headline.json` (" + ", ".join(headline["sources"]) + ")", THIRD_CPU
+             + "; fair_lr.json's runs at lr 0.01 equal its seeds 0-5",
              {arm: seed_losses(headline["losses"][arm]) for arm in ARMS})]
     for repetition in results.json("seeds_until_resolved.json")["repetitions"]:
         sets.append((f"until-resolved, {repetition['folder']}", "`seeds_until_resolved.json`",
+                     "not recorded in the file",
                      {arm: seed_losses(repetition["losses"][arm]) for arm in ARMS}))
     return sets
 
@@ -91,9 +106,9 @@ def _seed_sets(results: ResultsRoot) -> tuple[list[SeedSet], dict[str, SeedLosse
     sets: list[SeedSet] = []
     free: dict[str, SeedLosses] = {arm: {} for arm in ARMS}
     every: dict[str, SeedLosses] = {arm: {} for arm in ARMS}
-    for name, source, block in _stored_sets(results):
+    for name, source, cpu, block in _stored_sets(results):
         seeds = sorted(block["moe"])
-        sets.append(SeedSet(name, source, seeds, [s for s in seeds if s in chose]))
+        sets.append(SeedSet(name, source, seeds, cpu, [s for s in seeds if s in chose]))
         for arm in ARMS:
             overlap = every[arm].keys() & block[arm].keys()
             if overlap:
@@ -146,9 +161,11 @@ def render(headline: Headline | None, results: ResultsRoot, findings: Findings) 
              f"{row.p_holm:.2g}", f"{row.min_detectable_gap:.4f}",
              f"**{row.verdict.word}**"] for row in headline.gaps]
     sets = [[s.name, seed_ranges(s.seeds), seed_ranges(s.chose) or "–",
-             str(len(s.seeds) - len(s.chose)), s.source,
+             str(len(s.seeds) - len(s.chose)), s.source, s.cpu,
              *_set_gaps(headline, s.name)] for s in headline.seed_sets]
     chose = sorted(seed for s in headline.seed_sets for seed in s.chose)
+    stopped = sum(len(s.seeds) - len(s.chose) for s in headline.seed_sets
+                  if s.source == "`seeds_until_resolved.json`")
     added = "; ".join(f"{name} {g:+.4f} [{lo:+.4f}, {hi:+.4f}]"
                       for name, (g, lo, hi) in headline.with_choosing.items())
     return ("## The demo's answer on the selection-free seeds\n\n"
@@ -157,18 +174,25 @@ def render(headline: Headline | None, results: ResultsRoot, findings: Findings) 
             "Best validation loss, nats/token:\n\n"
             + markdown_table(["arm", "seeds", "mean", "seed sd"], arms, "lrrr")
             + "\nDense − MoE, paired by seed (positive: the MoE is lower); p adjusted by Holm "
-              "over the page's 2 tests; the verdict by rule (docs/verdicts.md):\n\n"
+              "over this section's 2 tests (its own family); the verdict by rule (docs/verdicts.md). "
+              "The pool follows the rule 'every seed that chose no setting', applied after the "
+              f"blocks' own verdicts were read, and {stopped} of its seeds come from the until-resolved "
+              "blocks, whose sizes a stopping rule set (demo-study.md): this fixed-n test "
+              "ignores those looks.\n\n"
             + markdown_table(["criterion", "n", "gap", "95 % CI", "p (Holm)", "min. detectable gap",
                               "verdict"], gaps, "lrrrrrl")
             + "\nWhere the seeds come from: every stored block of the demo's configuration, one "
               "CPU's run per seed; the seeds that chose or checked a setting of the recipe "
               "(recipe.json's `demo` rows, fair_lr.json's selection seeds) are left out. Each "
               "block's own gaps over its pooled seeds are descriptive (its interval, no test):\n\n"
-            + markdown_table(["seed set", "seeds", "left out (chose)", "pooled", "file",
-                              "matched active", "matched total"], sets, "lllrlll")
+            + markdown_table(["seed set", "seeds", "left out (chose)", "pooled", "file", "CPU",
+                              "matched active", "matched total"], sets, "lllrllll")
             + f"\nWith the {len(chose)} choosing seeds added back ({seed_ranges(chose)}; "
-              f"descriptive): {added}. The other CPUs' runs of seeds 0-5 and 617-622 and the "
-              "compiled runs (demo-study.md) re-run the same seeds and are not pooled again.\n")
+              f"descriptive): {added}. Not pooled: the other CPUs' runs of the same seeds "
+              "(demo-study.md); the compiled runs "
+              "(`demo-compiled-seeds0-7.json`, docs/recipe.md), another engine path, whose only "
+              "new seed is 7; and the recipe factorial's `untied_warmup0.5` cell (seeds "
+              "3100-3105), whose dense_total trains at its own chosen lr, not the demo's.\n")
 
 
 ANALYSIS: Analysis[ResultsRoot, Headline] = Analysis("paper_a_headline", compute, render)
