@@ -28,7 +28,7 @@ demo: $(BIN)/moelab
 # The linter and the type checker (both configured in pyproject.toml) before the tests: seconds
 # with mypy's cache warm, about 40 CPU-seconds without it.
 lint: $(BIN)/moelab
-	$(BIN)/ruff check src tests
+	$(BIN)/ruff check src tests benchmarks experiments
 	$(BIN)/mypy
 
 test: lint

@@ -74,7 +74,7 @@ def head_alone(repeats: int, shapes: dict = HEAD_SHAPES, warmup: int = 3) -> lis
         weight_VD = (0.02 * torch.randn(vocab, d_model, generator=generator)).requires_grad_()
         targets_N = torch.randint(0, vocab, (rows_n,), generator=generator)
 
-        def step(head):
+        def step(head, h_ND=h_ND, weight_VD=weight_VD, targets_N=targets_N):
             h_ND.grad = weight_VD.grad = None
             head(h_ND, weight_VD, targets_N).backward()
 

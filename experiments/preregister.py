@@ -1,4 +1,5 @@
-"""The pre-registered prediction (docs/findings/preregistered-design.md; scored in docs/findings/preregistered.md).
+"""The pre-registered prediction (docs/findings/preregistered-design.md; scored in
+docs/findings/preregistered.md).
 
 Fits every form to cpu-isoflop without s3 (its shared lr 0.01 was too high for s3:
 docs/findings/isoflop-sweep-hand-read.md, "Per-cell learning rates on the IsoFLOP sweep") and

@@ -15,7 +15,6 @@ seed cannot get under. Results go to experiments/results/sweep_seeds.json (atomi
 from __future__ import annotations
 
 import argparse
-import json
 import platform
 import time
 from pathlib import Path
