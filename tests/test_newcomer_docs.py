@@ -51,3 +51,16 @@ def test_the_glossary_sizes_are_the_sweep_presets_sizes():
             seen.add(size["name"])
     assert seen == set(listed)
     assert "(the `demo` sweep's `s2`: 2 layers, 2 heads)" in (ROOT / "docs/glossary.md").read_text()
+
+
+def test_the_smallest_sweeps_row_says_they_identify_no_law_and_names_the_smallest_that_does():
+    row = next(line for line in README.read_text("utf-8").splitlines()
+               if line.startswith("| sweeps `demo`, `micro` |"))
+    assert "identify a law" in row and "`moelab optimal` refuses" in row
+    assert "`quick-law`" in row and "(docs/guides/first-sweep.md)" in row
+    # What the row says is what the law page says of the demo sweep, and quick-law's own row.
+    laws = (ROOT / "docs/explanation/laws.md").read_text("utf-8")
+    assert "demo's 24 points identify no form" in " ".join(laws.split())
+    quick = next(line for line in README.read_text("utf-8").splitlines()
+                 if line.startswith("| sweep `quick-law` |"))
+    assert "the smallest grid that fitted a law form" in quick
