@@ -51,3 +51,40 @@ def test_the_glossary_sizes_are_the_sweep_presets_sizes():
             seen.add(size["name"])
     assert seen == set(listed)
     assert "(the `demo` sweep's `s2`: 2 layers, 2 heads)" in (ROOT / "docs/glossary.md").read_text()
+
+
+def test_the_smallest_sweeps_row_says_they_identify_no_law_and_names_the_smallest_that_does():
+    row = next(line for line in README.read_text("utf-8").splitlines()
+               if line.startswith("| sweeps `demo`, `micro` |"))
+    assert "identify a law" in row and "`moelab optimal` refuses" in row
+    assert "`quick-law`" in row and "(docs/guides/first-sweep.md)" in row
+    # What the row says is what the law page says of the demo sweep, and quick-law's own row.
+    laws = (ROOT / "docs/explanation/laws.md").read_text("utf-8")
+    assert "demo's 24 points identify no form" in " ".join(laws.split())
+    quick = next(line for line in README.read_text("utf-8").splitlines()
+                 if line.startswith("| sweep `quick-law` |"))
+    assert "the smallest grid that fitted a law form" in quick
+
+
+def _glossary_terms() -> list[str]:
+    text = (ROOT / "docs" / "glossary.md").read_text("utf-8")
+    return [term.lower() for term in re.findall(r"^- \*\*(.+?)\*\*", text, flags=re.M)]
+
+
+def test_the_glossary_defines_the_routing_columns_the_study_report_prints():
+    # The headers of the study report's routing table, read from its source file.
+    source = (ROOT / "src/moelab/study/analyses/routing.py").read_text("utf-8")
+    for column in ("E²·usage variance", "routing entropy / log E", "effective experts"):
+        assert f'"{column}"' in source, column  # still a column the report prints
+        assert any(term.startswith(column.lower()) for term in _glossary_terms()), column
+
+
+def test_the_glossary_defines_the_sweep_word_identified():
+    assert "identified" in _glossary_terms()
+    text = " ".join((ROOT / "docs" / "glossary.md").read_text("utf-8").split())
+    assert "**Identified** (a law form, in a sweep's report)" in text
+    # The thresholds are the law page's own.
+    laws = " ".join((ROOT / "docs/explanation/laws.md").read_text("utf-8").split())
+    for threshold in ("at least 0.01 nats", "wider than 1", "finite"):
+        assert threshold in laws
+    assert "0.01 nats" in text and "wider than 1" in text and '"Which form a sweep' in text

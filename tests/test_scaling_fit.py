@@ -247,3 +247,46 @@ def test_sparsity_fit_with_noise_predicts_held_out_highest_sparsity(capsys, tmp_
                                   S=[p["S"] for p in holdout["points"]])
     predicted = np.array([p["predicted"] for p in holdout["points"]])
     np.testing.assert_allclose(predicted, truth, rtol=0.01)
+
+
+def test_fit_notes_the_parameters_whose_interval_is_wider_than_ten_times_the_estimate():
+    from moelab.cli.fit import format_fit
+    from moelab.scaling.fit_record import LawFit
+
+    # The newcomer's fit: e = 3e-17 [0, 4e-11] and delta 0.107 [-24.3, 29.1] are not pinned
+    # down; c 0.3 [0.25, 0.35] is, and a 400 [100, 3000] (width 2,900 < 10 x 400) is too.
+    params = {"a": 400.0, "c": 0.3, "e": 3e-17, "delta": 0.107}
+    ci = {"a": [100.0, 3000.0], "c": [0.25, 0.35], "e": [0.0, 4e-11], "delta": [-24.3, 29.1]}
+    fit = LawFit(law="sparsity", params=params, objective=0.1, n_points=12, num_starts=8,
+                 theta={}, derived={}, ci=ci, holdout=None, bootstrap=None)
+    notes = [line for line in format_fit(fit).splitlines() if line.startswith("note:")]
+    assert len(notes) == 1 and notes[0].startswith(
+        "note: e, delta: 95% interval wider than 10x the estimate, not identified")
+    assert "moelab report" in notes[0]
+    # Without intervals (no --bootstrap) there is nothing to judge: no note.
+    fit.ci = {}
+    assert "note:" not in format_fit(fit)
+    # The help and the docs state the same rule.
+    from moelab.cli import build_parser
+    from moelab.scaling.fit_record import WIDE_INTERVAL_FACTOR
+
+    assert WIDE_INTERVAL_FACTOR == 10
+    fit_help = build_parser()._subparsers._group_actions[0].choices["fit"].format_help()
+    assert "wider than 10x its estimate" in " ".join(fit_help.split())
+    scaling = " ".join((Path(__file__).parents[1] / "docs/scaling.md").read_text().split())
+    assert "95 % interval is wider than 10 times its estimate" in scaling
+
+
+def test_the_fit_record_keeps_the_range_of_the_fitted_runs(tmp_path, capsys):
+    _, columns = chinchilla_synthetic(noise=0.003)
+    path = tmp_path / "points.csv"
+    path.write_text("N,D,loss\n" + "".join(f"{n},{d},{loss}\n" for n, d, loss in
+                                          zip(columns["N"], columns["D"], columns["loss"])))
+    fit_path = tmp_path / "fit.json"
+    assert main(["fit", str(path), "--starts", "30", "--bootstrap", "5", "--holdout", "N>=1e10",
+                 "--out", str(fit_path)]) == 0
+    # The grid's N runs over geomspace(1e7, 1e10, 8); the held-out 1e10 row is not fitted.
+    assert json.loads(fit_path.read_text())["data_ranges"] == {
+        "N": pytest.approx([1e7, np.geomspace(1e7, 1e10, 8)[-2]], rel=1e-12)}
+    # 0.3 % noise on 56 points identifies every parameter: no note.
+    assert "note:" not in capsys.readouterr().out

@@ -406,3 +406,49 @@ def test_a_degenerate_fit_beyond_float_range_gives_infinities_not_errors():
     # ... and finite replicates give numpy's linear interpolation unchanged.
     values = np.random.default_rng(0).normal(size=200)
     assert percentile_interval(values) == pytest.approx(np.percentile(values, [2.5, 97.5]), rel=1e-12)
+
+
+def _notes(out: str) -> list[str]:
+    return [line.strip() for line in out.splitlines() if line.strip().startswith("note: ")]
+
+
+def test_optimal_says_when_the_optimum_lies_outside_the_fitted_runs(tmp_path, capsys):
+    total, tokens = 1e9, 1e10
+    s_star = closed_form_sparsity_at_tokens(SPARSITY_TRUTH, total)
+    active = total * (1 - s_star)  # shared fraction 0: N_active = (1 - S) N
+    record = {"law": "sparsity", "params": SPARSITY_TRUTH, "objective": 0.0, "n_points": 10,
+              "ci": {}, "bootstrap": None,
+              "data_ranges": {"N": [1e5, 1e6], "N_active": [5e4, 1e6]}}
+    fit_path = tmp_path / "fit.json"
+    fit_path.write_text(json.dumps(record))
+    argv = ["optimal", str(fit_path), "--params", str(total), "--tokens", str(tokens)]
+    assert main(argv) == 0
+    notes = _notes(capsys.readouterr().out)
+    # By hand: 1e9 is 1,000 times the largest fitted N (3.0 orders of magnitude); the active
+    # count active / 1e6 times the largest fitted N_active.
+    assert notes == [
+        "note: params_total 1B is outside the fitted runs' 100K-1M: an extrapolation by 3.0 "
+        "orders of magnitude",
+        f"note: params_active {active / 1e6:.3g}M is outside the fitted runs' 50K-1M: an "
+        f"extrapolation by {math.log10(active / 1e6):.1f} orders of magnitude"]
+    # Inside the runs' range: no note; a range a little short: a factor, not orders.
+    fit_path.write_text(json.dumps(dict(record, data_ranges={"N": [1e8, 2e9],
+                                                             "N_active": [1e8, active / 2]})))
+    assert main(argv) == 0
+    assert _notes(capsys.readouterr().out) == [
+        f"note: params_active {active / 1e6:.3g}M is outside the fitted runs' 100M-"
+        f"{active / 2e6:.3g}M: an extrapolation by a factor of 2"]
+    # A record written before fits kept their range: nothing to compare, no note.
+    del record["data_ranges"]
+    fit_path.write_text(json.dumps(record))
+    assert main(argv) == 0
+    assert _notes(capsys.readouterr().out) == []
+
+
+def test_optimal_refuses_a_malformed_data_range(tmp_path, capsys):
+    record = {"law": "chinchilla", "params": CHINCHILLA_TRUTH, "data_ranges": {"N": [5, 1]}}
+    fit_path = tmp_path / "fit.json"
+    fit_path.write_text(json.dumps(record))
+    assert main(["optimal", str(fit_path), "--flops", "1e20"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "data_ranges.N=[5, 1] is invalid" in err

@@ -163,3 +163,25 @@ def test_the_gap_figures_say_the_interval_is_unadjusted_and_the_colour_is_not(tm
     for fig in drawn:
         title = fig.axes[0].get_title()
         assert "unadjusted 95 % CI" in title and "adjusted over 1 test (Holm)" in title, title
+
+
+def test_the_tokens_per_parameter_line_is_printed_once_under_the_validation_loss(tmp_path,
+                                                                                 capsys):
+    import shutil
+
+    from moelab.cli import main
+
+    house = Path(__file__).parent / "fixtures" / "house" / "study"
+    folder = tmp_path / "study"
+    shutil.copytree(house, folder, ignore=shutil.ignore_patterns("report.md", "results.*",
+                                                                 "figures"))
+    assert main(["report", str(folder)]) == 0
+    report = (folder / "report.md").read_text()
+    lines = [line for line in report.splitlines()
+             if line.startswith("Tokens per parameter (total / active): ")]
+    assert len(lines) == 1
+    section = report.split("## Validation loss")[1].split("\n## ")[0]
+    assert lines[0] in section
+    # By hand: the fixture's study.yaml trains 1,536 tokens per run; the MoE arm has 53,664
+    # total and 41,376 active parameters (its results.json).
+    assert f"moe {1536 / 53_664:.3g} / {1536 / 41_376:.3g};" in lines[0]

@@ -176,3 +176,42 @@ def test_the_committed_speed_table_is_what_the_committed_runs_say(monkeypatch):
     # cpu-budgets 4 budgets x 3, demo-ladder's four top-2 rungs x 3: 63 runs.
     assert {"S": 0.5, "N_active": 394_816, "tokens_per_s": _stored_speed(0.5, 394_816),
             "runs": 63} in _stored()["shapes"]
+
+
+def _mark_complete(folder: Path, run_names: list[str]) -> None:
+    """What a finished run leaves for the completeness check: its summary saying complete."""
+    for name in run_names:
+        run = folder / "runs" / name
+        run.mkdir(parents=True)
+        (run / "summary.json").write_text(json.dumps({"status": "complete"}))
+
+
+def test_the_sweep_dry_run_prices_only_the_runs_its_folder_lacks(capsys, tmp_path):
+    out = tmp_path / "sweep"
+    _mark_complete(out, ["D256/a/S0.000-E1k1/seed0", "D256/b/S0.500-E2k1/seed0"])
+    assert main(["sweep-sparsity", "micro", "--dry-run", "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    left = [("a", 0.5), ("b", 0.0)]
+    flops = 6 * TOKENS * sum(MICRO_ACTIVE[shape] for shape in left)
+    assert (f"cost: 2 runs to train (2 already complete in {out}), 512 tokens trained (512 as "
+            f"separate runs), {flops:.3g} training FLOPs (6ND)") in text
+    total = sum(TOKENS / _stored_speed(sparsity) + 2.0 for _, sparsity in left)
+    assert f"estimated time: about {total:,.0f} s one run at a time" in text
+    # Every run complete: nothing to price, as the real run trains nothing.
+    _mark_complete(out, ["D256/a/S0.500-E2k1/seed0", "D256/b/S0.000-E1k1/seed0"])
+    assert main(["sweep-sparsity", "micro", "--dry-run", "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert f"cost: 0 runs to train (4 already complete in {out}), 0 tokens trained" in text
+    assert "estimated time: about 0 s one run at a time" in text
+
+
+def test_the_study_dry_run_prices_only_the_runs_its_folder_lacks(capsys, tmp_path):
+    out = tmp_path / "s"
+    _mark_complete(out, [f"moe/seed{seed}" for seed in range(6)])
+    assert main(["study", "demo", "--dry-run", "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    per_run = _stored()["seconds_beyond_training"]
+    per_seed = sum(409_600 / _stored_speed(0.0, active) + per_run for active in (393_792, 590_400))
+    assert f"cost: 12 runs to train (6 already complete in {out}), 4.92M tokens" in text
+    assert f"estimated time: about {6 * per_seed:,.0f} s one run at a time" in text
+    assert text.count("N_active=") == 18  # the plan is listed whole

@@ -48,7 +48,9 @@ def register(subparsers) -> None:
     fit.add_argument("--drop-highest", type=int, default=0, metavar="K",
                      help="drop the K highest-loss points first (Epoch's convention: 5)")
     fit.add_argument("--bootstrap", type=bounded_int(MAX_BOOTSTRAP), default=0, metavar="R",
-                     help="R bootstrap resamples for 95%% percentile intervals")
+                     help="R bootstrap resamples for 95%% percentile intervals; a "
+                     "parameter whose interval is wider than 10x its estimate is noted as not "
+                     "identified by the data")
     fit.add_argument("--holdout", metavar="SPEC",
                      help="fit without these points and report their error, e.g. S=max, N>=1e8")
     fit.add_argument("--starts", type=int, default=None, metavar="K",
@@ -62,7 +64,9 @@ def register(subparsers) -> None:
     optimal = subparsers.add_parser(
         "optimal", help="optimal sparsity (and size) from a fitted law",
         description="S* at a fixed total parameter count (--params N with --tokens D or --flops C), "
-                    "or the compute-optimal (N, S) at a fixed budget (--flops C alone).",
+                    "or the compute-optimal (N, S) at a fixed budget (--flops C alone). A note "
+                    "says when the optimum's total or active parameters lie outside the fitted "
+                    "runs' (fits that record their runs' range: since data_ranges was added).",
     )
     optimal.add_argument("fit", metavar="FIT.json",
                          help="written by moelab fit --out/--json, a sweep's fit.json, or the "
@@ -146,12 +150,20 @@ def _fit(args) -> int:
 
 
 def format_fit(fit: LawFit) -> str:
+    from moelab.scaling.fit_record import WIDE_INTERVAL_FACTOR, wide_intervals
+
     lines = [f"law: {fit.law}   points: {fit.n_points}   starts: {fit.num_starts}"
              f"   objective (summed Huber): {fit.objective:.6e}"]
     for name, value in {**fit.params, **fit.derived}.items():
         ci = fit.ci.get(name)
         interval = f"   95% CI [{ci[0]:.5g}, {ci[1]:.5g}]" if ci else ""
         lines.append(f"  {name:>18} = {value:.6g}{interval}")
+    wide = wide_intervals(fit)
+    if wide:
+        lines.append(f"note: {', '.join(wide)}: 95% interval wider than "
+                     f"{WIDE_INTERVAL_FACTOR:g}x the estimate, not identified by these data; "
+                     "moelab sweep-sparsity and moelab report run the identification checks "
+                     "(docs/explanation/laws.md)")
     holdout = fit.holdout
     if holdout:
         lines.append(
@@ -211,7 +223,30 @@ def _optimal(args) -> int:
         print(f"  {key:>14} = {result.value(key):.4g}{interval}")
     if result.optimum.at_boundary:
         print("  note: the optimum lies on the edge of the search range (no interior optimum)")
+    for line in extrapolation_notes(result.optimum, fit.data_ranges):
+        print(f"  note: {line}")
     return 0
+
+
+def extrapolation_notes(optimum, ranges: dict[str, list[float]]) -> list[str]:
+    """A line for each of the optimum's sizes (total, active) outside the range of the runs
+    the fit was made on (``ranges``: the fit record's ``data_ranges``; none in an older one)."""
+    from moelab.report.axes import format_count_tick
+
+    notes = []
+    for key, column in (("params_total", "N"), ("params_active", "N_active")):
+        if column not in ranges:
+            continue
+        value, (low, high) = getattr(optimum, key), ranges[column]
+        if low <= value <= high:
+            continue
+        factor = low / value if value < low else value / high
+        by = (f"{math.log10(factor):.1f} orders of magnitude" if factor >= 10
+              else f"a factor of {factor:.2g}")
+        notes.append(f"{key} {format_count_tick(value, 3)} is outside the fitted runs' "
+                     f"{format_count_tick(low, 3)}-{format_count_tick(high, 3)}: an "
+                     f"extrapolation by {by}")
+    return notes
 
 
 def _optimal_seconds(args, law, params, replicas, shared) -> int:

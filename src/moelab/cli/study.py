@@ -325,7 +325,7 @@ def _study(args) -> int:
     from moelab.runs.data import check_shared_data
     from moelab.study.commands import list_runs, planned_configs, run_study, submit_study
 
-    out = Path(args.out) if args.out else Path("out") / f"{Path(args.config).stem}-{args.kind}"
+    out = _study_folder(args)
     if wants_commands(args):  # it writes the plan: the same one writer as a study
         with writer_lock(out, kind=args.kind):
             commands = list_runs(args.kind, config, settings, out)
@@ -348,27 +348,36 @@ def _study(args) -> int:
     return study_exit_code(results, out)
 
 
+def _study_folder(args) -> Path:
+    return Path(args.out) if args.out else Path("out") / f"{Path(args.config).stem}-{args.kind}"
+
+
 def _dry_run(args, config, settings) -> int:
     """The data checked as the real run checks them (a corpus it would refuse is refused
-    here), then each planned run with its size and tokens, their total, and the estimated
-    time."""
+    here), then each planned run with its size and tokens, and the total and estimated time
+    of those the folder does not hold complete (what the real run trains)."""
     from moelab.accounting import count_params, flops_per_token
+    from moelab.runs.completion import runs_left
     from moelab.runs.data import check_shared_data_for_a_dry_run
-    from moelab.runs.estimate import plan_seconds, sparsity_of, stored_speeds, time_line
+    from moelab.runs.estimate import (
+        already_complete_text, plan_seconds, sparsity_of, stored_speeds, time_line,
+    )
     from moelab.study.commands import plan
 
-    _, specs = plan(args.kind, settings.apply_to(config), settings)
-    for line in check_shared_data_for_a_dry_run([spec.config for spec in specs]):
+    _, planned = plan(args.kind, settings.apply_to(config), settings)
+    for line in check_shared_data_for_a_dry_run([spec.config for spec in planned]):
         print(line)
-    flops = 0.0
-    for spec in specs:
+    for spec in planned:
         model, tokens = spec.config.model, spec.config.train.max_tokens
-        flops += flops_per_token(model).six_n * tokens
         print(f"{spec.name:32} S={sparsity_of(spec):<6g} N_active={count_params(model).active:>11,}"
               f" tokens={format_count(tokens)}")
+    out = _study_folder(args)
+    specs = runs_left(out, planned)
+    flops = sum(flops_per_token(spec.config.model).six_n * spec.config.train.max_tokens
+                for spec in specs)
     tokens = sum(spec.config.train.max_tokens for spec in specs)
-    print(f"cost: {len(specs)} runs, {format_count(tokens)} tokens, {flops:.3g} training FLOPs "
-          "(6ND)")
+    print(f"cost: {len(specs)} runs{already_complete_text(len(planned) - len(specs), out)}, "
+          f"{format_count(tokens)} tokens, {flops:.3g} training FLOPs (6ND)")
     stored = stored_speeds()
     seconds = plan_seconds(specs, stored.speeds, stored.seconds_per_run)
     print(time_line(seconds, args.jobs or 1) + " (plus the report)")

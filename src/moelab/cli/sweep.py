@@ -93,7 +93,8 @@ def _sweep(args) -> int:
     if args.dry_run:
         from moelab.runs.data import check_shared_data_for_a_dry_run
 
-        cost_lines = _cost_lines(args, grid, plan, tuning)  # a bad --speeds before any output
+        # A bad --speeds is refused before any output.
+        cost_lines = _cost_lines(args, grid, plan, tuning, out_dir)
         # The corpus checked as the sweep checks it before training: what it would refuse.
         for line in check_shared_data_for_a_dry_run([point.config for point in plan]):
             print(line)
@@ -142,7 +143,7 @@ def _sweep(args) -> int:
     return sweep_exit_code(out_dir, report_path)
 
 
-def _cost_lines(args, grid, plan, tuning) -> list[str]:
+def _cost_lines(args, grid, plan, tuning, out_dir: Path) -> list[str]:
     """``--dry-run``'s cost lines (``moelab.sweep.cost``), and the lr selection's with --lr-grid."""
     from moelab.sweep.cost import PER_RUN_SECONDS, dry_run_cost_lines
     from moelab.sweep.plan import run_specs
@@ -154,7 +155,7 @@ def _cost_lines(args, grid, plan, tuning) -> list[str]:
         raise MoelabError("--per-run-seconds is invalid without --speeds: only the time uses it")
     specs = run_specs(plan)
     speeds = None if args.speeds is None else Path(args.speeds)
-    lines = dry_run_cost_lines(grid, plan, specs, speeds, per_run, args.jobs or 1)
+    lines = dry_run_cost_lines(grid, plan, specs, speeds, per_run, args.jobs or 1, out_dir)
     if tuning is not None:
         from moelab.sweep.tuning import dry_run_lines
 

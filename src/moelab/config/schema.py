@@ -266,7 +266,7 @@ class LoggingConfig:
     a study or sweep folder compares, ``without_logging``) leaves it out."""
 
     progress: bool = True
-    """Show a progress bar (loss, tokens/s, ETA)."""
+    """Show a progress bar (loss, tokens/s, ETA) when stderr is a terminal."""
     tensorboard: bool = False
     """Also log to TensorBoard in RUN/tensorboard (needs the tensorboard package)."""
     wandb: bool = False

@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import sys
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -127,7 +128,10 @@ def build_cache(source: Source, vocab_size: int, cache_dir: Path, *, progress: b
         if has_manifest(cache_dir):  # built while this process waited
             return
         remove_stale_temporaries(cache_dir)
-        _build(source, train, valid, vocab_size, cache_dir, progress=progress)
+        # Bars only on a terminal: in a log file their leftovers, which end in no newline,
+        # would be glued to the next line (an error's, say).
+        _build(source, train, valid, vocab_size, cache_dir,
+               progress=progress and sys.stderr.isatty())
 
 
 def _build(source: Source, train: StorySplit, valid: StorySplit, vocab_size: int,

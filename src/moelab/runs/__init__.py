@@ -30,18 +30,18 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # imported on first use, below
-    from moelab.runs.completion import has_checkpoint, is_complete, read_failures
+    from moelab.runs.completion import has_checkpoint, is_complete, read_failures, runs_left
     from moelab.runs.execute import RunOutcome, execute_plan, submit_plan
     from moelab.runs.spec import RunSpec, write_run_configs
     from moelab.runs.training import train_planned_run
 
 _MODULE_OF = {"RunOutcome": "execute", "execute_plan": "execute", "submit_plan": "execute",
               "has_checkpoint": "completion", "is_complete": "completion",
-              "read_failures": "completion", "RunSpec": "spec", "write_run_configs": "spec",
-              "train_planned_run": "training"}
+              "read_failures": "completion", "runs_left": "completion", "RunSpec": "spec",
+              "write_run_configs": "spec", "train_planned_run": "training"}
 
 __all__ = ["RunOutcome", "RunSpec", "execute_plan", "has_checkpoint", "is_complete",
-           "read_failures", "submit_plan", "train_planned_run", "write_run_configs"]
+           "read_failures", "runs_left", "submit_plan", "train_planned_run", "write_run_configs"]
 
 
 def __getattr__(name: str) -> Any:

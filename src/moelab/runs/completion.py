@@ -4,6 +4,7 @@ whether the files a report is built from can be read."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import yaml
 
@@ -15,10 +16,19 @@ from moelab.train.events import read_events
 from moelab.train.run_folder import RunFolder
 from moelab.train.run_summary import is_finite_number
 
+if TYPE_CHECKING:
+    from moelab.runs.spec import RunSpec
+
 
 def is_complete(run_dir: Path) -> bool:
     """Whether the run in ``run_dir`` finished: its summary.json says ``"status": "complete"``."""
     return RunFolder(run_dir).is_complete()
+
+
+def runs_left(folder: Path, specs: list[RunSpec]) -> list[RunSpec]:
+    """The planned runs not yet complete in ``folder``: what running the plan trains, and what
+    its dry run prices."""
+    return [spec for spec in specs if not is_complete(folder / spec.run_dir)]
 
 
 def has_checkpoint(run_dir: Path) -> bool:

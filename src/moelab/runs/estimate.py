@@ -20,6 +20,7 @@ import json
 import math
 from dataclasses import dataclass
 from importlib import resources
+from pathlib import Path
 
 from moelab.accounting import count_params
 from moelab.errors import MoelabError
@@ -110,3 +111,9 @@ def plan_seconds(specs: list[RunSpec], speeds: Speeds, seconds_per_run: float) -
     """The runs' estimated seconds, one at a time."""
     return sum(run_seconds(speeds, sparsity_of(spec), count_params(spec.config.model).active,
                            tokens_trained(spec), seconds_per_run) for spec in specs)
+
+
+def already_complete_text(done: int, folder: Path) -> str:
+    """What a dry run's cost line adds when ``folder`` already holds ``done`` of the planned runs
+    complete (they are not priced: the real run skips them); nothing when it holds none."""
+    return f" to train ({done} already complete in {folder})" if done else ""

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Optional
 
 from moelab.errors import MoelabError
-from moelab.runs.completion import is_complete, read_failures, write_failures
+from moelab.runs.completion import is_complete, read_failures, runs_left, write_failures
 from moelab.runs.spec import RunSpec
 from moelab.train.run_folder import RunFolder
 from moelab.train.run_summary import RunSummary
@@ -43,7 +43,7 @@ def execute_plan(folder: Path, specs: list[RunSpec], launcher, log: Log = print)
     returns one outcome per spec."""
     failures = read_failures(folder)
     outcomes: list[RunOutcome] = []
-    todo = [spec for spec in specs if not is_complete(folder / spec.run_dir)]
+    todo = runs_left(folder, specs)
     log(f"{len(specs)} runs planned, {len(specs) - len(todo)} already complete, {len(todo)} to "
         f"train" + (f", {launcher.describe()}" if todo else ""))
     started = time.perf_counter()
@@ -83,7 +83,7 @@ def submit_plan(folder: Path, specs: list[RunSpec], launcher, log: Log = print) 
     """Submit every run not yet complete through a launcher that can leave them training
     (``launcher.submit``, the SLURM one) and return at once: the job id, or None when every
     run is complete. Nothing is recorded here: the run folders tell later what happened."""
-    todo = [spec for spec in specs if not is_complete(folder / spec.run_dir)]
+    todo = runs_left(folder, specs)
     log(f"{len(specs)} runs planned, {len(specs) - len(todo)} already complete, {len(todo)} to "
         f"submit" + (f", {launcher.describe()}" if todo else ""))
     waiting = [spec for spec in todo if spec.source is not None]

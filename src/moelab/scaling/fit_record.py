@@ -6,7 +6,8 @@ reads back, checked, as a ``FitFile`` (``load_fit``):
 
     {"law", "params": {...}, "objective", "n_points", "num_starts", "theta": {...},
      "derived": {...}, "ci": {name: [low, high]}, "holdout": {...} | null,
-     "bootstrap": {"replicates", "seed", "params": [...]} | null}
+     "bootstrap": {"replicates", "seed", "params": [...]} | null,
+     "data_ranges": {"N": [low, high], "N_active": [low, high]}}   (fits since it was added)
 """
 
 from __future__ import annotations
@@ -115,6 +116,10 @@ class LawFit:
     """How it predicts the points held out of the fit; null without a holdout."""
     bootstrap: FitBootstrap | None
     """The bootstrap resamples behind ci; null without them."""
+    data_ranges: dict[str, list[float]] | None = field(default=None, metadata=OMIT_NONE)
+    """[lowest, highest] of the fitted points' N (total parameters) and, where the table has
+    it, N_active: ``moelab optimal`` says when an optimum lies outside them. Absent in records
+    written before it was kept."""
 
     @property
     def replicas(self) -> list[dict[str, float]]:
@@ -138,7 +143,7 @@ def fit_columns(law_name: str, columns: dict[str, np.ndarray], *, bootstrap_repl
                     num_starts=fit.num_starts,
                     theta=dict(zip(law.param_names, map(float, fit.theta))),
                     derived=derived_quantities(law, params), ci={}, holdout=None,
-                    bootstrap=None)
+                    bootstrap=None, data_ranges=data_ranges(fit_points))
     if bootstrap_replicates:
         bootstrap(fit, fit_points, bootstrap_replicates, seed=seed)
         record.ci = _intervals(fit)
@@ -146,6 +151,28 @@ def fit_columns(law_name: str, columns: dict[str, np.ndarray], *, bootstrap_repl
     if holdout and heldout_points is not None:
         record.holdout = heldout_error(law, params, heldout_points, holdout)
     return record
+
+
+RANGE_COLUMNS = ("N", "N_active")
+"""The columns whose range a fit record keeps (``LawFit.data_ranges``)."""
+WIDE_INTERVAL_FACTOR = 10.0
+"""A 95 % interval wider than this many times its estimate's size says the data do not
+identify the parameter (``wide_intervals``)."""
+
+
+def data_ranges(columns: dict[str, np.ndarray]) -> dict[str, list[float]]:
+    """[lowest, highest] of each of ``RANGE_COLUMNS`` the fitted points have."""
+    return {name: [float(np.min(columns[name])), float(np.max(columns[name]))]
+            for name in RANGE_COLUMNS if name in columns and len(columns[name])}
+
+
+def wide_intervals(fit: LawFit) -> list[str]:
+    """The parameters (and derived quantities) whose 95 % interval is wider than
+    ``WIDE_INTERVAL_FACTOR`` times the size of their estimate: these data do not pin them down
+    (an estimate of 0 with an interval of any width counts)."""
+    values = {**fit.params, **fit.derived}
+    return [name for name, (low, high) in fit.ci.items()
+            if name in values and high - low > WIDE_INTERVAL_FACTOR * abs(values[name])]
 
 
 def _intervals(fit: FitResult) -> dict[str, list[float]]:
@@ -191,6 +218,9 @@ class FitFile:
     shared_fraction: float | None
     """The fit's own estimate of the share of parameters outside the experts; None when it
     stores none (a sweep of dense runs only has nothing to estimate it from)."""
+    data_ranges: dict[str, list[float]] = field(default_factory=dict)
+    """[lowest, highest] of the fitted points' N and N_active (``LawFit.data_ranges``); empty
+    for a record written before fits kept them."""
 
 
 SCALE_EXPONENTS = ("alpha", "beta", "gamma")
@@ -226,7 +256,23 @@ def load_fit(path: str | Path) -> FitFile:
     if missing:
         raise MoelabError(f"{path}: params lack {', '.join(missing)} for the {law.name} law")
     replicas = (record.get("bootstrap") or {}).get("params") or []
-    return FitFile(law, params, replicas, record.get("shared_fraction"))
+    return FitFile(law, params, replicas, record.get("shared_fraction"),
+                   _checked_ranges(record.get("data_ranges"), path))
+
+
+def _checked_ranges(ranges, path: Path) -> dict[str, list[float]]:
+    if ranges is None:
+        return {}
+    if not isinstance(ranges, dict):
+        raise MoelabError(f"{path}: data_ranges={short_repr(ranges)} is invalid: expected a "
+                          "mapping of column names to [low, high] or null")
+    for name, pair in ranges.items():
+        if not (isinstance(pair, list) and len(pair) == 2
+                and all(isinstance(v, (int, float)) and not isinstance(v, bool)
+                        and math.isfinite(v) and v > 0 for v in pair) and pair[0] <= pair[1]):
+            raise MoelabError(f"{path}: data_ranges.{name}={short_repr(pair)} is invalid: "
+                              "expected [low, high], positive finite numbers, low <= high")
+    return {name: [float(low), float(high)] for name, (low, high) in ranges.items()}
 
 
 def _read_fit_record(path: Path):

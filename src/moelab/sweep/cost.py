@@ -26,7 +26,10 @@ from typing import Optional
 from moelab.accounting import count_params, flops_per_token
 from moelab.errors import MoelabError, short_repr
 from moelab.report import format_count
-from moelab.runs.estimate import Speeds, stored_speeds, time_line, tokens_per_s, tokens_trained
+from moelab.runs.completion import runs_left
+from moelab.runs.estimate import (
+    Speeds, already_complete_text, stored_speeds, time_line, tokens_per_s, tokens_trained,
+)
 from moelab.runs.spec import RunSpec
 from moelab.scaling.table import read_csv_rows
 from moelab.sweep.grid import SweepGrid
@@ -57,8 +60,8 @@ class GridCost:
     tokens_separate: int
     flops_6n: float
 
-    def text(self) -> str:
-        return (f"{self.runs} runs, {format_count(self.tokens_trained)} tokens trained "
+    def text(self, runs_note: str = "") -> str:
+        return (f"{self.runs} runs{runs_note}, {format_count(self.tokens_trained)} tokens trained "
                 f"({format_count(self.tokens_separate)} as separate runs), "
                 f"{self.flops_6n:.3g} training FLOPs (6ND)")
 
@@ -143,25 +146,39 @@ def _number(path: Path, line: int, row: dict[str, str], column: str) -> float:
 
 
 def time_estimate(grid: SweepGrid, points: list[SweepPoint], specs: list[RunSpec],
-                  speeds: Speeds, per_run_seconds: float = PER_RUN_SECONDS) -> TimeEstimate:
-    """Seconds to train the planned runs (and the grid's finetunes) at ``speeds``."""
+                  speeds: Speeds, per_run_seconds: float = PER_RUN_SECONDS,
+                  folder: Optional[Path] = None) -> TimeEstimate:
+    """Seconds to train the planned runs (and the grid's finetunes) at ``speeds``; with
+    ``folder``, only those it does not hold complete (the real run skips the others)."""
     per_shape: dict[tuple[str, float, int, int], float] = defaultdict(float)
+    left = _names_left(folder, specs)
     for point, spec in zip(points, specs):
+        if spec.name not in left:
+            continue
         active = count_params(spec.config.model).active
         speed = tokens_per_s(speeds, point.sparsity, active)
         per_shape[(point.size, point.sparsity, point.num_experts, active)] += (
             tokens_trained(spec) / speed + per_run_seconds)
     shapes = [ShapeTime(*key, seconds) for key, seconds in sorted(per_shape.items())]
-    return TimeEstimate(shapes, _finetune_seconds(grid, points, specs, speeds))
+    return TimeEstimate(shapes, _finetune_seconds(grid, points, specs, speeds, folder))
+
+
+def _names_left(folder: Optional[Path], specs: list[RunSpec]) -> set[str]:
+    return {spec.name for spec in (specs if folder is None else runs_left(folder, specs))}
 
 
 def _finetune_seconds(grid: SweepGrid, points: list[SweepPoint], specs: list[RunSpec],
-                      speeds: Speeds) -> float:
-    """One eager finetune per run, at its shape's speed, each with its fixed overhead."""
+                      speeds: Speeds, folder: Optional[Path]) -> float:
+    """One eager finetune per run (not complete in ``folder``), at its shape's speed, each with
+    its fixed overhead."""
     if grid.finetune is None:
         return 0.0
     seconds = 0.0
-    for point, spec in zip(points, finetune_specs(grid.finetune, specs)):
+    finetunes = finetune_specs(grid.finetune, specs)
+    left = _names_left(folder, finetunes)
+    for point, spec in zip(points, finetunes):
+        if spec.name not in left:
+            continue
         active = count_params(spec.config.model).active
         speed = tokens_per_s(speeds, point.sparsity, active) / EAGER_SLOWDOWN
         seconds += spec.config.train.max_tokens / speed + FINETUNE_OVERHEAD_SECONDS
@@ -170,16 +187,20 @@ def _finetune_seconds(grid: SweepGrid, points: list[SweepPoint], specs: list[Run
 
 def dry_run_cost_lines(grid: SweepGrid, points: list[SweepPoint], specs: list[RunSpec],
                        speeds_path: Optional[Path], per_run_seconds: float,
-                       jobs: int) -> list[str]:
-    """What ``--dry-run`` prints after the runs: their cost, and with a speeds table the time."""
-    lines = [f"cost: {grid_cost(specs).text()}"]
+                       jobs: int, folder: Path) -> list[str]:
+    """What ``--dry-run`` prints after the runs: the cost of those ``folder`` does not hold
+    complete (what the real run trains), and with a speeds table the time."""
+    left = runs_left(folder, specs)
+    note = already_complete_text(len(specs) - len(left), folder)
+    lines = [f"cost: {grid_cost(left).text(note)}"]
     if speeds_path is None:  # the committed table: an estimate, its basis said
         stored = stored_speeds()
-        estimate = time_estimate(grid, points, specs, stored.speeds, per_run_seconds)
+        estimate = time_estimate(grid, points, specs, stored.speeds, per_run_seconds, folder)
         return lines + [time_line(estimate.seconds, jobs) + " (plus the fits)",
                         stored.basis(per_run_seconds) + " (--speeds CSV: a table of this "
                         "machine's)"]
-    estimate = time_estimate(grid, points, specs, read_speeds(speeds_path), per_run_seconds)
+    estimate = time_estimate(grid, points, specs, read_speeds(speeds_path), per_run_seconds,
+                             folder)
     lines += [shape.text() for shape in estimate.shapes]
     if estimate.finetune_seconds:
         lines.append(f"finetunes, one per run: {estimate.finetune_seconds:7.0f} s")

@@ -217,8 +217,11 @@ def _train_steps(config: Config, run: RunFolder, dist: Distributed, plan: StepPl
     with clock.paused():  # a CPU's peak is measured (once per process), not trained
         peak = run_peak_flops(config, dist)
     splits_step = plan.accumulation_steps > 1 or dist.is_ddp
+    # disable=None: tqdm draws only when stderr is a terminal; in a log file its leftovers,
+    # which end in no newline, would be glued to the next line (an error's, say).
+    shown = tc.logging.progress and dist.is_main
     bar = tqdm(total=plan.total_steps, initial=state.step, unit="step", dynamic_ncols=True,
-               disable=not (tc.logging.progress and dist.is_main))
+               disable=None if shown else True)
     schedule = Schedule.from_config(tc, plan.total_steps)
     for step in range(state.step + 1, plan.total_steps + 1):
         lr = schedule.lr_at(step - 1)

@@ -18,7 +18,7 @@ from moelab.stats.intervals import ALPHA
 from moelab.stats.power import MAX_SEEDS, POWER
 from moelab.study.analyses.shared import (
     CRITERION_LABELS, CRITERION_TEXT, GAP_LABEL, OUTCOME_COLOURS, adjustment, family,
-    figure_block, interval, p_value, signed, tests_used, tokens_per_param_caption,
+    figure_block, interval, p_value, signed, tests_used,
 )
 from moelab.study.analyses.statistics import results_of
 from moelab.study.folder import StudyFolder
@@ -33,16 +33,15 @@ def compute(folder: StudyFolder, findings: Findings) -> Optional[dict[str, Gap]]
 
 
 def render(gaps: Optional[dict[str, Gap]], folder: StudyFolder, findings: Findings) -> str:
-    """The tables and sentences, then the two figures (and, under them, each arm's tokens per
-    parameter)."""
+    """The tables and sentences, then the two figures (each arm's tokens per parameter is under
+    the validation loss figure, whose curves run over training tokens: said once)."""
     if gaps is None:
         return ""
     gaps_figure = gap_bar_figure(gaps, figure_path(folder.root, "gaps.png"))
     differences = paired_differences_figure(gaps, figure_path(folder.root,
                                                               "paired_differences.png"))
-    caption = tokens_per_param_caption(results_of(findings).arms) if gaps_figure else ""
     parts = [comparison_section(gaps), figure_block("Gap per criterion", folder, gaps_figure),
-             figure_block("Per-seed differences", folder, differences) + caption]
+             figure_block("Per-seed differences", folder, differences)]
     return "\n".join(part for part in parts if part)
 
 
