@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from moelab.findings import ladder_routing
+from moelab.findings.ladder_routing import STUDY_LOSSES, ablation_family
 from moelab.findings.source import ResultsRoot
 from moelab.report import markdown_table
 from moelab.report.analysis import Analysis, Findings
@@ -68,8 +68,8 @@ def _ladder(preset: str, file: str, settings: str, results: ResultsRoot) -> Ladd
     tested = sum(_number(s.p_value) is not None for s in steps)
     family = f"Holm over the ladder's {tested} testable steps"
     enlarged: dict[str, float] = {}
-    if file == ladder_routing.STUDY_LOSSES:  # the post hoc balancing tests joined this family
-        joined = ladder_routing.ablation_family(results)
+    if file == STUDY_LOSSES:  # the post hoc balancing tests joined this family
+        joined = ablation_family(results)
         family, enlarged = joined.label, joined.adjusted()
     rows = []
     for s in steps:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from moelab.findings import demo_cpus
+from moelab.findings.demo_cpus import CPUS
 from moelab.findings.selection import demo_selection_seeds, seed_ranges
 from moelab.findings.source import ResultsRoot, SeedLosses, seed_losses
 from moelab.report import format_number, markdown_table
@@ -34,7 +34,7 @@ FIRST_SEEDS = "studies/demo-seeds0-5-cpu3.json"
 """The demo study's seeds 0-5 on the CPU whose 617-622 demo_headline.json pools."""
 SEVENTH_SEED = ("studies/demo-seeds0-6.json", 6)
 """The one demo seed past 0-5 trained eagerly (the first CPU's seven-seed study)."""
-THIRD_CPU = "third CPU of demo-study.md (" + demo_cpus.CPUS["third"][1] + ")"
+THIRD_CPU = "third CPU of demo-study.md (" + CPUS["third"][1] + ")"
 
 
 @dataclass(frozen=True)
