@@ -438,6 +438,11 @@ def test_optimal_says_when_the_optimum_lies_outside_the_fitted_runs(tmp_path, ca
     assert _notes(capsys.readouterr().out) == [
         f"note: params_active {active / 1e6:.3g}M is outside the fitted runs' 100M-"
         f"{active / 2e6:.3g}M: an extrapolation by a factor of 2"]
+    # --json carries the same notes.
+    assert main([*argv, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["notes"] == [
+        f"params_active {active / 1e6:.3g}M is outside the fitted runs' 100M-"
+        f"{active / 2e6:.3g}M: an extrapolation by a factor of 2"]
     # A record written before fits kept their range: nothing to compare, no note.
     del record["data_ranges"]
     fit_path.write_text(json.dumps(record))

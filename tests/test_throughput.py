@@ -264,6 +264,26 @@ def test_optimal_seconds_prints_three_optima_with_intervals(tmp_path, capsys):
     assert main(["optimal", fit, "--seconds", "3600", "--throughput", table]) == 0
     text = capsys.readouterr().out
     assert "wall clock T=3600 s" in text and "throughput ratio" in text and "synthetic" in text
+    assert "note:" not in text  # a record without data ranges: nothing to compare
+
+
+def test_optimal_seconds_notes_each_optimum_outside_the_fitted_runs(tmp_path, capsys):
+    prices = {"c": 1e-9, "a": 1e-17, "m": 3e-18, "p": 1e-19, "e": 2e-10}
+    table = write_table(tmp_path / "tp.json", cpu_grid_rows(noise=0.0, truth=prices))
+    record = {"law": "sparsity", "params": SPARSITY_TRUTH, "shared_fraction": 0.3,
+              "bootstrap": None, "data_ranges": {"N": [10.0, 100.0]}}
+    fit = tmp_path / "fit.json"
+    fit.write_text(json.dumps(record))
+    assert main(["optimal", str(fit), "--seconds", "3600", "--throughput", str(table),
+                 "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    # By hand: every optimum's N total is far above 100, so each question gets one note (no
+    # N_active range in this record, so none for the active count).
+    outside = [name for name in ("by_seconds", "by_flops", "by_params")
+               if result[name]["optimum"]["params_total"] > 100.0]
+    assert len(outside) == 3
+    assert [note.split(":")[0] for note in result["notes"]] == outside
+    assert all("params_total" in note and "extrapolation" in note for note in result["notes"])
 
 
 @pytest.mark.parametrize("argv_tail, message", [

@@ -187,7 +187,7 @@ def _optimal(args) -> int:
     if shared is None:  # a sweep of dense runs only stores null: nothing to estimate it from
         shared = float(fit.shared_fraction or 0.0)
     if args.seconds is not None:
-        return _optimal_seconds(args, law, params, replicas, shared)
+        return _optimal_seconds(args, law, params, replicas, shared, fit.data_ranges)
     if args.throughput or args.top_k:
         raise MoelabError("--throughput and --top-k go with --seconds T")
     if args.params is not None:
@@ -212,18 +212,20 @@ def _optimal(args) -> int:
     else:
         raise MoelabError("give --params N (with --tokens D or --flops C) or --flops C")
     result = with_intervals(solve, params, replicas)
+    notes = extrapolation_notes(result.optimum, fit.data_ranges)
+    if result.optimum.at_boundary:
+        notes.insert(0, "the optimum lies on the edge of the search range (no interior optimum)")
     if args.json:
         print(json.dumps(to_json(result) | {"question": question, "law": law.name,
-                                            "shared_fraction": shared}, indent=2))
+                                            "shared_fraction": shared, "notes": notes},
+                         indent=2))
         return 0
     print(f"{law.name} law, {question}, shared fraction {shared:.3f}")
     for key in INTERVAL_KEYS:
         ci = result.ci.get(key)
         interval = f"   95% CI [{ci[0]:.4g}, {ci[1]:.4g}]" if ci else ""
         print(f"  {key:>14} = {result.value(key):.4g}{interval}")
-    if result.optimum.at_boundary:
-        print("  note: the optimum lies on the edge of the search range (no interior optimum)")
-    for line in extrapolation_notes(result.optimum, fit.data_ranges):
+    for line in notes:
         print(f"  note: {line}")
     return 0
 
@@ -249,7 +251,8 @@ def extrapolation_notes(optimum, ranges: dict[str, list[float]]) -> list[str]:
     return notes
 
 
-def _optimal_seconds(args, law, params, replicas, shared) -> int:
+def _optimal_seconds(args, law, params, replicas, shared,
+                     ranges: dict[str, list[float]]) -> int:
     """S* under a wall-clock budget, printed beside S* under FLOPs and under parameters."""
     from moelab.codec import to_json
     from moelab.scaling.optimal import three_optima
@@ -272,13 +275,17 @@ def _optimal_seconds(args, law, params, replicas, shared) -> int:
     three = three_optima(law, params, replicas, args.seconds, model, shared_fraction=shared,
                          top_k=top_k, max_sparsity=args.max_sparsity)
     device = header.get("device_name")
+    notes = [f"{name}: {line}" for name, result in three.questions()
+             for line in extrapolation_notes(result.optimum, ranges)]
     if args.json:
         print(json.dumps(to_json(three) | {
             "law": law.name, "throughput_table": str(table), "device": device,
             "has_sparsity_term": "log_U" in law.features,
-            "throughput_model": to_json(model.record())}, indent=2))
+            "throughput_model": to_json(model.record()), "notes": notes}, indent=2))
     else:
         print(format_three_optima(three, law.name, "log_U" in law.features, table, device))
+        for line in notes:
+            print(f"  note: {line}")
     return 0
 
 
