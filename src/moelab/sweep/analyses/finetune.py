@@ -59,6 +59,7 @@ from moelab.stats.intervals import mean_interval, t_interval, t_p_value
 from moelab.stats.multiple import holm
 from moelab.stats.power import min_detectable_gap
 from moelab.stats.regression import clustered_least_squares
+from moelab.sweep.analyses.dense_pairs import fit_blocker, pairs_with_dense
 from moelab.sweep.folder import SweepFolder
 from moelab.sweep.results_csv import ResultRow, ResultsTable
 
@@ -232,29 +233,21 @@ def finetune_analysis(results: ResultsTable) -> FinetuneRecord | None:
 def paired_with_dense(rows: list[ResultRow]) -> list[Pair]:
     """Every sparse run with its (size, budget) cell's dense run of the same seed (a sparse run
     whose cell has no dense run of its seed is left out)."""
-    dense = {(row.size, row.budget, row.seed): row for row in rows if row.S == 0}
-    pairs = []
-    for row in rows:
-        partner = dense.get((row.size, row.budget, row.seed))
-        if row.S == 0 or partner is None:
-            continue
-        pairs.append(Pair(row.size, row.budget, row.S, row.seed,
-                          _metric(row, PRETRAINING_LOSS) - _metric(partner, PRETRAINING_LOSS),
-                          {m: _metric(row, m) - _metric(partner, m) for m in METRICS}))
-    return pairs
+    return [Pair(row.size, row.budget, row.S, row.seed,
+                 _metric(row, PRETRAINING_LOSS) - _metric(partner, PRETRAINING_LOSS),
+                 {m: _metric(row, m) - _metric(partner, m) for m in METRICS})
+            for row, partner in pairs_with_dense(rows, lambda r: (r.size, r.budget, r.seed),
+                                                 lambda r: r.S)]
 
 
 def clustered_equal_loss_fit(pairs: list[Pair], metric: str) -> FinetuneEqualLoss | None:
     """dy = b dL + c S over the pairs, cluster-robust over (size, seed): b ("loss") and c
     ("sparsity") with se, df = G - 1, p, a 95 % t interval and the minimum detectable value;
     None with fewer than 3 clusters or no spread in S or dL."""
-    clusters = sorted({pair.cluster for pair in pairs})
-    if len(clusters) < 3 or len(pairs) < 4:
+    design = np.array([[pair.pretraining, pair.sparsity] for pair in pairs]).reshape(-1, 2)
+    if fit_blocker(design, [pair.cluster for pair in pairs], CLUSTER_UNIT) is not None:
         return None
-    design = np.array([[pair.pretraining, pair.sparsity] for pair in pairs])
     y = np.array([pair.metrics[metric] for pair in pairs])
-    if np.linalg.matrix_rank(design) < 2:
-        return None
     coefficients = clustered_least_squares(design, y, [pair.cluster for pair in pairs])
     df = coefficients.df
     loss, sparsity = (

@@ -46,6 +46,7 @@ from moelab.stats.power import min_detectable_gap
 from moelab.stats.regression import clustered_least_squares
 from moelab.stats.verdicts import Difference, difference_verdict
 from moelab.sweep.analyses.common import joined
+from moelab.sweep.analyses.dense_pairs import fit_blocker, pairs_with_dense
 from moelab.sweep.folder import SweepFolder
 from moelab.sweep.results_csv import ResultRow, ResultsTable, task_column
 from moelab.tasks import TASK_NAMES, load_task
@@ -196,14 +197,10 @@ def scored_runs(rows: list[ResultRow], task: str) -> list[ScoredRun]:
 def paired_with_dense(runs: list[ScoredRun]) -> list[DensePair]:
     """Every sparse run minus its cell's dense run of the same seed (a sparse run whose cell has
     no dense run of its seed is left out)."""
-    dense = {(r.size, r.budget, r.seed): r for r in runs if r.sparsity == 0}
-    pairs = []
-    for run in runs:
-        partner = dense.get((run.size, run.budget, run.seed))
-        if run.sparsity > 0 and partner is not None:
-            pairs.append(DensePair(run.size, run.budget, run.seed, run.sparsity,
-                                   run.loss - partner.loss, run.accuracy - partner.accuracy))
-    return pairs
+    return [DensePair(run.size, run.budget, run.seed, run.sparsity, run.loss - partner.loss,
+                      run.accuracy - partner.accuracy)
+            for run, partner in pairs_with_dense(runs, lambda r: (r.size, r.budget, r.seed),
+                                                 lambda r: r.sparsity)]
 
 
 def missing_equal_loss(runs: list[ScoredRun], pairs: list[DensePair]) -> str | None:
@@ -213,14 +210,8 @@ def missing_equal_loss(runs: list[ScoredRun], pairs: list[DensePair]) -> str | N
                 "would compare cells with each other, so none is made")
     if not pairs:
         return "no sparse run has a dense run of its (size, budget) cell and seed"
-    clusters = len({pair.cluster for pair in pairs})
-    if clusters < 3 or len(pairs) < 4:
-        return (f"{len(pairs)} pairs in {clusters} {CLUSTER_UNIT} clusters: the clustered fit "
-                "needs at least 4 pairs in 3 clusters")
     design = np.array([[pair.loss, pair.sparsity] for pair in pairs])
-    if np.linalg.matrix_rank(design) < 2:
-        return "the pairs do not vary independently in dL and S"
-    return None
+    return fit_blocker(design, [pair.cluster for pair in pairs], CLUSTER_UNIT)
 
 
 def equal_loss_fit(pairs: list[DensePair]) -> EqualLossFit:
