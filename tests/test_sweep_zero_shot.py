@@ -142,6 +142,16 @@ def test_a_sweep_without_dense_runs_has_no_equal_loss_effect_and_says_why():
     assert "nothing separated" not in text  # no fit: no claim either way
 
 
+def test_a_sparse_run_without_a_dense_partner_of_its_seed_is_left_out():
+    rows = [r for r in constructed_rows(noise=0.0)
+            if not (r["size"] == "s0" and r["budget"] == "C1e+12" and r["seed"] == "0"
+                    and float(r["S"]) == 0)]
+    assert len(rows) == 6 * 3 * 4 - 1
+    fit = analysed(rows)["last_word"].equal_loss
+    assert fit.pairs == 6 * 3 * 3 - 3  # that cell's three sparse runs of seed 0 lose their partner
+    assert fit.sparsity.value == pytest.approx(TRUE_C["last_word"], abs=1e-9)
+
+
 def test_too_few_seed_clusters_give_no_fit_and_say_so():
     rows = [r for r in constructed_rows(noise=0.01) if r["size"] == "s0" and r["seed"] in "01"]
     result = analysed(rows)["ending"]

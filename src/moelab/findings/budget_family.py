@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from moelab.findings.source import ResultsRoot, SeedLosses
+from moelab.findings.source import ResultsRoot, SeedLosses, arm_losses
 from moelab.stats.intervals import summarize, t_p_value
 from moelab.stats.t_tests import PairedTest, WelchTest, paired_difference, welch_test
 from moelab.stats.verdicts import Family
@@ -39,10 +39,6 @@ def tokens_label(tokens: int) -> str:
 def budget_groups(results: ResultsRoot) -> list[dict]:
     """cpu-budgets' budgets, smallest first."""
     return sorted(results.json(FILE)["budgets"], key=lambda b: int(b["tokens"]))
-
-
-def arm_losses(arms: dict, arm: str) -> SeedLosses:
-    return {int(r["seed"]): float(r["best_val_loss"]) for r in arms[arm]["runs"]}
 
 
 def gap_key(tokens: int, criterion: str) -> str:

@@ -17,10 +17,10 @@ import math
 from dataclasses import dataclass
 
 from moelab.findings.budget_family import (
-    CRITERIA, FILE, arm_losses, budget_groups, gap_key, gap_tests, page_family, seed_slopes,
-    tokens_label, trend_key,
+    CRITERIA, FILE, budget_groups, gap_key, gap_tests, page_family, seed_slopes, tokens_label,
+    trend_key,
 )
-from moelab.findings.source import ResultsRoot
+from moelab.findings.source import ResultsRoot, arm_losses
 from moelab.report import markdown_table
 from moelab.report.analysis import Analysis, Findings
 from moelab.stats.intervals import mean_interval, summarize

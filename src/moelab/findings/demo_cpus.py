@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from moelab.findings.source import ResultsRoot
+from moelab.findings.source import ResultsRoot, arm_losses
 from moelab.report import format_mean_std, markdown_table
 from moelab.report.analysis import Analysis, Findings
 from moelab.stats.intervals import summarize
@@ -121,7 +121,7 @@ def _seed_set(results: ResultsRoot, file: str) -> SeedSet:
     rows, losses = [], {}
     for arm in ARMS:
         runs = arms[arm]["runs"]
-        losses[arm] = {int(r["seed"]): float(r["best_val_loss"]) for r in runs}
+        losses[arm] = arm_losses(arms, arm)
         loss, bpb = (summarize([float(r[key]) for r in runs])
                      for key in ("best_val_loss", "best_val_bpb"))
         rows.append(ArmRow(arm, int(arms[arm]["active_params"]), int(arms[arm]["total_params"]),
@@ -140,7 +140,7 @@ def _seed_set(results: ResultsRoot, file: str) -> SeedSet:
 
 def _per_seed_gaps(results: ResultsRoot, file: str, dense: str) -> list[float]:
     arms = results.json(file)["arms"]
-    moe = {int(r["seed"]): float(r["best_val_loss"]) for r in arms["moe"]["runs"]}
+    moe = arm_losses(arms, "moe")
     return [float(r["best_val_loss"]) - moe[int(r["seed"])] for r in arms[dense]["runs"]]
 
 
@@ -170,8 +170,8 @@ def _pooled(results: ResultsRoot, files: list[str]) -> list[PooledGap]:
 
 
 def _losses(results: ResultsRoot, files: list[str], arm: str) -> dict[int, float]:
-    return {int(r["seed"]): float(r["best_val_loss"])
-            for file in files for r in results.json(file)["arms"][arm]["runs"]}
+    return {seed: loss for file in files
+            for seed, loss in arm_losses(results.json(file)["arms"], arm).items()}
 
 
 def compute(results: ResultsRoot, findings: Findings) -> list[Cpu]:

@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from moelab.config.files import load_config
-from moelab.findings.source import ResultsRoot, seed_losses
+from moelab.findings.source import ResultsRoot, arm_losses, seed_losses
 from moelab.report import markdown_table
 from moelab.report.analysis import Analysis, Findings
 from moelab.stats.multiple import holm
@@ -121,8 +121,7 @@ def compute_tuned(results: ResultsRoot, findings: Findings) -> TunedDemo:
 
 
 def _arm_losses(stored: dict) -> dict[str, dict[int, float]]:
-    return {arm: {int(r["seed"]): float(r["best_val_loss"]) for r in stored["arms"][arm]["runs"]}
-            for arm in ARMS}
+    return {arm: arm_losses(stored["arms"], arm) for arm in ARMS}
 
 
 def _gaps_table(rows: list[GapRow], first: str = "") -> list[list[str]]:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from moelab.findings.selection import (
     FAIR_LR, RECIPE, demo_selection_seeds, describe_uses, recipe_seed_uses, seed_ranges,
 )
-from moelab.findings.source import ResultsRoot, SeedLosses, seed_losses
+from moelab.findings.source import ResultsRoot, SeedLosses, arm_losses, seed_losses
 from moelab.report import markdown_table
 from moelab.report.analysis import Analysis, Findings
 from moelab.stats.t_tests import paired_difference
@@ -59,8 +59,7 @@ def _reported(results: ResultsRoot) -> list[tuple[str, dict[str, SeedLosses]]]:
     sets = []
     for file in DEMO_FILES:
         arms = results.json(file)["arms"]
-        sets.append((f"`{file}`", {arm: {int(r["seed"]): float(r["best_val_loss"])
-                                         for r in arms[arm]["runs"]} for arm in ARMS}))
+        sets.append((f"`{file}`", {arm: arm_losses(arms, arm) for arm in ARMS}))
     for rep in results.json(UNTIL_RESOLVED)["repetitions"]:
         sets.append((f"until-resolved block {rep['first_seed']}",
                      {arm: seed_losses(rep["losses"][arm]) for arm in ARMS}))

@@ -18,7 +18,7 @@ import math
 from dataclasses import dataclass
 
 from moelab.findings.ladder_routing import STUDY_LOSSES, ablation_family
-from moelab.findings.source import ResultsRoot
+from moelab.findings.source import ResultsRoot, arm_losses
 from moelab.report import markdown_table
 from moelab.report.analysis import Analysis, Findings
 from moelab.stats.verdicts import Difference, Verdict, difference_verdict
@@ -62,8 +62,7 @@ def _number(value: float | None) -> float | None:
 def _ladder(preset: str, file: str, settings: str, results: ResultsRoot) -> Ladder:
     stored = results.json(file)
     arms = stored["arms"]
-    losses = {rung: {int(run["seed"]): float(run["best_val_loss"]) for run in arm["runs"]}
-              for rung, arm in arms.items()}
+    losses = {rung: arm_losses(arms, rung) for rung in arms}
     steps = rung_steps(losses)
     tested = sum(_number(s.p_value) is not None for s in steps)
     family = f"Holm over the ladder's {tested} testable steps"

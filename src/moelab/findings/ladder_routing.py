@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from moelab.findings.source import ResultsRoot
+from moelab.findings.source import ResultsRoot, arm_losses
 from moelab.report import markdown_table
 from moelab.report.analysis import Analysis, Findings
 from moelab.stats.t_tests import PairedTest, paired_difference
@@ -105,8 +105,8 @@ def _end_tests(results: ResultsRoot) -> dict[str, tuple[dict[str, dict[int, floa
 def ablation_family(results: ResultsRoot) -> Family:
     """cpu-ablation's loss steps (``earlier → later``) and the two post hoc balancing tests
     (keyed by the runs they read), one Holm family."""
-    steps = rung_steps({rung: {int(r["seed"]): float(r["best_val_loss"]) for r in arm["runs"]}
-                        for rung, arm in results.json(STUDY_LOSSES)["arms"].items()})
+    arms = results.json(STUDY_LOSSES)["arms"]
+    steps = rung_steps({rung: arm_losses(arms, rung) for rung in arms})
     tests = _end_tests(results)
     return Family(f"cpu-ablation's ladder ({len(steps)} loss steps and the {len(tests)} "
                   "balancing tests, post hoc)",

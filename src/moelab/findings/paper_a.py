@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from moelab.findings.demo_cpus import CPUS
 from moelab.findings.selection import demo_selection_seeds, seed_ranges
-from moelab.findings.source import ResultsRoot, SeedLosses, seed_losses
+from moelab.findings.source import ResultsRoot, SeedLosses, arm_losses, seed_losses
 from moelab.report import format_number, markdown_table
 from moelab.report.analysis import Analysis, Findings
 from moelab.stats.intervals import summarize
@@ -75,8 +75,8 @@ class Headline:
 def _study_losses(results: ResultsRoot, file: str, seeds: set[int] | None = None
                   ) -> dict[str, SeedLosses]:
     arms = results.json(file)["arms"]
-    return {arm: {int(r["seed"]): float(r["best_val_loss"]) for r in arms[arm]["runs"]
-                  if seeds is None or int(r["seed"]) in seeds} for arm in ARMS}
+    return {arm: {seed: loss for seed, loss in arm_losses(arms, arm).items()
+                  if seeds is None or seed in seeds} for arm in ARMS}
 
 
 def _stored_sets(results: ResultsRoot) -> list[tuple[str, str, str, dict[str, SeedLosses]]]:

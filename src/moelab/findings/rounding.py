@@ -14,7 +14,7 @@ import math
 from dataclasses import dataclass
 
 from moelab.findings.demo_cpus import ARMS, CPUS, SEED_SETS
-from moelab.findings.source import ResultsRoot, seed_losses
+from moelab.findings.source import ResultsRoot, arm_losses, seed_losses
 from moelab.report import markdown_table
 from moelab.report.analysis import Analysis, Findings
 from moelab.stats.intervals import summarize
@@ -97,8 +97,7 @@ def _demo_losses(results: ResultsRoot, suffix: str) -> dict[str, dict[int, float
     for seed_set in SEED_SETS:
         arms = results.json(f"studies/{seed_set}{suffix}.json")["arms"]
         for arm in ARMS:
-            losses[arm].update({int(r["seed"]): float(r["best_val_loss"])
-                                for r in arms[arm]["runs"]})
+            losses[arm].update(arm_losses(arms, arm))
     return losses
 
 

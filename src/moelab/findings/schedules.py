@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from moelab.config.files import load_config
 from moelab.findings.selection import demo_selection_seeds, seed_ranges
-from moelab.findings.source import ResultsRoot, SeedLosses, seed_losses
+from moelab.findings.source import ResultsRoot, SeedLosses, arm_losses, seed_losses
 from moelab.report import format_mean_std, markdown_table
 from moelab.report.analysis import Analysis, Findings
 from moelab.stats.intervals import summarize
@@ -133,8 +133,7 @@ def _study_moe_losses(results: ResultsRoot, file: str) -> list[SeedLosses]:
     """The MoE arm's {seed: best val loss} of a study, one per budget (one when it has none)."""
     stored = results.json(file)
     groups = [g["arms"] for g in stored.get("budgets") or []] or [stored["arms"]]
-    return [{int(r["seed"]): float(r["best_val_loss"]) for r in arms["moe"]["runs"]}
-            for arms in groups]
+    return [arm_losses(arms, "moe") for arms in groups]
 
 
 def _same_moe_runs(results: ResultsRoot, losses: SeedLosses) -> str | None:

@@ -45,3 +45,8 @@ def seed_losses(by_seed: dict[str, Any], key: str | None = None) -> SeedLosses:
     """{seed: loss} from a JSON mapping of seed strings to a loss (or to a record holding it at
     ``key``)."""
     return {int(seed): float(value[key] if key else value) for seed, value in by_seed.items()}
+
+
+def arm_losses(arms: dict[str, Any], arm: str) -> SeedLosses:
+    """{seed: best validation loss} of one arm of a stored study's ``arms`` (its ``runs``)."""
+    return {int(run["seed"]): float(run["best_val_loss"]) for run in arms[arm]["runs"]}

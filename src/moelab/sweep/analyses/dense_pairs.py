@@ -10,20 +10,34 @@ size and seed share a dense partner within a cell and a wsd trunk across budgets
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Sequence
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 import numpy as np
 
-Run = TypeVar("Run")
+
+class CellRun(Protocol):
+    """A run of one (size, budget) cell and seed (a results.csv row, a scored run)."""
+
+    @property
+    def size(self) -> str: ...
+    @property
+    def budget(self) -> str: ...
+    @property
+    def seed(self) -> str: ...
+
+
+Run = TypeVar("Run", bound=CellRun)
 
 MIN_PAIRS, MIN_CLUSTERS = 4, 3
 """The smallest clustered fit of two coefficients the analyses make."""
 
 
-def pairs_with_dense(runs: Sequence[Run], cell_seed: Callable[[Run], Hashable],
-                     sparsity: Callable[[Run], float]) -> list[tuple[Run, Run]]:
-    """(sparse run, its cell's dense run of the same seed) for every sparse run that has one;
-    ``cell_seed`` gives a run's (size, budget, seed)."""
+def pairs_with_dense(runs: Sequence[Run], sparsity: Callable[[Run], float]
+                     ) -> list[tuple[Run, Run]]:
+    """(sparse run, its cell's dense run of the same seed) for every sparse run that has one."""
+    def cell_seed(run: Run) -> tuple[str, str, str]:
+        return (run.size, run.budget, run.seed)
+
     dense = {cell_seed(run): run for run in runs if sparsity(run) == 0}
     return [(run, dense[cell_seed(run)]) for run in runs
             if sparsity(run) > 0 and cell_seed(run) in dense]

@@ -236,8 +236,7 @@ def paired_with_dense(rows: list[ResultRow]) -> list[Pair]:
     return [Pair(row.size, row.budget, row.S, row.seed,
                  _metric(row, PRETRAINING_LOSS) - _metric(partner, PRETRAINING_LOSS),
                  {m: _metric(row, m) - _metric(partner, m) for m in METRICS})
-            for row, partner in pairs_with_dense(rows, lambda r: (r.size, r.budget, r.seed),
-                                                 lambda r: r.S)]
+            for row, partner in pairs_with_dense(rows, lambda r: r.S)]
 
 
 def clustered_equal_loss_fit(pairs: list[Pair], metric: str) -> FinetuneEqualLoss | None:

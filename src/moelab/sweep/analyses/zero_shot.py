@@ -165,15 +165,9 @@ class ScoredRun:
 
 
 @dataclass(frozen=True)
-class DensePair:
-    """A sparse run minus its (size, budget) cell's dense run of the same seed."""
-
-    size: str
-    budget: str
-    seed: str
-    sparsity: float
-    loss: float
-    accuracy: float
+class DensePair(ScoredRun):
+    """A sparse run minus its (size, budget) cell's dense run of the same seed: its cell, seed
+    and sparsity, and the differences of loss and accuracy."""
 
     @property
     def cluster(self) -> tuple[str, str]:
@@ -199,8 +193,7 @@ def paired_with_dense(runs: list[ScoredRun]) -> list[DensePair]:
     no dense run of its seed is left out)."""
     return [DensePair(run.size, run.budget, run.seed, run.sparsity, run.loss - partner.loss,
                       run.accuracy - partner.accuracy)
-            for run, partner in pairs_with_dense(runs, lambda r: (r.size, r.budget, r.seed),
-                                                 lambda r: r.sparsity)]
+            for run, partner in pairs_with_dense(runs, lambda r: r.sparsity)]
 
 
 def missing_equal_loss(runs: list[ScoredRun], pairs: list[DensePair]) -> str | None:
