@@ -60,9 +60,9 @@ def seed_slopes(results: ResultsRoot) -> dict[str, list[float]]:
     seeds = sorted(arm_losses(groups[0]["arms"], "moe"))
     slopes = {}
     for name, dense in CRITERIA.items():
-        gaps = [[arm_losses(b["arms"], dense)[s] - arm_losses(b["arms"], "moe")[s]
-                 for b in groups] for s in seeds]
-        slopes[name] = [float(np.polyfit(doublings, g, 1)[0]) for g in gaps]
+        per_budget = [_seed_gaps(b, dense) for b in groups]
+        slopes[name] = [float(np.polyfit(doublings, [gaps[s] for gaps in per_budget], 1)[0])
+                        for s in seeds]
     return slopes
 
 
